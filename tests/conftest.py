@@ -1,0 +1,10 @@
+"""Shared test set-up. Fixtures live in tests/fixtures/, one module per concern."""
+
+pytest_plugins = [
+    "tests.fixtures.moto_server",
+    "tests.fixtures.vllm_env",
+]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "vllm: runs a real vLLM (CPU) process from .venv-vllm")
