@@ -1,0 +1,585 @@
+"""Preflight a stack's GPU capacity before `pulumi up`: `python -m stacks preflight <stack> [--json]`.
+
+GPU quotas and regional availability are the usual first blockers (g7e.2xlarge is not offered in every
+region; new accounts start with low G and VT vCPU quotas). For each GPU pool this checks, in the stack's
+region:
+
+* offerings: which AZs offer the instance type, against the AZs of the stack's subnets where known;
+* quotas: the account's G and VT vCPU quotas (Service Quotas, values in vCPUs) against what the
+  NodePool limits could launch: floor(gpuLimit / GPUs per instance) instances x vCPUs, summed over the
+  pools that can use each capacity type (a pool allowing both Spot and on-demand can land wholly in
+  either, so it counts in full against both);
+* prices: the latest Spot price per AZ against the on-demand price (AWS Price List API, else the
+  catalog's PoC figure, marked as such).
+
+Blockers exit 1, each with its fix; warnings do not fail the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from stacks import catalog
+
+COMMAND = "preflight"
+
+# Service Quotas codes (EC2), values in vCPUs. Every G and VT family (g4dn ... g7e, gr6, vt1) shares one pair.
+QUOTA_GROUP_FAMILIES = ("g", "vt")
+QUOTAS = {
+    "on-demand": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "spot": ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+}
+# Karpenter logs a warning below this many types when a NodePool is flexible to Spot and on-demand
+# (pkg/providers/instance/instance.go, instanceTypeFlexibilityThreshold).
+FLEXIBILITY_THRESHOLD = 5
+LINUX_SPOT_PRODUCTS = ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"]
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    instance_type: str
+    capacity_types: tuple[str, ...]
+    gpu_limit: int
+
+
+@dataclass
+class Finding:
+    level: str  # "blocker" | "warning" | "note"
+    subject: str
+    message: str
+    fix: str | None = None
+
+
+@dataclass
+class PoolReport:
+    name: str
+    instance_type: str
+    capacity_types: list[str]
+    gpu_limit: int
+    gpus_per_instance: int
+    vcpus_per_instance: int
+    max_instances: int
+    max_vcpus: int
+    offered_azs: list[str]
+    subnet_azs: list[str] | None  # None: the stack's subnets are not known yet (new VPC)
+    usable_azs: list[str]
+    on_demand_usd_hour: float | None
+    on_demand_source: str  # "price-list-api" | "catalog" | "unavailable"
+    spot_usd_hour: dict[str, float] = field(default_factory=dict)  # latest per AZ
+
+    @property
+    def spot_min(self) -> float | None:
+        return min(self.spot_usd_hour.values()) if self.spot_usd_hour else None
+
+    @property
+    def cost_at_limit_usd_hour(self) -> float | None:
+        """The pool at its GPU limit, on-demand where allowed (the dearer case), else Spot."""
+        price = self.on_demand_usd_hour if "on-demand" in self.capacity_types else self.spot_min
+        return None if price is None else round(price * self.max_instances, 4)
+
+
+@dataclass
+class QuotaReport:
+    capacity_type: str
+    code: str
+    name: str
+    required_vcpus: int
+    applied_vcpus: float | None
+    in_use_vcpus: int | None
+    pools: list[str]
+    error: str | None = None
+
+
+@dataclass
+class PreflightReport:
+    region: str
+    cluster: str
+    pools: list[PoolReport]
+    quotas: list[QuotaReport]
+    findings: list[Finding]
+
+    @property
+    def blockers(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "blocker"]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["ok"] = not self.blockers
+        for pool, raw in zip(self.pools, data["pools"]):
+            raw["spot_min_usd_hour"] = pool.spot_min
+            raw["cost_at_limit_usd_hour"] = pool.cost_at_limit_usd_hour
+        return data
+
+
+# --------------------------------------------------------------------------------------------------
+# AWS reads (boto3 clients passed in; tests give moto-backed clients, or fakes where moto lacks the API)
+
+
+def in_quota_group(instance_type: str) -> bool:
+    return instance_type.split(".", 1)[0].startswith(QUOTA_GROUP_FAMILIES)
+
+
+def offered_azs(ec2, instance_types: Iterable[str]) -> dict[str, list[str]]:
+    types = sorted(set(instance_types))
+    found: dict[str, set[str]] = {t: set() for t in types}
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": types}]
+    )
+    for page in pages:
+        for offer in page["InstanceTypeOfferings"]:
+            found.setdefault(offer["InstanceType"], set()).add(offer["Location"])
+    return {t: sorted(azs) for t, azs in found.items()}
+
+
+def subnet_azs(ec2, cluster: str, subnet_ids: list[str] | None, vpc_id: str | None) -> list[str] | None:
+    """AZs Karpenter can launch into: the given subnets, else the VPC's discovery-tagged subnets."""
+    if subnet_ids:
+        subnets = ec2.describe_subnets(SubnetIds=list(subnet_ids))["Subnets"]
+    elif vpc_id:
+        vpc = [{"Name": "vpc-id", "Values": [vpc_id]}]
+        subnets = ec2.describe_subnets(Filters=vpc + [{"Name": "tag:karpenter.sh/discovery", "Values": [cluster]}])["Subnets"]
+        subnets = subnets or ec2.describe_subnets(Filters=vpc)["Subnets"]
+    else:
+        return None
+    return sorted({s["AvailabilityZone"] for s in subnets})
+
+
+def latest_by_az(history: Iterable[dict[str, Any]]) -> dict[str, float]:
+    latest: dict[str, tuple[datetime, float]] = {}
+    for rec in history:
+        az, ts, price = rec["AvailabilityZone"], rec["Timestamp"], float(rec["SpotPrice"])
+        if az not in latest or ts > latest[az][0]:
+            latest[az] = (ts, price)
+    return {az: price for az, (_, price) in sorted(latest.items())}
+
+
+def spot_prices(ec2, instance_type: str) -> dict[str, float]:
+    pages = ec2.get_paginator("describe_spot_price_history").paginate(
+        InstanceTypes=[instance_type],
+        ProductDescriptions=LINUX_SPOT_PRODUCTS,
+        StartTime=datetime.now(timezone.utc),  # "now" returns the price in effect in each AZ
+    )
+    return latest_by_az(rec for page in pages for rec in page["SpotPriceHistory"])
+
+
+def _error_code(exc: Exception) -> str:
+    return getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
+
+
+def quota_value(quotas, code: str) -> tuple[float | None, str | None]:
+    """Applied quota in vCPUs; falls back to the AWS default where the account never changed it."""
+    try:
+        return float(quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), None
+    except Exception as exc:  # noqa: BLE001 - classified below, never fatal
+        if _error_code(exc) != "NoSuchResourceException":
+            return None, f"{_error_code(exc)}: {exc}"
+    try:
+        return float(quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"{_error_code(exc)}: {exc}"
+
+
+def running_quota_vcpus(ec2) -> dict[str, int]:
+    """vCPUs of running G and VT instances now, by capacity type (they count against the same quotas)."""
+    used = {"on-demand": 0, "spot": 0}
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    )
+    for page in pages:
+        for res in page["Reservations"]:
+            for inst in res["Instances"]:
+                if not in_quota_group(inst["InstanceType"]):
+                    continue
+                cpu = inst.get("CpuOptions") or {}
+                if cpu.get("CoreCount"):
+                    vcpus = cpu["CoreCount"] * cpu.get("ThreadsPerCore", 1)
+                else:
+                    vcpus = _catalog_vcpus(inst["InstanceType"])
+                used["spot" if inst.get("InstanceLifecycle") == "spot" else "on-demand"] += vcpus
+    return used
+
+
+def _catalog_vcpus(instance_type: str) -> int:
+    try:
+        return catalog.gpu_instance(instance_type).vcpus
+    except KeyError:
+        return 0
+
+
+def price_list_on_demand(pricing, region: str, instance_type: str) -> float | None:
+    """Linux, shared tenancy, no pre-installed software, in USD/hour, from the AWS Price List API.
+
+    Filters on `regionCode` rather than the `location` display name: the names differ between the
+    Price List and the endpoint data for some regions, the code does not.
+    """
+    filters = {
+        "instanceType": instance_type,
+        "regionCode": region,
+        "operatingSystem": "Linux",
+        "tenancy": "Shared",
+        "preInstalledSw": "NA",
+        "capacitystatus": "Used",
+        "licenseModel": "No License required",
+    }
+    resp = pricing.get_products(
+        ServiceCode="AmazonEC2",
+        Filters=[{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in filters.items()],
+        MaxResults=10,
+    )
+    for raw in resp.get("PriceList", []):
+        item = json.loads(raw) if isinstance(raw, str) else raw
+        for term in item.get("terms", {}).get("OnDemand", {}).values():
+            for dim in term.get("priceDimensions", {}).values():
+                usd = float(dim.get("pricePerUnit", {}).get("USD", 0) or 0)
+                if usd > 0 and dim.get("unit", "Hrs") in ("Hrs", "Hours"):
+                    return usd
+    return None
+
+
+def on_demand_price(pricing, region: str, instance_type: str) -> tuple[float | None, str, str | None]:
+    err = None
+    if pricing is not None:
+        try:
+            price = price_list_on_demand(pricing, region, instance_type)
+            if price is not None:
+                return price, "price-list-api", None
+            err = "no matching product"
+        except Exception as exc:  # noqa: BLE001 - pricing is informative; fall back
+            err = f"{_error_code(exc)}"
+    try:
+        fallback = catalog.gpu_instance(instance_type).on_demand_usd_hour
+    except KeyError:
+        fallback = None
+    if fallback is not None:
+        return fallback, "catalog", err
+    return None, "unavailable", err
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation (plain data in, findings out)
+
+
+def quota_fix_command(code: str, region: str, desired: int) -> str:
+    return (
+        f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
+        f"--desired-value {desired} --region {region}"
+    )
+
+
+def required_vcpus(pools: list[PoolReport]) -> dict[str, tuple[int, list[str]]]:
+    """vCPUs each quota must allow: pools that can launch somewhere, at their GPU limits."""
+    need: dict[str, tuple[int, list[str]]] = {}
+    for cap in QUOTAS:
+        users = [p for p in pools if cap in p.capacity_types and p.usable_azs and in_quota_group(p.instance_type)]
+        need[cap] = (sum(p.max_vcpus for p in users), [p.name for p in users])
+    return need
+
+
+def _gpu_name(instance_type: str) -> str | None:
+    try:
+        return catalog.gpu_instance(instance_type).gpu_name
+    except KeyError:
+        return None
+
+
+def fallback_pools(pool: PoolReport, pools: list[PoolReport]) -> tuple[list[str], bool]:
+    """Usable on-demand pools that can take this pool's work: same GPU first, else any (flag False)."""
+    others = [p for p in pools if p is not pool and p.usable_azs and "on-demand" in p.capacity_types]
+    same_gpu = [p.name for p in others if _gpu_name(p.instance_type) == _gpu_name(pool.instance_type)]
+    return (same_gpu, True) if same_gpu else ([p.name for p in others], False)
+
+
+def _fallback_phrase(names: list[str], same_gpu: bool) -> str:
+    pools = ", ".join(names)
+    return f"on-demand pool(s) {pools}" if same_gpu else f"on-demand pool(s) {pools} (another GPU, if the servers may move there)"
+
+
+def evaluate(region: str, cluster: str, pools: list[PoolReport], quotas: list[QuotaReport]) -> list[Finding]:
+    findings: list[Finding] = []
+
+    for p in pools:
+        if p.max_instances == 0:
+            findings.append(Finding(
+                "blocker", p.name,
+                f"gpuLimit {p.gpu_limit} is below one {p.instance_type}'s {p.gpus_per_instance} GPUs: the NodePool can never launch a node",
+                f"set gpuLimit of pool {p.name} to a multiple of {p.gpus_per_instance}",
+            ))
+        if not p.usable_azs:
+            if not p.offered_azs:
+                why = f"{p.instance_type} is not offered in {region}"
+                fix = (f"choose an instance type offered in {region} for pool {p.name}, or another region; list offers with "
+                       f"`aws ec2 describe-instance-type-offerings --location-type availability-zone "
+                       f"--filters Name=instance-type,Values={p.instance_type} --region {region}`")
+            else:
+                why = (f"{p.instance_type} is offered in {', '.join(p.offered_azs)} but the stack's subnets are in "
+                       f"{', '.join(p.subnet_azs or [])}")
+                fix = (f"add a private subnet in one of {', '.join(p.offered_azs)} tagged karpenter.sh/discovery={cluster}")
+            fallbacks, same_gpu = fallback_pools(p, pools)
+            if fallbacks:
+                findings.append(Finding(
+                    "warning", p.name,
+                    f"{why}; its work can only go to the {_fallback_phrase(fallbacks, same_gpu)}; "
+                    f"servers pinned to pool {p.name} stay Pending",
+                    fix,
+                ))
+            else:
+                findings.append(Finding("blocker", p.name, f"{why}; no other pool can take its work", fix))
+        elif len(p.usable_azs) == 1:
+            findings.append(Finding(
+                "warning", p.name,
+                f"{p.instance_type} can launch in one AZ only ({p.usable_azs[0]}): a capacity shortage there has no other zone",
+                f"offered in {', '.join(p.offered_azs)}; add subnets in more of them" if len(p.offered_azs) > 1 else None,
+            ))
+        if "spot" in p.capacity_types and p.usable_azs:
+            others, same_gpu = fallback_pools(p, pools)
+            fallback = (f"fallback: the {_fallback_phrase(others, same_gpu)}" if others else
+                        "add a lower-weight on-demand fallback pool or allow more sizes")
+            findings.append(Finding(
+                "warning", p.name,
+                f"Spot pool with a single instance type ({p.instance_type}): an insufficient-capacity error leaves pods "
+                f"Pending until Karpenter's ICE cache expires (aws/karpenter-provider-aws#9554); {fallback}",
+            ))
+            if "on-demand" in p.capacity_types:
+                findings.append(Finding(
+                    "warning", p.name,
+                    f"pool allows Spot and on-demand with 1 instance type; Karpenter recommends at least "
+                    f"{FLEXIBILITY_THRESHOLD} types for on-demand fallback inside one NodePool",
+                ))
+            if p.on_demand_usd_hour is not None:
+                dear = [az for az, price in p.spot_usd_hour.items() if price >= p.on_demand_usd_hour]
+                if dear:
+                    findings.append(Finding(
+                        "warning", p.name,
+                        f"Spot price is at or above on-demand (${p.on_demand_usd_hour:.4f}/h) in {', '.join(dear)}",
+                    ))
+        if p.on_demand_source == "catalog":
+            where = "" if region == "ap-northeast-2" else f"; it is the ap-northeast-2 figure, {region} may differ"
+            findings.append(Finding("note", p.name, f"on-demand price of {p.instance_type} from the catalog (Price List API unavailable){where}"))
+        elif p.on_demand_source == "unavailable":
+            findings.append(Finding("note", p.name, f"no on-demand price for {p.instance_type} (Price List API unavailable, none in the catalog)"))
+
+    for q in quotas:
+        if q.required_vcpus == 0:
+            continue
+        if q.applied_vcpus is None:
+            findings.append(Finding(
+                "warning", q.code,
+                f"could not read quota {q.code} ({q.name}): {q.error}; pools {', '.join(q.pools)} need {q.required_vcpus} vCPUs",
+                f"aws service-quotas get-service-quota --service-code ec2 --quota-code {q.code} --region {region}",
+            ))
+        elif q.applied_vcpus < q.required_vcpus:
+            findings.append(Finding(
+                "blocker", q.code,
+                f"{q.name} is {q.applied_vcpus:g} vCPUs in {region}; pools {', '.join(q.pools)} can launch "
+                f"{q.required_vcpus} vCPUs at their GPU limits",
+                f"raise {q.code} in {region} from {q.applied_vcpus:g} to {q.required_vcpus} vCPUs: "
+                + quota_fix_command(q.code, region, q.required_vcpus),
+            ))
+        elif q.in_use_vcpus and q.applied_vcpus - q.in_use_vcpus < q.required_vcpus:
+            desired = q.in_use_vcpus + q.required_vcpus
+            findings.append(Finding(
+                "warning", q.code,
+                f"{q.in_use_vcpus} of {q.applied_vcpus:g} {q.name} vCPUs are in use now; "
+                f"{q.applied_vcpus - q.in_use_vcpus:g} left for the {q.required_vcpus} the pools can launch",
+                f"raise {q.code} to {desired} vCPUs: " + quota_fix_command(q.code, region, desired),
+            ))
+    return findings
+
+
+# --------------------------------------------------------------------------------------------------
+# Orchestration
+
+
+def pool_report(pool: Pool, offers: dict[str, list[str]], stack_azs: list[str] | None, ec2, pricing, region: str) -> PoolReport:
+    it = catalog.gpu_instance(pool.instance_type)
+    max_instances = pool.gpu_limit // it.gpus
+    offered = offers.get(pool.instance_type, [])
+    usable = offered if stack_azs is None else [az for az in offered if az in stack_azs]
+    od_price, od_source, _ = on_demand_price(pricing, region, pool.instance_type)
+    spot = spot_prices(ec2, pool.instance_type) if offered else {}
+    return PoolReport(
+        name=pool.name,
+        instance_type=pool.instance_type,
+        capacity_types=list(pool.capacity_types),
+        gpu_limit=pool.gpu_limit,
+        gpus_per_instance=it.gpus,
+        vcpus_per_instance=it.vcpus,
+        max_instances=max_instances,
+        max_vcpus=max_instances * it.vcpus,
+        offered_azs=offered,
+        subnet_azs=stack_azs,
+        usable_azs=usable,
+        on_demand_usd_hour=od_price,
+        on_demand_source=od_source,
+        spot_usd_hour={az: p for az, p in spot.items() if stack_azs is None or az in stack_azs},
+    )
+
+
+def run_preflight(
+    region: str,
+    cluster: str,
+    pools: list[Pool],
+    *,
+    ec2,
+    quotas,
+    pricing,
+    subnet_ids: list[str] | None = None,
+    vpc_id: str | None = None,
+) -> PreflightReport:
+    offers = offered_azs(ec2, [p.instance_type for p in pools])
+    stack_azs = subnet_azs(ec2, cluster, subnet_ids, vpc_id)
+    reports = [pool_report(p, offers, stack_azs, ec2, pricing, region) for p in pools]
+    need = required_vcpus(reports)
+    in_use = running_quota_vcpus(ec2) if any(n for n, _ in need.values()) else {}
+    quota_reports = []
+    for cap, (code, name) in QUOTAS.items():
+        required, users = need[cap]
+        if not required:
+            continue
+        applied, error = quota_value(quotas, code)
+        quota_reports.append(QuotaReport(cap, code, name, required, applied, in_use.get(cap), users, error))
+    return PreflightReport(region, cluster, reports, quota_reports, evaluate(region, cluster, reports, quota_reports))
+
+
+# --------------------------------------------------------------------------------------------------
+# Output
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _usd(v: float | None, suffix: str = "") -> str:
+    return "-" if v is None else f"${v:,.4f}{suffix}" if v < 1 else f"${v:,.2f}{suffix}"
+
+
+def _short_azs(azs: list[str] | None, region: str) -> str:
+    if azs is None:
+        return "(new VPC)"
+    return ",".join(az[len(region):] if az.startswith(region) else az for az in azs) or "none"
+
+
+def format_report(r: PreflightReport) -> str:
+    out = [f"preflight {r.cluster} in {r.region}", ""]
+    rows = []
+    for p in r.pools:
+        od = _usd(p.on_demand_usd_hour) + ("*" if p.on_demand_source == "catalog" else "")
+        spot = _usd(p.spot_min)
+        save = (f"{(1 - p.spot_min / p.on_demand_usd_hour) * 100:.0f}%"
+                if p.spot_min is not None and p.on_demand_usd_hour else "-")
+        rows.append([
+            p.name, p.instance_type, "+".join(p.capacity_types), str(p.gpu_limit),
+            f"{p.max_instances} x {p.vcpus_per_instance}", _short_azs(p.offered_azs, r.region),
+            _short_azs(p.subnet_azs, r.region), _short_azs(p.usable_azs, r.region), od, spot, save,
+            _usd(p.cost_at_limit_usd_hour, "/h"),
+        ])
+    out.append(_table(
+        ["pool", "instance", "capacity", "gpus", "nodes x vCPU", "offered AZs", "subnet AZs", "usable",
+         "on-demand/h", "spot/h (min)", "spot saves", "at limit"],
+        rows,
+    ))
+    if any(p.on_demand_source == "catalog" for p in r.pools):
+        out.append("* catalog price (PoC figure), the Price List API was not reachable")
+    if r.quotas:
+        out.append("")
+        out.append(_table(
+            ["quota", "name", "applied vCPU", "in use", "needed at limits", "pools", "status"],
+            [[q.code, q.name, "?" if q.applied_vcpus is None else f"{q.applied_vcpus:g}",
+              "-" if q.in_use_vcpus is None else str(q.in_use_vcpus), str(q.required_vcpus), ",".join(q.pools),
+              "unknown" if q.applied_vcpus is None else "OK" if q.applied_vcpus >= q.required_vcpus else "TOO LOW"]
+             for q in r.quotas],
+        ))
+    for level, title in (("blocker", "BLOCKERS"), ("warning", "warnings"), ("note", "notes")):
+        items = [f for f in r.findings if f.level == level]
+        if items:
+            out += ["", f"{title}:"]
+            for f in items:
+                out.append(f"  [{f.subject}] {f.message}")
+                if f.fix:
+                    out.append(f"      fix: {f.fix}")
+    out += ["", "RESULT: " + (f"{len(r.blockers)} blocker(s)" if r.blockers else "ready")]
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        COMMAND,
+        help="check GPU offerings, G/VT vCPU quotas and prices for a stack before `pulumi up`",
+        description="Check each GPU pool's instance offerings, the G and VT vCPU quotas and Spot/on-demand prices.",
+    )
+    p.add_argument("stack", help="stack name (reads Pulumi.<stack>.yaml)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def _load_settings(stack: str):
+    from stacks.settings import load_stack_settings
+
+    return load_stack_settings(stack)
+
+
+def pools_from_settings(settings) -> list[Pool]:
+    return [
+        Pool(p.name, p.instance_type, tuple(p.capacity_types), int(p.gpu_limit)) for p in settings.gpu_pools
+    ]
+
+
+def make_clients(region: str) -> dict[str, Any]:
+    import boto3
+    from botocore.config import Config
+
+    quick = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=10, read_timeout=30)
+    return {
+        "ec2": boto3.client("ec2", region_name=region, config=quick),
+        "quotas": boto3.client("service-quotas", region_name=region, config=quick),
+        # The Price List API answers from us-east-1 for every region's prices.
+        "pricing": boto3.client("pricing", region_name="us-east-1", config=quick),
+    }
+
+
+def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
+    try:
+        settings = _load_settings(args.stack)
+        network = getattr(settings, "network", None)
+        clients = clients or make_clients(settings.region)
+        report = run_preflight(
+            settings.region,
+            settings.cluster.name,
+            pools_from_settings(settings),
+            ec2=clients["ec2"],
+            quotas=clients["quotas"],
+            pricing=clients.get("pricing"),
+            subnet_ids=list(getattr(network, "private_subnet_ids", None) or []) or None,
+            vpc_id=getattr(network, "vpc_id", None),
+        )
+    except Exception as exc:  # noqa: BLE001 - settings or AWS access errors: one clear line
+        print(f"{COMMAND}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
+    return 1 if report.blockers else 0
+
+
+def main(argv: list[str] | argparse.Namespace | None = None) -> int:
+    if isinstance(argv, argparse.Namespace):
+        return run(argv)
+    parser = argparse.ArgumentParser(prog="python -m stacks")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return run(parser.parse_args([COMMAND, *(sys.argv[1:] if argv is None else argv)]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""preflight against moto over HTTP (offerings, subnets, Spot prices, running instances).
+
+moto 5.2.5 serves Service Quotas only for the `vpc` service code (EC2 codes answer NoSuchResource and
+GetAWSDefaultServiceQuota is not implemented) and has no Price List API at all, so those two clients are
+small fakes below; everything EC2 comes from moto.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from stacks import preflight
+from stacks.preflight import Pool
+
+SEOUL = "ap-northeast-2"
+L40S = Pool("l40s", "g6e.2xlarge", ("on-demand",), 4)  # 4 x 8 vCPU
+L40S_X4 = Pool("l40s-x4", "g6e.12xlarge", ("on-demand",), 8)  # 2 x 48 vCPU
+G7E_SPOT = Pool("g7e-spot", "g7e.2xlarge", ("spot",), 4)  # 4 x 8 vCPU
+G7E_OD = Pool("g7e-od", "g7e.2xlarge", ("on-demand",), 2)  # 2 x 8 vCPU
+
+
+class FakeQuotas:
+    """Service Quotas stand-in (moto lacks EC2 quotas): applied values, else AWS defaults, else errors."""
+
+    def __init__(self, applied: dict[str, float] | None = None, defaults: dict[str, float] | None = None, deny: bool = False):
+        self.applied, self.defaults, self.deny = applied or {}, defaults or {}, deny
+
+    def _answer(self, table, code, op):
+        if self.deny:
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, op)
+        if code in table:
+            return {"Quota": {"QuotaCode": code, "Value": table[code]}}
+        raise ClientError({"Error": {"Code": "NoSuchResourceException", "Message": "none"}}, op)
+
+    def get_service_quota(self, ServiceCode, QuotaCode):
+        assert ServiceCode == "ec2"
+        return self._answer(self.applied, QuotaCode, "GetServiceQuota")
+
+    def get_aws_default_service_quota(self, ServiceCode, QuotaCode):
+        return self._answer(self.defaults, QuotaCode, "GetAWSDefaultServiceQuota")
+
+
+class FakePricing:
+    """Price List API stand-in (moto has none): one Linux on-demand product per (region, type)."""
+
+    def __init__(self, prices: dict[tuple[str, str], float]):
+        self.prices = prices
+        self.calls = []
+
+    def get_products(self, ServiceCode, Filters, MaxResults):
+        f = {x["Field"]: x["Value"] for x in Filters}
+        self.calls.append(f)
+        price = self.prices.get((f["regionCode"], f["instanceType"]))
+        if price is None:
+            return {"PriceList": []}
+        item = {
+            "product": {"attributes": {"instanceType": f["instanceType"], "regionCode": f["regionCode"]}},
+            "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": f"{price:.7f}"}}}}}},
+        }
+        return {"PriceList": [json.dumps(item)]}
+
+
+SEOUL_PRICES = {(SEOUL, "g6e.2xlarge"): 2.76, (SEOUL, "g6e.12xlarge"): 12.9, (SEOUL, "g7e.2xlarge"): 4.13}
+
+
+def _ec2(region: str = SEOUL):
+    return boto3.client("ec2", region_name=region)
+
+
+def _run(region=SEOUL, pools=(L40S, L40S_X4, G7E_SPOT), quotas=None, pricing=None, **kw):
+    return preflight.run_preflight(
+        region, "vllm-poc-dev", list(pools), ec2=_ec2(region),
+        quotas=quotas or FakeQuotas({"L-DB2E81BA": 128, "L-3819A6DF": 32}),
+        pricing=pricing or FakePricing(SEOUL_PRICES), **kw,
+    )
+
+
+def _levels(report, level):
+    return [f for f in report.findings if f.level == level]
+
+
+def test_seoul_stack_with_enough_quota_is_ready(aws):
+    report = _run()
+    assert not report.blockers
+    by_name = {p.name: p for p in report.pools}
+    assert by_name["l40s"].offered_azs == ["ap-northeast-2a", "ap-northeast-2b"]  # moto's Seoul offerings
+    assert by_name["l40s-x4"].max_vcpus == 2 * 48
+    assert by_name["g7e-spot"].spot_usd_hour.keys() == {"ap-northeast-2a", "ap-northeast-2b"}
+    assert by_name["g7e-spot"].on_demand_usd_hour == 4.13 and by_name["g7e-spot"].on_demand_source == "price-list-api"
+    quotas = {q.code: q for q in report.quotas}
+    assert quotas["L-DB2E81BA"].required_vcpus == 4 * 8 + 2 * 48  # on-demand pools share one quota
+    assert quotas["L-DB2E81BA"].pools == ["l40s", "l40s-x4"]
+    assert quotas["L-3819A6DF"].required_vcpus == 32
+    spot_warning = [f for f in _levels(report, "warning") if f.subject == "g7e-spot"]
+    assert any("single instance type" in f.message and "pool(s) l40s, l40s-x4 (another GPU" in f.message for f in spot_warning)
+
+
+def test_spot_pool_names_its_same_gpu_on_demand_fallback(aws):
+    report = _run(pools=(L40S, G7E_SPOT, G7E_OD))
+    spot = next(f for f in _levels(report, "warning") if f.subject == "g7e-spot" and "single instance type" in f.message)
+    assert spot.message.endswith("fallback: the on-demand pool(s) g7e-od")
+    od = next(q for q in report.quotas if q.code == "L-DB2E81BA")
+    assert (od.required_vcpus, od.pools) == (4 * 8 + 2 * 8, ["l40s", "g7e-od"])
+
+
+def test_low_on_demand_quota_is_a_blocker_with_the_exact_fix(aws):
+    # The account never raised it: GetServiceQuota has no applied value, the AWS default (8) applies.
+    report = _run(quotas=FakeQuotas(applied={"L-3819A6DF": 64}, defaults={"L-DB2E81BA": 8}))
+    [blocker] = report.blockers
+    assert blocker.subject == "L-DB2E81BA"
+    assert blocker.fix == (
+        "raise L-DB2E81BA in ap-northeast-2 from 8 to 128 vCPUs: aws service-quotas request-service-quota-increase "
+        "--service-code ec2 --quota-code L-DB2E81BA --desired-value 128 --region ap-northeast-2"
+    )
+    text = preflight.format_report(report)
+    assert "TOO LOW" in text and "RESULT: 1 blocker(s)" in text
+
+
+def test_unreadable_quota_warns_instead_of_guessing(aws):
+    report = _run(quotas=FakeQuotas(deny=True))
+    assert not report.blockers
+    assert {f.subject for f in _levels(report, "warning")} >= {"L-DB2E81BA", "L-3819A6DF"}
+    assert all(q.applied_vcpus is None and "AccessDenied" in q.error for q in report.quotas)
+
+
+def test_running_gpu_instances_eat_into_the_quota(aws):
+    ec2 = _ec2()
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=ami, MinCount=2, MaxCount=2, InstanceType="g6e.2xlarge")  # 16 vCPU on-demand
+    ec2.run_instances(ImageId=ami, MinCount=3, MaxCount=3, InstanceType="m5.large")  # other quota
+    report = _run()
+    od = next(q for q in report.quotas if q.code == "L-DB2E81BA")
+    assert od.in_use_vcpus == 16
+    warning = next(f for f in _levels(report, "warning") if f.subject == "L-DB2E81BA")
+    assert "--desired-value 144" in warning.fix
+
+
+def test_g7e_missing_in_region_falls_back_to_the_on_demand_pool(aws):
+    # moto's Osaka (ap-northeast-3) offerings have g6e but no g7e.
+    report = _run(region="ap-northeast-3", pools=(L40S, G7E_SPOT), pricing=FakePricing({}))
+    assert not report.blockers
+    g7e = next(f for f in _levels(report, "warning") if f.subject == "g7e-spot" and "not offered" in f.message)
+    assert "can only go to the on-demand pool(s) l40s (another GPU" in g7e.message
+    assert "describe-instance-type-offerings" in g7e.fix
+    # a pool that cannot launch anywhere asks nothing of the Spot quota
+    assert [q.code for q in report.quotas] == ["L-DB2E81BA"]
+    # no Price List answer: the catalog's Seoul figure, said so
+    assert any("catalog" in f.message and "ap-northeast-2 figure" in f.message for f in _levels(report, "note"))
+
+
+def test_nothing_offered_is_a_blocker(aws):
+    report = _run(region="af-south-1", pools=(L40S, G7E_SPOT))
+    assert {f.subject for f in report.blockers} == {"l40s", "g7e-spot"}
+
+
+def test_subnet_azs_limit_where_pools_can_launch(aws):
+    ec2 = _ec2()
+    vpc = ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
+    tag = [{"ResourceType": "subnet", "Tags": [{"Key": "karpenter.sh/discovery", "Value": "vllm-poc-dev"}]}]
+    for az, cidr in (("ap-northeast-2a", "10.40.0.0/20"), ("ap-northeast-2c", "10.40.16.0/20")):
+        ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=az, TagSpecifications=tag)
+    ec2.create_subnet(VpcId=vpc, CidrBlock="10.40.32.0/20", AvailabilityZone="ap-northeast-2b")  # public, untagged
+
+    report = _run(pools=(L40S, G7E_SPOT), vpc_id=vpc)
+    g7e = next(p for p in report.pools if p.name == "g7e-spot")
+    assert g7e.subnet_azs == ["ap-northeast-2a", "ap-northeast-2c"] and g7e.usable_azs == ["ap-northeast-2a"]
+    assert any("one AZ only" in f.message for f in _levels(report, "warning") if f.subject == "g7e-spot")
+
+    only_c = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": ["ap-northeast-2c"]}])["Subnets"]
+    report = _run(pools=(L40S,), subnet_ids=[only_c[0]["SubnetId"]])
+    [blocker] = report.blockers
+    assert "offered in ap-northeast-2a, ap-northeast-2b but the stack's subnets are in ap-northeast-2c" in blocker.message
+
+
+def test_pricing_falls_back_when_the_price_list_api_fails(aws):
+    # Against moto the Price List endpoint errors out, as it would without pricing:GetProducts.
+    moto_pricing = boto3.client("pricing", region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
+    price, source, err = preflight.on_demand_price(moto_pricing, SEOUL, "g6e.2xlarge")
+    assert (price, source) == (2.76, "catalog") and err
+    assert preflight.on_demand_price(None, SEOUL, "g6e.12xlarge")[1] == "unavailable"
+
+
+def test_latest_spot_price_per_az_and_dear_spot_warning():
+    now = datetime.now(timezone.utc)
+    history = [
+        {"AvailabilityZone": "a", "Timestamp": now - timedelta(hours=2), "SpotPrice": "9.0"},
+        {"AvailabilityZone": "a", "Timestamp": now, "SpotPrice": "1.5"},
+        {"AvailabilityZone": "b", "Timestamp": now - timedelta(hours=1), "SpotPrice": "5.0"},
+    ]
+    assert preflight.latest_by_az(history) == {"a": 1.5, "b": 5.0}
+
+    pool = preflight.PoolReport(
+        "g7e-spot", "g7e.2xlarge", ["spot"], 4, 1, 8, 4, 32, ["a", "b"], None, ["a", "b"],
+        4.13, "price-list-api", {"a": 1.5, "b": 5.0},
+    )
+    findings = preflight.evaluate(SEOUL, "c", [pool], [])
+    assert any("at or above on-demand" in f.message and f.message.endswith("in b") for f in findings)
+    assert pool.cost_at_limit_usd_hour == 6.0
+
+
+def test_gpu_limit_below_one_instance_blocks():
+    pool = preflight.PoolReport("x4", "g6e.12xlarge", ["on-demand"], 2, 4, 48, 0, 0, ["a"], None, ["a"], 12.9, "catalog")
+    [blocker] = [f for f in preflight.evaluate(SEOUL, "c", [pool], []) if f.level == "blocker"]
+    assert "multiple of 4" in blocker.fix
+
+
+def _settings(region=SEOUL, pools=(L40S, G7E_SPOT)):
+    """Stand-in for stacks.settings.StackSettings with the attributes preflight reads."""
+    return SimpleNamespace(
+        region=region, project="vllm-poc", stack="dev",
+        cluster=SimpleNamespace(name="vllm-poc-dev"),
+        gpu_pools=[SimpleNamespace(name=p.name, instance_type=p.instance_type, capacity_types=list(p.capacity_types),
+                                   gpu_limit=p.gpu_limit) for p in pools],
+        network=SimpleNamespace(vpc_id=None),
+        storage=SimpleNamespace(teardown="destroy"),
+    )
+
+
+@pytest.mark.parametrize("quota, rc", [(128, 0), (8, 1)])
+def test_cli_exit_code_table_and_json(aws, monkeypatch, capsys, quota, rc):
+    monkeypatch.setattr(preflight, "_load_settings", lambda stack: _settings())
+    clients = {"ec2": _ec2(), "quotas": FakeQuotas({"L-DB2E81BA": quota, "L-3819A6DF": 32}), "pricing": FakePricing(SEOUL_PRICES)}
+    assert preflight.run(argparse.Namespace(stack="dev", json=False), clients) == rc
+    text = capsys.readouterr().out
+    assert "g7e.2xlarge" in text and "L-3819A6DF" in text
+    assert preflight.run(argparse.Namespace(stack="dev", json=True), clients) == rc
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is (rc == 0)
+    assert [p["name"] for p in data["pools"]] == ["l40s", "g7e-spot"]
+
+
+def test_cli_reports_settings_errors(monkeypatch, capsys):
+    def boom(stack):
+        raise FileNotFoundError(f"Pulumi.{stack}.yaml")
+
+    monkeypatch.setattr(preflight, "_load_settings", boom)
+    assert preflight.main(["nope"]) == 2
+    assert "Pulumi.nope.yaml" in capsys.readouterr().err
