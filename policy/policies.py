@@ -15,6 +15,24 @@ on reading one; `plain()` turns them into the `UNKNOWN` marker instead, and ever
 finding that depends on an unknown value as "cannot tell yet" and reports nothing. Resource rules run
 again during `pulumi up` with the values resolved, before the resource is created; stack rules run
 again at the end of `pulumi up`.
+
+Scope and decisions:
+- Workloads: Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs and Pods declared as
+  Pulumi resources (also the children of yaml/v2 ConfigGroups and helm/v4 Charts, which the engine
+  sees). Values of a helm/v3 Release are not inspected: the chart renders them inside the provider.
+- A container runs vLLM when its words contain `vllm serve` (exec form, or an `sh -c` script split
+  with shlex), or when it has no command and a vLLM image (whose entrypoint is `vllm serve`).
+  Flags set only through `--config <file>` are not seen.
+- --max-num-seqs absent: vLLM picks 256, or 1024 on >= 70 GiB GPUs; the rule counts on 256, so it
+  passes for the bench's 64 and fails only if benchMaxConcurrency is raised above 256. It applies to
+  every vLLM server, benchmarked or not.
+- Every EC2NodeClass is checked for IMDSv2/hop limit 1 (see check_ec2nodeclass_imds).
+- S3: a bucket is protected by companions whose `bucket` input equals its name, id, logical name or
+  URN, or whose `bucket` input depends on it (engine property dependencies). An account-wide public
+  access block with all four flags also counts.
+- IAM: workload role = trusted by pods.eks.amazonaws.com or tagged vllm-poc/workload=true. Wildcard
+  actions in Allow statements (and Allow + NotAction) are violations; `*` in Resource is not.
+  AWS-managed policy ARNs attached to roles are not inspected (their documents are not in the stack).
 """
 
 from __future__ import annotations
