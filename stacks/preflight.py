@@ -138,14 +138,20 @@ def offered_azs(ec2, instance_types: Iterable[str]) -> dict[str, list[str]]:
     return {t: sorted(azs) for t, azs in found.items()}
 
 
-def subnet_azs(ec2, cluster: str, subnet_ids: list[str] | None, vpc_id: str | None) -> list[str] | None:
-    """AZs Karpenter can launch into: the given subnets, else the VPC's discovery-tagged subnets."""
+def subnet_azs(
+    ec2, cluster: str, subnet_ids: list[str] | None, vpc_id: str | None, new_vpc_az_count: int | None = None
+) -> list[str] | None:
+    """AZs Karpenter can launch into: the given subnets, else the VPC's discovery-tagged subnets, else
+    (a VPC the stack creates) the first N available AZs, as the stack picks them."""
     if subnet_ids:
         subnets = ec2.describe_subnets(SubnetIds=list(subnet_ids))["Subnets"]
     elif vpc_id:
         vpc = [{"Name": "vpc-id", "Values": [vpc_id]}]
         subnets = ec2.describe_subnets(Filters=vpc + [{"Name": "tag:karpenter.sh/discovery", "Values": [cluster]}])["Subnets"]
         subnets = subnets or ec2.describe_subnets(Filters=vpc)["Subnets"]
+    elif new_vpc_az_count:
+        zones = ec2.describe_availability_zones(Filters=[{"Name": "state", "Values": ["available"]}])
+        return sorted(z["ZoneName"] for z in zones["AvailabilityZones"])[:new_vpc_az_count]
     else:
         return None
     return sorted({s["AvailabilityZone"] for s in subnets})
@@ -173,17 +179,24 @@ def _error_code(exc: Exception) -> str:
     return getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
 
 
+def _error_text(exc: Exception) -> str:
+    """Code plus the first line of the message, short enough for a table note."""
+    message = getattr(exc, "response", {}).get("Error", {}).get("Message") or str(exc)
+    first = next((line.strip() for line in message.splitlines() if line.strip() and "<" not in line), "")
+    return f"{_error_code(exc)}: {first[:120]}" if first else _error_code(exc)
+
+
 def quota_value(quotas, code: str) -> tuple[float | None, str | None]:
     """Applied quota in vCPUs; falls back to the AWS default where the account never changed it."""
     try:
         return float(quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), None
     except Exception as exc:  # noqa: BLE001 - classified below, never fatal
         if _error_code(exc) != "NoSuchResourceException":
-            return None, f"{_error_code(exc)}: {exc}"
+            return None, _error_text(exc)
     try:
         return float(quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), None
     except Exception as exc:  # noqa: BLE001
-        return None, f"{_error_code(exc)}: {exc}"
+        return None, _error_text(exc)
 
 
 def running_quota_vcpus(ec2) -> dict[str, int]:
@@ -432,9 +445,10 @@ def run_preflight(
     pricing,
     subnet_ids: list[str] | None = None,
     vpc_id: str | None = None,
+    new_vpc_az_count: int | None = None,
 ) -> PreflightReport:
     offers = offered_azs(ec2, [p.instance_type for p in pools])
-    stack_azs = subnet_azs(ec2, cluster, subnet_ids, vpc_id)
+    stack_azs = subnet_azs(ec2, cluster, subnet_ids, vpc_id, new_vpc_az_count)
     reports = [pool_report(p, offers, stack_azs, ec2, pricing, region) for p in pools]
     need = required_vcpus(reports)
     in_use = running_quota_vcpus(ec2) if any(n for n, _ in need.values()) else {}
@@ -464,7 +478,7 @@ def _usd(v: float | None, suffix: str = "") -> str:
 
 def _short_azs(azs: list[str] | None, region: str) -> str:
     if azs is None:
-        return "(new VPC)"
+        return "(unknown)"
     return ",".join(az[len(region):] if az.startswith(region) else az for az in azs) or "none"
 
 
@@ -506,7 +520,9 @@ def format_report(r: PreflightReport) -> str:
                 out.append(f"  [{f.subject}] {f.message}")
                 if f.fix:
                     out.append(f"      fix: {f.fix}")
-    out += ["", "RESULT: " + (f"{len(r.blockers)} blocker(s)" if r.blockers else "ready")]
+    warnings = sum(f.level == "warning" for f in r.findings)
+    out += ["", f"RESULT: {len(r.blockers)} blocker(s), {warnings} warning(s)"
+            + ("" if r.blockers else " - no blockers found")]
     return "\n".join(out)
 
 
@@ -533,9 +549,13 @@ def _load_settings(stack: str):
 
 
 def pools_from_settings(settings) -> list[Pool]:
-    return [
-        Pool(p.name, p.instance_type, tuple(p.capacity_types), int(p.gpu_limit)) for p in settings.gpu_pools
-    ]
+    """One entry per NodePool: a Spot pool with onDemandFallback also gets `<name>-on-demand`."""
+    pools = []
+    for p in settings.gpu_pools:
+        pools.append(Pool(p.name, p.instance_type, tuple(p.capacity_types), int(p.gpu_limit)))
+        if getattr(p, "on_demand_fallback", False):
+            pools.append(Pool(f"{p.name}-on-demand", p.instance_type, ("on-demand",), int(p.gpu_limit)))
+    return pools
 
 
 def make_clients(region: str) -> dict[str, Any]:
@@ -563,11 +583,12 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
             ec2=clients["ec2"],
             quotas=clients["quotas"],
             pricing=clients.get("pricing"),
-            subnet_ids=list(getattr(network, "private_subnet_ids", None) or []) or None,
+            subnet_ids=sorted((getattr(network, "private_subnets", None) or {}).values()) or None,
             vpc_id=getattr(network, "vpc_id", None),
+            new_vpc_az_count=None if getattr(network, "vpc_id", None) else getattr(network, "availability_zone_count", None),
         )
-    except Exception as exc:  # noqa: BLE001 - settings or AWS access errors: one clear line
-        print(f"{COMMAND}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - settings or AWS access errors: one clear message
+        print(f"{COMMAND}: error: {exc if isinstance(exc, ValueError) else f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
         return 2
     print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
     return 1 if report.blockers else 0

@@ -212,19 +212,19 @@ def test_gpu_limit_below_one_instance_blocks():
     assert "multiple of 4" in blocker.fix
 
 
-def _settings(region=SEOUL, pools=(L40S, G7E_SPOT)):
+def _settings(region=SEOUL, pools=(L40S, G7E_SPOT), fallback=("g7e-spot",)):
     """Stand-in for stacks.settings.StackSettings with the attributes preflight reads."""
     return SimpleNamespace(
         region=region, project="vllm-poc", stack="dev",
         cluster=SimpleNamespace(name="vllm-poc-dev"),
         gpu_pools=[SimpleNamespace(name=p.name, instance_type=p.instance_type, capacity_types=list(p.capacity_types),
-                                   gpu_limit=p.gpu_limit) for p in pools],
-        network=SimpleNamespace(vpc_id=None),
+                                   gpu_limit=p.gpu_limit, on_demand_fallback=p.name in fallback) for p in pools],
+        network=SimpleNamespace(vpc_id=None, private_subnets=None, availability_zone_count=2),
         storage=SimpleNamespace(teardown="destroy"),
     )
 
 
-@pytest.mark.parametrize("quota, rc", [(128, 0), (8, 1)])
+@pytest.mark.parametrize("quota, rc", [(64, 0), (8, 1)])
 def test_cli_exit_code_table_and_json(aws, monkeypatch, capsys, quota, rc):
     monkeypatch.setattr(preflight, "_load_settings", lambda stack: _settings())
     clients = {"ec2": _ec2(), "quotas": FakeQuotas({"L-DB2E81BA": quota, "L-3819A6DF": 32}), "pricing": FakePricing(SEOUL_PRICES)}
@@ -234,7 +234,11 @@ def test_cli_exit_code_table_and_json(aws, monkeypatch, capsys, quota, rc):
     assert preflight.run(argparse.Namespace(stack="dev", json=True), clients) == rc
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is (rc == 0)
-    assert [p["name"] for p in data["pools"]] == ["l40s", "g7e-spot"]
+    # the Spot pool's onDemandFallback NodePool counts against the on-demand quota too
+    assert [p["name"] for p in data["pools"]] == ["l40s", "g7e-spot", "g7e-spot-on-demand"]
+    assert data["quotas"][0]["required_vcpus"] == 4 * 8 + 4 * 8
+    # a VPC the stack creates spans the region's first two available AZs
+    assert data["pools"][0]["subnet_azs"] == ["ap-northeast-2a", "ap-northeast-2b"]
 
 
 def test_cli_reports_settings_errors(monkeypatch, capsys):
