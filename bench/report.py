@@ -1,0 +1,517 @@
+"""`python -m bench report DIR [--baseline DIR ...] --out OUT`: tables, summary.json, charts.
+
+Reads a sweep folder (results, manifest.json; `python -m bench fetch` downloads one from S3) and
+writes to OUT:
+
+- `report.md`: per scenario the peak output tok/s with its req/s and concurrency, the concurrency
+  curve (req/s, output tok/s, TTFT and ITL p50/p99, SLO met), throughput under the SLO, invalid
+  runs with their reasons, spec-decode acceptance where the results have it; with a baseline the
+  per-GPU throughput ratio, the cost-efficiency ratio and the verdict;
+- `summary.json` with exactly these keys (other tools read it):
+  {"slo": {"ttft_p99_ms", "itl_p99_ms"},
+   "runs": [{"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s",
+             "req_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance"}],
+   "scenarios": {"<scenario>": {"peak": {"concurrency", "output_tok_s", "req_s"} | null,
+                                "slo": {"concurrency", "output_tok_s"} | null}},
+   "comparison": {"<scenario>": {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
+                                 "cost_efficiency_ratio"}} | null,
+   "verdict": {"threshold", "min_ratio", "pass"} | null}
+  Metrics of invalid runs are null (their completed/failed counts are kept); `spec_acceptance` is
+  vLLM's draft acceptance rate in percent, null without speculative decoding.
+- `chart_<scenario>.png`: output tok/s, TTFT p99 and ITL p99 against concurrency, baseline dashed,
+  SLO limits drawn (needs matplotlib; skipped with a note when it is missing).
+
+Definitions
+- Valid run: `bench.results` rules (every prompt completed, none failed, ...). Invalid runs are
+  listed and appear in no figure, peak, SLO or ratio.
+- Peak: the valid run with the highest output tok/s.
+- Throughput under the SLO: the highest output tok/s among valid runs whose TTFT p99 and ITL p99
+  are both within the limits (default 500 ms and 50 ms).
+- Throughput ratio (per GPU): (peak / GPUs) / (baseline peak / baseline GPUs); GPUs come from
+  --gpus/--baseline-gpus, else the manifest, else 1.
+- Cost-efficiency ratio: (peak / price per hour) / (baseline peak / baseline price per hour), the
+  prices being those of the hardware that served each sweep (--price-per-hour, else the manifest).
+- Verdict: min_ratio = the smallest per-scenario throughput ratio; pass = min_ratio >= threshold
+  AND the comparison is complete: every scenario on both sides, no invalid run on either side, the
+  same concurrencies and the same input/output lengths. A verdict never passes on missing data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import results as R
+
+MANIFEST = "manifest.json"
+DEFAULT_ORDER = ("S1_chat", "S2_summary", "S3_moderation", "S4_rag")
+
+
+@dataclass
+class Side:
+    label: str
+    path: Path
+    manifest: dict[str, Any] | None
+    runs: list[R.RunResult]
+    gpus: int
+    price_per_hour: float | None
+    lengths: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
+
+    @property
+    def scenarios(self) -> list[str]:
+        seen: list[str] = []
+        for run in self.runs:
+            if run.scenario not in seen:
+                seen.append(run.scenario)
+        return seen
+
+    def valid(self, scenario: str) -> list[R.RunResult]:
+        return [r for r in self.runs if r.scenario == scenario and r.valid]
+
+    def invalid(self) -> list[R.RunResult]:
+        return [r for r in self.runs if not r.valid]
+
+
+def _load_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _order_key(order: list[str]):
+    def key(run: R.RunResult):
+        idx = order.index(run.scenario) if run.scenario in order else len(order)
+        return (idx, run.scenario, run.concurrency)
+    return key
+
+
+def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
+              price_per_hour: float | None = None) -> Side:
+    """Every combination of a sweep folder: planned ones (manifest) and any result file found."""
+    manifest = _load_json(path / MANIFEST)
+    runs: dict[tuple[str, int], R.RunResult] = {}
+    planned = (manifest or {}).get("runs") or []
+    for rec in planned:
+        try:
+            scenario, conc = str(rec["scenario"]), int(rec["concurrency"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        expect = R.Expectation(
+            scenario=scenario,
+            concurrency=conc,
+            num_prompts=rec.get("num_prompts"),
+            output_len=rec.get("output_len"),
+            run_hash=rec.get("run_hash"),
+        )
+        result = R.load_result(path / R.result_filename(scenario, conc), expect)
+        if not result.valid and result.path is None:
+            status = rec.get("status")
+            why = {"invalid": rec.get("reason"), "valid": "result file missing (manifest says valid)"}.get(
+                status, f"not run (status {status})")
+            result = R.missing_result(scenario, conc, why or "no result file")
+            last = _last_invalid_file(path, scenario, conc)
+            if last is not None:
+                numbers = R.load_result(last, expect)
+                result = R.RunResult(scenario, conc, str(last), result.problems,
+                                     num_prompts=numbers.num_prompts, completed=numbers.completed,
+                                     failed=numbers.failed)
+        runs[(scenario, conc)] = result
+    for file in sorted(path.glob("*.json")):
+        parsed = R.parse_result_filename(file.name)
+        if parsed and parsed not in runs:
+            runs[parsed] = R.load_result(file)
+
+    order = list(((manifest or {}).get("config") or {}).get("scenarios") or {})
+    order += [s for s in DEFAULT_ORDER if s not in order]
+    ordered = sorted(runs.values(), key=_order_key(order))
+
+    lengths: dict[str, tuple[int | None, int | None]] = {}
+    for name, spec in (((manifest or {}).get("config") or {}).get("scenarios") or {}).items():
+        lengths[name] = (spec.get("input_len"), spec.get("output_len"))
+    for run in ordered:
+        if run.scenario not in lengths and (run.input_len or run.output_len):
+            lengths[run.scenario] = (run.input_len, run.output_len)
+
+    m_gpus = (manifest or {}).get("gpus")
+    m_price = (manifest or {}).get("price_per_hour")
+    name = label or (manifest or {}).get("label") or path.resolve().name
+    return Side(
+        label=str(name),
+        path=path,
+        manifest=manifest,
+        runs=ordered,
+        gpus=int(gpus or m_gpus or 1),
+        price_per_hour=price_per_hour if price_per_hour is not None else m_price,
+        lengths=lengths,
+    )
+
+
+def _last_invalid_file(path: Path, scenario: str, conc: int) -> Path | None:
+    best: tuple[int, Path] | None = None
+    prefix = f"{scenario}_c{conc}.attempt"
+    for file in path.glob(f"{scenario}_c{conc}.attempt*.invalid.json"):
+        try:
+            n = int(file.name[len(prefix):].split(".", 1)[0])
+        except ValueError:
+            continue
+        if best is None or n > best[0]:
+            best = (n, file)
+    return best[1] if best else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Math
+
+
+def meets_slo(run: R.RunResult, ttft_ms: float, itl_ms: float) -> bool:
+    return (run.valid and run.ttft_p99_ms is not None and run.itl_p99_ms is not None
+            and run.ttft_p99_ms <= ttft_ms and run.itl_p99_ms <= itl_ms)
+
+
+def peak(runs: list[R.RunResult]) -> R.RunResult | None:
+    valid = [r for r in runs if r.valid and r.output_tok_s is not None]
+    # Ties go to the lower concurrency: the same throughput with less queueing.
+    return max(valid, key=lambda r: (r.output_tok_s, -r.concurrency), default=None)
+
+
+def slo_best(runs: list[R.RunResult], ttft_ms: float, itl_ms: float) -> R.RunResult | None:
+    return peak([r for r in runs if meets_slo(r, ttft_ms, itl_ms)])
+
+
+def run_row(run: R.RunResult) -> dict[str, Any]:
+    ok = run.valid
+    return {
+        "scenario": run.scenario,
+        "concurrency": run.concurrency,
+        "valid": ok,
+        "reason": run.reason,
+        "completed": run.completed,
+        "failed": run.failed,
+        "output_tok_s": run.output_tok_s if ok else None,
+        "req_s": run.req_s if ok else None,
+        "ttft_p50_ms": run.ttft_p50_ms if ok else None,
+        "ttft_p99_ms": run.ttft_p99_ms if ok else None,
+        "itl_p50_ms": run.itl_p50_ms if ok else None,
+        "itl_p99_ms": run.itl_p99_ms if ok else None,
+        "spec_acceptance": run.spec_acceptance_rate_pct if ok else None,
+    }
+
+
+def scenario_summary(side: Side, ttft_ms: float, itl_ms: float) -> dict[str, Any]:
+    out = {}
+    for name in side.scenarios:
+        runs = [r for r in side.runs if r.scenario == name]
+        top = peak(runs)
+        best = slo_best(runs, ttft_ms, itl_ms)
+        out[name] = {
+            "peak": ({"concurrency": top.concurrency, "output_tok_s": top.output_tok_s, "req_s": top.req_s}
+                     if top else None),
+            "slo": {"concurrency": best.concurrency, "output_tok_s": best.output_tok_s} if best else None,
+        }
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b <= 0:
+        return None
+    return round(a / b, 4)
+
+
+def compare(side: Side, base: Side) -> dict[str, dict[str, Any]]:
+    out = {}
+    names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
+    for name in names:
+        top, btop = peak(side.valid(name)), peak(base.valid(name))
+        cand = top.output_tok_s if top else None
+        ref = btop.output_tok_s if btop else None
+        per_gpu = _ratio(cand / side.gpus if cand is not None else None,
+                         ref / base.gpus if ref is not None else None)
+        cost = None
+        if side.price_per_hour and base.price_per_hour and cand is not None and ref is not None:
+            cost = _ratio(cand / side.price_per_hour, ref / base.price_per_hour)
+        out[name] = {
+            "baseline_peak_tok_s": ref,
+            "peak_tok_s": cand,
+            "throughput_ratio": per_gpu,
+            "cost_efficiency_ratio": cost,
+        }
+    return out
+
+
+def completeness_issues(side: Side, base: Side) -> list[str]:
+    """Why a comparison is not like for like; any issue blocks a passing verdict."""
+    issues = []
+    for who, s in (("candidate", side), ("baseline", base)):
+        bad = s.invalid()
+        if bad:
+            listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in bad)
+            issues.append(f"{who} ({s.label}) has {len(bad)} invalid or missing runs: {listed}")
+    names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
+    for name in names:
+        if name not in side.scenarios or not side.valid(name):
+            issues.append(f"scenario {name}: no valid run in the candidate ({side.label})")
+            continue
+        if name not in base.scenarios or not base.valid(name):
+            issues.append(f"scenario {name}: no valid run in the baseline ({base.label})")
+            continue
+        cc = sorted(r.concurrency for r in side.runs if r.scenario == name)
+        bc = sorted(r.concurrency for r in base.runs if r.scenario == name)
+        if cc != bc:
+            issues.append(f"scenario {name}: concurrencies differ ({cc} vs baseline {bc})")
+        la, lb = side.lengths.get(name), base.lengths.get(name)
+        if la and lb and None not in la and None not in lb and la != lb:
+            issues.append(f"scenario {name}: lengths differ ({la[0]}/{la[1]} vs baseline {lb[0]}/{lb[1]})")
+    return issues
+
+
+def verdict(comparison: dict[str, dict[str, Any]], threshold: float, issues: list[str]) -> dict[str, Any]:
+    ratios = [c["throughput_ratio"] for c in comparison.values()]
+    known = [r for r in ratios if r is not None]
+    min_ratio = min(known) if known else None
+    passed = bool(known) and len(known) == len(ratios) and min_ratio >= threshold and not issues
+    return {"threshold": threshold, "min_ratio": min_ratio, "pass": passed}
+
+
+def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
+                  threshold: float) -> tuple[dict[str, Any], list[str]]:
+    comparison = compare(side, base) if base else None
+    issues = completeness_issues(side, base) if base else []
+    summary = {
+        "slo": {"ttft_p99_ms": ttft_ms, "itl_p99_ms": itl_ms},
+        "runs": [run_row(r) for r in side.runs],
+        "scenarios": scenario_summary(side, ttft_ms, itl_ms),
+        "comparison": comparison,
+        "verdict": verdict(comparison, threshold, issues) if comparison is not None else None,
+    }
+    return summary, issues
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _n(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _describe(side: Side) -> list[str]:
+    m = side.manifest or {}
+    server = m.get("server") or {}
+    rows = [
+        ("Results", f"`{side.path}`"),
+        ("Model", server.get("model") or (m.get("config") or {}).get("model")),
+        ("vLLM (server)", server.get("vllm_version")),
+        ("Served flags", f"`{m['served_flags']}`" if m.get("served_flags") else None),
+        ("Instance type", m.get("instance_type")),
+        ("GPUs", side.gpus),
+        ("Price per hour", f"${side.price_per_hour:.2f}" if side.price_per_hour else None),
+        ("Sweep", f"{m.get('started_at')} to {m.get('finished_at')}" if m.get("started_at") else None),
+        ("Config hash", f"`{m['config_hash']}`" if m.get("config_hash") else None),
+    ]
+    if not m:
+        rows.append(("Manifest", "none (hand-collected results: plan and server facts unknown)"))
+    return [f"- {k}: {v}" for k, v in rows if v not in (None, "")]
+
+
+def _lengths(side: Side, name: str) -> str:
+    pair = side.lengths.get(name)
+    return f"{pair[0]}/{pair[1]}" if pair and None not in pair else "?"
+
+
+def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issues: list[str],
+                    charts: list[str], chart_note: str | None) -> str:
+    slo = summary["slo"]
+    lim = f"TTFT p99 <= {slo['ttft_p99_ms']:g} ms and ITL p99 <= {slo['itl_p99_ms']:g} ms"
+    lines = [f"# Benchmark report: {side.label}", ""]
+    lines += _describe(side)
+    if base:
+        lines += ["", f"Baseline: {base.label}", ""] + _describe(base)
+    has_spec = any(r.spec_acceptance_rate_pct is not None for r in side.runs if r.valid)
+    lines += [
+        "",
+        "## Definitions",
+        "",
+        "- A run is **valid** only when every prompt completed and none failed (plus file checks); "
+        "invalid runs are listed below and excluded from every table figure, peak, ratio and chart.",
+        "- **Peak**: the valid run with the highest output tok/s in the scenario.",
+        f"- **Throughput under the SLO** ({lim}): the highest output tok/s among valid runs meeting "
+        "both limits.",
+    ]
+    if base:
+        lines += [
+            "- **Throughput ratio** (per GPU) = (peak / GPUs) / (baseline peak / baseline GPUs).",
+            "- **Cost-efficiency ratio** = (peak / price per hour) / (baseline peak / baseline price "
+            "per hour), each price being that of the hardware that served the sweep.",
+            f"- **Verdict**: min_ratio = the smallest per-scenario throughput ratio; PASS when "
+            f"min_ratio >= {summary['verdict']['threshold']:g} and the comparison is complete (every "
+            "scenario on both sides, no invalid run, same concurrencies and lengths).",
+        ]
+
+    lines += ["", "## Peak throughput per scenario", "",
+              "| Scenario | In/out tokens | Peak output tok/s | req/s | Concurrency at peak "
+              "| Throughput under SLO (concurrency) |",
+              "|---|---|---:|---:|---:|---:|"]
+    for name, s in summary["scenarios"].items():
+        p, q = s["peak"], s["slo"]
+        lines.append(
+            f"| {name} | {_lengths(side, name)} | {_n(p and p['output_tok_s'])} | {_n(p and p['req_s'], 2)} "
+            f"| {p['concurrency'] if p else '-'} "
+            f"| {(_n(q['output_tok_s']) + ' (c=' + str(q['concurrency']) + ')') if q else 'none meets the SLO'} |"
+        )
+
+    for name in summary["scenarios"]:
+        lines += ["", f"## {name} ({_lengths(side, name)}) concurrency curve", ""]
+        head = "| Concurrency | req/s | output tok/s | TTFT p50 (ms) | TTFT p99 (ms) | ITL p50 (ms) | ITL p99 (ms) | SLO |"
+        sep = "|---:|---:|---:|---:|---:|---:|---:|---|"
+        if has_spec:
+            head += " Spec acceptance |"
+            sep += "---:|"
+        lines += [head, sep]
+        for run in side.runs:
+            if run.scenario != name:
+                continue
+            if not run.valid:
+                row = f"| {run.concurrency} | invalid: {run.reason} | | | | | | |"
+                lines.append(row + (" |" if has_spec else ""))
+                continue
+            ok = "met" if meets_slo(run, slo["ttft_p99_ms"], slo["itl_p99_ms"]) else "missed"
+            row = (f"| {run.concurrency} | {_n(run.req_s, 2)} | {_n(run.output_tok_s)} | {_n(run.ttft_p50_ms)} "
+                   f"| {_n(run.ttft_p99_ms)} | {_n(run.itl_p50_ms)} | {_n(run.itl_p99_ms)} | {ok} |")
+            if has_spec:
+                acc = run.spec_acceptance_rate_pct
+                length = run.spec_acceptance_length
+                row += f" {_n(acc)}% (length {_n(length, 2)}) |" if acc is not None else " - |"
+            lines.append(row)
+
+    bad = [(side.label, r) for r in side.invalid()] + ([(base.label, r) for r in base.invalid()] if base else [])
+    lines += ["", "## Invalid runs", ""]
+    if bad:
+        lines += ["Excluded from every figure above and below.", "",
+                  "| Sweep | Scenario | Concurrency | Completed | Failed | Reason |", "|---|---|---:|---:|---:|---|"]
+        lines += [f"| {who} | {r.scenario} | {r.concurrency} | {r.completed if r.completed is not None else '-'} "
+                  f"| {r.failed if r.failed is not None else '-'} | {r.reason} |" for who, r in bad]
+    else:
+        lines.append("None: every run completed all of its prompts without a failed request.")
+
+    if base and summary["comparison"] is not None:
+        lines += ["", f"## Comparison with {base.label}", "",
+                  f"GPUs: {side.gpus} vs baseline {base.gpus}. Prices per hour: "
+                  f"{'$%.2f' % side.price_per_hour if side.price_per_hour else 'unknown'} vs baseline "
+                  f"{'$%.2f' % base.price_per_hour if base.price_per_hour else 'unknown'}.", "",
+                  "| Scenario | Baseline peak tok/s | Peak tok/s | Throughput ratio (per GPU) "
+                  "| Cost-efficiency ratio | SLO throughput ratio (per GPU) |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        base_sc = scenario_summary(base, slo["ttft_p99_ms"], slo["itl_p99_ms"])
+        for name, c in summary["comparison"].items():
+            mine = (summary["scenarios"].get(name) or {}).get("slo")
+            theirs = (base_sc.get(name) or {}).get("slo")
+            slo_ratio = _ratio(mine["output_tok_s"] / side.gpus if mine else None,
+                               theirs["output_tok_s"] / base.gpus if theirs else None)
+            lines.append(f"| {name} | {_n(c['baseline_peak_tok_s'])} | {_n(c['peak_tok_s'])} "
+                         f"| {_x(c['throughput_ratio'])} | {_x(c['cost_efficiency_ratio'])} | {_x(slo_ratio)} |")
+        v = summary["verdict"]
+        lines += ["", "## Verdict", "",
+                  f"**{'PASS' if v['pass'] else 'FAIL'}**: minimum per-GPU throughput ratio "
+                  f"{_x(v['min_ratio'])} against the threshold {v['threshold']:g}x."]
+        if issues:
+            lines += ["", "The comparison is incomplete, so the verdict cannot pass:", ""]
+            lines += [f"- {i}" for i in issues]
+        if not side.price_per_hour or not base.price_per_hour:
+            lines += ["", "Cost efficiency needs --price-per-hour and --baseline-price-per-hour."]
+
+    if charts or chart_note:
+        lines += ["", "## Charts", ""]
+        if chart_note:
+            lines.append(chart_note)
+        lines += [f"![{c}]({c})" for c in charts]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Command
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.dir)
+    if not path.is_dir():
+        print(f"bench report: no such folder: {path}", file=sys.stderr)
+        return 2
+    side = load_side(path, label=args.label, gpus=args.gpus, price_per_hour=args.price_per_hour)
+    if not side.runs:
+        print(f"bench report: no results or manifest in {path}", file=sys.stderr)
+        return 1
+    base = None
+    if args.baseline:
+        bpath = Path(args.baseline)
+        if not bpath.is_dir():
+            print(f"bench report: --baseline: no such folder: {bpath}", file=sys.stderr)
+            return 2
+        base = load_side(bpath, label=args.baseline_label, gpus=args.baseline_gpus,
+                         price_per_hour=args.baseline_price_per_hour)
+    summary, issues = build_summary(side, base, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms,
+                                    threshold=args.threshold)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    charts: list[str] = []
+    note = None
+    if args.no_charts:
+        note = None
+    else:
+        try:
+            from bench import charts as C
+
+            charts = C.render(side, base, summary["slo"], out)
+        except ImportError:
+            note = "Charts skipped: matplotlib is not installed (`pip install matplotlib`)."
+            print(f"bench report: {note}", file=sys.stderr)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(render_markdown(side, base, summary, issues, charts, note), encoding="utf-8")
+    valid = sum(1 for r in side.runs if r.valid)
+    msg = f"bench report: {valid}/{len(side.runs)} valid runs -> {out}/report.md, summary.json"
+    if charts:
+        msg += f", {len(charts)} charts"
+    if summary["verdict"]:
+        v = summary["verdict"]
+        msg += f"; verdict {'PASS' if v['pass'] else 'FAIL'} (min ratio {_x(v['min_ratio'])})"
+    print(msg)
+    return 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "report", help="report.md, summary.json and charts from a sweep folder", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("dir", help="sweep folder (from `sweep --out` or `fetch`)")
+    p.add_argument("--out", required=True, help="folder for report.md, summary.json and charts")
+    p.add_argument("--label", help="name of this sweep (default: manifest label or folder name)")
+    p.add_argument("--gpus", type=int, help="GPUs behind this sweep's server (default: manifest, else 1)")
+    p.add_argument("--price-per-hour", type=float, help="hourly price of that hardware (default: manifest)")
+    p.add_argument("--baseline", help="sweep folder to compare against")
+    p.add_argument("--baseline-label", help="name of the baseline")
+    p.add_argument("--baseline-gpus", type=int, help="GPUs behind the baseline (default: manifest, else 1)")
+    p.add_argument("--baseline-price-per-hour", type=float, help="hourly price of the baseline hardware")
+    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
+    p.add_argument("--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
+    p.add_argument("--threshold", type=float, default=1.5,
+                   help="verdict threshold on the per-GPU throughput ratio (default: %(default)s)")
+    p.add_argument("--no-charts", action="store_true", help="write no PNG charts")
+    p.set_defaults(func=run)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["report", *argv])
+    return args.func(args)

@@ -1,0 +1,887 @@
+"""`python -m bench sweep`: run `vllm bench serve` over scenarios x concurrencies against a server.
+
+For every (scenario, concurrency) the sweep runs one `vllm bench serve` process with the random
+dataset (fixed input/output lengths, ignore-eos, request rate inf, client concurrency cap), TTFT,
+TPOT, ITL and E2EL at percentiles 50/90/99, and the result saved as
+
+    <out>/<scenario>_c<concurrency>.json      raw vLLM result of the valid attempt
+    <out>/<scenario>_c<c>.attempt<n>.invalid.json   raw result of an invalid attempt (kept)
+    <out>/logs/<scenario>_c<c>.attempt<n>.log      stdout+stderr of that attempt
+    <out>/manifest.json                        inputs, server facts, per-run status, timing
+
+A run is valid only by `bench.results.load_result`'s rules (all prompts completed, none failed,
+...): `vllm bench serve` exits 0 and writes a file even when every request failed. An invalid run
+is retried once (`--attempts`), recorded with its reason, and the sweep goes on; the exit code is
+1 when any combination stays invalid.
+
+`--resume` keeps every combination whose result file re-validates against the current plan
+(same scenario lengths, prompts, seed, model: the run hash) and runs the rest. With
+`--upload s3://bucket/prefix` every file is uploaded as soon as it is written, and `--resume` first
+downloads what is already there: a Kubernetes Job restarted after a pod failure or a Spot
+interruption continues where it stopped.
+
+Example (inside the vllm/vllm-openai image):
+
+    python3 -m bench sweep --base-url http://gemma-fp8:8000 --model gemma-fp8 \\
+        --tokenizer s3://weights/models/RedHatAI/gemma-4-31B-it-FP8-dynamic/ \\
+        --out /results --upload s3://results/runs/dev/gemma-fp8/<run id>/ --resume \\
+        --instance-type g6e.2xlarge --gpus 1
+
+Exit codes: 0 every combination valid; 1 some combination invalid; 2 bad arguments;
+3 server not healthy in time; 4 results could not be uploaded; 143 terminated (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench import results as R
+from bench import s3
+
+# Seeds: PoC report Table 2 (input / output tokens per scenario).
+DEFAULT_SCENARIOS: dict[str, tuple[int, int]] = {
+    "S1_chat": (256, 128),
+    "S2_summary": (1024, 256),
+    "S3_moderation": (512, 16),
+    "S4_rag": (4096, 256),
+}
+DEFAULT_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
+PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
+METRIC_PERCENTILES = "50,90,99"
+MANIFEST = "manifest.json"
+LOGS = "logs"
+PARTIAL = ".partial"
+SCHEMA = 1
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_UNHEALTHY, EXIT_UPLOAD, EXIT_TERMINATED = 0, 1, 2, 3, 4, 143
+
+
+class UsageError(ValueError):
+    pass
+
+
+class Terminated(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    input_len: int
+    output_len: int
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    scenario: str
+    input_len: int
+    output_len: int
+    concurrency: int
+    num_prompts: int
+    warmups: int
+    run_hash: str
+
+    @property
+    def filename(self) -> str:
+        return R.result_filename(self.scenario, self.concurrency)
+
+    @property
+    def label(self) -> str:
+        return f"{self.scenario} c={self.concurrency}"
+
+    def expectation(self) -> R.Expectation:
+        return R.Expectation(
+            scenario=self.scenario,
+            concurrency=self.concurrency,
+            num_prompts=self.num_prompts,
+            output_len=self.output_len,
+            run_hash=self.run_hash,
+        )
+
+    def cost(self) -> float:
+        """Rough relative run time (token-steps per client slot) used for the ETA."""
+        waves = math.ceil(self.num_prompts / self.concurrency)
+        return waves * (self.output_len + self.input_len / 32.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan
+
+
+def parse_scenarios(
+    selected: str | None, overrides: list[str], length_scale: float
+) -> list[Scenario]:
+    table = dict(DEFAULT_SCENARIOS)
+    added: list[str] = []
+    for item in overrides:
+        name, sep, lengths = item.partition("=")
+        inp, sep2, out = lengths.partition("/")
+        try:
+            if not (sep and sep2 and name):
+                raise ValueError
+            pair = (int(inp), int(out))
+            if min(pair) < 1:
+                raise ValueError
+        except ValueError:
+            raise UsageError(
+                f"--scenario {item!r}: expected NAME=INPUT/OUTPUT with positive token counts, "
+                "e.g. S1_chat=256/128"
+            ) from None
+        if R.parse_result_filename(R.result_filename(name, 1)) != (name, 1):
+            raise UsageError(f"--scenario {item!r}: name may hold letters, digits, '_' and '-'")
+        if name not in table:
+            added.append(name)
+        table[name] = pair
+    if selected:
+        names = [n.strip() for n in selected.split(",") if n.strip()]
+        unknown = [n for n in names if n not in table]
+        if unknown:
+            raise UsageError(
+                f"--scenarios: unknown {', '.join(unknown)}; known: {', '.join(table)} "
+                "(define others with --scenario NAME=INPUT/OUTPUT)"
+            )
+    else:
+        names = list(DEFAULT_SCENARIOS) + added
+    if not length_scale > 0:
+        raise UsageError(f"--length-scale must be > 0, got {length_scale}")
+    scenarios = []
+    for name in names:
+        inp, out = table[name]
+        if length_scale != 1:
+            # An output of 1 token has no inter-token gap, so ITL would be empty.
+            inp, out = max(1, round(inp * length_scale)), max(2, round(out * length_scale))
+        scenarios.append(Scenario(name, inp, out))
+    return scenarios
+
+
+def parse_concurrencies(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"--concurrencies: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"--concurrencies: need positive integers, got {text!r}")
+    return sorted(set(values))
+
+
+def warmups_for(setting: str, concurrency: int) -> int:
+    if setting == "auto":
+        # One warm-up wave at the run's own concurrency, capped: it exercises that batch size.
+        return min(concurrency, 8)
+    try:
+        value = int(setting)
+    except ValueError:
+        raise UsageError(f"--warmups: expected an integer or 'auto', got {setting!r}") from None
+    if value < 0:
+        raise UsageError(f"--warmups: must be >= 0, got {value}")
+    return value
+
+
+def _hash(payload: Any) -> str:
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def build_plan(args: argparse.Namespace) -> list[RunSpec]:
+    scenarios = parse_scenarios(args.scenarios, args.scenario or [], args.length_scale)
+    concurrencies = parse_concurrencies(args.concurrencies)
+    if args.min_prompts < 1 or args.prompts_per_concurrency < 0:
+        raise UsageError("--min-prompts must be >= 1 and --prompts-per-concurrency >= 0")
+    if args.attempts < 1:
+        raise UsageError(f"--attempts must be >= 1, got {args.attempts}")
+    plan = []
+    for sc in scenarios:
+        for conc in concurrencies:
+            num_prompts = max(args.min_prompts, args.prompts_per_concurrency * conc)
+            warmups = warmups_for(args.warmups, conc)
+            run_hash = _hash(
+                {
+                    "model": args.model,
+                    "scenario": sc.name,
+                    "input_len": sc.input_len,
+                    "output_len": sc.output_len,
+                    "concurrency": conc,
+                    "num_prompts": num_prompts,
+                    "warmups": warmups,
+                    "seed": args.seed,
+                    "extra": args.bench_args or "",
+                }
+            )
+            plan.append(RunSpec(sc.name, sc.input_len, sc.output_len, conc, num_prompts, warmups, run_hash))
+    return plan
+
+
+def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, tokenizer: str,
+                  result_dir: Path) -> list[str]:
+    """The `vllm bench serve` command line; every flag exists in vLLM 0.26 and 0.32."""
+    cmd = [
+        *vllm, "bench", "serve",
+        "--backend", "openai",
+        "--endpoint", "/v1/completions",
+        "--base-url", args.base_url,
+        "--model", args.model,
+        "--tokenizer", tokenizer,
+        "--dataset-name", "random",
+        "--random-input-len", str(spec.input_len),
+        "--random-output-len", str(spec.output_len),
+        "--random-range-ratio", "0",
+        "--ignore-eos",
+        "--num-prompts", str(spec.num_prompts),
+        "--max-concurrency", str(spec.concurrency),
+        "--request-rate", "inf",
+        "--num-warmups", str(spec.warmups),
+        "--percentile-metrics", PERCENTILE_METRICS,
+        "--metric-percentiles", METRIC_PERCENTILES,
+        "--seed", str(args.seed),
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir", str(result_dir),
+        "--result-filename", spec.filename,
+    ]
+    cmd += shlex.split(args.bench_args or "")
+    cmd += [
+        "--metadata",
+        f"{R.META_SCENARIO}={spec.scenario}",
+        f"{R.META_CONCURRENCY}={spec.concurrency}",
+        f"{R.META_INPUT_LEN}={spec.input_len}",
+        f"{R.META_OUTPUT_LEN}={spec.output_len}",
+        f"{R.META_RUN_HASH}={spec.run_hash}",
+    ]
+    return cmd
+
+
+def resolve_vllm(value: str | None) -> list[str]:
+    if value:
+        parts = shlex.split(value)
+        if len(parts) == 1 and not shutil.which(parts[0]) and not Path(parts[0]).is_file():
+            raise UsageError(f"--vllm-bin: {value!r} is not an executable")
+        return parts
+    found = shutil.which("vllm")
+    if found:
+        return [found]
+    raise UsageError("no `vllm` on PATH: pass --vllm-bin (or set VLLM_POC_VLLM_BIN)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Server
+
+
+def _get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read() if exc.fp else b""
+
+
+def wait_for_health(base_url: str, timeout_s: float, interval_s: float = 5.0) -> float:
+    """Poll GET /health until 200; returns the seconds waited, raises TimeoutError."""
+    start = time.monotonic()
+    last = "no answer"
+    while True:
+        try:
+            status, _ = _get(f"{base_url}/health", timeout=min(10.0, max(timeout_s, 1.0)))
+            if status == 200:
+                return time.monotonic() - start
+            last = f"HTTP {status}"
+        except (OSError, urllib.error.URLError) as exc:
+            last = str(getattr(exc, "reason", exc))
+        elapsed = time.monotonic() - start
+        if elapsed >= timeout_s:
+            raise TimeoutError(f"{base_url}/health not 200 after {elapsed:.0f} s (last: {last})")
+        time.sleep(min(interval_s, max(0.1, timeout_s - elapsed)))
+
+
+def probe_server(base_url: str, model: str) -> dict[str, Any]:
+    """What the server says about itself; every probe is optional."""
+    info: dict[str, Any] = {"base_url": base_url, "model": model}
+    for name, path in (("version", "/version"), ("models", "/v1/models"), ("server_info", "/server_info")):
+        try:
+            status, body = _get(base_url + path)
+            if status == 200:
+                info[name] = json.loads(body)
+        except (OSError, ValueError, urllib.error.URLError):
+            pass
+    version = info.get("version")
+    info["vllm_version"] = version.get("version") if isinstance(version, dict) else None
+    served = [m.get("id") for m in (info.get("models") or {}).get("data", []) if isinstance(m, dict)]
+    info["served_models"] = served
+    entry = next((m for m in (info.get("models") or {}).get("data", []) if m.get("id") == model), None)
+    info["max_model_len"] = entry.get("max_model_len") if entry else None
+    info["root"] = entry.get("root") if entry else None
+    info.pop("version", None)
+    info.pop("models", None)
+    if "server_info" in info and len(json.dumps(info["server_info"])) > 200_000:
+        info["server_info"] = "(omitted: larger than 200 kB)"
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifest
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def config_of(args: argparse.Namespace, plan: list[RunSpec]) -> dict[str, Any]:
+    scenarios = {}
+    for spec in plan:
+        scenarios[spec.scenario] = {"input_len": spec.input_len, "output_len": spec.output_len}
+    return {
+        "model": args.model,
+        "scenarios": scenarios,
+        "concurrencies": sorted({s.concurrency for s in plan}),
+        "min_prompts": args.min_prompts,
+        "prompts_per_concurrency": args.prompts_per_concurrency,
+        "warmups": args.warmups,
+        "seed": args.seed,
+        "length_scale": args.length_scale,
+        "bench_args": args.bench_args or "",
+        "percentile_metrics": PERCENTILE_METRICS,
+        "metric_percentiles": METRIC_PERCENTILES,
+        "attempts": args.attempts,
+    }
+
+
+def new_run_record(spec: RunSpec) -> dict[str, Any]:
+    return {
+        "scenario": spec.scenario,
+        "concurrency": spec.concurrency,
+        "input_len": spec.input_len,
+        "output_len": spec.output_len,
+        "num_prompts": spec.num_prompts,
+        "warmups": spec.warmups,
+        "run_hash": spec.run_hash,
+        "file": spec.filename,
+        "status": "pending",
+        "reason": None,
+        "duration_s": None,
+        "attempts": [],
+    }
+
+
+def load_manifest(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def _log_errors(log: Path, limit: int = 3) -> list[str]:
+    """Request errors that `vllm bench serve` prints ("Error 0: Not Found"); first distinct ones."""
+    seen: list[str] = []
+    try:
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("Error ") and ": " in line:
+                msg = line.split(": ", 1)[1].strip()[:200]
+                if msg and msg not in seen:
+                    seen.append(msg)
+                    if len(seen) >= limit:
+                        break
+    except OSError:
+        pass
+    return seen
+
+
+def _tail(log: Path, lines: int = 3) -> str:
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    useful = [l for l in text if l.strip() and "leaked" not in l and not l.startswith((" - ", "$ "))]
+    return " | ".join(useful[-lines:])[:400]
+
+
+class EtaModel:
+    """Run time = fixed part (CLI start-up, tokenizer load, warm-ups) + rate x `RunSpec.cost()`.
+
+    The fixed part is each process's wall time minus the benchmark window vLLM reports; the rate
+    comes from the windows of valid runs. On a GPU the windows dominate; on small test runs the
+    fixed start-up does, and a single proportional factor would be far off for either.
+    """
+
+    def __init__(self) -> None:
+        self.fixed: list[float] = []
+        self.window = 0.0
+        self.cost = 0.0
+
+    def observe(self, spec: RunSpec, process_s: float, window_s: float | None) -> None:
+        if window_s is not None:
+            self.fixed.append(max(0.0, process_s - window_s))
+            self.window += window_s
+            self.cost += spec.cost()
+        else:
+            self.fixed.append(process_s)
+
+    def estimate(self, remaining: list[RunSpec]) -> float:
+        if not self.fixed:
+            return 0.0
+        fixed = sum(self.fixed) / len(self.fixed)
+        rate = self.window / self.cost if self.cost else 0.0
+        return sum(fixed + rate * spec.cost() for spec in remaining)
+
+
+class Sweep:
+    def __init__(self, args: argparse.Namespace, plan: list[RunSpec], vllm: list[str]):
+        self.args = args
+        self.plan = plan
+        self.vllm = vllm
+        self.out = Path(args.out)
+        self.logs = self.out / LOGS
+        self.partial = self.out / PARTIAL
+        self.uploader: s3.Uploader | None = None
+        self.proc: subprocess.Popen | None = None
+        self.manifest: dict[str, Any] = {}
+        self.session: dict[str, Any] = {}
+        self.t0 = time.monotonic()
+        self.started_at = _now()
+        self.bench_seconds = 0.0
+        self.bench_window_seconds = 0.0
+        self.health_seconds = 0.0
+
+    # -- files -----------------------------------------------------------------------------
+    def publish(self, path: Path) -> None:
+        if self.uploader and path.exists():
+            self.uploader.upload(path)
+
+    def save_manifest(self) -> None:
+        self.session["timing"] = self.timing()
+        self.manifest["finished_at"] = self.session.get("finished_at")
+        runs = self.manifest["runs"]
+        self.manifest["counts"] = {
+            status: sum(1 for r in runs if r["status"] == status)
+            for status in ("valid", "invalid", "pending")
+        }
+        if self.uploader:
+            self.manifest["upload"] = {"uri": self.uploader.loc.uri, "failed": dict(self.uploader.failed)}
+        _write_json(self.out / MANIFEST, self.manifest)
+        self.publish(self.out / MANIFEST)
+
+    def timing(self) -> dict[str, float]:
+        wall = time.monotonic() - self.t0
+        overhead = wall - self.health_seconds - self.bench_seconds
+        return {
+            "wall_s": round(wall, 3),
+            "health_wait_s": round(self.health_seconds, 3),
+            "bench_processes_s": round(self.bench_seconds, 3),
+            "bench_windows_s": round(self.bench_window_seconds, 3),
+            "orchestration_overhead_s": round(overhead, 3),
+            "orchestration_overhead_pct": round(100 * overhead / wall, 3) if wall > 0 else 0.0,
+        }
+
+    # -- setup -----------------------------------------------------------------------------
+    def prepare(self, tokenizer_source: str, server: dict[str, Any]) -> None:
+        args = self.args
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        previous = load_manifest(self.out / MANIFEST) if args.resume else None
+        config = config_of(args, self.plan)
+        records = {}
+        if previous:
+            for rec in previous.get("runs", []):
+                records[(rec.get("scenario"), rec.get("concurrency"))] = rec
+        runs = []
+        for spec in self.plan:
+            rec = records.get((spec.scenario, spec.concurrency))
+            if not rec or rec.get("run_hash") != spec.run_hash:
+                fresh = new_run_record(spec)
+                if rec:
+                    fresh["previous"] = {k: rec.get(k) for k in ("run_hash", "status", "reason")}
+                rec = fresh
+            runs.append(rec)
+        self.session = {"started_at": self.started_at, "finished_at": None, "resume": bool(args.resume),
+                        "executed": [], "skipped_valid": []}
+        self.manifest = {
+            "schema": SCHEMA,
+            "kind": "vllm-poc bench sweep",
+            "config_hash": _hash(config),
+            "config": config,
+            "label": args.label,
+            "tokenizer": tokenizer_source,
+            "server": server,
+            "served_flags": args.server_args,
+            "instance_type": args.instance_type,
+            "gpus": args.gpus,
+            "price_per_hour": args.price_per_hour,
+            "client": {"vllm_bin": " ".join(self.vllm), "python": sys.version.split()[0]},
+            "started_at": (previous or {}).get("started_at") or self.session["started_at"],
+            "finished_at": None,
+            "sessions": list((previous or {}).get("sessions", [])) + [self.session],
+            "runs": runs,
+        }
+        if previous and previous.get("config_hash") != self.manifest["config_hash"]:
+            self.manifest["previous_config_hash"] = previous.get("config_hash")
+
+    # -- one combination ---------------------------------------------------------------------
+    def run_once(self, spec: RunSpec, tokenizer: str, attempt: int) -> tuple[R.RunResult, dict[str, Any]]:
+        self.partial.mkdir(exist_ok=True)
+        partial_file = self.partial / spec.filename
+        partial_file.unlink(missing_ok=True)
+        log = self.logs / f"{spec.scenario}_c{spec.concurrency}.attempt{attempt}.log"
+        cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial)
+        started_at = _now()
+        started = time.monotonic()
+        rc: int | None = None
+        timed_out = False
+        with log.open("w", encoding="utf-8") as fh:
+            fh.write("$ " + shlex.join(cmd) + "\n")
+            fh.flush()
+            try:
+                self.proc = subprocess.Popen(
+                    cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                fh.write(f"could not start: {exc}\n")
+                self.proc = None
+            if self.proc is not None:
+                try:
+                    rc = self.proc.wait(timeout=self.args.run_timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    self._kill()
+                    rc = self.proc.returncode
+                finally:
+                    self.proc = None
+        duration = time.monotonic() - started
+        self.bench_seconds += duration
+
+        result = R.load_result(partial_file, spec.expectation())
+        extra = []
+        if timed_out:
+            extra.append(f"timed out after {self.args.run_timeout:.0f} s")
+        elif rc is None:
+            extra.append("vllm bench serve could not be started")
+        elif rc != 0:
+            extra.append(f"vllm bench serve exited {rc}")
+        if extra or not result.valid:
+            errors = _log_errors(log)
+            if errors:
+                extra.append("request errors: " + " / ".join(errors))
+            elif not partial_file.exists():
+                tail = _tail(log)
+                if tail:
+                    extra.append(f"log: {tail}")
+            result = result.with_problems(*extra)
+
+        if result.valid:
+            final = self.out / spec.filename
+            os.replace(partial_file, final)
+            kept = final
+        elif partial_file.exists():
+            kept = self.out / R.invalid_filename(spec.scenario, spec.concurrency, attempt)
+            os.replace(partial_file, kept)
+        else:
+            kept = None
+        if result.valid:
+            self.bench_window_seconds += result.duration_s or 0.0
+        record = {
+            "n": attempt,
+            "started_at": started_at,
+            "rc": rc,
+            "duration_s": round(duration, 3),
+            "valid": result.valid,
+            "reason": result.reason,
+            "file": kept.name if kept else None,
+            "log": log.relative_to(self.out).as_posix(),
+        }
+        for path in (kept, log):
+            if path:
+                self.publish(path)
+        return result, record
+
+    def _kill(self) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    # -- the loop ----------------------------------------------------------------------------
+    def execute(self, tokenizer: str) -> int:
+        runs = self.manifest["runs"]
+        todo: list[tuple[RunSpec, dict[str, Any]]] = []
+        for spec, rec in zip(self.plan, runs):
+            if self.args.resume:
+                existing = R.load_result(self.out / spec.filename, spec.expectation())
+                if existing.valid:
+                    rec.update(status="valid", reason=None)
+                    self.session["skipped_valid"].append(spec.filename)
+                    continue
+                if existing.path:  # present but not valid for this plan: keep it aside
+                    n = len(rec.get("stale_files", [])) + 1
+                    stale = self.out / R.stale_filename(spec.scenario, spec.concurrency, n)
+                    os.replace(self.out / spec.filename, stale)
+                    rec.setdefault("stale_files", []).append({"file": stale.name, "reason": existing.reason})
+                    self.publish(stale)
+            todo.append((spec, rec))
+        if self.args.resume:
+            print(f"bench sweep: resume: {len(runs) - len(todo)} of {len(runs)} combinations already "
+                  f"valid, {len(todo)} to run", flush=True)
+        self.save_manifest()
+
+        eta = EtaModel()
+        for index, (spec, rec) in enumerate(todo, 1):
+            rec["status"] = "running"
+            started = time.monotonic()
+            result: R.RunResult | None = None
+            for _ in range(self.args.attempts):
+                attempt = len(rec["attempts"]) + 1
+                result, attempt_rec = self.run_once(spec, tokenizer, attempt)
+                rec["attempts"].append(attempt_rec)
+                eta.observe(spec, attempt_rec["duration_s"], result.duration_s if result.valid else None)
+                if result.valid:
+                    break
+            assert result is not None
+            elapsed_run = time.monotonic() - started
+            rec.update(
+                status="valid" if result.valid else "invalid",
+                reason=result.reason,
+                duration_s=round(elapsed_run, 3),
+            )
+            self.session["executed"].append(spec.filename)
+            self.save_manifest()
+            remaining = eta.estimate([s for s, _ in todo[index:]])
+            print(self.progress_line(index, len(todo), spec, rec, result, remaining), flush=True)
+        return sum(1 for r in runs if r["status"] != "valid")
+
+    def progress_line(self, index: int, total: int, spec: RunSpec, rec: dict[str, Any],
+                      result: R.RunResult, eta: float) -> str:
+        tries = rec["attempts"][-1]["n"] if rec["attempts"] else 0
+        head = f"[{index}/{total}] {spec.label} in={spec.input_len} out={spec.output_len} n={spec.num_prompts}"
+        if result.valid:
+            body = (f"valid ({rec['duration_s']:.1f} s, attempt {tries}): "
+                    f"{result.output_tok_s:.1f} out tok/s, {result.req_s:.2f} req/s, "
+                    f"TTFT p99 {result.ttft_p99_ms:.0f} ms, ITL p99 {result.itl_p99_ms:.1f} ms")
+        else:
+            body = f"INVALID ({rec['duration_s']:.1f} s, attempt {tries}): {result.reason}"
+        elapsed = time.monotonic() - self.t0
+        return f"{head} {body} | elapsed {_fmt_s(elapsed)}, ETA {_fmt_s(eta)}"
+
+
+def _install_sigterm(sweep: Sweep) -> Any:
+    """Kubernetes stops a pod (eviction, Spot interruption) with SIGTERM: stop the running bench,
+    mark it pending in the manifest and upload that, so `--resume` picks up from there."""
+
+    def handler(signum, _frame):
+        sweep._kill()
+        raise Terminated(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def prepare_tokenizer(source: str, scratch: Path) -> str:
+    if s3.is_s3_uri(source):
+        loc = s3.S3Location.parse(source, option="--tokenizer")
+        files = s3.download_tokenizer(loc, scratch)
+        print(f"bench sweep: tokenizer: {len(files)} files from {loc.uri}", flush=True)
+        return str(scratch)
+    return source
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        plan = build_plan(args)
+        vllm = resolve_vllm(args.vllm_bin)
+        upload = s3.S3Location.parse(args.upload, option="--upload") if args.upload else None
+    except (UsageError, ValueError) as exc:
+        print(f"bench sweep: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    args.base_url = args.base_url.rstrip("/")
+    out = Path(args.out)
+    if not args.resume and _has_results(out):
+        print(f"bench sweep: {out} already holds a sweep; pass --resume to continue it or choose "
+              "another --out", file=sys.stderr)
+        return EXIT_USAGE
+    out.mkdir(parents=True, exist_ok=True)
+    sweep = Sweep(args, plan, vllm)
+    if upload:
+        try:
+            sweep.uploader = s3.Uploader(upload, out)
+            remote = next(s3.iter_objects(upload), None)
+        except Exception as exc:  # credentials, endpoint, missing bucket
+            print(f"bench sweep: --upload {upload.uri}: {exc}", file=sys.stderr)
+            return EXIT_UPLOAD
+        if remote and not args.resume:
+            print(f"bench sweep: {upload.uri} already holds files; pass --resume to continue that "
+                  "sweep or choose another prefix", file=sys.stderr)
+            return EXIT_USAGE
+        if args.resume:
+            got = s3.download_prefix(upload, out, only_missing=True)
+            print(f"bench sweep: resume: {len(got)} files downloaded from {upload.uri}", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="bench-tokenizer-") as scratch:
+        try:
+            tokenizer = prepare_tokenizer(args.tokenizer, Path(scratch))
+        except (s3.S3Error, ValueError) as exc:
+            print(f"bench sweep: --tokenizer: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"bench sweep: {len(plan)} combinations -> {out}; waiting for {args.base_url}/health "
+              f"(up to {args.health_timeout:.0f} s)", flush=True)
+        try:
+            sweep.health_seconds = wait_for_health(args.base_url, args.health_timeout, args.health_interval)
+        except TimeoutError as exc:
+            print(f"bench sweep: {exc}", file=sys.stderr)
+            return EXIT_UNHEALTHY
+        server = probe_server(args.base_url, args.model)
+        if server["served_models"] and args.model not in server["served_models"]:
+            print(f"bench sweep: WARNING: server serves {server['served_models']}, not {args.model!r}; "
+                  "every run will fail", file=sys.stderr, flush=True)
+        sweep.prepare(args.tokenizer, server)
+        previous_handler = _install_sigterm(sweep)
+        try:
+            invalid = sweep.execute(tokenizer)
+        except (Terminated, KeyboardInterrupt) as exc:
+            sweep._kill()
+            sweep.session["finished_at"] = _now()
+            sweep.session["interrupted"] = str(exc) or "interrupted"
+            for rec in sweep.manifest["runs"]:
+                if rec["status"] == "running":
+                    rec["status"] = "pending"
+            sweep.save_manifest()
+            print(f"bench sweep: interrupted ({exc}); rerun with --resume to continue", file=sys.stderr)
+            return EXIT_TERMINATED
+        finally:
+            signal.signal(signal.SIGTERM, previous_handler)
+            shutil.rmtree(sweep.partial, ignore_errors=True)
+
+    sweep.session["finished_at"] = _now()
+    sweep.save_manifest()
+    t = sweep.timing()
+    runs = sweep.manifest["runs"]
+    print(
+        f"bench sweep: {len(runs) - invalid}/{len(runs)} valid; wall {_fmt_s(t['wall_s'])}, "
+        f"vllm bench serve processes {t['bench_processes_s']:.1f} s, health wait {t['health_wait_s']:.1f} s, "
+        f"orchestration overhead {t['orchestration_overhead_s']:.1f} s ({t['orchestration_overhead_pct']:.2f}%), "
+        f"measured benchmark windows {t['bench_windows_s']:.1f} s",
+        flush=True,
+    )
+    for rec in runs:
+        if rec["status"] != "valid":
+            print(f"bench sweep: INVALID {rec['scenario']} c={rec['concurrency']}: {rec['reason']}",
+                  file=sys.stderr)
+    if sweep.uploader and not sweep.uploader.retry_failed():
+        print(f"bench sweep: not uploaded: {', '.join(sweep.uploader.failed)}", file=sys.stderr)
+        return EXIT_UPLOAD
+    return EXIT_INVALID if invalid else EXIT_OK
+
+
+def _has_results(out: Path) -> bool:
+    if not out.is_dir():
+        return False
+    return (out / MANIFEST).exists() or any(R.parse_result_filename(p.name) for p in out.iterdir())
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name) or default
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "sweep",
+        help="run vllm bench serve over scenarios x concurrencies",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--base-url", required=True, help="server URL, e.g. http://gemma-fp8:8000")
+    p.add_argument("--model", required=True, help="served model name (as in GET /v1/models)")
+    p.add_argument("--tokenizer", required=True,
+                   help="local tokenizer folder, or s3://bucket/prefix of the model folder "
+                        "(tokenizer files are downloaded, weights are not)")
+    p.add_argument("--out", required=True, help="output folder for results, logs and manifest.json")
+    p.add_argument("--scenarios", help="comma-separated scenario names to run (default: S1_chat, "
+                   "S2_summary, S3_moderation, S4_rag and any added with --scenario)")
+    p.add_argument("--scenario", action="append", metavar="NAME=IN/OUT",
+                   help="set or add a scenario's input/output tokens, e.g. S1_chat=32/8 (repeatable)")
+    p.add_argument("--length-scale", type=float, default=1.0,
+                   help="multiply every scenario length (tests; outputs stay >= 2 tokens)")
+    p.add_argument("--concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)),
+                   help="comma-separated client concurrencies (default: %(default)s)")
+    p.add_argument("--prompts-per-concurrency", type=int, default=8,
+                   help="prompts per run = max(--min-prompts, this x concurrency) (default: %(default)s)")
+    p.add_argument("--min-prompts", type=int, default=32,
+                   help="lower bound of prompts per run; p99 needs samples (default: %(default)s)")
+    p.add_argument("--warmups", default="auto",
+                   help="warm-up requests per run, or 'auto' = min(concurrency, 8) (default: auto)")
+    p.add_argument("--seed", type=int, default=0, help="dataset seed (default: %(default)s)")
+    p.add_argument("--bench-args", default=_env("VLLM_POC_BENCH_ARGS"),
+                   help="extra `vllm bench serve` arguments, one shell-quoted string "
+                        "(env VLLM_POC_BENCH_ARGS), e.g. '--temperature 0'")
+    p.add_argument("--attempts", type=int, default=2,
+                   help="attempts per combination before it is recorded invalid (default: %(default)s)")
+    p.add_argument("--run-timeout", type=float, default=3600.0,
+                   help="seconds one vllm bench serve may run (default: %(default)s)")
+    p.add_argument("--health-timeout", type=float, default=1800.0,
+                   help="seconds to wait for GET /health = 200 (default: %(default)s)")
+    p.add_argument("--health-interval", type=float, default=5.0, help=argparse.SUPPRESS)
+    p.add_argument("--resume", action="store_true",
+                   help="skip combinations whose result file re-validates against this plan")
+    p.add_argument("--upload", default=_env("VLLM_POC_RESULTS_URI"),
+                   help="s3://bucket/prefix to upload every file to as it is written "
+                        "(env VLLM_POC_RESULTS_URI); with --resume, download from there first")
+    p.add_argument("--vllm-bin", default=_env("VLLM_POC_VLLM_BIN"),
+                   help="vllm executable or command (default: `vllm` on PATH; env VLLM_POC_VLLM_BIN)")
+    p.add_argument("--label", default=_env("VLLM_POC_LABEL"),
+                   help="name of this configuration in reports (env VLLM_POC_LABEL)")
+    p.add_argument("--instance-type", default=_env("VLLM_POC_INSTANCE_TYPE"),
+                   help="recorded in the manifest (env VLLM_POC_INSTANCE_TYPE)")
+    p.add_argument("--gpus", type=int, default=int(_env("VLLM_POC_GPUS", "1")),
+                   help="GPUs behind the server, for per-GPU ratios (env VLLM_POC_GPUS, default 1)")
+    p.add_argument("--price-per-hour", type=float,
+                   default=float(_env("VLLM_POC_PRICE_PER_HOUR")) if _env("VLLM_POC_PRICE_PER_HOUR") else None,
+                   help="hourly price of those GPUs, recorded for the report (env VLLM_POC_PRICE_PER_HOUR)")
+    p.add_argument("--server-args", default=_env("VLLM_POC_SERVER_ARGS"),
+                   help="the server's vllm serve flags, recorded in the manifest (env VLLM_POC_SERVER_ARGS)")
+    p.set_defaults(func=run)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["sweep", *argv])
+    return args.func(args)

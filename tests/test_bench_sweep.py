@@ -1,0 +1,305 @@
+"""Sweep orchestration: plan, command line, validity, retry, resume, SIGTERM, overhead.
+
+`vllm bench serve` is replaced by tests/fixtures/bench_fake_vllm.py (instant, scriptable) and the
+server by a small HTTP stub; the real vLLM run is in test_bench_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from bench import results as R
+from bench import sweep as S
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE = REPO / "tests" / "fixtures" / "bench_fake_vllm.py"
+
+# `vllm bench serve` flags of vLLM 0.26.0 that the sweep uses (reference: vllm.md section 2.1,
+# read from the 0.26.0 wheel). The e2e test proves them against the local 0.32 build by running.
+FLAGS_026 = {
+    "--backend", "--endpoint", "--base-url", "--model", "--tokenizer", "--dataset-name",
+    "--random-input-len", "--random-output-len", "--random-range-ratio", "--ignore-eos",
+    "--num-prompts", "--max-concurrency", "--request-rate", "--num-warmups", "--percentile-metrics",
+    "--metric-percentiles", "--seed", "--save-result", "--result-dir", "--result-filename",
+    "--metadata", "--disable-tqdm",
+}
+
+
+class _Stub(BaseHTTPRequestHandler):
+    healthy_after = 0.0
+    started = 0.0
+
+    def do_GET(self):  # noqa: N802
+        if self.path == "/health":
+            ok = time.monotonic() - self.started >= self.healthy_after
+            self._send(200 if ok else 503, b"")
+        elif self.path == "/version":
+            self._send(200, b'{"version": "0.26.0"}')
+        elif self.path == "/v1/models":
+            self._send(200, json.dumps({"data": [{"id": "tiny", "max_model_len": 1024, "root": "/m"}]}).encode())
+        else:
+            self._send(404, b"{}")
+
+    def _send(self, code, body):
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    _Stub.started = time.monotonic()
+    _Stub.healthy_after = 0.0
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    calls = tmp_path / "calls.jsonl"
+    calls.touch()
+    monkeypatch.setenv("FAKE_VLLM_CALLS", str(calls))
+    monkeypatch.delenv("FAKE_VLLM_PLAN", raising=False)
+
+    class Fake:
+        bin = shlex.join([sys.executable, str(FAKE)])
+
+        @staticmethod
+        def plan(mapping):
+            monkeypatch.setenv("FAKE_VLLM_PLAN", json.dumps(mapping))
+
+        @staticmethod
+        def keys():
+            return [json.loads(line)["key"] for line in calls.read_text().splitlines()]
+
+    return Fake
+
+
+def sweep_args(server, out, fake, *extra):
+    return [
+        "--base-url", server, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
+        "--vllm-bin", fake.bin, "--scenarios", "S1_chat,S3_moderation", "--concurrencies", "1,4",
+        "--min-prompts", "4", "--prompts-per-concurrency", "2", "--health-interval", "0.2",
+        *extra,
+    ]
+
+
+def manifest(out):
+    return json.loads((out / "manifest.json").read_text())
+
+
+# --- plan and command line -------------------------------------------------------------------
+
+
+def plan_for(*argv):
+    parser = S.argparse.ArgumentParser()
+    S.add_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["sweep", "--base-url", "http://x", "--model", "m", "--tokenizer", "t",
+                              "--out", "o", *argv])
+    return args, S.build_plan(args)
+
+
+def test_default_plan_is_the_seed_matrix():
+    _, plan = plan_for()
+    assert len(plan) == 28
+    assert {(p.scenario, p.input_len, p.output_len) for p in plan} == {
+        ("S1_chat", 256, 128), ("S2_summary", 1024, 256), ("S3_moderation", 512, 16), ("S4_rag", 4096, 256)}
+    assert sorted({p.concurrency for p in plan}) == [1, 2, 4, 8, 16, 32, 64]
+    by_c = {p.concurrency: p.num_prompts for p in plan if p.scenario == "S1_chat"}
+    assert by_c[1] == 32 and by_c[8] == 64 and by_c[64] == 512  # max(min 32, 8 x c)
+
+
+def test_overrides_scale_and_warmups():
+    _, plan = plan_for("--scenario", "S1_chat=32/8", "--scenario", "X_new=100/10", "--length-scale", "0.5",
+                       "--concurrencies", "2,1,2", "--warmups", "auto")
+    got = {(p.scenario, p.concurrency): (p.input_len, p.output_len, p.warmups) for p in plan}
+    assert got[("S1_chat", 1)] == (16, 4, 1)
+    assert got[("X_new", 2)] == (50, 5, 2)
+    assert got[("S3_moderation", 1)] == (256, 8, 1)
+    assert [p.concurrency for p in plan if p.scenario == "S4_rag"] == [1, 2]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--scenario", "S1_chat=32"], "NAME=INPUT/OUTPUT"),
+    (["--scenarios", "S9"], "unknown S9"),
+    (["--concurrencies", "0,2"], "positive"),
+    (["--warmups", "many"], "--warmups"),
+])
+def test_bad_inputs_name_the_option(argv, needle):
+    with pytest.raises(S.UsageError, match=needle):
+        plan_for(*argv)
+
+
+def test_run_hash_changes_with_parameters():
+    _, a = plan_for("--concurrencies", "4")
+    _, b = plan_for("--concurrencies", "4", "--seed", "1")
+    _, c = plan_for("--concurrencies", "4")
+    assert [p.run_hash for p in a] == [p.run_hash for p in c]
+    assert not set(p.run_hash for p in a) & set(p.run_hash for p in b)
+
+
+def test_command_uses_only_flags_known_in_vllm_026():
+    args, plan = plan_for("--bench-args", "--temperature 0")
+    cmd = S.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"))
+    assert cmd[:3] == ["vllm", "bench", "serve"]
+    flags = {c for c in cmd if c.startswith("--")}
+    assert flags - {"--temperature"} <= FLAGS_026
+    assert "--temperature" in flags  # passthrough
+    joined = " ".join(cmd)
+    for part in ("--dataset-name random", "--random-range-ratio 0", "--request-rate inf",
+                 "--percentile-metrics ttft,tpot,itl,e2el", "--metric-percentiles 50,90,99",
+                 "--max-concurrency 1", "--num-prompts 32", "--result-filename S1_chat_c1.json"):
+        assert part in joined
+    meta = cmd[cmd.index("--metadata") + 1:]
+    assert f"scenario=S1_chat" in meta and "concurrency=1" in meta
+    assert f"{R.META_RUN_HASH}={plan[0].run_hash}" in meta
+
+
+# --- sweeps with the fake bench --------------------------------------------------------------
+
+
+def test_sweep_all_valid_writes_results_manifest_logs(server, fake, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert S.main(sweep_args(server, out, fake, "--instance-type", "g6e.2xlarge", "--gpus", "4",
+                             "--server-args", "--kv-cache-dtype fp8")) == 0
+    names = sorted(p.name for p in out.glob("*_c*.json"))
+    assert names == ["S1_chat_c1.json", "S1_chat_c4.json", "S3_moderation_c1.json", "S3_moderation_c4.json"]
+    assert len(list((out / "logs").glob("*.log"))) == 4
+    m = manifest(out)
+    assert m["server"]["vllm_version"] == "0.26.0" and m["server"]["max_model_len"] == 1024
+    assert m["instance_type"] == "g6e.2xlarge" and m["gpus"] == 4
+    assert m["served_flags"] == "--kv-cache-dtype fp8"
+    assert len(m["config_hash"]) == 12 and m["started_at"] and m["finished_at"]
+    assert [r["status"] for r in m["runs"]] == ["valid"] * 4
+    assert all(len(r["attempts"]) == 1 and r["attempts"][0]["rc"] == 0 for r in m["runs"])
+    printed = capsys.readouterr().out
+    progress = [line for line in printed.splitlines() if line.startswith("[")]
+    assert len(progress) == 4 and all("ETA" in line for line in progress)
+    assert progress[0].startswith("[1/4] S1_chat c=1")
+
+
+def test_exit0_with_failed_requests_is_invalid_retried_and_kept(server, fake, tmp_path):
+    out = tmp_path / "out"
+    fake.plan({"S1_chat_c4": ["fail_all", "fail_all"], "S3_moderation_c1": ["partial", "ok"],
+               "S3_moderation_c4": ["crash", "crash"]})
+    assert S.main(sweep_args(server, out, fake)) == 1
+    runs = {(r["scenario"], r["concurrency"]): r for r in manifest(out)["runs"]}
+    bad = runs[("S1_chat", 4)]
+    assert bad["status"] == "invalid" and len(bad["attempts"]) == 2
+    assert [a["rc"] for a in bad["attempts"]] == [0, 0]  # the trap: exit 0, nothing completed
+    assert "8 failed requests" in bad["reason"] and "completed 0 < 8" in bad["reason"]
+    assert "Not Found" in bad["reason"]
+    assert (out / "S1_chat_c4.attempt1.invalid.json").exists()
+    assert (out / "S1_chat_c4.attempt2.invalid.json").exists()
+    assert not (out / "S1_chat_c4.json").exists()
+    retried = runs[("S3_moderation", 1)]
+    assert retried["status"] == "valid" and [a["valid"] for a in retried["attempts"]] == [False, True]
+    assert "1 failed requests" in retried["attempts"][0]["reason"]
+    crashed = runs[("S3_moderation", 4)]
+    assert crashed["status"] == "invalid" and "exited 1" in crashed["reason"]
+    assert fake.keys().count("S1_chat_c1") == 1
+
+
+def test_resume_reruns_only_what_is_not_valid(server, fake, tmp_path):
+    out = tmp_path / "out"
+    fake.plan({"S1_chat_c4": ["fail_all", "fail_all", "ok"]})
+    assert S.main(sweep_args(server, out, fake)) == 1
+    assert S.main(sweep_args(server, out, fake)) == 2  # refuses to overwrite without --resume
+    (out / "S3_moderation_c1.json").unlink()
+    stale = json.loads((out / "S3_moderation_c4.json").read_text())
+    stale[R.META_RUN_HASH] = "0" * 12
+    (out / "S3_moderation_c4.json").write_text(json.dumps(stale))
+    before = len(fake.keys())
+    assert S.main(sweep_args(server, out, fake, "--resume")) == 0
+    assert sorted(fake.keys()[before:]) == ["S1_chat_c4", "S3_moderation_c1", "S3_moderation_c4"]
+    m = manifest(out)
+    assert sorted(m["sessions"][-1]["skipped_valid"]) == ["S1_chat_c1.json"]
+    assert (out / "S3_moderation_c4.stale1.json").exists()
+    rec = {(r["scenario"], r["concurrency"]): r for r in m["runs"]}
+    assert [a["n"] for a in rec[("S1_chat", 4)]["attempts"]] == [1, 2, 3]
+    assert len(m["sessions"]) == 2 and all(r["status"] == "valid" for r in m["runs"])
+    # A changed plan invalidates what was recorded under the old one.
+    before = len(fake.keys())
+    assert S.main(sweep_args(server, out, fake, "--resume", "--seed", "7")) == 0
+    assert len(fake.keys()) - before == 4
+
+
+def test_health_wait_is_bounded(server, fake, tmp_path):
+    _Stub.healthy_after = 3600
+    t0 = time.monotonic()
+    assert S.main(sweep_args(server, tmp_path / "o", fake, "--health-timeout", "1")) == 3
+    assert time.monotonic() - t0 < 10
+    assert fake.keys() == []
+
+
+def test_sigterm_stops_marks_pending_and_resume_finishes(server, fake, tmp_path):
+    out = tmp_path / "out"
+    fake.plan({"S3_moderation_c1": ["hang", "ok"]})
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", *sweep_args(server, out, fake)],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while "S3_moderation_c1" not in fake.keys():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, output
+    status = {r["file"]: r["status"] for r in manifest(out)["runs"]}
+    assert status == {"S1_chat_c1.json": "valid", "S1_chat_c4.json": "valid",
+                      "S3_moderation_c1.json": "pending", "S3_moderation_c4.json": "pending"}
+    assert manifest(out)["sessions"][-1]["interrupted"]
+    before = len(fake.keys())
+    assert S.main(sweep_args(server, out, fake, "--resume")) == 0
+    assert fake.keys()[before:] == ["S3_moderation_c1", "S3_moderation_c4"]
+
+
+def test_overhead_is_recorded_and_small(server, fake, tmp_path):
+    out = tmp_path / "out"
+    assert S.main(sweep_args(server, out, fake, "--concurrencies", "1,2,4,8")) == 0
+    t = manifest(out)["sessions"][-1]["timing"]
+    assert t["wall_s"] >= t["bench_processes_s"] > 0
+    accounted = t["health_wait_s"] + t["bench_processes_s"] + t["orchestration_overhead_s"]
+    assert accounted == pytest.approx(t["wall_s"], abs=0.01)
+    print(f"fake-bench sweep: wall {t['wall_s']:.2f} s, bench processes {t['bench_processes_s']:.2f} s, "
+          f"orchestration {t['orchestration_overhead_s']:.3f} s ({t['orchestration_overhead_pct']:.2f}%)")
+    # With an instant fake bench almost all time is process start-up, so this bounds the
+    # orchestrator's own per-run cost: well under a second per combination.
+    assert t["orchestration_overhead_s"] / 8 < 0.25
+
+
+def test_eta_model_separates_fixed_and_proportional_time():
+    _, plan = plan_for("--scenarios", "S1_chat,S4_rag", "--concurrencies", "1")
+    s1, s4 = plan
+    eta = S.EtaModel()
+    eta.observe(s1, process_s=20.0, window_s=10.0)
+    # fixed 10 s; rate = 10 s / cost(S1): S4 costs more per prompt, so its estimate is larger
+    assert eta.estimate([s1]) == pytest.approx(20.0)
+    assert eta.estimate([s4]) == pytest.approx(10.0 + 10.0 * s4.cost() / s1.cost())
+    assert eta.estimate([]) == 0.0
