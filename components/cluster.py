@@ -1,0 +1,168 @@
+"""The EKS cluster: control plane, a small system node group, managed add-ons, a Kubernetes provider."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+
+from components.iam import NODE_POLICIES, attach_managed_policies, service_trust_policy
+from components.network import DISCOVERY_TAG
+
+SYSTEM_LABEL = "vllm-poc/role"
+SYSTEM_TAINT_KEY = "CriticalAddonsOnly"
+# The add-ons the cluster needs from EKS. They are installed as managed add-ons after the system node
+# group exists: CoreDNS on a cluster without nodes stays DEGRADED until the create times out.
+ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent")
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    name: str
+    kubernetes_version: str
+    region: str
+    account_id: str
+    vpc_id: pulumi.Input[str]
+    private_subnet_ids: pulumi.Input[list[str]]
+    public_subnet_ids: pulumi.Input[list[str]]
+    system_instance_types: list[str]
+    system_min_size: int = 2
+    system_desired_size: int = 2
+    system_max_size: int = 3
+    system_disk_size_gib: int = 50
+    public_access_cidrs: list[str] = field(default_factory=lambda: ["0.0.0.0/0"])
+    admin_role_arns: list[str] = field(default_factory=list)
+    log_types: list[str] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class Cluster(pulumi.ComponentResource):
+    """EKS in API authentication mode with a pinned version and no default node group.
+
+    Attributes other components use: `name` (resolves once the control plane exists, so anything
+    built on it waits for the cluster), `arn`, `security_group_id` (the EKS-managed cluster security
+    group, which both the system nodes and Karpenter's nodes use), `provider` (Kubernetes), and
+    `addons` / `system_nodes`, for ordering.
+    """
+
+    name: pulumi.Output[str]
+    arn: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+    system_nodes: eks.ManagedNodeGroup
+    addons: list[aws.eks.Addon]
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-poc:cluster:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.eks = eks.Cluster(
+            f"{name}-eks",
+            name=args.name,
+            version=args.kubernetes_version,
+            authentication_mode=eks.AuthenticationMode.API,
+            access_entries={
+                f"admin-{index}": eks.AccessEntryArgs(
+                    principal_arn=arn,
+                    access_policies={
+                        "cluster-admin": eks.AccessPolicyAssociationArgs(
+                            policy_arn="arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+                            access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                        )
+                    },
+                )
+                for index, arn in enumerate(args.admin_role_arns)
+            },
+            vpc_id=args.vpc_id,
+            private_subnet_ids=args.private_subnet_ids,
+            public_subnet_ids=args.public_subnet_ids,
+            node_associate_public_ip_address=False,
+            endpoint_public_access=True,
+            endpoint_private_access=True,
+            public_access_cidrs=args.public_access_cidrs,
+            enabled_cluster_log_types=args.log_types,
+            skip_default_node_group=True,
+            # Nodes (system and Karpenter's) use the security group EKS creates for the cluster.
+            skip_default_security_groups=True,
+            create_oidc_provider=False,  # workloads get AWS access through Pod Identity
+            # Managed add-ons are created below, after the node group; EKS's bootstrap add-ons keep
+            # the first nodes working until then.
+            use_default_vpc_cni=True,
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
+            kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(enabled=False),
+            tags=args.tags,
+            opts=child,
+        )
+        # With skip_default_security_groups this is the security group EKS itself created. Name and
+        # ARN are derived from it rather than read through `eks_cluster` (a resource reference), so
+        # they carry the dependency on the finished cluster without a lookup.
+        self.security_group_id = self.eks.cluster_security_group_id
+        self.name = self.security_group_id.apply(lambda _: args.name)
+        self.arn = pulumi.Output.concat(f"arn:aws:eks:{args.region}:{args.account_id}:cluster/", self.name)
+        self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
+
+        aws.ec2.Tag(
+            f"{name}-sg-discovery",
+            resource_id=self.security_group_id,
+            key=DISCOVERY_TAG,
+            value=args.name,
+            opts=child,
+        )
+
+        node_role = aws.iam.Role(
+            f"{name}-system-node",
+            name=f"{args.name}-system-node",
+            assume_role_policy=service_trust_policy("ec2.amazonaws.com"),
+            opts=child,
+        )
+        attachments = attach_managed_policies(f"{name}-system-node", node_role, NODE_POLICIES, child)
+        self.system_nodes = eks.ManagedNodeGroup(
+            f"{name}-system",
+            cluster=self.eks,
+            node_group_name=f"{args.name}-system",
+            node_role=node_role,
+            ami_type="AL2023_x86_64_STANDARD",
+            capacity_type="ON_DEMAND",
+            instance_types=args.system_instance_types,
+            disk_size=args.system_disk_size_gib,
+            subnet_ids=args.private_subnet_ids,
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=args.system_min_size,
+                desired_size=args.system_desired_size,
+                max_size=args.system_max_size,
+            ),
+            labels={SYSTEM_LABEL: "system"},
+            # Only pods that tolerate CriticalAddonsOnly (Karpenter, CoreDNS, add-on DaemonSets) land
+            # here; GPU workloads go to Karpenter's nodes.
+            taints=[aws.eks.NodeGroupTaintArgs(key=SYSTEM_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
+            opts=child.merge(pulumi.ResourceOptions(depends_on=attachments)),
+        )
+
+        after_nodes = child.merge(pulumi.ResourceOptions(depends_on=[self.system_nodes]))
+        self.addons = [
+            aws.eks.Addon(
+                f"{name}-{addon}",
+                cluster_name=self.name,
+                addon_name=addon,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                opts=after_nodes,
+            )
+            for addon in ADDONS
+        ]
+
+        # A stable identifier keeps every Kubernetes resource from being replaced when the kubeconfig
+        # is unknown during a preview (pulumi-eks #764).
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            cluster_identifier=args.name,
+            enable_server_side_apply=True,
+            opts=child,
+        )
+
+        self.register_outputs({"name": self.name, "arn": self.arn, "securityGroupId": self.security_group_id})

@@ -1,0 +1,229 @@
+"""Pulumi's unit-test runtime, set up to record the whole desired state of a stack.
+
+`RecordingMocks` answers the engine's calls with plausible cloud outputs (ids, ARNs, a kubeconfig)
+and `RecordingMonitor` keeps what the engine would receive for each resource: its type, name,
+parent, inputs, explicit dependencies and options. The offline render (`stacks.render`) and the
+tests read the same records, so what the tests assert is what a render shows.
+
+Remote components (pulumi-eks `eks:index:*`) are answered in one call with no children, as
+Pulumi's mock monitor does; their inputs are what we can check offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs, Mocks
+
+ACCOUNT_ID = "123456789012"
+
+
+def _short_hash(text: str, length: int = 8) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+@dataclass
+class Registration:
+    """One resource as the engine would receive it."""
+
+    type: str
+    name: str
+    urn: str
+    parent_urn: str | None
+    custom: bool
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    dependencies: list[str] = field(default_factory=list)  # URNs from depends_on
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def parent_name(self) -> str | None:
+        return self.parent_urn.rsplit("::", 1)[-1] if self.parent_urn else None
+
+
+def _options(request) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    timeouts = request.customTimeouts
+    if timeouts is not None and any((timeouts.create, timeouts.update, timeouts.delete)):
+        opts["customTimeouts"] = {
+            k: getattr(timeouts, k) for k in ("create", "update", "delete") if getattr(timeouts, k)
+        }
+    if request.protect:
+        opts["protect"] = True
+    if request.retainOnDelete:
+        opts["retainOnDelete"] = True
+    if request.deleteBeforeReplace:
+        opts["deleteBeforeReplace"] = True
+    if request.replaceOnChanges:
+        opts["replaceOnChanges"] = list(request.replaceOnChanges)
+    if request.ignoreChanges:
+        opts["ignoreChanges"] = list(request.ignoreChanges)
+    if request.provider:
+        opts["provider"] = request.provider.split("::")[-2] if "::" in request.provider else request.provider
+    return opts
+
+
+class RecordingMonitor(MockMonitor):
+    """The SDK's mock monitor, keeping what it is told about parents, dependencies and options."""
+
+    def __init__(self, mocks: RecordingMocks):
+        super().__init__(mocks)
+        # The SDK calls Mocks.new_resource from inside RegisterResource, on the same thread.
+        self.current = threading.local()
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        self.current.request = {
+            "urn": self.make_urn(request.parent, request.type, request.name),
+            "parent_urn": request.parent or None,
+            "dependencies": list(request.dependencies),
+            "options": _options(request),
+        }
+        try:
+            return super().RegisterResource(request)
+        finally:
+            self.current.request = None
+
+
+class RecordingMocks(Mocks):
+    def __init__(self, region: str = "ap-northeast-2"):
+        self.region = region
+        self.monitor = RecordingMonitor(self)
+        self.registrations: list[Registration] = []
+
+    # -- engine calls -----------------------------------------------------------------------
+    def new_resource(self, args: MockResourceArgs):
+        inputs = dict(args.inputs)
+        resource_id, outputs = self._outputs(args.typ, args.name, inputs)
+        # ReadResource (a `get`) carries no registration request: record it without options.
+        pending = getattr(self.monitor.current, "request", None) or {}
+        self.registrations.append(
+            Registration(
+                type=args.typ,
+                name=args.name,
+                urn=pending.get("urn", self.monitor.make_urn("", args.typ, args.name)),
+                parent_urn=pending.get("parent_urn"),
+                custom=bool(args.custom),
+                inputs=inputs,
+                outputs=outputs,
+                dependencies=pending.get("dependencies", []),
+                options=pending.get("options", {}),
+            )
+        )
+        return resource_id, outputs
+
+    def call(self, args: MockCallArgs):
+        token = args.token
+        if token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {
+                "accountId": ACCOUNT_ID,
+                "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/pulumi",
+                "userId": "AIDAEXAMPLE",
+                "id": ACCOUNT_ID,
+            }
+        if token == "aws:index/getRegion:getRegion":
+            return {"name": self.region, "region": self.region, "id": self.region,
+                    "description": self.region, "endpoint": f"ec2.{self.region}.amazonaws.com"}
+        if token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws",
+                    "reverseDnsPrefix": "com.amazonaws"}
+        if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            names = [f"{self.region}{z}" for z in "abcd"]
+            return {"names": names, "zoneIds": [f"apne2-az{i}" for i in range(1, 5)],
+                    "id": self.region, "state": "available"}
+        return {}
+
+    # -- plausible outputs per resource type ---------------------------------------------------
+    def _outputs(self, typ: str, name: str, inputs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        out = dict(inputs)
+        rid = f"{name}-id"
+        if typ == "eks:index:Cluster":
+            return self._eks_cluster(name, inputs)
+        if typ.startswith("aws:"):
+            service = typ.split(":")[1].split("/")[0]
+            resource_name = inputs.get("name") or f"{name}-{_short_hash(name, 7)}"
+            if typ in ("aws:s3/bucket:Bucket", "aws:s3/bucketV2:BucketV2"):
+                bucket = inputs.get("bucket") or f"{name}-{_short_hash(name, 7)}"
+                rid = bucket
+                out.update(bucket=bucket, arn=f"arn:aws:s3:::{bucket}",
+                           bucketRegionalDomainName=f"{bucket}.s3.{self.region}.amazonaws.com")
+            elif typ == "aws:iam/role:Role":
+                rid = resource_name
+                out.update(name=resource_name, arn=f"arn:aws:iam::{ACCOUNT_ID}:role/{resource_name}",
+                           uniqueId=f"AROA{_short_hash(name, 12).upper()}")
+            elif typ == "aws:iam/policy:Policy":
+                out.update(name=resource_name,
+                           arn=f"arn:aws:iam::{ACCOUNT_ID}:policy/{resource_name}")
+                rid = out["arn"]
+            elif typ == "aws:sqs/queue:Queue":
+                out.update(name=resource_name,
+                           arn=f"arn:aws:sqs:{self.region}:{ACCOUNT_ID}:{resource_name}",
+                           url=f"https://sqs.{self.region}.amazonaws.com/{ACCOUNT_ID}/{resource_name}")
+                rid = out["url"]
+            elif typ.startswith("aws:ec2/"):
+                kind = typ.rsplit(":", 1)[-1]
+                prefix = {"Vpc": "vpc", "Subnet": "subnet", "InternetGateway": "igw",
+                          "NatGateway": "nat", "Eip": "eipalloc", "RouteTable": "rtb",
+                          "SecurityGroup": "sg", "VpcEndpoint": "vpce"}.get(kind, kind.lower())
+                rid = f"{prefix}-{_short_hash(name, 12)}"
+                out.setdefault("arn", f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:{prefix}/{rid}")
+            else:
+                out.setdefault("name", resource_name)
+                out.setdefault("arn", f"arn:aws:{service}:{self.region}:{ACCOUNT_ID}:{resource_name}")
+            out.setdefault("id", rid)
+            return rid, out
+        if typ.startswith("kubernetes:") and typ != "kubernetes:helm.sh/v3:Release":
+            metadata = dict(out.get("metadata") or {})
+            metadata.setdefault("name", f"{name}-{_short_hash(name, 8)}")
+            out["metadata"] = metadata
+            namespace = metadata.get("namespace")
+            rid = f"{namespace}/{metadata['name']}" if namespace else metadata["name"]
+            return rid, out
+        if typ == "kubernetes:helm.sh/v3:Release":
+            out.setdefault("name", inputs.get("name") or name)
+            out["status"] = {"status": "deployed", "namespace": inputs.get("namespace", "default")}
+        return rid, out
+
+    def _eks_cluster(self, name: str, inputs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        cluster_name = inputs.get("name") or f"{name}-eksCluster-{_short_hash(name, 7)}"
+        arn = f"arn:aws:eks:{self.region}:{ACCOUNT_ID}:cluster/{cluster_name}"
+        sg = f"sg-{_short_hash(name + 'cluster', 12)}"
+        state = {
+            "name": cluster_name,
+            "arn": arn,
+            "endpoint": f"https://{_short_hash(cluster_name, 32).upper()}.gr7.{self.region}.eks.amazonaws.com",
+            "version": inputs.get("version"),
+            "vpcConfig": {"clusterSecurityGroupId": sg, "vpcId": inputs.get("vpcId")},
+            "certificateAuthority": {"data": "LS0tLS1CRUdJTi..."},
+        }
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kubernetes", "cluster": {"server": state["endpoint"],
+                          "certificate-authority-data": state["certificateAuthority"]["data"]}}],
+            "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
+            "current-context": "aws",
+            "users": [{"name": "aws", "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+                "args": ["eks", "get-token", "--cluster-name", cluster_name]}}}],
+        }
+        out = dict(inputs)
+        out.update(
+            kubeconfig=kubeconfig,
+            kubeconfigJson=json.dumps(kubeconfig),
+            clusterSecurityGroupId=sg,
+            nodeSecurityGroupId=f"sg-{_short_hash(name + 'node', 12)}",
+            oidcIssuer="",
+        )
+        return cluster_name, out
+
+
+def install(region: str, project: str, stack: str) -> RecordingMocks:
+    """Install recording mocks as Pulumi's runtime for the given project and stack."""
+    mocks = RecordingMocks(region=region)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=mocks.monitor)
+    return mocks

@@ -1,0 +1,27 @@
+"""The Pulumi program: config -> settings -> environment."""
+
+from __future__ import annotations
+
+import pulumi
+
+from stacks import environment
+from stacks.settings import PROJECT, ConfigError, settings_from_config
+
+
+def current_settings():
+    """Settings of the stack Pulumi is running, from its config (validated before any resource)."""
+    from pulumi.runtime import config as runtime_config
+
+    # The language host hands the stack's config to the program as strings (JSON for objects).
+    values = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    return settings_from_config(values, stack=pulumi.get_stack(), project=pulumi.get_project() or PROJECT)
+
+
+def run() -> None:
+    try:
+        settings = current_settings()
+    except ConfigError as err:
+        # A RunError is reported by the engine as a plain message, without a Python traceback.
+        raise pulumi.RunError(str(err)) from None
+    for name, value in environment.build(settings).items():
+        pulumi.export(name, value)

@@ -1,0 +1,438 @@
+"""A stack's Pulumi config, turned into typed, validated settings.
+
+Every key lives under the project namespace (`vllm-poc:<key>`), except the region, which is the AWS
+provider's own `aws:region`. Structured keys hold objects; their fields are camelCase, as a user
+writes them in `Pulumi.<stack>.yaml`. Validation runs once, before any resource is declared; a
+problem is reported with the key as the user wrote it (`vllm-poc:gpuPools[1].instanceType`) and
+what would be accepted. Unknown keys are errors too, so a misspelt key never silently falls back to
+a default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from stacks import catalog
+
+PROJECT = "vllm-poc"
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_REGION = "ap-northeast-2"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DURATION = re.compile(r"^([0-9]+(s|m|h))+$")
+
+
+class ConfigError(ValueError):
+    """Bad stack config. `problems` holds one line per problem, each naming its key."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid stack config:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ClusterSettings(_Settings):
+    name: str = Field(
+        "vllm-poc",
+        description="EKS cluster name; also names the Karpenter interruption queue and IAM roles.",
+    )
+    kubernetes_version: str = Field(
+        "1.36", description="Kubernetes minor version, pinned; one EKS offers for new clusters."
+    )
+    public_access_cidrs: list[str] = Field(
+        default_factory=lambda: ["0.0.0.0/0"],
+        description="CIDRs allowed to reach the public API endpoint.",
+    )
+    admin_role_arns: list[str] = Field(
+        default_factory=list,
+        description="IAM role ARNs given cluster-admin access entries (e.g. the CI deploy role).",
+    )
+    log_types: list[str] = Field(
+        default_factory=lambda: ["api", "audit", "authenticator"],
+        description="Control-plane log types sent to CloudWatch.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        # The SQS interruption queue is named after the cluster (80 chars max) and IAM role names
+        # carry it with a prefix (64 chars max).
+        if not re.fullmatch(r"[a-zA-Z][a-zA-Z0-9-]{0,37}", v):
+            raise ValueError(
+                f"{v!r} is not a usable cluster name: use 1-38 letters, digits or '-', starting with a letter"
+            )
+        return v
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if v not in catalog.EKS_VERSIONS:
+            raise ValueError(
+                f"EKS does not offer Kubernetes {v!r} for new clusters; use one of {', '.join(catalog.EKS_VERSIONS)}"
+            )
+        return v
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, v: list[str]) -> list[str]:
+        for cidr in v:
+            ipaddress.ip_network(cidr, strict=True)
+        return v
+
+    @field_validator("admin_role_arns")
+    @classmethod
+    def _arns(cls, v: list[str]) -> list[str]:
+        for arn in v:
+            if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/.+", arn):
+                raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)")
+        return v
+
+
+class NetworkSettings(_Settings):
+    vpc_cidr: str = Field("10.40.0.0/16", description="CIDR of the VPC the stack creates.")
+    availability_zone_count: int = Field(
+        2, ge=2, le=4, description="AZs the created VPC spans (public + private subnet in each)."
+    )
+    nat_gateways: Literal["single", "per-az"] = Field(
+        "single",
+        description="One NAT gateway for the VPC (PoC cost) or one per AZ (no cross-AZ dependency).",
+    )
+    vpc_id: str | None = Field(None, description="Use this existing VPC instead of creating one.")
+    private_subnets: dict[str, str] | None = Field(
+        None,
+        description="Existing private subnets as {availability zone: subnet id}; nodes run here.",
+    )
+    public_subnets: dict[str, str] | None = Field(
+        None, description="Existing public subnets as {availability zone: subnet id} (load balancers)."
+    )
+
+    @property
+    def create_vpc(self) -> bool:
+        return self.vpc_id is None
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        net = ipaddress.ip_network(v, strict=True)
+        if not 16 <= net.prefixlen <= 20:
+            raise ValueError(f"{v} must be a /16 to /20 so that each AZ gets room for GPU nodes and pods")
+        return v
+
+    @field_validator("vpc_id")
+    @classmethod
+    def _vpc(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"vpc-[0-9a-f]{8,17}", v):
+            raise ValueError(f"{v!r} is not a VPC id (vpc-0123abcd...)")
+        return v
+
+    @field_validator("private_subnets", "public_subnets")
+    @classmethod
+    def _subnets(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        if v is None:
+            return v
+        for az, subnet in v.items():
+            if not re.fullmatch(r"[a-z]{2}-[a-z]+-\d[a-z]", az):
+                raise ValueError(f"key {az!r} is not an availability zone name (e.g. ap-northeast-2a)")
+            if not re.fullmatch(r"subnet-[0-9a-f]{8,17}", subnet):
+                raise ValueError(f"{subnet!r} is not a subnet id (subnet-0123abcd...)")
+        return v
+
+    @model_validator(mode="after")
+    def _existing(self) -> NetworkSettings:
+        given = self.private_subnets is not None or self.public_subnets is not None
+        if given and self.vpc_id is None:
+            raise ValueError(
+                "privateSubnets/publicSubnets need vpcId: set vpcId to the VPC that holds them, "
+                "or remove the subnets to let the stack create a VPC"
+            )
+        if self.vpc_id is not None:
+            if not self.private_subnets:
+                raise ValueError("vpcId needs privateSubnets ({availability zone: subnet id}) for the nodes")
+            for key, subnets in (("privateSubnets", self.private_subnets),
+                                 ("publicSubnets", self.public_subnets)):
+                if subnets is not None and len(subnets) < 2:
+                    raise ValueError(
+                        f"{key} spans {len(subnets)} availability zone; EKS and the system node group "
+                        "need subnets in at least 2 AZs"
+                    )
+        return self
+
+
+class SystemNodeSettings(_Settings):
+    instance_types: list[str] = Field(
+        default_factory=lambda: ["m7i.xlarge"],
+        description="Instance types of the managed node group for Karpenter and cluster add-ons.",
+    )
+    min_size: int = Field(2, ge=2, description="At least 2: Karpenter runs 2 replicas spread over AZs.")
+    desired_size: int = Field(2, ge=2, description="Nodes at creation.")
+    max_size: int = Field(3, ge=2, description="Upper bound of the node group.")
+    disk_size_gib: int = Field(50, ge=20, le=500, description="Root volume of each system node.")
+
+    @field_validator("instance_types")
+    @classmethod
+    def _types(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("needs at least one instance type")
+        for name in v:
+            if not catalog.is_system_instance_type(name):
+                raise ValueError(
+                    f"{name!r} is not a supported system node type; use a general-purpose type from "
+                    f"families {', '.join(catalog.SYSTEM_INSTANCE_FAMILIES)} (e.g. m7i.xlarge)"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _sizes(self) -> SystemNodeSettings:
+        if not self.min_size <= self.desired_size <= self.max_size:
+            raise ValueError(
+                f"need minSize <= desiredSize <= maxSize, got {self.min_size}, {self.desired_size}, {self.max_size}"
+            )
+        return self
+
+
+class GpuPoolSettings(_Settings):
+    name: str = Field(description="Pool name: names the NodePool and the `vllm-poc/pool` node label.")
+    instance_type: str = Field(description="One GPU instance type, e.g. g6e.2xlarge.")
+    capacity_types: list[Literal["on-demand", "spot"]] = Field(
+        default_factory=lambda: ["on-demand"], description="Karpenter capacity types for the pool."
+    )
+    gpu_limit: int = Field(description="Most GPUs the pool may run at once (NodePool limit).", ge=1)
+    weight: int = Field(50, ge=1, le=100, description="Karpenter NodePool weight (higher is tried first).")
+    on_demand_fallback: bool = Field(
+        False,
+        description="With spot: add `<name>-on-demand`, a lower-weight on-demand NodePool with the same "
+        "pool label, used when Spot capacity is short.",
+    )
+    raid0: bool | None = Field(
+        None,
+        description="Stripe the instance-store NVMe disks (RAID0) under kubelet and containerd; "
+        "default: on where the instance type has instance store.",
+    )
+    root_volume_gib: int | None = Field(
+        None, ge=20, le=2000,
+        description="Root EBS volume; default 60 with RAID0 (images live on NVMe), 200 without "
+        "(a ~25 GB vLLM image unpacks to more than the 20 GiB default).",
+    )
+    consolidate_after: str = Field("10m", description="Empty GPU nodes are removed after this delay.")
+    expire_after: str = Field("720h", description="Nodes are replaced after this age.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _DNS_LABEL.match(v) or len(v) > 40:
+            raise ValueError(f"{v!r} must be a lowercase DNS label of at most 40 characters (a-z, 0-9, '-')")
+        return v
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance(cls, v: str) -> str:
+        try:
+            catalog.gpu_instance(v)
+        except KeyError as err:
+            raise ValueError(err.args[0]) from None
+        return v
+
+    @field_validator("capacity_types")
+    @classmethod
+    def _capacity(cls, v: list[str]) -> list[str]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError("list each of 'on-demand' and 'spot' at most once, and at least one")
+        return v
+
+    @field_validator("consolidate_after", "expire_after")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not _DURATION.match(v):
+            raise ValueError(f"{v!r} is not a duration like 10m, 1h or 720h")
+        return v
+
+    @property
+    def instance(self) -> catalog.InstanceType:
+        return catalog.gpu_instance(self.instance_type)
+
+    @property
+    def use_raid0(self) -> bool:
+        return self.instance.has_instance_store if self.raid0 is None else self.raid0
+
+    @property
+    def root_volume(self) -> int:
+        if self.root_volume_gib is not None:
+            return self.root_volume_gib
+        return 60 if self.use_raid0 else 200
+
+    @model_validator(mode="after")
+    def _pool(self) -> GpuPoolSettings:
+        instance = self.instance
+        if self.raid0 and not instance.has_instance_store:
+            raise ValueError(
+                f"raid0 is set but {instance.name} has no instance-store NVMe; remove raid0 or pick a type "
+                "with local NVMe (g6e, g7e)"
+            )
+        if self.gpu_limit < instance.gpus:
+            raise ValueError(
+                f"gpuLimit {self.gpu_limit} is below one {instance.name} ({instance.gpus} GPUs): Karpenter could "
+                f"never launch a node; set gpuLimit to at least {instance.gpus}"
+            )
+        if self.on_demand_fallback and self.capacity_types != ["spot"]:
+            raise ValueError("onDemandFallback applies to spot-only pools: set capacityTypes: [spot]")
+        return self
+
+
+class StorageSettings(_Settings):
+    teardown: Literal["destroy", "retain-weights"] = Field(
+        "destroy",
+        description="destroy: `pulumi destroy` empties and deletes both buckets (PoC default); "
+        "retain-weights: the weights bucket is kept (and protected from deletion).",
+    )
+    kms_key_arn: str | None = Field(
+        None, description="Encrypt both buckets with this KMS key instead of SSE-S3."
+    )
+
+    @field_validator("kms_key_arn")
+    @classmethod
+    def _kms(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(key|alias)/.+", v):
+            raise ValueError(f"{v!r} is not a KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>)")
+        return v
+
+
+class StackSettings(_Settings):
+    project: str = Field(PROJECT, exclude=True)
+    stack: str = Field("dev", exclude=True)
+    region: str = Field(DEFAULT_REGION, description="AWS region (the provider key aws:region).")
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    network: NetworkSettings = Field(default_factory=NetworkSettings)
+    system_nodes: SystemNodeSettings = Field(default_factory=SystemNodeSettings)
+    gpu_pools: list[GpuPoolSettings] = Field(default_factory=list)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every AWS resource.")
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", v):
+            raise ValueError(f"{v!r} is not an AWS region name (e.g. ap-northeast-2)")
+        return v
+
+    @model_validator(mode="after")
+    def _stack(self) -> StackSettings:
+        problems: list[str] = []
+        counts = Counter(pool.name for pool in self.gpu_pools)
+        for index, pool in enumerate(self.gpu_pools):
+            if counts[pool.name] > 1:
+                problems.append(f"gpuPools[{index}].name: pool name {pool.name!r} is used more than once; names must be unique")
+            if pool.on_demand_fallback and f"{pool.name}-on-demand" in counts:
+                problems.append(
+                    f"gpuPools[{index}].onDemandFallback: would create {pool.name}-on-demand, which another pool already uses"
+                )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def pool(self, name: str) -> GpuPoolSettings:
+        return next(p for p in self.gpu_pools if p.name == name)
+
+
+# -- reading config -----------------------------------------------------------------------------
+
+_TOP_LEVEL = {
+    "cluster": "cluster",
+    "network": "network",
+    "systemNodes": "systemNodes",
+    "gpuPools": "gpuPools",
+    "storage": "storage",
+    "tags": "tags",
+}
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _format(error: ValidationError) -> list[str]:
+    problems = []
+    for err in error.errors():
+        loc = tuple(err["loc"])
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown key (misspelt?); see the config reference in Pulumi.yaml"
+        if loc and loc[0] == "region":
+            key = "aws:region"
+        elif loc:
+            key = f"{PROJECT}:{_key_path(loc)}"
+        else:
+            key = None
+        for line in message.splitlines():
+            if key is None:
+                # cross-key problems start with their own key path
+                problems.append(f"{PROJECT}:{line}")
+            else:
+                problems.append(f"{key}: {line}")
+    return problems
+
+
+def settings_from_config(values: dict[str, Any], *, stack: str, project: str = PROJECT) -> StackSettings:
+    """Build settings from a stack's config, given as {"<namespace>:<key>": value}.
+
+    Values may be JSON strings (as `pulumi.Config` hands them out) or already-parsed objects.
+    """
+    data: dict[str, Any] = {"project": project, "stack": stack}
+    problems: list[str] = []
+    for full_key, value in values.items():
+        namespace, _, key = full_key.partition(":")
+        if namespace == "aws" and key == "region":
+            data["region"] = value
+        elif namespace == project:
+            if key not in _TOP_LEVEL:
+                problems.append(f"{full_key}: unknown key; known keys: {', '.join(f'{project}:{k}' for k in _TOP_LEVEL)}")
+                continue
+            if isinstance(value, str):
+                # pulumi.Config hands structured values over as JSON text
+                try:
+                    value = json.loads(value)
+                except json.JSONDecodeError:
+                    problems.append(f"{full_key}: expected a structured value (object or list), got {value!r}")
+                    continue
+            data[key] = value
+    if problems:
+        raise ConfigError(problems)
+    try:
+        return StackSettings.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format(err)) from None
+
+
+def read_stack_file(stack: str, directory: Path = REPO) -> dict[str, Any]:
+    """The `config:` mapping of `Pulumi.<stack>.yaml`."""
+    path = directory / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        known = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml")
+                       for p in directory.glob("Pulumi.*.yaml"))
+        raise ConfigError([f"no stack file {path.name}; stacks here: {', '.join(known) or 'none'}"])
+    document = yaml.safe_load(path.read_text()) or {}
+    return dict(document.get("config") or {})
+
+
+def load_stack_settings(stack: str, directory: Path = REPO) -> StackSettings:
+    """Settings of a stack from its `Pulumi.<stack>.yaml`, as `pulumi up -s <stack>` would see them."""
+    return settings_from_config(read_stack_file(stack, directory), stack=stack)
