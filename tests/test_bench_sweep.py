@@ -1,20 +1,18 @@
 """Sweep orchestration: plan, command line, validity, retry, resume, SIGTERM, overhead.
 
 `vllm bench serve` is replaced by tests/fixtures/bench_fake_vllm.py (instant, scriptable) and the
-server by a small HTTP stub; the real vLLM run is in test_bench_e2e.py.
+server by a small HTTP stub (fixtures in tests/fixtures/bench_env.py); the real vLLM run is in
+test_bench_e2e.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,6 @@ from bench import results as R
 from bench import sweep as S
 
 REPO = Path(__file__).resolve().parents[1]
-FAKE = REPO / "tests" / "fixtures" / "bench_fake_vllm.py"
 
 # `vllm bench serve` flags of vLLM 0.26.0 that the sweep uses (reference: vllm.md section 2.1,
 # read from the 0.26.0 wheel). The e2e test proves them against the local 0.32 build by running.
@@ -36,69 +33,9 @@ FLAGS_026 = {
 }
 
 
-class _Stub(BaseHTTPRequestHandler):
-    healthy_after = 0.0
-    started = 0.0
-
-    def do_GET(self):  # noqa: N802
-        if self.path == "/health":
-            ok = time.monotonic() - self.started >= self.healthy_after
-            self._send(200 if ok else 503, b"")
-        elif self.path == "/version":
-            self._send(200, b'{"version": "0.26.0"}')
-        elif self.path == "/v1/models":
-            self._send(200, json.dumps({"data": [{"id": "tiny", "max_model_len": 1024, "root": "/m"}]}).encode())
-        else:
-            self._send(404, b"{}")
-
-    def _send(self, code, body):
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def server():
-    _Stub.started = time.monotonic()
-    _Stub.healthy_after = 0.0
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-@pytest.fixture
-def fake(tmp_path, monkeypatch):
-    calls = tmp_path / "calls.jsonl"
-    calls.touch()
-    monkeypatch.setenv("FAKE_VLLM_CALLS", str(calls))
-    monkeypatch.delenv("FAKE_VLLM_PLAN", raising=False)
-
-    class Fake:
-        bin = shlex.join([sys.executable, str(FAKE)])
-
-        @staticmethod
-        def plan(mapping):
-            monkeypatch.setenv("FAKE_VLLM_PLAN", json.dumps(mapping))
-
-        @staticmethod
-        def keys():
-            return [json.loads(line)["key"] for line in calls.read_text().splitlines()]
-
-    return Fake
-
-
 def sweep_args(server, out, fake, *extra):
     return [
-        "--base-url", server, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
+        "--base-url", server.url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
         "--vllm-bin", fake.bin, "--scenarios", "S1_chat,S3_moderation", "--concurrencies", "1,4",
         "--min-prompts", "4", "--prompts-per-concurrency", "2", "--health-interval", "0.2",
         *extra,
@@ -179,9 +116,9 @@ def test_command_uses_only_flags_known_in_vllm_026():
 # --- sweeps with the fake bench --------------------------------------------------------------
 
 
-def test_sweep_all_valid_writes_results_manifest_logs(server, fake, tmp_path, capsys):
+def test_sweep_all_valid_writes_results_manifest_logs(bench_stub_server, fake_bench, tmp_path, capsys):
     out = tmp_path / "out"
-    assert S.main(sweep_args(server, out, fake, "--instance-type", "g6e.2xlarge", "--gpus", "4",
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--instance-type", "g6e.2xlarge", "--gpus", "4",
                              "--server-args", "--kv-cache-dtype fp8")) == 0
     names = sorted(p.name for p in out.glob("*_c*.json"))
     assert names == ["S1_chat_c1.json", "S1_chat_c4.json", "S3_moderation_c1.json", "S3_moderation_c4.json"]
@@ -199,11 +136,11 @@ def test_sweep_all_valid_writes_results_manifest_logs(server, fake, tmp_path, ca
     assert progress[0].startswith("[1/4] S1_chat c=1")
 
 
-def test_exit0_with_failed_requests_is_invalid_retried_and_kept(server, fake, tmp_path):
+def test_exit0_with_failed_requests_is_invalid_retried_and_kept(bench_stub_server, fake_bench, tmp_path):
     out = tmp_path / "out"
-    fake.plan({"S1_chat_c4": ["fail_all", "fail_all"], "S3_moderation_c1": ["partial", "ok"],
+    fake_bench.plan({"S1_chat_c4": ["fail_all", "fail_all"], "S3_moderation_c1": ["partial", "ok"],
                "S3_moderation_c4": ["crash", "crash"]})
-    assert S.main(sweep_args(server, out, fake)) == 1
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench)) == 1
     runs = {(r["scenario"], r["concurrency"]): r for r in manifest(out)["runs"]}
     bad = runs[("S1_chat", 4)]
     assert bad["status"] == "invalid" and len(bad["attempts"]) == 2
@@ -218,21 +155,21 @@ def test_exit0_with_failed_requests_is_invalid_retried_and_kept(server, fake, tm
     assert "1 failed requests" in retried["attempts"][0]["reason"]
     crashed = runs[("S3_moderation", 4)]
     assert crashed["status"] == "invalid" and "exited 1" in crashed["reason"]
-    assert fake.keys().count("S1_chat_c1") == 1
+    assert fake_bench.keys().count("S1_chat_c1") == 1
 
 
-def test_resume_reruns_only_what_is_not_valid(server, fake, tmp_path):
+def test_resume_reruns_only_what_is_not_valid(bench_stub_server, fake_bench, tmp_path):
     out = tmp_path / "out"
-    fake.plan({"S1_chat_c4": ["fail_all", "fail_all", "ok"]})
-    assert S.main(sweep_args(server, out, fake)) == 1
-    assert S.main(sweep_args(server, out, fake)) == 2  # refuses to overwrite without --resume
+    fake_bench.plan({"S1_chat_c4": ["fail_all", "fail_all", "ok"]})
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench)) == 1
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench)) == 2  # refuses to overwrite without --resume
     (out / "S3_moderation_c1.json").unlink()
     stale = json.loads((out / "S3_moderation_c4.json").read_text())
     stale[R.META_RUN_HASH] = "0" * 12
     (out / "S3_moderation_c4.json").write_text(json.dumps(stale))
-    before = len(fake.keys())
-    assert S.main(sweep_args(server, out, fake, "--resume")) == 0
-    assert sorted(fake.keys()[before:]) == ["S1_chat_c4", "S3_moderation_c1", "S3_moderation_c4"]
+    before = len(fake_bench.keys())
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--resume")) == 0
+    assert sorted(fake_bench.keys()[before:]) == ["S1_chat_c4", "S3_moderation_c1", "S3_moderation_c4"]
     m = manifest(out)
     assert sorted(m["sessions"][-1]["skipped_valid"]) == ["S1_chat_c1.json"]
     assert (out / "S3_moderation_c4.stale1.json").exists()
@@ -240,28 +177,28 @@ def test_resume_reruns_only_what_is_not_valid(server, fake, tmp_path):
     assert [a["n"] for a in rec[("S1_chat", 4)]["attempts"]] == [1, 2, 3]
     assert len(m["sessions"]) == 2 and all(r["status"] == "valid" for r in m["runs"])
     # A changed plan invalidates what was recorded under the old one.
-    before = len(fake.keys())
-    assert S.main(sweep_args(server, out, fake, "--resume", "--seed", "7")) == 0
-    assert len(fake.keys()) - before == 4
+    before = len(fake_bench.keys())
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--resume", "--seed", "7")) == 0
+    assert len(fake_bench.keys()) - before == 4
 
 
-def test_health_wait_is_bounded(server, fake, tmp_path):
-    _Stub.healthy_after = 3600
+def test_health_wait_is_bounded(bench_stub_server, fake_bench, tmp_path):
+    bench_stub_server.unhealthy_for(3600)
     t0 = time.monotonic()
-    assert S.main(sweep_args(server, tmp_path / "o", fake, "--health-timeout", "1")) == 3
+    assert S.main(sweep_args(bench_stub_server, tmp_path / "o", fake_bench, "--health-timeout", "1")) == 3
     assert time.monotonic() - t0 < 10
-    assert fake.keys() == []
+    assert fake_bench.keys() == []
 
 
-def test_sigterm_stops_marks_pending_and_resume_finishes(server, fake, tmp_path):
+def test_sigterm_stops_marks_pending_and_resume_finishes(bench_stub_server, fake_bench, tmp_path):
     out = tmp_path / "out"
-    fake.plan({"S3_moderation_c1": ["hang", "ok"]})
+    fake_bench.plan({"S3_moderation_c1": ["hang", "ok"]})
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", *sweep_args(server, out, fake)],
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", *sweep_args(bench_stub_server, out, fake_bench)],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
-        while "S3_moderation_c1" not in fake.keys():
+        while "S3_moderation_c1" not in fake_bench.keys():
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
         time.sleep(0.5)
@@ -275,14 +212,14 @@ def test_sigterm_stops_marks_pending_and_resume_finishes(server, fake, tmp_path)
     assert status == {"S1_chat_c1.json": "valid", "S1_chat_c4.json": "valid",
                       "S3_moderation_c1.json": "pending", "S3_moderation_c4.json": "pending"}
     assert manifest(out)["sessions"][-1]["interrupted"]
-    before = len(fake.keys())
-    assert S.main(sweep_args(server, out, fake, "--resume")) == 0
-    assert fake.keys()[before:] == ["S3_moderation_c1", "S3_moderation_c4"]
+    before = len(fake_bench.keys())
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--resume")) == 0
+    assert fake_bench.keys()[before:] == ["S3_moderation_c1", "S3_moderation_c4"]
 
 
-def test_overhead_is_recorded_and_small(server, fake, tmp_path):
+def test_overhead_is_recorded_and_small(bench_stub_server, fake_bench, tmp_path):
     out = tmp_path / "out"
-    assert S.main(sweep_args(server, out, fake, "--concurrencies", "1,2,4,8")) == 0
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--concurrencies", "1,2,4,8")) == 0
     t = manifest(out)["sessions"][-1]["timing"]
     assert t["wall_s"] >= t["bench_processes_s"] > 0
     accounted = t["health_wait_s"] + t["bench_processes_s"] + t["orchestration_overhead_s"]
