@@ -43,7 +43,10 @@ class Registration:
 
     @property
     def parent_name(self) -> str | None:
-        return self.parent_urn.rsplit("::", 1)[-1] if self.parent_urn else None
+        # top-level resources are children of the stack itself, which is not a resource to render
+        if not self.parent_urn or self.parent_urn.split("::")[2].endswith("pulumi:pulumi:Stack"):
+            return None
+        return self.parent_urn.rsplit("::", 1)[-1]
 
 
 def _options(request) -> dict[str, Any]:

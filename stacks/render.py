@@ -33,14 +33,31 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 _NOT_K8S_OBJECTS = (HELM_RELEASE, "pulumi:providers:kubernetes")
 
 
+_SECRET_SIG = ("4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270")
+
+
+def is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(_SECRET_SIG[0]) == _SECRET_SIG[1]
+
+
+def unsecret(value: Any) -> Any:
+    """The plain value inside a secret wrapper (for tests); other values unchanged."""
+    return value["value"] if is_secret(value) else value
+
+
 def _plain(value: Any) -> Any:
-    """JSON-able copy of a deserialized input value."""
+    """JSON-able copy of a deserialized input value; secrets are masked."""
+    if is_secret(value):
+        return "[secret]"
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, pulumi.Resource):
         return {"$resource": getattr(value, "_name", type(value).__name__)}
+    if isinstance(value, float) and value.is_integer():
+        # Pulumi carries every number as a double; what is applied is the JSON integer.
+        return int(value)
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
@@ -185,12 +202,13 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
     parser.add_argument("--out", type=Path, required=True, help="directory for the rendered files")
+    parser.add_argument("--dir", type=Path, default=REPO, help="directory holding the stack files (default: the project)")
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        rendered = render_stack(args.stack)
+        rendered = render_stack(args.stack, args.dir)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

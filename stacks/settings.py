@@ -332,9 +332,11 @@ class StackSettings(_Settings):
     def _stack(self) -> StackSettings:
         problems: list[str] = []
         counts = Counter(pool.name for pool in self.gpu_pools)
+        seen: set[str] = set()
         for index, pool in enumerate(self.gpu_pools):
-            if counts[pool.name] > 1:
+            if pool.name in seen:
                 problems.append(f"gpuPools[{index}].name: pool name {pool.name!r} is used more than once; names must be unique")
+            seen.add(pool.name)
             if pool.on_demand_fallback and f"{pool.name}-on-demand" in counts:
                 problems.append(
                     f"gpuPools[{index}].onDemandFallback: would create {pool.name}-on-demand, which another pool already uses"

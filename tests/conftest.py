@@ -4,6 +4,7 @@ pytest_plugins = [
     "tests.fixtures.moto_server",
     "tests.fixtures.vllm_env",
     "tests.fixtures.bench_env",
+    "tests.fixtures.pulumi_stack",
 ]
 
 

@@ -1,0 +1,65 @@
+"""Network: a new VPC across AZs with an S3 gateway endpoint, or an existing VPC by id."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from components.network import DISCOVERY_TAG, subnet_cidrs
+from tests.fixtures.pulumi_stack import render_with
+
+SUBNET = "aws:ec2/subnet:Subnet"
+
+
+def test_subnets_never_overlap_and_stay_inside_the_vpc():
+    for cidr, zones in (("10.40.0.0/16", 2), ("10.40.0.0/16", 4), ("172.20.0.0/20", 3)):
+        private, public = subnet_cidrs(cidr, zones)
+        nets = [ipaddress.ip_network(n) for n in private + public]
+        assert len(private) == len(public) == zones
+        assert all(n.subnet_of(ipaddress.ip_network(cidr)) for n in nets)
+        assert not any(a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:])
+
+
+def test_new_vpc_spans_two_zones_with_public_and_private_subnets(dev):
+    subnets = dev.of_type(SUBNET)
+    zones = {s.inputs["availabilityZone"] for s in subnets}
+    assert zones == {"ap-northeast-2a", "ap-northeast-2b"}
+    private = [s for s in subnets if "private" in s.name]
+    public = [s for s in subnets if "public" in s.name]
+    assert len(private) == len(public) == 2
+    assert all(s.parent_name == "network" for s in subnets)
+    # Karpenter discovers node subnets by tag: private ones only
+    assert all(s.inputs["tags"][DISCOVERY_TAG] == "vllm-poc-dev" for s in private)
+    assert not any(DISCOVERY_TAG in s.inputs["tags"] for s in public)
+    assert all(s.inputs["tags"]["kubernetes.io/role/internal-elb"] == "1" for s in private)
+    assert not any(s.inputs.get("mapPublicIpOnLaunch") for s in subnets)
+
+
+def test_one_nat_gateway_by_default_and_one_per_zone_on_request(dev):
+    assert len(dev.of_type("aws:ec2/natGateway:NatGateway")) == 1
+    per_az = render_with(network={"availabilityZoneCount": 3, "natGateways": "per-az"})
+    assert len(per_az.of_type("aws:ec2/natGateway:NatGateway")) == 3
+    assert len(per_az.of_type(SUBNET)) == 6
+
+
+def test_s3_gateway_endpoint_serves_every_private_route_table(dev):
+    endpoint = dev.one("aws:ec2/vpcEndpoint:VpcEndpoint")
+    assert endpoint.inputs["serviceName"] == "com.amazonaws.ap-northeast-2.s3"
+    assert endpoint.inputs["vpcEndpointType"] == "Gateway"
+    private_tables = {r.outputs["id"] for r in dev.of_type("aws:ec2/routeTable:RouteTable") if "private" in r.name}
+    assert len(private_tables) == 2 and private_tables <= set(endpoint.inputs["routeTableIds"])
+
+
+def test_existing_vpc_creates_no_network_but_tags_the_node_subnets():
+    rendered = render_with(network={
+        "vpcId": "vpc-0123456789abcdef0",
+        "privateSubnets": {"ap-northeast-2a": "subnet-0aaaaaaaaaaaaaaa1", "ap-northeast-2c": "subnet-0aaaaaaaaaaaaaaa2"},
+        "publicSubnets": {"ap-northeast-2a": "subnet-0bbbbbbbbbbbbbbb1", "ap-northeast-2c": "subnet-0bbbbbbbbbbbbbbb2"},
+    })
+    assert not rendered.of_type("aws:ec2/vpc:Vpc") and not rendered.of_type(SUBNET)
+    tags = {t.inputs["resourceId"]: t.inputs for t in rendered.of_type("aws:ec2/tag:Tag")
+            if t.parent_name == "network"}
+    assert set(tags) == {"subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"}
+    assert all(t["key"] == DISCOVERY_TAG and t["value"] == "vllm-poc-dev" for t in tags.values())
+    cluster = rendered.one("eks:index:Cluster")
+    assert cluster.inputs["vpcId"] == "vpc-0123456789abcdef0"
+    assert cluster.inputs["privateSubnetIds"] == ["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"]
