@@ -319,6 +319,14 @@ def _bucket_usage(s3, bucket: str, cap: int = 100_000) -> tuple[int, int, bool]:
     return count, size, False
 
 
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
 def find_buckets(s3, stack: str, teardown: str) -> list[Leftover]:
     found = []
     for bucket in s3.list_buckets().get("Buckets", []):
@@ -331,7 +339,7 @@ def find_buckets(s3, stack: str, teardown: str) -> list[Leftover]:
             continue
         role = tags.get(BUCKET_ROLE_TAG, "?")
         retained = teardown == "retain-weights" and role == "weights"
-        detail = f"{role} bucket, {count}{'+' if capped else ''} objects, {size / 1024**3:.2f} GiB billed monthly"
+        detail = f"{role} bucket, {count}{'+' if capped else ''} objects, {_human(size)}{'+' if capped else ''} stored (billed monthly)"
         found.append(Leftover(
             "bucket", name, detail, deletable=False, expected=retained,
             note=("kept by storage.teardown=retain-weights" if retained

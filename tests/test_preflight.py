@@ -133,7 +133,7 @@ def test_unreadable_quota_warns_instead_of_guessing(aws):
 
 def test_running_gpu_instances_eat_into_the_quota(aws):
     ec2 = _ec2()
-    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ami = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])["Images"][0]["ImageId"]
     ec2.run_instances(ImageId=ami, MinCount=2, MaxCount=2, InstanceType="g6e.2xlarge")  # 16 vCPU on-demand
     ec2.run_instances(ImageId=ami, MinCount=3, MaxCount=3, InstanceType="m5.large")  # other quota
     report = _run()
