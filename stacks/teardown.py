@@ -4,7 +4,7 @@ Orphaned Karpenter nodes are the usual teardown bill: once the Karpenter control
 nothing terminates the instances it launched (aws/karpenter-provider-aws #1955, #3179, #6870).
 
 * pre-destroy (before `pulumi destroy`): deletes the stack's bench Jobs, then its vLLM Deployments, then
-  its Karpenter NodePools, through kubectl with the stack's labels
+  its Karpenter NodePools and EC2NodeClasses, through kubectl with the stack's labels
   (`app.kubernetes.io/part-of=vllm-poc`), then waits, bounded, until no EC2 instance that Karpenter
   launched for the cluster is left. Jobs go first because bench pods carry
   `karpenter.sh/do-not-disrupt`, which holds their node's drain.
@@ -120,6 +120,13 @@ def delete_steps(
         Step(
             "delete Karpenter NodePools (Karpenter drains and terminates their nodes)",
             kubectl(kubeconfig, context, "delete", "nodepools.karpenter.sh", *common),
+            timeout_s=wait_minutes * 60 + 60,
+        ),
+        # The EC2NodeClass finalizer waits for its NodeClaims, then removes the launch templates and
+        # instance profiles Karpenter made: done here, while the controller still runs.
+        Step(
+            "delete EC2NodeClasses (Karpenter removes its launch templates and instance profiles)",
+            kubectl(kubeconfig, context, "delete", "ec2nodeclasses.karpenter.k8s.aws", *common),
             timeout_s=wait_minutes * 60 + 60,
         ),
     ]
@@ -445,7 +452,7 @@ def add_parser(subparsers) -> None:
     pre = subparsers.add_parser(
         PRE_DESTROY,
         help="before `pulumi destroy`: delete bench Jobs, vLLM Deployments, NodePools; wait for Karpenter's nodes",
-        description="Delete the stack's bench Jobs, vLLM Deployments and Karpenter NodePools (by label "
+        description="Delete the stack's bench Jobs, vLLM Deployments, Karpenter NodePools and EC2NodeClasses (by label "
                     f"{PART_OF_SELECTOR}) and wait until Karpenter's EC2 instances are gone.",
     )
     pre.add_argument("stack", help="stack name (reads Pulumi.<stack>.yaml)")

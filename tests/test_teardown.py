@@ -72,6 +72,8 @@ def test_delete_commands_follow_the_stack_labels_in_order():
          "--selector", "app.kubernetes.io/part-of=vllm-poc", "--ignore-not-found", "--wait", "--timeout=15m"],
         ["kubectl", "--kubeconfig", "/tmp/kc", "delete", "nodepools.karpenter.sh",
          "--selector", "app.kubernetes.io/part-of=vllm-poc", "--ignore-not-found", "--wait", "--timeout=15m"],
+        ["kubectl", "--kubeconfig", "/tmp/kc", "delete", "ec2nodeclasses.karpenter.k8s.aws",
+         "--selector", "app.kubernetes.io/part-of=vllm-poc", "--ignore-not-found", "--wait", "--timeout=15m"],
     ]
     with_context = teardown.delete_steps(None, "admin@dev", wait_minutes=5)[2].argv
     assert with_context[:3] == ["kubectl", "--context", "admin@dev"] and "--timeout=5m" in with_context
@@ -90,7 +92,8 @@ def test_dry_run_prints_commands_and_runs_nothing(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert f"aws eks update-kubeconfig --name {CLUSTER} --region {REGION} --kubeconfig " in out
     lines = [line for line in out.splitlines() if line.startswith("kubectl")]
-    assert [line.split()[4] for line in lines] == ["jobs.batch", "deployments.apps", "nodepools.karpenter.sh"]
+    assert [line.split()[4] for line in lines] == [
+        "jobs.batch", "deployments.apps", "nodepools.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"]
 
 
 class FakeRunner:
@@ -108,7 +111,7 @@ def test_run_steps_tolerates_a_missing_crd_and_stops_on_failure():
     steps = teardown.delete_steps("/kc", None)
     missing = FakeRunner({"nodepools.karpenter.sh": (1, 'error: the server doesn\'t have a resource type "nodepools"')})
     assert teardown.run_steps(steps, missing, log=lambda m: None)
-    assert len(missing.calls) == 3
+    assert len(missing.calls) == 4
 
     broken = FakeRunner({"jobs.batch": (1, "error: You must be logged in to the server (Unauthorized)")})
     assert not teardown.run_steps(steps, broken, log=lambda m: None)
@@ -161,7 +164,8 @@ def test_pre_destroy_runs_cleanup_then_waits(ec2, ami, monkeypatch, capsys):
     rc = teardown.run_pre_destroy(args, clients={"ec2": ec2}, runner=runner,
                                   sleep=lambda s: ec2.terminate_instances(InstanceIds=[node]))
     assert rc == 0
-    assert [c[4] for c in runner.calls] == ["jobs.batch", "deployments.apps", "nodepools.karpenter.sh"]
+    assert [c[4] for c in runner.calls] == [
+        "jobs.batch", "deployments.apps", "nodepools.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"]
 
     failing = FakeRunner({"deployments.apps": (1, "boom")})
     assert teardown.run_pre_destroy(args, clients={"ec2": ec2}, runner=failing) == 1
