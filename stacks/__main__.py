@@ -7,7 +7,7 @@ import importlib
 import sys
 
 # Each module exposes add_parser(subparsers), which sets `func` on its parser.
-COMMAND_MODULES = ("render",)
+COMMAND_MODULES = ("render", "config_reference", "staging", "preflight", "teardown")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,7 +21,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from bench.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
 from stacks import catalog
+from stacks.serving import ServerSettings, check_server
 
 PROJECT = "vllm-poc"
 REPO = Path(__file__).resolve().parent.parent
@@ -310,15 +312,76 @@ class StorageSettings(_Settings):
         return v
 
 
+class BenchSettings(_Settings):
+    targets: list[str] = Field(
+        default_factory=list,
+        description="Servers (servers[].name) to benchmark after `pulumi up`; one Job each.",
+    )
+    scenarios: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SCENARIOS),
+        description="Scenarios to sweep: " + ", ".join(f"{k} {i}/{o}" for k, (i, o) in DEFAULT_SCENARIOS.items())
+        + " (input/output tokens, PoC report table 2).",
+    )
+    concurrencies: list[int] = Field(
+        default_factory=lambda: list(DEFAULT_CONCURRENCIES),
+        description="Client concurrencies per scenario.",
+    )
+    prompts_per_concurrency: int = Field(
+        8, ge=1, le=100, description="Prompts per run = max(minPrompts, this x concurrency)."
+    )
+    min_prompts: int = Field(32, ge=1, le=10000, description="Lower bound of prompts per run (p99 needs samples).")
+    seed: int = Field(0, description="Random dataset seed; the same seed replays the same prompts.")
+    price_per_hour: float | None = Field(
+        None, gt=0,
+        description="USD per hour of the benchmarked instance, recorded for cost efficiency; default: "
+        "the catalog's on-demand price where known.",
+    )
+
+    @field_validator("scenarios")
+    @classmethod
+    def _scenarios(cls, v: list[str]) -> list[str]:
+        unknown = [name for name in v if name not in DEFAULT_SCENARIOS]
+        if unknown or not v or len(set(v)) != len(v):
+            raise ValueError(
+                f"scenarios must be distinct names from {', '.join(DEFAULT_SCENARIOS)}; got {v}"
+            )
+        return v
+
+    @field_validator("concurrencies")
+    @classmethod
+    def _concurrencies(cls, v: list[int]) -> list[int]:
+        if not v or any(c < 1 for c in v) or len(set(v)) != len(v):
+            raise ValueError(f"concurrencies must be distinct positive integers; got {v}")
+        return sorted(v)
+
+    @property
+    def max_concurrency(self) -> int:
+        return max(self.concurrencies)
+
+    @property
+    def max_request_tokens(self) -> int:
+        return max(sum(DEFAULT_SCENARIOS[name]) for name in self.scenarios)
+
+
 class StackSettings(_Settings):
     project: str = Field(PROJECT, exclude=True)
     stack: str = Field("dev", exclude=True)
     region: str = Field(DEFAULT_REGION, description="AWS region (the provider key aws:region).")
-    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
-    network: NetworkSettings = Field(default_factory=NetworkSettings)
-    system_nodes: SystemNodeSettings = Field(default_factory=SystemNodeSettings)
-    gpu_pools: list[GpuPoolSettings] = Field(default_factory=list)
-    storage: StorageSettings = Field(default_factory=StorageSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings, description="The EKS cluster.")
+    network: NetworkSettings = Field(
+        default_factory=NetworkSettings, description="A VPC to create, or an existing one (vpcId + subnets)."
+    )
+    system_nodes: SystemNodeSettings = Field(
+        default_factory=SystemNodeSettings, description="Managed node group for Karpenter and add-ons."
+    )
+    gpu_pools: list[GpuPoolSettings] = Field(
+        default_factory=list, description="Karpenter GPU pools, one instance type each."
+    )
+    storage: StorageSettings = Field(
+        default_factory=StorageSettings, description="S3 buckets for weights and bench results."
+    )
+    servers: list[ServerSettings] = Field(default_factory=list, description="vLLM servers, one Deployment each.")
+    bench: BenchSettings = Field(default_factory=BenchSettings, description="The benchmark Jobs run after `pulumi up`.")
     tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every AWS resource.")
 
     @field_validator("region")
@@ -341,12 +404,49 @@ class StackSettings(_Settings):
                 problems.append(
                     f"gpuPools[{index}].onDemandFallback: would create {pool.name}-on-demand, which another pool already uses"
                 )
+        pools = {pool.name: pool for pool in self.gpu_pools}
+        server_names: set[str] = set()
+        for index, server in enumerate(self.servers):
+            key = f"servers[{index}]"
+            if server.name in server_names:
+                problems.append(f"{key}.name: server name {server.name!r} is used more than once")
+            server_names.add(server.name)
+            pool = pools.get(server.pool)
+            if pool is None:
+                problems.append(
+                    f"{key}.pool: no GPU pool named {server.pool!r}; define it in gpuPools or use one of "
+                    f"{', '.join(pools) or '(none defined)'}"
+                )
+                continue
+            # Every server is held to the bench's peak: any of them may be benchmarked later, and
+            # the policy pack enforces the same floor on every Deployment.
+            problems += [
+                p.removeprefix(f"{PROJECT}:")
+                for p in check_server(
+                    server, pool.instance, self.bench.max_concurrency, key=f"{PROJECT}:{key}",
+                    bench_max_tokens=self.bench.max_request_tokens,
+                )
+            ]
+            gpus_needed = server.tensor_parallel_size * server.replicas
+            if gpus_needed > pool.gpu_limit:
+                problems.append(
+                    f"{key}.replicas: {server.replicas} replica(s) x {server.tensor_parallel_size} GPU(s) exceed "
+                    f"gpuPools {pool.name!r} gpuLimit {pool.gpu_limit}; raise the limit or lower replicas"
+                )
+        for index, target in enumerate(self.bench.targets):
+            if target not in server_names:
+                problems.append(
+                    f"bench.targets[{index}]: no server named {target!r}; use one of {', '.join(sorted(server_names)) or '(none defined)'}"
+                )
         if problems:
             raise ValueError("\n".join(problems))
         return self
 
     def pool(self, name: str) -> GpuPoolSettings:
         return next(p for p in self.gpu_pools if p.name == name)
+
+    def server(self, name: str) -> ServerSettings:
+        return next(s for s in self.servers if s.name == name)
 
 
 # -- reading config -----------------------------------------------------------------------------
@@ -357,6 +457,8 @@ _TOP_LEVEL = {
     "systemNodes": "systemNodes",
     "gpuPools": "gpuPools",
     "storage": "storage",
+    "servers": "servers",
+    "bench": "bench",
     "tags": "tags",
 }
 

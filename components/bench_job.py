@@ -1,0 +1,153 @@
+"""The benchmark Job: one scenario sweep against one vLLM server, results streamed to S3.
+
+The Job runs `python3 -m bench sweep` in the server's own image (vLLM, python3 and boto3 are there;
+nothing is built), with the bench package mounted from an immutable ConfigMap. It is created once
+the server's Deployment is available, and `pulumi up` does not wait for the sweep (skipAwait).
+
+Its name carries a hash of everything that shapes the numbers (server flags and image, sweep
+settings, bench code): a changed configuration starts a new sweep under a new results prefix, and
+an unchanged `pulumi up` leaves the finished Job alone. On a pod restart (a failure, a Spot
+interruption) the next pod downloads what the last one uploaded and runs only what is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+CODE_DIR = "/opt/vllm-poc"
+# `python -m bench sweep` exit codes that end the Job (see bench.sweep)
+FINAL_EXIT_CODES = (1, 2)
+RESULTS_DIR = "/results"
+PART_OF = {"app.kubernetes.io/part-of": "vllm-poc"}
+
+
+@dataclass(frozen=True)
+class BenchJobArgs:
+    server: str  # server name; the Job selects that server's node through its pod labels
+    namespace: str
+    image: str
+    service_account: str
+    base_url: str
+    served_model: str
+    tokenizer_uri: str  # s3:// prefix of the model folder; only tokenizer files are fetched
+    results_uri: pulumi.Input[str]  # s3://<results bucket>/runs/<stack>/<server>/<config hash>/
+    sweep_args: list[str]  # scenarios, concurrencies, prompts, metadata for the manifest
+    server_pod_labels: dict[str, str]
+    region: str
+    code: dict[str, str]  # bench package: file name -> source
+    config_hash: str
+    labels: dict[str, str] = field(default_factory=dict)
+    depends_on: list[pulumi.Resource] = field(default_factory=list)
+    deadline_hours: int = 12
+
+
+def job_name(server: str, config_hash: str) -> str:
+    return f"bench-{server}-{config_hash[:10]}"[:63]
+
+
+class BenchJob(pulumi.ComponentResource):
+    job: k8s.batch.v1.Job
+    code: k8s.core.v1.ConfigMap
+    results_uri: pulumi.Output[str]
+
+    def __init__(self, name: str, args: BenchJobArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-poc:bench:BenchJob", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        labels = {
+            "app.kubernetes.io/name": "vllm-bench",
+            "app.kubernetes.io/instance": args.server,
+            "vllm-poc/config-hash": args.config_hash[:10],
+            **PART_OF,
+            **args.labels,
+        }
+        self.code = k8s.core.v1.ConfigMap(
+            f"{name}-code",
+            metadata={"name": f"bench-code-{args.config_hash[:10]}", "namespace": args.namespace, "labels": labels},
+            data=dict(sorted(args.code.items())),
+            immutable=True,
+            opts=child,
+        )
+        self.results_uri = pulumi.Output.from_input(args.results_uri)
+        command = [
+            "python3", "-m", "bench", "sweep",
+            "--base-url", args.base_url,
+            "--model", args.served_model,
+            "--tokenizer", args.tokenizer_uri,
+            "--out", RESULTS_DIR,
+            "--resume",
+            *args.sweep_args,
+        ]
+        container = {
+            "name": "bench",
+            "image": args.image,
+            "command": command,
+            "env": [
+                {"name": "PYTHONPATH", "value": CODE_DIR},
+                {"name": "PYTHONUNBUFFERED", "value": "1"},
+                {"name": "AWS_REGION", "value": args.region},
+                {"name": "AWS_DEFAULT_REGION", "value": args.region},
+                {"name": "VLLM_POC_RESULTS_URI", "value": self.results_uri},
+            ],
+            "resources": {
+                # `vllm bench serve` is one client process; it must not take the server's GPU.
+                "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "2Gi"},
+                "limits": {"memory": "4Gi"},
+            },
+            "volumeMounts": [
+                {"name": "code", "mountPath": f"{CODE_DIR}/bench", "readOnly": True},
+                {"name": "results", "mountPath": RESULTS_DIR},
+            ],
+        }
+        pod_spec = {
+            "serviceAccountName": args.service_account,
+            "restartPolicy": "Never",
+            "containers": [container],
+            "volumes": [
+                {"name": "code", "configMap": {"name": self.code.metadata["name"]}},
+                {"name": "results", "emptyDir": {}},
+            ],
+            # On the server's own node: the ~25 GB image is already there, and the client's traffic
+            # stays off the network between nodes.
+            "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": dict(args.server_pod_labels)},
+                "topologyKey": "kubernetes.io/hostname",
+            }]}},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        }
+        self.job = k8s.batch.v1.Job(
+            f"{name}-job",
+            metadata={
+                "name": job_name(args.server, args.config_hash),
+                "namespace": args.namespace,
+                "labels": labels,
+                "annotations": {"pulumi.com/skipAwait": "true"},
+            },
+            spec={
+                # Each retry resumes from S3; a Spot interruption or eviction does not use up a retry.
+                "backoffLimit": 4,
+                "podFailurePolicy": {"rules": [
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                    # The sweep finished with combinations that stayed invalid after their retry (1), or
+                    # its arguments are wrong (2): both are recorded in S3, and rerunning costs GPU hours
+                    # without changing the answer. Anything else (server not up yet, an upload error,
+                    # a crash) is retried and resumes.
+                    {"action": "FailJob", "onExitCodes": {"containerName": "bench", "operator": "In", "values": list(FINAL_EXIT_CODES)}},
+                ]},
+                "activeDeadlineSeconds": args.deadline_hours * 3600,
+                "ttlSecondsAfterFinished": 7 * 24 * 3600,
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        # Blocks Karpenter consolidation and drift of the node (and so of the server
+                        # on it) for as long as the sweep runs.
+                        "annotations": {"karpenter.sh/do-not-disrupt": "true"},
+                    },
+                    "spec": pod_spec,
+                },
+            },
+            opts=child.merge(pulumi.ResourceOptions(depends_on=[self.code, *args.depends_on])),
+        )
+        self.register_outputs({"jobName": self.job.metadata["name"], "resultsUri": self.results_uri})
