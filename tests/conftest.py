@@ -5,6 +5,7 @@ pytest_plugins = [
     "tests.fixtures.vllm_env",
     "tests.fixtures.bench_env",
     "tests.fixtures.pulumi_stack",
+    "tests.fixtures.k8s_schemas",
 ]
 
 
