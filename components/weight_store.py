@@ -1,0 +1,172 @@
+"""S3 storage for model weights (with the compile-cache and assets prefixes) and bench results.
+
+Both buckets get the same controls: every public-access switch on, bucket-owner-enforced ownership
+(ACLs off), default encryption (SSE-S3, or SSE-KMS with a bucket key when a key ARN is given), a
+bucket policy that refuses plain-HTTP requests, and a rule that aborts multipart uploads left
+behind by an interrupted `stage-weights` after a week (resumable meanwhile).
+
+Versioning stays off on both: weights are re-stageable copies of public checkpoints (a 31-62 GB
+re-upload would otherwise keep every old version), and results live under a fresh run id each time.
+
+Teardown: `destroy` (the PoC default) empties and deletes both buckets. `retain-weights` keeps the
+weights bucket, and the controls on it, out of `pulumi destroy` (retain_on_delete) and refuses to
+delete it while it holds objects (no force_destroy), so a later stack can import it instead of
+re-staging 100+ GB. Pulumi's `protect` is not used: it makes the whole `pulumi destroy` fail.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pulumi
+import pulumi_aws as aws
+
+from stacks.serving import ASSETS_PREFIX, COMPILE_CACHE_PREFIX, model_prefix
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
+_MAX_BUCKET_NAME = 63
+# Interrupted multipart uploads keep costing until aborted; a week leaves time to resume staging.
+ABORT_MULTIPART_DAYS = 7
+RESULTS_ROOT = "runs/"
+
+
+def results_prefix(stack: str) -> str:
+    """Where one stack's bench runs go: runs/<stack>/<server>/<run id>/..."""
+    return f"{RESULTS_ROOT}{stack}/"
+
+
+@dataclass(frozen=True)
+class WeightStoreArgs:
+    # Bucket names are `<name_prefix>-weights-<account>-<region>` and `...-results-...`: stable, so a
+    # retained weights bucket can be imported again, and unique per account and region.
+    name_prefix: str
+    account_id: pulumi.Input[str]
+    region: str
+    teardown: Literal["destroy", "retain-weights"] = "destroy"
+    kms_key_arn: str | None = None
+    # Hugging Face ids whose URIs become outputs (s3://<weights>/models/<org>/<name>/).
+    model_ids: list[str] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        longest = len(f"{self.name_prefix}-weights-") + 12 + 1 + len(self.region)
+        if not _NAME.match(self.name_prefix) or "--" in self.name_prefix or longest > _MAX_BUCKET_NAME:
+            raise ValueError(
+                f"bucket name prefix {self.name_prefix!r} must be lowercase letters, digits and single "
+                f"'-', and short enough that '{self.name_prefix}-weights-<account>-{self.region}' "
+                f"stays within {_MAX_BUCKET_NAME} characters"
+            )
+        if self.teardown not in ("destroy", "retain-weights"):
+            raise ValueError(f"teardown {self.teardown!r}: use destroy or retain-weights")
+
+
+def tls_only_policy(bucket_arn: str) -> dict:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Sid": "DenyInsecureTransport",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "s3:*",
+            "Resource": [bucket_arn, f"{bucket_arn}/*"],
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }],
+    }
+
+
+class WeightStore(pulumi.ComponentResource):
+    """The weights bucket (models/, compile-cache/, assets/) and the results bucket (runs/)."""
+
+    weights_bucket: aws.s3.Bucket
+    results_bucket: aws.s3.Bucket
+    weights_bucket_name: pulumi.Output[str]
+    weights_bucket_arn: pulumi.Output[str]
+    results_bucket_name: pulumi.Output[str]
+    results_bucket_arn: pulumi.Output[str]
+    model_uris: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, args: WeightStoreArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-poc:storage:WeightStore", name, None, opts)
+        retain = args.teardown == "retain-weights"
+        self.weights_bucket = self._bucket(name, "weights", args, retain=retain)
+        self.results_bucket = self._bucket(name, "results", args, retain=False)
+
+        self.weights_bucket_name = self.weights_bucket.bucket
+        self.weights_bucket_arn = self.weights_bucket.arn
+        self.results_bucket_name = self.results_bucket.bucket
+        self.results_bucket_arn = self.results_bucket.arn
+        self.model_uris = {
+            hf_id: pulumi.Output.concat("s3://", self.weights_bucket.bucket, "/", model_prefix(hf_id))
+            for hf_id in args.model_ids
+        }
+        self.compile_cache_uri = pulumi.Output.concat("s3://", self.weights_bucket.bucket, "/",
+                                                      COMPILE_CACHE_PREFIX)
+        self.assets_uri = pulumi.Output.concat("s3://", self.weights_bucket.bucket, "/", ASSETS_PREFIX)
+        self.register_outputs({
+            "weightsBucket": self.weights_bucket_name,
+            "resultsBucket": self.results_bucket_name,
+            "modelUris": self.model_uris,
+        })
+
+    def _bucket(self, name: str, role: str, args: WeightStoreArgs, *, retain: bool) -> aws.s3.Bucket:
+        # A retained bucket keeps its controls too: deleting them on destroy would leave it open.
+        child = pulumi.ResourceOptions(parent=self, retain_on_delete=retain or None)
+        bucket = aws.s3.Bucket(
+            f"{name}-{role}",
+            bucket=pulumi.Output.concat(args.name_prefix, f"-{role}-", args.account_id, "-", args.region),
+            force_destroy=not retain,
+            tags={**args.tags, "vllm-poc/data": role},
+            opts=child,
+        )
+        # S3 rejects concurrent configuration changes on one bucket (OperationAborted), so each
+        # control waits for the previous one.
+        ownership = aws.s3.BucketOwnershipControls(
+            f"{name}-{role}-ownership",
+            bucket=bucket.id,
+            rule={"object_ownership": "BucketOwnerEnforced"},
+            opts=child,
+        )
+        public_access = aws.s3.BucketPublicAccessBlock(
+            f"{name}-{role}-public-access",
+            bucket=bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=child.merge(pulumi.ResourceOptions(depends_on=[ownership])),
+        )
+        if args.kms_key_arn:
+            # A bucket key cuts KMS requests: 64-128 parallel ranged GETs per loader would otherwise
+            # each call KMS Decrypt.
+            sse_default = {"sse_algorithm": "aws:kms", "kms_master_key_id": args.kms_key_arn}
+            bucket_key = True
+        else:
+            sse_default = {"sse_algorithm": "AES256"}
+            bucket_key = None
+        encryption = aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-{role}-encryption",
+            bucket=bucket.id,
+            rules=[{"apply_server_side_encryption_by_default": sse_default,
+                    "bucket_key_enabled": bucket_key}],
+            opts=child.merge(pulumi.ResourceOptions(depends_on=[public_access])),
+        )
+        policy = aws.s3.BucketPolicy(
+            f"{name}-{role}-policy",
+            bucket=bucket.id,
+            policy=pulumi.Output.json_dumps(bucket.arn.apply(tls_only_policy)),
+            opts=child.merge(pulumi.ResourceOptions(depends_on=[encryption])),
+        )
+        aws.s3.BucketLifecycleConfiguration(
+            f"{name}-{role}-lifecycle",
+            bucket=bucket.id,
+            rules=[{
+                "id": "abort-incomplete-multipart-uploads",
+                "status": "Enabled",
+                "filter": {},
+                "abort_incomplete_multipart_upload": {"days_after_initiation": ABORT_MULTIPART_DAYS},
+            }],
+            opts=child.merge(pulumi.ResourceOptions(depends_on=[policy])),
+        )
+        return bucket
