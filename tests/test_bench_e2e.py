@@ -1,0 +1,162 @@
+"""End to end with a real vLLM: `vllm serve` (CPU build) of a tiny random model, then
+`python -m bench sweep` over all four scenarios at two concurrencies (lengths scaled by 1/16),
+`report`, `--resume`, a wrong model name, and `startup` on the server's own log.
+
+The sweep runs with the vLLM environment's python, as in the vllm/vllm-openai image (vLLM on the
+path, no matplotlib, no boto3); the report runs with the project environment. The server is started
+once per session (fixture `tiny_vllm_server`). Every run being valid also proves that each flag
+the sweep passes exists in this vLLM's `vllm bench serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import results as R
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parents[1]
+SCALE = "0.0625"  # S1 16/8, S2 64/16, S3 32/2, S4 256/16 tokens
+CONCURRENCIES = [1, 4]
+SCENARIOS = ["S1_chat", "S2_summary", "S3_moderation", "S4_rag"]
+
+
+def bench(server, *args, timeout=600) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([server.python, "-m", "bench", *args], env=server.bench_env(), cwd=REPO,
+                          text=True, capture_output=True, timeout=timeout)
+    return proc, time.monotonic() - t0
+
+
+def sweep_args(server, out, *extra):
+    return ["sweep", "--base-url", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
+            "--out", str(out), "--length-scale", SCALE, "--concurrencies", ",".join(map(str, CONCURRENCIES)),
+            "--min-prompts", "4", "--prompts-per-concurrency", "2", "--health-timeout", "60", *extra]
+
+
+@pytest.fixture(scope="module")
+def swept(tiny_vllm_server, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "run"
+    proc, wall = bench(tiny_vllm_server, *sweep_args(tiny_vllm_server, out, "--instance-type", "cpu-test"))
+    return out, proc, wall
+
+
+def manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_sweep_every_combination_valid(swept, vllm_env):
+    out, proc, _ = swept
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    m = manifest(out)
+    assert m["server"]["vllm_version"] == vllm_env.version
+    assert m["server"]["served_models"] == ["tiny"] and m["server"]["max_model_len"] == 1024
+    assert m["instance_type"] == "cpu-test"
+    assert len(m["runs"]) == 8 and all(r["status"] == "valid" for r in m["runs"])
+    for rec in m["runs"]:
+        data = json.loads((out / rec["file"]).read_text())
+        result = R.load_result(out / rec["file"])
+        assert result.valid, result.reason
+        assert data["completed"] == data["num_prompts"] == rec["num_prompts"] and data["failed"] == 0
+        assert data["output_throughput"] > 0 and data["request_throughput"] > 0
+        # The random prompts kept their lengths and every request ran to its output length.
+        assert data["total_input_tokens"] == data["completed"] * rec["input_len"]
+        assert data["total_output_tokens"] == data["completed"] * rec["output_len"]
+        assert data["scenario"] == rec["scenario"] and data["max_concurrency"] == rec["concurrency"]
+        assert (out / rec["attempts"][0]["log"]).is_file()
+    lengths = {r["scenario"]: (r["input_len"], r["output_len"]) for r in m["runs"]}
+    assert lengths == {"S1_chat": (16, 8), "S2_summary": (64, 16), "S3_moderation": (32, 2), "S4_rag": (256, 16)}
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert len(progress) == 8 and all("valid" in line and "ETA" in line for line in progress)
+
+
+def test_sweep_overhead(swept):
+    """Orchestration overhead = wall time not spent inside `vllm bench serve` processes."""
+    out, _, external_wall = swept
+    t = manifest(out)["sessions"][-1]["timing"]
+    runs = t["bench_processes_s"]
+    internal_pct = 100 * t["orchestration_overhead_s"] / t["wall_s"]
+    external_pct = 100 * (external_wall - runs) / external_wall
+    window_pct = 100 * t["bench_windows_s"] / t["wall_s"]
+    print(
+        f"\nsweep overhead: 8 runs, wall {external_wall:.1f} s (orchestrator process), "
+        f"{t['wall_s']:.1f} s (inside), vllm bench serve processes {runs:.1f} s "
+        f"(mean {runs / 8:.1f} s per run), health wait {t['health_wait_s']:.2f} s; "
+        f"orchestration overhead {t['orchestration_overhead_s']:.2f} s = {internal_pct:.2f}% "
+        f"(including python start of the orchestrator: {external_pct:.2f}%); "
+        f"measured benchmark windows {t['bench_windows_s']:.2f} s = {window_pct:.1f}% of wall "
+        f"(the rest is each vllm bench serve's CLI start-up, tokenizer load and warm-up)"
+    )
+    assert internal_pct <= 3.0
+    assert external_pct <= 3.0
+
+
+def test_report_from_the_sweep(swept, tmp_path):
+    out, _, _ = swept
+    rep = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "bench", "report", str(out), "--out", str(rep)],
+                          cwd=REPO, text=True, capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((rep / "summary.json").read_text())
+    assert len(summary["runs"]) == 8 and all(r["valid"] for r in summary["runs"])
+    assert list(summary["scenarios"]) == SCENARIOS
+    for name, sc in summary["scenarios"].items():
+        assert sc["peak"]["output_tok_s"] > 0 and sc["peak"]["concurrency"] in CONCURRENCIES
+    md = (rep / "report.md").read_text()
+    assert "## S4_rag (256/16) concurrency curve" in md and "vLLM (server): " in md
+    assert sorted(p.name for p in rep.glob("*.png")) == [f"chart_{s}.png" for s in SCENARIOS]
+
+
+def test_resume_reruns_only_the_missing_result(swept, tiny_vllm_server, tmp_path):
+    out, _, _ = swept
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    (copy / "S2_summary_c4.json").unlink()
+    proc, _ = bench(tiny_vllm_server, *sweep_args(tiny_vllm_server, copy, "--resume"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    session = manifest(copy)["sessions"][-1]
+    assert session["executed"] == ["S2_summary_c4.json"]
+    assert len(session["skipped_valid"]) == 7
+    assert sorted(p.name for p in (copy / "logs").glob("*attempt2.log")) == ["S2_summary_c4.attempt2.log"]
+    assert R.load_result(copy / "S2_summary_c4.json").valid
+
+
+def test_wrong_model_name_is_invalid_and_fails(tiny_vllm_server, tmp_path):
+    out = tmp_path / "wrong"
+    proc, _ = bench(tiny_vllm_server, "sweep", "--base-url", tiny_vllm_server.url, "--model", "not-served",
+                    "--tokenizer", str(tiny_vllm_server.model_dir), "--out", str(out), "--scenarios", "S1_chat",
+                    "--length-scale", SCALE, "--concurrencies", "2", "--min-prompts", "4",
+                    "--prompts-per-concurrency", "2", "--attempts", "1")
+    assert proc.returncode == 1
+    run = manifest(out)["runs"][0]
+    assert run["status"] == "invalid"
+    # vLLM exits 0 and writes a file in which every request failed; the sweep does not accept it.
+    assert run["attempts"][0]["rc"] == 0
+    assert "4 failed requests" in run["reason"] and "completed 0 < 4" in run["reason"]
+    kept = json.loads((out / "S1_chat_c2.attempt1.invalid.json").read_text())
+    assert kept["completed"] == 0 and kept["failed"] == 4
+    assert not (out / "S1_chat_c2.json").exists()
+    assert "INVALID S1_chat c=2" in proc.stderr
+
+
+def test_startup_parses_the_real_server_log(tiny_vllm_server, vllm_env):
+    proc, _ = bench(tiny_vllm_server, "startup", str(tiny_vllm_server.log), "--json")
+    assert proc.returncode == 0, proc.stderr
+    phases = json.loads(proc.stdout)
+    print(f"\nreal server log: {json.dumps({k: v for k, v in phases.items() if v is not None})}")
+    assert phases["vllm_version"] == vllm_env.version
+    assert phases["ready"] is True and 0 < phases["time_to_ready_s"] < 600
+    assert phases["weight_loader"] == "default" and phases["weight_load_s"] >= 0
+    assert phases["engine_init_s"] > 0
+    assert phases["kv_cache_tokens"] > 0 and phases["max_concurrency"] > 0
+    assert phases["max_concurrency_tokens_per_request"] == 1024
+    table, _ = bench(tiny_vllm_server, "startup", str(tiny_vllm_server.log))
+    assert "KV cache tokens" in table.stdout and f"{phases['kv_cache_tokens']:,}" in table.stdout
