@@ -479,12 +479,14 @@ class ModelUris:
         return cls(model=f"s3://{bucket}/{model_prefix(server.profile.hf_id)}", draft=draft)
 
 
+def server_model_ids(server: ServerSettings) -> list[str]:
+    """Hugging Face ids a server loads (target, and the MTP draft when it speculates)."""
+    return [server.profile.hf_id, *([MTP_DRAFT.hf_id] if server.uses_speculative else [])]
+
+
 def server_model_prefixes(server: ServerSettings) -> list[str]:
     """Weights bucket prefixes a server reads models from (target and draft)."""
-    prefixes = [model_prefix(server.profile.hf_id)]
-    if server.uses_speculative:
-        prefixes.append(model_prefix(MTP_DRAFT.hf_id))
-    return prefixes
+    return [model_prefix(hf_id) for hf_id in server_model_ids(server)]
 
 
 # -- the serve spec -----------------------------------------------------------------------------

@@ -140,6 +140,8 @@ def test_speculative_override_both_ways():
 
 def test_draft_uri_only_when_speculating():
     assert serving.ModelUris.for_bucket("b", server(traffic_class="interactive")).draft is None
+    assert serving.server_model_ids(server(traffic_class="interactive")) == [
+        "RedHatAI/gemma-4-31B-it-FP8-dynamic"]
     assert serving.server_model_prefixes(server(traffic_class="batch")) == [
         "models/RedHatAI/gemma-4-31B-it-FP8-dynamic/", "models/google/gemma-4-31B-it-assistant/"]
 
