@@ -577,6 +577,9 @@ class Sweep:
                     timed_out = True
                     self._kill()
                     rc = self.proc.returncode
+                except BaseException:  # SIGTERM/Ctrl-C: the bench runs in its own session
+                    self._kill()
+                    raise
                 finally:
                     self.proc = None
         duration = time.monotonic() - started
@@ -703,15 +706,11 @@ class Sweep:
         return f"{head} {body} | elapsed {_fmt_s(elapsed)}, ETA {_fmt_s(eta)}"
 
 
-def _install_sigterm(sweep: Sweep) -> Any:
-    """Kubernetes stops a pod (eviction, Spot interruption) with SIGTERM: stop the running bench,
-    mark it pending in the manifest and upload that, so `--resume` picks up from there."""
-
-    def handler(signum, _frame):
-        sweep._kill()
-        raise Terminated(f"signal {signum}")
-
-    return signal.signal(signal.SIGTERM, handler)
+def _on_sigterm(signum, _frame):
+    # Kubernetes stops a pod (eviction, Spot interruption) with SIGTERM; as PID 1 without a
+    # handler Python would ignore it until SIGKILL. Unwind instead: the running bench process is
+    # stopped, its combination marked pending, the manifest written and uploaded.
+    raise Terminated(f"signal {signum}")
 
 
 def prepare_tokenizer(source: str, scratch: Path) -> str:
@@ -739,57 +738,66 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     out.mkdir(parents=True, exist_ok=True)
     sweep = Sweep(args, plan, vllm)
-    if upload:
-        try:
-            sweep.uploader = s3.Uploader(upload, out)
-            remote = next(s3.iter_objects(upload), None)
-        except Exception as exc:  # credentials, endpoint, missing bucket
-            print(f"bench sweep: --upload {upload.uri}: {exc}", file=sys.stderr)
-            return EXIT_UPLOAD
-        if remote and not args.resume:
-            print(f"bench sweep: {upload.uri} already holds files; pass --resume to continue that "
-                  "sweep or choose another prefix", file=sys.stderr)
-            return EXIT_USAGE
-        if args.resume:
-            got = s3.download_prefix(upload, out, only_missing=True)
-            print(f"bench sweep: resume: {len(got)} files downloaded from {upload.uri}", flush=True)
-
-    with tempfile.TemporaryDirectory(prefix="bench-tokenizer-") as scratch:
-        try:
-            tokenizer = prepare_tokenizer(args.tokenizer, Path(scratch))
-        except (s3.S3Error, ValueError) as exc:
-            print(f"bench sweep: --tokenizer: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"bench sweep: {len(plan)} combinations -> {out}; waiting for {args.base_url}/health "
-              f"(up to {args.health_timeout:.0f} s)", flush=True)
-        try:
-            sweep.health_seconds = wait_for_health(args.base_url, args.health_timeout, args.health_interval)
-        except TimeoutError as exc:
-            print(f"bench sweep: {exc}", file=sys.stderr)
-            return EXIT_UNHEALTHY
-        server = probe_server(args.base_url, args.model)
-        if server["served_models"] and args.model not in server["served_models"]:
-            print(f"bench sweep: WARNING: server serves {server['served_models']}, not {args.model!r}; "
-                  "every run will fail", file=sys.stderr, flush=True)
-        sweep.prepare(args.tokenizer, server)
-        previous_handler = _install_sigterm(sweep)
-        try:
-            invalid = sweep.execute(tokenizer)
-        except (Terminated, KeyboardInterrupt) as exc:
-            sweep._kill()
+    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-tokenizer-") as scratch:
+            return _run(sweep, upload, Path(scratch))
+    except (Terminated, KeyboardInterrupt) as exc:
+        sweep._kill()
+        if sweep.manifest:
             sweep.session["finished_at"] = _now()
             sweep.session["interrupted"] = str(exc) or "interrupted"
             for rec in sweep.manifest["runs"]:
                 if rec["status"] == "running":
                     rec["status"] = "pending"
             sweep.save_manifest()
-            print(f"bench sweep: interrupted ({exc}); rerun with --resume to continue", file=sys.stderr)
-            return EXIT_TERMINATED
-        finally:
-            signal.signal(signal.SIGTERM, previous_handler)
-            shutil.rmtree(sweep.partial, ignore_errors=True)
+        print(f"bench sweep: interrupted ({exc or 'keyboard'}); rerun with --resume to continue",
+              file=sys.stderr)
+        return EXIT_TERMINATED
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        shutil.rmtree(sweep.partial, ignore_errors=True)
+
+
+def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
+    args, out, plan = sweep.args, sweep.out, sweep.plan
+    if upload:
+        try:
+            sweep.uploader = s3.Uploader(upload, out)
+            remote = next(s3.iter_objects(upload), None)
+            if remote and not args.resume:
+                print(f"bench sweep: {upload.uri} already holds files; pass --resume to continue that "
+                      "sweep or choose another prefix", file=sys.stderr)
+                return EXIT_USAGE
+            if args.resume:
+                got = s3.download_prefix(upload, out, only_missing=True)
+                print(f"bench sweep: resume: {len(got)} files downloaded from {upload.uri}", flush=True)
+        except (s3.S3Error, Exception) as exc:  # credentials, endpoint, missing bucket
+            print(f"bench sweep: --upload {upload.uri}: {exc}", file=sys.stderr)
+            return EXIT_UPLOAD
+
+    try:
+        tokenizer = prepare_tokenizer(args.tokenizer, scratch)
+    except (s3.S3Error, ValueError) as exc:
+        print(f"bench sweep: --tokenizer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"bench sweep: {len(plan)} combinations -> {out}; waiting for {args.base_url}/health "
+          f"(up to {args.health_timeout:.0f} s)", flush=True)
+    try:
+        sweep.health_seconds = wait_for_health(args.base_url, args.health_timeout, args.health_interval)
+    except TimeoutError as exc:
+        print(f"bench sweep: {exc}", file=sys.stderr)
+        return EXIT_UNHEALTHY
+    server = probe_server(args.base_url, args.model)
+    if server["served_models"] and args.model not in server["served_models"]:
+        print(f"bench sweep: WARNING: server serves {server['served_models']}, not {args.model!r}; "
+              "every run will fail", file=sys.stderr, flush=True)
+    sweep.prepare(args.tokenizer, server)
+    invalid = sweep.execute(tokenizer)
 
     sweep.session["finished_at"] = _now()
+    if sweep.uploader:
+        sweep.uploader.retry_failed()
     sweep.save_manifest()
     t = sweep.timing()
     runs = sweep.manifest["runs"]
@@ -805,7 +813,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"bench sweep: INVALID {rec['scenario']} c={rec['concurrency']}: {rec['reason']}",
                   file=sys.stderr)
     if sweep.uploader and not sweep.uploader.retry_failed():
-        print(f"bench sweep: not uploaded: {', '.join(sweep.uploader.failed)}", file=sys.stderr)
+        print(f"bench sweep: not uploaded to {upload.uri}: {', '.join(sweep.uploader.failed)}", file=sys.stderr)
         return EXIT_UPLOAD
     return EXIT_INVALID if invalid else EXIT_OK
 
@@ -869,10 +877,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="name of this configuration in reports (env VLLM_POC_LABEL)")
     p.add_argument("--instance-type", default=_env("VLLM_POC_INSTANCE_TYPE"),
                    help="recorded in the manifest (env VLLM_POC_INSTANCE_TYPE)")
-    p.add_argument("--gpus", type=int, default=int(_env("VLLM_POC_GPUS", "1")),
+    p.add_argument("--gpus", type=int, default=_env("VLLM_POC_GPUS", "1"),
                    help="GPUs behind the server, for per-GPU ratios (env VLLM_POC_GPUS, default 1)")
-    p.add_argument("--price-per-hour", type=float,
-                   default=float(_env("VLLM_POC_PRICE_PER_HOUR")) if _env("VLLM_POC_PRICE_PER_HOUR") else None,
+    p.add_argument("--price-per-hour", type=float, default=_env("VLLM_POC_PRICE_PER_HOUR"),
                    help="hourly price of those GPUs, recorded for the report (env VLLM_POC_PRICE_PER_HOUR)")
     p.add_argument("--server-args", default=_env("VLLM_POC_SERVER_ARGS"),
                    help="the server's vllm serve flags, recorded in the manifest (env VLLM_POC_SERVER_ARGS)")

@@ -190,6 +190,17 @@ def test_health_wait_is_bounded(bench_stub_server, fake_bench, tmp_path):
     assert fake_bench.keys() == []
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # an exited child of an exited parent may linger as a zombie until reaped
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
 def test_sigterm_stops_marks_pending_and_resume_finishes(bench_stub_server, fake_bench, tmp_path):
     out = tmp_path / "out"
     fake_bench.plan({"S3_moderation_c1": ["hang", "ok"]})
@@ -208,6 +219,11 @@ def test_sigterm_stops_marks_pending_and_resume_finishes(bench_stub_server, fake
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 143, output
+    hung = fake_bench.pids()[fake_bench.keys().index("S3_moderation_c1")]
+    deadline = time.monotonic() + 10
+    while _alive(hung):  # the bench process was stopped too, not left orphaned
+        assert time.monotonic() < deadline, f"bench process {hung} still running"
+        time.sleep(0.1)
     status = {r["file"]: r["status"] for r in manifest(out)["runs"]}
     assert status == {"S1_chat_c1.json": "valid", "S1_chat_c4.json": "valid",
                       "S3_moderation_c1.json": "pending", "S3_moderation_c4.json": "pending"}
