@@ -45,7 +45,7 @@ class Cluster(pulumi.ComponentResource):
     Attributes other components use: `name` (resolves once the control plane exists, so anything
     built on it waits for the cluster), `arn`, `security_group_id` (the EKS-managed cluster security
     group, which both the system nodes and Karpenter's nodes use), `provider` (Kubernetes), and
-    `addons` / `system_nodes`, for ordering.
+    `addons` / `system_nodes` / `pod_identity_agent`, for ordering.
     """
 
     name: pulumi.Output[str]
@@ -54,7 +54,8 @@ class Cluster(pulumi.ComponentResource):
     kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
     system_nodes: eks.ManagedNodeGroup
-    addons: list[aws.eks.Addon]
+    addons: dict[str, aws.eks.Addon]
+    pod_identity_agent: aws.eks.Addon
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("vllm-poc:cluster:Cluster", name, None, opts)
@@ -143,8 +144,8 @@ class Cluster(pulumi.ComponentResource):
         )
 
         after_nodes = child.merge(pulumi.ResourceOptions(depends_on=[self.system_nodes]))
-        self.addons = [
-            aws.eks.Addon(
+        self.addons = {
+            addon: aws.eks.Addon(
                 f"{name}-{addon}",
                 cluster_name=self.name,
                 addon_name=addon,
@@ -153,7 +154,9 @@ class Cluster(pulumi.ComponentResource):
                 opts=after_nodes,
             )
             for addon in ADDONS
-        ]
+        }
+        # Pod Identity associations only take effect where the agent runs: workloads wait for it.
+        self.pod_identity_agent = self.addons["eks-pod-identity-agent"]
 
         # A stable identifier keeps every Kubernetes resource from being replaced when the kubeconfig
         # is unknown during a preview (pulumi-eks #764).

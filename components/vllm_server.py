@@ -1,8 +1,9 @@
-"""A vLLM server: ServiceAccount (Pod Identity), Deployment and Service, from the serve spec.
+"""A vLLM server: ServiceAccount (Pod Identity), Deployment and Service, from a serve spec.
 
-Every flag, env var, request and probe budget comes from `stacks.serving.build_serve_spec`; this
-file only shapes them into Kubernetes objects. `deployment_manifest` and `service_manifest` are
-plain functions so the objects can be checked (and schema-validated) without Pulumi.
+The spec (`ServeSpec`) is plain data holding every flag, env var, request and probe budget; the
+stack builds it from settings (`stacks.serving.build_serve_spec`) and this file only shapes it into
+Kubernetes objects. `deployment_manifest` and `service_manifest` are plain functions so the objects
+can be checked (and schema-validated) without Pulumi.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.gpu_capacity import GPU_TAINT, POOL_LABEL
-from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, server_statements
-from stacks import catalog
-from stacks.serving import ModelUris, ServerSettings, ServeSpec, build_serve_spec, server_model_prefixes
+from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 PULUMI_TIMEOUT = "pulumi.com/timeoutSeconds"
@@ -28,20 +27,64 @@ SHM_VOLUME = "dshm"
 PRESTOP_SLEEP_S = 10
 
 
-def server_labels(server: ServerSettings) -> dict[str, str]:
+@dataclass(frozen=True)
+class Probe:
+    path: str
+    period_s: int
+    timeout_s: int
+    failure_threshold: int
+    initial_delay_s: int = 0
+
+    @property
+    def budget_s(self) -> int:
+        return self.initial_delay_s + self.period_s * self.failure_threshold
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """Everything the Deployment needs, in plain data."""
+
+    name: str
+    pool: str  # value of the vllm-poc/pool node label
+    replicas: int
+    image: str
+    command: tuple[str, ...]
+    args: tuple[str, ...]  # after `vllm serve`: the model URI, then flags
+    env: dict[str, str]
+    requests: dict[str, str]
+    limits: dict[str, str]
+    gpus: int
+    cache_host_path: str
+    cache_mount_path: str
+    shm_size_gib: int
+    startup_probe: Probe
+    readiness_probe: Probe
+    liveness_probe: Probe
+    termination_grace_s: int
+    deploy_timeout_s: int
+    served_model_name: str
+    port: int
+    notes: tuple[str, ...]
+    labels: dict[str, str] = field(default_factory=dict)  # descriptive: model, traffic class
+
+    @property
+    def serve_args(self) -> list[str]:
+        """The complete `vllm serve ...` argument list (what tests parse with vLLM's own CLI)."""
+        return list(self.args)
+
+
+def selector_labels(spec: ServeSpec) -> dict[str, str]:
+    # Immutable on a Deployment: only what identifies the server, never its settings.
+    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": spec.name}
+
+
+def server_labels(spec: ServeSpec) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": server.name,
+        **selector_labels(spec),
         "app.kubernetes.io/part-of": "vllm-poc",
         "app.kubernetes.io/component": "server",
-        "vllm-poc/model": server.model,
-        "vllm-poc/traffic-class": server.traffic_class,
+        **spec.labels,
     }
-
-
-def selector_labels(server: ServerSettings) -> dict[str, str]:
-    # Immutable on a Deployment: only what identifies the server, never its settings.
-    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": server.name}
 
 
 def _probe(probe) -> dict[str, Any]:
@@ -56,21 +99,19 @@ def _probe(probe) -> dict[str, Any]:
 
 def deployment_manifest(
     spec: ServeSpec,
-    server: ServerSettings,
     *,
     namespace: str,
     service_account: str,
     do_not_disrupt: bool = False,
-    args: Any = None,
 ) -> dict[str, Any]:
-    """The Deployment as applied. `args` may replace spec.args (e.g. with an Output)."""
+    """The Deployment as applied."""
     pod_annotations = {DO_NOT_DISRUPT: "true"} if do_not_disrupt else {}
     container = {
         "name": "vllm",
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
         "command": list(spec.command),
-        "args": list(spec.args) if args is None else args,
+        "args": list(spec.args),
         "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
         "env": [{"name": k, "value": v} for k, v in spec.env.items()],
         "resources": {"requests": dict(spec.requests), "limits": dict(spec.limits)},
@@ -89,7 +130,7 @@ def deployment_manifest(
         # setting and fails on; no service links, no such variables.
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": spec.termination_grace_s,
-        "nodeSelector": {POOL_LABEL: server.pool},
+        "nodeSelector": {POOL_LABEL: spec.pool},
         "tolerations": [{"key": GPU_TAINT["key"], "operator": "Equal", "value": GPU_TAINT["value"],
                          "effect": GPU_TAINT["effect"]}],
         "containers": [container],
@@ -105,74 +146,44 @@ def deployment_manifest(
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": server.name,
+            "name": spec.name,
             "namespace": namespace,
-            "labels": server_labels(server),
+            "labels": server_labels(spec),
             # Pulumi waits for availability through a cold start (node, pull, load, compile).
             "annotations": {PULUMI_TIMEOUT: str(spec.deploy_timeout_s)},
         },
         "spec": {
-            "replicas": server.replicas,
+            "replicas": spec.replicas,
             # Replace, never mix: a benchmark must not hit old and new configurations at once, and
             # a surge pod would need a second GPU node.
             "strategy": {"type": "Recreate"},
             "progressDeadlineSeconds": spec.deploy_timeout_s,
             "revisionHistoryLimit": 3,
-            "selector": {"matchLabels": selector_labels(server)},
+            "selector": {"matchLabels": selector_labels(spec)},
             "template": {
-                "metadata": {"labels": server_labels(server), "annotations": pod_annotations},
+                "metadata": {"labels": server_labels(spec), "annotations": pod_annotations},
                 "spec": pod_spec,
             },
         },
     }
 
 
-def service_manifest(spec: ServeSpec, server: ServerSettings, *, namespace: str) -> dict[str, Any]:
+def service_manifest(spec: ServeSpec, *, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": server.name, "namespace": namespace, "labels": server_labels(server)},
+        "metadata": {"name": spec.name, "namespace": namespace, "labels": server_labels(spec)},
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(server),
+            "selector": selector_labels(spec),
             "ports": [{"name": "http", "port": spec.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
 
 
-def server_identity_args(
-    server: ServerSettings,
-    *,
-    cluster_name: pulumi.Input[str],
-    cluster_arn: pulumi.Input[str],
-    account_id: pulumi.Input[str],
-    namespace: str,
-    weights_bucket_arn: pulumi.Input[str],
-    kms_key_arn: str | None = None,
-    depends_on: Sequence[pulumi.Resource] = (),
-    tags: dict[str, str] | None = None,
-) -> WorkloadIdentityArgs:
-    """The server's own role: read its model prefixes (target and draft) and the caches."""
-    return WorkloadIdentityArgs(
-        cluster_name=cluster_name,
-        cluster_arn=cluster_arn,
-        account_id=account_id,
-        namespace=namespace,
-        service_account=server.name,
-        statements=server_statements(weights_bucket_arn, server_model_prefixes(server), kms_key_arn),
-        labels=selector_labels(server),
-        tags=dict(tags or {}),
-        depends_on=list(depends_on),
-    )
-
-
 @dataclass(frozen=True)
 class VllmServerArgs:
-    server: ServerSettings
-    instance_type: str  # the pool's instance type (stacks.catalog)
-    raid0: bool  # whether the pool stripes instance-store NVMe under /mnt/k8s-disks/0
-    weights_bucket: pulumi.Input[str]
-    region: str
+    spec: ServeSpec
     namespace: str
     # Either an identity to create (see server_identity_args) or an existing service account whose
     # Pod Identity association is in depends_on.
@@ -186,7 +197,7 @@ class VllmServerArgs:
 
     def __post_init__(self) -> None:
         if (self.identity is None) == (self.service_account_name is None):
-            raise ValueError(f"server {self.server.name}: give either identity or service_account_name")
+            raise ValueError(f"server {self.spec.name}: give either identity or service_account_name")
 
 
 class VllmServer(pulumi.ComponentResource):
@@ -202,17 +213,8 @@ class VllmServer(pulumi.ComponentResource):
     def __init__(self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("vllm-poc:serving:VllmServer", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        server = args.server
-        instance = catalog.gpu_instance(args.instance_type)
-
-        def spec_for(bucket: str) -> ServeSpec:
-            return build_serve_spec(server, instance, ModelUris.for_bucket(bucket, server),
-                                    region=args.region, raid0=args.raid0)
-
-        # Only the model URIs depend on the bucket name; everything else is known now.
-        self.spec = spec_for("<weights-bucket>")
-        self.notes = self.spec.notes
-        serve_args = pulumi.Output.from_input(args.weights_bucket).apply(lambda b: list(spec_for(b).args))
+        self.spec = spec = args.spec
+        self.notes = spec.notes
 
         waits: list[pulumi.Resource] = list(args.depends_on)
         if args.identity is not None:
@@ -223,9 +225,8 @@ class VllmServer(pulumi.ComponentResource):
             self.identity = None
             service_account = args.service_account_name
 
-        manifest = deployment_manifest(self.spec, server, namespace=args.namespace,
-                                       service_account=service_account,
-                                       do_not_disrupt=args.do_not_disrupt, args=serve_args)
+        manifest = deployment_manifest(spec, namespace=args.namespace, service_account=service_account,
+                                       do_not_disrupt=args.do_not_disrupt)
         manifest["metadata"]["labels"].update(args.labels)
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
@@ -233,16 +234,16 @@ class VllmServer(pulumi.ComponentResource):
             spec=manifest["spec"],
             opts=child.merge(pulumi.ResourceOptions(depends_on=waits)),
         )
-        service = service_manifest(self.spec, server, namespace=args.namespace)
+        service = service_manifest(spec, namespace=args.namespace)
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             metadata=service["metadata"],
             spec=service["spec"],
             opts=child.merge(pulumi.ResourceOptions(depends_on=list(args.depends_on))),
         )
-        self.url = f"http://{server.name}.{args.namespace}.svc.cluster.local:{self.spec.port}"
+        self.url = f"http://{spec.name}.{args.namespace}.svc.cluster.local:{spec.port}"
         self.register_outputs({
             "url": self.url,
-            "servedModelName": self.spec.served_model_name,
-            "deployment": server.name,
+            "servedModelName": spec.served_model_name,
+            "deployment": spec.name,
         })

@@ -23,13 +23,27 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
-from stacks.serving import ASSETS_PREFIX, COMPILE_CACHE_PREFIX, model_prefix
-
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
 _MAX_BUCKET_NAME = 63
 # Interrupted multipart uploads keep costing until aborted; a week leaves time to resume staging.
 ABORT_MULTIPART_DAYS = 7
 RESULTS_ROOT = "runs/"
+COMPILE_CACHE_PREFIX = "compile-cache/"
+ASSETS_PREFIX = "assets/"
+
+
+def model_prefix(hf_id: str) -> str:
+    """Weights bucket prefix of a model, with its trailing slash.
+
+    The slash matters: `models/google/gemma-4-31B-it` is also a prefix of the assistant's
+    `models/google/gemma-4-31B-it-assistant/`, so listings and IAM grants would leak across models.
+    """
+    return f"models/{hf_id}/"
+
+
+def bucket_name(name_prefix: str, role: str, account_id: str, region: str) -> str:
+    """`<prefix>-<role>-<account>-<region>`: stable, so a retained bucket can be imported again."""
+    return f"{name_prefix}-{role}-{account_id}-{region}"
 
 
 def results_prefix(stack: str) -> str:
@@ -42,7 +56,7 @@ class WeightStoreArgs:
     # Bucket names are `<name_prefix>-weights-<account>-<region>` and `...-results-...`: stable, so a
     # retained weights bucket can be imported again, and unique per account and region.
     name_prefix: str
-    account_id: pulumi.Input[str]
+    account_id: str
     region: str
     teardown: Literal["destroy", "retain-weights"] = "destroy"
     kms_key_arn: str | None = None
@@ -115,7 +129,7 @@ class WeightStore(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, retain_on_delete=retain or None)
         bucket = aws.s3.Bucket(
             f"{name}-{role}",
-            bucket=pulumi.Output.concat(args.name_prefix, f"-{role}-", args.account_id, "-", args.region),
+            bucket=bucket_name(args.name_prefix, role, args.account_id, args.region),
             force_destroy=not retain,
             tags={**args.tags, "vllm-poc/data": role},
             opts=child,

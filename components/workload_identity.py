@@ -22,7 +22,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from stacks.serving import ASSETS_PREFIX, COMPILE_CACHE_PREFIX, model_prefix
+from components.weight_store import ASSETS_PREFIX, COMPILE_CACHE_PREFIX, model_prefix
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 PART_OF = {"app.kubernetes.io/part-of": "vllm-poc"}

@@ -6,15 +6,29 @@ GPU capacity, storage and identities, model servers, benchmark Jobs. Deletion ru
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
+from components.bench_job import BenchJob, BenchJobArgs
 from components.cluster import Cluster, ClusterArgs
-from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
+from components.gpu_capacity import PART_OF, GpuCapacity, GpuCapacityArgs, GpuPoolSpec
 from components.karpenter import Karpenter, KarpenterArgs
 from components.network import Network, NetworkArgs
-from stacks.settings import StackSettings
+from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, selector_labels
+from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix
+from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
+from stacks import serving
+from stacks.settings import BenchSettings, StackSettings
 from stacks.versions import pins
+
+NAMESPACE = "vllm"
+BENCH_SERVICE_ACCOUNT = "vllm-bench"
+BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
 
 
 def stack_tags(settings: StackSettings) -> dict[str, str]:
@@ -43,6 +57,41 @@ def gpu_pool_specs(settings: StackSettings) -> list[GpuPoolSpec]:
         )
         for pool in settings.gpu_pools
     ]
+
+
+def bench_code() -> dict[str, str]:
+    """The bench package as the Job mounts it (every module: `python -m bench` imports them all)."""
+    return {path.name: path.read_text() for path in sorted(BENCH_DIR.glob("*.py"))}
+
+
+def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str]) -> str:
+    """What shapes the numbers: the server's image, flags and env, the sweep settings, the bench code."""
+    payload = {
+        "server": {"image": spec.image, "args": list(spec.args), "env": spec.env, "gpus": spec.gpus},
+        "bench": bench.model_dump(mode="json"),
+        "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in code.items()},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec) -> list[str]:
+    bench, server = settings.bench, settings.server(server_name)
+    instance = settings.pool(server.pool).instance
+    price = bench.price_per_hour or instance.on_demand_usd_hour
+    args = [
+        "--scenarios", ",".join(bench.scenarios),
+        "--concurrencies", ",".join(map(str, bench.concurrencies)),
+        "--prompts-per-concurrency", str(bench.prompts_per_concurrency),
+        "--min-prompts", str(bench.min_prompts),
+        "--seed", str(bench.seed),
+        "--label", f"{settings.stack}/{server_name}",
+        "--instance-type", instance.name,
+        "--gpus", str(spec.gpus),
+        "--server-args", json.dumps(list(spec.args)),
+    ]
+    if price is not None:
+        args += ["--price-per-hour", f"{price * spec.gpus / instance.gpus:.4f}"]
+    return args
 
 
 def build(settings: StackSettings) -> dict[str, object]:
@@ -107,7 +156,7 @@ def build(settings: StackSettings) -> dict[str, object]:
             region=settings.region,
             account_id=account_id,
             chart_version=versions.karpenter_chart,
-            depends_on=[cluster.system_nodes, *cluster.addons],
+            depends_on=[cluster.system_nodes, *cluster.addons.values()],
         ),
         opts=on_cluster,
     )
@@ -126,10 +175,112 @@ def build(settings: StackSettings) -> dict[str, object]:
         opts=on_cluster,
     )
 
+    # -- storage, identities, servers --------------------------------------------------------
+    name_prefix = f"vllm-poc-{settings.stack}"
+    model_ids = sorted({m for server in settings.servers for m in serving.server_model_ids(server)})
+    store = WeightStore(
+        "storage",
+        WeightStoreArgs(
+            name_prefix=name_prefix,
+            account_id=account_id,
+            region=settings.region,
+            teardown=settings.storage.teardown,
+            kms_key_arn=settings.storage.kms_key_arn,
+            model_ids=model_ids,
+            tags=tags,
+        ),
+        opts=on_aws,
+    )
+    weights_bucket = bucket_name(name_prefix, "weights", account_id, settings.region)
+    namespace = k8s.core.v1.Namespace(
+        "vllm", metadata={"name": NAMESPACE, "labels": dict(PART_OF)}, opts=on_cluster
+    )
+    pod_identity_agent = cluster.pod_identity_agent
+
+    servers: dict[str, VllmServer] = {}
+    for server in settings.servers:
+        pool = settings.pool(server.pool)
+        spec = serving.build_serve_spec(
+            server, pool.instance, serving.ModelUris.for_bucket(weights_bucket, server),
+            region=settings.region, raid0=pool.use_raid0,
+        )
+        node_pools = [gpu.node_pools[n] for n in (pool.name, f"{pool.name}-on-demand") if n in gpu.node_pools]
+        servers[server.name] = VllmServer(
+            f"server-{server.name}",
+            VllmServerArgs(
+                spec=spec,
+                namespace=NAMESPACE,
+                identity=serving.server_identity_args(
+                    server, spec, cluster_name=cluster.name, cluster_arn=cluster.arn, account_id=account_id,
+                    namespace=NAMESPACE, weights_bucket_arn=store.weights_bucket_arn,
+                    kms_key_arn=settings.storage.kms_key_arn, depends_on=[namespace, pod_identity_agent],
+                ),
+                depends_on=[namespace, *node_pools, store],
+            ),
+            opts=on_cluster,
+        )
+
+    # -- benchmark ----------------------------------------------------------------------------
+    results: dict[str, pulumi.Output[str]] = {}
+    if settings.bench.targets:
+        bench_identity = WorkloadIdentity(
+            "bench-identity",
+            WorkloadIdentityArgs(
+                cluster_name=cluster.name,
+                cluster_arn=cluster.arn,
+                account_id=account_id,
+                namespace=NAMESPACE,
+                service_account=BENCH_SERVICE_ACCOUNT,
+                statements=bench_statements(
+                    store.weights_bucket_arn,
+                    sorted({settings.server(t).profile.hf_id for t in settings.bench.targets}),
+                    store.results_bucket_arn,
+                    results_prefix(settings.stack),
+                    settings.storage.kms_key_arn,
+                ),
+                labels={"app.kubernetes.io/name": "vllm-bench", **PART_OF},
+                depends_on=[namespace, pod_identity_agent],
+            ),
+            opts=on_cluster,
+        )
+        code = bench_code()
+        for target in settings.bench.targets:
+            server = servers[target]
+            spec = server.spec
+            config_hash = bench_config_hash(spec, settings.bench, code)
+            job = BenchJob(
+                f"bench-{target}",
+                BenchJobArgs(
+                    server=target,
+                    namespace=NAMESPACE,
+                    image=spec.image,
+                    service_account=BENCH_SERVICE_ACCOUNT,
+                    base_url=server.url,
+                    served_model=spec.served_model_name,
+                    tokenizer_uri=f"s3://{weights_bucket}/{model_prefix(settings.server(target).profile.hf_id)}",
+                    results_uri=pulumi.Output.concat(
+                        "s3://", store.results_bucket_name, "/", results_prefix(settings.stack),
+                        f"{target}/{config_hash[:10]}/"),
+                    sweep_args=bench_sweep_args(settings, target, spec),
+                    server_pod_labels=selector_labels(spec),
+                    region=settings.region,
+                    code=code,
+                    config_hash=config_hash,
+                    depends_on=[server.deployment, bench_identity.association, bench_identity.service_account],
+                ),
+                opts=on_cluster,
+            )
+            results[target] = job.results_uri
+
     return {
         "region": settings.region,
         "clusterName": cluster.name,
         "kubeconfig": cluster.kubeconfig,
         "nodePools": sorted(gpu.node_pools),
         "karpenterInterruptionQueue": karpenter.queue.name,
+        "weightsBucket": store.weights_bucket_name,
+        "resultsBucket": store.results_bucket_name,
+        "modelUris": store.model_uris,
+        "servers": {name: s.url for name, s in servers.items()},
+        "benchResults": results,
     }

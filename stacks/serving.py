@@ -23,6 +23,13 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
+from collections.abc import Sequence
+
+import pulumi
+
+from components.vllm_server import Probe, ServeSpec, selector_labels
+from components.weight_store import model_prefix
+from components.workload_identity import WorkloadIdentityArgs, server_statements
 from stacks import catalog
 from stacks.versions import pins
 
@@ -455,19 +462,6 @@ class ServerSettings(BaseModel):
 # -- S3 layout ---------------------------------------------------------------------------------
 
 
-def model_prefix(hf_id: str) -> str:
-    """Weights bucket prefix of a model, with its trailing slash.
-
-    The slash matters: `models/google/gemma-4-31B-it` is also a prefix of the assistant's
-    `models/google/gemma-4-31B-it-assistant/`, so listings and IAM grants would leak across models.
-    """
-    return f"models/{hf_id}/"
-
-
-COMPILE_CACHE_PREFIX = "compile-cache/"
-ASSETS_PREFIX = "assets/"
-
-
 @dataclass(frozen=True)
 class ModelUris:
     model: str
@@ -490,49 +484,6 @@ def server_model_prefixes(server: ServerSettings) -> list[str]:
 
 
 # -- the serve spec -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Probe:
-    path: str
-    period_s: int
-    timeout_s: int
-    failure_threshold: int
-    initial_delay_s: int = 0
-
-    @property
-    def budget_s(self) -> int:
-        return self.initial_delay_s + self.period_s * self.failure_threshold
-
-
-@dataclass(frozen=True)
-class ServeSpec:
-    """Everything the Deployment needs, in plain data."""
-
-    name: str
-    image: str
-    command: tuple[str, ...]
-    args: tuple[str, ...]  # after `vllm serve`: the model URI, then flags
-    env: dict[str, str]
-    requests: dict[str, str]
-    limits: dict[str, str]
-    gpus: int
-    cache_host_path: str
-    cache_mount_path: str
-    shm_size_gib: int
-    startup_probe: Probe
-    readiness_probe: Probe
-    liveness_probe: Probe
-    termination_grace_s: int
-    deploy_timeout_s: int
-    served_model_name: str
-    port: int
-    notes: tuple[str, ...]
-
-    @property
-    def serve_args(self) -> list[str]:
-        """The complete `vllm serve ...` argument list (what tests parse with vLLM's own CLI)."""
-        return list(self.args)
 
 
 def _json(value: dict) -> str:
@@ -673,6 +624,9 @@ def build_serve_spec(
 
     return ServeSpec(
         name=server.name,
+        pool=server.pool,
+        replicas=server.replicas,
+        labels={"vllm-poc/model": server.model, "vllm-poc/traffic-class": server.traffic_class},
         image=server.image,
         # Explicit: the image's ENTRYPOINT is not relied on.
         command=("vllm", "serve"),
@@ -695,6 +649,34 @@ def build_serve_spec(
         port=PORT,
         notes=tuple(notes),
     )
+
+
+def server_identity_args(
+    server: ServerSettings,
+    spec: ServeSpec,
+    *,
+    cluster_name: pulumi.Input[str],
+    cluster_arn: pulumi.Input[str],
+    account_id: pulumi.Input[str],
+    namespace: str,
+    weights_bucket_arn: pulumi.Input[str],
+    kms_key_arn: str | None = None,
+    depends_on: Sequence[pulumi.Resource] = (),
+    tags: dict[str, str] | None = None,
+) -> WorkloadIdentityArgs:
+    """The server's own role: read its model prefixes (target and draft) and the caches."""
+    return WorkloadIdentityArgs(
+        cluster_name=cluster_name,
+        cluster_arn=cluster_arn,
+        account_id=account_id,
+        namespace=namespace,
+        service_account=server.name,
+        statements=server_statements(weights_bucket_arn, server_model_prefixes(server), kms_key_arn),
+        labels=selector_labels(spec),
+        tags=dict(tags or {}),
+        depends_on=list(depends_on),
+    )
+
 
 
 # -- cross-checks against the pool and the bench ---------------------------------------------

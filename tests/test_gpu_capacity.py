@@ -35,7 +35,8 @@ def test_raid0_on_the_nvme_pools(classes):
 def test_raid0_can_be_turned_off_and_the_root_volume_grows():
     from tests.fixtures.pulumi_stack import render_with
 
-    rendered = render_with(gpuPools=[{"name": "ebs", "instanceType": "g6e.2xlarge", "gpuLimit": 1, "raid0": False}])
+    rendered = render_with(gpuPools=[{"name": "ebs", "instanceType": "g6e.2xlarge", "gpuLimit": 1, "raid0": False}],
+                           servers=None, bench=None)
     (node_class,) = rendered.k8s("EC2NodeClass")
     assert "instanceStorePolicy" not in node_class["spec"]
     assert node_class["spec"]["blockDeviceMappings"][0]["ebs"]["volumeSize"] == "200Gi"

@@ -33,8 +33,10 @@ def test_render_dev_writes_the_three_files_quickly(tmp_path):
     # remote components appear once, with their inputs
     (cluster,) = [r for r in resources if r["type"] == "eks:index:Cluster"]
     assert cluster["inputs"]["version"] and cluster["parent"] == "cluster"
-    # every child of a component is parented
-    assert all(r["parent"] for r in resources if r["type"].startswith(("aws:", "kubernetes:", "eks:")))
+    # everything but the providers and the workload namespace lives inside a component
+    top_level = {(r["type"], r["name"]) for r in resources
+                 if r["parent"] is None and not r["type"].startswith("vllm-poc:")}
+    assert top_level == {("pulumi:providers:aws", "aws"), ("kubernetes:core/v1:Namespace", "vllm")}
 
     objects = list(yaml.safe_load_all((tmp_path / "kubernetes.yaml").read_text()))
     assert objects and all({"apiVersion", "kind", "metadata"} <= set(o) for o in objects)

@@ -8,6 +8,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from components.vllm_server import ServeSpec
+from components.weight_store import model_prefix
 from stacks import catalog, serving
 from stacks.versions import pins
 
@@ -22,7 +24,7 @@ def server(**kw) -> serving.ServerSettings:
     return serving.ServerSettings(**{"name": "gemma", "pool": "l40s", "model": "fp8-dynamic", **kw})
 
 
-def spec(srv: serving.ServerSettings, instance=L40S, **kw) -> serving.ServeSpec:
+def spec(srv: serving.ServerSettings, instance=L40S, **kw) -> ServeSpec:
     return serving.build_serve_spec(srv, instance, serving.ModelUris.for_bucket(BUCKET, srv),
                                     region="ap-northeast-2", **kw)
 
@@ -159,8 +161,8 @@ def test_every_json_valued_flag_is_a_json_object():
 
 
 def test_model_prefixes_do_not_nest():
-    prefixes = [serving.model_prefix(p.hf_id) for p in serving.MODELS.values()]
-    prefixes.append(serving.model_prefix(serving.MTP_DRAFT.hf_id))
+    prefixes = [model_prefix(p.hf_id) for p in serving.MODELS.values()]
+    prefixes.append(model_prefix(serving.MTP_DRAFT.hf_id))
     for a, b in itertools.permutations(prefixes, 2):
         assert not b.startswith(a), (a, b)
 

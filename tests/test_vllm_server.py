@@ -12,13 +12,7 @@ from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from components.vllm_server import (
-    VllmServer,
-    VllmServerArgs,
-    deployment_manifest,
-    server_identity_args,
-    service_manifest,
-)
+from components.vllm_server import VllmServer, VllmServerArgs, deployment_manifest, service_manifest
 from components.weight_store import WeightStore, WeightStoreArgs
 from policy import policies
 from stacks import catalog, mocks as mocks_module, serving
@@ -44,6 +38,12 @@ def render(build) -> list[mocks_module.Registration]:
     return mocks.registrations
 
 
+def spec_of(server: serving.ServerSettings, instance_type="g6e.2xlarge", raid0=True):
+    return serving.build_serve_spec(server, catalog.gpu_instance(instance_type),
+                                    serving.ModelUris.for_bucket(WEIGHTS, server),
+                                    region="ap-northeast-2", raid0=raid0)
+
+
 def compose(server: serving.ServerSettings, instance_type="g6e.2xlarge", raid0=True, **kw):
     """The stack's composition in miniature; returns the registrations."""
 
@@ -54,11 +54,11 @@ def compose(server: serving.ServerSettings, instance_type="g6e.2xlarge", raid0=T
             spec={})
         store = WeightStore("storage", WeightStoreArgs(
             name_prefix="vllm-poc-test", account_id="123456789012", region="ap-northeast-2"))
+        spec = spec_of(server, instance_type, raid0)
         VllmServer(f"server-{server.name}", VllmServerArgs(
-            server=server, instance_type=instance_type, raid0=raid0,
-            weights_bucket=store.weights_bucket_name, region="ap-northeast-2", namespace="vllm",
-            identity=server_identity_args(
-                server, cluster_name="vllm-poc-test", cluster_arn=CLUSTER_ARN, account_id="123456789012",
+            spec=spec, namespace="vllm",
+            identity=serving.server_identity_args(
+                server, spec, cluster_name="vllm-poc-test", cluster_arn=CLUSTER_ARN, account_id="123456789012",
                 namespace="vllm", weights_bucket_arn=store.weights_bucket_arn, depends_on=[namespace]),
             depends_on=[namespace, node_pool], **kw))
 
@@ -238,8 +238,7 @@ def test_existing_service_account_instead_of_identity():
     def build():
         association = k8s.core.v1.ConfigMap("stand-in-association", metadata={"name": "x"})
         VllmServer("server", VllmServerArgs(
-            server=server, instance_type="g6e.2xlarge", raid0=True, weights_bucket=WEIGHTS,
-            region="ap-northeast-2", namespace="vllm", service_account_name="shared-vllm",
+            spec=spec_of(server), namespace="vllm", service_account_name="shared-vllm",
             depends_on=[association]))
 
     regs = render(build)
@@ -251,8 +250,7 @@ def test_existing_service_account_instead_of_identity():
 
 def test_identity_xor_service_account():
     with pytest.raises(ValueError, match="either identity or service_account_name"):
-        VllmServerArgs(server=FP8_BATCH, instance_type="g6e.2xlarge", raid0=True, weights_bucket=WEIGHTS,
-                       region="ap-northeast-2", namespace="vllm")
+        VllmServerArgs(spec=spec_of(FP8_BATCH), namespace="vllm")
 
 
 def test_manifests_are_plain_and_valid_for_every_combination():
@@ -266,7 +264,7 @@ def test_manifests_are_plain_and_valid_for_every_combination():
                 spec = serving.build_serve_spec(server, catalog.gpu_instance(instance_type),
                                                 serving.ModelUris.for_bucket(WEIGHTS, server),
                                                 region="ap-northeast-2")
-                for obj in (deployment_manifest(spec, server, namespace="vllm", service_account="s"),
-                            service_manifest(spec, server, namespace="vllm")):
+                for obj in (deployment_manifest(spec, namespace="vllm", service_account="s"),
+                            service_manifest(spec, namespace="vllm")):
                     report = validate_object(obj, kubernetes_version=K8S)
                     assert report.ok, report.errors
