@@ -321,9 +321,10 @@ def probe_server(base_url: str, model: str) -> dict[str, Any]:
             pass
     version = info.get("version")
     info["vllm_version"] = version.get("version") if isinstance(version, dict) else None
-    served = [m.get("id") for m in (info.get("models") or {}).get("data", []) if isinstance(m, dict)]
-    info["served_models"] = served
-    entry = next((m for m in (info.get("models") or {}).get("data", []) if m.get("id") == model), None)
+    models = info.get("models")
+    data = [m for m in (models.get("data") or [] if isinstance(models, dict) else []) if isinstance(m, dict)]
+    info["served_models"] = [m.get("id") for m in data]
+    entry = next((m for m in data if m.get("id") == model), None)
     info["max_model_len"] = entry.get("max_model_len") if entry else None
     info["root"] = entry.get("root") if entry else None
     info.pop("version", None)
