@@ -2,7 +2,8 @@
 
 Figures come from Karpenter v1.14's generated instance-type table (vCPU, memory, GPUs, GPU memory,
 local NVMe, baseline network Gbps); prices are the PoC's Seoul on-demand figures where the seeds give
-them (PoC report section 6: L40S $2.76/hr, g7e $4.13/hr) and otherwise left unset. Preflight asks AWS for the live
+them (PoC report section 6: L40S $2.76/hr, g7e $4.13/hr on demand and $1.50/hr on Spot) and
+otherwise left unset. `python -m stacks preflight` shows the live Spot and on-demand prices. Preflight asks AWS for the live
 offerings, quotas and Spot prices; this table only lets bad config fail before anything is declared.
 """
 
@@ -23,6 +24,7 @@ class InstanceType:
     nvme_gb: int  # total local instance store, decimal GB; 0 = none
     network_gbps: float  # baseline
     on_demand_usd_hour: float | None = None  # ap-northeast-2, where the seeds measured it
+    spot_usd_hour: float | None = None  # the price the seeds' Spot verdict used
 
     @property
     def family(self) -> str:
@@ -51,7 +53,8 @@ GPU_INSTANCE_TYPES: dict[str, InstanceType] = {
         InstanceType("g6e.12xlarge", 48, 384, 4, *_L40S, nvme_gb=3800, network_gbps=100),
         InstanceType("g6e.24xlarge", 96, 768, 4, *_L40S, nvme_gb=3800, network_gbps=200),
         InstanceType("g6e.48xlarge", 192, 1536, 8, *_L40S, nvme_gb=7600, network_gbps=400),
-        InstanceType("g7e.2xlarge", 8, 64, 1, *_RTX6000, nvme_gb=1900, network_gbps=50, on_demand_usd_hour=4.13),
+        InstanceType("g7e.2xlarge", 8, 64, 1, *_RTX6000, nvme_gb=1900, network_gbps=50, on_demand_usd_hour=4.13,
+                     spot_usd_hour=1.50),
         InstanceType("g7e.4xlarge", 16, 128, 1, *_RTX6000, nvme_gb=1900, network_gbps=50),
         InstanceType("g7e.8xlarge", 32, 256, 1, *_RTX6000, nvme_gb=1900, network_gbps=100),
         InstanceType("g7e.12xlarge", 48, 512, 2, *_RTX6000, nvme_gb=3800, network_gbps=400),

@@ -76,8 +76,11 @@ def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str
 
 def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec) -> list[str]:
     bench, server = settings.bench, settings.server(server_name)
-    instance = settings.pool(server.pool).instance
-    price = bench.price_per_hour or instance.on_demand_usd_hour
+    pool = settings.pool(server.pool)
+    instance = pool.instance
+    spot_only = pool.capacity_types == ["spot"]
+    price = bench.price_per_hour.get(server_name) or (
+        instance.spot_usd_hour if spot_only and instance.spot_usd_hour else instance.on_demand_usd_hour)
     args = [
         "--scenarios", ",".join(bench.scenarios),
         "--concurrencies", ",".join(map(str, bench.concurrencies)),

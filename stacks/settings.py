@@ -331,10 +331,10 @@ class BenchSettings(_Settings):
     )
     min_prompts: int = Field(32, ge=1, le=10000, description="Lower bound of prompts per run (p99 needs samples).")
     seed: int = Field(0, description="Random dataset seed; the same seed replays the same prompts.")
-    price_per_hour: float | None = Field(
-        None, gt=0,
-        description="USD per hour of the benchmarked instance, recorded for cost efficiency; default: "
-        "the catalog's on-demand price where known.",
+    price_per_hour: dict[str, float] = Field(
+        default_factory=dict,
+        description="USD per hour of each target's instance ({server: price}), recorded for cost "
+        "efficiency; default: the catalog price (Spot for spot-only pools, else on-demand) where known.",
     )
 
     @field_validator("scenarios")
@@ -433,6 +433,9 @@ class StackSettings(_Settings):
                     f"{key}.replicas: {server.replicas} replica(s) x {server.tensor_parallel_size} GPU(s) exceed "
                     f"gpuPools {pool.name!r} gpuLimit {pool.gpu_limit}; raise the limit or lower replicas"
                 )
+        for target, price in self.bench.price_per_hour.items():
+            if target not in self.bench.targets or price <= 0:
+                problems.append(f"bench.pricePerHour.{target}: give a positive price for a server in bench.targets")
         for index, target in enumerate(self.bench.targets):
             if target not in server_names:
                 problems.append(
