@@ -104,6 +104,8 @@ class BenchJob(pulumi.ComponentResource):
         pod_spec = {
             "serviceAccountName": args.service_account,
             "restartPolicy": "Never",
+            # On SIGTERM the sweep stops its client and uploads the manifest before exiting.
+            "terminationGracePeriodSeconds": 90,
             "containers": [container],
             "volumes": [
                 {"name": "code", "configMap": {"name": self.code.metadata["name"]}},
