@@ -19,17 +19,38 @@ def service_trust_policy(service: str) -> str:
     })
 
 
-def pod_identity_trust_policy() -> str:
-    """Trust policy for EKS Pod Identity: the agent assumes the role and tags the session."""
-    return json.dumps({
+def pod_identity_trust_policy(account_id: str, cluster_arn: str, namespace: str, service_account: str) -> dict:
+    """Trust policy for EKS Pod Identity, scoped to one service account of one cluster.
+
+    Pod Identity assumes the role and tags the session with the cluster, namespace and service
+    account; without conditions on those tags any association in the account could use the role.
+    """
+    return {
         "Version": "2012-10-17",
         "Statement": [{
             "Sid": "EksPodIdentity",
             "Effect": "Allow",
             "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
             "Action": ["sts:AssumeRole", "sts:TagSession"],
+            "Condition": {
+                "StringEquals": {
+                    "aws:SourceAccount": account_id,
+                    "aws:RequestTag/eks-cluster-arn": cluster_arn,
+                    "aws:RequestTag/kubernetes-namespace": namespace,
+                    "aws:RequestTag/kubernetes-service-account": service_account,
+                },
+            },
         }],
-    })
+    }
+
+
+def scoped_pod_identity_trust(
+    account_id: pulumi.Input[str], cluster_arn: pulumi.Input[str], namespace: str, service_account: str
+) -> pulumi.Output[str]:
+    """`pod_identity_trust_policy` as JSON, once the account and cluster ARN are known."""
+    return pulumi.Output.all(account_id, cluster_arn).apply(
+        lambda v: json.dumps(pod_identity_trust_policy(v[0], v[1], namespace, service_account), sort_keys=True)
+    )
 
 
 def policy_document(statements: list[dict[str, Any]]) -> pulumi.Output[str]:

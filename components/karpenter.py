@@ -14,7 +14,7 @@ from components.iam import (
     NODE_POLICIES,
     attach_managed_policies,
     policy_document,
-    pod_identity_trust_policy,
+    scoped_pod_identity_trust,
     service_trust_policy,
 )
 
@@ -218,7 +218,8 @@ class Karpenter(pulumi.ComponentResource):
         controller_role = aws.iam.Role(
             f"{name}-controller",
             name=f"KarpenterController-{cluster_name}",
-            assume_role_policy=pod_identity_trust_policy(),
+            assume_role_policy=scoped_pod_identity_trust(
+                args.account_id, args.cluster_arn, NAMESPACE, SERVICE_ACCOUNT),
             opts=child,
         )
         statements = controller_policy_statements(

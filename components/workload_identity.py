@@ -22,9 +22,9 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.iam import scoped_pod_identity_trust
 from components.weight_store import ASSETS_PREFIX, COMPILE_CACHE_PREFIX, model_prefix
 
-POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 PART_OF = {"app.kubernetes.io/part-of": "vllm-poc"}
 
 Statement = Mapping[str, Any]
@@ -85,27 +85,6 @@ def statement_problems(statements: Sequence[Statement]) -> list[str]:
     return problems
 
 
-def trust_policy(account_id: str, cluster_arn: str, namespace: str, service_account: str) -> dict:
-    # Without the conditions, any Pod Identity association in the account could use the role.
-    return {
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Sid": "EksPodIdentity",
-            "Effect": "Allow",
-            "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
-            "Action": ["sts:AssumeRole", "sts:TagSession"],
-            "Condition": {
-                "StringEquals": {
-                    "aws:SourceAccount": account_id,
-                    "aws:RequestTag/eks-cluster-arn": cluster_arn,
-                    "aws:RequestTag/kubernetes-namespace": namespace,
-                    "aws:RequestTag/kubernetes-service-account": service_account,
-                },
-            },
-        }],
-    }
-
-
 def _policy_json(statements: Sequence[Statement]) -> pulumi.Output[str]:
     def render(resolved: list[dict]) -> str:
         for st in resolved:
@@ -132,9 +111,8 @@ class WorkloadIdentity(pulumi.ComponentResource):
 
         self.role = aws.iam.Role(
             f"{name}-role",
-            assume_role_policy=pulumi.Output.all(args.account_id, args.cluster_arn).apply(
-                lambda v: json.dumps(trust_policy(v[0], v[1], args.namespace, args.service_account),
-                                     sort_keys=True)),
+            assume_role_policy=scoped_pod_identity_trust(
+                args.account_id, args.cluster_arn, args.namespace, args.service_account),
             description=f"EKS Pod Identity role of {args.namespace}/{args.service_account}",
             max_session_duration=3600,
             tags={**args.tags, "vllm-poc/workload": "true",

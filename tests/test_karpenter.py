@@ -25,6 +25,13 @@ def test_controller_role_is_assumed_through_pod_identity(dev):
     (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
     assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert sorted(statement["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    # only Karpenter's own service account on this cluster may use it
+    assert statement["Condition"]["StringEquals"] == {
+        "aws:SourceAccount": "123456789012",
+        "aws:RequestTag/eks-cluster-arn": f"arn:aws:eks:ap-northeast-2:123456789012:cluster/{CLUSTER}",
+        "aws:RequestTag/kubernetes-namespace": "kube-system",
+        "aws:RequestTag/kubernetes-service-account": "karpenter",
+    }
     association = dev.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "karpenter-controller")
     assert association.inputs["namespace"] == "kube-system"
     assert association.inputs["serviceAccount"] == "karpenter"
