@@ -219,6 +219,9 @@ def build(settings: StackSettings) -> dict[str, object]:
                     kms_key_arn=settings.storage.kms_key_arn, depends_on=[namespace, pod_identity_agent],
                 ),
                 depends_on=[namespace, *node_pools, store],
+                # A benchmark target is never consolidated or drifted away mid-sweep; its bench pod,
+                # on the same node, carries the same annotation for as long as it runs.
+                do_not_disrupt=server.name in settings.bench.targets,
             ),
             opts=on_cluster,
         )

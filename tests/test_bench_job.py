@@ -70,6 +70,8 @@ def test_job_runs_the_sweep_in_the_server_image_without_a_gpu(dev):
     assert term["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert job["spec"]["template"]["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    server_pod = deployment["spec"]["template"]["metadata"]
+    assert server_pod["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
     assert pod["terminationGracePeriodSeconds"] >= 60  # the sweep uploads its manifest on SIGTERM
 
 
@@ -116,6 +118,8 @@ def test_the_job_name_changes_with_what_shapes_the_numbers_and_only_then():
 def test_no_bench_targets_no_job():
     rendered = render_with(bench=None)
     assert not rendered.k8s("Job") and rendered.outputs["benchResults"] == {}
+    (deployment,) = rendered.k8s("Deployment")
+    assert "karpenter.sh/do-not-disrupt" not in deployment["spec"]["template"]["metadata"].get("annotations", {})
     assert not [r for r in rendered.registrations if r.name == "bench-identity"]
 
 
