@@ -298,7 +298,7 @@ class StorageSettings(_Settings):
     teardown: Literal["destroy", "retain-weights"] = Field(
         "destroy",
         description="destroy: `pulumi destroy` empties and deletes both buckets (PoC default); "
-        "retain-weights: the weights bucket is kept (and protected from deletion).",
+        "retain-weights: `pulumi destroy` leaves the weights bucket and its contents in place.",
     )
     kms_key_arn: str | None = Field(
         None, description="Encrypt both buckets with this KMS key instead of SSE-S3."

@@ -109,7 +109,7 @@ def test_command_uses_only_flags_known_in_vllm_026():
                  "--max-concurrency 1", "--num-prompts 32", "--result-filename S1_chat_c1.json"):
         assert part in joined
     meta = cmd[cmd.index("--metadata") + 1:]
-    assert f"scenario=S1_chat" in meta and "concurrency=1" in meta
+    assert "scenario=S1_chat" in meta and "concurrency=1" in meta
     assert f"{R.META_RUN_HASH}={plan[0].run_hash}" in meta
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 from pulumi.runtime import settings as runtime_settings

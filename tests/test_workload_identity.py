@@ -7,7 +7,6 @@ import fnmatch
 import json
 
 import kubernetes_validate
-import pulumi
 import pytest
 from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.stack import run_pulumi_func
