@@ -11,14 +11,20 @@ Pulumi's mock monitor does; their inputs are what we can check offline.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import inspect
 import json
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs, Mocks
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
 
 ACCOUNT_ID = "123456789012"
 
@@ -229,4 +235,26 @@ def install(region: str, project: str, stack: str) -> RecordingMocks:
     """Install recording mocks as Pulumi's runtime for the given project and stack."""
     mocks = RecordingMocks(region=region)
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=mocks.monitor)
+    return mocks
+
+
+def run(program: Callable[[], Awaitable[None] | None], *, region: str = "ap-northeast-2",
+        project: str = "vllm-poc", stack: str = "test") -> RecordingMocks:
+    """Run `program` under a fresh mock runtime and wait for every registration; returns the records.
+
+    Each call starts from a clean state (event loop, root stack, outstanding outputs), so one render
+    or test never awaits what another left behind.
+    """
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    runtime_settings.ROOT.set(None)
+    runtime_settings.SETTINGS.rpc_manager.clear()
+    runtime_settings.SETTINGS.outputs.clear()
+    mocks = install(region=region, project=project, stack=stack)
+
+    async def body() -> None:
+        result = program()
+        if inspect.isawaitable(result):
+            await result
+
+    _sync_await(run_pulumi_func(body))
     return mocks

@@ -11,7 +11,6 @@ resource is declared.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
@@ -23,8 +22,6 @@ import pulumi
 import yaml
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import settings as runtime_settings
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from stacks import mocks as mocks_module
 from stacks.settings import PROJECT, REPO, ConfigError, read_stack_file, settings_from_config
@@ -172,10 +169,7 @@ def render_config(values: dict[str, Any], *, stack: str = "test") -> Rendered:
     from stacks import program
 
     settings = settings_from_config(values, stack=stack)  # fail fast, outside the runtime
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    runtime_settings.ROOT.set(None)
     runtime_config.set_all_config(_config_strings(values), secret_keys=[])
-    mocks = mocks_module.install(region=settings.region, project=PROJECT, stack=stack)
     outputs: dict[str, Any] = {}
 
     async def body() -> None:
@@ -185,7 +179,7 @@ def render_config(values: dict[str, Any], *, stack: str = "test") -> Rendered:
         outputs.update(exported or {})
 
     started = time.perf_counter()
-    _sync_await(run_pulumi_func(body))
+    mocks = mocks_module.run(body, region=settings.region, project=PROJECT, stack=stack)
     return Rendered(stack=stack, registrations=mocks.registrations, outputs=outputs,
                     seconds=time.perf_counter() - started)
 

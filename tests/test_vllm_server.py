@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pulumi_kubernetes as k8s
 import pytest
-from pulumi.runtime import settings as runtime_settings
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from components.vllm_server import VllmServer, VllmServerArgs, deployment_manifest, service_manifest
 from components.weight_store import WeightStore, WeightStoreArgs
@@ -23,18 +19,7 @@ WEIGHTS = "vllm-poc-test-weights-123456789012-ap-northeast-2"
 
 
 def render(build) -> list[mocks_module.Registration]:
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    runtime_settings.ROOT.set(None)
-    # Outputs made outside a render (another test, another loop) must not be awaited by this one.
-    runtime_settings.SETTINGS.rpc_manager.clear()
-    runtime_settings.SETTINGS.outputs.clear()
-    mocks = mocks_module.install(region="ap-northeast-2", project="vllm-poc", stack="test")
-
-    async def body() -> None:
-        build()
-
-    _sync_await(run_pulumi_func(body))
-    return mocks.registrations
+    return mocks_module.run(build).registrations
 
 
 def spec_of(server: serving.ServerSettings, instance_type="g6e.2xlarge", raid0=True):

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import json
 
 import kubernetes_validate
 import pytest
-from pulumi.runtime import settings as runtime_settings
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from components.workload_identity import (
     WorkloadIdentity,
@@ -33,18 +29,7 @@ DRAFT = "google/gemma-4-31B-it-assistant"
 
 
 def render(build) -> list[mocks_module.Registration]:
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    runtime_settings.ROOT.set(None)
-    # Outputs made outside a render (another test, another loop) must not be awaited by this one.
-    runtime_settings.SETTINGS.rpc_manager.clear()
-    runtime_settings.SETTINGS.outputs.clear()
-    mocks = mocks_module.install(region="ap-northeast-2", project="vllm-poc", stack="test")
-
-    async def body() -> None:
-        build()
-
-    _sync_await(run_pulumi_func(body))
-    return mocks.registrations
+    return mocks_module.run(build).registrations
 
 
 def identity_args(statements, **kw) -> WorkloadIdentityArgs:
