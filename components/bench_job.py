@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.labels import PART_OF
+
 CODE_DIR = "/opt/vllm-poc"
 # `python -m bench sweep` exit codes that end the Job (see bench.sweep)
 FINAL_EXIT_CODES = (1, 2)
 RESULTS_DIR = "/results"
-PART_OF = {"app.kubernetes.io/part-of": "vllm-poc"}
 
 
 @dataclass(frozen=True)

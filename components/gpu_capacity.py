@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.labels import PART_OF
 from components.network import DISCOVERY_TAG
 
 POOL_LABEL = "vllm-poc/pool"
@@ -15,7 +16,6 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 # nodes carry this one from the NodePool template (no node-feature-discovery needed).
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 DEVICE_PLUGIN_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
-PART_OF = {"app.kubernetes.io/part-of": "vllm-poc"}
 # Karpenter drains GPU nodes and terminates their instances before a NodePool or EC2NodeClass
 # delete returns; a node running a vLLM pod can take a while to drain.
 DELETE_TIMEOUT = "30m"

@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.gpu_capacity import GPU_TAINT, POOL_LABEL
+from components.labels import PART_OF
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
@@ -81,7 +82,7 @@ def selector_labels(spec: ServeSpec) -> dict[str, str]:
 def server_labels(spec: ServeSpec) -> dict[str, str]:
     return {
         **selector_labels(spec),
-        "app.kubernetes.io/part-of": "vllm-poc",
+        **PART_OF,
         "app.kubernetes.io/component": "server",
         **spec.labels,
     }

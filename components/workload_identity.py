@@ -23,9 +23,9 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.iam import scoped_pod_identity_trust
+from components.labels import PART_OF
 from components.weight_store import ASSETS_PREFIX, COMPILE_CACHE_PREFIX, model_prefix
 
-PART_OF = {"app.kubernetes.io/part-of": "vllm-poc"}
 
 Statement = Mapping[str, Any]
 

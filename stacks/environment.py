@@ -16,8 +16,9 @@ import pulumi_kubernetes as k8s
 
 from components.bench_job import BenchJob, BenchJobArgs
 from components.cluster import Cluster, ClusterArgs
-from components.gpu_capacity import PART_OF, GpuCapacity, GpuCapacityArgs, GpuPoolSpec
+from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
 from components.karpenter import Karpenter, KarpenterArgs
+from components.labels import PART_OF
 from components.network import Network, NetworkArgs
 from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, selector_labels
 from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix

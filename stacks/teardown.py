@@ -29,10 +29,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
+from components.labels import PART_OF_SELECTOR
+
 PRE_DESTROY = "pre-destroy"
 TEARDOWN_CHECK = "teardown-check"
 
-PART_OF_SELECTOR = "app.kubernetes.io/part-of=vllm-poc"
 STACK_TAG = "vllm-poc/stack"  # default tag on every AWS resource of a stack (stacks/environment.py)
 BUCKET_ROLE_TAG = "vllm-poc/data"  # weights | results (components/weight_store.py)
 
