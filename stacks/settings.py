@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from bench.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
 from stacks import catalog
 from stacks.serving import ServerSettings, check_server
+from stacks.vllm_flags import server_extra_args_problems
 
 PROJECT = "vllm-poc"
 REPO = Path(__file__).resolve().parent.parent
@@ -411,6 +412,7 @@ class StackSettings(_Settings):
             if server.name in server_names:
                 problems.append(f"{key}.name: server name {server.name!r} is used more than once")
             server_names.add(server.name)
+            problems += server_extra_args_problems(server.extra_args, server.image, key=f"{key}.extraArgs")
             pool = pools.get(server.pool)
             if pool is None:
                 problems.append(
