@@ -160,8 +160,8 @@ class RecordingMocks(Mocks):
                     "locationTypes": ["availability-zone"] * len(pairs), "id": self.region}
         if token == "aws:ssm/getParameter:getParameter":
             name = args.args.get("name")
-            if name in MISSING_PARAMETERS:
-                raise Exception(f"ParameterNotFound: {name}")
+            if name in MISSING_PARAMETERS:  # the engine's answer to a failed invoke
+                return {}, [("name", f"ParameterNotFound: parameter {name} not found")]
             return {"name": name, "value": "ami-0123456789abcdef0", "insecureValue": "ami-0123456789abcdef0",
                     "type": "String", "version": 1, "arn": f"arn:aws:ssm:{self.region}::parameter{name}",
                     "id": name, "withDecryption": True}

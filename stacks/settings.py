@@ -539,12 +539,6 @@ class StackSettings(_Settings):
                         f"weights.revisions: no revision for {model}, which servers load; pin its commit, e.g. "
                         f'revisions: {{"{model}": "<40-hex commit from huggingface.co/{model}/commits/main>"}}'
                     )
-        for model in self.weights.revisions:
-            if model not in models:
-                problems.append(
-                    f"weights.revisions.{model}: no server loads this model; remove it or use one of "
-                    f"{', '.join(models) or '(none)'}"
-                )
         room = self.system_nodes.disk_size_gib - 20
         if self.weights.source == "hub" and models and self.weights.scratch_gib > room:
             problems.append(

@@ -2,8 +2,8 @@
 
 The region's first N zones are not enough: g6e and g7e are offered in some zones only, and a pool whose
 type is offered in none of the VPC's zones can never launch a node. The choice takes the zones (in name
-order) offering every pool's type; when fewer than N do, it fills up with the zones offering the most of
-them. An explicit `network.availabilityZones` replaces the choice. Either way, every pool's type must be
+order) offering every pool's type; when fewer than N do, it fills up with zones that add a type not yet
+covered, then with those offering the most types. An explicit `network.availabilityZones` replaces the choice. Either way, every pool's type must be
 offered in at least one chosen zone, or the config is refused naming the pool.
 """
 
@@ -22,11 +22,18 @@ def choose_zones(
     if override:
         zones = list(override)
     else:
-        def offered(zone: str) -> int:
-            return sum(zone in offerings.get(t, set()) for t in types)
+        def offered(zone: str) -> set[str]:
+            return {t for t in types if zone in offerings.get(t, set())}
 
-        ranked = sorted(available, key=lambda z: (-offered(z), z))
-        zones = sorted(ranked[:count])
+        zones = []
+        candidates = sorted(available)
+        while candidates and len(zones) < count:
+            covered = set().union(*(offered(z) for z in zones)) if zones else set()
+            best = min(candidates, key=lambda z: (-(len(offered(z)) == len(types)),
+                                                  -len(offered(z) - covered), -len(offered(z)), z))
+            zones.append(best)
+            candidates.remove(best)
+        zones.sort()
     problems = []
     for key, instance_type in pool_types.items():
         where = sorted(offerings.get(instance_type, set()))
