@@ -621,7 +621,8 @@ def settings_from_config(values: dict[str, Any], *, stack: str, project: str = P
                 problems.append(f"{full_key}: unknown key; known keys: {', '.join(f'{project}:{k}' for k in _TOP_LEVEL)}")
                 continue
             if key in _STRING_KEYS:
-                data[key] = value
+                # a `pulumi config set --secret` value in a stack file is ciphertext: known to be set only
+                data[key] = "[secret]" if isinstance(value, dict) and "secure" in value else value
                 continue
             if isinstance(value, str):
                 # pulumi.Config hands structured values over as JSON text
