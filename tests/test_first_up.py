@@ -198,3 +198,34 @@ def test_a_missing_nvidia_ami_fails_before_anything_is_created(monkeypatch):
     with pytest.raises(RunError, match=r"v20260930 has no NVIDIA AL2023 AMI for Kubernetes 1.36.*al2023_ami_release") as err:
         render_with()
     assert parameter in str(err.value)
+
+
+# -- GPU node check -----------------------------------------------------------------------------------
+
+
+def test_each_pool_with_servers_gets_a_node_check_after_its_syncs_and_before_its_servers(stack):
+    name, rendered = stack
+    settings = load_stack_settings(name)
+    checks = {r.inputs["metadata"]["labels"]["app.kubernetes.io/instance"]: r
+              for r in rendered.of_type("kubernetes:batch/v1:Job")
+              if r.inputs["metadata"]["labels"]["app.kubernetes.io/name"] == "vllm-gpu-node-check"}
+    assert set(checks) == {s.pool for s in settings.servers}  # dev: l40s only, not the idle pools
+    for pool, check in checks.items():
+        spec = check.inputs["spec"]
+        pod = spec["template"]["spec"]
+        assert pod["nodeSelector"] == {"vllm-poc/pool": pool}
+        assert "nvidia.com/gpu" not in str(pod["containers"][0]["resources"])  # it holds no GPU
+        assert spec["activeDeadlineSeconds"] == 900 and spec["backoffLimit"] == 0
+        assert int(check.inputs["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]) < 45 * 60
+        sync_names = {f"weights-{m.replace('/', '-').lower()}-job"
+                      for s in settings.servers if s.pool == pool for m in server_model_ids(s)}
+        assert sync_names | {f"gpu-{pool}"} <= names(check.dependencies)  # after the weights and the NodePool
+    for server in settings.servers:
+        deployment = rendered.one("kubernetes:apps/v1:Deployment", f"server-{server.name}-deployment")
+        assert checks[server.pool].name in names(deployment.dependencies)
+
+
+def test_scratch_space_must_fit_a_system_node():
+    with pytest.raises(Exception, match=r"weights.scratchGib: 40 GiB does not fit .* 50 GiB disk"):
+        render_with(weights={"revisions": {"RedHatAI/gemma-4-31B-it-FP8-dynamic": "main",
+                                           "google/gemma-4-31B-it-assistant": "main"}, "scratchGib": 40})
