@@ -159,3 +159,48 @@ def test_cli_sync_then_check_exit_codes(fake_hub, s3, tmp_path, monkeypatch, cap
     s3.delete_object(Bucket=BUCKET, Key=f"models/{MODEL}/model-00002-of-00002.safetensors")
     assert weights_main(["check", "--dest", DEST]) == 2
     assert "model-00002-of-00002.safetensors" in capsys.readouterr().err
+
+
+def test_the_rendered_job_command_syncs_with_code_from_its_config_map(fake_hub, aws, tmp_path):
+    """The dev stack's sync Job as rendered: its args, env and ConfigMap code, run as `python -m weights`.
+
+    Only the pip install step is left out (the test environment has the pinned packages; tests stay
+    off the network), and /scratch becomes a temporary directory.
+    """
+    import subprocess
+    import sys
+
+    from stacks.render import render_stack
+    from stacks.versions import extra
+
+    rendered = render_stack("dev")
+    (job,) = [j for j in rendered.k8s("Job") if j["metadata"]["name"].startswith("weights-google-gemma-4-31b-it-assistant-")]
+    (code,) = [c for c in rendered.k8s("ConfigMap") if c["metadata"]["name"] == job["metadata"]["name"]]
+    assert code["data"]["requirements.txt"].split() == extra("weight-sync")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:2] == ["sh", "-ec"] and 'exec python -m weights "$@"' in container["command"][2]
+
+    package = tmp_path / "code" / "weights"
+    package.mkdir(parents=True)
+    for name, text in code["data"].items():
+        (package / name).write_text(text)
+    args = [str(tmp_path / "scratch") if a == "/scratch" else a for a in container["args"]]
+    dest = args[args.index("--dest") + 1]
+    bucket = dest.removeprefix("s3://").split("/", 1)[0]
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
+    fake_hub.add(FakeRepo("google/gemma-4-31B-it-assistant", {"config.json": b"{}", "model.safetensors": _blob(6 * MiB, 3)}))
+
+    env = {**{e["name"]: e["value"] for e in container["env"] if "value" in e},
+           "PYTHONPATH": str(tmp_path / "code"), "HF_TOKEN": TOKEN, "HF_ENDPOINT": fake_hub.url,
+           "HF_HUB_DISABLE_XET": "1", "AWS_ENDPOINT_URL": aws, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf-home")}
+    run = lambda: subprocess.run([sys.executable, "-m", "weights", *args], cwd=tmp_path, env=env,  # noqa: E731
+                                 capture_output=True, text=True, timeout=120)
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert "uploaded 2 file(s)" in first.stdout
+    assert str(package) in subprocess.run([sys.executable, "-c", "import weights.hub as h; print(h.__file__)"],
+                                          cwd=tmp_path, env=env, capture_output=True, text=True).stdout
+    second = run()
+    assert second.returncode == 0 and "uploaded 0 file(s)" in second.stdout and "skipped 2 file(s)" in second.stdout
