@@ -17,26 +17,21 @@ import pulumi_kubernetes as k8s
 from components.bench_job import BenchJob, BenchJobArgs
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
-from components.gpu_node_check import GpuNodeCheck, GpuNodeCheckArgs
 from components.karpenter import Karpenter, KarpenterArgs
 from components.labels import PART_OF
 from components.network import Network, NetworkArgs
 from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, selector_labels
 from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix
-from components.weight_sync import WeightSync, WeightSyncArgs, token_secret, weight_sync_statements
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import serving
-from stacks.identity import admin_role_problems
-from stacks.settings import BenchSettings, ConfigError, StackSettings
-from stacks.versions import extra, pins
-from stacks.zones import choose_zones
+from stacks.account_checks import check_caller, check_gpu_ami, stack_zones
+from stacks.settings import BenchSettings, StackSettings
+from stacks.versions import pins
+from stacks.weight_plan import gpu_node_checks, weight_syncs
 
 NAMESPACE = "vllm"
 BENCH_SERVICE_ACCOUNT = "vllm-bench"
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
-WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
-WEIGHT_SYNC_SERVICE_ACCOUNT = "vllm-weight-sync"
-HF_TOKEN_SECRET = "hf-token"
 
 
 def stack_tags(settings: StackSettings) -> dict[str, str]:
@@ -72,56 +67,6 @@ def bench_code() -> dict[str, str]:
     return {path.name: path.read_text() for path in sorted(BENCH_DIR.glob("*.py"))}
 
 
-def weights_code() -> dict[str, str]:
-    """The weights package as the sync Job mounts it."""
-    return {path.name: path.read_text() for path in sorted(WEIGHTS_DIR.glob("*.py"))}
-
-
-def stack_zones(settings: StackSettings, provider: aws.Provider) -> list[str]:
-    """The created VPC's zones: where every pool's type is offered (or network.availabilityZones)."""
-    invoke = pulumi.InvokeOptions(provider=provider)
-    available = aws.get_availability_zones(state="available", opts=invoke).names
-    types = sorted({pool.instance_type for pool in settings.gpu_pools})
-    offerings: dict[str, set[str]] = {t: set() for t in types}
-    if types:
-        found = aws.ec2.get_instance_type_offerings(
-            location_type="availability-zone",
-            filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=types)],
-            opts=invoke,
-        )
-        for instance_type, zone in zip(found.instance_types, found.locations):
-            offerings.setdefault(instance_type, set()).add(zone)
-    zones, problems = choose_zones(
-        sorted(available), offerings,
-        {f"vllm-poc:gpuPools[{i}].instanceType": pool.instance_type for i, pool in enumerate(settings.gpu_pools)},
-        settings.network.availability_zone_count, settings.network.availability_zones,
-    )
-    if problems:
-        raise ConfigError(problems)
-    return zones
-
-
-def check_gpu_ami(settings: StackSettings, provider: aws.Provider) -> None:
-    """Fail now, not after a 45-minute wait: the pinned AMI release must have an NVIDIA AMI for this version.
-
-    Karpenter skips a missing AMI variant silently and GPU pods stay Pending; the SSM lookup makes a
-    preview or `up` stop in seconds instead, naming the parameter.
-    """
-    if not settings.gpu_pools:
-        return
-    versions = pins()
-    parameter = versions.nvidia_ami_parameter(settings.cluster.kubernetes_version)
-    try:
-        aws.ssm.get_parameter(name=parameter, opts=pulumi.InvokeOptions(provider=provider))
-    except Exception as exc:  # noqa: BLE001 - the invoke's error is reported with the fix
-        raise ConfigError([
-            f"vllm-poc:cluster.kubernetesVersion: the pinned AMI release {versions.al2023_ami_release} has no NVIDIA "
-            f"AL2023 AMI for Kubernetes {settings.cluster.kubernetes_version} in {settings.region} ({parameter}: "
-            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); pick a release that has one "
-            "(al2023_ami_release in pyproject.toml [tool.vllm-poc.pins]) or another kubernetesVersion"
-        ]) from None
-
-
 def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str]) -> str:
     """What shapes the numbers: the server's image, flags and env, the sweep settings, the bench code."""
     payload = {
@@ -155,63 +100,6 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
     return args
 
 
-def weight_syncs(settings: StackSettings, cluster: Cluster, store: WeightStore, namespace: k8s.core.v1.Namespace,
-                 weights_bucket: str, account_id: str, opts: pulumi.ResourceOptions) -> dict[str, WeightSync]:
-    """One Job per model the servers load: a Hub sync, or (weights.source stage-weights) a staging check."""
-    model_ids = settings.model_ids()
-    if not model_ids:
-        return {}
-    identity = WorkloadIdentity(
-        "weight-sync-identity",
-        WorkloadIdentityArgs(
-            cluster_name=cluster.name,
-            cluster_arn=cluster.arn,
-            account_id=account_id,
-            namespace=NAMESPACE,
-            service_account=WEIGHT_SYNC_SERVICE_ACCOUNT,
-            statements=weight_sync_statements(store.weights_bucket_arn, model_ids, settings.storage.kms_key_arn),
-            labels={"app.kubernetes.io/name": "vllm-weight-sync", **PART_OF},
-            depends_on=[namespace, cluster.pod_identity_agent],
-        ),
-        opts=opts,
-    )
-    waits: list[pulumi.Resource] = [namespace, store, identity.association, identity.service_account,
-                                    cluster.system_nodes]
-    hub = settings.weights.source == "hub"
-    secret = None
-    if hub and settings.hf_token is not None:
-        secret = token_secret(HF_TOKEN_SECRET, NAMESPACE, settings.hf_token.get_secret_value(),
-                              opts.merge(pulumi.ResourceOptions(depends_on=[namespace])))
-        waits.append(secret)
-    versions = pins()
-    code = weights_code()
-    syncs = {}
-    for model in model_ids:
-        dest = f"s3://{weights_bucket}/{model_prefix(model).rstrip('/')}"
-        syncs[model] = WeightSync(
-            f"weights-{model.replace('/', '-').lower()}",
-            WeightSyncArgs(
-                model_id=model,
-                revision=settings.weights.revisions.get(model, "main"),
-                bucket=weights_bucket,
-                mode="hub" if hub else "check",
-                namespace=NAMESPACE,
-                image=versions.weight_sync_image,
-                service_account=WEIGHT_SYNC_SERVICE_ACCOUNT,
-                code=code,
-                requirements=extra("weight-sync"),
-                region=settings.region,
-                token_secret=HF_TOKEN_SECRET if secret is not None else None,
-                scratch_gib=settings.weights.scratch_gib,
-                timeout_s=settings.weights.sync_timeout_minutes * 60,
-                stage_hint=f"python -m stacks stage-weights <snapshot of {model}> {dest}",
-                depends_on=waits,
-            ),
-            opts=opts,
-        )
-    return syncs
-
-
 def build(settings: StackSettings) -> dict[str, object]:
     """Declare every resource of the environment; returns the stack outputs."""
     versions = pins()
@@ -220,9 +108,7 @@ def build(settings: StackSettings) -> dict[str, object]:
     on_aws = pulumi.ResourceOptions(providers={"aws": aws_provider})
     caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=aws_provider))
     account_id = caller.account_id
-    problems = admin_role_problems(list(settings.cluster.admin_role_arns), caller.arn)
-    if problems:
-        raise ConfigError(problems)
+    check_caller(settings, caller.arn)
     check_gpu_ami(settings, aws_provider)
 
     if settings.network.create_vpc:
@@ -318,26 +204,9 @@ def build(settings: StackSettings) -> dict[str, object]:
         "vllm", metadata={"name": NAMESPACE, "labels": dict(PART_OF)}, opts=on_cluster
     )
     pod_identity_agent = cluster.pod_identity_agent
-    syncs = weight_syncs(settings, cluster, store, namespace, weights_bucket, account_id, on_cluster)
-
-    # A pool's servers wait for one node of it (after their weights, so the node does not idle through
-    # a sync): a node that never comes fails `pulumi up` in minutes instead of the servers' 45.
-    node_checks: dict[str, GpuNodeCheck] = {}
-    for pool_name in sorted({server.pool for server in settings.servers}):
-        pool = settings.pool(pool_name)
-        models = {m for server in settings.servers if server.pool == pool_name for m in serving.server_model_ids(server)}
-        node_checks[pool_name] = GpuNodeCheck(
-            f"gpu-node-{pool_name}",
-            GpuNodeCheckArgs(
-                pool=pool_name,
-                instance_type=pool.instance_type,
-                namespace=NAMESPACE,
-                image=versions.weight_sync_image,
-                depends_on=[namespace, *[gpu.node_pools[n] for n in (pool_name, f"{pool_name}-on-demand")
-                                         if n in gpu.node_pools], *(syncs[m].job for m in sorted(models))],
-            ),
-            opts=on_cluster,
-        )
+    syncs = weight_syncs(settings, NAMESPACE, cluster, store, namespace, weights_bucket, account_id, on_cluster)
+    # After the weights, one node per pool with servers: a node that never comes fails `up` in minutes.
+    node_checks = gpu_node_checks(settings, NAMESPACE, namespace, gpu.node_pools, syncs, on_cluster)
 
     servers: dict[str, VllmServer] = {}
     for server in settings.servers:
