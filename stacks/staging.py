@@ -143,7 +143,6 @@ def check_shards(root: Path, files: list[LocalFile]) -> None:
         )
 
 
-
 def hash_files(files: list[LocalFile], workers: int, progress: bool) -> dict[str, str]:
     bar = _bar(sum(f.size for f in files), "hashing", progress)
     lock = threading.Lock()
@@ -235,11 +234,8 @@ def stage(
     return summary
 
 
-
 # --------------------------------------------------------------------------------------------------
 # CLI
-
-
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -261,8 +257,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
     return p
-
-
 
 
 def run(args: argparse.Namespace) -> int:

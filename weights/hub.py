@@ -19,6 +19,7 @@ Runs in the weight-sync Job on a system node (and anywhere else with Hub and S3 
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import fnmatch
 import os
 import shutil
@@ -153,8 +154,6 @@ def sync(
     summary = Summary()
     counter = _Counter(None)
     started = time.monotonic()
-    import concurrent.futures as cf
-
     with cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="part") as part_pool:
         for f in files:
             key = object_key(prefix, f.name)

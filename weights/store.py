@@ -38,13 +38,11 @@ class StagingError(Exception):
     """A problem the operator must fix; the message says what and how."""
 
 
-
 @dataclass(frozen=True)
 class LocalFile:
     rel: str  # posix path relative to the snapshot root: the object key's suffix
     path: Path  # resolved file (HF snapshot symlinks point into ../../blobs)
     size: int
-
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -58,7 +56,6 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 
 def object_key(prefix: str, rel: str) -> str:
     return f"{prefix}/{rel}" if prefix else rel
-
 
 
 def index_shards(index_text: str, index_name: str = "model.safetensors.index.json") -> set[str]:
@@ -87,6 +84,7 @@ def read_range(path: Path, offset: int, length: int) -> bytes:
     with path.open("rb") as fh:
         fh.seek(offset)
         return fh.read(length)
+
 
 # --------------------------------------------------------------------------------------------------
 # Plan: what is already in the bucket
@@ -323,7 +321,6 @@ def upload_single(client, bucket: str, action: Action, counter: _Counter) -> Non
     counter.add(len(data))
 
 
-
 def check_bucket(client, bucket: str) -> None:
     from botocore.exceptions import ClientError
 
@@ -336,7 +333,6 @@ def check_bucket(client, bucket: str) -> None:
         if code in ("403", "AccessDenied", "Forbidden"):
             raise StagingError(f"no access to bucket {bucket!r} with the current AWS credentials") from None
         raise
-
 
 
 def fmt_bytes(n: float) -> str:
