@@ -297,6 +297,7 @@ def build(settings: StackSettings) -> dict[str, object]:
         "weightsBucket": store.weights_bucket_name,
         "resultsBucket": store.results_bucket_name,
         "modelUris": store.model_uris,
+        "weightSyncJobs": {model: sync.job_name for model, sync in syncs.items()},
         "servers": {name: s.url for name, s in servers.items()},
         "benchResults": results,
     }

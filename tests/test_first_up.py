@@ -108,6 +108,8 @@ def test_sync_jobs_run_on_system_nodes_with_pinned_code_and_wait_for_identity(de
         (code,) = [c for c in dev.k8s("ConfigMap") if c["metadata"]["name"] == job["metadata"]["name"]]
         assert {"hub.py", "store.py", "__main__.py"} <= set(code["data"])
         assert "huggingface_hub==2.4.0" in code["data"]["requirements.txt"]
+    assert dev.outputs["weightSyncJobs"] == {
+        j["spec"]["template"]["spec"]["containers"][0]["args"][2]: j["metadata"]["name"] for j in jobs}
     registration = dev.one("kubernetes:batch/v1:Job", "weights-google-gemma-4-31b-it-assistant-job")
     assert {"weight-sync-identity-association", "storage-weights", "cluster-system"} <= names(registration.dependencies)
 
