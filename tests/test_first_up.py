@@ -104,6 +104,11 @@ def test_sync_jobs_run_on_system_nodes_with_pinned_code_and_wait_for_identity(de
         scratch = next(v for v in pod["volumes"] if v["name"] == "scratch")
         assert scratch["emptyDir"]["sizeLimit"] == "20Gi"
         assert job["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
+        # a problem a retry cannot fix (exit 2: gated, bad revision, missing shard) fails the Job, and
+        # `pulumi up` with it, at once
+        rules = job["spec"]["podFailurePolicy"]["rules"]
+        assert {"action": "FailJob", "onExitCodes": {"containerName": "sync", "operator": "In", "values": [2]}} in rules
+        assert job["spec"]["activeDeadlineSeconds"] == 120 * 60
         assert "skipAwait" not in str(job["metadata"]["annotations"])  # pulumi up waits for it
         (code,) = [c for c in dev.k8s("ConfigMap") if c["metadata"]["name"] == job["metadata"]["name"]]
         assert {"hub.py", "store.py", "__main__.py"} <= set(code["data"])
