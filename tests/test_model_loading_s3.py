@@ -38,6 +38,9 @@ BUCKET = "vllm-poc-dev-weights-123456789012"
 INSTANCE = "g6e.2xlarge"
 LOADER_FLAGS = ("--load-format", "--model-loader-extra-config", "--speculative-config")
 SERVED = "tiny"
+# The worker runs inside the engine process (one vLLM import fewer, ~15 s on 2 cores); the loader
+# still runs in the worker, with the environment the pod would give it.
+IN_PROCESS_WORKER = ["--distributed-executor-backend", "uni"]
 
 
 def _rendered(server: serving.ServerSettings) -> tuple[list[str], dict[str, str]]:
@@ -71,7 +74,88 @@ def _wait_ready(proc, url: str, log: Path, budget_s: float) -> None:
     deadline = time.monotonic() + budget_s
     while True:
         if proc.poll() is not None:
-            text = log.read_text()
+            output = log.read_text()
+            if "Address already in use" in output:
+                raise PortTaken(url)
+            pytest.fail(f"vllm serve exited {proc.returncode}:\n{output[-5000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/v1/models", timeout=5) as resp:
+                if [m["id"] for m in json.loads(resp.read())["data"]] == [SERVED]:
+                    return
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"vllm serve not ready after {budget_s:.0f} s:\n{log.read_text()[-5000:]}")
+        time.sleep(0.5)
+
+
+def _serve(vllm_env, args: list[str], env: dict[str, str], workdir: Path):
+    """Start `vllm serve` on a free port; returns (process, url, log) once the model is served."""
+    for attempt in range(3):
+        port = _free_port()
+        log = workdir / f"server-{attempt}.log"
+        cmd = [vllm_env.vllm, "serve", *args, "--served-model-name", SERVED, "--host", "127.0.0.1",
+               "--port", str(port), *SERVE_FLAGS, *IN_PROCESS_WORKER]
+        with log.open("w") as fh:
+            proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=workdir)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_ready(proc, url, log, budget_s=240)
+            return proc, url, log
+        except PortTaken:
+            _stop(proc)
+        except BaseException:
+            _stop(proc)
+            raise
+    pytest.fail("no free port for vllm serve after 3 attempts")
+
+
+def test_serves_a_model_streamed_from_s3_with_pod_identity_credentials(
+        vllm_env, aws, pod_identity_agent, tmp_path):
+    # batch: the class that speculates, so the rendered args carry the draft's S3 URI as well
+    server = serving.ServerSettings(name="gemma", pool="l40s", model="fp8-dynamic", traffic_class="batch")
+    rendered, region_env = _rendered(server)
+    model_uri = rendered[0]
+    speculative = json.loads(rendered[rendered.index("--speculative-config") + 1])
+    assert model_uri == f"s3://{BUCKET}/models/{server.profile.hf_id}/"
+    assert speculative["model"] == f"s3://{BUCKET}/models/{serving.MTP_DRAFT.hf_id}/"
+    assert rendered[rendered.index("--load-format") + 1] == "runai_streamer"
+    loader = json.loads(rendered[rendered.index("--model-loader-extra-config") + 1])
+    assert set(loader) == {"concurrency", "memory_limit"}
+
+    # The tiny model, built locally, uploaded to both rendered prefixes, then deleted.
+    model_dir = tmp_path / "model"
+    built = vllm_env.run([vllm_env.python, str(TINY_MODEL), str(model_dir)], timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
+    target_keys = _upload(s3, model_dir, model_uri.removeprefix(f"s3://{BUCKET}/"))
+    draft_keys = _upload(s3, model_dir, speculative["model"].removeprefix(f"s3://{BUCKET}/"))
+    assert any(k.endswith(".safetensors") for k in target_keys) and len(draft_keys) == len(target_keys)
+    shutil.rmtree(model_dir)
+
+    # Only the method changes (see the module docstring); the draft's URI is the rendered one.
+    speculative = {**speculative, "method": "draft_model", "num_speculative_tokens": 2}
+    args = list(rendered)
+    args[args.index("--speculative-config") + 1] = json.dumps(speculative)
+    env = isolated_env(vllm_env.env, pod_identity_agent, tmp_path / "home")
+    env.update(region_env)
+    env.update(AWS_ENDPOINT_URL=aws, RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0",
+               VLLM_CPU_KVCACHE_SPACE="1", VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"),
+               VLLM_ASSETS_CACHE=str(tmp_path / "vllm-assets"))
+    assert not set(OTHER_CREDENTIAL_SOURCES) & set(env)
+    proc, url, log = _serve(vllm_env, args, env, tmp_path)
+    try:
+        body = json.dumps({"model": SERVED, "prompt": "w1 w2 w3 w4", "max_tokens": 8,
+                           "temperature": 0, "ignore_eos": True}).encode()
+        request = urllib.request.Request(f"{url}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            completion = json.loads(resp.read())
+    finally:
+        _stop(proc)
+    text = log.read_text()
     assert completion["usage"]["completion_tokens"] == 8, completion
     assert completion["choices"][0]["text"].split(), completion
     # Target and draft weights were streamed by the Run:ai streamer from S3 (the only copy), not
