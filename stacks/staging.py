@@ -39,6 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from bench.interrupts import exit_code, quiet_broken_pipe, rerun_command, signal_name, stop_on_signals
+from bench.progress import Progress, human_bytes
+
 MiB = 1024 * 1024
 S3_MIN_PART = 5 * MiB
 S3_MAX_PART = 5 * 1024 * MiB
@@ -53,6 +56,20 @@ class StagingError(Exception):
     """A problem the operator must fix; the message says what and how."""
 
 
+class Stopped(Exception):
+    """Raised inside worker threads once a stop was requested (Ctrl-C, SIGTERM)."""
+
+
+class StagingInterrupted(Exception):
+    """The run stopped on a signal; `summary` says what was done, `lingering` counts uploads still in flight."""
+
+    def __init__(self, summary: "Summary", signal_exc: BaseException, lingering: int = 0):
+        super().__init__("interrupted")
+        self.summary = summary
+        self.signal_exc = signal_exc
+        self.lingering = lingering
+
+
 # --------------------------------------------------------------------------------------------------
 # Local snapshot
 
@@ -64,12 +81,18 @@ class LocalFile:
     size: int
 
 
-def parse_s3_uri(uri: str) -> tuple[str, str]:
+def parse_s3_uri(uri: str, *, bucket_root: bool = False) -> tuple[str, str]:
     if not uri.startswith("s3://"):
         raise StagingError(f"destination {uri!r} is not an S3 URI; expected s3://<bucket>/<prefix>")
     bucket, _, prefix = uri[len("s3://") :].partition("/")
     if not bucket:
         raise StagingError(f"destination {uri!r} names no bucket; expected s3://<bucket>/<prefix>")
+    if not prefix.strip("/") and not bucket_root:
+        raise StagingError(
+            f"destination {uri!r} has no prefix: the snapshot's files would land at the bucket's root, where the "
+            f"servers do not look; give the model's prefix, e.g. s3://{bucket}/models/<org>/<name> (the stack "
+            "output modelUris lists them), or pass --bucket-root if the root is intended"
+        )
     return bucket, prefix.strip("/")
 
 
@@ -172,10 +195,13 @@ def check_shards(root: Path, files: list[LocalFile]) -> None:
         )
 
 
-def sha256_file(path: Path, chunk: int = 8 * MiB, on_bytes: Callable[[int], None] | None = None) -> str:
+def sha256_file(path: Path, chunk: int = 8 * MiB, on_bytes: Callable[[int], None] | None = None,
+                stop: threading.Event | None = None) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         while block := fh.read(chunk):
+            if stop is not None and stop.is_set():
+                raise Stopped()
             digest.update(block)
             if on_bytes:
                 on_bytes(len(block))
@@ -271,6 +297,10 @@ def plan_uploads(client, bucket: str, prefix: str, files: list[LocalFile], hashe
 
 @dataclass
 class Summary:
+    dry_run: bool = False
+    to_upload_files: int = 0  # files found missing or different
+    to_upload_bytes: int = 0
+    unfinished: list[str] = field(default_factory=list)  # multipart uploads left in S3 to resume
     uploaded_files: int = 0
     uploaded_bytes: int = 0  # bytes sent in this run
     resumed_bytes: int = 0  # bytes of parts kept from an earlier, interrupted run
@@ -285,11 +315,13 @@ class Summary:
 
 
 class _Counter:
-    def __init__(self, bar) -> None:
+    def __init__(self, bar: Progress | None, stop: threading.Event | None = None) -> None:
         self._lock = threading.Lock()
         self._bar = bar
+        self.stop = stop or threading.Event()
         self.sent = 0
         self.resumed = 0
+        self.open_uploads: dict[str, int] = {}  # key -> parts in S3, for multipart uploads not completed
 
     def add(self, n: int, resumed: bool = False) -> None:
         with self._lock:
@@ -299,6 +331,14 @@ class _Counter:
                 self.sent += n
             if self._bar is not None:
                 self._bar.update(n)
+
+    def part_done(self, key: str, count: int = 1) -> None:
+        with self._lock:
+            self.open_uploads[key] = self.open_uploads.get(key, 0) + count
+
+    def completed(self, key: str) -> None:
+        with self._lock:
+            self.open_uploads.pop(key, None)
 
 
 def _part_ranges(size: int, part_size: int) -> list[tuple[int, int, int]]:
@@ -373,17 +413,23 @@ def _open_upload(client, bucket: str, action: Action, config: StageConfig, log) 
 
 
 def _upload_part(client, bucket: str, key: str, upload_id: str, file: LocalFile, number: int, offset: int, length: int, counter: _Counter) -> dict:
+    if counter.stop.is_set():
+        raise Stopped()
     data = read_range(file.path, offset, length)
     checksum = b64_sha256(data)
     resp = client.upload_part(
         Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data, ChecksumSHA256=checksum
     )
     counter.add(length)
+    counter.part_done(key)
     return {"PartNumber": number, "ETag": resp["ETag"], "ChecksumSHA256": checksum}
 
 
 def _upload_multipart(client, bucket: str, action: Action, config: StageConfig, part_pool: cf.Executor, counter: _Counter, log) -> None:
+    if counter.stop.is_set():
+        raise Stopped()
     upload_id, part_size, done, resumed = _open_upload(client, bucket, action, config, log)
+    counter.part_done(action.key, len(done))
     ranges = _part_ranges(action.file.size, part_size)
     for number in done:
         counter.add(next(length for n, _, length in ranges if n == number), resumed=True)
@@ -392,10 +438,17 @@ def _upload_multipart(client, bucket: str, action: Action, config: StageConfig, 
         for n, off, length in ranges
         if n not in done
     ]
+    pending = set(futures)
     try:
-        for fut in cf.as_completed(futures):
-            part = fut.result()
-            done[part["PartNumber"]] = part
+        # Polled, not as_completed(): a part future cancelled while still queued never wakes a waiter,
+        # so a blocking wait on it would hang this thread (and the command) for ever.
+        while pending:
+            if counter.stop.is_set():
+                raise Stopped()
+            finished, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                part = fut.result()
+                done[part["PartNumber"]] = part
     except BaseException:
         for fut in futures:
             fut.cancel()
@@ -406,6 +459,7 @@ def _upload_multipart(client, bucket: str, action: Action, config: StageConfig, 
         UploadId=upload_id,
         MultipartUpload={"Parts": [done[n] for n in sorted(done)]},
     )
+    counter.completed(action.key)
     if resumed:
         head = head_object(client, bucket, action.key) or {}
         if (head.get("Metadata") or {}).get(SHA256_META) != action.sha256:
@@ -416,6 +470,8 @@ def _upload_multipart(client, bucket: str, action: Action, config: StageConfig, 
 
 
 def _upload_single(client, bucket: str, action: Action, counter: _Counter) -> None:
+    if counter.stop.is_set():
+        raise Stopped()
     data = action.file.path.read_bytes()
     client.put_object(
         Bucket=bucket,
@@ -427,30 +483,39 @@ def _upload_single(client, bucket: str, action: Action, counter: _Counter) -> No
     counter.add(len(data))
 
 
-def hash_files(files: list[LocalFile], workers: int, progress: bool) -> dict[str, str]:
-    bar = _bar(sum(f.size for f in files), "hashing", progress)
-    lock = threading.Lock()
-
-    def tick(n: int) -> None:
-        if bar is not None:
-            with lock:
-                bar.update(n)
-
+def hash_files(files: list[LocalFile], workers: int, progress: bool, stop: threading.Event | None = None) -> dict[str, str]:
+    stop = stop or threading.Event()
+    bar = Progress(sum(f.size for f in files), "hashing", enabled=progress)
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="hash")
+    futures = {pool.submit(sha256_file, f.path, on_bytes=bar.update, stop=stop): f for f in files}
     try:
-        with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            digests = pool.map(lambda f: sha256_file(f.path, on_bytes=tick), files)
-            return {f.rel: d for f, d in zip(files, digests)}
+        _wait_all(futures)
+        return {futures[fut].rel: fut.result() for fut in futures}
+    except BaseException:
+        stop.set()  # each hashing thread stops at its next 8 MiB block
+        for fut in futures:
+            fut.cancel()
+        raise
     finally:
-        if bar is not None:
-            bar.close()
+        pool.shutdown(wait=False, cancel_futures=True)
+        bar.close()
 
 
-def _bar(total: int, desc: str, progress: bool):
-    if not progress:
-        return None
-    from tqdm import tqdm
+def _wait_all(futures, timeout: float = 0.5) -> None:
+    """Wait for every future in short steps, so that a signal is handled at once in the main thread."""
+    pending = set(futures)
+    while pending:
+        _, pending = cf.wait(pending, timeout=timeout)
 
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr)
+
+def _join(futures, grace_s: float) -> int:
+    """Wait up to grace_s for running futures; returns how many are still running."""
+    deadline = time.monotonic() + grace_s
+    running = [f for f in futures if f.running()]
+    while running and time.monotonic() < deadline:
+        cf.wait(running, timeout=0.1)
+        running = [f for f in running if f.running()]
+    return len(running)
 
 
 def stage(
@@ -461,60 +526,82 @@ def stage(
     *,
     progress: bool = False,
     dry_run: bool = False,
+    bucket_root: bool = False,
     log: Callable[[str], None] = print,
 ) -> Summary:
-    """Upload what is missing or different; raises StagingError on bad input, leaves partial uploads to resume."""
+    """Upload what is missing or different; raises StagingError on bad input, leaves partial uploads to resume.
+
+    Ctrl-C or SIGTERM (as KeyboardInterrupt) stops the run within seconds and raises StagingInterrupted,
+    whose summary says what was kept in S3; no worker thread is left waiting.
+    """
     config.validate()
-    bucket, prefix = parse_s3_uri(destination)
+    bucket, prefix = parse_s3_uri(destination, bucket_root=bucket_root)
     root = resolve_snapshot_dir(Path(source))
     files = collect_files(root)
     check_shards(root, files)
     _check_bucket(client, bucket)
 
-    hashes = hash_files(files, min(config.concurrency, os.cpu_count() or 1), progress)
+    stop = threading.Event()
+    summary = Summary(dry_run=dry_run)
+    try:
+        hashes = hash_files(files, min(config.concurrency, os.cpu_count() or 1), progress, stop)
+    except KeyboardInterrupt as exc:
+        raise StagingInterrupted(summary, exc) from None
     actions = plan_uploads(client, bucket, prefix, files, hashes)
     todo = [a for a in actions if a.upload]
-    summary = Summary(
-        skipped_files=len(actions) - len(todo),
-        skipped_bytes=sum(a.file.size for a in actions if not a.upload),
-    )
+    summary.skipped_files = len(actions) - len(todo)
+    summary.skipped_bytes = sum(a.file.size for a in actions if not a.upload)
+    summary.to_upload_files = len(todo)
+    summary.to_upload_bytes = sum(a.file.size for a in todo)
     if dry_run:
         for a in actions:
-            log(f"{'upload' if a.upload else 'skip  '} {a.file.size:>14,d}  s3://{bucket}/{a.key}  ({a.reason})")
+            log(f"{'upload' if a.upload else 'skip  '} {human_bytes(a.file.size):>10}  s3://{bucket}/{a.key}  ({a.reason})")
         return summary
 
-    bar = _bar(sum(a.file.size for a in todo), "uploading", progress)
-    counter = _Counter(bar)
+    bar = Progress(summary.to_upload_bytes, "uploading", enabled=progress)
+    counter = _Counter(bar, stop)
     start = time.monotonic()
-    try:
-        with cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="part") as part_pool, \
-                cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="file") as file_pool:
-            def one(action: Action) -> None:
-                if action.file.size >= config.multipart_threshold:
-                    _upload_multipart(client, bucket, action, config, part_pool, counter, log)
-                else:
-                    _upload_single(client, bucket, action, counter)
+    part_pool = cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="part")
+    file_pool = cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="file")
 
-            futures = {file_pool.submit(one, a): a for a in todo}
-            try:
-                for fut in cf.as_completed(futures):
-                    action = futures[fut]
-                    try:
-                        fut.result()
-                        summary.uploaded_files += 1
-                    except Exception as exc:  # noqa: BLE001 - reported per file, the run continues
-                        summary.failed.append(f"{action.key}: {exc}")
-            except KeyboardInterrupt:
-                for fut in futures:
-                    fut.cancel()
-                part_pool.shutdown(wait=False, cancel_futures=True)
-                raise
-    finally:
-        if bar is not None:
-            bar.close()
-        summary.seconds = time.monotonic() - start
-        summary.uploaded_bytes = counter.sent
-        summary.resumed_bytes = counter.resumed
+    def one(action: Action) -> None:
+        if action.file.size >= config.multipart_threshold:
+            _upload_multipart(client, bucket, action, config, part_pool, counter, log)
+        else:
+            _upload_single(client, bucket, action, counter)
+
+    futures = {file_pool.submit(one, a): a for a in todo}
+    try:
+        pending = set(futures)
+        while pending:  # short waits: Ctrl-C and SIGTERM are handled at once
+            finished, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                try:
+                    fut.result()
+                    summary.uploaded_files += 1
+                except Exception as exc:  # noqa: BLE001 - reported per file, the run continues
+                    summary.failed.append(f"{futures[fut].key}: {exc}")
+    except KeyboardInterrupt as exc:
+        # Stop: queued work is dropped, the file threads leave at their next step, parts in flight
+        # get a short grace to land (each one kept is one less to send on the rerun).
+        stop.set()
+        for fut in futures:
+            fut.cancel()
+        file_pool.shutdown(wait=False, cancel_futures=True)
+        part_pool.shutdown(wait=False, cancel_futures=True)
+        lingering = _join(futures, grace_s=3.0)
+        raise StagingInterrupted(_finish(summary, counter, bar, start), exc, lingering) from None
+    file_pool.shutdown()
+    part_pool.shutdown()
+    return _finish(summary, counter, bar, start)
+
+
+def _finish(summary: Summary, counter: _Counter, bar: Progress, start: float) -> Summary:
+    bar.close()
+    summary.seconds = time.monotonic() - start
+    summary.uploaded_bytes = counter.sent
+    summary.resumed_bytes = counter.resumed
+    summary.unfinished = sorted(counter.open_uploads)
     return summary
 
 
@@ -536,15 +623,14 @@ def _check_bucket(client, bucket: str) -> None:
 # CLI
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TiB"
+_fmt_bytes = human_bytes
 
 
 def format_summary(s: Summary) -> str:
+    if s.dry_run:
+        return (f"dry run: would upload {s.to_upload_files} file(s), {_fmt_bytes(s.to_upload_bytes)}; "
+                f"would skip {s.skipped_files} file(s), {_fmt_bytes(s.skipped_bytes)} already in S3 with the same "
+                "sha256; nothing was sent")
     lines = [
         f"uploaded {s.uploaded_files} file(s), {_fmt_bytes(s.uploaded_bytes)} sent"
         + (f" (+{_fmt_bytes(s.resumed_bytes)} kept from an earlier run)" if s.resumed_bytes else "")
@@ -573,7 +659,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--region", help="AWS region of the bucket (default: the environment's)")
     p.add_argument("--dry-run", action="store_true", help="show what would be uploaded or skipped")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--bucket-root", action="store_true", help="allow a destination without prefix (the bucket's root)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress (default: a bar on a terminal, else a line every 10 s)")
     p.set_defaults(func=run)
     return p
 
@@ -595,24 +683,53 @@ def run(args: argparse.Namespace) -> int:
         part_size=int(args.part_size_mib * MiB),
         multipart_threshold=int(args.multipart_threshold_mib * MiB),
     )
-    progress = not args.no_progress and sys.stderr.isatty()
     try:
-        config.validate()
-        summary = stage(
-            make_client(config, args.region), Path(args.source), args.destination, config,
-            progress=progress, dry_run=args.dry_run,
-        )
+        with stop_on_signals():
+            config.validate()
+            summary = stage(
+                make_client(config, args.region), Path(args.source), args.destination, config,
+                progress=not args.no_progress, dry_run=args.dry_run, bucket_root=args.bucket_root,
+            )
     except StagingError as exc:
         print(f"{COMMAND}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{COMMAND}: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+    except StagingInterrupted as exc:
+        return _interrupted(exc.signal_exc, exc.summary, exc.lingering)
+    except KeyboardInterrupt as exc:  # before the upload began (listing, planning)
+        return _interrupted(exc, None, 0)
     except Exception as exc:  # noqa: BLE001 - AWS/credential errors end the run with one clear line
         print(f"{COMMAND}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print(format_summary(summary))
+    try:
+        print(format_summary(summary), flush=True)
+    except BrokenPipeError:
+        quiet_broken_pipe()
     return 1 if summary.failed else 0
+
+
+def interrupted_message(exc: BaseException, summary: Summary | None) -> str:
+    lines = [f"{COMMAND}: stopped by {signal_name(exc)}."]
+    if summary is None or not (summary.uploaded_files or summary.unfinished or summary.uploaded_bytes):
+        lines.append("  nothing was uploaded in this run; files already in S3 stay as they are.")
+    else:
+        lines.append(f"  kept in S3: {summary.uploaded_files} complete file(s), "
+                     f"{_fmt_bytes(summary.uploaded_bytes)} sent in this run")
+        if summary.unfinished:
+            shown = ", ".join(summary.unfinished[:3]) + (" ..." if len(summary.unfinished) > 3 else "")
+            lines.append(f"  unfinished multipart upload(s) kept for the rerun: {shown}")
+    lines.append(f"  to resume (parts already in S3 are not sent again): {rerun_command('stacks')}")
+    return "\n".join(lines)
+
+
+def _interrupted(exc: BaseException, summary: Summary | None, lingering: int) -> int:
+    code = exit_code(exc)
+    print(interrupted_message(exc, summary), file=sys.stderr, flush=True)
+    if lingering:
+        # Part uploads still on the wire after the grace period: do not wait for them at exit (S3
+        # drops an unfinished part; the rerun sends it again).
+        sys.stdout.flush()
+        os._exit(code)
+    return code
 
 
 def main(argv: list[str] | argparse.Namespace | None = None) -> int:
