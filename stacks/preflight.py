@@ -543,9 +543,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _load_settings(stack: str):
-    from stacks.settings import load_stack_settings
+    from stacks.loader import load_settings
 
-    return load_stack_settings(stack)
+    return load_settings(stack)
 
 
 def pools_from_settings(settings) -> list[Pool]:
@@ -587,6 +587,12 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
             vpc_id=getattr(network, "vpc_id", None),
             new_vpc_az_count=None if getattr(network, "vpc_id", None) else getattr(network, "availability_zone_count", None),
         )
+    except KeyboardInterrupt as exc:
+        from bench.interrupts import exit_code, rerun_command, signal_name
+
+        print(f"{COMMAND}: stopped by {signal_name(exc)}; preflight only reads, nothing was changed. "
+              f"Rerun: {rerun_command('stacks')}", file=sys.stderr)
+        return exit_code(exc)
     except Exception as exc:  # noqa: BLE001 - settings or AWS access errors: one clear message
         print(f"{COMMAND}: error: {exc if isinstance(exc, ValueError) else f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
         return 2
