@@ -23,6 +23,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Iterable
 
 from stacks import catalog
@@ -538,14 +539,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("stack", help="stack name (reads Pulumi.<stack>.yaml)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--dir", help="directory holding the stack files (default: the project)")
     p.set_defaults(func=run)
     return p
 
 
-def _load_settings(stack: str):
+def _load_settings(stack: str, directory: str | None = None):
     from stacks.loader import load_settings
+    from stacks.settings import REPO
 
-    return load_settings(stack)
+    return load_settings(stack, Path(directory) if directory else REPO)
 
 
 def pools_from_settings(settings) -> list[Pool]:
@@ -573,7 +576,7 @@ def make_clients(region: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
     try:
-        settings = _load_settings(args.stack)
+        settings = _load_settings(args.stack, args.dir) if getattr(args, "dir", None) else _load_settings(args.stack)
         network = getattr(settings, "network", None)
         clients = clients or make_clients(settings.region)
         report = run_preflight(

@@ -610,6 +610,11 @@ def _partial_cross_key_problems(data: dict[str, Any]) -> list[str]:
     unchecked = frozenset(str(raw.get("name")) for raw, pool in zip(raw_pools, pools)
                           if pool is None and isinstance(raw, dict))
     written = frozenset(str(raw.get("name")) for raw in raw_servers if isinstance(raw, dict) and raw.get("name"))
+    # A whole section of the wrong shape: what refers to it cannot be checked, and is not blamed.
+    if "gpuPools" in data and not isinstance(data["gpuPools"], list):
+        unchecked |= frozenset(str(raw.get("pool")) for raw in raw_servers if isinstance(raw, dict))
+    if "servers" in data and not isinstance(data["servers"], list) and isinstance(data.get("bench"), dict):
+        written |= frozenset(str(t) for t in data["bench"].get("targets") or [] if isinstance(t, (str, int)))
     return [f"{PROJECT}:{p}" for p in cross_key_problems(pools, servers, bench, unchecked, written)]
 
 
