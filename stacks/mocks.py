@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from pulumi.runtime import resource as runtime_resource
 from pulumi.runtime import settings as runtime_settings
+from pulumi.runtime.proto import source_pb2
 from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs, Mocks
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -284,6 +286,10 @@ def install(region: str, project: str, stack: str) -> RecordingMocks:
     return mocks
 
 
+def _no_stack_trace():
+    return source_pb2.StackTrace()
+
+
 def run(program: Callable[[], Awaitable[None] | None], *, region: str = "ap-northeast-2",
         project: str = "vllm-poc", stack: str = "test") -> RecordingMocks:
     """Run `program` under a fresh mock runtime and wait for every registration; returns the records.
@@ -291,6 +297,9 @@ def run(program: Callable[[], Awaitable[None] | None], *, region: str = "ap-nort
     Each call starts from a clean state (event loop, root stack, outstanding outputs), so one render
     or test never awaits what another left behind.
     """
+    # The engine's source positions (a stack walk per resource, a third of a render's time) are not
+    # part of the desired state: skip them under the mocks.
+    runtime_resource._get_stack_trace = _no_stack_trace
     asyncio.set_event_loop(asyncio.new_event_loop())
     runtime_settings.ROOT.set(None)
     runtime_settings.SETTINGS.rpc_manager.clear()
