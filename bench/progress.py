@@ -52,8 +52,11 @@ class Progress:
         if bar if bar is not None else _isatty(self.stream):
             from tqdm import tqdm
 
+            # unit "iB" with a 1024 divisor reads KiB, MiB, GiB; the counts get the same suffix.
             self._bar = tqdm(total=total, desc=desc, unit="iB", unit_scale=True, unit_divisor=1024,
-                             file=self.stream, dynamic_ncols=True)
+                             file=self.stream, dynamic_ncols=True,
+                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}iB/{total_fmt}iB "
+                                        "[{elapsed}<{remaining}, {rate_fmt}]")
         else:
             self._thread = threading.Thread(target=self._tick, name=f"progress-{desc}", daemon=True)
             self._thread.start()

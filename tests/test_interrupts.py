@@ -165,3 +165,26 @@ def test_progress_lines_when_not_a_terminal(aws, tmp_path):
     assert "of 40.0 MiB" in lines[-1] and "(100%)" in lines[-1]
     assert "\r" not in proc.stderr  # no bar redraws in a log
     assert "40.0 MiB sent" in proc.stdout
+
+
+def test_bench_sweep_ctrl_c_mid_run_stops_and_resume_finishes(bench_stub_server, fake_bench, tmp_path):
+    from bench import sweep as S
+    from tests.test_bench_sweep import manifest, sweep_args
+
+    out = tmp_path / "out"
+    fake_bench.plan({"S3_moderation_c1": ["hang", "ok"]})
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", *sweep_args(bench_stub_server, out, fake_bench)],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: "S3_moderation_c1" in fake_bench.keys(), 60, proc, "the hanging run")
+    time.sleep(0.3)
+    out_text, err, seconds = _stop(proc, signal.SIGINT)
+    assert proc.returncode == 130, err
+    assert seconds < 5, f"took {seconds:.1f} s to stop"
+    assert "stopped by Ctrl-C; 2 valid run(s) kept" in err and "Resume with: python -m bench sweep" in err, err
+    assert "--resume" in err and "Traceback" not in err
+    status = {r["file"]: r["status"] for r in manifest(out)["runs"]}
+    assert status["S3_moderation_c1.json"] == "pending"
+    before = len(fake_bench.keys())
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--resume")) == 0
+    assert fake_bench.keys()[before:] == ["S3_moderation_c1", "S3_moderation_c4"]
