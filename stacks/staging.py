@@ -657,7 +657,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--multipart-threshold-mib", type=float, default=StageConfig.multipart_threshold / MiB,
         help="files at least this large go multipart (default %(default)s)",
     )
-    p.add_argument("--region", help="AWS region of the bucket (default: the environment's)")
+    p.add_argument("--region", help="AWS region of the bucket (default: the stack's with --stack, else the environment's)")
+    p.add_argument("--stack", help="take the region from Pulumi.<stack>.yaml (read and checked like every command)")
     p.add_argument("--dry-run", action="store_true", help="show what would be uploaded or skipped")
     p.add_argument("--bucket-root", action="store_true", help="allow a destination without prefix (the bucket's root)")
     p.add_argument("--no-progress", action="store_true",
@@ -686,8 +687,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         with stop_on_signals():
             config.validate()
+            region = args.region or (_stack_region(args.stack) if getattr(args, "stack", None) else None)
             summary = stage(
-                make_client(config, args.region), Path(args.source), args.destination, config,
+                make_client(config, region), Path(args.source), args.destination, config,
                 progress=not args.no_progress, dry_run=args.dry_run, bucket_root=args.bucket_root,
             )
     except StagingError as exc:
@@ -705,6 +707,16 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         quiet_broken_pipe()
     return 1 if summary.failed else 0
+
+
+def _stack_region(stack: str) -> str:
+    from stacks.loader import load_settings
+    from stacks.settings import ConfigError
+
+    try:
+        return load_settings(stack, scope="cluster").region
+    except ConfigError as err:
+        raise StagingError(str(err)) from None
 
 
 def interrupted_message(exc: BaseException, summary: Summary | None) -> str:

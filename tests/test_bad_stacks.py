@@ -45,10 +45,6 @@ def mutate(*changes: tuple[str, Any]) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def text(body: str) -> str:
-    return body
-
-
 POOL = "vllm-poc:gpuPools"
 SRV = "vllm-poc:servers"
 BENCH = "vllm-poc:bench"
@@ -309,3 +305,21 @@ def test_missing_stack_names_the_known_ones(capsys):
     assert stacks_main(["render", "devv", "--out", "/nonexistent/x"]) == 2
     err = capsys.readouterr().err
     assert "Pulumi.devv.yaml" in err and "did you mean 'dev'?" in err
+
+
+def test_the_pulumi_program_applies_the_same_checks():
+    """`pulumi up` hands the program its config itself; the program refuses what the commands refuse."""
+    from pulumi.runtime import config as runtime_config
+
+    from stacks import mocks, program
+
+    runtime_config.set_all_config({"aws:region": "ap-northeast-2", "vllm_poc:bench": "{}",
+                                   "vllm-poc:tags": '{"Owner": "me"}'}, secret_keys=["vllm-poc:tags"])
+    try:
+        with pytest.raises(Exception) as caught:
+            mocks.run(program.run, stack="program-check")
+    finally:
+        runtime_config.set_all_config({}, secret_keys=[])
+    message = str(caught.value)
+    assert "vllm_poc:bench: unknown namespace" in message and "vllm-poc:tags: a secret" in message, message
+    assert "Traceback" not in message

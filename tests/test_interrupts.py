@@ -4,7 +4,6 @@ says what was kept and how to resume, exits 130 (Ctrl-C) or 143 (SIGTERM), and a
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,6 @@ import boto3
 import pytest
 
 from stacks import staging
-from stacks.__main__ import main as stacks_main
 from tests.fixtures.slow_tcp import SilentEndpoint, ThrottledProxy
 
 REPO = Path(__file__).resolve().parents[1]

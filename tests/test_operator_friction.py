@@ -59,3 +59,13 @@ def test_progress_units_are_binary_in_lines_and_bar():
     bar.update(5 * 1024 * 1024)
     bar.close()
     assert "MiB" in bar_stream.getvalue() and "MB" not in bar_stream.getvalue().replace("MiB", "")
+
+
+def test_stage_weights_reads_the_region_through_the_loader(tmp_path, capsys, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(staging, "make_client", lambda config, region: seen.setdefault("region", region))
+    monkeypatch.setattr(staging, "stage", lambda *a, **k: staging.Summary(dry_run=True))
+    assert staging.main([str(tmp_path), "s3://b/models/m", "--stack", "g7e", "--no-progress"]) == 0
+    assert seen["region"] == "ap-northeast-2"
+    assert staging.main([str(tmp_path), "s3://b/models/m", "--stack", "nope", "--no-progress"]) == 2
+    assert "Pulumi.nope.yaml" in capsys.readouterr().err
