@@ -41,6 +41,7 @@ FILE_KEYS = ("config", "secretsprovider", "encryptedkey", "encryptionsalt", "env
 # aws: keys would configure a default provider that nothing uses.
 AWS_KEYS = ("region",)
 CLUSTER_SCOPE_KEYS = ("cluster", "network", "storage", "tags")
+MAX_VALUES = 100_000  # a stack file holds hundreds
 CONFIG_REFERENCE = "the config reference in README.md (section \"Config reference\")"
 
 # AWS tag rules (Tagging AWS resources, "Tag naming limits and requirements").
@@ -100,12 +101,14 @@ class StackFile:
     lines: dict[str, int] = field(default_factory=dict)  # key path -> line (1-based)
     scalars: dict[str, str] = field(default_factory=dict)  # key path -> the text as written
     problems: list[str] = field(default_factory=list)  # structure problems found while reading
+    visited: int = 0
 
 
 def stack_path(stack: str, directory: Path = REPO) -> Path:
     path = Path(directory) / f"Pulumi.{stack}.yaml"
     if not path.is_file():
-        known = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in Path(directory).glob("Pulumi.*.yaml"))
+        known = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml")
+                       for p in Path(directory).glob("Pulumi.*.yaml") if p.is_file())
         hint = did_you_mean(stack, known)
         raise StackFileError([f"no stack file {path.name} in {directory}; {hint}stacks here: {', '.join(known) or 'none'}"])
     return path
@@ -125,7 +128,18 @@ def _yaml_error(path: Path, err: yaml.YAMLError) -> StackFileError:
     return StackFileError([f"{where}: YAML syntax error: {text}"])
 
 
-def _walk(node: yaml.Node, path: str, out: StackFile, problems: list[str]) -> None:
+class _Recursive(Exception):
+    pass
+
+
+def _walk(node: yaml.Node, path: str, out: StackFile, problems: list[str], above: frozenset[int] = frozenset()) -> None:
+    if id(node) in above:  # an alias of a node that contains it: `a: &x [*x]`
+        raise _Recursive(path, "a YAML alias that contains itself; write the value out")
+    out.visited += 1
+    if out.visited > MAX_VALUES:  # aliases of aliases expand exponentially ("billion laughs")
+        raise _Recursive(path, f"the file expands to more than {MAX_VALUES:,} values through YAML aliases; "
+                               "write the values out")
+    above = above | {id(node)}
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
@@ -137,12 +151,12 @@ def _walk(node: yaml.Node, path: str, out: StackFile, problems: list[str]) -> No
                                 "remove one")
             seen[key] = line
             out.lines.setdefault(child, line)
-            _walk(value_node, child, out, problems)
+            _walk(value_node, child, out, problems, above)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             child = f"{path}[{index}]"
             out.lines.setdefault(child, item.start_mark.line + 1)
-            _walk(item, child, out, problems)
+            _walk(item, child, out, problems, above)
     elif isinstance(node, yaml.ScalarNode):
         out.scalars[path] = node.value
 
@@ -192,7 +206,10 @@ def read_stack_file(stack: str, directory: Path = REPO) -> StackFile:
     else:
         out.config = dict(document["config"] or {})
         if config_node is not None:
-            _walk(config_node, "", out, problems)
+            try:
+                _walk(config_node, "", out, problems)
+            except _Recursive as loop:
+                raise StackFileError([f"{loop.args[0] or 'config'}: {loop.args[1]}"], path, out.lines) from None
     if "config" not in document or (document["config"] is not None and not isinstance(document["config"], dict)):
         raise StackFileError(problems, path, out.lines)
     out.problems = problems  # duplicate keys: reported with the value problems

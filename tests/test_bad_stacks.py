@@ -74,6 +74,14 @@ CASES: list[tuple[str, str, str]] = [
     ("duplicate-key", "config:\n  aws:region: ap-northeast-2\n  aws:region: us-east-1\n", "aws:region: duplicate key"),
     ("duplicate-nested-key", "config:\n  vllm-poc:cluster:\n    name: a\n    name: b\n", "vllm-poc:cluster.name: duplicate key"),
     ("duplicate-config", "config:\n  aws:region: us-east-1\nconfig:\n  aws:region: us-east-2\n", "config: duplicate top-level key"),
+    ("yaml-unhashable-key", "config:\n  ? [a]\n  : b\n", "case.yaml:2:"),
+    ("yaml-alias-loop", "config: &a\n  aws:region: *a\n", "a YAML alias that contains itself"),
+    ("yaml-alias-bomb", "config:\n  vllm-poc:tags:\n    a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"    a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)), "through YAML aliases"),
+    ("non-text-keys", "config:\n  123: x\n", "123: config keys are text"),
+    ("null-section", "config:\n  vllm-poc:cluster:\n", "vllm-poc:cluster"),
+    ("null-region", "config:\n  aws:region:\n", "aws:region"),
+    ("pool-entry-null", mutate((f"{POOL}[0]", None)), "vllm-poc:gpuPools[0]"),
     # -- namespaces and keys -----------------------------------------------------------------------
     ("no-namespace", mutate(("gpuPools", [VALID_POOL])), "gpuPools: no namespace"),
     ("misspelt-namespace", mutate(("vllm_poc:bench", {"targets": ["gemma-fp8"]})), "vllm_poc:bench"),
