@@ -10,8 +10,9 @@ and, where the file is known, its line:
 * namespaces: only the project's (`vllm-poc:`) and the AWS provider's `aws:region`; anything else
   (`vllm_poc:bench`, `aws:regoin`, a key without namespace) is refused with a did-you-mean, because
   Pulumi would pass it to nobody and the stack would silently fall back to a default;
-* `secure:` values: no setting of this project is secret (names, tags and ARNs are visible in the AWS
-  console), so a secret is refused with that explanation rather than failing inside Pulumi;
+* `secure:` values: only settings typed as secrets (the Hugging Face token) take one; anywhere else
+  (names, tags and ARNs are visible in the AWS console anyway) a secret is refused with that
+  explanation rather than failing inside Pulumi;
 * values: the settings models (stacks/settings.py), the region against botocore's partition data,
   tags against AWS's tag rules.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -230,9 +232,22 @@ def _secure_paths(value: Any, path: str) -> list[str]:
     return []
 
 
+def secret_settings(project: str = PROJECT) -> frozenset[str]:
+    """Top-level keys whose value may be a Pulumi secret: the settings fields typed SecretStr."""
+    from pydantic import SecretStr
+
+    found = set()
+    for name, info in StackSettings.model_fields.items():
+        kinds = [info.annotation, *typing.get_args(info.annotation)]
+        if any(k is SecretStr for k in kinds):
+            found.add(f"{project}:{info.alias or name}")
+    return frozenset(found)
+
+
 def check_keys(values: dict[str, Any], project: str = PROJECT,
                secret_keys: frozenset[str] = frozenset()) -> tuple[dict[str, Any], list[str]]:
     """Split {"<ns>:<key>": value} into the keys the settings read and one problem per bad key."""
+    may_be_secret = secret_settings(project)
     known_keys = [f"{project}:{k}" for k in TOP_LEVEL_KEYS] + [f"aws:{k}" for k in AWS_KEYS]
     keep: dict[str, Any] = {}
     problems: list[str] = []
@@ -252,8 +267,10 @@ def check_keys(values: dict[str, Any], project: str = PROJECT,
             if key not in TOP_LEVEL_KEYS:
                 problems.append(f"{full_key}: unknown key; {did_you_mean(full_key, known_keys)}"
                                 f"known keys: {', '.join(known_keys)}; see {CONFIG_REFERENCE}")
+            elif full_key in may_be_secret and secure in ([], [full_key]):
+                keep[full_key] = value
             else:
-                problems += [_secure_problem(p) for p in secure]
+                problems += [_secure_problem(p, may_be_secret) for p in secure]
                 keep[full_key] = _unsecured(value) if secure else value
         elif namespace == "aws":
             if key not in AWS_KEYS:
@@ -261,7 +278,7 @@ def check_keys(values: dict[str, Any], project: str = PROJECT,
                                 "the AWS provider is built from aws:region alone (set AWS_PROFILE and the like in "
                                 "the environment)")
             elif secure:
-                problems += [_secure_problem(p) for p in secure]
+                problems += [_secure_problem(p, may_be_secret) for p in secure]
             else:
                 keep[full_key] = value
         else:
@@ -282,10 +299,10 @@ def _unsecured(value: Any) -> Any:
     return value
 
 
-def _secure_problem(path: str) -> str:
-    return (f"{path}: a secret (`secure:`) value, but no setting of this stack is secret (names, tags and ARNs are "
-            "visible in the AWS console) and an offline render cannot decrypt it; write the value in plain text "
-            "(`pulumi config set` without --secret)")
+def _secure_problem(path: str, may_be_secret: frozenset[str]) -> str:
+    which = f"only {', '.join(sorted(may_be_secret))} may be" if may_be_secret else "no setting is"
+    return (f"{path}: a secret (`secure:`) value, but {which} secret here (names, tags and ARNs are visible in "
+            "the AWS console anyway); write the value in plain text (`pulumi config set` without --secret)")
 
 
 @lru_cache(maxsize=1)

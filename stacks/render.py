@@ -326,7 +326,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         rendered = render_stack(args.stack, args.dir)
         rendered.write(args.out)
-    except (ConfigError, RenderError) as err:
+    except (ConfigError, RenderError, pulumi.RunError) as err:
+        # RunError: the program refused the stack (checks against the account), as `pulumi up` would
         print(f"render: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:
