@@ -5,7 +5,7 @@
   kubernetes.yaml  every Kubernetes object as it would be applied, in dependency order
   helm.json        every Helm release: chart, repository, version, namespace, values
   outputs.json     the stack outputs
-  bench-code/      the bench package the benchmark Jobs mount, once; the ConfigMaps in
+  code/            the Python packages the Jobs mount (bench, weights), once each; the ConfigMaps in
                    kubernetes.yaml and resources.json name each file and its sha256
 and prints a short summary. Two renders of the same stack are byte-identical, so a change reviews as
 a diff. Bad config exits 2 with every problem of the stack file, before any resource is declared.
@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import heapq
 import json
+import re
 import shutil
 import sys
 import time
@@ -89,7 +90,7 @@ KIND_ORDER = (
     "Ingress", "EC2NodeClass", "NodePool",
 )
 
-CODE_DIR = "bench-code"
+CODE_DIR = "code"
 
 
 def _kind_rank(kind: str | None) -> int:
@@ -124,21 +125,36 @@ def dependency_order(items: list[tuple[str, tuple, set[str]]]) -> list[int]:
     return order
 
 
-def _code_reference(key: str, text: str) -> str:
-    return f"file {CODE_DIR}/{key} sha256:{hashlib.sha256(text.encode()).hexdigest()}"
+def _code_reference(path: str, text: str) -> str:
+    return f"file {CODE_DIR}/{path} sha256:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
-def externalize_code(data: Any, files: dict[str, str]) -> Any:
+def code_package(data: dict[str, str], fallback: str) -> str:
+    """The project package a ConfigMap's modules are (bench, weights): the directory holding exactly
+    these files; else the ConfigMap's name without its hash suffix."""
+    for directory in sorted(p for p in REPO.iterdir() if (p / "__init__.py").is_file()):
+        if all((directory / key).is_file() and (directory / key).read_text() == text for key, text in data.items()):
+            return directory.name
+    return re.sub(r"-[0-9a-f]{8,}$", "", fallback) or "configmap"
+
+
+def externalize_code(data: Any, files: dict[str, str], name: str = "configmap") -> Any:
     """A ConfigMap's `data` with each Python module replaced by a reference to its file in the render
-    directory (collected into `files`, once per content)."""
+    directory, `code/<package>/<module>` (collected into `files`, once per content)."""
     if not isinstance(data, dict):
         return data
+    modules = {k: v for k, v in data.items() if isinstance(k, str) and k.endswith(".py") and isinstance(v, str)}
+    if not modules:
+        return data
+    package = code_package(modules, name)
     out = {}
     for key, text in data.items():
-        if isinstance(key, str) and key.endswith(".py") and isinstance(text, str):
-            name = key if files.get(key, text) == text else f"{key[:-3]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}.py"
-            files[name] = text
-            out[key] = _code_reference(name, text)
+        if key in modules:
+            path = f"{package}/{key}"
+            if files.get(path, text) != text:  # another ConfigMap, other code under the same name
+                path = f"{package}-{hashlib.sha256(text.encode()).hexdigest()[:8]}/{key}"
+            files[path] = text
+            out[key] = _code_reference(path, text)
         else:
             out[key] = text
     return out
@@ -228,11 +244,12 @@ class Rendered:
         resources = self.resources()
         for r in resources:
             if r["type"] == "kubernetes:core/v1:ConfigMap":
-                r["inputs"]["data"] = externalize_code(r["inputs"].get("data"), code)
+                meta = r["inputs"].get("metadata") or {}
+                r["inputs"]["data"] = externalize_code(r["inputs"].get("data"), code, str(meta.get("name") or r["name"]))
         objects = self.kubernetes_objects()
         for o in objects:
             if o.get("kind") == "ConfigMap":
-                o["data"] = externalize_code(o.get("data"), code)
+                o["data"] = externalize_code(o.get("data"), code, str(o["metadata"].get("name") or "configmap"))
         files = {
             "resources.json": json.dumps(resources, indent=2, sort_keys=True) + "\n",
             "kubernetes.yaml": yaml.safe_dump_all(objects, sort_keys=False, width=120),
@@ -312,7 +329,7 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
     parser.add_argument("--out", type=Path, required=True,
-                        help="directory for resources.json, kubernetes.yaml, helm.json, outputs.json and bench-code/ "
+                        help="directory for resources.json, kubernetes.yaml, helm.json, outputs.json and code/ "
                              "(created; files of an earlier render there are replaced)")
     parser.add_argument("--dir", type=Path, default=REPO, help="directory holding the stack files (default: the project)")
     parser.set_defaults(func=main)

@@ -331,3 +331,15 @@ def test_the_pulumi_program_applies_the_same_checks():
     message = str(caught.value)
     assert "vllm_poc:bench: unknown namespace" in message and "vllm-poc:tags: a secret" in message, message
     assert "Traceback" not in message
+
+
+def test_a_secret_is_taken_where_a_setting_is_secret_and_refused_elsewhere():
+    from stacks import loader
+
+    config = yaml.safe_load(mutate(("vllm-poc:hfToken", {"secure": "v1:abcd"})))["config"]
+    settings = loader.settings_from_values(config, stack="case")
+    assert settings.hf_token is not None
+    config["vllm-poc:tags"] = {"Owner": {"secure": "v1:abcd"}}
+    with pytest.raises(loader.StackFileError) as caught:
+        loader.settings_from_values(config, stack="case")
+    assert "vllm-poc:tags.Owner: a secret (`secure:`) value, but only vllm-poc:hfToken may be secret" in str(caught.value)

@@ -18,7 +18,7 @@ def test_render_help_lists_every_output(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["render", "--help"])
     text = capsys.readouterr().out
-    for name in ("resources.json", "kubernetes.yaml", "helm.json", "outputs.json", "bench-code/"):
+    for name in ("resources.json", "kubernetes.yaml", "helm.json", "outputs.json", "code/"):
         assert name in text
 
 

@@ -42,19 +42,26 @@ def test_every_stack_renders_to_the_same_bytes_twice(stack, tmp_path):
     assert written == first
 
 
-def test_bench_code_is_written_once_and_referenced_by_hash(tmp_path):
-    stack = "g7e"  # two bench targets: two ConfigMaps carrying the same code
+def test_job_code_is_written_once_and_referenced_by_hash(tmp_path):
+    stack = "g7e"  # two bench targets: two ConfigMaps carrying the same bench code
     rendered = render_stack(stack)
     rendered.write(tmp_path)
-    code_files = sorted(p.name for p in (tmp_path / CODE_DIR).iterdir())
-    assert code_files == sorted(p.name for p in (REPO / "bench").glob("*.py"))
+    bench_files = sorted(p.name for p in (tmp_path / CODE_DIR / "bench").iterdir())
+    assert bench_files == sorted(p.name for p in (REPO / "bench").glob("*.py"))
     objects = list(yaml.safe_load_all((tmp_path / "kubernetes.yaml").read_text()))
     maps = [o for o in objects if o["kind"] == "ConfigMap" and any(k.endswith(".py") for k in o.get("data", {}))]
-    assert len(maps) == 2
+    bench_maps = [m for m in maps if "sweep.py" in m["data"]]
+    assert len(bench_maps) == 2
     for config_map in maps:
         for name, reference in config_map["data"].items():
-            digest = hashlib.sha256((tmp_path / CODE_DIR / name).read_bytes()).hexdigest()
-            assert reference == f"file {CODE_DIR}/{name} sha256:{digest}"
+            if not name.endswith(".py"):
+                continue  # other entries (a requirements list) stay inline
+            path = reference.split()[1]
+            digest = hashlib.sha256((tmp_path / path).read_bytes()).hexdigest()
+            assert reference == f"file {path} sha256:{digest}"
+            package = path.split("/")[1]
+            assert (tmp_path / path).read_text() == (REPO / package / name).read_text()
+    assert {p.name for p in (tmp_path / CODE_DIR).iterdir()} <= {"bench", "weights"}
     assert "def main(" not in (tmp_path / "kubernetes.yaml").read_text()
     assert "def main(" not in (tmp_path / "resources.json").read_text()
     # in memory (what the tests and the Job read) the ConfigMap still holds the code itself
