@@ -20,7 +20,9 @@ class Pins:
     karpenter_chart: str
     nvidia_device_plugin_chart: str
     al2023_ami_release: str
-    vllm_image: str
+    vllm_image: str  # what workloads run: <tag>@<digest>
+    vllm_image_tag: str  # repository:tag, for display and version checks
+    vllm_image_digest: str
 
     @property
     def al2023_alias(self) -> str:
@@ -35,8 +37,15 @@ def _pyproject() -> dict:
 
 @cache
 def pins() -> Pins:
-    table = _pyproject()["tool"]["vllm-poc"]["pins"]
-    return Pins(**table)
+    table = dict(_pyproject()["tool"]["vllm-poc"]["pins"])
+    tag, digest = table.pop("vllm_image"), table.pop("vllm_image_digest")
+    return Pins(**table, vllm_image=f"{tag}@{digest}", vllm_image_tag=tag, vllm_image_digest=digest)
+
+
+@cache
+def tag_only_images() -> dict[str, str]:
+    """Rendered images allowed without a digest: image -> reason."""
+    return dict(_pyproject()["tool"]["vllm-poc"].get("tag-only-images", {}))
 
 
 def extra(name: str) -> list[str]:
