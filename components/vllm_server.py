@@ -8,6 +8,7 @@ can be checked (and schema-validated) without Pulumi.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +78,11 @@ class ServeSpec:
     def serve_args(self) -> list[str]:
         """The complete `vllm serve ...` argument list (what tests parse with vLLM's own CLI)."""
         return list(self.args)
+
+
+def replace_api_key(spec: ServeSpec, secret: str | None) -> ServeSpec:
+    """The spec with its API key Secret set (or cleared)."""
+    return dataclasses.replace(spec, api_key_secret=secret)
 
 
 def selector_labels(spec: ServeSpec) -> dict[str, str]:
