@@ -4,10 +4,11 @@
 PYTHON ?= python3
 VENV := .venv
 VLLM_VENV := .venv-vllm
+CHECKOV_VENV := .venv-checkov
 STACK ?= dev
 OUT ?= build/render/$(STACK)
 
-.PHONY: venv venv-vllm render test test-fast clean
+.PHONY: venv venv-vllm venv-checkov render test test-fast clean
 
 $(VENV)/.installed: pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,18 +25,27 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $@
 
+# checkov pins boto3 and packaging below the project's pins: its own environment, run as a process.
+$(CHECKOV_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check \
+		$$($(VENV)/bin/python -m stacks.versions extra checkov)
+	touch $@
+
 venv: $(VENV)/.installed
 venv-vllm: $(VENV)/.installed $(VLLM_VENV)/.installed
+venv-checkov: $(VENV)/.installed $(CHECKOV_VENV)/.installed
 
 render: venv
 	$(VENV)/bin/python -m stacks render $(STACK) --out $(OUT)
 
-test: venv venv-vllm
-	VLLM_POC_VLLM_VENV=$(abspath $(VLLM_VENV)) $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+test: venv venv-vllm venv-checkov
+	VLLM_POC_VLLM_VENV=$(abspath $(VLLM_VENV)) VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov \
+		$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # Everything that needs no vLLM process (quick loop while editing).
-test-fast: venv
-	$(VENV)/bin/python -m pytest -m "not vllm" $(PYTEST_ARGS)
+test-fast: venv venv-checkov
+	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov $(VENV)/bin/python -m pytest -m "not vllm" $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build
+	rm -rf $(VENV) $(VLLM_VENV) $(CHECKOV_VENV) build
