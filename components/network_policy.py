@@ -132,6 +132,10 @@ def policy_manifests(args: NetworkPoliciesArgs, s3_cidrs: list[str]) -> list[dic
         if sources:
             spec["ingress"] = [{"from": sources, "ports": _tcp(server.port)}]
         policies.append(_policy(f"server-{server.name}", ns, {"matchLabels": dict(server.pod_labels)}, spec))
+        if ns in server.client_namespaces:
+            # Clients in this namespace are under its default deny too: their way out to the server.
+            policies.append(_policy(f"clients-to-{server.name}", ns, everyone, {"policyTypes": ["Egress"], "egress": [{
+                "to": [{"podSelector": {"matchLabels": dict(server.pod_labels)}}], "ports": _tcp(server.port)}]}))
     for bench in args.benches:
         egress = [
             {"to": [{"podSelector": {"matchLabels": dict(bench.server_pod_labels)}}], "ports": _tcp(bench.port)},
