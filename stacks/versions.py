@@ -23,10 +23,17 @@ class Pins:
     vllm_image: str  # what workloads run: <tag>@<digest>
     vllm_image_tag: str  # repository:tag, for display and version checks
     vllm_image_digest: str
+    weight_sync_image: str  # <tag>@<digest>
 
     @property
     def al2023_alias(self) -> str:
         return f"al2023@{self.al2023_ami_release}"
+
+    def nvidia_ami_parameter(self, kubernetes_version: str) -> str:
+        """The SSM parameter of the release's NVIDIA AL2023 AMI for a Kubernetes version (x86_64)."""
+        k8s, release = kubernetes_version, self.al2023_ami_release
+        return (f"/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/x86_64/nvidia/"
+                f"amazon-eks-node-al2023-x86_64-nvidia-{k8s}-{release}/image_id")
 
 
 @cache
@@ -38,8 +45,12 @@ def _pyproject() -> dict:
 @cache
 def pins() -> Pins:
     table = dict(_pyproject()["tool"]["vllm-poc"]["pins"])
-    tag, digest = table.pop("vllm_image"), table.pop("vllm_image_digest")
-    return Pins(**table, vllm_image=f"{tag}@{digest}", vllm_image_tag=tag, vllm_image_digest=digest)
+    # Images are pinned as a tag and a digest (`<name>_image`, `<name>_image_digest`); workloads run
+    # `<tag>@<digest>`.
+    for key in [k for k in table if k.endswith("_image_digest")]:
+        table[key.removesuffix("_digest")] += "@" + table.pop(key)
+    vllm_tag, _, vllm_digest = table["vllm_image"].partition("@")
+    return Pins(**table, vllm_image_tag=vllm_tag, vllm_image_digest=vllm_digest)
 
 
 @cache

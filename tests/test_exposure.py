@@ -70,9 +70,13 @@ def _env(container) -> dict:
     return {e["name"]: e for e in container["env"]}
 
 
+def _bench_job(rendered) -> dict:
+    (job,) = [j for j in rendered.k8s("Job") if j["metadata"]["name"].startswith("bench-")]
+    return job
+
+
 def test_no_api_key_by_default(dev):
-    for kind in ("Deployment", "Job"):
-        (obj,) = dev.k8s(kind)
+    for obj in (*dev.k8s("Deployment"), _bench_job(dev)):
         env = _env(obj["spec"]["template"]["spec"]["containers"][0])
         assert "VLLM_API_KEY" not in env and "OPENAI_API_KEY" not in env
 
@@ -85,7 +89,7 @@ def test_api_key_from_a_secret_reaches_server_and_bench():
     assert _env(container)["VLLM_API_KEY"]["valueFrom"] == ref
     # never on the command line, where `ps` and the bench's recorded server args would show it
     assert "--api-key" not in container["args"]
-    (job,) = rendered.k8s("Job")
+    job = _bench_job(rendered)
     assert _env(job["spec"]["template"]["spec"]["containers"][0])["OPENAI_API_KEY"]["valueFrom"] == ref
 
 

@@ -59,6 +59,7 @@ def test_every_rendered_image_is_digest_pinned_or_listed_tag_only(all_stacks):
         assert image in seen, f"tag-only entry {image} is rendered by no stack: remove it"
 
 
-def test_servers_and_bench_jobs_run_the_pinned_image(dev):
-    images = rendered_images(dev)
-    assert images == {pins().vllm_image}
+def test_workloads_run_the_pinned_images(dev):
+    # servers and bench Jobs: vLLM; weight syncs and GPU node checks: the plain Python image
+    assert rendered_images(dev) == {pins().vllm_image, pins().weight_sync_image}
+    assert pins().weight_sync_image.startswith("python:3.12.12-slim-bookworm@sha256:")
