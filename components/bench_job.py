@@ -8,6 +8,10 @@ Its name carries a hash of everything that shapes the numbers (server flags and 
 settings, bench code): a changed configuration starts a new sweep under a new results prefix, and
 an unchanged `pulumi up` leaves the finished Job alone. On a pod restart (a failure, a Spot
 interruption) the next pod downloads what the last one uploaded and runs only what is missing.
+
+The pod knows its node (`NODE_NAME`, `HOST_IP` from the downward API): the sweep reads the node's
+capacity type and instance type through the Kubernetes API (`BenchNodeAccess`: `get` on nodes,
+nothing else) and samples the DCGM exporter on the same node during each run.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.gpu_telemetry import metrics_url as gpu_metrics_url
 from components.labels import PART_OF
 
 CODE_DIR = "/opt/vllm-poc"
@@ -43,6 +48,31 @@ class BenchJobArgs:
     labels: dict[str, str] = field(default_factory=dict)
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     deadline_hours: int = 12
+
+
+# What the bench's service account may do in the cluster: read a node by name (its own, to learn
+# its capacity type and instance type). No list or watch, no other resource.
+NODE_READ_RULES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+
+
+class BenchNodeAccess(pulumi.ComponentResource):
+    """Cluster-wide read of single nodes for the bench service account (nodes are not namespaced)."""
+
+    def __init__(self, name: str, namespace: str, service_account: str, labels: dict[str, str] | None = None,
+                 depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-poc:bench:BenchNodeAccess", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(depends_on or []))
+        meta = {"labels": {**PART_OF, **(labels or {})}}
+        self.role = k8s.rbac.v1.ClusterRole(
+            f"{name}-role", metadata={"name": f"{namespace}-{service_account}-node-reader", **meta},
+            rules=NODE_READ_RULES, opts=child)
+        self.binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-binding", metadata={"name": f"{namespace}-{service_account}-node-reader", **meta},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                      "name": self.role.metadata["name"]},
+            subjects=[{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+            opts=child)
+        self.register_outputs({"role": self.role.metadata["name"]})
 
 
 def job_name(server: str, config_hash: str) -> str:
@@ -79,6 +109,8 @@ class BenchJob(pulumi.ComponentResource):
             "--tokenizer", args.tokenizer_uri,
             "--out", RESULTS_DIR,
             "--resume",
+            # the DCGM exporter of the node the Job shares with the server
+            "--gpu-metrics-url", gpu_metrics_url(),
             *args.sweep_args,
         ]
         container = {
@@ -91,6 +123,8 @@ class BenchJob(pulumi.ComponentResource):
                 {"name": "AWS_REGION", "value": args.region},
                 {"name": "AWS_DEFAULT_REGION", "value": args.region},
                 {"name": "VLLM_POC_RESULTS_URI", "value": self.results_uri},
+                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
             ],
             "resources": {
                 # `vllm bench serve` is one client process; it must not take the server's GPU.
@@ -104,6 +138,8 @@ class BenchJob(pulumi.ComponentResource):
         }
         pod_spec = {
             "serviceAccountName": args.service_account,
+            # the sweep reads its node's labels with this token (BenchNodeAccess)
+            "automountServiceAccountToken": True,
             "restartPolicy": "Never",
             # On SIGTERM the sweep stops its client and uploads the manifest before exiting.
             "terminationGracePeriodSeconds": 90,

@@ -98,7 +98,7 @@ def test_run_hash_changes_with_parameters():
 
 def test_command_uses_only_flags_known_in_vllm_026():
     args, plan = plan_for("--bench-args", "--temperature 0")
-    cmd = S.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"))
+    cmd = S.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=123)
     assert cmd[:3] == ["vllm", "bench", "serve"]
     flags = {c for c in cmd if c.startswith("--")}
     assert flags - {"--temperature"} <= FLAGS_026
