@@ -59,7 +59,10 @@ def render(side: "Side", base: "Side | None", slo: dict[str, Any], out: Path) ->
             ax.set_xlabel("concurrency")
             ax.set_title(title)
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
+            else:
+                ax.text(0.5, 0.5, "not in these results", ha="center", va="center", transform=ax.transAxes)
         lengths = side.lengths.get(scenario)
         suptitle = scenario + (f" ({lengths[0]}/{lengths[1]} tokens)" if lengths and None not in lengths else "")
         if excluded:

@@ -8,32 +8,49 @@ writes to OUT:
   runs with their reasons, spec-decode acceptance where the results have it; with a baseline the
   per-GPU throughput ratio, the cost-efficiency ratio and the verdict;
 - `summary.json` with exactly these keys (other tools read it):
-  {"slo": {"ttft_p99_ms", "itl_p99_ms"},
+  {"slo": {"ttft_p99_ms", "itl_p99_ms", "decode_metric"},
    "runs": [{"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s",
-             "req_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance"}],
+             "req_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance",
+             "suspect", "tpot_p50_ms", "tpot_p99_ms", "prefix_cache_hit_pct", "preemptions",
+             "kv_cache_usage_max_pct", "requests_waiting_max", "gpu_util_mean_pct",
+             "gpu_mem_used_max_gib", "gpu_power_mean_w", "spec_acceptance_by_position"}],
    "scenarios": {"<scenario>": {"peak": {"concurrency", "output_tok_s", "req_s"} | null,
-                                "slo": {"concurrency", "output_tok_s"} | null}},
+                                "slo": {"concurrency", "output_tok_s"} | null,
+                                "peak_at_edge": bool | null}},
    "comparison": {"<scenario>": {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
                                  "cost_efficiency_ratio"}} | null,
-   "verdict": {"threshold", "min_ratio", "pass"} | null}
+   "verdict": {"threshold", "min_ratio", "pass"} | null,
+   "ignored_files": [{"file", "reason"}]}
   Metrics of invalid runs are null (their completed/failed counts are kept); `spec_acceptance` is
-  vLLM's draft acceptance rate in percent, null without speculative decoding.
+  vLLM's draft acceptance rate in percent, null without speculative decoding. Telemetry figures
+  (prefix-cache hits, preemptions, KV, GPU) come from the manifest, null where not measured;
+  `spec_acceptance_by_position` is a list of percents. A suspect run keeps its metrics, with its
+  reason in `reason`. `itl_p99_ms` is the decode limit, applied to the p99 of `decode_metric`.
+  `ignored_files` lists every file of the folder (and, prefixed `baseline:`, of the baseline) that
+  the report did not use, with why.
 - `chart_<scenario>.png`: output tok/s, TTFT p99 and ITL p99 against concurrency, baseline dashed,
   SLO limits drawn (needs matplotlib; skipped with a note when it is missing).
 
 Definitions
-- Valid run: `bench.results` rules (every prompt completed, none failed, ...). Invalid runs are
-  listed and appear in no figure, peak, SLO or ratio.
+- Valid run: `bench.results` rules (every prompt completed, none failed, ...), and the server did
+  not restart during it. Invalid runs are listed and appear in no figure, peak, SLO or ratio.
+- Suspect run: valid, but a random-prompt scenario got more than 5 % of its prompt tokens from
+  the prefix cache (replayed prompts); excluded like an invalid run.
 - Peak: the valid run with the highest output tok/s.
-- Throughput under the SLO: the highest output tok/s among valid runs whose TTFT p99 and ITL p99
-  are both within the limits (default 500 ms and 50 ms).
+- Throughput under the SLO: the highest output tok/s among valid runs whose TTFT p99 and decode
+  p99 (ITL, or TPOT with `--slo-decode-metric tpot`) are both within the limits (default 500 ms
+  and 50 ms).
+- Peak at the edge: the peak is at the highest concurrency tested; the test set it, not the server.
 - Throughput ratio (per GPU): (peak / GPUs) / (baseline peak / baseline GPUs); GPUs come from
   --gpus/--baseline-gpus, else the manifest, else 1.
 - Cost-efficiency ratio: (peak / price per hour) / (baseline peak / baseline price per hour), the
-  prices being those of the hardware that served each sweep (--price-per-hour, else the manifest).
+  prices being those of the hardware that served each sweep (--price-per-hour, else the manifest);
+  none when either side's capacity type (Spot or on-demand) is unknown.
 - Verdict: min_ratio = the smallest per-scenario throughput ratio; pass = min_ratio >= threshold
-  AND the comparison is complete: every scenario on both sides, no invalid run on either side, the
-  same concurrencies and the same input/output lengths. A verdict never passes on missing data.
+  AND the comparison is complete: every scenario on both sides, no invalid or suspect run on either
+  side, the same concurrencies and input/output lengths, and like for like (`bench.checks`: the
+  same dataset, seed, prompts, warm-ups, bench arguments, max model length, prefix caching and
+  speculative settings, except those named with --vary). A verdict never passes on missing data.
 """
 
 from __future__ import annotations

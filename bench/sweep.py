@@ -1,21 +1,30 @@
 """`python -m bench sweep`: run `vllm bench serve` over scenarios x concurrencies against a server.
 
-For every (scenario, concurrency) the sweep runs one `vllm bench serve` process with the random
-dataset (fixed input/output lengths, ignore-eos, request rate inf, client concurrency cap), TTFT,
-TPOT, ITL and E2EL at percentiles 50/90/99, and the result saved as
+For every (scenario, concurrency) the sweep runs a warm-up `vllm bench serve` (one wave at the
+run's concurrency, prompts of its own) and then the measured one with the random dataset (fixed
+input/output lengths, ignore-eos, request rate inf, client concurrency cap), TTFT, TPOT, ITL and
+E2EL at percentiles 50/90/99. Each process draws prompts with its own seed (`bench.seeds`), so no
+run replays another's prompts into the server's prefix cache. Around the measured process the
+server's /metrics and the GPU exporter are read (`bench.telemetry`). Files:
 
-    <out>/<scenario>_c<concurrency>.json      raw vLLM result of the valid attempt
+    <out>/<scenario>_c<concurrency>.json      raw vLLM result of the valid (or last suspect) attempt
     <out>/<scenario>_c<c>.attempt<n>.invalid.json   raw result of an invalid attempt (kept)
-    <out>/logs/<scenario>_c<c>.attempt<n>.log      stdout+stderr of that attempt
-    <out>/manifest.json                        inputs, server facts, per-run status, timing
+    <out>/<scenario>_c<c>.attempt<n>.suspect.json   raw result of a suspect attempt that was retried
+    <out>/logs/<scenario>_c<c>.attempt<n>.log      stdout+stderr of that attempt (warm-up first)
+    <out>/logs/<scenario>_c<c>.attempt<n>.telemetry.json   /metrics before/after, samples, GPU
+    <out>/manifest.json                        inputs, hardware, server facts, per-run status,
+                                               telemetry summary, timing
 
 A run is valid only by `bench.results.load_result`'s rules (all prompts completed, none failed,
 ...): `vllm bench serve` exits 0 and writes a file even when every request failed. An invalid run
 is retried once (`--attempts`), recorded with its reason, and the sweep goes on; the exit code is
-1 when any combination stays invalid.
+1 when any combination stays invalid or suspect. A run is invalid as well when the server restarted
+during it, and suspect when a random-prompt scenario got more than 5 % of its prompt tokens from the
+prefix cache (prompts were replayed): a suspect attempt is retried with new prompts.
 
 `--resume` keeps every combination whose result file re-validates against the current plan
-(same scenario lengths, prompts, seed, model: the run hash) and runs the rest. With
+(same scenario lengths, prompts, seed, model, hardware, image, server flags: the run hash) and
+runs the rest, suspect runs included. With
 `--upload s3://bucket/prefix` every file is uploaded as soon as it is written, and `--resume` first
 downloads what is already there: a Kubernetes Job restarted after a pod failure or a Spot
 interruption continues where it stopped.
@@ -58,6 +67,7 @@ from bench import s3
 from bench import scenarios as SC
 from bench import seeds
 from bench import telemetry as T
+from bench.sweep_options import add_measurement_options
 
 # {name: (input tokens, output tokens)} of the scenarios defined in bench/scenarios.py
 DEFAULT_SCENARIOS: dict[str, tuple[int, int]] = SC.lengths()
@@ -989,34 +999,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--price-per-hour", type=float, default=_env("VLLM_POC_PRICE_PER_HOUR"),
                    help="hourly price of those GPUs whatever the capacity type; wins over --prices "
                         "(env VLLM_POC_PRICE_PER_HOUR)")
-    p.add_argument("--prices", default=_env("VLLM_POC_PRICES"),
-                   help="hourly price per capacity type, e.g. spot=1.50,on-demand=4.13: the one of the "
-                        "node's capacity type is recorded (env VLLM_POC_PRICES)")
-    p.add_argument("--capacity-type", default=_env("VLLM_POC_CAPACITY_TYPE"),
-                   help="capacity type of the server's node (default: read from the node's "
-                        "karpenter.sh/capacity-type label; env VLLM_POC_CAPACITY_TYPE)")
-    p.add_argument("--capacity-types", default=_env("VLLM_POC_CAPACITY_TYPES"),
-                   help="capacity types the server's pool allows; with one, it is the capacity type "
-                        "when the node cannot be read (env VLLM_POC_CAPACITY_TYPES)")
-    p.add_argument("--node-name", default=_env("NODE_NAME"),
-                   help="node the bench runs on (the server's); its labels are read with the pod's "
-                        "service account (env NODE_NAME)")
-    p.add_argument("--image", default=_env("VLLM_POC_IMAGE"),
-                   help="the server's container image, recorded and part of the run hash (env VLLM_POC_IMAGE)")
-    p.add_argument("--metrics-url", default=None,
-                   help="the server's Prometheus metrics, read before and after each run and sampled "
-                        "during it (default: <base-url>/metrics; 'none' to skip)")
-    p.add_argument("--gpu-metrics-url", default=_env("VLLM_POC_GPU_METRICS_URL"),
-                   help="NVIDIA DCGM exporter metrics of the server's node, sampled during each run "
-                        "(default: none; the Job sets it; env VLLM_POC_GPU_METRICS_URL)")
-    p.add_argument("--telemetry-interval", type=float, default=T.DEFAULT_INTERVAL_S,
-                   help="seconds between telemetry samples during a run (default: %(default)s)")
-    p.add_argument("--suspect-prefix-cache-pct", type=float, default=T.SUSPECT_PREFIX_CACHE_PCT,
-                   help="a random-prompt run with more prefix-cache hits than this percent of its "
-                        "prompt tokens is suspect: retried, and left out of the report's figures "
-                        "(default: %(default)s)")
-    p.add_argument("--server-args", default=_env("VLLM_POC_SERVER_ARGS"),
-                   help="the server's vllm serve flags, recorded in the manifest (env VLLM_POC_SERVER_ARGS)")
+    add_measurement_options(p)
     p.set_defaults(func=run)
     return p
 

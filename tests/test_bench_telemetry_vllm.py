@@ -1,10 +1,11 @@
 """Telemetry against a real vLLM (CPU build, prefix caching on, as vLLM's V1 engine defaults to).
 
 One short sweep (S1_chat at 384/4 tokens: three KV blocks of 128, so a replayed prompt would find
-two of them cached; c=1, 2; warm-ups on) must show, in the stored telemetry, prefix-cache hits near
-zero for every run: each run and each warm-up drew prompts with a seed of its own. Then the same
-sweep seed replayed at c=1 (no warm-up) into the same server is flagged suspect, kept out of the
-report's figures, and the sweep exits 1. Five `vllm bench serve` processes in all.
+two of them cached; c=1, 2) must show, in the stored telemetry, prefix-cache hits near zero for
+every run: each run drew prompts with a seed of its own. Then the same sweep seed replayed at c=1,
+after a warm-up request that the measured window must not count, is flagged suspect, kept out of
+the report's figures, and the sweep exits 1. Four `vllm bench serve` processes in all (each
+mostly CLI start-up on CPU).
 
 The sweep uses a seed no other test uses: the server is shared by the session, and a test that
 replayed another test's prompts would measure exactly the cache effect this test guards against.
@@ -47,7 +48,7 @@ def test_real_metrics_distinct_prompts_and_replay_flagged(tiny_vllm_server, tmp_
     assert values["process_start"]
 
     out = tmp_path / "fresh"
-    proc = sweep(tiny_vllm_server, out, "1,2")
+    proc = sweep(tiny_vllm_server, out, "1,2", "--warmups", "0")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     runs = manifest["runs"]
@@ -57,24 +58,25 @@ def test_real_metrics_distinct_prompts_and_replay_flagged(tiny_vllm_server, tmp_
         (attempt,) = rec["attempts"]
         tele = rec["telemetry"]
         print(f"\n{rec['scenario']} c={rec['concurrency']}: prefix-cache hits {tele['prefix_cache_hit_pct']}% "
-              f"of {tele['prefix_cache_queries']:.0f} queried tokens, {tele['samples']} samples, "
-              f"warm-up {attempt['warmup']['requests']} requests in {attempt['warmup']['duration_s']} s")
-        # the window holds the measured prompts only: 2x c prompts (min 4) of 384 tokens, no warm-up
+              f"of {tele['prefix_cache_queries']:.0f} queried tokens, {tele['samples']} samples")
         assert tele["prompt_tokens"] == rec["num_prompts"] * rec["input_len"]
         assert tele["generation_tokens"] == rec["num_prompts"] * rec["output_len"]
         assert tele["prefix_cache_queries"] >= tele["prompt_tokens"]
         assert tele["prefix_cache_hit_pct"] < 1.0 and rec["suspect"] is None
         assert tele["server_restarted"] is False and tele["kv_cache_usage_max_pct"] is not None
-        assert attempt["warmup"]["rc"] == 0 and attempt["warmup"]["seed"] != attempt["seed"]
-        seeds |= {attempt["seed"], attempt["warmup"]["seed"]}
+        seeds.add(attempt["seed"])
         assert (out / attempt["telemetry_file"]).is_file()
-    assert len(seeds) == 4
+    assert len(seeds) == 2
 
     replay = tmp_path / "replay"
-    proc = sweep(tiny_vllm_server, replay, "1", "--attempts", "1", "--warmups", "0")
+    proc = sweep(tiny_vllm_server, replay, "1", "--attempts", "1", "--warmups", "1")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     (rec,) = json.loads((replay / "manifest.json").read_text())["runs"]
-    assert rec["attempts"][0]["seed"] == runs[0]["attempts"][0]["seed"]  # the same prompts, on purpose
+    (attempt,) = rec["attempts"]
+    assert attempt["seed"] == runs[0]["attempts"][0]["seed"]  # the same prompts, on purpose
+    # the warm-up drew a prompt of its own and ran before the measured window: not counted
+    assert attempt["warmup"]["rc"] == 0 and attempt["warmup"]["seed"] not in seeds | {attempt["seed"]}
+    assert rec["telemetry"]["prompt_tokens"] == rec["num_prompts"] * rec["input_len"]
     assert rec["status"] == "suspect" and "prefix-cache hits" in rec["suspect"]
     assert rec["telemetry"]["prefix_cache_hit_pct"] > 5.0
     assert "SUSPECT S1_chat c=1" in proc.stderr
