@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from stacks.versions import pins
 from tests.fixtures.pulumi_stack import render_with, stack_config
+from tests.test_bench_job import job_of
 
 SERVER = {"name": "gemma-fp8", "pool": "l40s", "model": "fp8-dynamic", "trafficClass": "batch",
           "maxModelLen": 8192, "maxNumSeqs": 64}
 
 
 def job_and_prefix(rendered) -> tuple[str, str]:
-    (job,) = rendered.k8s("Job")
+    job = job_of(rendered)
     return job["metadata"]["name"], rendered.outputs["benchResults"]["gemma-fp8"]
 
 
@@ -25,20 +26,20 @@ def test_moving_a_server_to_another_pool_changes_job_name_and_results_prefix():
     name_a, prefix_a = job_and_prefix(on_l40s)
     name_b, prefix_b = job_and_prefix(on_g7e)
     assert name_a != name_b and prefix_a != prefix_b
-    (job,) = on_g7e.k8s("Job")
+    job = job_of(on_g7e)
     command = job["spec"]["template"]["spec"]["containers"][0]["command"]
     assert flag(command, "--instance-type") == "g7e.2xlarge"
     # the Spot pool falls back to on-demand: both prices go to the Job, the node decides
     assert flag(command, "--capacity-types") == "spot,on-demand"
     assert flag(command, "--prices") == "on-demand=4.13,spot=1.5"
-    (l40s_job,) = on_l40s.k8s("Job")
+    l40s_job = job_of(on_l40s)
     l40s_command = l40s_job["spec"]["template"]["spec"]["containers"][0]["command"]
     assert flag(l40s_command, "--capacity-types") == "on-demand" and flag(l40s_command, "--prices") == "on-demand=2.76"
     assert flag(l40s_command, "--image") == pins().vllm_image
 
 
 def test_the_job_knows_its_node_and_reads_the_gpu_exporter_there(dev):
-    (job,) = dev.k8s("Job")
+    job = job_of(dev)
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     env = {e["name"]: e for e in container["env"]}
@@ -52,7 +53,7 @@ def test_the_bench_may_only_get_nodes(dev):
     (role,) = dev.k8s("ClusterRole")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
     (binding,) = [b for b in dev.k8s("ClusterRoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
-    (job,) = dev.k8s("Job")
+    job = job_of(dev)
     assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": "vllm",
                                     "name": job["spec"]["template"]["spec"]["serviceAccountName"]}]
     assert binding["roleRef"]["kind"] == "ClusterRole"
