@@ -422,6 +422,8 @@ def _describe(side: Side) -> list[str]:
         ("Sweep", f"{m.get('started_at')} to {m.get('finished_at')}" if m.get("started_at") else None),
         ("Config hash", f"`{m['config_hash']}`" if m.get("config_hash") else None),
     ]
+    for note in (m.get("hardware") or {}).get("notes") or []:
+        rows.append(("Hardware note", note))
     if not m:
         rows.append(("Manifest", "none (hand-collected results: plan and server facts unknown)"))
     return [f"- {k}: {v}" for k, v in rows if v not in (None, "")]
@@ -518,7 +520,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
             if has_spec:
                 acc = run.spec_acceptance_rate_pct
                 length = run.spec_acceptance_length
-                row += f" {_n(acc)}% (length {_n(length, 2)}) |" if acc is not None else " - |"
+                by_pos = tele.get("spec_acceptance_by_position")
+                where = f"; by position {' / '.join(f'{p:.0f}%' for p in by_pos)}" if by_pos else ""
+                row += f" {_n(acc)}% (length {_n(length, 2)}{where}) |" if acc is not None else " - |"
             lines.append(row)
 
     bad = [(side.label, r) for r in side.invalid()] + ([(base.label, r) for r in base.invalid()] if base else [])

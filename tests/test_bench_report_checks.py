@@ -81,6 +81,11 @@ def test_a_suspect_run_is_flagged_and_kept_out_of_peak_and_slo(tmp_path):
     assert rows[1]["suspect"] is False and rows[1]["prefix_cache_hit_pct"] == 0.4
     assert summary["scenarios"]["S1_chat"]["peak"]["concurrency"] == 32
     assert summary["scenarios"]["S1_chat"]["slo"]["concurrency"] == 32
+    out = tmp_path / "rep"
+    assert REP.main([str(d), "--out", str(out), "--no-charts"]) == 0
+    md = (out / "report.md").read_text()
+    assert "## Suspect runs" in md and "| run | S1_chat | 64 | prefix-cache hits 48.0%" in md
+    assert "| 64 | " in md and "SUSPECT (excluded) | 48.0% | 3 | 91.0% |" in md
 
 
 def test_a_shared_prefix_scenario_is_not_suspect(tmp_path):
