@@ -8,32 +8,49 @@ writes to OUT:
   runs with their reasons, spec-decode acceptance where the results have it; with a baseline the
   per-GPU throughput ratio, the cost-efficiency ratio and the verdict;
 - `summary.json` with exactly these keys (other tools read it):
-  {"slo": {"ttft_p99_ms", "itl_p99_ms"},
+  {"slo": {"ttft_p99_ms", "itl_p99_ms", "decode_metric"},
    "runs": [{"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s",
-             "req_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance"}],
+             "req_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance",
+             "suspect", "tpot_p50_ms", "tpot_p99_ms", "prefix_cache_hit_pct", "preemptions",
+             "kv_cache_usage_max_pct", "requests_waiting_max", "gpu_util_mean_pct",
+             "gpu_mem_used_max_gib", "gpu_power_mean_w", "spec_acceptance_by_position"}],
    "scenarios": {"<scenario>": {"peak": {"concurrency", "output_tok_s", "req_s"} | null,
-                                "slo": {"concurrency", "output_tok_s"} | null}},
+                                "slo": {"concurrency", "output_tok_s"} | null,
+                                "peak_at_edge": bool | null}},
    "comparison": {"<scenario>": {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
                                  "cost_efficiency_ratio"}} | null,
-   "verdict": {"threshold", "min_ratio", "pass"} | null}
+   "verdict": {"threshold", "min_ratio", "pass"} | null,
+   "ignored_files": [{"file", "reason"}]}
   Metrics of invalid runs are null (their completed/failed counts are kept); `spec_acceptance` is
-  vLLM's draft acceptance rate in percent, null without speculative decoding.
+  vLLM's draft acceptance rate in percent, null without speculative decoding. Telemetry figures
+  (prefix-cache hits, preemptions, KV, GPU) come from the manifest, null where not measured;
+  `spec_acceptance_by_position` is a list of percents. A suspect run keeps its metrics, with its
+  reason in `reason`. `itl_p99_ms` is the decode limit, applied to the p99 of `decode_metric`.
+  `ignored_files` lists every file of the folder (and, prefixed `baseline:`, of the baseline) that
+  the report did not use, with why.
 - `chart_<scenario>.png`: output tok/s, TTFT p99 and ITL p99 against concurrency, baseline dashed,
   SLO limits drawn (needs matplotlib; skipped with a note when it is missing).
 
 Definitions
-- Valid run: `bench.results` rules (every prompt completed, none failed, ...). Invalid runs are
-  listed and appear in no figure, peak, SLO or ratio.
+- Valid run: `bench.results` rules (every prompt completed, none failed, ...), and the server did
+  not restart during it. Invalid runs are listed and appear in no figure, peak, SLO or ratio.
+- Suspect run: valid, but a random-prompt scenario got more than 5 % of its prompt tokens from
+  the prefix cache (replayed prompts); excluded like an invalid run.
 - Peak: the valid run with the highest output tok/s.
-- Throughput under the SLO: the highest output tok/s among valid runs whose TTFT p99 and ITL p99
-  are both within the limits (default 500 ms and 50 ms).
+- Throughput under the SLO: the highest output tok/s among valid runs whose TTFT p99 and decode
+  p99 (ITL, or TPOT with `--slo-decode-metric tpot`) are both within the limits (default 500 ms
+  and 50 ms).
+- Peak at the edge: the peak is at the highest concurrency tested; the test set it, not the server.
 - Throughput ratio (per GPU): (peak / GPUs) / (baseline peak / baseline GPUs); GPUs come from
   --gpus/--baseline-gpus, else the manifest, else 1.
 - Cost-efficiency ratio: (peak / price per hour) / (baseline peak / baseline price per hour), the
-  prices being those of the hardware that served each sweep (--price-per-hour, else the manifest).
+  prices being those of the hardware that served each sweep (--price-per-hour, else the manifest);
+  none when either side's capacity type (Spot or on-demand) is unknown.
 - Verdict: min_ratio = the smallest per-scenario throughput ratio; pass = min_ratio >= threshold
-  AND the comparison is complete: every scenario on both sides, no invalid run on either side, the
-  same concurrencies and the same input/output lengths. A verdict never passes on missing data.
+  AND the comparison is complete: every scenario on both sides, no invalid or suspect run on either
+  side, the same concurrencies and input/output lengths, and like for like (`bench.checks`: the
+  same dataset, seed, prompts, warm-ups, bench arguments, max model length, prefix caching and
+  speculative settings, except those named with --vary). A verdict never passes on missing data.
 """
 
 from __future__ import annotations
@@ -45,7 +62,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import checks
 from bench import results as R
+from bench import scenarios as SC
+from bench import telemetry as T
 
 MANIFEST = "manifest.json"
 DEFAULT_ORDER = ("S1_chat", "S2_summary", "S3_moderation", "S4_rag")
@@ -60,6 +80,17 @@ class Side:
     gpus: int
     price_per_hour: float | None
     lengths: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    capacity_type: str | None = None
+    suspects: dict[tuple[str, int], str] = field(default_factory=dict)
+    telemetry: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    used: set[Path] = field(default_factory=set)
+
+    def suspect(self, run: R.RunResult) -> str | None:
+        return self.suspects.get((run.scenario, run.concurrency)) if run.valid else None
+
+    def usable(self, run: R.RunResult) -> bool:
+        """Valid and not suspect: the runs that make figures."""
+        return run.valid and not self.suspect(run)
 
     @property
     def scenarios(self) -> list[str]:
@@ -70,10 +101,14 @@ class Side:
         return seen
 
     def valid(self, scenario: str) -> list[R.RunResult]:
-        return [r for r in self.runs if r.scenario == scenario and r.valid]
+        """The usable runs of a scenario (valid and not suspect)."""
+        return [r for r in self.runs if r.scenario == scenario and self.usable(r)]
 
     def invalid(self) -> list[R.RunResult]:
         return [r for r in self.runs if not r.valid]
+
+    def suspect_runs(self) -> list[R.RunResult]:
+        return [r for r in self.runs if self.suspect(r)]
 
 
 def _load_json(path: Path) -> dict[str, Any] | None:
@@ -92,10 +127,15 @@ def _order_key(order: list[str]):
 
 
 def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
-              price_per_hour: float | None = None) -> Side:
+              price_per_hour: float | None = None, capacity_type: str | None = None) -> Side:
     """Every combination of a sweep folder: planned ones (manifest) and any result file found."""
     manifest = _load_json(path / MANIFEST)
+    used: set[Path] = {path / MANIFEST} if manifest is not None else set()
     runs: dict[tuple[str, int], R.RunResult] = {}
+    suspects: dict[tuple[str, int], str] = {}
+    telemetry: dict[tuple[str, int], dict[str, Any]] = {}
+    config = (manifest or {}).get("config") or {}
+    limit = (config.get("telemetry") or {}).get("suspect_prefix_cache_pct", T.SUSPECT_PREFIX_CACHE_PCT)
     planned = (manifest or {}).get("runs") or []
     for rec in planned:
         try:
@@ -110,6 +150,20 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
             run_hash=rec.get("run_hash"),
         )
         result = R.load_result(path / R.result_filename(scenario, conc), expect)
+        if result.path:
+            used.add(Path(result.path))
+        tele = rec.get("telemetry")
+        if isinstance(tele, dict):
+            telemetry[(scenario, conc)] = tele
+            restart = T.restart_problem(tele)
+            if restart and result.valid:
+                result = result.with_problems(restart)
+            checked = SC.prefix_cache_checked(scenario, (config.get("scenarios") or {}).get(scenario))
+            why = T.suspect_reason(tele, checked, limit)
+            if why:
+                suspects[(scenario, conc)] = why
+        if rec.get("status") == "suspect" and rec.get("suspect"):
+            suspects.setdefault((scenario, conc), str(rec["suspect"]))
         if not result.valid and result.path is None:
             status = rec.get("status")
             why = {"invalid": rec.get("reason"), "valid": "result file missing (manifest says valid)"}.get(
@@ -117,6 +171,7 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
             result = R.missing_result(scenario, conc, why or "no result file")
             last = _last_invalid_file(path, scenario, conc)
             if last is not None:
+                used.add(last)
                 numbers = R.load_result(last, expect)
                 result = R.RunResult(scenario, conc, str(last), result.problems,
                                      num_prompts=numbers.num_prompts, completed=numbers.completed,
@@ -126,6 +181,7 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
         parsed = R.parse_result_filename(file.name)
         if parsed and parsed not in runs:
             runs[parsed] = R.load_result(file)
+            used.add(file)
 
     order = list(((manifest or {}).get("config") or {}).get("scenarios") or {})
     order += [s for s in DEFAULT_ORDER if s not in order]
@@ -140,6 +196,7 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
 
     m_gpus = (manifest or {}).get("gpus")
     m_price = (manifest or {}).get("price_per_hour")
+    m_capacity = (manifest or {}).get("capacity_type")
     name = label or (manifest or {}).get("label") or path.resolve().name
     return Side(
         label=str(name),
@@ -149,6 +206,10 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
         gpus=int(gpus or m_gpus or 1),
         price_per_hour=price_per_hour if price_per_hour is not None else m_price,
         lengths=lengths,
+        capacity_type=capacity_type or m_capacity,
+        suspects=suspects,
+        telemetry=telemetry,
+        used=used,
     )
 
 
@@ -169,9 +230,18 @@ def _last_invalid_file(path: Path, scenario: str, conc: int) -> Path | None:
 # Math
 
 
-def meets_slo(run: R.RunResult, ttft_ms: float, itl_ms: float) -> bool:
-    return (run.valid and run.ttft_p99_ms is not None and run.itl_p99_ms is not None
-            and run.ttft_p99_ms <= ttft_ms and run.itl_p99_ms <= itl_ms)
+DECODE_METRICS = ("itl", "tpot")
+
+
+def decode_p99(run: R.RunResult, metric: str) -> float | None:
+    return run.tpot_p99_ms if metric == "tpot" else run.itl_p99_ms
+
+
+def meets_slo(run: R.RunResult, ttft_ms: float, decode_ms: float, metric: str = "itl") -> bool:
+    """TTFT p99 and the decode metric's p99 (ITL per chunk, or TPOT per token) within the limits."""
+    decode = decode_p99(run, metric)
+    return (run.valid and run.ttft_p99_ms is not None and decode is not None
+            and run.ttft_p99_ms <= ttft_ms and decode <= decode_ms)
 
 
 def peak(runs: list[R.RunResult]) -> R.RunResult | None:
@@ -180,17 +250,22 @@ def peak(runs: list[R.RunResult]) -> R.RunResult | None:
     return max(valid, key=lambda r: (r.output_tok_s, -r.concurrency), default=None)
 
 
-def slo_best(runs: list[R.RunResult], ttft_ms: float, itl_ms: float) -> R.RunResult | None:
-    return peak([r for r in runs if meets_slo(r, ttft_ms, itl_ms)])
+def slo_best(runs: list[R.RunResult], ttft_ms: float, decode_ms: float, metric: str = "itl") -> R.RunResult | None:
+    return peak([r for r in runs if meets_slo(r, ttft_ms, decode_ms, metric)])
 
 
-def run_row(run: R.RunResult) -> dict[str, Any]:
+TELEMETRY_KEYS = ("prefix_cache_hit_pct", "preemptions", "kv_cache_usage_max_pct", "requests_waiting_max",
+                  "gpu_util_mean_pct", "gpu_mem_used_max_gib", "gpu_power_mean_w", "spec_acceptance_by_position")
+
+
+def run_row(run: R.RunResult, side: "Side | None" = None) -> dict[str, Any]:
     ok = run.valid
+    tele = (side.telemetry.get((run.scenario, run.concurrency)) if side else None) or {}
     return {
         "scenario": run.scenario,
         "concurrency": run.concurrency,
         "valid": ok,
-        "reason": run.reason,
+        "reason": run.reason or (side.suspect(run) if side else None),
         "completed": run.completed,
         "failed": run.failed,
         "output_tok_s": run.output_tok_s if ok else None,
@@ -200,19 +275,26 @@ def run_row(run: R.RunResult) -> dict[str, Any]:
         "itl_p50_ms": run.itl_p50_ms if ok else None,
         "itl_p99_ms": run.itl_p99_ms if ok else None,
         "spec_acceptance": run.spec_acceptance_rate_pct if ok else None,
+        "suspect": bool(side and side.suspect(run)),
+        "tpot_p50_ms": run.tpot_p50_ms if ok else None,
+        "tpot_p99_ms": run.tpot_p99_ms if ok else None,
+        **{key: tele.get(key) for key in TELEMETRY_KEYS},
     }
 
 
-def scenario_summary(side: Side, ttft_ms: float, itl_ms: float) -> dict[str, Any]:
+def scenario_summary(side: Side, ttft_ms: float, decode_ms: float, metric: str = "itl") -> dict[str, Any]:
     out = {}
     for name in side.scenarios:
-        runs = [r for r in side.runs if r.scenario == name]
+        runs = side.valid(name)
         top = peak(runs)
-        best = slo_best(runs, ttft_ms, itl_ms)
+        best = slo_best(runs, ttft_ms, decode_ms, metric)
+        tested = max((r.concurrency for r in side.runs if r.scenario == name), default=None)
         out[name] = {
             "peak": ({"concurrency": top.concurrency, "output_tok_s": top.output_tok_s, "req_s": top.req_s}
                      if top else None),
             "slo": {"concurrency": best.concurrency, "output_tok_s": best.output_tok_s} if best else None,
+            # the peak sits at the highest concurrency tested: the test, not the server, set it
+            "peak_at_edge": (top.concurrency == tested) if top else None,
         }
     return out
 
@@ -233,7 +315,9 @@ def compare(side: Side, base: Side) -> dict[str, dict[str, Any]]:
         per_gpu = _ratio(cand / side.gpus if cand is not None else None,
                          ref / base.gpus if ref is not None else None)
         cost = None
-        if side.price_per_hour and base.price_per_hour and cand is not None and ref is not None:
+        # A price follows the capacity the run landed on; with that unknown there is no cost ratio.
+        if (side.price_per_hour and base.price_per_hour and cand is not None and ref is not None
+                and side.capacity_type and base.capacity_type):
             cost = _ratio(cand / side.price_per_hour, ref / base.price_per_hour)
         out[name] = {
             "baseline_peak_tok_s": ref,
@@ -252,6 +336,10 @@ def completeness_issues(side: Side, base: Side) -> list[str]:
         if bad:
             listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in bad)
             issues.append(f"{who} ({s.label}) has {len(bad)} invalid or missing runs: {listed}")
+        doubtful = s.suspect_runs()
+        if doubtful:
+            listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in doubtful)
+            issues.append(f"{who} ({s.label}) has {len(doubtful)} suspect runs (prefix-cache replay): {listed}")
     names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
     for name in names:
         if name not in side.scenarios or not side.valid(name):
@@ -279,16 +367,27 @@ def verdict(comparison: dict[str, dict[str, Any]], threshold: float, issues: lis
 
 
 def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
-                  threshold: float) -> tuple[dict[str, Any], list[str]]:
+                  threshold: float, decode_metric: str = "itl",
+                  vary: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
+    """summary.json, and the issues that make a comparison incomplete. The decode limit `itl_ms`
+    applies to the p99 of `decode_metric`."""
+    decode_ms = itl_ms
     comparison = compare(side, base) if base else None
     issues = completeness_issues(side, base) if base else []
+    if base:
+        issues += checks.like_for_like(side.manifest, base.manifest, vary)[0]
+    ignored = checks.unused_files(side.path, side.used)
     summary = {
-        "slo": {"ttft_p99_ms": ttft_ms, "itl_p99_ms": itl_ms},
-        "runs": [run_row(r) for r in side.runs],
-        "scenarios": scenario_summary(side, ttft_ms, itl_ms),
+        "slo": {"ttft_p99_ms": ttft_ms, "itl_p99_ms": itl_ms, "decode_metric": decode_metric},
+        "runs": [run_row(r, side) for r in side.runs],
+        "scenarios": scenario_summary(side, ttft_ms, decode_ms, decode_metric),
         "comparison": comparison,
         "verdict": verdict(comparison, threshold, issues) if comparison is not None else None,
+        "ignored_files": ignored,
     }
+    if base:
+        summary["ignored_files"] += [{"file": f"baseline:{f['file']}", "reason": f["reason"]}
+                                     for f in checks.unused_files(base.path, base.used)]
     return summary, issues
 
 
@@ -314,10 +413,17 @@ def _describe(side: Side) -> list[str]:
         ("Served flags", f"`{m['served_flags']}`" if m.get("served_flags") else None),
         ("Instance type", m.get("instance_type")),
         ("GPUs", side.gpus),
-        ("Price per hour", f"${side.price_per_hour:.2f}" if side.price_per_hour else None),
+        ("Image", m.get("image")),
+        ("Node", ((m.get("hardware") or {}).get("node") or {}).get("node")),
+        ("Capacity type", side.capacity_type or "unknown"),
+        ("Price per hour", (f"${side.price_per_hour:.2f}" + (f" ({(m.get('hardware') or {}).get('price_source')})"
+                            if (m.get("hardware") or {}).get("price_source") else ""))
+         if side.price_per_hour else None),
         ("Sweep", f"{m.get('started_at')} to {m.get('finished_at')}" if m.get("started_at") else None),
         ("Config hash", f"`{m['config_hash']}`" if m.get("config_hash") else None),
     ]
+    for note in (m.get("hardware") or {}).get("notes") or []:
+        rows.append(("Hardware note", note))
     if not m:
         rows.append(("Manifest", "none (hand-collected results: plan and server facts unknown)"))
     return [f"- {k}: {v}" for k, v in rows if v not in (None, "")]
@@ -331,7 +437,9 @@ def _lengths(side: Side, name: str) -> str:
 def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issues: list[str],
                     charts: list[str], chart_note: str | None) -> str:
     slo = summary["slo"]
-    lim = f"TTFT p99 <= {slo['ttft_p99_ms']:g} ms and ITL p99 <= {slo['itl_p99_ms']:g} ms"
+    metric = slo["decode_metric"]
+    decode_ms = slo["itl_p99_ms"]
+    lim = f"TTFT p99 <= {slo['ttft_p99_ms']:g} ms and {metric.upper()} p99 <= {decode_ms:g} ms"
     lines = [f"# Benchmark report: {side.label}", ""]
     lines += _describe(side)
     if base:
@@ -345,8 +453,17 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         "invalid runs are listed below and excluded from every table figure, peak, ratio and chart.",
         "- **Peak**: the valid run with the highest output tok/s in the scenario.",
         f"- **Throughput under the SLO** ({lim}): the highest output tok/s among valid runs meeting "
-        "both limits.",
+        f"both limits. The decode limit applies to {metric.upper()} (`--slo-decode-metric`): ITL is "
+        "measured per streamed chunk, TPOT per output token.",
+        "- A run is **suspect** when its prompts were served from the prefix cache (hits above "
+        f"{T.SUSPECT_PREFIX_CACHE_PCT:g}% of prompt tokens in a random-prompt scenario): it measured the "
+        "cache, not the hardware, and is left out of peaks, SLO figures, ratios, charts and the verdict.",
+        "- A run during which the server restarted is invalid.",
     ]
+    if has_spec or any(checks.speculative(checks.served_flags(s.manifest)) not in (None, "off")
+                       for s in (side, base) if s):
+        lines.append("- Speculative decoding is on: a streamed chunk carries several accepted tokens, so "
+                     "ITL (per chunk) rises while TPOT (per token) falls; read both.")
     if base:
         lines += [
             "- **Throughput ratio** (per GPU) = (peak / GPUs) / (baseline peak / baseline GPUs).",
@@ -361,6 +478,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
               "| Scenario | In/out tokens | Peak output tok/s | req/s | Concurrency at peak "
               "| Throughput under SLO (concurrency) |",
               "|---|---|---:|---:|---:|---:|"]
+    edges = [name for name, s in summary["scenarios"].items() if s.get("peak_at_edge")]
     for name, s in summary["scenarios"].items():
         p, q = s["peak"], s["slo"]
         lines.append(
@@ -369,10 +487,15 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
             f"| {(_n(q['output_tok_s']) + ' (c=' + str(q['concurrency']) + ')') if q else 'none meets the SLO'} |"
         )
 
+    if edges:
+        lines += ["", f"Peak at the edge ({', '.join(edges)}): the peak is at the highest concurrency "
+                  "tested, so the test, not the server, set it; the server may go higher (`peak_at_edge`)."]
+
     for name in summary["scenarios"]:
         lines += ["", f"## {name} ({_lengths(side, name)}) concurrency curve", ""]
-        head = "| Concurrency | req/s | output tok/s | TTFT p50 (ms) | TTFT p99 (ms) | ITL p50 (ms) | ITL p99 (ms) | SLO |"
-        sep = "|---:|---:|---:|---:|---:|---:|---:|---|"
+        head = ("| Concurrency | req/s | output tok/s | TTFT p50 (ms) | TTFT p99 (ms) | ITL p50 (ms) | ITL p99 (ms) "
+                "| TPOT p50 (ms) | TPOT p99 (ms) | SLO | Prefix-cache hits | Preemptions | KV max | GPU util |")
+        sep = "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"
         if has_spec:
             head += " Spec acceptance |"
             sep += "---:|"
@@ -381,16 +504,25 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
             if run.scenario != name:
                 continue
             if not run.valid:
-                row = f"| {run.concurrency} | invalid: {run.reason} | | | | | | |"
+                row = f"| {run.concurrency} | invalid: {run.reason} | | | | | | | | | | | | |"
                 lines.append(row + (" |" if has_spec else ""))
                 continue
-            ok = "met" if meets_slo(run, slo["ttft_p99_ms"], slo["itl_p99_ms"]) else "missed"
+            tele = side.telemetry.get((run.scenario, run.concurrency)) or {}
+            ok = "met" if meets_slo(run, slo["ttft_p99_ms"], decode_ms, metric) else "missed"
+            if side.suspect(run):
+                ok = "SUSPECT (excluded)"
+            pct = lambda v: "-" if v is None else f"{v:.1f}%"  # noqa: E731
             row = (f"| {run.concurrency} | {_n(run.req_s, 2)} | {_n(run.output_tok_s)} | {_n(run.ttft_p50_ms)} "
-                   f"| {_n(run.ttft_p99_ms)} | {_n(run.itl_p50_ms)} | {_n(run.itl_p99_ms)} | {ok} |")
+                   f"| {_n(run.ttft_p99_ms)} | {_n(run.itl_p50_ms)} | {_n(run.itl_p99_ms)} "
+                   f"| {_n(run.tpot_p50_ms)} | {_n(run.tpot_p99_ms)} | {ok} "
+                   f"| {pct(tele.get('prefix_cache_hit_pct'))} | {_n(tele.get('preemptions'), 0)} "
+                   f"| {pct(tele.get('kv_cache_usage_max_pct'))} | {pct(tele.get('gpu_util_mean_pct'))} |")
             if has_spec:
                 acc = run.spec_acceptance_rate_pct
                 length = run.spec_acceptance_length
-                row += f" {_n(acc)}% (length {_n(length, 2)}) |" if acc is not None else " - |"
+                by_pos = tele.get("spec_acceptance_by_position")
+                where = f"; by position {' / '.join(f'{p:.0f}%' for p in by_pos)}" if by_pos else ""
+                row += f" {_n(acc)}% (length {_n(length, 2)}{where}) |" if acc is not None else " - |"
             lines.append(row)
 
     bad = [(side.label, r) for r in side.invalid()] + ([(base.label, r) for r in base.invalid()] if base else [])
@@ -403,6 +535,13 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
     else:
         lines.append("None: every run completed all of its prompts without a failed request.")
 
+    doubtful = [(side.label, r, side.suspect(r)) for r in side.suspect_runs()]
+    doubtful += [(base.label, r, base.suspect(r)) for r in base.suspect_runs()] if base else []
+    if doubtful:
+        lines += ["", "## Suspect runs", "", "Valid by vLLM's counts, but excluded from every figure:", "",
+                  "| Sweep | Scenario | Concurrency | Why |", "|---|---|---:|---|"]
+        lines += [f"| {who} | {r.scenario} | {r.concurrency} | {why} |" for who, r, why in doubtful]
+
     if base and summary["comparison"] is not None:
         lines += ["", f"## Comparison with {base.label}", "",
                   f"GPUs: {side.gpus} vs baseline {base.gpus}. Prices per hour: "
@@ -411,7 +550,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
                   "| Scenario | Baseline peak tok/s | Peak tok/s | Throughput ratio (per GPU) "
                   "| Cost-efficiency ratio | SLO throughput ratio (per GPU) |",
                   "|---|---:|---:|---:|---:|---:|"]
-        base_sc = scenario_summary(base, slo["ttft_p99_ms"], slo["itl_p99_ms"])
+        base_sc = scenario_summary(base, slo["ttft_p99_ms"], decode_ms, metric)
         for name, c in summary["comparison"].items():
             mine = (summary["scenarios"].get(name) or {}).get("slo")
             theirs = (base_sc.get(name) or {}).get("slo")
@@ -428,6 +567,25 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
             lines += [f"- {i}" for i in issues]
         if not side.price_per_hour or not base.price_per_hour:
             lines += ["", "Cost efficiency needs --price-per-hour and --baseline-price-per-hour."]
+        unknown = [s.label for s in (side, base) if not s.capacity_type]
+        if unknown:
+            lines += ["", f"No cost-efficiency ratio: the capacity type (Spot or on-demand) of {', '.join(unknown)} "
+                      "is unknown, so its price is a guess (give --capacity-type / --baseline-capacity-type, "
+                      "or run the sweep where it can read its node)."]
+        warnings = checks.like_for_like(side.manifest, base.manifest)[1]
+        if warnings:
+            lines += ["", "Warnings (not blocking):", ""] + [f"- {w}" for w in warnings]
+
+    ignored = summary.get("ignored_files") or []
+    if ignored:
+        routine = [f for f in ignored if checks.is_routine(f)]
+        other = [f for f in ignored if not checks.is_routine(f)]
+        lines += ["", "## Files not used", ""]
+        if other:
+            lines += ["| File | Why |", "|---|---|"] + [f"| `{f['file']}` | {f['reason']} |" for f in other]
+        if routine:
+            lines += ["", f"Also {len(routine)} process logs and telemetry sample files under `logs/` "
+                      "(listed in summary.json `ignored_files`)."]
 
     if charts or chart_note:
         lines += ["", "## Charts", ""]
@@ -446,7 +604,8 @@ def run(args: argparse.Namespace) -> int:
     if not path.is_dir():
         print(f"bench report: no such folder: {path}", file=sys.stderr)
         return 2
-    side = load_side(path, label=args.label, gpus=args.gpus, price_per_hour=args.price_per_hour)
+    side = load_side(path, label=args.label, gpus=args.gpus, price_per_hour=args.price_per_hour,
+                     capacity_type=args.capacity_type)
     if not side.runs:
         print(f"bench report: no results or manifest in {path}", file=sys.stderr)
         return 1
@@ -457,9 +616,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"bench report: --baseline: no such folder: {bpath}", file=sys.stderr)
             return 2
         base = load_side(bpath, label=args.baseline_label, gpus=args.baseline_gpus,
-                         price_per_hour=args.baseline_price_per_hour)
+                         price_per_hour=args.baseline_price_per_hour, capacity_type=args.baseline_capacity_type)
+    bad_vary = [v for v in args.vary or [] if v not in checks.VARIABLE]
+    if bad_vary:
+        print(f"bench report: --vary: unknown {', '.join(bad_vary)}; known: {', '.join(checks.VARIABLE)}",
+              file=sys.stderr)
+        return 2
     summary, issues = build_summary(side, base, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms,
-                                    threshold=args.threshold)
+                                    threshold=args.threshold, decode_metric=args.slo_decode_metric,
+                                    vary=tuple(args.vary or ()))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     charts: list[str] = []
@@ -502,7 +667,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--baseline-gpus", type=int, help="GPUs behind the baseline (default: manifest, else 1)")
     p.add_argument("--baseline-price-per-hour", type=float, help="hourly price of the baseline hardware")
     p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
-    p.add_argument("--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
+    p.add_argument("--slo-itl-p99-ms", type=float, default=50.0,
+                   help="the SLO's decode limit, applied to the p99 of --slo-decode-metric (default: %(default)s)")
+    p.add_argument("--slo-decode-metric", choices=DECODE_METRICS, default="itl",
+                   help="which p99 the SLO's decode limit applies to: itl (per streamed chunk, the seeds' "
+                        "rule) or tpot (per output token; fairer with speculative decoding) (default: itl)")
+    p.add_argument("--capacity-type", choices=("on-demand", "spot"),
+                   help="capacity type of this sweep's node (default: manifest)")
+    p.add_argument("--baseline-capacity-type", choices=("on-demand", "spot"),
+                   help="capacity type of the baseline's node (default: its manifest)")
+    p.add_argument("--vary", action="append", metavar="SETTING",
+                   help="a setting the comparison tests, allowed to differ between the sides: "
+                        + ", ".join(checks.VARIABLE) + " (repeatable)")
     p.add_argument("--threshold", type=float, default=1.5,
                    help="verdict threshold on the per-GPU throughput ratio (default: %(default)s)")
     p.add_argument("--no-charts", action="store_true", help="write no PNG charts")

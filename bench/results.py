@@ -45,6 +45,8 @@ META_CONCURRENCY = "concurrency"
 META_INPUT_LEN = "scenario_input_len"
 META_OUTPUT_LEN = "scenario_output_len"
 META_RUN_HASH = "bench_run_hash"
+META_SEED = "bench_seed"  # the seed this process drew its prompts with (bench.seeds)
+META_PHASE = "bench_phase"  # "measure" or "warmup"
 
 _RESULT_NAME = re.compile(r"^(?P<scenario>[A-Za-z0-9][A-Za-z0-9_-]*)_c(?P<concurrency>[0-9]+)\.json$")
 
@@ -56,6 +58,11 @@ def result_filename(scenario: str, concurrency: int) -> str:
 def invalid_filename(scenario: str, concurrency: int, attempt: int) -> str:
     """Where an invalid attempt's raw file is kept; never matches `parse_result_filename`."""
     return f"{scenario}_c{concurrency}.attempt{attempt}.invalid.json"
+
+
+def suspect_filename(scenario: str, concurrency: int, attempt: int) -> str:
+    """Where a suspect attempt that was retried is kept; never matches `parse_result_filename`."""
+    return f"{scenario}_c{concurrency}.attempt{attempt}.suspect.json"
 
 
 def stale_filename(scenario: str, concurrency: int, n: int) -> str:

@@ -1,21 +1,30 @@
 """`python -m bench sweep`: run `vllm bench serve` over scenarios x concurrencies against a server.
 
-For every (scenario, concurrency) the sweep runs one `vllm bench serve` process with the random
-dataset (fixed input/output lengths, ignore-eos, request rate inf, client concurrency cap), TTFT,
-TPOT, ITL and E2EL at percentiles 50/90/99, and the result saved as
+For every (scenario, concurrency) the sweep runs a warm-up `vllm bench serve` (one wave at the
+run's concurrency, prompts of its own) and then the measured one with the random dataset (fixed
+input/output lengths, ignore-eos, request rate inf, client concurrency cap), TTFT, TPOT, ITL and
+E2EL at percentiles 50/90/99. Each process draws prompts with its own seed (`bench.seeds`), so no
+run replays another's prompts into the server's prefix cache. Around the measured process the
+server's /metrics and the GPU exporter are read (`bench.telemetry`). Files:
 
-    <out>/<scenario>_c<concurrency>.json      raw vLLM result of the valid attempt
+    <out>/<scenario>_c<concurrency>.json      raw vLLM result of the valid (or last suspect) attempt
     <out>/<scenario>_c<c>.attempt<n>.invalid.json   raw result of an invalid attempt (kept)
-    <out>/logs/<scenario>_c<c>.attempt<n>.log      stdout+stderr of that attempt
-    <out>/manifest.json                        inputs, server facts, per-run status, timing
+    <out>/<scenario>_c<c>.attempt<n>.suspect.json   raw result of a suspect attempt that was retried
+    <out>/logs/<scenario>_c<c>.attempt<n>.log      stdout+stderr of that attempt (warm-up first)
+    <out>/logs/<scenario>_c<c>.attempt<n>.telemetry.json   /metrics before/after, samples, GPU
+    <out>/manifest.json                        inputs, hardware, server facts, per-run status,
+                                               telemetry summary, timing
 
 A run is valid only by `bench.results.load_result`'s rules (all prompts completed, none failed,
 ...): `vllm bench serve` exits 0 and writes a file even when every request failed. An invalid run
 is retried once (`--attempts`), recorded with its reason, and the sweep goes on; the exit code is
-1 when any combination stays invalid.
+1 when any combination stays invalid or suspect. A run is invalid as well when the server restarted
+during it, and suspect when a random-prompt scenario got more than 5 % of its prompt tokens from the
+prefix cache (prompts were replayed): a suspect attempt is retried with new prompts.
 
 `--resume` keeps every combination whose result file re-validates against the current plan
-(same scenario lengths, prompts, seed, model: the run hash) and runs the rest. With
+(same scenario lengths, prompts, seed, model, hardware, image, server flags: the run hash) and
+runs the rest, suspect runs included. With
 `--upload s3://bucket/prefix` every file is uploaded as soon as it is written, and `--resume` first
 downloads what is already there: a Kubernetes Job restarted after a pod failure or a Spot
 interruption continues where it stopped.
@@ -52,21 +61,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bench import hardware
 from bench import results as R
 from bench import s3
+from bench import scenarios as SC
+from bench import seeds
+from bench import telemetry as T
 from bench.interrupts import rerun_command
+from bench.sweep_options import add_measurement_options
 
-# Seeds: PoC report Table 2 (input / output tokens per scenario).
-DEFAULT_SCENARIOS: dict[str, tuple[int, int]] = {
-    "S1_chat": (256, 128),
-    "S2_summary": (1024, 256),
-    "S3_moderation": (512, 16),
-    "S4_rag": (4096, 256),
-}
+# {name: (input tokens, output tokens)} of the scenarios defined in bench/scenarios.py
+DEFAULT_SCENARIOS: dict[str, tuple[int, int]] = SC.lengths()
 DEFAULT_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 METRIC_PERCENTILES = "50,90,99"
 MANIFEST = "manifest.json"
+# Each process draws prompts with its own seed (bench.seeds); warm-ups run as a separate process.
+SEED_SCHEME = "sha256(sweep seed, scenario, concurrency, attempt, purpose) v1"
 LOGS = "logs"
 PARTIAL = ".partial"
 SCHEMA = 1
@@ -88,6 +99,7 @@ class Scenario:
     name: str
     input_len: int
     output_len: int
+    prefix_cache_check: bool = True  # random prompts: prefix-cache hits mean replayed prompts
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,7 @@ class RunSpec:
     num_prompts: int
     warmups: int
     run_hash: str
+    prefix_cache_check: bool = True
 
     @property
     def filename(self) -> str:
@@ -169,7 +182,8 @@ def parse_scenarios(
         if length_scale != 1:
             # An output of 1 token has no inter-token gap, so ITL would be empty.
             inp, out = max(1, round(inp * length_scale)), max(2, round(out * length_scale))
-        scenarios.append(Scenario(name, inp, out))
+        known = SC.definition(name)
+        scenarios.append(Scenario(name, inp, out, known.prefix_cache_check if known else True))
     return scenarios
 
 
@@ -223,16 +237,28 @@ def build_plan(args: argparse.Namespace) -> list[RunSpec]:
                     "num_prompts": num_prompts,
                     "warmups": warmups,
                     "seed": args.seed,
+                    "seed_scheme": SEED_SCHEME,
                     "extra": args.bench_args or "",
+                    # the hardware and server: a result from another pool or image is not this run
+                    "instance_type": args.instance_type,
+                    "gpus": args.gpus,
+                    "image": args.image,
+                    "server_args": args.server_args or "",
                 }
             )
-            plan.append(RunSpec(sc.name, sc.input_len, sc.output_len, conc, num_prompts, warmups, run_hash))
+            plan.append(RunSpec(sc.name, sc.input_len, sc.output_len, conc, num_prompts, warmups, run_hash,
+                                sc.prefix_cache_check))
     return plan
 
 
 def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, tokenizer: str,
-                  result_dir: Path) -> list[str]:
-    """The `vllm bench serve` command line; every flag exists in vLLM 0.26 and 0.32."""
+                  result_dir: Path, *, seed: int, num_prompts: int | None = None, filename: str | None = None,
+                  phase: str = seeds.MEASURE) -> list[str]:
+    """The `vllm bench serve` command line; every flag exists in vLLM 0.26 and 0.32.
+
+    `--num-warmups` is 0: vLLM's warm-up repeats the run's first prompt, which would then be served
+    from the prefix cache. The sweep warms up with a separate process and prompts of their own.
+    """
     cmd = [
         *vllm, "bench", "serve",
         "--backend", "openai",
@@ -245,17 +271,17 @@ def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, toke
         "--random-output-len", str(spec.output_len),
         "--random-range-ratio", "0",
         "--ignore-eos",
-        "--num-prompts", str(spec.num_prompts),
+        "--num-prompts", str(num_prompts or spec.num_prompts),
         "--max-concurrency", str(spec.concurrency),
         "--request-rate", "inf",
-        "--num-warmups", str(spec.warmups),
+        "--num-warmups", "0",
         "--percentile-metrics", PERCENTILE_METRICS,
         "--metric-percentiles", METRIC_PERCENTILES,
-        "--seed", str(args.seed),
+        "--seed", str(seed),
         "--disable-tqdm",
         "--save-result",
         "--result-dir", str(result_dir),
-        "--result-filename", spec.filename,
+        "--result-filename", filename or spec.filename,
     ]
     cmd += shlex.split(args.bench_args or "")
     cmd += [
@@ -265,6 +291,8 @@ def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, toke
         f"{R.META_INPUT_LEN}={spec.input_len}",
         f"{R.META_OUTPUT_LEN}={spec.output_len}",
         f"{R.META_RUN_HASH}={spec.run_hash}",
+        f"{R.META_SEED}={seed}",
+        f"{R.META_PHASE}={phase}",
     ]
     return cmd
 
@@ -357,7 +385,10 @@ def _write_json(path: Path, data: Any) -> None:
 def config_of(args: argparse.Namespace, plan: list[RunSpec]) -> dict[str, Any]:
     scenarios = {}
     for spec in plan:
-        scenarios[spec.scenario] = {"input_len": spec.input_len, "output_len": spec.output_len}
+        known = SC.definition(spec.scenario)
+        scenarios[spec.scenario] = {"input_len": spec.input_len, "output_len": spec.output_len,
+                                    "dataset": known.dataset if known else "random",
+                                    "prefix_cache_check": spec.prefix_cache_check}
     return {
         "model": args.model,
         "scenarios": scenarios,
@@ -366,11 +397,16 @@ def config_of(args: argparse.Namespace, plan: list[RunSpec]) -> dict[str, Any]:
         "prompts_per_concurrency": args.prompts_per_concurrency,
         "warmups": args.warmups,
         "seed": args.seed,
+        "seed_scheme": SEED_SCHEME,
+        "warmup_mode": "separate process, own prompts (--num-warmups 0 in the measured run)",
         "length_scale": args.length_scale,
         "bench_args": args.bench_args or "",
         "percentile_metrics": PERCENTILE_METRICS,
         "metric_percentiles": METRIC_PERCENTILES,
         "attempts": args.attempts,
+        "telemetry": {"metrics_url": args.metrics_url, "gpu_metrics_url": args.gpu_metrics_url,
+                      "interval_s": args.telemetry_interval,
+                      "suspect_prefix_cache_pct": args.suspect_prefix_cache_pct},
     }
 
 
@@ -386,6 +422,9 @@ def new_run_record(spec: RunSpec) -> dict[str, Any]:
         "file": spec.filename,
         "status": "pending",
         "reason": None,
+        "prefix_cache_check": spec.prefix_cache_check,
+        "suspect": None,
+        "telemetry": None,
         "duration_s": None,
         "attempts": [],
     }
@@ -481,6 +520,7 @@ class Sweep:
         self.bench_seconds = 0.0
         self.bench_window_seconds = 0.0
         self.health_seconds = 0.0
+        self.hardware: dict[str, Any] = {}
 
     # -- files -----------------------------------------------------------------------------
     def publish(self, path: Path) -> None:
@@ -493,7 +533,7 @@ class Sweep:
         runs = self.manifest["runs"]
         self.manifest["counts"] = {
             status: sum(1 for r in runs if r["status"] == status)
-            for status in ("valid", "invalid", "pending")
+            for status in ("valid", "suspect", "invalid", "pending")
         }
         if self.uploader:
             self.manifest["upload"] = {"uri": self.uploader.loc.uri, "failed": dict(self.uploader.failed)}
@@ -543,9 +583,12 @@ class Sweep:
             "tokenizer": tokenizer_source,
             "server": server,
             "served_flags": args.server_args,
-            "instance_type": args.instance_type,
+            "instance_type": self.hardware.get("instance_type") or args.instance_type,
             "gpus": args.gpus,
-            "price_per_hour": args.price_per_hour,
+            "image": args.image,
+            "capacity_type": self.hardware.get("capacity_type"),
+            "price_per_hour": self.hardware.get("price_per_hour"),
+            "hardware": self.hardware,
             "client": {"vllm_bin": " ".join(self.vllm), "python": sys.version.split()[0]},
             "started_at": (previous or {}).get("started_at") or self.session["started_at"],
             "finished_at": None,
@@ -556,41 +599,71 @@ class Sweep:
             self.manifest["previous_config_hash"] = previous.get("config_hash")
 
     # -- one combination ---------------------------------------------------------------------
+    def _process(self, cmd: list[str], fh) -> tuple[int | None, bool, float]:
+        """Run one `vllm bench serve` with its output in `fh`: (exit code, timed out, seconds)."""
+        fh.write("$ " + shlex.join(cmd) + "\n")
+        fh.flush()
+        started = time.monotonic()
+        rc: int | None = None
+        timed_out = False
+        try:
+            self.proc = subprocess.Popen(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        except OSError as exc:
+            fh.write(f"could not start: {exc}\n")
+            self.proc = None
+        if self.proc is not None:
+            try:
+                rc = self.proc.wait(timeout=self.args.run_timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                self._kill()
+                rc = self.proc.returncode
+            except BaseException:  # SIGTERM/Ctrl-C: the bench runs in its own session
+                self._kill()
+                raise
+            finally:
+                self.proc = None
+        duration = time.monotonic() - started
+        self.bench_seconds += duration
+        return rc, timed_out, duration
+
+    def _warm_up(self, spec: RunSpec, tokenizer: str, attempt: int, fh) -> dict[str, Any] | None:
+        """One wave of warm-up requests at the run's concurrency, with prompts of their own."""
+        if spec.warmups <= 0:
+            return None
+        seed = seeds.run_seed(self.args.seed, spec.scenario, spec.concurrency, attempt, seeds.WARMUP)
+        name = f"{spec.scenario}_c{spec.concurrency}.warmup.json"
+        cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial, seed=seed,
+                            num_prompts=spec.warmups, filename=name, phase=seeds.WARMUP)
+        rc, timed_out, duration = self._process(cmd, fh)
+        (self.partial / name).unlink(missing_ok=True)
+        fh.write(f"--- warm-up done (exit {rc}); measured run follows\n")
+        fh.flush()
+        return {"seed": seed, "requests": spec.warmups, "rc": rc, "timed_out": timed_out,
+                "duration_s": round(duration, 3)}
+
     def run_once(self, spec: RunSpec, tokenizer: str, attempt: int) -> tuple[R.RunResult, dict[str, Any]]:
         self.partial.mkdir(exist_ok=True)
         partial_file = self.partial / spec.filename
         partial_file.unlink(missing_ok=True)
-        log = self.logs / f"{spec.scenario}_c{spec.concurrency}.attempt{attempt}.log"
-        cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial)
+        stem = f"{spec.scenario}_c{spec.concurrency}.attempt{attempt}"
+        log = self.logs / f"{stem}.log"
+        seed = seeds.run_seed(self.args.seed, spec.scenario, spec.concurrency, attempt)
+        cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial, seed=seed)
         started_at = _now()
-        started = time.monotonic()
-        rc: int | None = None
-        timed_out = False
+        window = T.Window(self.args.metrics_url, self.args.gpu_metrics_url, self.args.telemetry_interval)
         with log.open("w", encoding="utf-8") as fh:
-            fh.write("$ " + shlex.join(cmd) + "\n")
-            fh.flush()
+            warmup = self._warm_up(spec, tokenizer, attempt, fh)
+            window.start()
             try:
-                self.proc = subprocess.Popen(
-                    cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                fh.write(f"could not start: {exc}\n")
-                self.proc = None
-            if self.proc is not None:
-                try:
-                    rc = self.proc.wait(timeout=self.args.run_timeout)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    self._kill()
-                    rc = self.proc.returncode
-                except BaseException:  # SIGTERM/Ctrl-C: the bench runs in its own session
-                    self._kill()
-                    raise
-                finally:
-                    self.proc = None
-        duration = time.monotonic() - started
-        self.bench_seconds += duration
+                rc, timed_out, duration = self._process(cmd, fh)
+            finally:
+                window.stop()
+        tele = window.summary()
+        tele_file = self.logs / f"{stem}.telemetry.json"
+        _write_json(tele_file, window.record())
 
         result = R.load_result(partial_file, spec.expectation())
         extra = []
@@ -608,12 +681,21 @@ class Sweep:
                 tail = _tail(log)
                 if tail:
                     extra.append(f"log: {tail}")
-            result = result.with_problems(*extra)
+        extra.append(T.restart_problem(tele))
+        result = result.with_problems(*extra)
+        suspect = T.suspect_reason(tele, spec.prefix_cache_check, self.args.suspect_prefix_cache_pct) \
+            if result.valid else None
 
-        if result.valid:
+        last = attempt >= self.args.attempts
+        if result.valid and (not suspect or last):
+            # a suspect last attempt keeps the result's name: the report shows it, flagged, and
+            # leaves it out of every figure; `--resume` runs it again
             final = self.out / spec.filename
             os.replace(partial_file, final)
             kept = final
+        elif result.valid:
+            kept = self.out / R.suspect_filename(spec.scenario, spec.concurrency, attempt)
+            os.replace(partial_file, kept)
         elif partial_file.exists():
             kept = self.out / R.invalid_filename(spec.scenario, spec.concurrency, attempt)
             os.replace(partial_file, kept)
@@ -624,14 +706,19 @@ class Sweep:
         record = {
             "n": attempt,
             "started_at": started_at,
+            "seed": seed,
+            "warmup": warmup,
             "rc": rc,
             "duration_s": round(duration, 3),
             "valid": result.valid,
+            "suspect": suspect,
             "reason": result.reason,
             "file": kept.name if kept else None,
             "log": log.relative_to(self.out).as_posix(),
+            "telemetry_file": tele_file.relative_to(self.out).as_posix(),
+            "telemetry": tele,
         }
-        for path in (kept, log):
+        for path in (kept, log, tele_file):
             if path:
                 self.publish(path)
         return result, record
@@ -659,6 +746,8 @@ class Sweep:
         for spec, rec in zip(self.plan, runs):
             if self.args.resume:
                 existing = R.load_result(self.out / spec.filename, spec.expectation())
+                if existing.valid and rec.get("status") == "suspect":
+                    existing = existing.with_problems(f"suspect: {rec.get('reason')}")
                 if existing.valid:
                     rec.update(status="valid", reason=None)
                     self.session["skipped_valid"].append(spec.filename)
@@ -680,34 +769,41 @@ class Sweep:
             rec["status"] = "running"
             started = time.monotonic()
             result: R.RunResult | None = None
+            attempt_rec: dict[str, Any] = {}
             for _ in range(self.args.attempts):
                 attempt = len(rec["attempts"]) + 1
                 result, attempt_rec = self.run_once(spec, tokenizer, attempt)
                 rec["attempts"].append(attempt_rec)
                 eta.observe(spec, attempt_rec["duration_s"], result.duration_s if result.valid else None)
-                if result.valid:
+                if result.valid and not attempt_rec["suspect"]:
                     break
             assert result is not None
             elapsed_run = time.monotonic() - started
+            suspect = attempt_rec["suspect"] if result.valid else None
             rec.update(
-                status="valid" if result.valid else "invalid",
-                reason=result.reason,
+                status="suspect" if suspect else ("valid" if result.valid else "invalid"),
+                reason=suspect or result.reason,
+                suspect=suspect,
+                telemetry=attempt_rec["telemetry"],
                 duration_s=round(elapsed_run, 3),
             )
             self.session["executed"].append(spec.filename)
             self.save_manifest()
             remaining = eta.estimate([s for s, _ in todo[index:]])
             print(self.progress_line(index, len(todo), spec, rec, result, remaining), flush=True)
-        return sum(1 for r in runs if r["status"] != "valid")
+        return sum(1 for r in runs if r["status"] != "valid")  # invalid, suspect or not run
 
     def progress_line(self, index: int, total: int, spec: RunSpec, rec: dict[str, Any],
                       result: R.RunResult, eta: float) -> str:
         tries = rec["attempts"][-1]["n"] if rec["attempts"] else 0
         head = f"[{index}/{total}] {spec.label} in={spec.input_len} out={spec.output_len} n={spec.num_prompts}"
+        tele = rec.get("telemetry") or {}
+        hits = tele.get("prefix_cache_hit_pct")
         if result.valid:
-            body = (f"valid ({rec['duration_s']:.1f} s, attempt {tries}): "
-                    f"{result.output_tok_s:.1f} out tok/s, {result.req_s:.2f} req/s, "
-                    f"TTFT p99 {result.ttft_p99_ms:.0f} ms, ITL p99 {result.itl_p99_ms:.1f} ms")
+            body = (f"{rec['status'].upper() if rec['suspect'] else 'valid'} ({rec['duration_s']:.1f} s, "
+                    f"attempt {tries}): {result.output_tok_s:.1f} out tok/s, {result.req_s:.2f} req/s, "
+                    f"TTFT p99 {result.ttft_p99_ms:.0f} ms, ITL p99 {result.itl_p99_ms:.1f} ms"
+                    + (f", prefix-cache hits {hits:.1f}%" if hits is not None else ""))
         else:
             body = f"INVALID ({rec['duration_s']:.1f} s, attempt {tries}): {result.reason}"
         elapsed = time.monotonic() - self.t0
@@ -732,6 +828,13 @@ def prepare_tokenizer(source: str, scratch: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        args.prices_table = hardware.parse_prices(args.prices)
+        args.allowed_capacity_types = hardware.parse_capacity_types(args.capacity_types)
+        if args.capacity_type and args.capacity_type not in hardware.CAPACITY_TYPES:
+            raise UsageError(f"--capacity-type: {args.capacity_type!r} is not one of "
+                             f"{', '.join(hardware.CAPACITY_TYPES)}")
+        if args.telemetry_interval <= 0:
+            raise UsageError(f"--telemetry-interval must be > 0, got {args.telemetry_interval}")
         plan = build_plan(args)
         vllm = resolve_vllm(args.vllm_bin)
         upload = s3.S3Location.parse(args.upload, option="--upload") if args.upload else None
@@ -739,6 +842,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench sweep: {exc}", file=sys.stderr)
         return EXIT_USAGE
     args.base_url = args.base_url.rstrip("/")
+    if args.metrics_url is None:
+        args.metrics_url = f"{args.base_url}/metrics"
+    elif args.metrics_url.lower() in ("", "none"):
+        args.metrics_url = None
     out = Path(args.out)
     if not args.resume and _has_results(out):
         print(f"bench sweep: {out} already holds a sweep; pass --resume to continue it or choose "
@@ -803,6 +910,15 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     if server["served_models"] and args.model not in server["served_models"]:
         print(f"bench sweep: WARNING: server serves {server['served_models']}, not {args.model!r}; "
               "every run will fail", file=sys.stderr, flush=True)
+    sweep.hardware = hardware.resolve(
+        node_name=args.node_name, configured_instance_type=args.instance_type, gpus=args.gpus,
+        capacity_type=args.capacity_type, allowed_capacity_types=args.allowed_capacity_types,
+        prices=args.prices_table, price_per_hour=args.price_per_hour, image=args.image)
+    hw = sweep.hardware
+    print(f"bench sweep: hardware: {hw['instance_type'] or 'instance type unknown'} x {hw['gpus']} GPU, "
+          f"capacity {hw['capacity_type'] or 'unknown'}, price "
+          f"{'$%.4f/h' % hw['price_per_hour'] if hw['price_per_hour'] else 'unknown'}"
+          + "".join(f"; {n}" for n in hw["notes"]), flush=True)
     sweep.prepare(args.tokenizer, server)
     invalid = sweep.execute(tokenizer)
 
@@ -821,7 +937,7 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     )
     for rec in runs:
         if rec["status"] != "valid":
-            print(f"bench sweep: INVALID {rec['scenario']} c={rec['concurrency']}: {rec['reason']}",
+            print(f"bench sweep: {rec['status'].upper()} {rec['scenario']} c={rec['concurrency']}: {rec['reason']}",
                   file=sys.stderr)
     if sweep.uploader and not sweep.uploader.retry_failed():
         print(f"bench sweep: not uploaded to {upload.uri}: {', '.join(sweep.uploader.failed)}", file=sys.stderr)
@@ -891,9 +1007,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=_env("VLLM_POC_GPUS", "1"),
                    help="GPUs behind the server, for per-GPU ratios (env VLLM_POC_GPUS, default 1)")
     p.add_argument("--price-per-hour", type=float, default=_env("VLLM_POC_PRICE_PER_HOUR"),
-                   help="hourly price of those GPUs, recorded for the report (env VLLM_POC_PRICE_PER_HOUR)")
-    p.add_argument("--server-args", default=_env("VLLM_POC_SERVER_ARGS"),
-                   help="the server's vllm serve flags, recorded in the manifest (env VLLM_POC_SERVER_ARGS)")
+                   help="hourly price of those GPUs whatever the capacity type; wins over --prices "
+                        "(env VLLM_POC_PRICE_PER_HOUR)")
+    add_measurement_options(p)
     p.set_defaults(func=run)
     return p
 

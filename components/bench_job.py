@@ -8,6 +8,10 @@ Its name carries a hash of everything that shapes the numbers (server flags and 
 settings, bench code): a changed configuration starts a new sweep under a new results prefix, and
 an unchanged `pulumi up` leaves the finished Job alone. On a pod restart (a failure, a Spot
 interruption) the next pod downloads what the last one uploaded and runs only what is missing.
+
+The pod knows its node (`NODE_NAME`, `HOST_IP` from the downward API): the sweep reads the node's
+capacity type and instance type through the Kubernetes API (`BenchNodeAccess`: `get` on nodes,
+nothing else) and samples the DCGM exporter on the same node during each run.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.gpu_telemetry import metrics_url as gpu_metrics_url
 from components.labels import PART_OF
 from components.pod_security import harden
 from components.vllm_server import api_key_env
@@ -49,6 +54,31 @@ class BenchJobArgs:
     api_key_secret: str | None = None
     # Mount the service-account token: only for a sweep that reads the Kubernetes API
     kubernetes_api: bool = False
+
+
+# What the bench's service account may do in the cluster: read a node by name (its own, to learn
+# its capacity type and instance type). No list or watch, no other resource.
+NODE_READ_RULES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+
+
+class BenchNodeAccess(pulumi.ComponentResource):
+    """Cluster-wide read of single nodes for the bench service account (nodes are not namespaced)."""
+
+    def __init__(self, name: str, namespace: str, service_account: str, labels: dict[str, str] | None = None,
+                 depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-poc:bench:BenchNodeAccess", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(depends_on or []))
+        meta = {"labels": {**PART_OF, **(labels or {})}}
+        self.role = k8s.rbac.v1.ClusterRole(
+            f"{name}-role", metadata={"name": f"{namespace}-{service_account}-node-reader", **meta},
+            rules=NODE_READ_RULES, opts=child)
+        self.binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-binding", metadata={"name": f"{namespace}-{service_account}-node-reader", **meta},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                      "name": self.role.metadata["name"]},
+            subjects=[{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+            opts=child)
+        self.register_outputs({"role": self.role.metadata["name"]})
 
 
 def job_name(server: str, config_hash: str) -> str:
@@ -87,6 +117,8 @@ class BenchJob(pulumi.ComponentResource):
             "--tokenizer", args.tokenizer_uri,
             "--out", RESULTS_DIR,
             "--resume",
+            # the DCGM exporter of the node the Job shares with the server
+            "--gpu-metrics-url", gpu_metrics_url(),
             *args.sweep_args,
         ]
         container = {
@@ -100,6 +132,8 @@ class BenchJob(pulumi.ComponentResource):
                 {"name": "AWS_DEFAULT_REGION", "value": args.region},
                 {"name": "VLLM_POC_RESULTS_URI", "value": self.results_uri},
                 *api_key_env(args.api_key_secret, "OPENAI_API_KEY"),
+                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
             ],
             "resources": {
                 # `vllm bench serve` is one client process; it must not take the server's GPU. No
@@ -129,6 +163,7 @@ class BenchJob(pulumi.ComponentResource):
                 "topologyKey": "kubernetes.io/hostname",
             }]}},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        # kubernetes_api: the sweep reads its node's labels with the token (BenchNodeAccess)
         }, kubernetes_api=args.kubernetes_api)
         self.job = k8s.batch.v1.Job(
             f"{name}-job",

@@ -14,9 +14,10 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.bench_job import BenchJob, BenchJobArgs
+from components.bench_job import BenchJob, BenchJobArgs, BenchNodeAccess
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
+from components.gpu_telemetry import DcgmExporter, DcgmExporterArgs
 from components.karpenter import Karpenter, KarpenterArgs
 from components.labels import PART_OF
 from components.network import Network, NetworkArgs
@@ -69,9 +70,13 @@ def bench_code() -> dict[str, str]:
     return {path.name: path.read_text() for path in sorted(BENCH_DIR.glob("*.py"))}
 
 
-def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str]) -> str:
-    """What shapes the numbers: the server's image, flags and env, the sweep settings, the bench code."""
+def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str],
+                      hardware: dict[str, object] | None = None) -> str:
+    """What shapes the numbers: the hardware (instance type, GPUs, capacity types), the server's
+    image, flags and env, the sweep settings, the bench code. A server moved to another pool gets a
+    new Job and a new results prefix, so `--resume` never keeps another machine's results."""
     payload = {
+        "hardware": hardware or {},
         "server": {"image": spec.image, "args": list(spec.args), "env": spec.env, "gpus": spec.gpus},
         "bench": bench.model_dump(mode="json"),
         "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in code.items()},
@@ -79,13 +84,39 @@ def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec) -> list[str]:
-    bench, server = settings.bench, settings.server(server_name)
-    pool = settings.pool(server.pool)
+def pool_capacity_types(settings: StackSettings, server_name: str) -> list[str]:
+    """Capacity types a server's node may have: its pool's, plus on-demand with the fallback pool."""
+    pool = settings.pool(settings.server(server_name).pool)
+    types = list(pool.capacity_types)
+    if pool.on_demand_fallback and "on-demand" not in types:
+        types.append("on-demand")
+    return types
+
+
+def bench_hardware(settings: StackSettings, server_name: str, spec: ServeSpec) -> dict[str, object]:
+    pool = settings.pool(settings.server(server_name).pool)
+    return {"instance_type": pool.instance.name, "gpus": spec.gpus, "image": spec.image,
+            "capacity_types": pool_capacity_types(settings, server_name)}
+
+
+def bench_prices(settings: StackSettings, server_name: str, spec: ServeSpec) -> dict[str, float]:
+    """USD per hour of the server's GPUs per capacity type: config (bench.pricePerHour), else catalog."""
+    pool = settings.pool(settings.server(server_name).pool)
     instance = pool.instance
-    spot_only = pool.capacity_types == ["spot"]
-    price = bench.price_per_hour.get(server_name) or (
-        instance.spot_usd_hour if spot_only and instance.spot_usd_hour else instance.on_demand_usd_hour)
+    types = pool_capacity_types(settings, server_name)
+    catalog_prices = {"on-demand": instance.on_demand_usd_hour, "spot": instance.spot_usd_hour}
+    configured = settings.bench.price_per_hour.get(server_name)
+    if isinstance(configured, (int, float)):
+        configured = {t: float(configured) for t in types}
+    prices = {t: (configured or {}).get(t) or catalog_prices.get(t) for t in types}
+    share = spec.gpus / instance.gpus
+    return {t: round(p * share, 4) for t, p in prices.items() if p}
+
+
+def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec) -> list[str]:
+    bench = settings.bench
+    instance = settings.pool(settings.server(server_name).pool).instance
+    prices = bench_prices(settings, server_name, spec)
     args = [
         "--scenarios", ",".join(bench.scenarios),
         "--concurrencies", ",".join(map(str, bench.concurrencies)),
@@ -96,9 +127,11 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
         "--instance-type", instance.name,
         "--gpus", str(spec.gpus),
         "--server-args", json.dumps(list(spec.args)),
+        "--image", spec.image,
+        "--capacity-types", ",".join(pool_capacity_types(settings, server_name)),
     ]
-    if price is not None:
-        args += ["--price-per-hour", f"{price * spec.gpus / instance.gpus:.4f}"]
+    if prices:
+        args += ["--prices", ",".join(f"{t}={p:g}" for t, p in sorted(prices.items()))]
     return args
 
 
@@ -135,6 +168,8 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
             pod_labels={"app.kubernetes.io/name": BENCH_POD_NAME, "app.kubernetes.io/instance": target},
             server_pod_labels=selector_labels(servers[target].spec),
             port=servers[target].spec.port,
+            # the sweep reads its own node (capacity type, instance type) from the API server
+            kubernetes_api=True,
         )
         for target in settings.bench.targets
     ]
@@ -228,6 +263,9 @@ def build(settings: StackSettings) -> dict[str, object]:
         ),
         opts=on_cluster,
     )
+    # GPU utilisation, memory and power per node, read by the bench during each run
+    DcgmExporter("dcgm-exporter", DcgmExporterArgs(chart_version=versions.dcgm_exporter_chart,
+                                                   depends_on=list(karpenter.releases)), opts=on_cluster)
 
     # -- storage, identities, servers --------------------------------------------------------
     name_prefix = f"vllm-poc-{settings.stack}"
@@ -308,11 +346,14 @@ def build(settings: StackSettings) -> dict[str, object]:
             ),
             opts=on_cluster,
         )
+        BenchNodeAccess("bench-node-access", NAMESPACE, BENCH_SERVICE_ACCOUNT,
+                        labels={"app.kubernetes.io/name": "vllm-bench"}, depends_on=[namespace],
+                        opts=on_cluster)
         code = bench_code()
         for target in settings.bench.targets:
             server = servers[target]
             spec = server.spec
-            config_hash = bench_config_hash(spec, settings.bench, code)
+            config_hash = bench_config_hash(spec, settings.bench, code, bench_hardware(settings, target, spec))
             job = BenchJob(
                 f"bench-{target}",
                 BenchJobArgs(
@@ -328,6 +369,7 @@ def build(settings: StackSettings) -> dict[str, object]:
                         f"{target}/{config_hash[:10]}/"),
                     sweep_args=bench_sweep_args(settings, target, spec),
                     server_pod_labels=selector_labels(spec),
+                    kubernetes_api=True,
                     region=settings.region,
                     code=code,
                     config_hash=config_hash,

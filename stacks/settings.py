@@ -456,10 +456,11 @@ class BenchSettings(_Settings):
     )
     min_prompts: int = Field(32, ge=1, le=10000, description="Lower bound of prompts per run (p99 needs samples).")
     seed: int = Field(0, description="Random dataset seed; the same seed replays the same prompts.")
-    price_per_hour: dict[str, float] = Field(
+    price_per_hour: dict[str, dict[Literal["on-demand", "spot"], float] | float] = Field(
         default_factory=dict,
-        description="USD per hour of each target's instance ({server: price}), recorded for cost "
-        "efficiency; default: the catalog price (Spot for spot-only pools, else on-demand) where known.",
+        description="USD per hour of each target's instance per capacity type ({server: {spot: X, "
+        "on-demand: Y}}); the Job records the price of the capacity type its node has. A plain number "
+        "is allowed for a pool with one capacity type. Default: the catalog's prices where known.",
     )
 
     @field_validator("scenarios")
@@ -624,9 +625,17 @@ def cross_key_problems(gpu_pools: list, servers: list, bench: BenchSettings | No
             )
     if bench is None:
         return problems
+    servers_by_name = {server.name: server for server in servers if server is not None}
     for target, price in bench.price_per_hour.items():
-        if target not in bench.targets or price <= 0:
+        prices = list(price.values()) if isinstance(price, dict) else [price]
+        if target not in bench.targets or not prices or min(prices) <= 0:
             problems.append(f"bench.pricePerHour.{target}: give a positive price for a server in bench.targets")
+            continue
+        pool = pools.get(servers_by_name[target].pool) if target in servers_by_name else None
+        if pool and not isinstance(price, dict) and (len(pool.capacity_types) > 1 or pool.on_demand_fallback):
+            problems.append(
+                f"bench.pricePerHour.{target}: pool {pool.name!r} may run on spot or on-demand capacity, "
+                "so one number cannot be its price; give {spot: X, on-demand: Y}")
     for index, target in enumerate(bench.targets):
         if target not in server_names:
             problems.append(

@@ -4,6 +4,7 @@ pytest_plugins = [
     "tests.fixtures.moto_server",
     "tests.fixtures.vllm_env",
     "tests.fixtures.bench_env",
+    "tests.fixtures.bench_fake_metrics",
     "tests.fixtures.pulumi_stack",
     "tests.fixtures.k8s_schemas",
     "tests.fixtures.pod_identity",

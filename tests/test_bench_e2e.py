@@ -39,7 +39,9 @@ def bench(server, *args, timeout=600) -> tuple[subprocess.CompletedProcess, floa
 def sweep_args(server, out, *extra):
     return ["sweep", "--base-url", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
             "--out", str(out), "--length-scale", SCALE, "--concurrencies", ",".join(map(str, CONCURRENCIES)),
-            "--min-prompts", "4", "--prompts-per-concurrency", "2", "--health-timeout", "60", *extra]
+            "--min-prompts", "4", "--prompts-per-concurrency", "2", "--health-timeout", "60",
+            # warm-ups run as processes of their own; test_bench_telemetry_vllm.py covers them
+            "--warmups", "0", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +122,8 @@ def test_resume_reruns_only_the_missing_result(swept, tiny_vllm_server, tmp_path
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
     (copy / "S2_summary_c4.json").unlink()
-    proc, _ = bench(tiny_vllm_server, *sweep_args(tiny_vllm_server, copy, "--resume"))
+    # the same hardware as the sweep: a run hash covers the instance type
+    proc, _ = bench(tiny_vllm_server, *sweep_args(tiny_vllm_server, copy, "--resume", "--instance-type", "cpu-test"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     session = manifest(copy)["sessions"][-1]
     assert session["executed"] == ["S2_summary_c4.json"]

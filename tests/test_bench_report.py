@@ -20,9 +20,14 @@ G7E_PEAK = {"S1_chat": 1871.0, "S2_summary": 910.0, "S3_moderation": 395.0, "S4_
 TABLE8_RATIO = {"S1_chat": 3.49, "S2_summary": 4.03, "S3_moderation": 4.83, "S4_rag": 4.08}
 TABLE8_COST = {"S1_chat": 6.4, "S2_summary": 7.4, "S3_moderation": 8.9, "S4_rag": 7.5}
 
-SUMMARY_KEYS = {"slo", "runs", "scenarios", "comparison", "verdict"}
+SUMMARY_KEYS = {"slo", "runs", "scenarios", "comparison", "verdict", "ignored_files"}
 RUN_KEYS = {"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s", "req_s",
-            "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance"}
+            "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance",
+            "suspect", "tpot_p50_ms", "tpot_p99_ms", "prefix_cache_hit_pct", "preemptions",
+            "kv_cache_usage_max_pct", "requests_waiting_max", "gpu_util_mean_pct", "gpu_mem_used_max_gib",
+            "gpu_power_mean_w", "spec_acceptance_by_position"}
+SLO_KEYS = {"ttft_p99_ms", "itl_p99_ms", "decode_metric"}
+SCENARIO_KEYS = {"peak", "slo", "peak_at_edge"}
 
 
 def write_result(folder: Path, scenario: str, conc: int, tok_s: float, *, ttft99=100.0, itl99=20.0,
@@ -54,10 +59,11 @@ def write_curve(folder: Path, peaks: dict[str, float], concs=(1, 8, 32, 64)):
 
 
 def summarize(side_dir, base_dir=None, *, threshold=1.5, gpus=None, base_gpus=None, price=None,
-              base_price=None, ttft=500.0, itl=50.0):
-    side = REP.load_side(side_dir, gpus=gpus, price_per_hour=price)
-    base = REP.load_side(base_dir, gpus=base_gpus, price_per_hour=base_price) if base_dir else None
-    return REP.build_summary(side, base, ttft_ms=ttft, itl_ms=itl, threshold=threshold)
+              base_price=None, ttft=500.0, itl=50.0, capacity="spot", base_capacity="on-demand", **kw):
+    side = REP.load_side(side_dir, gpus=gpus, price_per_hour=price, capacity_type=capacity)
+    base = (REP.load_side(base_dir, gpus=base_gpus, price_per_hour=base_price, capacity_type=base_capacity)
+            if base_dir else None)
+    return REP.build_summary(side, base, ttft_ms=ttft, itl_ms=itl, threshold=threshold, **kw)
 
 
 def test_table8_ratios_cost_efficiency_and_verdict(tmp_path):
@@ -129,7 +135,7 @@ def test_invalid_runs_are_listed_and_excluded_everywhere(tmp_path):
     assert rows[("S3_moderation", 4)]["valid"] is False
     assert summary["scenarios"]["S1_chat"]["peak"]["output_tok_s"] == 300.0
     assert summary["scenarios"]["S1_chat"]["slo"]["output_tok_s"] == 300.0
-    assert summary["scenarios"]["S3_moderation"] == {"peak": None, "slo": None}
+    assert summary["scenarios"]["S3_moderation"] == {"peak": None, "slo": None, "peak_at_edge": None}
     assert summary["comparison"]["S1_chat"]["throughput_ratio"] == pytest.approx(3.0)
     assert summary["comparison"]["S3_moderation"]["throughput_ratio"] is None
     # 3x clears 1.5x, but with invalid runs and a scenario without data the verdict cannot pass.
@@ -182,10 +188,10 @@ def test_summary_keys_are_exact(tmp_path):
     write_curve(tmp_path / "b", {"S1_chat": 50.0}, concs=(1, 2))
     summary, _ = summarize(tmp_path / "a", tmp_path / "b", price=1.0, base_price=2.0)
     assert set(summary) == SUMMARY_KEYS
-    assert set(summary["slo"]) == {"ttft_p99_ms", "itl_p99_ms"}
+    assert set(summary["slo"]) == SLO_KEYS
     assert all(set(r) == RUN_KEYS for r in summary["runs"]) and len(summary["runs"]) == 3
     sc = summary["scenarios"]["S1_chat"]
-    assert set(sc) == {"peak", "slo"}
+    assert set(sc) == SCENARIO_KEYS
     assert set(sc["peak"]) == {"concurrency", "output_tok_s", "req_s"}
     assert set(sc["slo"]) == {"concurrency", "output_tok_s"}
     assert set(summary["comparison"]["S1_chat"]) == {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
@@ -201,7 +207,8 @@ def test_cli_writes_report_summary_and_charts(tmp_path, capsys):
         write_result(tmp_path / "g7e", "S2_summary", c, G7E_PEAK["S2_summary"] * c / 64, spec=56.0)
     out = tmp_path / "rep"
     rc = REP.main([str(tmp_path / "g7e"), "--baseline", str(tmp_path / "l40s"), "--price-per-hour", "1.5",
-                   "--baseline-price-per-hour", "2.76", "--out", str(out)])
+                   "--baseline-price-per-hour", "2.76", "--capacity-type", "spot",
+                       "--baseline-capacity-type", "on-demand", "--out", str(out)])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == SUMMARY_KEYS

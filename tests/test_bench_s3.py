@@ -58,7 +58,7 @@ def test_upload_as_written_then_resume_on_a_new_pod(bench_stub_server, fake_benc
             "logs/S1_chat_c1.attempt1.log"} <= set(stored)
     assert "S3_moderation_c4.json" not in stored
     remote = json.loads(bucket.get_object(Bucket=BUCKET, Key=f"{PREFIX}/manifest.json")["Body"].read())
-    assert remote["finished_at"] and remote["counts"] == {"valid": 3, "invalid": 1, "pending": 0}
+    assert remote["finished_at"] and remote["counts"] == {"valid": 3, "suspect": 0, "invalid": 1, "pending": 0}
 
     # A second sweep into the same prefix without --resume would overwrite it: refused.
     assert S.main(sweep_args(bench_stub_server, tmp_path / "other", fake_bench, "--upload", uri)) == 2

@@ -98,7 +98,7 @@ def test_run_hash_changes_with_parameters():
 
 def test_command_uses_only_flags_known_in_vllm_026():
     args, plan = plan_for("--bench-args", "--temperature 0")
-    cmd = S.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"))
+    cmd = S.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=123)
     assert cmd[:3] == ["vllm", "bench", "serve"]
     flags = {c for c in cmd if c.startswith("--")}
     assert flags - {"--temperature"} <= FLAGS_026
@@ -256,3 +256,15 @@ def test_eta_model_separates_fixed_and_proportional_time():
     assert eta.estimate([s1]) == pytest.approx(20.0)
     assert eta.estimate([s4]) == pytest.approx(10.0 + 10.0 * s4.cost() / s1.cost())
     assert eta.estimate([]) == 0.0
+
+
+def test_run_hash_covers_hardware_image_and_server_flags():
+    _, base = plan_for("--instance-type", "g6e.2xlarge", "--gpus", "1", "--image", "vllm/vllm-openai:v0.26.0",
+                       "--server-args", '["--max-model-len", "8192"]')
+    for changed in (["--instance-type", "g7e.2xlarge"], ["--gpus", "4"], ["--image", "vllm/vllm-openai:v0.27.0"],
+                    ["--server-args", '["--max-model-len", "4096"]']):
+        argv = ["--instance-type", "g6e.2xlarge", "--gpus", "1", "--image", "vllm/vllm-openai:v0.26.0",
+                "--server-args", '["--max-model-len", "8192"]']
+        argv[argv.index(changed[0]) + 1] = changed[1]
+        _, other = plan_for(*argv)
+        assert not {p.run_hash for p in base} & {p.run_hash for p in other}, changed
