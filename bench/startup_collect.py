@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import urllib.error
@@ -105,6 +106,14 @@ def write(record: dict[str, Any], out: Path, name: str | None = None) -> Path:
     return path
 
 
+def _upload(paths: list[Path], out: Path, uri: str | None) -> bool:
+    if not uri:
+        return True
+    from bench.streamer import upload
+
+    return all([upload(path, out, uri) for path in paths])
+
+
 def in_cluster_client() -> Any:
     """The bench's in-cluster client (service-account token), or None outside a pod."""
     from bench import kube
@@ -127,21 +136,23 @@ def run(args: argparse.Namespace, client: Any = None) -> int:
     if not names:
         print(f"bench timeline: no pod matches {args.selector!r} in namespace {args.namespace}", file=sys.stderr)
         return 1
+    written: list[Path] = []
     for name in names:
         if args.sleep_wake_url:
             from bench import sleepwake
 
             timing = sleepwake.measure(args.sleep_wake_url, level=args.sleep_level, model=args.model)
-            write(dict(timing, server=args.server, pod=name), out, f"sleep-{name}")
+            written.append(write(dict(timing, server=args.server, pod=name), out, f"sleep-{name}"))
         record = collect(client, args.namespace, name, container=args.container, server=args.server,
                          config_hash=args.config_hash)
         path = write(record, out)
+        written.append(path)
         w = record["weights"]
         print(f"bench timeline: {name}: total {record['total_s']} s, new node {record['new_node']}, "
               f"weights {w['weight_load_gbps']} Gbps -> {path}")
         for problem in record["problems"]:
             print(f"bench timeline: {name}: unknown fact: {problem}", file=sys.stderr)
-    return 0
+    return 0 if _upload(written, out, args.upload) else 1
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -160,5 +171,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="server URL: time POST /sleep and /wake_up first (sleep mode on)")
     p.add_argument("--sleep-level", type=int, default=1, choices=(1, 2), help="sleep level (default: 1)")
     p.add_argument("--model", default=None, help="served model name: also time the first request after wake-up")
+    p.add_argument("--upload", default=os.environ.get("VLLM_POC_RESULTS_URI") or None,
+                   help="s3://bucket/prefix/ to store the records under (env VLLM_POC_RESULTS_URI)")
     p.set_defaults(func=run)
     return p

@@ -118,7 +118,7 @@ def sweep(uri: str, concurrencies: list[int], memory_limits_gib: list[int], inst
             point = {
                 "concurrency": concurrency,
                 "memory_limit_bytes": memory_bytes,
-                "seconds": round(seconds, 3),
+                "seconds": round(seconds, 4),
                 "gbps": round(rate, 3) if rate is not None else None,
                 "share_of_baseline_pct": netlimits.share_pct(rate, limit.baseline_gbps if limit else None),
             }
@@ -134,6 +134,18 @@ def sweep(uri: str, concurrencies: list[int], memory_limits_gib: list[int], inst
         "points": points,
         "recommendation": recommend(points, tolerance_pct),
     }
+
+
+def upload(path: Path, root: Path, uri: str) -> bool:
+    """Store a result file under the results prefix (same relative key), like the sweep does."""
+    from bench import s3
+
+    try:
+        uploader = s3.Uploader(s3.S3Location.parse(uri, option="--upload"), root)
+    except Exception as exc:  # noqa: BLE001 - a bad URI or no boto3: say so, keep the local file
+        print(f"bench: --upload {uri}: {exc}", file=sys.stderr)
+        return False
+    return uploader.upload(path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -162,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "streamer.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if args.upload and not upload(out / "streamer.json", out, args.upload):
+        return 1
     rec = result["recommendation"]
     mem = "unlimited" if rec["memory_limit_bytes"] < 0 else f"{rec['memory_limit_bytes'] // GIB} GiB"
     print(f"bench streamer: {result['bytes']:,} bytes; recommended for {args.instance_type or 'this host'}: "
@@ -187,6 +201,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tolerance-pct", type=float, default=5.0,
                    help="points this close to the fastest count as equal for the recommendation (default: 5)")
     p.add_argument("--out", required=True, help="folder for streamer.json")
+    p.add_argument("--upload", default=os.environ.get("VLLM_POC_RESULTS_URI") or None,
+                   help="s3://bucket/prefix/ to store streamer.json under (env VLLM_POC_RESULTS_URI)")
     p.set_defaults(func=run)
     return p
 

@@ -58,10 +58,14 @@ def _bench(*args: str) -> subprocess.CompletedProcess:
 
 def test_grid_against_moto(staged_model, tmp_path):
     uri, tensor_bytes = staged_model
+    boto3.client("s3").create_bucket(Bucket="results",
+                                     CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
     proc = _bench(uri, "--concurrency", "4,1", "--memory-limit-gib", "1,0", "--instance-type", "g6e.2xlarge",
-                  "--out", str(tmp_path))
+                  "--out", str(tmp_path), "--upload", "s3://results/runs/dev/streamer/l40s/")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "streamer.json").read_text())
+    stored = boto3.client("s3").get_object(Bucket="results", Key="runs/dev/streamer/l40s/streamer.json")
+    assert json.loads(stored["Body"].read()) == result
     assert set(result) == {"uri", "bytes", "instance_type", "points", "recommendation"}
     assert (result["uri"], result["bytes"], result["instance_type"]) == (uri, tensor_bytes, "g6e.2xlarge")
     grid = [(p["concurrency"], p["memory_limit_bytes"]) for p in result["points"]]
@@ -69,7 +73,8 @@ def test_grid_against_moto(staged_model, tmp_path):
     for point in result["points"]:
         assert set(point) == {"concurrency", "memory_limit_bytes", "seconds", "gbps", "share_of_baseline_pct"}
         assert point["seconds"] > 0
-        assert point["gbps"] == pytest.approx(tensor_bytes * 8 / 1e9 / point["seconds"], rel=2e-3, abs=1e-3)
+        assert point["gbps"] == pytest.approx(tensor_bytes * 8 / 1e9 / point["seconds"],
+                                       rel=0.0001 / point["seconds"] + 1e-3, abs=1e-3)
         assert point["share_of_baseline_pct"] == pytest.approx(100 * point["gbps"] / 5, abs=0.1)
     assert set(result["recommendation"]) == {"concurrency", "memory_limit_bytes"}
     assert (result["recommendation"]["concurrency"], result["recommendation"]["memory_limit_bytes"]) in grid

@@ -3,6 +3,7 @@ objects by path, and sleep-mode timing against a local HTTP server standing in f
 
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 import time
@@ -80,13 +81,19 @@ def test_collect_falls_back_to_the_nominated_event_and_records_what_it_could_not
     assert record["total_s"] == 537.0 and record["new_node"] is True  # the rest still comes through
 
 
-def test_timeline_command_writes_records_into_the_results_folder(tmp_path, capsys):
+def test_timeline_command_writes_records_into_the_results_folder_and_s3(tmp_path, capsys, aws):
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="results",
+                                     CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
     api = _api(K.warm_boot())
-    args = startup_collect.add_parser(__import__("argparse").ArgumentParser().add_subparsers()).parse_args(
+    args = startup_collect.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(
         ["--namespace", "vllm", "--selector", "app.kubernetes.io/name=gemma-fp8", "--out", str(tmp_path),
-         "--server", "gemma-fp8", "--config-hash", "h1"])
+         "--server", "gemma-fp8", "--config-hash", "h1", "--upload", "s3://results/runs/dev/gemma-fp8/h1/"])
     assert startup_collect.run(args, client=api) == 0
     record = json.loads((tmp_path / "startup" / "gemma-fp8-7d9f-fghij.json").read_text())
+    stored = boto3.client("s3").get_object(Bucket="results", Key="runs/dev/gemma-fp8/h1/startup/gemma-fp8-7d9f-fghij.json")
+    assert json.loads(stored["Body"].read()) == record
     assert record["kind"] == "vllm-poc/startup-record" and record["new_node"] is False
     assert record["config_hash"] == "h1" and record["total_s"] == 157.0
     assert ("/api/v1/namespaces/vllm/pods", {"labelSelector": "app.kubernetes.io/name=gemma-fp8"}) in api.calls
