@@ -25,6 +25,7 @@ from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, m
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import serving
 from stacks.settings import BenchSettings, StackSettings
+from stacks.startup_stack import image_cache_spec, streamer_jobs
 from stacks.versions import pins
 
 NAMESPACE = "vllm"
@@ -55,6 +56,7 @@ def gpu_pool_specs(settings: StackSettings) -> list[GpuPoolSpec]:
             consolidate_after=pool.consolidate_after,
             expire_after=pool.expire_after,
             on_demand_fallback=pool.on_demand_fallback,
+            image_cache=image_cache_spec(pool),
         )
         for pool in settings.gpu_pools
     ]
@@ -227,6 +229,13 @@ def build(settings: StackSettings) -> dict[str, object]:
             opts=on_cluster,
         )
 
+    # Run:ai streamer throughput per pool (gpuPools[].streamerJob), stored beside the bench results.
+    streamer_results = streamer_jobs(
+        settings, image=versions.vllm_image, code=bench_code(), namespace=NAMESPACE, weights_bucket=weights_bucket,
+        store=store, cluster=cluster, account_id=account_id, depends_on=[namespace, pod_identity_agent],
+        opts=on_cluster,
+    )
+
     # -- benchmark ----------------------------------------------------------------------------
     results: dict[str, pulumi.Output[str]] = {}
     if settings.bench.targets:
@@ -290,4 +299,5 @@ def build(settings: StackSettings) -> dict[str, object]:
         "modelUris": store.model_uris,
         "servers": {name: s.url for name, s in servers.items()},
         "benchResults": results,
+        "streamerResults": streamer_results,
     }

@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from bench.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
 from stacks import catalog
 from stacks.serving import ServerSettings, check_server
+from stacks.startup_settings import ImageCacheSettings, StreamerJobSettings, check_pool, streamer_model
 
 PROJECT = "vllm-poc"
 REPO = Path(__file__).resolve().parent.parent
@@ -231,6 +232,12 @@ class GpuPoolSettings(_Settings):
     )
     consolidate_after: str = Field("10m", description="Empty GPU nodes are removed after this delay.")
     expire_after: str = Field("720h", description="Nodes are replaced after this age.")
+    streamer_job: StreamerJobSettings | None = Field(
+        None, description="Run `bench streamer` once on a node of this pool (Run:ai streamer throughput over "
+        "concurrency x memory limit); result under the results prefix, streamer/<pool>/. Off when unset.")
+    image_cache: ImageCacheSettings | None = Field(
+        None, description="Mount an EBS volume made from a snapshot holding the vLLM image as the nodes' "
+        "containerd data, so the image is not pulled at boot. Off when unset.")
 
     @field_validator("name")
     @classmethod
@@ -291,6 +298,8 @@ class GpuPoolSettings(_Settings):
             )
         if self.on_demand_fallback and self.capacity_types != ["spot"]:
             raise ValueError("onDemandFallback applies to spot-only pools: set capacityTypes: [spot]")
+        if problems := check_pool(self.streamer_job, instance):
+            raise ValueError("\n".join(problems))
         return self
 
 
@@ -433,6 +442,15 @@ class StackSettings(_Settings):
                     f"{key}.replicas: {server.replicas} replica(s) x {server.tensor_parallel_size} GPU(s) exceed "
                     f"gpuPools {pool.name!r} gpuLimit {pool.gpu_limit}; raise the limit or lower replicas"
                 )
+        staged = {server.model for server in self.servers}
+        for index, pool in enumerate(self.gpu_pools):
+            if pool.streamer_job is None:
+                continue
+            model = streamer_model(pool.streamer_job, [s.model for s in self.servers if s.pool == pool.name])
+            if model is None or model not in staged:
+                problems.append(
+                    f"gpuPools[{index}].streamerJob.model: {model or 'no model'} is not staged by any server; set "
+                    f"it to one of {', '.join(sorted(staged)) or '(no servers defined)'}")
         for target, price in self.bench.price_per_hour.items():
             if target not in self.bench.targets or price <= 0:
                 problems.append(f"bench.pricePerHour.{target}: give a positive price for a server in bench.targets")
