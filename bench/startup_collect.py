@@ -7,7 +7,7 @@ node's owner reference, else by Karpenter's `Nominated` event) and the server co
 written to OUT/startup/<pod>.json beside the sweep's results. Optionally it times sleep mode on
 the server first (bench/sleepwake.py) into OUT/startup/sleep-<pod>.json.
 
-RBAC it needs (components/bench_job.py grants exactly these): get/list pods and get pods/log and
+RBAC it needs (components/startup_job.py grants exactly these): get/list pods and get pods/log and
 list events in the servers' namespace; get nodes; get karpenter.sh nodeclaims.
 """
 
@@ -138,15 +138,19 @@ def run(args: argparse.Namespace, client: Any = None) -> int:
         return 1
     written: list[Path] = []
     for name in names:
-        if args.sleep_wake_url:
-            from bench import sleepwake
-
-            timing = sleepwake.measure(args.sleep_wake_url, level=args.sleep_level, model=args.model)
-            written.append(write(dict(timing, server=args.server, pod=name), out, f"sleep-{name}"))
         record = collect(client, args.namespace, name, container=args.container, server=args.server,
                          config_hash=args.config_hash)
         path = write(record, out)
         written.append(path)
+        if args.sleep_wake_port and record.get("pod_ip"):
+            from bench import sleepwake
+
+            host = f"[{record['pod_ip']}]" if ":" in record["pod_ip"] else record["pod_ip"]
+            timing = sleepwake.measure(f"http://{host}:{args.sleep_wake_port}", level=args.sleep_level,
+                                       model=args.model)
+            written.append(write(dict(timing, server=args.server, pod=name), out, f"sleep-{name}"))
+            print(f"bench timeline: {name}: sleep {timing['sleep_s']} s, wake {timing['wake_s']} s"
+                  + (f" ({timing['error']})" if timing["error"] else ""))
         w = record["weights"]
         print(f"bench timeline: {name}: total {record['total_s']} s, new node {record['new_node']}, "
               f"weights {w['weight_load_gbps']} Gbps -> {path}")
@@ -167,8 +171,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--server", default=None, help="server name recorded with the timeline")
     p.add_argument("--config-hash", default=None,
                    help="hash of the server's configuration: KV cache regressions compare equal hashes")
-    p.add_argument("--sleep-wake-url", default=None,
-                   help="server URL: time POST /sleep and /wake_up first (sleep mode on)")
+    p.add_argument("--sleep-wake-port", type=int, default=None,
+                   help="server port: then time POST /sleep and /wake_up on each pod's own IP (sleep mode on)")
     p.add_argument("--sleep-level", type=int, default=1, choices=(1, 2), help="sleep level (default: 1)")
     p.add_argument("--model", default=None, help="served model name: also time the first request after wake-up")
     p.add_argument("--upload", default=os.environ.get("VLLM_POC_RESULTS_URI") or None,

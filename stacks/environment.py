@@ -25,7 +25,7 @@ from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, m
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import serving
 from stacks.settings import BenchSettings, StackSettings
-from stacks.startup_stack import image_cache_spec, streamer_jobs
+from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
 
 NAMESPACE = "vllm"
@@ -260,10 +260,18 @@ def build(settings: StackSettings) -> dict[str, object]:
             opts=on_cluster,
         )
         code = bench_code()
+        reader = startup_reader_rbac(NAMESPACE, BENCH_SERVICE_ACCOUNT, on_cluster)
         for target in settings.bench.targets:
             server = servers[target]
             spec = server.spec
             config_hash = bench_config_hash(spec, settings.bench, code)
+            target_results = pulumi.Output.concat(
+                "s3://", store.results_bucket_name, "/", results_prefix(settings.stack), f"{target}/{config_hash[:10]}/")
+            # Start-up timeline (and sleep/wake) of the target's pods, before its sweep begins.
+            recorded = startup_job(
+                settings, target, server, namespace=NAMESPACE, service_account=BENCH_SERVICE_ACCOUNT,
+                results_uri=target_results, code=code, config_hash=config_hash, opts=on_cluster,
+                depends_on=[server.deployment, reader, bench_identity.association, bench_identity.service_account])
             job = BenchJob(
                 f"bench-{target}",
                 BenchJobArgs(
@@ -282,7 +290,8 @@ def build(settings: StackSettings) -> dict[str, object]:
                     region=settings.region,
                     code=code,
                     config_hash=config_hash,
-                    depends_on=[server.deployment, bench_identity.association, bench_identity.service_account],
+                    depends_on=[server.deployment, bench_identity.association, bench_identity.service_account,
+                                recorded.job],
                 ),
                 opts=on_cluster,
             )

@@ -13,6 +13,7 @@ import pulumi
 
 from components.image_cache import ImageCacheSpec
 from components.labels import PART_OF
+from components.startup_job import StartupJob, StartupJobArgs, StartupReaderRbac
 from components.streamer_job import StreamerJob, StreamerJobArgs, streamer_statements
 from components.weight_store import model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
@@ -96,3 +97,27 @@ def streamer_jobs(settings: StackSettings, *, image: str, code: dict[str, str], 
         )
         results[pool_name] = job.results_uri
     return results
+
+
+def startup_reader_rbac(namespace: str, service_account: str, opts: pulumi.ResourceOptions) -> StartupReaderRbac:
+    return StartupReaderRbac("startup-reader", namespace, service_account, opts=opts)
+
+
+def startup_job(settings: StackSettings, target: str, server: Any, *, namespace: str, service_account: str,
+                results_uri: pulumi.Input[str], code: dict[str, str], config_hash: str,
+                depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> StartupJob:
+    """The timeline of a bench target's pods, recorded before its sweep starts."""
+    from components.vllm_server import selector_labels
+
+    spec = server.spec
+    sleep = settings.server(target).sleep_mode
+    return StartupJob(
+        f"startup-{target}",
+        StartupJobArgs(
+            server=target, namespace=namespace, image=spec.image, service_account=service_account,
+            server_pod_labels=selector_labels(spec), results_uri=results_uri, region=settings.region,
+            code=code, config_hash=config_hash, sleep_wake_port=spec.port if sleep else None,
+            served_model=spec.served_model_name if sleep else None, depends_on=depends_on,
+        ),
+        opts=opts,
+    )

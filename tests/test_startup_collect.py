@@ -166,3 +166,20 @@ def test_sleep_mode_off_is_reported_not_raised(sleepy_server):
     _SleepyVllm.dev_mode = False
     out = sleepwake.measure(sleepy_server)
     assert out["sleep_s"] is None and "--enable-sleep-mode" in out["error"]
+
+
+def test_timeline_times_sleep_mode_on_each_pod_ip(sleepy_server, tmp_path):
+    objs = K.warm_boot()
+    objs["pod"]["status"]["podIP"] = "127.0.0.1"
+    api = _api(objs)
+    port = sleepy_server.rsplit(":", 1)[1]
+    args = startup_collect.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(
+        ["--namespace", "vllm", "--selector", "app.kubernetes.io/instance=gemma-fp8", "--out", str(tmp_path),
+         "--sleep-wake-port", port, "--model", "gemma"])
+    assert startup_collect.run(args, client=api) == 0
+    timing = json.loads((tmp_path / "startup" / "sleep-gemma-fp8-7d9f-fghij.json").read_text())
+    assert timing["kind"] == startup_report.SLEEP_KIND and timing["pod"] == "gemma-fp8-7d9f-fghij"
+    assert timing["confirmed"] is True and timing["sleep_s"] >= 0.3
+    boots, sleeps = startup_report.load_records(tmp_path)
+    assert len(boots) == 1 and boots[0]["server"] == "gemma-fp8" and sleeps == [timing]
+    assert "| Server / pod | Level | Sleep | Wake up |" in startup_report.markdown(tmp_path)

@@ -138,3 +138,56 @@ def test_bad_config_names_the_key(pool, message):
     with pytest.raises(ConfigError) as err:
         settings_from_config(config, stack="dev")
     assert any(message in p for p in err.value.problems), err.value.problems
+
+
+def _by_name(rendered, kind, prefix):
+    return [o for o in rendered.k8s(kind) if o["metadata"]["name"].startswith(prefix)]
+
+
+def test_startup_job_records_each_target_before_its_sweep(dev):
+    (job,) = _by_name(dev, "Job", "startup-gemma-fp8-")
+    (bench,) = _by_name(dev, "Job", "bench-gemma-fp8-")
+    assert job["metadata"]["name"].split("-")[-1] == bench["metadata"]["name"].split("-")[-1]  # same config hash
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"][:2] == ["sh", "-c"]
+    script = container["command"][2]
+    assert script.startswith("python3 -m bench timeline --namespace vllm --selector "
+                             "app.kubernetes.io/instance=gemma-fp8,app.kubernetes.io/name=vllm --out /results ")
+    assert "--sleep-wake-port" not in script and script.endswith("; exit 0")
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["VLLM_POC_RESULTS_URI"] == dev.outputs["benchResults"]["gemma-fp8"]  # beside the sweep's results
+    assert pod["serviceAccountName"] == "vllm-bench"
+    assert "pulumi.com/skipAwait" not in job["metadata"].get("annotations", {})  # Pulumi waits for it
+    registration = dev.one("kubernetes:batch/v1:Job", "bench-gemma-fp8-job")
+    assert "startup-gemma-fp8-job" in [d.rsplit("::", 1)[-1] for d in registration.dependencies]
+    assert validate_object(job).errors == []
+
+
+def test_startup_reader_rbac_is_read_only_and_minimal(dev):
+    (role,) = _by_name(dev, "Role", "vllm-poc-startup-reader")
+    (cluster_role,) = _by_name(dev, "ClusterRole", "vllm-poc-startup-reader")
+    assert role["metadata"]["namespace"] == "vllm"
+    grants = {(g, r, v) for rule in role["rules"] + cluster_role["rules"]
+              for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert grants == {("", "pods", "get"), ("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list"),
+                      ("", "nodes", "get"), ("karpenter.sh", "nodeclaims", "get")}
+    for binding in _by_name(dev, "RoleBinding", "vllm-poc-startup-reader") + _by_name(
+            dev, "ClusterRoleBinding", "vllm-poc-startup-reader"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "vllm-bench", "namespace": "vllm"}]
+        assert validate_object(binding).errors == []
+    assert validate_object(role).errors == [] and validate_object(cluster_role).errors == []
+
+
+def test_sleep_mode_servers_get_sleep_and_wake_timed():
+    config = stack_config("dev")
+    server = dict(config["vllm-poc:servers"][0], sleepMode=True)
+    rendered = render_with(servers=[server])
+    (job,) = _by_name(rendered, "Job", "startup-gemma-fp8-")
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "--sleep-wake-port 8000 --model " in script
+
+
+def test_no_targets_no_startup_job():
+    rendered = render_with(bench=None)
+    assert not _by_name(rendered, "Job", "startup-") and not _by_name(rendered, "Role", "vllm-poc-startup")
