@@ -24,7 +24,7 @@ def deps(registration) -> set[str]:
 
 
 def job_of(rendered) -> dict:
-    (job,) = rendered.k8s("Job")
+    (job,) = [j for j in rendered.k8s("Job") if j["metadata"]["name"].startswith("bench-")]
     return job
 
 
@@ -38,7 +38,7 @@ def flag(command: list[str], name: str) -> str:
 
 
 def test_job_starts_after_the_server_and_pulumi_does_not_wait_for_it(dev):
-    registration = dev.one("kubernetes:batch/v1:Job")
+    registration = dev.one("kubernetes:batch/v1:Job", "bench-gemma-fp8-job")
     assert {"server-gemma-fp8-deployment", "bench-identity-association", "bench-gemma-fp8-code"} <= deps(registration)
     job = job_of(dev)
     assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
