@@ -182,7 +182,23 @@ def run(args: argparse.Namespace) -> int:
           f"concurrency {rec['concurrency']}, memory limit {mem} "
           f"(--model-loader-extra-config '{{\"concurrency\": {rec['concurrency']}, "
           f"\"memory_limit\": {rec['memory_limit_bytes']}}}') -> {out / 'streamer.json'}")
+    line = loader_profile_line(result, args.upload.rstrip("/") + "/streamer.json" if args.upload
+                               else str(out / "streamer.json"))
+    if line:
+        print(f"bench streamer: to adopt it, in stacks/serving.py LOADER_PROFILES: {line}")
     return 0
+
+
+def loader_profile_line(result: dict[str, Any], where: str) -> str | None:
+    """The stack's per-instance loader entry for the recommendation, citing the result it came from."""
+    rec, instance = result.get("recommendation"), result.get("instance_type")
+    if not rec or not instance or rec["memory_limit_bytes"] < 0:
+        return None
+    point = next(p for p in result["points"] if (p["concurrency"], p["memory_limit_bytes"])
+                 == (rec["concurrency"], rec["memory_limit_bytes"]))
+    share = f", {point['share_of_baseline_pct']}% of baseline" if point.get("share_of_baseline_pct") is not None else ""
+    return (f'"{instance}": LoaderProfile({rec["concurrency"]}, {rec["memory_limit_bytes"] // GIB}, '
+            f'"bench streamer {where}: {point["seconds"]} s, {point["gbps"]} Gbps{share}"),')
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

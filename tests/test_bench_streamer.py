@@ -79,6 +79,19 @@ def test_grid_against_moto(staged_model, tmp_path):
     assert set(result["recommendation"]) == {"concurrency", "memory_limit_bytes"}
     assert (result["recommendation"]["concurrency"], result["recommendation"]["memory_limit_bytes"]) in grid
     assert "recommended for g6e.2xlarge" in proc.stdout
+    rec = result["recommendation"]
+    assert (f'LOADER_PROFILES: "g6e.2xlarge": LoaderProfile({rec["concurrency"]}, {rec["memory_limit_bytes"] // GIB}, '
+            '"bench streamer s3://results/runs/dev/streamer/l40s/streamer.json: ') in proc.stdout
+
+
+def test_loader_profile_line_cites_the_result():
+    result = {"instance_type": "g7e.2xlarge", "recommendation": {"concurrency": 64, "memory_limit_bytes": 24 * GIB},
+              "points": [{"concurrency": 64, "memory_limit_bytes": 24 * GIB, "seconds": 18.0, "gbps": 14.79,
+                          "share_of_baseline_pct": 29.6}]}
+    assert streamer.loader_profile_line(result, "s3://r/streamer.json") == (
+        '"g7e.2xlarge": LoaderProfile(64, 24, "bench streamer s3://r/streamer.json: 18.0 s, 14.79 Gbps, '
+        '29.6% of baseline"),')
+    assert streamer.loader_profile_line(dict(result, instance_type=None), "x") is None
 
 
 def test_prefix_without_safetensors_fails_clearly(staged_model, tmp_path):
