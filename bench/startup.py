@@ -329,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "startup", help="startup phases from a vLLM server log", description=__doc__,
+        "startup", help="startup phases from a vLLM server log or a stored startup record", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("log", help="server log file (e.g. `kubectl logs --timestamps deploy/<server>`) or a "
