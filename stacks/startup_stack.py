@@ -57,8 +57,12 @@ def streamer_hash(pool: GpuPoolSettings, model: str, image: str, code: dict[str,
 
 def streamer_jobs(settings: StackSettings, *, image: str, code: dict[str, str], namespace: str,
                   weights_bucket: str, store: Any, cluster: Any, account_id: Any,
-                  depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> dict[str, pulumi.Output[str]]:
-    """One StreamerJob per pool with streamerJob set; returns pool -> results URI."""
+                  depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions,
+                  model_waits: dict[str, pulumi.Resource] | None = None) -> dict[str, pulumi.Output[str]]:
+    """One StreamerJob per pool with streamerJob set; returns pool -> results URI.
+
+    `model_waits` maps a Hugging Face id to what stages its weights (the weight-sync Job): the
+    streamer Job starts after it, never on an empty prefix."""
     plan = streamer_plan(settings)
     if not plan:
         return {}
@@ -91,7 +95,8 @@ def streamer_jobs(settings: StackSettings, *, image: str, code: dict[str, str], 
                 concurrencies=list(job_settings.concurrencies), memory_limit_gib=list(job_settings.memory_limit_gib),
                 repeats=job_settings.repeats, memory_request_gib=job_settings.memory_request_gib(),
                 region=settings.region, code=code, config_hash=config_hash,
-                depends_on=[store, identity.association, identity.service_account],
+                depends_on=[store, identity.association, identity.service_account,
+                            *([model_waits[MODELS[model].hf_id]] if MODELS[model].hf_id in (model_waits or {}) else [])],
             ),
             opts=opts,
         )

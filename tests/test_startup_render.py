@@ -191,3 +191,9 @@ def test_sleep_mode_servers_get_sleep_and_wake_timed():
 def test_no_targets_no_startup_job():
     rendered = render_with(bench=None)
     assert not _by_name(rendered, "Job", "startup-") and not _by_name(rendered, "Role", "vllm-poc-startup")
+
+
+def test_streamer_job_waits_for_its_model_weights(startup_render):
+    registration = startup_render.one("kubernetes:batch/v1:Job", "streamer-l40s-job")
+    deps = {d.rsplit("::", 1)[-1] for d in registration.dependencies}
+    assert "weights-redhatai-gemma-4-31b-it-fp8-dynamic-job" in deps, deps
