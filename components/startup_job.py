@@ -103,7 +103,8 @@ class StartupJob(pulumi.ComponentResource):
                   "vllm-poc/config-hash": args.config_hash[:10], **PART_OF}
         code = k8s.core.v1.ConfigMap(
             f"{name}-code",
-            metadata={"name": f"startup-code-{args.config_hash[:10]}", "namespace": args.namespace, "labels": labels},
+            metadata={"name": f"startup-code-{args.server}-{args.config_hash[:10]}"[:63], "namespace": args.namespace,
+                      "labels": labels},
             data=dict(sorted(args.code.items())), immutable=True, opts=child)
         container = {
             "name": "timeline",

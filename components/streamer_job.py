@@ -68,7 +68,7 @@ class StreamerJob(pulumi.ComponentResource):
                   "vllm-poc/config-hash": args.config_hash[:10], **PART_OF}
         self.code = k8s.core.v1.ConfigMap(
             f"{name}-code",
-            metadata={"name": f"streamer-code-{args.config_hash[:10]}", "namespace": args.namespace,
+            metadata={"name": f"streamer-code-{args.pool}-{args.config_hash[:10]}"[:63], "namespace": args.namespace,
                       "labels": labels},
             data=dict(sorted(args.code.items())),
             immutable=True,
