@@ -56,7 +56,8 @@ SLEEP_KIND = "vllm-poc/sleep-wake"
 def _boot_label(record: dict) -> str:
     node = "new node" if record.get("new_node") else "warm node" if record.get("new_node") is False else "node ?"
     image = record.get("image") or {}
-    pulled = "image cached" if image.get("image_cached") else "image pulled" if image.get("image_cached") is False else ""
+    cached = image.get("image_cached")
+    pulled = "image cached" if cached else "image pulled" if cached is False else ""
     cache = record.get("compile_cache")
     parts = [node, pulled, f"compile cache {cache}" if cache else ""]
     return f"{record.get('server') or '?'} / {record.get('pod') or '?'} ({', '.join(p for p in parts if p)})"

@@ -213,7 +213,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    default=list(DEFAULT_MEMORY_LIMIT_GIB),
                    help="CPU buffer per point in GiB, -1 = unlimited (default: 8,24)")
     p.add_argument("--instance-type", default=None, help="instance this runs on, for the share of its network")
-    p.add_argument("--repeats", type=lambda t: _ints(t, "--repeats", 1)[0], default=1, help="runs per point; the median counts (default: 1)")
+    p.add_argument("--repeats", type=lambda t: _ints(t, "--repeats", 1)[0], default=1,
+                   help="runs per point; the median counts (default: 1)")
     p.add_argument("--tolerance-pct", type=float, default=5.0,
                    help="points this close to the fastest count as equal for the recommendation (default: 5)")
     p.add_argument("--out", required=True, help="folder for streamer.json")
