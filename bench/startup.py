@@ -250,6 +250,11 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+def is_vllm_log(phases: dict[str, Any]) -> bool:
+    """True when at least one line was recognised as vLLM's (a phase, the version, the model or ready)."""
+    return any(value not in (None, False) for key, value in phases.items() if key not in ("lines", "first_log_at"))
+
+
 def parse_file(path: Path) -> dict[str, Any]:
     with path.open(encoding="utf-8", errors="replace") as fh:
         return parse_log(fh)
@@ -311,6 +316,11 @@ def run(args: argparse.Namespace) -> int:
               f"use one of {', '.join(sorted(netlimits.NETWORK))}", file=sys.stderr)
         return 2
     phases, record = load(path)
+    if record is None and not is_vllm_log(phases):
+        print(f"bench startup: {path} does not look like a vLLM server log or a startup record: none of "
+              f"{phases['lines']} line(s) matched vLLM's startup messages (give the server's log, e.g. "
+              "`kubectl logs --timestamps deploy/<server>`, or a stored startup/<pod>.json)", file=sys.stderr)
+        return 1
     instance_type = args.instance_type or (record or {}).get("instance_type")
     out = with_limits(phases, instance_type)
     if record is not None:
