@@ -116,8 +116,12 @@ def _upload(paths: list[Path], out: Path, uri: str | None) -> bool:
 
 def in_cluster_client() -> Any:
     """The bench's in-cluster client (service-account token), or None outside a pod."""
-    from bench import kube
-
+    try:
+        from bench import kube
+    except ImportError:  # the client module ships with the bench package; without it nothing can be read
+        print("bench timeline: bench/kube.py (the in-cluster API client) is missing from this bench package",
+              file=sys.stderr)
+        return None
     return kube.InCluster.from_environment()
 
 
@@ -179,3 +183,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="s3://bucket/prefix/ to store the records under (env VLLM_POC_RESULTS_URI)")
     p.set_defaults(func=run)
     return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.startup_collect ...` = `python -m bench timeline ...` with only the modules it needs."""
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["timeline", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -224,7 +224,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.streamer ...` = `python -m bench streamer ...` with only the modules it needs."""
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["streamer", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--point":
         sys.exit(_point_worker(sys.argv[2]))
-    sys.exit("usage: python -m bench streamer <s3 uri> --out DIR")
+    sys.exit(main())

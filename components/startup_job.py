@@ -60,7 +60,7 @@ def job_name(server: str, config_hash: str) -> str:
 
 def command(args: StartupJobArgs) -> list[str]:
     selector = ",".join(f"{k}={v}" for k, v in sorted(args.server_pod_labels.items()))
-    argv = ["python3", "-m", "bench", "timeline", "--namespace", args.namespace, "--selector", selector,
+    argv = ["python3", "-m", "bench.startup_collect", "--namespace", args.namespace, "--selector", selector,
             "--out", RESULTS_DIR, "--container", args.container, "--server", args.server,
             "--config-hash", args.config_hash]
     if args.sleep_wake_port:

@@ -47,7 +47,7 @@ def job_name(pool: str, config_hash: str) -> str:
 
 def command(args: StreamerJobArgs) -> list[str]:
     return [
-        "python3", "-m", "bench", "streamer", args.model_uri,
+        "python3", "-m", "bench.streamer", args.model_uri,
         "--concurrency", ",".join(map(str, args.concurrencies)),
         "--memory-limit-gib", ",".join(map(str, args.memory_limit_gib)),
         "--repeats", str(args.repeats),

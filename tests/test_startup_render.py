@@ -47,11 +47,11 @@ def test_streamer_job_per_enabled_pool(startup_render):
     l40s = jobs["l40s"]["spec"]["template"]["spec"]
     (container,) = l40s["containers"]
     assert container["command"] == [
-        "python3", "-m", "bench", "streamer", container["command"][4],
+        "python3", "-m", "bench.streamer", container["command"][3],
         "--concurrency", "16,64", "--memory-limit-gib", "8,24", "--repeats", "2",
         "--instance-type", "g6e.2xlarge", "--out", "/results"]
-    assert container["command"][4].startswith("s3://vllm-poc-dev-test-weights-")
-    assert container["command"][4].endswith("/models/RedHatAI/gemma-4-31B-it-FP8-dynamic/")
+    assert container["command"][3].startswith("s3://vllm-poc-dev-test-weights-")
+    assert container["command"][3].endswith("/models/RedHatAI/gemma-4-31B-it-FP8-dynamic/")
     assert l40s["nodeSelector"] == {"vllm-poc/pool": "l40s"}
     assert "nvidia.com/gpu" not in json.dumps(container["resources"])  # host memory only, no GPU
     assert container["resources"]["requests"]["memory"] == "30Gi"
@@ -152,7 +152,7 @@ def test_startup_job_records_each_target_before_its_sweep(dev):
     (container,) = pod["containers"]
     assert container["command"][:2] == ["sh", "-c"]
     script = container["command"][2]
-    assert script.startswith("python3 -m bench timeline --namespace vllm --selector "
+    assert script.startswith("python3 -m bench.startup_collect --namespace vllm --selector "
                              "app.kubernetes.io/instance=gemma-fp8,app.kubernetes.io/name=vllm --out /results ")
     assert "--sleep-wake-port" not in script and script.endswith("; exit 0")
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -197,3 +197,14 @@ def test_streamer_job_waits_for_its_model_weights(startup_render):
     registration = startup_render.one("kubernetes:batch/v1:Job", "streamer-l40s-job")
     deps = {d.rsplit("::", 1)[-1] for d in registration.dependencies}
     assert "weights-redhatai-gemma-4-31b-it-fp8-dynamic-job" in deps, deps
+
+
+def test_jobs_mount_only_the_modules_they_run(startup_render):
+    maps = {m["metadata"]["name"].split("-code-")[0]: m for m in startup_render.k8s("ConfigMap")
+            if "-code-" in m["metadata"]["name"]}
+    streamer_maps = [m for name, m in maps.items() if name == "streamer"]
+    assert streamer_maps and set(streamer_maps[0]["data"]) == {"__init__.py", "streamer.py", "netlimits.py", "s3.py",
+                                                               "progress.py"}
+    startup = maps["startup"]["data"]
+    assert {"startup_collect.py", "timeline.py", "startup.py", "sleepwake.py"} <= set(startup)
+    assert "sweep.py" not in startup and "report.py" not in startup
