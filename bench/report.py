@@ -640,7 +640,10 @@ def run(args: argparse.Namespace) -> int:
             note = "Charts skipped: matplotlib is not installed (`pip install matplotlib`)."
             print(f"bench report: {note}", file=sys.stderr)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (out / "report.md").write_text(render_markdown(side, base, summary, issues, charts, note), encoding="utf-8")
+    from bench import startup_report
+
+    text = render_markdown(side, base, summary, issues, charts, note) + startup_report.markdown(path)
+    (out / "report.md").write_text(text, encoding="utf-8")
     valid = sum(1 for r in side.runs if r.valid)
     msg = f"bench report: {valid}/{len(side.runs)} valid runs -> {out}/report.md, summary.json"
     if charts:

@@ -1,4 +1,11 @@
-"""`python -m bench startup SERVER.LOG [--json]`: a vLLM server log turned into startup phases.
+"""`python -m bench startup <log or record> [--json] [--instance-type T]`: startup phases.
+
+The input is a vLLM server log or a startup record that the bench stored with its results
+(`startup/*.json`, see bench/timeline.py: Kubernetes marks plus the parsed log). With an instance
+type (given, or the record's node's), the weight-load rate is held against the instance's baseline
+and burst network bandwidth (bench/netlimits.py): `weight_load_gbps` (10^9 bits/s, from the Run:ai
+streamer's own byte and second totals), `weight_load_share_of_baseline_pct`,
+`weight_load_share_of_burst_pct`; null where the instance type or the bytes are unknown.
 
 The phases are those of the PoC report's startup table: weight load (default loader
 `Loading weights took`, Run:ai `[RunAI Streamer] Overall time to stream`), model load,
@@ -27,6 +34,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from bench import netlimits
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _K8S_TS = re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?)(?:Z|[+-]\d{2}:?\d{2})?\s+")
@@ -128,6 +137,10 @@ TABLE: tuple[tuple[str, str, str], ...] = (
     ("max_concurrency", "Max concurrency", "x"),
     ("max_concurrency_tokens_per_request", "  at tokens per request", ""),
     ("time_to_ready_s", "First log line to startup complete", "s"),
+    ("instance_type", "Instance type", ""),
+    ("weight_load_gbps", "Weight load rate", "Gbps"),
+    ("weight_load_share_of_baseline_pct", "  of baseline network", "%"),
+    ("weight_load_share_of_burst_pct", "  of burst network", "%"),
 )
 
 
@@ -268,31 +281,73 @@ def format_table(phases: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def with_limits(phases: dict[str, Any], instance_type: str | None) -> dict[str, Any]:
+    """The phases plus the weight-load rate against the instance's network (contract keys)."""
+    out = dict(phases)
+    out["weight_bytes"] = netlimits.parse_size(phases.get("runai_stream_size"))
+    out["instance_type"] = instance_type
+    seconds = phases.get("runai_stream_s") if out["weight_bytes"] else None
+    out.update(netlimits.weight_load(out["weight_bytes"], seconds, instance_type))
+    return out
+
+
+def load(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(log phases, startup record or None) from a log file or a stored record."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        from bench import timeline
+
+        if timeline.is_record(data):
+            return dict(data.get("log") or {}), data
+    return parse_log(text.splitlines()), None
+
+
 def run(args: argparse.Namespace) -> int:
     path = Path(args.log)
     if not path.is_file():
-        print(f"bench startup: no such log file: {path}", file=sys.stderr)
+        print(f"bench startup: no such log file or record: {path}", file=sys.stderr)
         return 2
-    phases = parse_file(path)
-    if not is_vllm_log(phases):
-        print(f"bench startup: {path} does not look like a vLLM server log: none of {phases['lines']} line(s) "
-              "matched vLLM's startup messages (give the server's log, e.g. `kubectl logs --timestamps "
-              "deploy/<server>`)", file=sys.stderr)
+    if args.instance_type and netlimits.limit(args.instance_type) is None:
+        print(f"bench startup: --instance-type {args.instance_type!r} is not in the network table; "
+              f"use one of {', '.join(sorted(netlimits.NETWORK))}", file=sys.stderr)
+        return 2
+    phases, record = load(path)
+    if record is None and not is_vllm_log(phases):
+        print(f"bench startup: {path} does not look like a vLLM server log or a startup record: none of "
+              f"{phases['lines']} line(s) matched vLLM's startup messages (give the server's log, e.g. "
+              "`kubectl logs --timestamps deploy/<server>`, or a stored startup/<pod>.json)", file=sys.stderr)
         return 1
+    instance_type = args.instance_type or (record or {}).get("instance_type")
+    out = with_limits(phases, instance_type)
+    if record is not None:
+        out["timeline"] = {k: v for k, v in record.items() if k != "log"}
     if args.json:
-        print(json.dumps(phases, indent=2))
+        print(json.dumps(out, indent=2))
     else:
-        print(format_table(phases))
+        print(format_table(out))
+        if record is not None:
+            from bench import startup_report
+
+            print()
+            print(startup_report.timeline_table(record))
     return 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "startup", help="startup phases from a vLLM server log", description=__doc__,
+        "startup", help="startup phases from a vLLM server log or a stored startup record", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("log", help="server log file (e.g. `kubectl logs --timestamps deploy/<server>`)")
+    p.add_argument("log", help="server log file (e.g. `kubectl logs --timestamps deploy/<server>`) or a "
+                   "stored startup record (results' startup/*.json)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--instance-type", default=None,
+                   help="instance the log comes from (default: the record's node); gives the weight-load "
+                   "rate's share of its network bandwidth")
     p.set_defaults(func=run)
     return p
 

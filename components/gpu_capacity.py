@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.image_cache import ImageCacheSpec
+from components.image_cache import apply as with_image_cache
 from components.labels import PART_OF
 from components.network import DISCOVERY_TAG
 
@@ -34,6 +36,7 @@ class GpuPoolSpec:
     consolidate_after: str
     expire_after: str
     on_demand_fallback: bool = False
+    image_cache: ImageCacheSpec | None = None  # vLLM image pre-loaded on an EBS snapshot
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def ec2_node_class_spec(pool: GpuPoolSpec, args: GpuCapacityArgs, role: str) -> 
         # kubelet, containerd and emptyDir move onto the striped NVMe (3.8 TB on g6e.12xlarge); the
         # vLLM image and the compile cache live there (PoC report 4.2, 5.2).
         spec["instanceStorePolicy"] = "RAID0"
-    return spec
+    return with_image_cache(spec, pool.image_cache)
 
 
 def node_pool_spec(pool: GpuPoolSpec, node_class: str, capacity_types: list[str], weight: int) -> dict:

@@ -60,6 +60,7 @@ class ServerReach:
     port: int
     client_namespaces: list[str]
     bench_pod_labels: dict[str, str] | None = None
+    startup_pod_labels: dict[str, str] | None = None  # the start-up Job times /sleep and /wake_up
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,8 @@ def policy_manifests(args: NetworkPoliciesArgs, s3_cidrs: list[str]) -> list[dic
                 "key": NAMESPACE_NAME_LABEL, "operator": "In", "values": sorted(server.client_namespaces)}]}})
         if server.bench_pod_labels:
             sources.append({"podSelector": {"matchLabels": dict(server.bench_pod_labels)}})
+        if server.startup_pod_labels:
+            sources.append({"podSelector": {"matchLabels": dict(server.startup_pod_labels)}})
         spec: dict[str, Any] = {"policyTypes": ["Ingress"]}
         if sources:
             spec["ingress"] = [{"from": sources, "ports": _tcp(server.port)}]

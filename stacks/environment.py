@@ -29,6 +29,7 @@ from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs,
 from stacks import serving
 from stacks.account_checks import check_caller, check_gpu_ami, stack_zones
 from stacks.settings import BenchSettings, StackSettings
+from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
 from stacks.weight_plan import gpu_node_checks, weight_syncs
 
@@ -60,6 +61,7 @@ def gpu_pool_specs(settings: StackSettings) -> list[GpuPoolSpec]:
             consolidate_after=pool.consolidate_after,
             expire_after=pool.expire_after,
             on_demand_fallback=pool.on_demand_fallback,
+            image_cache=image_cache_spec(pool),
         )
         for pool in settings.gpu_pools
     ]
@@ -136,6 +138,7 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
 
 
 BENCH_POD_NAME = "vllm-bench"
+STARTUP_POD_NAME = "vllm-startup"
 
 
 def network_policies(settings: StackSettings, servers: dict[str, VllmServer], namespace: k8s.core.v1.Namespace,
@@ -159,6 +162,8 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
                                    else security.client_namespaces),
             bench_pod_labels=({"app.kubernetes.io/name": BENCH_POD_NAME, "app.kubernetes.io/instance": name}
                               if name in settings.bench.targets else None),
+            startup_pod_labels=({"app.kubernetes.io/name": STARTUP_POD_NAME, "app.kubernetes.io/instance": name}
+                                if name in settings.bench.targets else None),
         )
         for name, server in servers.items()
     ]
@@ -169,6 +174,16 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
             server_pod_labels=selector_labels(servers[target].spec),
             port=servers[target].spec.port,
             # the sweep reads its own node (capacity type, instance type) from the API server
+            kubernetes_api=True,
+        )
+        for target in settings.bench.targets
+    ] + [
+        # The start-up Job: reads pods, events, nodes and NodeClaims; times /sleep and /wake_up.
+        BenchReach(
+            name=f"startup-{target}",
+            pod_labels={"app.kubernetes.io/name": STARTUP_POD_NAME, "app.kubernetes.io/instance": target},
+            server_pod_labels=selector_labels(servers[target].spec),
+            port=servers[target].spec.port,
             kubernetes_api=True,
         )
         for target in settings.bench.targets
@@ -323,6 +338,13 @@ def build(settings: StackSettings) -> dict[str, object]:
             opts=on_cluster,
         )
 
+    # Run:ai streamer throughput per pool (gpuPools[].streamerJob), stored beside the bench results.
+    streamer_results = streamer_jobs(
+        settings, image=versions.vllm_image, code=bench_code(), namespace=NAMESPACE, weights_bucket=weights_bucket,
+        store=store, cluster=cluster, account_id=account_id, depends_on=[namespace, pod_identity_agent],
+        opts=on_cluster, model_waits={model: sync.job for model, sync in syncs.items()},
+    )
+
     # -- benchmark ----------------------------------------------------------------------------
     results: dict[str, pulumi.Output[str]] = {}
     if settings.bench.targets:
@@ -350,10 +372,18 @@ def build(settings: StackSettings) -> dict[str, object]:
                         labels={"app.kubernetes.io/name": "vllm-bench"}, depends_on=[namespace],
                         opts=on_cluster)
         code = bench_code()
+        reader = startup_reader_rbac(NAMESPACE, BENCH_SERVICE_ACCOUNT, on_cluster)
         for target in settings.bench.targets:
             server = servers[target]
             spec = server.spec
             config_hash = bench_config_hash(spec, settings.bench, code, bench_hardware(settings, target, spec))
+            target_results = pulumi.Output.concat(
+                "s3://", store.results_bucket_name, "/", results_prefix(settings.stack), f"{target}/{config_hash[:10]}/")
+            # Start-up timeline (and sleep/wake) of the target's pods, before its sweep begins.
+            recorded = startup_job(
+                settings, target, server, namespace=NAMESPACE, service_account=BENCH_SERVICE_ACCOUNT,
+                results_uri=target_results, code=code, config_hash=config_hash, opts=on_cluster,
+                depends_on=[server.deployment, reader, bench_identity.association, bench_identity.service_account])
             job = BenchJob(
                 f"bench-{target}",
                 BenchJobArgs(
@@ -374,7 +404,8 @@ def build(settings: StackSettings) -> dict[str, object]:
                     code=code,
                     config_hash=config_hash,
                     api_key_secret=settings.security.api_key_secret,
-                    depends_on=[server.deployment, bench_identity.association, bench_identity.service_account],
+                    depends_on=[server.deployment, bench_identity.association, bench_identity.service_account,
+                                recorded.job],
                 ),
                 opts=on_cluster,
             )
@@ -395,4 +426,5 @@ def build(settings: StackSettings) -> dict[str, object]:
         "weightSyncJobs": {model: sync.job_name for model, sync in syncs.items()},
         "servers": {name: s.url for name, s in servers.items()},
         "benchResults": results,
+        "streamerResults": streamer_results,
     }

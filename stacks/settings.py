@@ -25,6 +25,7 @@ from pydantic.alias_generators import to_camel
 from bench.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
 from stacks import catalog
 from stacks.serving import ServerSettings, check_server, server_model_ids
+from stacks.startup_settings import ImageCacheSettings, StreamerJobSettings, check_pool, streamer_model
 from stacks.vllm_flags import server_extra_args_problems
 
 PROJECT = "vllm-poc"
@@ -286,6 +287,12 @@ class GpuPoolSettings(_Settings):
     )
     consolidate_after: str = Field("10m", description="Empty GPU nodes are removed after this delay.")
     expire_after: str = Field("720h", description="Nodes are replaced after this age.")
+    streamer_job: StreamerJobSettings | None = Field(
+        None, description="Run `bench streamer` once on a node of this pool (Run:ai streamer throughput over "
+        "concurrency x memory limit); result under the results prefix, streamer/<pool>/. Off when unset.")
+    image_cache: ImageCacheSettings | None = Field(
+        None, description="Mount an EBS volume made from a snapshot holding the vLLM image as the nodes' "
+        "containerd data, so the image is not pulled at boot. Off when unset.")
 
     @field_validator("name")
     @classmethod
@@ -346,6 +353,8 @@ class GpuPoolSettings(_Settings):
             )
         if self.on_demand_fallback and self.capacity_types != ["spot"]:
             raise ValueError("onDemandFallback applies to spot-only pools: set capacityTypes: [spot]")
+        if problems := check_pool(self.streamer_job, instance):
+            raise ValueError("\n".join(problems))
         return self
 
 
@@ -532,6 +541,15 @@ class StackSettings(_Settings):
     def _stack(self) -> StackSettings:
         problems = cross_key_problems(self.gpu_pools, self.servers, self.bench)
         problems += self._weight_problems()
+        staged = {server.model for server in self.servers}
+        for index, pool in enumerate(self.gpu_pools):
+            if pool.streamer_job is None:
+                continue
+            model = streamer_model(pool.streamer_job, [s.model for s in self.servers if s.pool == pool.name])
+            if model is None or model not in staged:
+                problems.append(
+                    f"gpuPools[{index}].streamerJob.model: {model or 'no model'} is not staged by any server; set "
+                    f"it to one of {', '.join(sorted(staged)) or '(no servers defined)'}")
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -13,4 +13,4 @@ pytest_plugins = [
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "vllm: runs a real vLLM (CPU) process from .venv-vllm")
+    config.addinivalue_line("markers", "vllm: runs a real vLLM (CPU) process, or code needing its environment (torch, Run:ai streamer), from .venv-vllm")

@@ -40,7 +40,7 @@ def test_render_dev_writes_the_three_files_quickly(tmp_path):
 
     objects = list(yaml.safe_load_all((tmp_path / "kubernetes.yaml").read_text()))
     assert objects and all({"apiVersion", "kind", "metadata"} <= set(o) for o in objects)
-    assert all(("spec" in o) or ("data" in o) or ("rules" in o) or ("roleRef" in o)
+    assert all(("spec" in o) or ("data" in o) or ("rules" in o) or ("roleRef" in o) or ("subjects" in o)
                or o["kind"] in ("Namespace", "ServiceAccount") for o in objects)
 
     releases = json.loads((tmp_path / "helm.json").read_text())
