@@ -14,6 +14,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from bench import workloads as bench_workloads
 from components.bench_job import BenchJob, BenchJobArgs
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
@@ -61,8 +62,11 @@ def gpu_pool_specs(settings: StackSettings) -> list[GpuPoolSpec]:
 
 
 def bench_code() -> dict[str, str]:
-    """The bench package as the Job mounts it (every module: `python -m bench` imports them all)."""
-    return {path.name: path.read_text() for path in sorted(BENCH_DIR.glob("*.py"))}
+    """The bench package as the Job mounts it (every module: `python -m bench` imports them all),
+    plus the data files its scenarios read (the Korean prompt set), flat beside the modules."""
+    code = {path.name: path.read_text() for path in sorted(BENCH_DIR.glob("*.py"))}
+    code.update(bench_workloads.data_files())
+    return code
 
 
 def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str]) -> str:
