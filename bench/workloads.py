@@ -158,6 +158,12 @@ def workload(name: str) -> Workload:
         raise KeyError(f"unknown scenario {name!r}; known: {', '.join(WORKLOADS)}") from None
 
 
+def fixed_output(scenario: str) -> bool:
+    """Whether every request of this scenario must produce its full output length (unknown: yes)."""
+    known = WORKLOADS.get(scenario)
+    return known.fixed_output if known else True
+
+
 def load_prompt_set(path: Path | None = None) -> list[dict[str, Any]]:
     """The Korean prompt set as a list of {"id", "category", "prompt"}."""
     path = path or WORKLOADS["K_korean"].data_path()
