@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from bench.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
-from stacks import catalog
+from stacks import catalog, variants
 from stacks.serving import ServerSettings, check_server
 
 PROJECT = "vllm-poc"
@@ -384,6 +384,11 @@ class StackSettings(_Settings):
     bench: BenchSettings = Field(default_factory=BenchSettings, description="The benchmark Jobs run after `pulumi up`.")
     tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every AWS resource.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _variants(cls, data: Any) -> Any:
+        return variants.expand_config(data, ServerSettings)
+
     @field_validator("region")
     @classmethod
     def _region(cls, v: str) -> str:
@@ -441,6 +446,8 @@ class StackSettings(_Settings):
                 problems.append(
                     f"bench.targets[{index}]: no server named {target!r}; use one of {', '.join(sorted(server_names)) or '(none defined)'}"
                 )
+        if not problems:
+            problems += variants.variant_problems(self) + variants.gpu_budget_problems(self)
         if problems:
             raise ValueError("\n".join(problems))
         return self
