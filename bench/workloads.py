@@ -39,6 +39,8 @@ PROMPT_CATEGORIES = ("chat_reply", "listing", "summarize", "moderation", "suppor
 # known failure mode (compressed-tensors FP8 target + fp8 KV, MTP draft without KV scales) sits
 # near 0 %. Random-token prompts are exempt: nothing can be predicted on them.
 ACCEPTANCE_GATE_PCT = 10.0
+# Upper bound of the tokens a chat template adds around one user turn.
+CHAT_TEMPLATE_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,16 @@ class Workload:
         raise FileNotFoundError(
             f"scenario {self.name}: {self.dataset_file} not found in {', '.join(map(str, dirs))}")
 
+    def max_request_tokens(self) -> int:
+        """The longest request (prompt + output) this scenario can send, for context-length checks.
+
+        For the prompt set an upper bound: a byte-fallback tokenizer (Gemma's SentencePiece) never
+        takes more tokens than a text's UTF-8 bytes, plus the chat template's few tokens."""
+        if self.dataset == "custom":
+            rows = load_prompt_set(self.data_path())
+            return max(len(r["prompt"].encode("utf-8")) for r in rows) + CHAT_TEMPLATE_TOKENS + self.output_len
+        return self.input_len + self.output_len
+
     def identity(self, data_dir: Path | None = None) -> dict[str, Any]:
         """What makes two runs of this scenario the same workload (part of the run hash)."""
         ident: dict[str, Any] = {"dataset": self.dataset, "input_len": self.input_len,
@@ -156,6 +168,47 @@ def workload(name: str) -> Workload:
         return WORKLOADS[name]
     except KeyError:
         raise KeyError(f"unknown scenario {name!r}; known: {', '.join(WORKLOADS)}") from None
+
+
+def custom_dataset_available() -> bool:
+    """vLLM's custom dataset reads JSONL with pandas, which vLLM only installs with its `bench` extra."""
+    import importlib.util
+
+    return importlib.util.find_spec("pandas") is not None
+
+
+def chat_dataset(workload: Workload, scratch: Path, data_dir: Path | None = None) -> Path:
+    """The prompt set as a ShareGPT-style JSON file (one user turn each) for the chat path."""
+    rows = load_prompt_set(workload.data_path(data_dir))
+    path = Path(scratch) / (Path(workload.dataset_file or workload.name).stem + ".chat.json")
+    convs = [{"id": r.get("id", str(i)), "conversations": [{"from": "human", "value": r["prompt"]},
+                                                             {"from": "gpt", "value": ""}]}
+             for i, r in enumerate(rows)]
+    path.write_text(json.dumps(convs, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def prompt_format(workload: Workload, choice: str = "auto") -> str | None:
+    """How a real-text scenario reaches the server: `custom` (vLLM's custom dataset, the chat
+    template applied by the client, /v1/completions) or `chat` (the same prompts as one user turn
+    each to /v1/chat/completions, the template applied by the server). `auto` takes custom where
+    pandas is installed (vLLM's `bench` extra), else chat. None for synthetic scenarios."""
+    if workload.dataset != "custom":
+        return None
+    if choice not in ("auto", "custom", "chat"):
+        raise ValueError(f"prompt format {choice!r}: use auto, custom or chat")
+    if choice == "auto":
+        return "custom" if custom_dataset_available() else "chat"
+    return choice
+
+
+def request_args(workload: Workload, *, fmt: str | None, scratch: Path, data_dir: Path | None = None) -> list[str]:
+    """Backend, endpoint and dataset flags of one `vllm bench serve` run of this scenario."""
+    if fmt == "chat":
+        return ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+                "--dataset-name", "sharegpt", "--dataset-path", str(chat_dataset(workload, scratch, data_dir)),
+                "--sharegpt-output-len", str(workload.output_len)]
+    return ["--backend", "openai", "--endpoint", "/v1/completions", *workload.dataset_args(data_dir)]
 
 
 def fixed_output(scenario: str) -> bool:

@@ -79,6 +79,10 @@ def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+def _snake(key: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in key)
+
+
 def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec) -> list[str]:
     bench, server = settings.bench, settings.server(server_name)
     pool = settings.pool(server.pool)
@@ -97,6 +101,12 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
         "--gpus", str(spec.gpus),
         "--server-args", json.dumps(list(spec.args)),
     ]
+    for scenario, values in sorted(bench.scenario_concurrencies.items()):
+        args += ["--scenario-concurrencies", f"{scenario}={','.join(map(str, sorted(values)))}"]
+    if server.variant_of is not None:
+        args += ["--variant", json.dumps({"base": server.variant_of.base, "cross": server.variant_of.cross,
+                                          "settings": {k: getattr(server, _snake(k)) for k in server.variant_of.settings}},
+                                         sort_keys=True)]
     if price is not None:
         args += ["--price-per-hour", f"{price * spec.gpus / instance.gpus:.4f}"]
     return args
