@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import results as R
+from bench import spec as SPEC
 
 MANIFEST = "manifest.json"
 DEFAULT_ORDER = ("S1_chat", "S2_summary", "S3_moderation", "S4_rag")
@@ -392,6 +393,8 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
                 length = run.spec_acceptance_length
                 row += f" {_n(acc)}% (length {_n(length, 2)}) |" if acc is not None else " - |"
             lines.append(row)
+
+    lines += SPEC.report_sections(side.label, side.runs)
 
     bad = [(side.label, r) for r in side.invalid()] + ([(base.label, r) for r in base.invalid()] if base else [])
     lines += ["", "## Invalid runs", ""]

@@ -168,3 +168,30 @@ def acceptance_from_metrics(before: str, after: str) -> dict[str, Any] | None:
                     for p in positions]
     return {"acceptance_pct": 100.0 * accepted / draft_tokens, "acceptance_length": 1 + accepted / drafts,
             "per_position": per_position, "drafts": drafts}
+
+
+def report_sections(label: str, runs: list[R.RunResult]) -> list[str]:
+    """The report's spec-decode sections: configuration problems (the gate) and Table 7."""
+    lines: list[str] = []
+    problems = gate_problems(runs)
+    if problems:
+        lines += ["", "## Configuration problems", "",
+                  "Speculative decoding that accepts almost nothing on real text is misconfigured, not slow; "
+                  "these runs must not be read as a result:", ""]
+        lines += [f"- **{p}**" for p in problems]
+    korean = [r for r in runs if r.scenario == "K_korean" and r.valid]
+    if korean:
+        lines += ["", "## Korean prompt set (PoC Table 7 columns)", "",
+                  f"{len(W.load_prompt_set())} Korean marketplace prompts (bench/data), chat template applied, "
+                  f"outputs capped at {W.WORKLOADS['K_korean'].output_len} tokens and ending naturally.", ""]
+        lines += table7_markdown([(label, table7_row(runs))])
+        per_c = [r for r in korean if r.spec_acceptance_rate_pct is not None]
+        if per_c:
+            lines += ["", "| Concurrency | Acceptance | Per draft position | Mean acceptance length |",
+                      "|---:|---:|---|---:|"]
+            for r in per_c:
+                pos = per_position(r)
+                length = "-" if r.spec_acceptance_length is None else f"{r.spec_acceptance_length:.2f}"
+                lines.append(f"| {r.concurrency} | {r.spec_acceptance_rate_pct:.1f}% | "
+                             f"{' / '.join(f'{p:.2f}' for p in pos) if pos else '-'} | {length} |")
+    return lines

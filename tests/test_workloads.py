@@ -127,3 +127,20 @@ def test_table7_row_from_korean_runs():
     md = "\n".join(SPEC.table7_markdown([("MTP assistant (k=4)", row), ("baseline", None)]))
     assert "| MTP assistant (k=4) | 54.7-56.0% | 0.84 / 0.60 / 0.39 / 0.27 | 48.5 | 2.69 s | 281.5 |" in md
     assert json.dumps(row.as_dict())
+
+
+def test_report_gives_table7_and_flags_the_gate(tmp_path):
+    from bench import report as REP
+
+    rows = {1: dict(spec_decode_acceptance_rate=4.0, output_throughput=48.5, p50_e2el_ms=2690.0,
+                    spec_decode_per_position_acceptance_rates=[0.1, 0.05, 0.0, 0.0]),
+            8: dict(spec_decode_acceptance_rate=3.0, output_throughput=281.5)}
+    for c, extra in rows.items():
+        data = {**_result("K_korean", 300, max_concurrency=c, **extra), "scenario": "K_korean", "concurrency": str(c)}
+        (tmp_path / R.result_filename("K_korean", c)).write_text(json.dumps(data))
+    side = REP.load_side(tmp_path, label="fp8-mtp")
+    summary, issues = REP.build_summary(side, None, ttft_ms=500, itl_ms=50, threshold=1.5)
+    md = REP.render_markdown(side, None, summary, issues, [], None)
+    assert "## Korean prompt set (PoC Table 7 columns)" in md
+    assert "| fp8-mtp | 3.0-4.0% | 0.10 / 0.05 / 0.00 / 0.00 | 48.5 | 2.69 s | 281.5 |" in md
+    assert "## Configuration problems" in md and "K_korean c=8: speculative decoding accepted 3.0 %" in md
