@@ -1,0 +1,146 @@
+"""The new scenarios against a real vLLM (CPU build): one tiny-model server with ngram speculative
+decoding and a simple chat template, one sweep of S5_shared_prefix and K_korean.
+
+- K_korean runs the Korean prompt set with the chat template applied (client side through vLLM's
+  custom dataset where pandas is installed, else server side through the chat endpoint), outputs
+  capped and ending naturally, and its result carries the acceptance `vllm bench serve` read from
+  the server's spec-decode counters;
+- S5_shared_prefix hits the prefix cache (the CPU build's KV blocks are 128 tokens, hence a 320-token
+  prompt with a 288-token shared prefix);
+- the acceptance computed here from /metrics before and after the sweep agrees with the drafts the
+  result files report.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from bench import results as R
+from bench import spec as SPEC
+from tests.fixtures.bench_env import SERVE_FLAGS, TINY_MODEL, _free_port, _stop
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parents[1]
+# The tiny model's word-level vocabulary has w0..w1999; role markers are plain words.
+CHAT_TEMPLATE = ("{% for m in messages %}w1 {{ m['content'] }} w2 {% endfor %}"
+                 "{% if add_generation_prompt %}w3 {% endif %}")
+NGRAM = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,"prompt_lookup_min":2}'
+
+
+def metrics(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def counter(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+@pytest.fixture(scope="module")
+def ngram_server(vllm_env, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ngram-vllm")
+    model = root / "model"
+    built = vllm_env.run([vllm_env.python, str(TINY_MODEL), str(model)], timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = CHAT_TEMPLATE
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    port = _free_port()
+    env = dict(vllm_env.env, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CACHE_ROOT=str(root / "cache"))
+    log = root / "server.log"
+    cmd = [vllm_env.vllm, "serve", str(model), "--served-model-name", "tiny", "--host", "127.0.0.1",
+           "--port", str(port), *SERVE_FLAGS, "--enable-prefix-caching", "--speculative-config", NGRAM]
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"not healthy after 300 s:\n{log.read_text()[-4000:]}")
+            time.sleep(1)
+        yield url, model, env
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def swept(ngram_server, vllm_env, tmp_path_factory):
+    url, model, env = ngram_server
+    out = tmp_path_factory.mktemp("workloads") / "run"
+    before = metrics(url)
+    env = dict(env, PYTHONPATH=f"{REPO}:{env.get('PYTHONPATH', '')}")
+    proc = subprocess.run(
+        [vllm_env.python, "-m", "bench", "sweep", "--base-url", url, "--model", "tiny", "--tokenizer", str(model),
+         "--out", str(out), "--scenarios", "S5_shared_prefix,K_korean", "--scenario", "S5_shared_prefix=320/8",
+         "--scenario", "K_korean=0/16", "--concurrencies", "1", "--min-prompts", "4",
+         "--prompts-per-concurrency", "1", "--warmups", "0", "--health-timeout", "60",
+         "--bench-args", "--temperature 0"],
+        env=env, cwd=REPO, text=True, capture_output=True, timeout=600)
+    after = metrics(url)
+    return out, proc, before, after
+
+
+def test_both_scenarios_run_valid(swept):
+    out, proc, _, _ = swept
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    m = json.loads((out / "manifest.json").read_text())
+    assert [(r["scenario"], r["concurrency"], r["status"]) for r in m["runs"]] == [
+        ("S5_shared_prefix", 1, "valid"), ("K_korean", 1, "valid")]
+
+
+def test_korean_runs_the_prompt_set_with_the_chat_template_and_natural_ends(swept):
+    out, _, _, _ = swept
+    m = json.loads((out / "manifest.json").read_text())
+    k = m["config"]["scenarios"]["K_korean"]
+    data = json.loads((out / "K_korean_c1.json").read_text())
+    assert data["completed"] == 4 and data["failed"] == 0
+    assert data["total_output_tokens"] <= 4 * 16  # capped; an answer may end before the cap
+    log = (out / "logs" / "K_korean_c1.attempt1.log").read_text()
+    command = log.splitlines()[0]
+    assert "--ignore-eos" not in command and "--skip-chat-template" not in command
+    if k["prompt_format"] == "custom":
+        assert "--dataset-name custom" in command and "/v1/completions" in command
+    else:
+        assert "--dataset-name sharegpt" in command and "/v1/chat/completions" in command
+    # The template's markers (w1 ... w2 w3) around each Korean prompt: 3 tokens more than the words.
+    assert data["total_input_tokens"] > 4 * 3
+
+
+def test_acceptance_is_read_from_the_servers_counters(swept):
+    out, _, before, after = swept
+    window = SPEC.acceptance_from_metrics(before, after)
+    assert window is not None  # the CPU build speculates with ngram and exposes the counters
+    files = [json.loads((out / f).read_text()) for f in ("S5_shared_prefix_c1.json", "K_korean_c1.json")]
+    assert all("spec_decode_num_drafts" in f for f in files)
+    assert sum(f["spec_decode_num_drafts"] for f in files) == window["drafts"]
+    k = R.load_result(out / "K_korean_c1.json")
+    if window["drafts"]:
+        assert k.spec_acceptance_rate_pct is not None and 0 <= k.spec_acceptance_rate_pct <= 100
+        assert len(SPEC.per_position(k) or []) == 4
+
+
+def test_shared_prefix_hits_the_prefix_cache(swept):
+    out, _, before, after = swept
+    hits = counter(after, "vllm:prefix_cache_hits_total") - counter(before, "vllm:prefix_cache_hits_total")
+    queries = counter(after, "vllm:prefix_cache_queries_total") - counter(before, "vllm:prefix_cache_queries_total")
+    assert queries > 0 and hits > 0, (hits, queries)
+    s5 = json.loads((out / "S5_shared_prefix_c1.json").read_text())
+    assert s5["total_input_tokens"] == 4 * 320 and s5["total_output_tokens"] == 4 * 8
