@@ -24,7 +24,7 @@ from components.network import Network, NetworkArgs
 from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, selector_labels
 from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
-from stacks import serving
+from stacks import serving, variants
 from stacks.settings import BenchSettings, StackSettings
 from stacks.versions import pins
 
@@ -79,10 +79,6 @@ def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def _snake(key: str) -> str:
-    return "".join("_" + c.lower() if c.isupper() else c for c in key)
-
-
 def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec) -> list[str]:
     bench, server = settings.bench, settings.server(server_name)
     pool = settings.pool(server.pool)
@@ -105,7 +101,8 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
         args += ["--scenario-concurrencies", f"{scenario}={','.join(map(str, sorted(values)))}"]
     if server.variant_of is not None:
         args += ["--variant", json.dumps({"base": server.variant_of.base, "cross": server.variant_of.cross,
-                                          "settings": {k: getattr(server, _snake(k)) for k in server.variant_of.settings}},
+                                          "settings": {k: getattr(server, variants.snake(k))
+                                                       for k in server.variant_of.settings}},
                                          sort_keys=True)]
     if price is not None:
         args += ["--price-per-hour", f"{price * spec.gpus / instance.gpus:.4f}"]

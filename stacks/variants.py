@@ -65,10 +65,11 @@ def _effective(base, key: str) -> Any:
         "speculative": base.uses_speculative,
         "kvCacheDtype": base.effective_kv_cache_dtype,
         "gpuMemoryUtilization": base.effective_gpu_memory_utilization,
-    }.get(key, getattr(base, _snake(key)))
+    }.get(key, getattr(base, snake(key)))
 
 
-def _snake(key: str) -> str:
+def snake(key: str) -> str:
+    """Config key (camelCase) -> settings attribute name."""
     return "".join("_" + c.lower() if c.isupper() else c for c in key)
 
 

@@ -90,6 +90,12 @@ def test_each_variant_has_its_own_job_and_results_prefix(matrix):
         command = job["spec"]["template"]["spec"]["containers"][0]["command"]
         assert command[command.index("--label") + 1] == f"matrix/{name}"
         assert command[command.index("--concurrencies") + 1] == "1,2,4,8,16,32,64"
+        assert command[command.index("--scenario-concurrencies") + 1] == "K_korean=1,8,32,64"
+        if name == "gemma-fp8":
+            assert "--variant" not in command
+    kv = jobs["gemma-fp8-kv-auto"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert json.loads(kv[kv.index("--variant") + 1]) == {"base": "gemma-fp8", "cross": False,
+                                                          "settings": {"kvCacheDtype": "auto"}}
 
 
 def test_the_kv_measurement_variant_passes_the_policy_pack_and_nothing_else_would(matrix):
