@@ -6,7 +6,7 @@ decoding and a simple chat template, one sweep of S5_shared_prefix and K_korean.
   capped and ending naturally, and its result carries the acceptance `vllm bench serve` read from
   the server's spec-decode counters;
 - S5_shared_prefix hits the prefix cache (the CPU build's KV blocks are 128 tokens, hence a 320-token
-  prompt with a 288-token shared prefix);
+  prompt with a 288-token shared prefix, and 8 prompts so that each of the 4 prefixes comes twice);
 - the acceptance computed here from /metrics before and after the sweep agrees with the drafts the
   result files report.
 """
@@ -81,38 +81,46 @@ def ngram_server(vllm_env, tmp_path_factory):
         _stop(proc)
 
 
-@pytest.fixture(scope="module")
-def swept(ngram_server, vllm_env, tmp_path_factory):
-    url, model, env = ngram_server
-    out = tmp_path_factory.mktemp("workloads") / "run"
-    before = metrics(url)
+def sweep(vllm_env, url, model, env, out, scenario, *extra):
     env = dict(env, PYTHONPATH=f"{REPO}:{env.get('PYTHONPATH', '')}")
+    before = metrics(url)
     proc = subprocess.run(
         [vllm_env.python, "-m", "bench", "sweep", "--base-url", url, "--model", "tiny", "--tokenizer", str(model),
-         "--out", str(out), "--scenarios", "S5_shared_prefix,K_korean", "--scenario", "S5_shared_prefix=320/8",
-         "--scenario", "K_korean=0/16", "--concurrencies", "1", "--min-prompts", "4",
+         "--out", str(out), "--scenarios", scenario, "--concurrencies", "1", "--min-prompts", "8",
          "--prompts-per-concurrency", "1", "--warmups", "0", "--health-timeout", "60",
-         "--bench-args", "--temperature 0"],
+         "--bench-args", "--temperature 0", *extra],
         env=env, cwd=REPO, text=True, capture_output=True, timeout=600)
-    after = metrics(url)
-    return out, proc, before, after
+    return proc, before, metrics(url)
 
 
-def test_both_scenarios_run_valid(swept):
-    out, proc, _, _ = swept
+@pytest.fixture(scope="module")
+def swept(ngram_server, vllm_env, tmp_path_factory):
+    """Two sweeps, one per scenario, so that each one's counters are its own."""
+    url, model, env = ngram_server
+    root = tmp_path_factory.mktemp("workloads")
+    return {
+        "S5_shared_prefix": (root / "s5", *sweep(vllm_env, url, model, env, root / "s5", "S5_shared_prefix",
+                                                 "--scenario", "S5_shared_prefix=320/8")),
+        "K_korean": (root / "k", *sweep(vllm_env, url, model, env, root / "k", "K_korean",
+                                        "--scenario", "K_korean=0/16", "--scenario-concurrencies", "K_korean=1")),
+    }
+
+
+@pytest.mark.parametrize("scenario", ["S5_shared_prefix", "K_korean"])
+def test_both_scenarios_run_valid(swept, scenario):
+    out, proc, _, _ = swept[scenario]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     m = json.loads((out / "manifest.json").read_text())
-    assert [(r["scenario"], r["concurrency"], r["status"]) for r in m["runs"]] == [
-        ("S5_shared_prefix", 1, "valid"), ("K_korean", 1, "valid")]
+    assert [(r["scenario"], r["concurrency"], r["status"]) for r in m["runs"]] == [(scenario, 1, "valid")]
 
 
 def test_korean_runs_the_prompt_set_with_the_chat_template_and_natural_ends(swept):
-    out, _, _, _ = swept
+    out, _, _, _ = swept["K_korean"]
     m = json.loads((out / "manifest.json").read_text())
     k = m["config"]["scenarios"]["K_korean"]
     data = json.loads((out / "K_korean_c1.json").read_text())
-    assert data["completed"] == 4 and data["failed"] == 0
-    assert data["total_output_tokens"] <= 4 * 16  # capped; an answer may end before the cap
+    assert data["completed"] == 8 and data["failed"] == 0
+    assert data["total_output_tokens"] <= 8 * 16  # capped; an answer may end before the cap
     log = (out / "logs" / "K_korean_c1.attempt1.log").read_text()
     command = log.splitlines()[0]
     assert "--ignore-eos" not in command and "--skip-chat-template" not in command
@@ -121,26 +129,27 @@ def test_korean_runs_the_prompt_set_with_the_chat_template_and_natural_ends(swep
     else:
         assert "--dataset-name sharegpt" in command and "/v1/chat/completions" in command
     # The template's markers (w1 ... w2 w3) around each Korean prompt: 3 tokens more than the words.
-    assert data["total_input_tokens"] > 4 * 3
+    assert data["total_input_tokens"] > 8 * 3
 
 
 def test_acceptance_is_read_from_the_servers_counters(swept):
-    out, _, before, after = swept
+    out, _, before, after = swept["K_korean"]
     window = SPEC.acceptance_from_metrics(before, after)
     assert window is not None  # the CPU build speculates with ngram and exposes the counters
-    files = [json.loads((out / f).read_text()) for f in ("S5_shared_prefix_c1.json", "K_korean_c1.json")]
-    assert all("spec_decode_num_drafts" in f for f in files)
-    assert sum(f["spec_decode_num_drafts"] for f in files) == window["drafts"]
+    data = json.loads((out / "K_korean_c1.json").read_text())
+    assert data["spec_decode_num_drafts"] == window["drafts"]
     k = R.load_result(out / "K_korean_c1.json")
     if window["drafts"]:
         assert k.spec_acceptance_rate_pct is not None and 0 <= k.spec_acceptance_rate_pct <= 100
         assert len(SPEC.per_position(k) or []) == 4
+        assert k.spec_acceptance_rate_pct == pytest.approx(window["acceptance_pct"], abs=0.01)
 
 
 def test_shared_prefix_hits_the_prefix_cache(swept):
-    out, _, before, after = swept
+    out, _, before, after = swept["S5_shared_prefix"]
     hits = counter(after, "vllm:prefix_cache_hits_total") - counter(before, "vllm:prefix_cache_hits_total")
     queries = counter(after, "vllm:prefix_cache_queries_total") - counter(before, "vllm:prefix_cache_queries_total")
     assert queries > 0 and hits > 0, (hits, queries)
     s5 = json.loads((out / "S5_shared_prefix_c1.json").read_text())
-    assert s5["total_input_tokens"] == 4 * 320 and s5["total_output_tokens"] == 4 * 8
+    # 8 prompts over 4 prefixes: every prefix is served twice, the second time from the cache.
+    assert s5["total_input_tokens"] == 8 * 320 and s5["total_output_tokens"] == 8 * 8
