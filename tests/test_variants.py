@@ -79,7 +79,8 @@ def test_matrix_renders_one_server_per_variant_changing_one_flag_each(matrix):
 
 
 def test_each_variant_has_its_own_job_and_results_prefix(matrix):
-    jobs = {j["metadata"]["labels"]["app.kubernetes.io/instance"]: j for j in matrix.k8s("Job")}
+    jobs = {j["metadata"]["labels"]["app.kubernetes.io/instance"]: j for j in matrix.k8s("Job")
+            if j["metadata"]["name"].startswith("bench-")}
     assert set(jobs) == set(MATRIX)
     assert len({j["metadata"]["name"] for j in jobs.values()}) == 4
     results = matrix.outputs["benchResults"]
@@ -125,7 +126,8 @@ def test_tp_stack_base_tp2_variant_tp4_with_its_gpus():
     for name, tp in (("gemma-bf16", "2"), ("gemma-bf16-tp4", "4")):
         assert flags_of(deployments[name])["--tensor-parallel-size"] == tp
         assert deployments[name]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == tp
-    jobs = {j["metadata"]["labels"]["app.kubernetes.io/instance"]: j for j in rendered.k8s("Job")}
+    jobs = {j["metadata"]["labels"]["app.kubernetes.io/instance"]: j for j in rendered.k8s("Job")
+            if j["metadata"]["name"].startswith("bench-")}
     command = jobs["gemma-bf16-tp4"]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--gpus") + 1] == "4"
 
@@ -194,7 +196,10 @@ def test_origin_cannot_be_set_by_hand_and_names_must_fit():
 def test_a_model_variant_and_a_pool_variant_are_one_change_each():
     pools = [{"name": "l40s-x4", "instanceType": "g6e.12xlarge", "gpuLimit": 4},
              {"name": "g7e", "instanceType": "g7e.2xlarge", "capacityTypes": ["spot"], "gpuLimit": 2}]
-    s = settings_with(gpuPools=pools, servers=[server(variants={"model": ["nvfp4"], "pool": ["g7e"]})])
+    weights = {"source": "hub", "revisions": {m: "main" for m in (
+        "RedHatAI/gemma-4-31B-it-FP8-dynamic", "google/gemma-4-31B-it-assistant", "nvidia/Gemma-4-31B-IT-NVFP4")}}
+    s = settings_with(gpuPools=pools, weights=weights,
+                      servers=[server(variants={"model": ["nvfp4"], "pool": ["g7e"]})])
     assert [x.name for x in s.servers] == ["gemma-fp8", "gemma-fp8-nvfp4", "gemma-fp8-on-g7e"]
 
 
