@@ -322,7 +322,7 @@ def render_markdown(sides: list[REP.Side], data: dict[str, Any], extra: dict[str
             pos = SPEC.per_position(r)
             lines.append(f"| {label} | {r.scenario} / {r.concurrency} | {r.spec_acceptance_rate_pct:.1f}% | "
                          f"{' / '.join(f'{p:.2f}' for p in pos) if pos else '-'} | "
-                         f"{_n(r.spec_acceptance_length) if r.spec_acceptance_length is not None else '-'} |")
+                         f"{f'{r.spec_acceptance_length:.2f}' if r.spec_acceptance_length is not None else '-'} |")
         lines += ["", "Acceptance on random-token scenarios (S1-S5) says nothing about real text; judge "
                   "speculative decoding on K_korean."]
     if any(r.scenario == "K_korean" for s in sides for r in s.runs):
