@@ -64,6 +64,7 @@ from typing import Any
 
 from bench import checks
 from bench import results as R
+from bench import spec as SPEC
 from bench import scenarios as SC
 from bench import telemetry as T
 
@@ -524,6 +525,8 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
                 where = f"; by position {' / '.join(f'{p:.0f}%' for p in by_pos)}" if by_pos else ""
                 row += f" {_n(acc)}% (length {_n(length, 2)}{where}) |" if acc is not None else " - |"
             lines.append(row)
+
+    lines += SPEC.report_sections(side.label, side.runs)
 
     bad = [(side.label, r) for r in side.invalid()] + ([(base.label, r) for r in base.invalid()] if base else [])
     lines += ["", "## Invalid runs", ""]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from bench import workloads as W
+
 
 @dataclass(frozen=True)
 class ScenarioDef:
@@ -31,19 +33,19 @@ class ScenarioDef:
         return {**asdict(self), "prefix_cache_check": self.prefix_cache_check}
 
 
-# Seeds: PoC report Table 2 (input / output tokens per scenario).
+# Every scenario is defined once, with its dataset flags, in bench/workloads.py: the PoC's four
+# (report table 2) and, run when named, S5_shared_prefix (shared by design) and K_korean (real text).
 SCENARIOS: dict[str, ScenarioDef] = {
-    "S1_chat": ScenarioDef(256, 128, source="PoC report table 2"),
-    "S2_summary": ScenarioDef(1024, 256, source="PoC report table 2"),
-    "S3_moderation": ScenarioDef(512, 16, source="PoC report table 2"),
-    "S4_rag": ScenarioDef(4096, 256, source="PoC report table 2"),
+    name: ScenarioDef(w.input_len, w.output_len, dataset=w.dataset, shared_prefix=w.prefix_hits_expected,
+                      source=w.summary)
+    for name, w in W.WORKLOADS.items()
 }
-DEFAULT_SCENARIO_NAMES: tuple[str, ...] = tuple(SCENARIOS)
+DEFAULT_SCENARIO_NAMES: tuple[str, ...] = tuple(W.DEFAULT_WORKLOADS)
 
 
-def lengths() -> dict[str, tuple[int, int]]:
-    """{name: (input tokens, output tokens)} of every defined scenario."""
-    return {name: (s.input_len, s.output_len) for name, s in SCENARIOS.items()}
+def lengths(names: tuple[str, ...] = DEFAULT_SCENARIO_NAMES) -> dict[str, tuple[int, int]]:
+    """{name: (input tokens, output tokens)} of the default scenarios (or the ones named)."""
+    return {name: (SCENARIOS[name].input_len, SCENARIOS[name].output_len) for name in names}
 
 
 def definition(name: str) -> ScenarioDef | None:

@@ -67,10 +67,12 @@ from bench import s3
 from bench import scenarios as SC
 from bench import seeds
 from bench import telemetry as T
+from bench import workloads as W
 from bench.interrupts import rerun_command
 from bench.sweep_options import add_measurement_options
 
-# {name: (input tokens, output tokens)} of the scenarios defined in bench/scenarios.py
+# {name: (input tokens, output tokens)} of the default scenarios (bench/scenarios.py, a view of
+# bench/workloads.py, which also defines S5_shared_prefix and K_korean, run when named)
 DEFAULT_SCENARIOS: dict[str, tuple[int, int]] = SC.lengths()
 DEFAULT_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
@@ -100,6 +102,7 @@ class Scenario:
     input_len: int
     output_len: int
     prefix_cache_check: bool = True  # random prompts: prefix-cache hits mean replayed prompts
+    workload: W.Workload | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ class RunSpec:
     warmups: int
     run_hash: str
     prefix_cache_check: bool = True
+    workload: W.Workload | None = None
+    prompt_format: str | None = None  # real-text scenarios: custom or chat (bench.workloads)
 
     @property
     def filename(self) -> str:
@@ -143,7 +148,7 @@ class RunSpec:
 def parse_scenarios(
     selected: str | None, overrides: list[str], length_scale: float
 ) -> list[Scenario]:
-    table = dict(DEFAULT_SCENARIOS)
+    table: dict[str, W.Workload] = dict(W.WORKLOADS)
     added: list[str] = []
     for item in overrides:
         name, sep, lengths = item.partition("=")
@@ -152,18 +157,21 @@ def parse_scenarios(
             if not (sep and sep2 and name):
                 raise ValueError
             pair = (int(inp), int(out))
-            if min(pair) < 1:
+            custom = name in table and table[name].dataset == "custom"
+            if pair[1] < 1 or pair[0] < (0 if custom else 1):
                 raise ValueError
         except ValueError:
             raise UsageError(
                 f"--scenario {item!r}: expected NAME=INPUT/OUTPUT with positive token counts, "
-                "e.g. S1_chat=256/128"
+                "e.g. S1_chat=256/128 (K_korean=0/64 sets the output cap of the prompt set)"
             ) from None
         if R.parse_result_filename(R.result_filename(name, 1)) != (name, 1):
             raise UsageError(f"--scenario {item!r}: name may hold letters, digits, '_' and '-'")
         if name not in table:
             added.append(name)
-        table[name] = pair
+            table[name] = W.Workload(name, "random", pair[0], pair[1])
+        else:
+            table[name] = _with_lengths(table[name], *pair)
     if selected:
         names = [n.strip() for n in selected.split(",") if n.strip()]
         unknown = [n for n in names if n not in table]
@@ -178,13 +186,34 @@ def parse_scenarios(
         raise UsageError(f"--length-scale must be > 0, got {length_scale}")
     scenarios = []
     for name in names:
-        inp, out = table[name]
-        if length_scale != 1:
-            # An output of 1 token has no inter-token gap, so ITL would be empty.
-            inp, out = max(1, round(inp * length_scale)), max(2, round(out * length_scale))
+        workload = table[name].scaled(length_scale)
         known = SC.definition(name)
-        scenarios.append(Scenario(name, inp, out, known.prefix_cache_check if known else True))
+        scenarios.append(Scenario(name, workload.input_len, workload.output_len,
+                                  known.prefix_cache_check if known else True, workload))
     return scenarios
+
+
+def _with_lengths(workload: W.Workload, inp: int, out: int) -> W.Workload:
+    """A named scenario with other lengths; a shared-prefix scenario keeps its prefix share."""
+    from dataclasses import replace
+
+    if workload.dataset == "custom":
+        return replace(workload, output_len=out)
+    if workload.dataset == "prefix_repetition":
+        prefix = min(inp - 1, max(1, round(inp * workload.prefix_len / workload.input_len)))
+        return replace(workload, input_len=inp, prefix_len=prefix, output_len=out)
+    return replace(workload, input_len=inp, output_len=out)
+
+
+def parse_scenario_concurrencies(items: list[str]) -> dict[str, list[int]]:
+    """--scenario-concurrencies NAME=1,8,64: a scenario's own concurrencies (repeatable)."""
+    out = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--scenario-concurrencies {item!r}: expected NAME=C1,C2,..., e.g. K_korean=1,8,64")
+        out[name] = parse_concurrencies(values)
+    return out
 
 
 def parse_concurrencies(text: str) -> list[int]:
@@ -218,17 +247,36 @@ def _hash(payload: Any) -> str:
 def build_plan(args: argparse.Namespace) -> list[RunSpec]:
     scenarios = parse_scenarios(args.scenarios, args.scenario or [], args.length_scale)
     concurrencies = parse_concurrencies(args.concurrencies)
+    own = parse_scenario_concurrencies(getattr(args, "scenario_concurrencies", None) or [])
+    unknown = sorted(set(own) - {sc.name for sc in scenarios})
+    if unknown:
+        raise UsageError(f"--scenario-concurrencies: {', '.join(unknown)} not among the scenarios to run")
     if args.min_prompts < 1 or args.prompts_per_concurrency < 0:
         raise UsageError("--min-prompts must be >= 1 and --prompts-per-concurrency >= 0")
     if args.attempts < 1:
         raise UsageError(f"--attempts must be >= 1, got {args.attempts}")
     plan = []
     for sc in scenarios:
-        for conc in concurrencies:
+        workload = sc.workload or W.Workload(sc.name, "random", sc.input_len, sc.output_len)
+        try:
+            fmt = W.prompt_format(workload, getattr(args, "prompt_format", "auto") or "auto")
+            identity = workload.identity() if workload.dataset != "random" else None
+        except (ValueError, FileNotFoundError) as exc:
+            raise UsageError(str(exc)) from None
+        sc_concurrencies = own.get(sc.name) or (
+            sorted(workload.concurrencies) if workload.concurrencies else concurrencies)
+        for conc in sc_concurrencies:
             num_prompts = max(args.min_prompts, args.prompts_per_concurrency * conc)
+            if workload.num_prefixes:
+                # prefix_repetition makes num_prompts // num_prefixes prompts per prefix: round up
+                num_prompts = -(-num_prompts // workload.num_prefixes) * workload.num_prefixes
             warmups = warmups_for(args.warmups, conc)
+            if workload.num_prefixes and warmups:
+                warmups = -(-warmups // workload.num_prefixes) * workload.num_prefixes
+            extra_identity = {"workload": identity, "prompt_format": fmt} if identity else {}
             run_hash = _hash(
                 {
+                    **extra_identity,
                     "model": args.model,
                     "scenario": sc.name,
                     "input_len": sc.input_len,
@@ -247,7 +295,7 @@ def build_plan(args: argparse.Namespace) -> list[RunSpec]:
                 }
             )
             plan.append(RunSpec(sc.name, sc.input_len, sc.output_len, conc, num_prompts, warmups, run_hash,
-                                sc.prefix_cache_check))
+                                sc.prefix_cache_check, workload, fmt))
     return plan
 
 
@@ -258,19 +306,15 @@ def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, toke
 
     `--num-warmups` is 0: vLLM's warm-up repeats the run's first prompt, which would then be served
     from the prefix cache. The sweep warms up with a separate process and prompts of their own.
+    The dataset flags are the scenario's (bench.workloads).
     """
+    workload = spec.workload or W.Workload(spec.scenario, "random", spec.input_len, spec.output_len)
     cmd = [
         *vllm, "bench", "serve",
-        "--backend", "openai",
-        "--endpoint", "/v1/completions",
+        *W.request_args(workload, fmt=spec.prompt_format, scratch=result_dir),
         "--base-url", args.base_url,
         "--model", args.model,
         "--tokenizer", tokenizer,
-        "--dataset-name", "random",
-        "--random-input-len", str(spec.input_len),
-        "--random-output-len", str(spec.output_len),
-        "--random-range-ratio", "0",
-        "--ignore-eos",
         "--num-prompts", str(num_prompts or spec.num_prompts),
         "--max-concurrency", str(spec.concurrency),
         "--request-rate", "inf",
@@ -389,6 +433,8 @@ def config_of(args: argparse.Namespace, plan: list[RunSpec]) -> dict[str, Any]:
         scenarios[spec.scenario] = {"input_len": spec.input_len, "output_len": spec.output_len,
                                     "dataset": known.dataset if known else "random",
                                     "prefix_cache_check": spec.prefix_cache_check}
+        if spec.workload and spec.workload.dataset != "random":
+            scenarios[spec.scenario].update(spec.workload.identity(), prompt_format=spec.prompt_format)
     return {
         "model": args.model,
         "scenarios": scenarios,
@@ -589,6 +635,7 @@ class Sweep:
             "capacity_type": self.hardware.get("capacity_type"),
             "price_per_hour": self.hardware.get("price_per_hour"),
             "hardware": self.hardware,
+            "variant": _variant(args),
             "client": {"vllm_bin": " ".join(self.vllm), "python": sys.version.split()[0]},
             "started_at": (previous or {}).get("started_at") or self.session["started_at"],
             "finished_at": None,
@@ -945,6 +992,18 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     return EXIT_INVALID if invalid else EXIT_OK
 
 
+def _variant(args: argparse.Namespace) -> dict[str, Any] | None:
+    """--variant: what this server changes from its base (recorded for `bench compare`)."""
+    text = getattr(args, "variant", None)
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"raw": text}
+    return value if isinstance(value, dict) else {"raw": value}
+
+
 def _has_results(out: Path) -> bool:
     if not out.is_dir():
         return False
@@ -972,6 +1031,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "S2_summary, S3_moderation, S4_rag and any added with --scenario)")
     p.add_argument("--scenario", action="append", metavar="NAME=IN/OUT",
                    help="set or add a scenario's input/output tokens, e.g. S1_chat=32/8 (repeatable)")
+    p.add_argument("--scenario-concurrencies", action="append", metavar="NAME=C1,C2",
+                   help="a scenario's own concurrencies, e.g. K_korean=1,8,64 (repeatable; default: the "
+                        "scenario's own, K_korean 1,8, else --concurrencies)")
+    p.add_argument("--prompt-format", choices=("auto", "custom", "chat"), default="auto",
+                   help="how K_korean's prompts are sent: custom (vLLM custom dataset, client-side chat "
+                        "template; needs pandas), chat (/v1/chat/completions, server-side template) or "
+                        "auto (custom where pandas is installed) (default: auto)")
+    p.add_argument("--variant", default=_env("VLLM_POC_VARIANT"),
+                   help="JSON: what this server changes from its base (recorded for `bench compare`)")
     p.add_argument("--length-scale", type=float, default=1.0,
                    help="multiply every scenario length (tests; outputs stay >= 2 tokens)")
     p.add_argument("--concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)),

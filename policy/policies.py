@@ -397,9 +397,21 @@ def vllm_servers(resource_type: str, name: str, props: Mapping[str, Any]) \
 FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3")
 
 
+# A server variant generated to measure the KV cache dtype (stacks/variants.py) says so in its labels;
+# it is the one deliberate exception (the "FP8 (BF16 KV)" column of PoC Table 6).
+VARIANT_LABEL = "vllm-poc/variant"
+
+
+def measures_kv_cache_dtype(props: Mapping[str, Any]) -> bool:
+    value = _get(props, "metadata", "labels", VARIANT_LABEL)
+    return isinstance(value, str) and "kvCacheDtype" in value.split(".")
+
+
 def check_fp8_kv_cache(resource_type: str, props: Mapping[str, Any], name: str = "",
                        config: Mapping[str, Any] | None = None) -> list[str]:
     messages: list[str] = []
+    if measures_kv_cache_dtype(props):
+        return messages
     for label, serve in vllm_servers(resource_type, name, props):
         model = serve.model
         if not isinstance(model, str) or "fp8" not in model.lower():

@@ -14,6 +14,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from bench import workloads as bench_workloads
 from components.bench_job import BenchJob, BenchJobArgs, BenchNodeAccess
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
@@ -26,7 +27,7 @@ from components.pod_security import namespace_labels
 from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, replace_api_key, selector_labels
 from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
-from stacks import serving
+from stacks import serving, variants
 from stacks.account_checks import check_caller, check_gpu_ami, stack_zones
 from stacks.settings import BenchSettings, StackSettings
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
@@ -68,8 +69,11 @@ def gpu_pool_specs(settings: StackSettings) -> list[GpuPoolSpec]:
 
 
 def bench_code() -> dict[str, str]:
-    """The bench package as the Job mounts it (every module: `python -m bench` imports them all)."""
-    return {path.name: path.read_text() for path in sorted(BENCH_DIR.glob("*.py"))}
+    """The bench package as the Job mounts it (every module: `python -m bench` imports them all),
+    plus the data files its scenarios read (the Korean prompt set), flat beside the modules."""
+    code = {path.name: path.read_text() for path in sorted(BENCH_DIR.glob("*.py"))}
+    code.update(bench_workloads.data_files())
+    return code
 
 
 def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str],
@@ -134,6 +138,14 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
     ]
     if prices:
         args += ["--prices", ",".join(f"{t}={p:g}" for t, p in sorted(prices.items()))]
+    for scenario, values in sorted(bench.scenario_concurrencies.items()):
+        args += ["--scenario-concurrencies", f"{scenario}={','.join(map(str, sorted(values)))}"]
+    server = settings.server(server_name)
+    if server.variant_of is not None:
+        args += ["--variant", json.dumps({"base": server.variant_of.base, "cross": server.variant_of.cross,
+                                          "settings": {k: getattr(server, variants.snake(k))
+                                                       for k in server.variant_of.settings}},
+                                         sort_keys=True)]
     return args
 
 

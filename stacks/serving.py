@@ -20,6 +20,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
@@ -287,9 +288,20 @@ def tensor_parallel_problem(tp: int) -> str | None:
     return None
 
 
-def kv_cache_dtype_problem(model: str, kv_cache_dtype: str | None) -> str | None:
+# A variant that exists to measure the KV cache dtype may use the checkpoint's own (BF16) KV cache,
+# the "FP8 (BF16 KV)" column of PoC Table 6; nothing else may.
+MEASURED_KV_CACHE_DTYPES = ("auto", "bfloat16")
+
+
+def _measures_kv(origin) -> bool:
+    return origin is not None and "kvCacheDtype" in origin.settings
+
+
+def kv_cache_dtype_problem(model: str, kv_cache_dtype: str | None, *, measured: bool = False) -> str | None:
     profile = MODELS.get(model)
     if profile is None or kv_cache_dtype is None or kv_cache_dtype in profile.allowed_kv_cache_dtypes:
+        return None
+    if measured and kv_cache_dtype in MEASURED_KV_CACHE_DTYPES:
         return None
     if model == "fp8-dynamic":
         return (f"{kv_cache_dtype!r} is refused for fp8-dynamic: the checkpoint needs "
@@ -333,6 +345,16 @@ def _raise(problem: str | None, value):
     return value
 
 
+class VariantOrigin(BaseModel):
+    """Where a generated variant comes from (stacks/variants.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base: str = Field(description="Base server name.")
+    settings: list[str] = Field(description="Config keys the variant changes.")
+    cross: bool = Field(False, description="Part of a declared cross product.")
+
+
 class ServerSettings(BaseModel):
     """One vLLM server (a Deployment and its Service): `vllm-poc:servers[]` in the stack config."""
 
@@ -369,6 +391,20 @@ class ServerSettings(BaseModel):
     num_speculative_tokens: int = Field(
         4, ge=1, le=8,
         description="MTP draft tokens per step (PoC measured 4; 4 vs 8 is an open sweep).",
+    )
+    variants: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="Variants of this server, one change at a time: {setting: [values]} (e.g. "
+        "numSpeculativeTokens: [8], kvCacheDtype: [auto], tensorParallelSize: [4]); each value makes "
+        "its own server, bench Job and results prefix, named <name>-<change> (stacks/variants.py).",
+    )
+    cross_product: bool = Field(
+        False, description="With variants: the full cross product of the listed values instead of "
+        "one change at a time.",
+    )
+    variant_of: VariantOrigin | None = Field(
+        None, description="Set by the stack on generated variants (never by hand): base server and "
+        "the settings changed.",
     )
     kv_cache_dtype: str | None = Field(
         None,
@@ -418,7 +454,8 @@ class ServerSettings(BaseModel):
     @field_validator("kv_cache_dtype")
     @classmethod
     def _kv(cls, v: str | None, info: ValidationInfo) -> str | None:
-        return _raise(kv_cache_dtype_problem(info.data.get("model", ""), v), v)
+        return _raise(kv_cache_dtype_problem(info.data.get("model", ""), v,
+                                             measured=_measures_kv(info.data.get("variant_of"))), v)
 
     @field_validator("image")
     @classmethod
@@ -521,6 +558,14 @@ def speculative_config(server: ServerSettings, uris: ModelUris) -> dict | None:
             "num_speculative_tokens": server.num_speculative_tokens}
 
 
+def variant_labels(server: ServerSettings) -> dict[str, str]:
+    """Labels that say a server is a variant, of which base, changing which settings."""
+    if server.variant_of is None:
+        return {}
+    return {"vllm-poc/variant-of": server.variant_of.base,
+            "vllm-poc/variant": ".".join(server.variant_of.settings)}
+
+
 def build_serve_spec(
     server: ServerSettings,
     instance: catalog.InstanceType,
@@ -612,6 +657,11 @@ def build_serve_spec(
     if server.uses_speculative and server.num_speculative_tokens != 4:
         notes.append(f"num_speculative_tokens {server.num_speculative_tokens}: the PoC measured 4; "
                      "4 vs 8 with fp8 KV at high concurrency is an open sweep.")
+    if _measures_kv(server.variant_of) and server.effective_kv_cache_dtype in MEASURED_KV_CACHE_DTYPES \
+            and server.effective_kv_cache_dtype not in profile.allowed_kv_cache_dtypes:
+        notes.append(f"measurement variant of {server.variant_of.base}: {server.model} with a "
+                     f"{server.effective_kv_cache_dtype} KV cache (about half the KV tokens, PoC 5.1); "
+                     "not a configuration to serve with.")
     loader = loader_profile(instance)
     if instance.name not in LOADER_PROFILES:
         notes.append(f"{instance.name}: Run:ai loader settings {loader.basis}.")
@@ -620,7 +670,8 @@ def build_serve_spec(
         name=server.name,
         pool=server.pool,
         replicas=server.replicas,
-        labels={"vllm-poc/model": server.model, "vllm-poc/traffic-class": server.traffic_class},
+        labels={"vllm-poc/model": server.model, "vllm-poc/traffic-class": server.traffic_class,
+                **variant_labels(server)},
         image=server.image,
         # Explicit: the image's ENTRYPOINT is not relied on.
         command=("vllm", "serve"),
@@ -702,7 +753,8 @@ def check_server(
             ("model", model_problem(server.model)),
             ("trafficClass", traffic_class_problem(server.traffic_class)),
             ("tensorParallelSize", tensor_parallel_problem(server.tensor_parallel_size)),
-            ("kvCacheDtype", kv_cache_dtype_problem(server.model, server.kv_cache_dtype)),
+            ("kvCacheDtype", kv_cache_dtype_problem(server.model, server.kv_cache_dtype,
+                                                     measured=_measures_kv(server.variant_of))),
             ("extraArgs", extra_args_problem(list(server.extra_args))),
             ("env", env_problem(dict(server.env))),
         )

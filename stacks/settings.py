@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic.alias_generators import to_camel
 
 from bench.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
-from stacks import catalog
+from bench.workloads import WORKLOADS
+from stacks import catalog, variants
 from stacks.serving import ServerSettings, check_server, server_model_ids
 from stacks.startup_settings import ImageCacheSettings, StreamerJobSettings, check_pool, streamer_model
 from stacks.vllm_flags import server_extra_args_problems
@@ -454,7 +455,13 @@ class BenchSettings(_Settings):
     scenarios: list[str] = Field(
         default_factory=lambda: list(DEFAULT_SCENARIOS),
         description="Scenarios to sweep: " + ", ".join(f"{k} {i}/{o}" for k, (i, o) in DEFAULT_SCENARIOS.items())
-        + " (input/output tokens, PoC report table 2).",
+        + " (input/output tokens, PoC report table 2); also S5_shared_prefix (2048/256, 90% shared "
+        "prefix) and K_korean (the Korean marketplace prompt set, outputs <= 256, c=1 and 8).",
+    )
+    scenario_concurrencies: dict[str, list[int]] = Field(
+        default_factory=dict,
+        description="A scenario's own concurrencies ({scenario: [c, ...]}), e.g. K_korean: [1, 8, 64]; "
+        "default: the scenario's own (K_korean 1 and 8), else concurrencies.",
     )
     concurrencies: list[int] = Field(
         default_factory=lambda: list(DEFAULT_CONCURRENCIES),
@@ -475,12 +482,25 @@ class BenchSettings(_Settings):
     @field_validator("scenarios")
     @classmethod
     def _scenarios(cls, v: list[str]) -> list[str]:
-        unknown = [name for name in v if name not in DEFAULT_SCENARIOS]
+        unknown = [name for name in v if name not in WORKLOADS]
         if unknown or not v or len(set(v)) != len(v):
             raise ValueError(
-                f"scenarios must be distinct names from {', '.join(DEFAULT_SCENARIOS)}; got {v}"
+                f"scenarios must be distinct names from {', '.join(WORKLOADS)}; got {v}"
             )
         return v
+
+    @model_validator(mode="after")
+    def _scenario_concurrencies(self) -> BenchSettings:
+        for name, values in self.scenario_concurrencies.items():
+            if name not in self.scenarios:
+                raise ValueError(f"scenarioConcurrencies.{name}: not among bench.scenarios ({', '.join(self.scenarios)})")
+            if not values or any(c < 1 for c in values) or len(set(values)) != len(values):
+                raise ValueError(f"scenarioConcurrencies.{name}: need distinct positive integers; got {values}")
+        return self
+
+    def concurrencies_of(self, scenario: str) -> list[int]:
+        own = WORKLOADS[scenario].concurrencies
+        return sorted(self.scenario_concurrencies.get(scenario) or (own and list(own)) or self.concurrencies)
 
     @field_validator("concurrencies")
     @classmethod
@@ -491,11 +511,11 @@ class BenchSettings(_Settings):
 
     @property
     def max_concurrency(self) -> int:
-        return max(self.concurrencies)
+        return max(c for name in self.scenarios for c in self.concurrencies_of(name))
 
     @property
     def max_request_tokens(self) -> int:
-        return max(sum(DEFAULT_SCENARIOS[name]) for name in self.scenarios)
+        return max(WORKLOADS[name].max_request_tokens() for name in self.scenarios)
 
 
 class StackSettings(_Settings):
@@ -530,6 +550,11 @@ class StackSettings(_Settings):
     )
     tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every AWS resource.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _variants(cls, data: Any) -> Any:
+        return variants.expand_config(data, ServerSettings)
+
     @field_validator("region")
     @classmethod
     def _region(cls, v: str) -> str:
@@ -550,6 +575,8 @@ class StackSettings(_Settings):
                 problems.append(
                     f"gpuPools[{index}].streamerJob.model: {model or 'no model'} is not staged by any server; set "
                     f"it to one of {', '.join(sorted(staged)) or '(no servers defined)'}")
+        if not problems:
+            problems += variants.variant_problems(self) + variants.gpu_budget_problems(self)
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -11,6 +11,7 @@ import sys
 import boto3
 import pytest
 
+from bench.workloads import data_files
 from components import pod_security
 from components.bench_job import FINAL_EXIT_CODES
 from stacks.environment import BENCH_DIR
@@ -105,7 +106,7 @@ def test_results_go_to_the_stack_prefix_of_the_results_bucket(dev):
 def test_config_map_carries_the_whole_bench_package(dev):
     (config_map,) = [c for c in dev.k8s("ConfigMap") if c["metadata"]["name"].startswith("bench-code-")]
     assert config_map["immutable"] is True
-    assert set(config_map["data"]) == {p.name for p in BENCH_DIR.glob("*.py")}
+    assert set(config_map["data"]) == {p.name for p in BENCH_DIR.glob("*.py")} | set(data_files())
     assert config_map["data"]["sweep.py"] == (BENCH_DIR / "sweep.py").read_text()
 
 

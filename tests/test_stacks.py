@@ -9,7 +9,7 @@ from stacks.render import _plain, render_stack
 from stacks.settings import load_stack_settings
 from tests.fixtures.k8s_schemas import validate_object
 
-STACKS = ("dev", "g7e")
+STACKS = ("dev", "g7e", "matrix", "tp")
 
 
 @pytest.fixture(scope="module", params=STACKS)

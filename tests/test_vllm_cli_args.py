@@ -19,7 +19,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from stacks import catalog, serving, vllm_flags
 from stacks.versions import pins
@@ -75,14 +74,15 @@ def _matrix() -> dict[str, tuple[serving.ServerSettings, str]]:
 
 
 def _stack_servers() -> dict[str, tuple[serving.ServerSettings, str]]:
-    """Servers declared in the repository's Pulumi.<stack>.yaml files, on their pools."""
+    """Servers of the repository's Pulumi.<stack>.yaml files as the stack builds them (variants
+    expanded into their own servers), on their pools."""
+    from stacks.settings import load_stack_settings
+
     cases: dict[str, tuple[serving.ServerSettings, str]] = {}
     for path in sorted(REPO.glob("Pulumi.*.yaml")):
-        config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-        pools = {p["name"]: p["instanceType"] for p in config.get("vllm-poc:gpuPools") or []}
-        for index, raw in enumerate(config.get("vllm-poc:servers") or []):
-            server = serving.ServerSettings.model_validate(raw)
-            cases[f"{path.name}:servers[{index}]"] = (server, pools[server.pool])
+        settings = load_stack_settings(path.name.removeprefix("Pulumi.").removesuffix(".yaml"))
+        for server in settings.servers:
+            cases[f"{path.name}:{server.name}"] = (server, settings.pool(server.pool).instance_type)
     return cases
 
 

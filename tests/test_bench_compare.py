@@ -1,0 +1,265 @@
+"""`bench compare` on hand-made sweeps: Table 6 layout and winners, what differs, the like-for-like
+refusal, the acceptance gate, SLO capacity, and the command's contract (files and exact keys).
+
+The numbers are the PoC's Table 6 (FP8-dynamic with BF16 KV vs with fp8 KV on one g6e.12xlarge):
+fp8 KV wins S2_summary/32 (201.8 vs 112.1) and S4_rag/32 (104.5 vs 52.2).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import compare as C
+from bench import report as REP
+from bench import results as R
+
+REPO = Path(__file__).resolve().parents[1]
+LENGTHS = {"S1_chat": (256, 128), "S2_summary": (1024, 256), "S4_rag": (4096, 256), "K_korean": (0, 256)}
+BASE_FLAGS = ["s3://vllm-poc-matrix-weights/models/RedHatAI/gemma-4-31B-it-FP8-dynamic/",
+              "--served-model-name", "RedHatAI/gemma-4-31B-it-FP8-dynamic", "--host", "0.0.0.0", "--port", "8000",
+              "--load-format", "runai_streamer", "--model-loader-extra-config", '{"concurrency":128}',
+              "--tensor-parallel-size", "1", "--max-model-len", "8192", "--max-num-seqs", "64",
+              "--gpu-memory-utilization", "0.90", "--kv-cache-dtype", "fp8", "--enable-prefix-caching"]
+MTP = '{"method":"mtp","model":"s3://b/models/google/gemma-4-31B-it-assistant/","num_speculative_tokens":4}'
+
+TABLE6 = {  # (scenario, concurrency): (FP8 BF16 KV, FP8 fp8 KV)
+    ("S2_summary", 32): (112.1, 201.8),
+    ("S4_rag", 32): (52.2, 104.5),
+}
+
+
+def flags(**changes: str | None) -> list[str]:
+    out = list(BASE_FLAGS)
+    for flag, value in changes.items():
+        name = "--" + flag.replace("_", "-")
+        if name in out:
+            i = out.index(name)
+            if value is None:
+                del out[i:i + 2]
+            else:
+                out[i + 1] = value
+        elif value is not None:
+            out += [name, value]
+    return out
+
+
+def sweep(folder: Path, cells: dict[tuple[str, int], float], *, server_flags: list[str], gpus: int = 1,
+          seed: int = 0, vllm: str = "0.26.0", spec: dict[tuple[str, int], float] | None = None,
+          invalid: tuple[str, int] | None = None, variant: dict | None = None,
+          ttft99: float = 300.0, itl99: float = 30.0) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for (scenario, conc), tok_s in cells.items():
+        n = max(32, 8 * conc)
+        inp, out = LENGTHS[scenario]
+        data = {"num_prompts": n, "completed": n, "failed": 0, "duration": 60.0, "max_concurrency": conc,
+                "scenario": scenario, "concurrency": str(conc), R.META_INPUT_LEN: str(inp),
+                R.META_OUTPUT_LEN: str(out), "output_throughput": tok_s, "request_throughput": tok_s / out,
+                "p50_ttft_ms": ttft99 / 2, "p99_ttft_ms": ttft99, "p50_itl_ms": itl99 / 2, "p99_itl_ms": itl99,
+                "p50_e2el_ms": 2690.0}
+        if scenario != "K_korean":
+            data["total_output_tokens"] = n * out
+        if spec and (scenario, conc) in spec:
+            data["spec_decode_acceptance_rate"] = spec[(scenario, conc)]
+            data["spec_decode_acceptance_length"] = 1 + 4 * spec[(scenario, conc)] / 100
+            data["spec_decode_per_position_acceptance_rates"] = [0.8, 0.6, 0.45, 0.35]
+        if (scenario, conc) == invalid:
+            data["failed"], data["completed"] = n, 0
+        (folder / R.result_filename(scenario, conc)).write_text(json.dumps(data))
+        runs.append({"scenario": scenario, "concurrency": conc, "num_prompts": n, "output_len": out,
+                     "status": "invalid" if (scenario, conc) == invalid else "valid"})
+    scenarios = {s: {"input_len": LENGTHS[s][0], "output_len": LENGTHS[s][1]} for s, _ in cells}
+    manifest = {
+        "config": {"model": "RedHatAI/gemma-4-31B-it-FP8-dynamic", "scenarios": scenarios,
+                   "concurrencies": sorted({c for _, c in cells}), "min_prompts": 32,
+                   "prompts_per_concurrency": 8, "warmups": "auto", "seed": seed, "length_scale": 1.0,
+                   "bench_args": "", "percentile_metrics": "ttft,tpot,itl,e2el", "metric_percentiles": "50,90,99",
+                   "attempts": 2},
+        "label": None, "server": {"vllm_version": vllm}, "served_flags": json.dumps(server_flags),
+        "instance_type": "g6e.12xlarge", "gpus": gpus, "price_per_hour": 10.49 * gpus / 4, "runs": runs,
+    }
+    if variant:
+        manifest["variant"] = variant
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def compare(tmp_path, *folders, labels=None):
+    sides = C.load_sides([str(f) for f in folders], labels)
+    data, extra = C.build(sides, ttft_ms=500.0, itl_ms=50.0)
+    return data, extra, C.render_markdown(sides, data, extra, 500.0, 50.0)
+
+
+def table6(tmp_path):
+    bf16 = sweep(tmp_path / "bf16kv", {k: v[0] for k, v in TABLE6.items()}, server_flags=flags(kv_cache_dtype="auto"))
+    fp8 = sweep(tmp_path / "fp8kv", {k: v[1] for k, v in TABLE6.items()}, server_flags=flags())
+    return bf16, fp8
+
+
+def test_table6_winner_per_cell_and_what_differs(tmp_path):
+    data, _, md = compare(tmp_path, *table6(tmp_path), labels=["FP8 (BF16 KV)", "FP8 (fp8 KV)"])
+    assert data["incomplete"] == []
+    assert data["variants"] == [
+        {"label": "FP8 (BF16 KV)", "dir": str(tmp_path / "bf16kv"), "differs": {"kvCacheDtype": "auto"}},
+        {"label": "FP8 (fp8 KV)", "dir": str(tmp_path / "fp8kv"), "differs": {"kvCacheDtype": "fp8"}},
+    ]
+    assert [(c["scenario"], c["concurrency"], c["output_tok_s"], c["winner"]) for c in data["cells"]] == [
+        ("S2_summary", 32, {"FP8 (BF16 KV)": 112.1, "FP8 (fp8 KV)": 201.8}, "FP8 (fp8 KV)"),
+        ("S4_rag", 32, {"FP8 (BF16 KV)": 52.2, "FP8 (fp8 KV)": 104.5}, "FP8 (fp8 KV)"),
+    ]
+    assert "| S2_summary / 32 | 112.1 | **201.8** | FP8 (fp8 KV) |" in md
+    assert "| FP8 (BF16 KV) | `" in md and "`auto`" in md
+
+
+def test_the_lower_number_wins_nothing_and_a_tie_names_no_winner(tmp_path):
+    a = sweep(tmp_path / "a", {("S1_chat", 8): 146.4, ("S1_chat", 32): 300.0}, server_flags=flags(kv_cache_dtype="auto"))
+    b = sweep(tmp_path / "b", {("S1_chat", 8): 129.8, ("S1_chat", 32): 300.0}, server_flags=flags())
+    data, _, _ = compare(tmp_path, a, b)
+    assert [c["winner"] for c in data["cells"]] == ["a", None]
+
+
+def test_a_second_differing_setting_makes_it_incomplete_and_names_no_winner(tmp_path):
+    bf16, _ = table6(tmp_path)
+    both = sweep(tmp_path / "both", {k: v[1] for k, v in TABLE6.items()},
+                 server_flags=flags(speculative_config=MTP))  # fp8 KV AND MTP: two changes
+    data, _, md = compare(tmp_path, bf16, both)
+    assert data["variants"][1]["differs"] == {"kvCacheDtype": "fp8", "speculative": "mtp google/gemma-4-31B-it-assistant k=4"}
+    assert len(data["incomplete"]) == 1 and "differ in 2 settings (kvCacheDtype, speculative)" in data["incomplete"][0]
+    assert all(c["winner"] is None for c in data["cells"])
+    assert "## Incomplete: no winner is named" in md
+    # A cross product declared by the sweeps themselves is compared as such.
+    for folder in (bf16, both):
+        m = json.loads((folder / "manifest.json").read_text())
+        m["variant"] = {"cross": True}
+        (folder / "manifest.json").write_text(json.dumps(m))
+    data, _, _ = compare(tmp_path, bf16, both)
+    assert data["incomplete"] == [] and [c["winner"] for c in data["cells"]] == ["both", "both"]
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"seed": 1}, "benchmark setting seed differs"),
+    ({"vllm": "0.32.0"}, "benchmark setting vllm_version differs"),
+    ({"invalid": ("S4_rag", 32)}, "1 invalid or missing runs: S4_rag c=32"),
+])
+def test_differences_in_the_benchmark_itself_are_refused(tmp_path, change, reason):
+    bf16 = sweep(tmp_path / "bf16", {k: v[0] for k, v in TABLE6.items()}, server_flags=flags(kv_cache_dtype="auto"))
+    fp8 = sweep(tmp_path / "fp8", {k: v[1] for k, v in TABLE6.items()}, server_flags=flags(), **change)
+    data, _, _ = compare(tmp_path, bf16, fp8)
+    assert any(reason in r for r in data["incomplete"]), data["incomplete"]
+    assert all(c["winner"] is None for c in data["cells"])
+
+
+def test_different_concurrencies_and_missing_manifests_are_refused(tmp_path):
+    a = sweep(tmp_path / "a", {("S2_summary", 32): 1.0, ("S2_summary", 64): 2.0}, server_flags=flags())
+    b = sweep(tmp_path / "b", {("S2_summary", 32): 3.0}, server_flags=flags(kv_cache_dtype="auto"))
+    data, _, _ = compare(tmp_path, a, b)
+    assert any("scenario S2_summary: concurrencies differ" in r for r in data["incomplete"])
+    cell64 = [c for c in data["cells"] if c["concurrency"] == 64][0]
+    assert cell64["output_tok_s"] == {"a": 2.0, "b": None} and cell64["winner"] is None
+    (b / "manifest.json").unlink()
+    data, _, _ = compare(tmp_path, a, b)
+    assert any("b: no manifest.json" in r for r in data["incomplete"])
+
+
+def test_tensor_parallel_variants_bring_their_gpu_count_with_them(tmp_path):
+    tp1 = sweep(tmp_path / "tp1", {("S4_rag", 32): 100.0}, server_flags=flags(), gpus=1)
+    tp2 = sweep(tmp_path / "tp2", {("S4_rag", 32): 180.0}, server_flags=flags(tensor_parallel_size="2"), gpus=2)
+    data, extra, md = compare(tmp_path, tp1, tp2)
+    assert data["incomplete"] == [] and extra["settings"] == ["tensorParallelSize"]
+    assert data["variants"][1]["differs"] == {"gpus": "2", "tensorParallelSize": "2"}
+    assert data["cells"][0]["winner"] == "tp2"
+    assert "Follows from the setting above: gpus" in md
+
+
+def test_acceptance_gate_flags_a_collapsed_draft_and_it_never_wins(tmp_path):
+    cells = {("K_korean", 1): 48.5, ("K_korean", 8): 281.5, ("S1_chat", 8): 300.0}
+    off = sweep(tmp_path / "mtp-off", {("K_korean", 1): 18.4, ("K_korean", 8): 122.9, ("S1_chat", 8): 150.0},
+                server_flags=flags())
+    # Faster everywhere, but its MTP draft accepts 3 % of Korean drafts: a broken configuration.
+    broken = sweep(tmp_path / "mtp-k4", cells, server_flags=flags(speculative_config=MTP),
+                   spec={("K_korean", 1): 3.0, ("K_korean", 8): 2.5, ("S1_chat", 8): 1.0})
+    data, extra, md = compare(tmp_path, off, broken)
+    assert data["incomplete"] == []
+    assert [c["winner"] for c in data["cells"]] == ["mtp-off", "mtp-off", "mtp-off"]
+    assert list(extra["gated"]) == ["mtp-k4"] and len(extra["gated"]["mtp-k4"]) == 2  # K_korean only
+    assert "## Configuration problems (never a winner)" in md and "accepted 3.0 %" in md
+    # A healthy draft (the PoC's 54.7-56.0 %) passes the gate and wins.
+    healthy = sweep(tmp_path / "mtp-ok", cells, server_flags=flags(speculative_config=MTP),
+                    spec={("K_korean", 1): 56.0, ("K_korean", 8): 54.7})
+    data, extra, md = compare(tmp_path, off, healthy)
+    assert [c["winner"] for c in data["cells"]] == ["mtp-ok"] * 3 and extra["gated"] == {}
+    assert "| mtp-ok | 54.7-56.0% | 0.80 / 0.60 / 0.45 / 0.35 | 48.5 | 2.69 s | 281.5 |" in md
+
+
+def test_low_acceptance_on_random_tokens_is_not_a_configuration_problem(tmp_path):
+    a = sweep(tmp_path / "a", {("S1_chat", 8): 150.0}, server_flags=flags())
+    b = sweep(tmp_path / "b", {("S1_chat", 8): 160.0}, server_flags=flags(speculative_config=MTP),
+              spec={("S1_chat", 8): 2.0})
+    data, extra, _ = compare(tmp_path, a, b)
+    assert extra["gated"] == {} and data["cells"][0]["winner"] == "b"
+
+
+def test_slo_capacity_from_the_runs_or_the_capacity_search(tmp_path):
+    a = sweep(tmp_path / "a", {("S2_summary", 8): 80.0, ("S2_summary", 32): 200.0}, server_flags=flags())
+    b = sweep(tmp_path / "b", {("S2_summary", 8): 90.0, ("S2_summary", 32): 210.0},
+              server_flags=flags(kv_cache_dtype="auto"), ttft99=900.0)  # misses the 500 ms TTFT p99 SLO
+    data, _, _ = compare(tmp_path, a, b)
+    assert data["slo_capacity"] == {"S2_summary": {"a": 200.0, "b": None}}
+    (b / "capacity.json").write_text(json.dumps({"scenarios": {"S2_summary": {"output_tok_s": 75.5}}}))
+    data, _, _ = compare(tmp_path, a, b)
+    assert data["slo_capacity"]["S2_summary"]["b"] == 75.5
+
+
+def test_server_settings_from_flags():
+    s = C.server_settings(flags(speculative_config=MTP, kv_cache_dtype="auto") + ["--enable-sleep-mode"])
+    assert s["model"] == "RedHatAI/gemma-4-31B-it-FP8-dynamic" and s["kvCacheDtype"] == "auto"
+    assert s["speculative"] == "mtp google/gemma-4-31B-it-assistant k=4" and s["sleepMode"] == "on"
+    assert "--host" not in s and "--model-loader-extra-config" not in s
+    assert C.server_settings(["m", "--max-num-seqs=32"])["maxNumSeqs"] == "32"
+    assert C.server_settings(["m"])["speculative"] == "off"
+
+
+def test_command_writes_the_contract_files(tmp_path):
+    bf16, fp8 = table6(tmp_path)
+    out = tmp_path / "cmp"
+    proc = subprocess.run([sys.executable, "-m", "bench", "compare", str(bf16), str(fp8), "--labels", "bf16-kv,fp8-kv",
+                           "--out", str(out)], cwd=REPO, text=True, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((out / "compare.json").read_text())
+    assert set(data) == {"variants", "cells", "slo_capacity", "incomplete"}
+    assert all(set(v) == {"label", "dir", "differs"} for v in data["variants"])
+    assert all(set(c) == {"scenario", "concurrency", "output_tok_s", "winner"} for c in data["cells"])
+    assert [c["winner"] for c in data["cells"]] == ["fp8-kv", "fp8-kv"]
+    assert (out / "compare.md").read_text().startswith("# Variant comparison: bf16-kv vs fp8-kv")
+    assert "2 winners" in proc.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["ONE"], "at least two sweep folders"),
+    (["ONE", "TWO", "--labels", "a"], "1 labels for 2 folders"),
+    (["ONE", "TWO", "--labels", "x,x"], "not unique"),
+    (["ONE", "/nonexistent/sweep"], "no such folder"),
+])
+def test_bad_arguments_exit_2(tmp_path, argv, message, capsys):
+    bf16, fp8 = table6(tmp_path)
+    argv = [str(bf16) if a == "ONE" else str(fp8) if a == "TWO" else a for a in argv]
+    assert C.main([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_suspect_run_makes_the_comparison_incomplete(tmp_path):
+    bf16, fp8 = table6(tmp_path)
+    m = json.loads((fp8 / "manifest.json").read_text())
+    for rec in m["runs"]:
+        if rec["scenario"] == "S4_rag":
+            rec.update(status="suspect", suspect="prefix-cache hits 40.0% of prompt tokens")
+    (fp8 / "manifest.json").write_text(json.dumps(m))
+    data, _, _ = compare(tmp_path, bf16, fp8)
+    assert any("fp8kv: 1 suspect runs: S4_rag c=32" in r for r in data["incomplete"]), data["incomplete"]
+    assert [c["output_tok_s"]["fp8kv"] for c in data["cells"]] == [201.8, None]
+    assert all(c["winner"] is None for c in data["cells"])
