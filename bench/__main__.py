@@ -1,11 +1,11 @@
-"""Entry point: `python -m bench <sweep|report|startup|fetch> ...`."""
+"""Entry point: `python -m bench <sweep|report|plan|startup|fetch> ...`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from bench import fetch, report, startup, sweep
+from bench import fetch, plan, report, startup, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark a vLLM server: sweep scenarios x concurrencies, report, startup phases.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (sweep, report, startup, fetch):
+    for module in (sweep, report, plan, startup, fetch):
         module.add_parser(sub)
     return parser
 
