@@ -271,10 +271,14 @@ class Search:
     """Integer bisection of the SLO capacity (concurrency) of one scenario.
 
     Feed it the grid's judgements (`grid`), then ask `next_run()` for the concurrency to run and
-    `observe()` the pooled judgement of every run at that concurrency, until `next_run()` is None.
-    `min_requests`: a run that may decide uses at least this many requests; `repeats`: extra runs
-    of a point whose interval straddles a limit; `bracket`: stop when fail - pass <= max(1,
-    bracket x pass).
+    `requests_for()` for how many requests, and `observe()` the pooled judgement of every run at
+    that concurrency, until `next_run()` is None.
+
+    A new point is first screened with `screen` requests (the grid's count at that concurrency):
+    a failure with confidence settles it cheaply; anything else is topped up to `min_requests`
+    (pooled), since a pass counts only with confidence on at least `min_requests` requests. A
+    point that still straddles a limit then gets up to `repeats` more runs of `min_requests`;
+    after those it counts as failing. Stop when fail - pass <= max(1, bracket x pass).
     """
 
     grid: dict[int, Judgement]
@@ -282,7 +286,15 @@ class Search:
     repeats: int = DEFAULT_REPEATS
     bracket: float = DEFAULT_BRACKET
     extra: dict[int, Judgement] = field(default_factory=dict)
-    runs: dict[int, int] = field(default_factory=dict)
+    run_requests: dict[int, list[int]] = field(default_factory=dict)
+
+    def repeats_used(self, c: int) -> int:
+        total, used = 0, 0
+        for n in self.run_requests.get(c, []):
+            if total >= self.min_requests:
+                used += 1
+            total += n
+        return used
 
     def _passes(self, c: int) -> bool | None:
         """True/False once decided, None while it still needs a (re)run."""
@@ -290,7 +302,9 @@ class Search:
             j = self.extra[c]
             if confident(j, self.min_requests):
                 return True
-            if j.state == FAIL or self.runs.get(c, 0) > self.repeats:
+            if j.state == FAIL:
+                return False
+            if j.requests >= self.min_requests and self.repeats_used(c) >= self.repeats:
                 return False
             return None
         g = self.grid.get(c)
@@ -305,6 +319,9 @@ class Search:
             return not decided
         g = self.grid.get(c)
         return c not in self.extra and g is not None and not g.point_pass
+
+    def decided(self, c: int) -> bool | None:
+        return self._passes(c)
 
     def bounds(self) -> tuple[int | None, int | None]:
         """(pass end, fail end) as things stand; pass end None = nothing passes.
@@ -326,7 +343,7 @@ class Search:
         if lo is None:
             return None
         pending = [c for c in self.extra if self._passes(c) is None]
-        if pending:  # a straddling point gets its repeat before anything else
+        if pending:  # a point being topped up or repeated comes before anything else
             return min(pending)
         if hi is not None and hi - lo > max(1, math.floor(self.bracket * lo)):
             return (lo + hi) // 2
@@ -336,9 +353,17 @@ class Search:
             return lo
         return None
 
-    def observe(self, concurrency: int, judgement: Judgement) -> None:
-        """The pooled judgement of every search run at this concurrency so far."""
-        self.runs[concurrency] = self.runs.get(concurrency, 0) + 1
+    def requests_for(self, c: int, screen: int | None = None) -> int:
+        have = self.extra[c].requests if c in self.extra else 0
+        if have == 0:
+            return min(screen, self.min_requests) if screen else self.min_requests
+        if have < self.min_requests:
+            return self.min_requests - have
+        return self.min_requests
+
+    def observe(self, concurrency: int, judgement: Judgement, requests: int) -> None:
+        """The pooled judgement of every search run at this concurrency so far, and this run's size."""
+        self.run_requests.setdefault(concurrency, []).append(requests)
         self.extra[concurrency] = judgement
 
     def result(self) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def slo_capacity(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResu
     for c, runs in search.items():
         state.extra[c] = C.judge_results([d for _, d in runs], ttft_ms=ttft_ms, decode_ms=decode_ms,
                                          decode_metric=decode_metric)
-        state.runs[c] = len(runs)
+        state.run_requests[c] = [r.completed or 0 for r, _ in runs]
     lo, hi = state.bounds()
     if lo is None:
         return {"state": C.NEVER_MEETS_SLO}

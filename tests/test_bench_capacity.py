@@ -98,33 +98,39 @@ def model_judgement(c, requests):
 
 
 def run_search(grid_cs, judge, **kw):
-    grid = {c: judge(c, 32 if c < 25 else 8 * c) for c in grid_cs}
+    """Drive a search; `judge(c, total_requests)` = the pooled judgement of that many requests."""
+    grid = {c: judge(c, max(32, 8 * c)) for c in grid_cs}
     search = C.Search(grid, **kw)
-    order = []
+    order, sizes = [], []
     while (c := search.next_run()) is not None:
+        n = search.requests_for(c, screen=max(32, 8 * c))
+        total = sum(search.run_requests.get(c, [])) + n
         order.append(c)
-        prior = search.runs.get(c, 0)
-        search.observe(c, judge(c, 200, repeat=prior) if "repeat" in judge.__code__.co_varnames else judge(c, 200))
+        sizes.append(n)
+        search.observe(c, judge(c, total), n)
         assert len(order) < 30
+    search.sizes = sizes
     return search, order
 
 
 def test_search_converges_on_the_known_capacity():
     search, order = run_search([1, 2, 4, 8, 16, 32, 64], model_judgement)
     assert search.result() == {"concurrency_pass": 5, "concurrency_fail": 6}
-    assert order == [6, 5]  # bisection only; the pass end came from a 200-request run
+    # c=6 fails with confidence on its 48-request screen; c=5 passes its screen and is topped up
+    # to 200 requests before the pass counts.
+    assert order == [6, 5, 5] and search.sizes == [48, 40, 160]
 
 
 def test_search_confirms_a_grid_pass_end_and_moves_down_when_it_fails():
     # TTFT p99 = 90 x c, but the grid's 32-request c=8 point was lucky (point estimate passes).
     def judge(c, n):
-        if c == 8 and n == 32:
+        if c == 8 and n == 64:
             return C.judge_results([detailed([400] * n)], **LIMITS)
         return model_judgement(c, n)
     search, order = run_search([1, 2, 4, 8, 16], judge, bracket=1.0)
     # [8, 16) is within a 100 % bracket, so the pass end is confirmed: it fails; then [4, 8) is
     # within the bracket too and 4 is confirmed.
-    assert order == [8, 4]
+    assert order == [8, 8, 4, 4]  # screen + top-up each
     assert search.result() == {"concurrency_pass": 4, "concurrency_fail": 8}
     tight, order = run_search([1, 2, 4, 8, 16], judge)
     assert order[:2] == [12, 10] and tight.result() == {"concurrency_pass": 5, "concurrency_fail": 6}
@@ -141,16 +147,17 @@ def test_bracket_setting_controls_precision():
 
 
 def test_straddling_point_is_repeated_and_counts_as_failing_unless_confident():
-    def judge(c, n, repeat=0):
+    def judge(c, n):
         if c == 5:  # true p99 right at the limit: the pooled repeats still straddle
-            return C.judge_results([detailed(at_the_limit(n * (repeat + 1)))], **LIMITS)
+            return C.judge_results([detailed(at_the_limit(n))], **LIMITS)
         return model_judgement(c, n)
 
     search, order = run_search([1, 2, 4, 8], judge)
-    assert order.count(5) == 3  # the first run plus the default 2 repeats
+    assert order.count(5) == 4  # screen, top-up to 200, then the default 2 repeats of 200
+    assert search.repeats_used(5) == 2
     assert search.result() == {"concurrency_pass": 4, "concurrency_fail": 5}
     _, no_repeats = run_search([1, 2, 4, 8], judge, repeats=0)
-    assert no_repeats.count(5) == 1
+    assert no_repeats.count(5) == 2
 
 
 def test_never_meets_and_above_grid():
@@ -158,7 +165,7 @@ def test_never_meets_and_above_grid():
     assert never.result() == {"state": C.NEVER_MEETS_SLO} and order == []
     always, order = run_search([1, 2, 4], lambda c, n: model_judgement(c / 100, n))
     assert always.result() == {"concurrency_pass": 4, "concurrency_fail": None}
-    assert order == [4]  # its 32-request grid point is confirmed with a full run
+    assert order == [4, 4]  # its 32-request grid point is confirmed: screen, then topped up to 200
 
 
 def test_rate_list_and_rate_capacity():
