@@ -52,6 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bench import extra_runs
 from bench import results as R
 from bench import s3
 
@@ -558,33 +559,8 @@ class Sweep:
         cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial)
         started_at = _now()
         started = time.monotonic()
-        rc: int | None = None
-        timed_out = False
-        with log.open("w", encoding="utf-8") as fh:
-            fh.write("$ " + shlex.join(cmd) + "\n")
-            fh.flush()
-            try:
-                self.proc = subprocess.Popen(
-                    cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                fh.write(f"could not start: {exc}\n")
-                self.proc = None
-            if self.proc is not None:
-                try:
-                    rc = self.proc.wait(timeout=self.args.run_timeout)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    self._kill()
-                    rc = self.proc.returncode
-                except BaseException:  # SIGTERM/Ctrl-C: the bench runs in its own session
-                    self._kill()
-                    raise
-                finally:
-                    self.proc = None
+        rc, timed_out = self.launch(cmd, log)
         duration = time.monotonic() - started
-        self.bench_seconds += duration
 
         result = R.load_result(partial_file, spec.expectation())
         extra = []
@@ -629,6 +605,37 @@ class Sweep:
             if path:
                 self.publish(path)
         return result, record
+
+    def launch(self, cmd: list[str], log: Path) -> tuple[int | None, bool]:
+        """Run one `vllm bench serve` command, output to `log`; (exit code or None, timed out)."""
+        rc: int | None = None
+        timed_out = False
+        started = time.monotonic()
+        with log.open("w", encoding="utf-8") as fh:
+            fh.write("$ " + shlex.join(cmd) + "\n")
+            fh.flush()
+            try:
+                self.proc = subprocess.Popen(
+                    cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                fh.write(f"could not start: {exc}\n")
+                self.proc = None
+            if self.proc is not None:
+                try:
+                    rc = self.proc.wait(timeout=self.args.run_timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    self._kill()
+                    rc = self.proc.returncode
+                except BaseException:  # SIGTERM/Ctrl-C: the bench runs in its own session
+                    self._kill()
+                    raise
+                finally:
+                    self.proc = None
+        self.bench_seconds += time.monotonic() - started
+        return rc, timed_out
 
     def _kill(self) -> None:
         proc = self.proc
@@ -726,6 +733,7 @@ def prepare_tokenizer(source: str, scratch: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         plan = build_plan(args)
+        extra_runs.validate(args)
         vllm = resolve_vllm(args.vllm_bin)
         upload = s3.S3Location.parse(args.upload, option="--upload") if args.upload else None
     except (UsageError, ValueError) as exc:
@@ -795,6 +803,7 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
               "every run will fail", file=sys.stderr, flush=True)
     sweep.prepare(args.tokenizer, server)
     invalid = sweep.execute(tokenizer)
+    extra_runs.run_after_grid(sweep, tokenizer)
 
     sweep.session["finished_at"] = _now()
     if sweep.uploader:
@@ -884,6 +893,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="hourly price of those GPUs, recorded for the report (env VLLM_POC_PRICE_PER_HOUR)")
     p.add_argument("--server-args", default=_env("VLLM_POC_SERVER_ARGS"),
                    help="the server's vllm serve flags, recorded in the manifest (env VLLM_POC_SERVER_ARGS)")
+    extra_runs.add_arguments(p)
     p.set_defaults(func=run)
     return p
 

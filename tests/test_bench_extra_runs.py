@@ -1,0 +1,133 @@
+"""`sweep --capacity-search`: the SLO capacity search and open-loop runs against a fake `vllm`
+whose latency model has a known SLO capacity (tests/fixtures/bench_fake_vllm.py, FAKE_VLLM_MODEL)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import capacity_report as CR
+from bench import report as RP
+from bench import sweep as S
+
+GRID = "1,2,4,8,16,32,64"
+
+
+def run_sweep(server, fake, out, *extra, scenarios="S1_chat", concurrencies=GRID):
+    return S.main([
+        "--base-url", server.url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
+        "--vllm-bin", fake.bin, "--scenarios", scenarios, "--concurrencies", concurrencies,
+        "--health-interval", "0.2", "--capacity-search", *extra,
+    ])
+
+
+def model(fake, **kw):
+    fake.monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps(kw))
+
+
+def manifest(out):
+    return json.loads((out / "manifest.json").read_text())
+
+
+def argv_of(fake, key):
+    return [json.loads(line)["argv"] for line in fake.calls.read_text().splitlines()
+            if json.loads(line)["key"] == key]
+
+
+def test_search_converges_on_the_known_capacity(bench_stub_server, fake_bench, tmp_path, capsys):
+    # TTFT p99 = 90 ms x c: the SLO (500 ms) holds up to c=5.
+    model(fake_bench, ttft_ms_per_c=90, itl_ms=20, itl_ms_per_c=1)
+    out = tmp_path / "out"
+    assert run_sweep(bench_stub_server, fake_bench, out, "--no-open-loop", "--extra-budget", "1") == 0
+    m = manifest(out)
+    sc = m["extra"]["scenarios"]["S1_chat"]
+    assert sc["search"]["concurrency_pass"] == 5 and sc["search"]["concurrency_fail"] == 6
+    # Expected: c=6 screened (fails with confidence), c=5 screened then topped up to 200.
+    runs = [r for r in m["extra"]["runs"] if r["kind"] == "search"]
+    assert [(r["concurrency"], r["num_prompts"]) for r in runs] == [(6, 48), (5, 40), (5, 160)]
+    assert sorted(p.name for p in (out / "search").glob("*.json")) == [
+        "S1_chat_c5.run1.json", "S1_chat_c5.run2.json", "S1_chat_c6.run1.json"]
+    # Every search run keeps per-request detail, has its own seed and sends the goodput limits.
+    seeds = set()
+    for key in ("S1_chat_c5", "S1_chat_c6"):
+        for argv in argv_of(fake_bench, key):
+            assert "--save-detailed" in argv and argv[argv.index("--goodput") + 1:][:2] == ["ttft:500", "tpot:50"]
+            seeds.add(argv[argv.index("--seed") + 1])
+    grid_seeds = {a[a.index("--seed") + 1] for k in ("S1_chat_c4", "S1_chat_c8") for a in argv_of(fake_bench, k)[:1]}
+    assert len(seeds) == 3 and not seeds & grid_seeds
+    # The report recomputes the same bracket from the files, with intervals.
+    side = RP.load_side(out)
+    cap = CR.scenario_capacity(out, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["slo_capacity"]
+    assert cap["concurrency_pass"] == 5 and cap["concurrency_fail"] == 6
+    lo, hi = cap["ttft_p99_ci_ms"]
+    assert lo <= 450 * 1.01 and hi <= 500
+    printed = capsys.readouterr().out
+    assert "extra runs: 3 (3 search, 0 open loop)" in printed
+
+
+def test_resume_replays_the_search_without_rerunning(bench_stub_server, fake_bench, tmp_path):
+    model(fake_bench, ttft_ms_per_c=90, itl_ms=20, itl_ms_per_c=1)
+    out = tmp_path / "out"
+    assert run_sweep(bench_stub_server, fake_bench, out, "--no-open-loop", "--extra-budget", "1") == 0
+    before = len(fake_bench.keys())
+    (out / "search" / "S1_chat_c5.run2.json").unlink()
+    assert run_sweep(bench_stub_server, fake_bench, out, "--no-open-loop", "--extra-budget", "1", "--resume") == 0
+    assert fake_bench.keys()[before:] == ["S1_chat_c5"]
+    assert manifest(out)["extra"]["scenarios"]["S1_chat"]["search"]["concurrency_pass"] == 5
+
+
+def test_noisy_p99_at_the_limit_triggers_repeats(bench_stub_server, fake_bench, tmp_path):
+    # TTFT p99 = 100 ms x c: exactly 500 ms at c=5, so its interval straddles the limit.
+    model(fake_bench, ttft_ms_per_c=100, itl_ms=20)
+    out = tmp_path / "out"
+    assert run_sweep(bench_stub_server, fake_bench, out, "--no-open-loop", "--extra-budget", "5",
+                     "--concurrencies", "1,2,4,8") == 0
+    runs = [(r["concurrency"], r["num_prompts"]) for r in manifest(out)["extra"]["runs"]]
+    assert runs.count((5, 200)) == 2  # the default 2 repeats after the top-up to 200
+    sc = manifest(out)["extra"]["scenarios"]["S1_chat"]["search"]
+    assert sc["concurrency_pass"] == 4 and sc["concurrency_fail"] == 5  # never passes with confidence
+
+
+def test_open_loop_rates_goodput_and_rate_capacity(bench_stub_server, fake_bench, tmp_path):
+    model(fake_bench, ttft_ms_per_c=20, itl_ms=20)  # closed-loop capacity c=25
+    out = tmp_path / "out"
+    assert run_sweep(bench_stub_server, fake_bench, out, "--extra-budget", "5") == 0
+    m = manifest(out)
+    ol = m["extra"]["scenarios"]["S1_chat"]["open_loop"]
+    assert len(ol["rates"]) == 5 and ol["requests"] == 200
+    for argv in [a for k in set(fake_bench.keys()) for a in argv_of(fake_bench, k)
+                 if a[a.index("--request-rate") + 1] != "inf"]:
+        assert argv[argv.index("--burstiness") + 1] == "1.0"
+        assert argv[argv.index("--max-concurrency") + 1] == "64"  # only a safety cap
+    points = CR.scenario_capacity(out, RP.load_side(out).runs, ttft_ms=500, decode_ms=50)["S1_chat"]
+    rates = [p["rate"] for p in points["open_loop"]]
+    assert rates == sorted(ol["rates"])
+    assert all(p["goodput_req_s"] is not None and 0 <= p["attainment_pct"] <= 100 for p in points["open_loop"])
+    assert points["rate_capacity"]["req_s"] in rates and points["rate_capacity"]["goodput_req_s"] > 0
+
+
+def test_default_settings_cost_at_most_forty_percent(bench_stub_server, fake_bench, tmp_path, capsys):
+    # Defaults: 200-request search points, 2 repeats, 25 % bracket, 5 open-loop rates, budget 0.4.
+    model(fake_bench, ttft_ms_per_c=20, itl_ms=20, itl_ms_per_c=0.5)
+    out = tmp_path / "out"
+    assert run_sweep(bench_stub_server, fake_bench, out, scenarios="S1_chat,S3_moderation") == 0
+    totals = manifest(out)["extra"]["totals"]
+    printed = capsys.readouterr().out
+    line = next(l for l in printed.splitlines() if "extra runs:" in l)
+    print(line)
+    assert totals["added_pct"] <= 40.0 and totals["search_runs"] >= 1
+    assert f"{totals['added_pct']}% of the grid's" in line
+    assert all(r["gpu_s"] > 0 for r in manifest(out)["extra"]["runs"])
+    with capsys.disabled():
+        print(f"\n[default settings] {line}")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--search-requests", "0"], "--search-requests"),
+    (["--open-loop-rates", "50,x"], "--open-loop-rates"),
+    (["--extra-budget", "-1"], "--extra-budget"),
+])
+def test_bad_settings_exit_2(bench_stub_server, fake_bench, tmp_path, capsys, argv, needle):
+    assert run_sweep(bench_stub_server, fake_bench, tmp_path / "o", *argv) == 2
+    assert needle in capsys.readouterr().err
