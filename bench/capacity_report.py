@@ -169,3 +169,153 @@ def slo_throughput(entry: dict[str, Any]) -> tuple[float | None, float | None, s
     if closed and closed.get("state") == C.NEVER_MEETS_SLO:
         return None, None, C.NEVER_MEETS_SLO
     return None, None, "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# summary.json and report.md (called by bench.report)
+
+MEETS_SLO, NOT_SEARCHED = "meets_slo", "not_searched"
+
+
+def side_state(entry: dict[str, Any]) -> str:
+    closed = entry.get("slo_capacity")
+    if closed and closed.get("state") == C.NEVER_MEETS_SLO:
+        return C.NEVER_MEETS_SLO
+    if entry.get("rate_capacity") or (closed and "state" not in closed):
+        return MEETS_SLO
+    return NOT_SEARCHED
+
+
+def _pair(mine: dict[str, Any], theirs: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
+    """Same-kind SLO throughputs of both sides: rate capacity if both have it, else closed loop."""
+    a, b = mine.get("rate_capacity"), theirs.get("rate_capacity")
+    if a and b and a.get("output_tok_s") is not None and b.get("output_tok_s") is not None:
+        return a["output_tok_s"], b["output_tok_s"], "rate_capacity"
+    a, b = mine.get("slo_capacity"), theirs.get("slo_capacity")
+    if a and b and "state" not in a and "state" not in b:
+        return a["output_tok_s"], b["output_tok_s"], "slo_capacity"
+    return None, None, None
+
+
+def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decode_ms: float,
+                   decode_metric: str, basis: str, threshold: float, issues: list[str]) -> dict[str, Any]:
+    """Adds slo_capacity / rate_capacity per scenario, SLO ratios per comparison, the verdict basis."""
+    mine = scenario_capacity(side.path, side.runs, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+    for name, entry in summary["scenarios"].items():
+        got = mine.get(name, {})
+        entry["slo_capacity"] = got.get("slo_capacity")
+        entry["rate_capacity"] = got.get("rate_capacity")
+    extra = {"candidate": mine}
+    if base is None or summary["comparison"] is None:
+        return extra
+    theirs = scenario_capacity(base.path, base.runs, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+    extra["baseline"] = theirs
+    for name, comp in summary["comparison"].items():
+        m, t = mine.get(name, {}), theirs.get(name, {})
+        cand, ref, kind = _pair(m, t)
+        ratio = cost = None
+        if cand is not None and ref:
+            ratio = round((cand / side.gpus) / (ref / base.gpus), 4)
+            if side.price_per_hour and base.price_per_hour:
+                cost = round((cand / side.price_per_hour) / (ref / base.price_per_hour), 4)
+        comp["slo_ratio"] = ratio
+        comp["slo_cost_efficiency_ratio"] = cost
+        comp["baseline_state"] = side_state(t)
+        extra.setdefault("comparison", {})[name] = {"slo_basis": kind, "candidate_state": side_state(m)}
+    summary["verdict"] = verdict(summary["comparison"], threshold, issues, basis, extra.get("comparison", {}))
+    return extra
+
+
+def verdict(comparison: dict[str, dict[str, Any]], threshold: float, issues: list[str], basis: str,
+            details: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """min_ratio and pass on the chosen basis; a baseline that never meets the SLO while the
+    candidate does counts as clearing the threshold (no finite ratio), a missing figure never does."""
+    if basis == "peak":
+        ratios = [c["throughput_ratio"] for c in comparison.values()]
+        known = [r for r in ratios if r is not None]
+        ok = bool(known) and len(known) == len(ratios)
+    else:
+        known, ok = [], bool(comparison)
+        for name, c in comparison.items():
+            mine = (details or {}).get(name, {}).get("candidate_state")
+            if c.get("slo_ratio") is not None:
+                known.append(c["slo_ratio"])
+            elif not (c.get("baseline_state") == C.NEVER_MEETS_SLO and mine == MEETS_SLO):
+                ok = False
+    min_ratio = min(known) if known else None
+    passed = ok and (min_ratio is None or min_ratio >= threshold) and not issues
+    return {"threshold": threshold, "min_ratio": min_ratio, "pass": bool(passed), "basis": basis}
+
+
+def _n(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _ci(v: list[float] | None) -> str:
+    return "-" if not v else f"[{v[0]:,.1f}, {v[1]:,.1f}]"
+
+
+def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str, Any] | None,
+             decode_metric: str) -> list[str]:
+    lines = ["", "## Capacity under the SLO", "",
+             "Closed loop: the concurrency bracket [pass, fail) from the capacity search; the pass end passed "
+             "with confidence (upper end of the 95 % bootstrap interval of each p99 within its limit, at least "
+             "the configured number of requests, repeats pooled). Open loop: Poisson arrivals at offered rates "
+             "around that capacity; the rate capacity is the highest offered rate whose p99s meet the SLO. "
+             "Closed-loop and open-loop figures are never mixed in one number.", "",
+             f"| Scenario | Bracket [pass, fail) | Output tok/s | req/s | TTFT p99 95 % CI (ms) "
+             f"| {decode_metric.upper()} p99 95 % CI (ms) | Rate capacity (req/s) | Output tok/s at it | Goodput (req/s) |",
+             "|---|---|---:|---:|---|---|---:|---:|---:|"]
+    for name, s in summary["scenarios"].items():
+        cap, rate = s.get("slo_capacity"), s.get("rate_capacity")
+        if cap is None:
+            closed = ["not searched (run the sweep with --capacity-search)", "-", "-", "-", "-"]
+        elif "state" in cap:
+            closed = ["never meets the SLO", "-", "-", "-", "-"]
+        else:
+            fail = cap["concurrency_fail"] if cap["concurrency_fail"] is not None else "untested (above the grid)"
+            closed = [f"[{cap['concurrency_pass']}, {fail})", _n(cap["output_tok_s"]), _n(cap["req_s"], 3),
+                      _ci(cap["ttft_p99_ci_ms"]), _ci(cap["decode_p99_ci_ms"])]
+        opened = ([_n(rate["req_s"], 3), _n(rate["output_tok_s"]), _n(rate["goodput_req_s"], 3)] if rate
+                  else ["-", "-", "-"])
+        lines.append(f"| {name} | " + " | ".join(closed + opened) + " |")
+    points = {n: e.get("open_loop") or [] for n, e in (extra.get("candidate") or {}).items()}
+    if any(points.values()):
+        lines += ["", "### Open loop: goodput and SLO attainment against offered rate", "",
+                  f"| Scenario | Offered req/s | Achieved req/s | Output tok/s | Goodput req/s | Attainment "
+                  f"| TTFT p99 (ms) | {decode_metric.upper()} p99 (ms) | Meets SLO |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for name, pts in points.items():
+            for p in pts:
+                att = f"{p['attainment_pct']:.1f}%" if p["attainment_pct"] is not None else "-"
+                lines.append(f"| {name} | {p['rate']:g} | {_n(p['req_s'], 3)} | {_n(p['output_tok_s'])} "
+                             f"| {_n(p['goodput_req_s'], 3)} | {att} | {_n(p['ttft_p99_ms'])} "
+                             f"| {_n(p['decode_p99_ms'])} | {'yes' if p['meets'] else 'no'} |")
+    ext = (manifest or {}).get("extra") or {}
+    totals = ext.get("totals")
+    if totals:
+        lines += ["", f"Extra runs (search and open loop): {totals['runs']} ({totals['search_runs']} search, "
+                      f"{totals['open_loop_runs']} open loop), GPU time {totals['gpu_s']:.1f} s = "
+                      f"{totals['added_pct']}% of the grid's {totals['grid_gpu_s']:.1f} s."]
+        for name, info in (ext.get("scenarios") or {}).items():
+            if info.get("stopped"):
+                lines.append(f"- {name}: {info['stopped']}")
+    return lines
+
+
+def comparison_markdown(summary: dict[str, Any], base_label: str, extra: dict[str, Any]) -> list[str]:
+    comp = summary.get("comparison") or {}
+    details = extra.get("comparison") or {}
+    if not comp:
+        return []
+    lines = ["", f"### Under the SLO against {base_label}", "",
+             "| Scenario | SLO ratio (per GPU) | Basis | SLO cost-efficiency ratio | Baseline | Candidate |",
+             "|---|---:|---|---:|---|---|"]
+    for name, c in comp.items():
+        c = {**c, **details.get(name, {})}
+        ratio = "-" if c.get("slo_ratio") is None else f"{c['slo_ratio']:.2f}x"
+        cost = "-" if c.get("slo_cost_efficiency_ratio") is None else f"{c['slo_cost_efficiency_ratio']:.2f}x"
+        basis = {"rate_capacity": "open-loop rate capacity", "slo_capacity": "closed-loop SLO capacity"}.get(
+            c.get("slo_basis"), "-")
+        lines.append(f"| {name} | {ratio} | {basis} | {cost} | {c.get('baseline_state')} | {c.get('candidate_state')} |")
+    return lines

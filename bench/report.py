@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import capacity_report as CR
 from bench import results as R
 
 MANIFEST = "manifest.json"
@@ -279,7 +280,7 @@ def verdict(comparison: dict[str, dict[str, Any]], threshold: float, issues: lis
 
 
 def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
-                  threshold: float) -> tuple[dict[str, Any], list[str]]:
+                  threshold: float, basis: str = "peak") -> tuple[dict[str, Any], list[str]]:
     comparison = compare(side, base) if base else None
     issues = completeness_issues(side, base) if base else []
     summary = {
@@ -289,6 +290,10 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
         "comparison": comparison,
         "verdict": verdict(comparison, threshold, issues) if comparison is not None else None,
     }
+    # Capacity under the SLO (search and open-loop files), SLO ratios, the verdict's basis.
+    side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
+                                      decode_metric=summary["slo"].get("decode_metric", "itl"),
+                                      basis=basis, threshold=threshold, issues=issues)
     return summary, issues
 
 
@@ -369,6 +374,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
             f"| {(_n(q['output_tok_s']) + ' (c=' + str(q['concurrency']) + ')') if q else 'none meets the SLO'} |"
         )
 
+    lines += CR.markdown(summary, getattr(side, "capacity", {}), side.manifest,
+                         summary["slo"].get("decode_metric", "itl"))
+
     for name in summary["scenarios"]:
         lines += ["", f"## {name} ({_lengths(side, name)}) concurrency curve", ""]
         head = "| Concurrency | req/s | output tok/s | TTFT p50 (ms) | TTFT p99 (ms) | ITL p50 (ms) | ITL p99 (ms) | SLO |"
@@ -419,10 +427,16 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
                                theirs["output_tok_s"] / base.gpus if theirs else None)
             lines.append(f"| {name} | {_n(c['baseline_peak_tok_s'])} | {_n(c['peak_tok_s'])} "
                          f"| {_x(c['throughput_ratio'])} | {_x(c['cost_efficiency_ratio'])} | {_x(slo_ratio)} |")
+        lines += CR.comparison_markdown(summary, base.label, getattr(side, "capacity", {}))
         v = summary["verdict"]
+        what = {"slo": "throughput-under-the-SLO ratio (rate capacity per GPU where both sides have it, "
+                       "else closed-loop SLO capacity)",
+                "peak": "peak throughput ratio (the seeds' Table 8 method)"}.get(v.get("basis"), "throughput ratio")
         lines += ["", "## Verdict", "",
-                  f"**{'PASS' if v['pass'] else 'FAIL'}**: minimum per-GPU throughput ratio "
-                  f"{_x(v['min_ratio'])} against the threshold {v['threshold']:g}x."]
+                  f"**{'PASS' if v['pass'] else 'FAIL'}** on the {v.get('basis', 'peak')} basis: minimum per-GPU "
+                  f"{what} {_x(v['min_ratio'])} against the threshold {v['threshold']:g}x."]
+        if getattr(base, "plan_link", None):
+            lines += ["", f"Replica plan: [{base.plan_link}]({base.plan_link})."]
         if issues:
             lines += ["", "The comparison is incomplete, so the verdict cannot pass:", ""]
             lines += [f"- {i}" for i in issues]
@@ -459,9 +473,11 @@ def run(args: argparse.Namespace) -> int:
         base = load_side(bpath, label=args.baseline_label, gpus=args.baseline_gpus,
                          price_per_hour=args.baseline_price_per_hour)
     summary, issues = build_summary(side, base, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms,
-                                    threshold=args.threshold)
+                                    threshold=args.threshold, basis=args.verdict_basis)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if base is not None:
+        base.plan_link = write_plan(args, out)
     charts: list[str] = []
     note = None
     if args.no_charts:
@@ -487,6 +503,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_plan(args: argparse.Namespace, out: Path) -> str | None:
+    """The replica plan next to the report (plan/plan.md), on the verdict's basis."""
+    from bench import plan as P
+
+    plan_args = argparse.Namespace(
+        candidates=[args.dir], out=str(out / "plan"), baseline=args.baseline, current_replicas=args.current_replicas,
+        current_gpus_per_replica=1, reference=None, load=None, mix=None, basis=args.verdict_basis, headroom=0.0,
+        spares=0, price_per_hour=None, slo_ttft_p99_ms=args.slo_ttft_p99_ms, slo_decode_p99_ms=args.slo_itl_p99_ms,
+        slo_decode_metric=getattr(args, "slo_decode_metric", "itl"), no_charts=args.no_charts)
+    try:
+        P.make_plan(plan_args)
+    except P.UsageError as exc:
+        print(f"bench report: replica plan skipped: {exc}", file=sys.stderr)
+        return None
+    return "plan/plan.md"
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "report", help="report.md, summary.json and charts from a sweep folder", description=__doc__,
@@ -505,6 +538,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
     p.add_argument("--threshold", type=float, default=1.5,
                    help="verdict threshold on the per-GPU throughput ratio (default: %(default)s)")
+    p.add_argument("--verdict-basis", choices=("slo", "peak"), default="slo",
+                   help="ratio the verdict uses: slo (throughput under the SLO, default) or peak "
+                        "(the seeds' Table 8 method)")
+    p.add_argument("--current-replicas", type=int, default=12,
+                   help="replicas of the baseline serving today, for the replica plan (default: %(default)s)")
     p.add_argument("--no-charts", action="store_true", help="write no PNG charts")
     p.set_defaults(func=run)
     return p

@@ -131,3 +131,64 @@ def test_default_settings_cost_at_most_forty_percent(bench_stub_server, fake_ben
 def test_bad_settings_exit_2(bench_stub_server, fake_bench, tmp_path, capsys, argv, needle):
     assert run_sweep(bench_stub_server, fake_bench, tmp_path / "o", *argv) == 2
     assert needle in capsys.readouterr().err
+
+
+# --- report and plan on the swept folders ----------------------------------------------------
+
+SLO_CAPACITY_KEYS = {"concurrency_pass", "concurrency_fail", "output_tok_s", "req_s", "ttft_p99_ci_ms",
+                     "decode_p99_ci_ms"}
+
+
+def sides(server, fake, tmp_path, base_model, cand_model, *extra):
+    folders = {}
+    for label, m in (("base", base_model), ("cand", cand_model)):
+        model(fake, **m)
+        folders[label] = tmp_path / label
+        assert run_sweep(server, fake, folders[label], "--extra-budget", "5", "--label", label,
+                         "--concurrencies", "1,2,4,8,16,32", *extra) == 0
+    return folders["base"], folders["cand"]
+
+
+def test_report_slo_basis_verdict_and_plan(bench_stub_server, fake_bench, tmp_path, capsys):
+    base, cand = sides(bench_stub_server, fake_bench, tmp_path, dict(ttft_ms_per_c=90, itl_ms=20),
+                       dict(ttft_ms_per_c=30, itl_ms=20))
+    out = tmp_path / "report"
+    assert RP.main([str(cand), "--baseline", str(base), "--out", str(out), "--no-charts"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    sc = summary["scenarios"]["S1_chat"]
+    assert set(sc["slo_capacity"]) == SLO_CAPACITY_KEYS
+    assert sc["slo_capacity"]["concurrency_pass"] == 16 and sc["slo_capacity"]["concurrency_fail"] == 20  # within 25 %
+    assert set(sc["rate_capacity"]) == {"req_s", "output_tok_s", "goodput_req_s"}
+    comp = summary["comparison"]["S1_chat"]
+    assert comp["baseline_state"] == "meets_slo" and comp["slo_ratio"] > 1.5
+    # Both sides have open-loop rate capacities: the ratio is of those, never mixed with closed loop.
+    base_rate = json.loads(json.dumps(CR.scenario_capacity(base, RP.load_side(base).runs, ttft_ms=500,
+                                                           decode_ms=50)["S1_chat"]["rate_capacity"]))
+    assert comp["slo_ratio"] == pytest.approx(sc["rate_capacity"]["output_tok_s"] / base_rate["output_tok_s"], rel=1e-3)
+    assert summary["verdict"]["basis"] == "slo" and summary["verdict"]["pass"] is True
+    text = (out / "report.md").read_text()
+    assert "## Capacity under the SLO" in text and "Goodput" in text and "on the slo basis" in text
+    assert "GPU time" in text and "[plan/plan.md](plan/plan.md)" in text
+    plan = json.loads((out / "plan" / "plan.json").read_text())
+    assert plan["basis"] == "slo" and plan["current"]["replicas"] == 12
+    assert plan["configurations"][0]["replicas"] < 12
+    # The seeds' method on request.
+    assert RP.main([str(cand), "--baseline", str(base), "--out", str(out), "--no-charts",
+                    "--verdict-basis", "peak"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdict"]["basis"] == "peak"
+    assert summary["verdict"]["min_ratio"] == summary["comparison"]["S1_chat"]["throughput_ratio"]
+
+
+def test_baseline_that_never_meets_the_slo_is_a_state(bench_stub_server, fake_bench, tmp_path):
+    base, cand = sides(bench_stub_server, fake_bench, tmp_path, dict(ttft_ms_per_c=600, itl_ms=20),
+                       dict(ttft_ms_per_c=30, itl_ms=20))
+    out = tmp_path / "report"
+    RP.main([str(cand), "--baseline", str(base), "--out", str(out), "--no-charts"])
+    summary = json.loads((out / "summary.json").read_text())
+    comp = summary["comparison"]["S1_chat"]
+    assert comp["baseline_state"] == "never_meets_slo" and comp["slo_ratio"] is None
+    base_summary = CR.scenario_capacity(base, RP.load_side(base).runs, ttft_ms=500, decode_ms=50)
+    assert base_summary["S1_chat"]["slo_capacity"] == {"state": "never_meets_slo"}
+    # The candidate meets the SLO where the baseline never does: that clears any threshold.
+    assert summary["verdict"] == {"threshold": 1.5, "min_ratio": None, "pass": True, "basis": "slo"}
