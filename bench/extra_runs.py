@@ -182,7 +182,7 @@ class ExtraRuns:
                 result = result.with_problems(*problems)
             if result.valid:
                 os.replace(partial, final)
-                sweep.bench_window_seconds += result.duration_s or 0.0
+                sweep.note_window(result.duration_s or 0.0)
                 kept = final
             elif partial.exists():
                 kept = folder / (name[:-5] + f".attempt{attempt}.invalid.json")

@@ -52,6 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bench import client as bench_client
 from bench import extra_runs
 from bench import results as R
 from bench import s3
@@ -476,6 +477,9 @@ class Sweep:
         self.bench_seconds = 0.0
         self.bench_window_seconds = 0.0
         self.health_seconds = 0.0
+        self.driver: bench_client.Driver | None = None
+        self.launches: list[list[float]] = []  # [end time, measured window] per bench run
+        self.first_launch: float | None = None
 
     # -- files -----------------------------------------------------------------------------
     def publish(self, path: Path) -> None:
@@ -495,10 +499,29 @@ class Sweep:
         _write_json(self.out / MANIFEST, self.manifest)
         self.publish(self.out / MANIFEST)
 
+    def note_window(self, seconds: float) -> None:
+        """A valid run's measured window (vLLM's duration), for the GPU time and the busy share."""
+        self.bench_window_seconds += seconds
+        if self.launches:
+            self.launches[-1][1] = seconds
+
+    def busy(self) -> dict[str, Any]:
+        """Measured windows / wall time of the runs, and the idle time between two windows."""
+        marks = self.launches
+        span = marks[-1][0] - self.first_launch if marks and self.first_launch is not None else 0.0
+        gaps = [marks[k][0] - marks[k - 1][0] - marks[k][1] for k in range(1, len(marks)) if marks[k][1]]
+        return {
+            "bench_client": "library" if self.driver else "process",
+            "runs_wall_s": round(span, 3),
+            "busy_share_pct": round(100 * self.bench_window_seconds / span, 1) if span > 0 else None,
+            "idle_between_windows_s": round(sum(gaps) / len(gaps), 3) if gaps else None,
+        }
+
     def timing(self) -> dict[str, float]:
         wall = time.monotonic() - self.t0
         overhead = wall - self.health_seconds - self.bench_seconds
         return {
+            **self.busy(),
             "wall_s": round(wall, 3),
             "health_wait_s": round(self.health_seconds, 3),
             "bench_processes_s": round(self.bench_seconds, 3),
@@ -590,7 +613,7 @@ class Sweep:
         else:
             kept = None
         if result.valid:
-            self.bench_window_seconds += result.duration_s or 0.0
+            self.note_window(result.duration_s or 0.0)
         record = {
             "n": attempt,
             "started_at": started_at,
@@ -611,6 +634,19 @@ class Sweep:
         rc: int | None = None
         timed_out = False
         started = time.monotonic()
+        if self.first_launch is None:
+            self.first_launch = started
+        if self.driver is not None:
+            log.write_text("$ " + shlex.join(cmd) + "  (in the bench client)\n", encoding="utf-8")
+            try:
+                rc, timed_out = self.driver.run(cmd[cmd.index("serve") + 1:], str(log), self.args.run_timeout)
+            except RuntimeError as exc:
+                print(f"bench sweep: WARNING: {exc}; falling back to a process per run", file=sys.stderr, flush=True)
+                self.driver = None
+            else:
+                self.bench_seconds += time.monotonic() - started
+                self.launches.append([time.monotonic(), 0.0])
+                return rc, timed_out
         with log.open("w", encoding="utf-8") as fh:
             fh.write("$ " + shlex.join(cmd) + "\n")
             fh.flush()
@@ -635,9 +671,12 @@ class Sweep:
                 finally:
                     self.proc = None
         self.bench_seconds += time.monotonic() - started
+        self.launches.append([time.monotonic(), 0.0])
         return rc, timed_out
 
     def _kill(self) -> None:
+        if self.driver is not None:
+            self.driver.stop()
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
@@ -747,6 +786,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     out.mkdir(parents=True, exist_ok=True)
     sweep = Sweep(args, plan, vllm)
+    try:
+        driver_cmd = bench_client.driver_command(args.bench_client, vllm, bool(args.vllm_bin), args.bench_client_cmd)
+    except ValueError as exc:
+        print(f"bench sweep: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if driver_cmd:
+        sweep.driver = bench_client.Driver(driver_cmd, bench_client.driver_env())
     previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-tokenizer-") as scratch:
@@ -765,6 +811,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_TERMINATED
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+        if sweep.driver is not None:
+            sweep.driver.stop()
         shutil.rmtree(sweep.partial, ignore_errors=True)
 
 
@@ -818,6 +866,11 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
         f"measured benchmark windows {t['bench_windows_s']:.1f} s",
         flush=True,
     )
+    if t["busy_share_pct"] is not None:
+        idle = t["idle_between_windows_s"]
+        print(f"bench sweep: busy share {t['busy_share_pct']:.1f}% (measured windows / wall of the runs, "
+              f"{t['bench_client']} client); idle between two measured windows "
+              f"{'-' if idle is None else f'{idle:.2f} s'} per run", flush=True)
     for rec in runs:
         if rec["status"] != "valid":
             print(f"bench sweep: INVALID {rec['scenario']} c={rec['concurrency']}: {rec['reason']}",
@@ -894,6 +947,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--server-args", default=_env("VLLM_POC_SERVER_ARGS"),
                    help="the server's vllm serve flags, recorded in the manifest (env VLLM_POC_SERVER_ARGS)")
     extra_runs.add_arguments(p)
+    bench_client.add_arguments(p)
     p.set_defaults(func=run)
     return p
 

@@ -192,3 +192,27 @@ def test_baseline_that_never_meets_the_slo_is_a_state(bench_stub_server, fake_be
     assert base_summary["S1_chat"]["slo_capacity"] == {"state": "never_meets_slo"}
     # The candidate meets the SLO where the baseline never does: that clears any threshold.
     assert summary["verdict"] == {"threshold": 1.5, "min_ratio": None, "pass": True, "basis": "slo"}
+
+
+# --- one long-lived bench client -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["library", "process"])
+def test_busy_share_with_one_long_lived_client(bench_stub_server, fake_bench, tmp_path, capsys, mode):
+    fake_bench.monkeypatch.setenv("FAKE_VLLM_WINDOW_S", "0.3")
+    out = tmp_path / "out"
+    extra = ["--bench-client-cmd", f"{fake_bench.bin} client"] if mode == "library" else ["--bench-client", "process"]
+    assert S.main(["--base-url", bench_stub_server.url, "--model", "tiny", "--tokenizer", "/unused",
+                   "--out", str(out), "--vllm-bin", fake_bench.bin, "--scenarios", "S1_chat",
+                   "--concurrencies", "1,2,4,8", "--health-interval", "0.2", *extra]) == 0
+    pids = fake_bench.pids()
+    assert len(pids) == 4 and len(set(pids)) == (1 if mode == "library" else 4)
+    timing = manifest(out)["sessions"][-1]["timing"]
+    assert timing["bench_client"] == ("library" if mode == "library" else "process")
+    assert timing["idle_between_windows_s"] < 2.0
+    assert 0 < timing["busy_share_pct"] <= 100
+    printed = capsys.readouterr().out
+    line = next(l for l in printed.splitlines() if "busy share" in l)
+    with capsys.disabled():
+        print(f"\n[fake, {mode}] {line}")
+    assert (out / "S1_chat_c8.json").exists() and "$ " in (out / "logs" / "S1_chat_c8.attempt1.log").read_text()
