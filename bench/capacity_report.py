@@ -133,10 +133,22 @@ def open_loop_points(runs: list[tuple[float, R.RunResult, dict[str, Any]]], *, t
     return points
 
 
+def search_settings(folder: Path) -> tuple[int, int]:
+    """(requests behind a pass, repeats) the sweep searched with (manifest), else the defaults."""
+    try:
+        settings = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["extra"]["settings"]
+        return int(settings["search_requests"]), int(settings["search_repeats"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return C.DEFAULT_SEARCH_REQUESTS, C.DEFAULT_REPEATS
+
+
 def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, decode_ms: float,
-                      decode_metric: str = "itl", min_requests: int = C.DEFAULT_SEARCH_REQUESTS,
-                      repeats: int = C.DEFAULT_REPEATS) -> dict[str, dict[str, Any]]:
+                      decode_metric: str = "itl", min_requests: int | None = None,
+                      repeats: int | None = None) -> dict[str, dict[str, Any]]:
     """{scenario: {"slo_capacity", "rate_capacity", "open_loop"}} for every scenario of the grid."""
+    swept_requests, swept_repeats = search_settings(folder)
+    min_requests = swept_requests if min_requests is None else min_requests
+    repeats = swept_repeats if repeats is None else repeats
     searched = search_runs(folder)
     opened = open_loop_runs(folder)
     out = {}
