@@ -18,7 +18,9 @@ def run_sweep(server, fake, out, *extra, scenarios="S1_chat", concurrencies=GRID
     return S.main([
         "--base-url", server.url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
         "--vllm-bin", fake.bin, "--scenarios", scenarios, "--concurrencies", concurrencies,
-        "--health-interval", "0.2", "--capacity-search", *extra,
+        "--health-interval", "0.2", "--capacity-search",
+        "--bench-client-cmd", f"{fake.bin} client",  # one fake process for every run: fast
+        *extra,
     ])
 
 
