@@ -66,7 +66,9 @@ class BenchJob(pulumi.ComponentResource):
         }
         self.code = k8s.core.v1.ConfigMap(
             f"{name}-code",
-            metadata={"name": f"bench-code-{args.config_hash[:10]}", "namespace": args.namespace, "labels": labels},
+            # Named after its Job: two targets with the same settings share a hash but not a name.
+            metadata={"name": f"bench-code-{args.server}-{args.config_hash[:10]}"[:63], "namespace": args.namespace,
+                      "labels": labels},
             data=dict(sorted(args.code.items())),
             immutable=True,
             opts=child,

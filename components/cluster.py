@@ -36,7 +36,13 @@ class ClusterArgs:
     public_access_cidrs: list[str] = field(default_factory=lambda: ["0.0.0.0/0"])
     admin_role_arns: list[str] = field(default_factory=list)
     log_types: list[str] = field(default_factory=list)
+    log_retention_days: int = 14
     tags: dict[str, str] = field(default_factory=dict)
+
+
+def log_group_name(cluster_name: str) -> str:
+    """The log group EKS writes control-plane logs to (it would create it itself, without retention)."""
+    return f"/aws/eks/{cluster_name}/cluster"
 
 
 class Cluster(pulumi.ComponentResource):
@@ -61,11 +67,20 @@ class Cluster(pulumi.ComponentResource):
         super().__init__("vllm-poc:cluster:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
+        # Declared before the cluster so EKS finds it: retention applies, and `pulumi destroy` deletes it.
+        self.log_group = aws.cloudwatch.LogGroup(
+            f"{name}-logs",
+            name=log_group_name(args.name),
+            retention_in_days=args.log_retention_days,
+            opts=child,
+        )
         self.eks = eks.Cluster(
             f"{name}-eks",
             name=args.name,
             version=args.kubernetes_version,
             authentication_mode=eks.AuthenticationMode.API,
+            # The identity running `pulumi up` is made admin by EKS itself (creator permissions); these
+            # entries are for everyone else, and config refuses the creator's own role.
             access_entries={
                 f"admin-{index}": eks.AccessEntryArgs(
                     principal_arn=arn,
@@ -96,7 +111,7 @@ class Cluster(pulumi.ComponentResource):
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(enabled=False),
             tags=args.tags,
-            opts=child,
+            opts=child.merge(pulumi.ResourceOptions(depends_on=[self.log_group])),
         )
         # With skip_default_security_groups this is the security group EKS itself created. Name and
         # ARN are derived from it rather than read through `eks_cluster` (a resource reference), so

@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 from pydantic_core import PydanticUndefined
 
 from stacks.settings import PROJECT, REPO, StackSettings
@@ -36,6 +36,8 @@ def _type_name(annotation: Any) -> str:
         return f"map {_type_name(args[0])} to {_type_name(args[1])}"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "object"
+    if annotation is SecretStr:
+        return "secret str"
     return getattr(annotation, "__name__", str(annotation))
 
 

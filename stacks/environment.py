@@ -24,8 +24,10 @@ from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, select
 from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import serving
+from stacks.account_checks import check_caller, check_gpu_ami, stack_zones
 from stacks.settings import BenchSettings, StackSettings
 from stacks.versions import pins
+from stacks.weight_plan import gpu_node_checks, weight_syncs
 
 NAMESPACE = "vllm"
 BENCH_SERVICE_ACCOUNT = "vllm-bench"
@@ -104,12 +106,13 @@ def build(settings: StackSettings) -> dict[str, object]:
     tags = stack_tags(settings)
     aws_provider = aws.Provider("aws", region=settings.region, default_tags=aws.ProviderDefaultTagsArgs(tags=tags))
     on_aws = pulumi.ResourceOptions(providers={"aws": aws_provider})
-    account_id = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=aws_provider)).account_id
+    caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=aws_provider))
+    account_id = caller.account_id
+    check_caller(settings, caller.arn)
+    check_gpu_ami(settings, aws_provider)
 
     if settings.network.create_vpc:
-        zones = aws.get_availability_zones(
-            state="available", opts=pulumi.InvokeOptions(provider=aws_provider)
-        ).names[: settings.network.availability_zone_count]
+        zones = stack_zones(settings, aws_provider)
     else:
         zones = sorted(settings.network.private_subnets or {})
     network = Network(
@@ -145,6 +148,7 @@ def build(settings: StackSettings) -> dict[str, object]:
             public_access_cidrs=list(settings.cluster.public_access_cidrs),
             admin_role_arns=list(settings.cluster.admin_role_arns),
             log_types=list(settings.cluster.log_types),
+            log_retention_days=settings.cluster.log_retention_days,
             tags=tags,
         ),
         opts=on_aws,
@@ -200,6 +204,9 @@ def build(settings: StackSettings) -> dict[str, object]:
         "vllm", metadata={"name": NAMESPACE, "labels": dict(PART_OF)}, opts=on_cluster
     )
     pod_identity_agent = cluster.pod_identity_agent
+    syncs = weight_syncs(settings, NAMESPACE, cluster, store, namespace, weights_bucket, account_id, on_cluster)
+    # After the weights, one node per pool with servers: a node that never comes fails `up` in minutes.
+    node_checks = gpu_node_checks(settings, NAMESPACE, namespace, gpu.node_pools, syncs, on_cluster)
 
     servers: dict[str, VllmServer] = {}
     for server in settings.servers:
@@ -219,7 +226,9 @@ def build(settings: StackSettings) -> dict[str, object]:
                     namespace=NAMESPACE, weights_bucket_arn=store.weights_bucket_arn,
                     kms_key_arn=settings.storage.kms_key_arn, depends_on=[namespace, pod_identity_agent],
                 ),
-                depends_on=[namespace, *node_pools, store],
+                # Never on an empty prefix: the server waits for its models' syncs (or staging checks).
+                depends_on=[namespace, *node_pools, store, node_checks[server.pool].job,
+                            *(syncs[m].job for m in serving.server_model_ids(server))],
                 # A benchmark target is never consolidated or drifted away mid-sweep; its bench pod,
                 # on the same node, carries the same annotation for as long as it runs.
                 do_not_disrupt=server.name in settings.bench.targets,
@@ -288,6 +297,7 @@ def build(settings: StackSettings) -> dict[str, object]:
         "weightsBucket": store.weights_bucket_name,
         "resultsBucket": store.results_bucket_name,
         "modelUris": store.model_uris,
+        "weightSyncJobs": {model: sync.job_name for model, sync in syncs.items()},
         "servers": {name: s.url for name, s in servers.items()},
         "benchResults": results,
     }

@@ -27,6 +27,13 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 ACCOUNT_ID = "123456789012"
+# The identity the mocks run `pulumi up` as: a CI role's session, as GitHub OIDC gives it.
+CALLER_ARN = f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/vllm-poc-deploy/pulumi"
+# Instance type offerings per AZ suffix (getInstanceTypeOfferings): g7e is not in zone a, so a stack
+# with a g7e pool lands in b and c rather than the region's first two zones.
+OFFERED_ZONES = {"g6e": "abcd", "g7e": "bcd"}
+# SSM parameters that do not exist (tests add names to see a lookup fail).
+MISSING_PARAMETERS: set[str] = set()
 
 
 def _short_hash(text: str, length: int = 8) -> str:
@@ -130,7 +137,7 @@ class RecordingMocks(Mocks):
         if token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {
                 "accountId": ACCOUNT_ID,
-                "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/pulumi",
+                "arn": CALLER_ARN,
                 "userId": "AIDAEXAMPLE",
                 "id": ACCOUNT_ID,
             }
@@ -144,6 +151,20 @@ class RecordingMocks(Mocks):
             names = [f"{self.region}{z}" for z in "abcd"]
             return {"names": names, "zoneIds": [f"apne2-az{i}" for i in range(1, 5)],
                     "id": self.region, "state": "available"}
+        if token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            wanted = [v for f in args.args.get("filters") or [] if f.get("name") == "instance-type"
+                      for v in f.get("values") or []]
+            pairs = [(t, f"{self.region}{z}") for t in sorted(wanted)
+                     for z in OFFERED_ZONES.get(t.split(".", 1)[0], "abcd")]
+            return {"instanceTypes": [t for t, _ in pairs], "locations": [z for _, z in pairs],
+                    "locationTypes": ["availability-zone"] * len(pairs), "id": self.region}
+        if token == "aws:ssm/getParameter:getParameter":
+            name = args.args.get("name")
+            if name in MISSING_PARAMETERS:  # the engine's answer to a failed invoke
+                return {}, [("name", f"ParameterNotFound: parameter {name} not found")]
+            return {"name": name, "value": "ami-0123456789abcdef0", "insecureValue": "ami-0123456789abcdef0",
+                    "type": "String", "version": 1, "arn": f"arn:aws:ssm:{self.region}::parameter{name}",
+                    "id": name, "withDecryption": True}
         return {}
 
     # -- plausible outputs per resource type ---------------------------------------------------

@@ -6,9 +6,13 @@ region:
 
 * offerings: which AZs offer the instance type, against the AZs of the stack's subnets where known;
 * quotas: the account's G and VT vCPU quotas (Service Quotas, values in vCPUs) against what the
-  NodePool limits could launch: floor(gpuLimit / GPUs per instance) instances x vCPUs, summed over the
-  pools that can use each capacity type (a pool allowing both Spot and on-demand can land wholly in
-  either, so it counts in full against both);
+  servers run: per server, ceil(TP x replicas / GPUs per instance) instances x vCPUs, counted against
+  its pool's on-demand quota (or Spot, for a Spot-only pool). What the NodePool limits could launch
+  beyond that is headroom: a warning when the quota does not cover it, never a blocker. A quota that
+  cannot be read is "unknown": a warning, or a blocker with the reason under `--strict`;
+* the stack: the pinned AMI release's NVIDIA AMI for the cluster's Kubernetes version (SSM; missing is
+  a blocker), an admin role that is the caller's own (blocker), a public API open to 0.0.0.0/0 and
+  Hub revisions that are branches rather than commits (warnings);
 * prices: the latest Spot price per AZ against the on-demand price (AWS Price List API, else the
   catalog's PoC figure, marked as such).
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -47,6 +52,7 @@ class Pool:
     instance_type: str
     capacity_types: tuple[str, ...]
     gpu_limit: int
+    server_gpus: int = 0  # GPUs the stack's servers on this pool run: TP x replicas, summed
 
 
 @dataclass
@@ -73,6 +79,14 @@ class PoolReport:
     on_demand_usd_hour: float | None
     on_demand_source: str  # "price-list-api" | "catalog" | "unavailable"
     spot_usd_hour: dict[str, float] = field(default_factory=dict)  # latest per AZ
+    server_gpus: int = 0
+    server_instances: int = 0
+    server_vcpus: int = 0
+
+    @property
+    def quota_capacity(self) -> str:
+        """The quota the pool's servers count against: on-demand where allowed, else Spot."""
+        return "on-demand" if "on-demand" in self.capacity_types else "spot"
 
     @property
     def spot_min(self) -> float | None:
@@ -90,11 +104,21 @@ class QuotaReport:
     capacity_type: str
     code: str
     name: str
-    required_vcpus: int
+    required_vcpus: int  # what the servers run
     applied_vcpus: float | None
     in_use_vcpus: int | None
-    pools: list[str]
+    pools: list[str]  # pools with servers counting against this quota
     error: str | None = None
+    headroom_vcpus: int = 0  # every pool that can use this capacity type, at its GPU limit
+    headroom_pools: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.applied_vcpus is None:
+            return "unknown"
+        if self.applied_vcpus < self.required_vcpus:
+            return "TOO LOW"
+        return "OK" if self.applied_vcpus >= self.headroom_vcpus else "OK (no headroom)"
 
 
 @dataclass
@@ -287,12 +311,21 @@ def quota_fix_command(code: str, region: str, desired: int) -> str:
 
 
 def required_vcpus(pools: list[PoolReport]) -> dict[str, tuple[int, list[str]]]:
-    """vCPUs each quota must allow: pools that can launch somewhere, at their GPU limits."""
+    """vCPUs each quota must allow for the servers: their instances, on their pools' quota."""
     need: dict[str, tuple[int, list[str]]] = {}
     for cap in QUOTAS:
-        users = [p for p in pools if cap in p.capacity_types and p.usable_azs and in_quota_group(p.instance_type)]
-        need[cap] = (sum(p.max_vcpus for p in users), [p.name for p in users])
+        users = [p for p in pools if p.server_vcpus and p.quota_capacity == cap and in_quota_group(p.instance_type)]
+        need[cap] = (sum(p.server_vcpus for p in users), [p.name for p in users])
     return need
+
+
+def headroom_vcpus(pools: list[PoolReport]) -> dict[str, tuple[int, list[str]]]:
+    """vCPUs every pool that can launch somewhere could take at its GPU limit, per capacity type."""
+    room: dict[str, tuple[int, list[str]]] = {}
+    for cap in QUOTAS:
+        users = [p for p in pools if cap in p.capacity_types and p.usable_azs and in_quota_group(p.instance_type)]
+        room[cap] = (sum(p.max_vcpus for p in users), [p.name for p in users])
+    return room
 
 
 def _gpu_name(instance_type: str) -> str | None:
@@ -314,7 +347,8 @@ def _fallback_phrase(names: list[str], same_gpu: bool) -> str:
     return f"on-demand pool(s) {pools}" if same_gpu else f"on-demand pool(s) {pools} (another GPU, if the servers may move there)"
 
 
-def evaluate(region: str, cluster: str, pools: list[PoolReport], quotas: list[QuotaReport]) -> list[Finding]:
+def evaluate(region: str, cluster: str, pools: list[PoolReport], quotas: list[QuotaReport],
+             strict: bool = False) -> list[Finding]:
     findings: list[Finding] = []
 
     for p in pools:
@@ -379,30 +413,39 @@ def evaluate(region: str, cluster: str, pools: list[PoolReport], quotas: list[Qu
             findings.append(Finding("note", p.name, f"no on-demand price for {p.instance_type} (Price List API unavailable, none in the catalog)"))
 
     for q in quotas:
-        if q.required_vcpus == 0:
-            continue
         if q.applied_vcpus is None:
+            need = (f"servers on {', '.join(q.pools)} need {q.required_vcpus} vCPUs" if q.required_vcpus else
+                    f"pools {', '.join(q.headroom_pools)} could take {q.headroom_vcpus} vCPUs")
             findings.append(Finding(
-                "warning", q.code,
-                f"could not read quota {q.code} ({q.name}): {q.error}; pools {', '.join(q.pools)} need {q.required_vcpus} vCPUs",
-                f"aws service-quotas get-service-quota --service-code ec2 --quota-code {q.code} --region {region}",
+                "blocker" if strict and q.required_vcpus else "warning", q.code,
+                f"quota {q.code} ({q.name}) is unknown: {q.error}; {need}",
+                f"let the preflight identity call servicequotas:GetServiceQuota, or check by hand: aws service-quotas "
+                f"get-service-quota --service-code ec2 --quota-code {q.code} --region {region}",
             ))
         elif q.applied_vcpus < q.required_vcpus:
             findings.append(Finding(
                 "blocker", q.code,
-                f"{q.name} is {q.applied_vcpus:g} vCPUs in {region}; pools {', '.join(q.pools)} can launch "
-                f"{q.required_vcpus} vCPUs at their GPU limits",
+                f"{q.name} is {q.applied_vcpus:g} vCPUs in {region}; the servers on {', '.join(q.pools)} "
+                f"need {q.required_vcpus} vCPUs",
                 f"raise {q.code} in {region} from {q.applied_vcpus:g} to {q.required_vcpus} vCPUs: "
                 + quota_fix_command(q.code, region, q.required_vcpus),
             ))
-        elif q.in_use_vcpus and q.applied_vcpus - q.in_use_vcpus < q.required_vcpus:
-            desired = q.in_use_vcpus + q.required_vcpus
-            findings.append(Finding(
-                "warning", q.code,
-                f"{q.in_use_vcpus} of {q.applied_vcpus:g} {q.name} vCPUs are in use now; "
-                f"{q.applied_vcpus - q.in_use_vcpus:g} left for the {q.required_vcpus} the pools can launch",
-                f"raise {q.code} to {desired} vCPUs: " + quota_fix_command(q.code, region, desired),
-            ))
+        else:
+            if q.in_use_vcpus and q.applied_vcpus - q.in_use_vcpus < q.required_vcpus:
+                desired = q.in_use_vcpus + q.required_vcpus
+                findings.append(Finding(
+                    "warning", q.code,
+                    f"{q.in_use_vcpus} of {q.applied_vcpus:g} {q.name} vCPUs are in use now; "
+                    f"{q.applied_vcpus - q.in_use_vcpus:g} left for the {q.required_vcpus} the servers need",
+                    f"raise {q.code} to {desired} vCPUs: " + quota_fix_command(q.code, region, desired),
+                ))
+            if q.applied_vcpus < q.headroom_vcpus:
+                findings.append(Finding(
+                    "warning", q.code,
+                    f"headroom: pools {', '.join(q.headroom_pools)} could launch {q.headroom_vcpus} vCPUs at their GPU "
+                    f"limits, {q.name} allows {q.applied_vcpus:g}; servers added later may stay Pending",
+                    f"raise it when you add servers: " + quota_fix_command(q.code, region, q.headroom_vcpus),
+                ))
     return findings
 
 
@@ -432,6 +475,9 @@ def pool_report(pool: Pool, offers: dict[str, list[str]], stack_azs: list[str] |
         on_demand_usd_hour=od_price,
         on_demand_source=od_source,
         spot_usd_hour={az: p for az, p in spot.items() if stack_azs is None or az in stack_azs},
+        server_gpus=pool.server_gpus,
+        server_instances=math.ceil(pool.server_gpus / it.gpus),
+        server_vcpus=math.ceil(pool.server_gpus / it.gpus) * it.vcpus,
     )
 
 
@@ -446,20 +492,40 @@ def run_preflight(
     subnet_ids: list[str] | None = None,
     vpc_id: str | None = None,
     new_vpc_az_count: int | None = None,
+    new_vpc_zones: list[str] | None = None,
+    strict: bool = False,
 ) -> PreflightReport:
     offers = offered_azs(ec2, [p.instance_type for p in pools])
-    stack_azs = subnet_azs(ec2, cluster, subnet_ids, vpc_id, new_vpc_az_count)
+    if new_vpc_zones or (new_vpc_az_count and not subnet_ids and not vpc_id):
+        stack_azs = new_vpc_azs(ec2, pools, offers, new_vpc_az_count or 2, new_vpc_zones)
+    else:
+        stack_azs = subnet_azs(ec2, cluster, subnet_ids, vpc_id, new_vpc_az_count)
     reports = [pool_report(p, offers, stack_azs, ec2, pricing, region) for p in pools]
-    need = required_vcpus(reports)
-    in_use = running_quota_vcpus(ec2) if any(n for n, _ in need.values()) else {}
+    need, room = required_vcpus(reports), headroom_vcpus(reports)
+    in_use = running_quota_vcpus(ec2) if any(n for n, _ in room.values()) else {}
     quota_reports = []
     for cap, (code, name) in QUOTAS.items():
         required, users = need[cap]
-        if not required:
+        headroom, headroom_pools = room[cap]
+        if not required and not headroom:
             continue
         applied, error = quota_value(quotas, code)
-        quota_reports.append(QuotaReport(cap, code, name, required, applied, in_use.get(cap), users, error))
-    return PreflightReport(region, cluster, reports, quota_reports, evaluate(region, cluster, reports, quota_reports))
+        quota_reports.append(QuotaReport(cap, code, name, required, applied, in_use.get(cap), users, error,
+                                         headroom, headroom_pools))
+    return PreflightReport(region, cluster, reports, quota_reports,
+                           evaluate(region, cluster, reports, quota_reports, strict=strict))
+
+
+def new_vpc_azs(ec2, pools: list[Pool], offers: dict[str, list[str]], count: int,
+                override: list[str] | None) -> list[str]:
+    """The zones the stack will create its VPC in: the same choice as the program (stacks.zones)."""
+    from stacks.zones import choose_zones
+
+    zones = ec2.describe_availability_zones(Filters=[{"Name": "state", "Values": ["available"]}])
+    available = sorted(z["ZoneName"] for z in zones["AvailabilityZones"])
+    chosen, _ = choose_zones(available, {t: set(azs) for t, azs in offers.items()},
+                             {p.name: p.instance_type for p in pools}, count, override)
+    return chosen
 
 
 # --------------------------------------------------------------------------------------------------
@@ -506,10 +572,10 @@ def format_report(r: PreflightReport) -> str:
     if r.quotas:
         out.append("")
         out.append(_table(
-            ["quota", "name", "applied vCPU", "in use", "needed at limits", "pools", "status"],
+            ["quota", "name", "applied vCPU", "in use", "servers need", "at pool limits", "pools", "status"],
             [[q.code, q.name, "?" if q.applied_vcpus is None else f"{q.applied_vcpus:g}",
-              "-" if q.in_use_vcpus is None else str(q.in_use_vcpus), str(q.required_vcpus), ",".join(q.pools),
-              "unknown" if q.applied_vcpus is None else "OK" if q.applied_vcpus >= q.required_vcpus else "TOO LOW"]
+              "-" if q.in_use_vcpus is None else str(q.in_use_vcpus), str(q.required_vcpus), str(q.headroom_vcpus),
+              ",".join(q.headroom_pools), q.status]
              for q in r.quotas],
         ))
     for level, title in (("blocker", "BLOCKERS"), ("warning", "warnings"), ("note", "notes")):
@@ -538,6 +604,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("stack", help="stack name (reads Pulumi.<stack>.yaml)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--strict", action="store_true",
+                   help="a check that cannot be answered (a quota or the AMI unreadable) is a blocker, not a warning "
+                   "(the workflows use it)")
     p.set_defaults(func=run)
     return p
 
@@ -549,13 +618,72 @@ def _load_settings(stack: str):
 
 
 def pools_from_settings(settings) -> list[Pool]:
-    """One entry per NodePool: a Spot pool with onDemandFallback also gets `<name>-on-demand`."""
+    """One entry per NodePool: a Spot pool with onDemandFallback also gets `<name>-on-demand` (headroom only).
+
+    A pool's servers need TP x replicas GPUs each (`server_gpus`); the rest of its limit is headroom.
+    """
     pools = []
     for p in settings.gpu_pools:
-        pools.append(Pool(p.name, p.instance_type, tuple(p.capacity_types), int(p.gpu_limit)))
+        gpus = sum(s.tensor_parallel_size * s.replicas for s in getattr(settings, "servers", []) or []
+                   if s.pool == p.name)
+        pools.append(Pool(p.name, p.instance_type, tuple(p.capacity_types), int(p.gpu_limit), gpus))
         if getattr(p, "on_demand_fallback", False):
             pools.append(Pool(f"{p.name}-on-demand", p.instance_type, ("on-demand",), int(p.gpu_limit)))
     return pools
+
+
+def stack_findings(settings, clients: dict[str, Any], strict: bool = False) -> list[Finding]:
+    """Checks of the stack itself against the account: AMI, caller role, API exposure, pinned revisions."""
+    from stacks.identity import admin_role_problems
+    from stacks.settings import is_commit
+    from stacks.versions import pins
+
+    findings: list[Finding] = []
+    unknown = "blocker" if strict else "warning"
+    if settings.gpu_pools and clients.get("ssm") is not None:
+        versions = pins()
+        k8s = settings.cluster.kubernetes_version
+        parameter = versions.nvidia_ami_parameter(k8s)
+        try:
+            clients["ssm"].get_parameter(Name=parameter)
+        except Exception as exc:  # noqa: BLE001 - classified: missing vs unreadable
+            fix = (f"pick an AMI release with an NVIDIA AL2023 AMI for Kubernetes {k8s} in {settings.region} "
+                   f"(al2023_ami_release in pyproject.toml), or another cluster.kubernetesVersion")
+            if _error_code(exc) == "ParameterNotFound":
+                findings.append(Finding(
+                    "blocker", "ami",
+                    f"the pinned AMI release {versions.al2023_ami_release} has no NVIDIA AMI for Kubernetes {k8s} in "
+                    f"{settings.region} ({parameter}): Karpenter would launch no GPU node", fix))
+            else:
+                findings.append(Finding(
+                    unknown, "ami", f"could not look up {parameter}: {_error_text(exc)}",
+                    "let the preflight identity call ssm:GetParameter on /aws/service/eks/*"))
+    if clients.get("sts") is not None:
+        try:
+            caller = clients["sts"].get_caller_identity()["Arn"]
+            for problem in admin_role_problems(list(settings.cluster.admin_role_arns), caller):
+                findings.append(Finding("blocker", "cluster.adminRoleArns", problem.removeprefix("vllm-poc:")))
+        except Exception as exc:  # noqa: BLE001
+            findings.append(Finding(unknown, "caller", f"could not read the caller identity: {_error_text(exc)}"))
+    if "0.0.0.0/0" in settings.cluster.public_access_cidrs:
+        findings.append(Finding(
+            "warning", "cluster.publicAccessCidrs",
+            "the Kubernetes API endpoint is reachable from any address (0.0.0.0/0); IAM still guards it",
+            "set vllm-poc:cluster.publicAccessCidrs to your office or CI egress ranges"))
+    weights = getattr(settings, "weights", None)
+    if weights is not None and weights.source == "hub":
+        floating = sorted(m for m, rev in weights.revisions.items() if not is_commit(rev))
+        if floating:
+            findings.append(Finding(
+                "warning", "weights.revisions",
+                f"{', '.join(floating)} follow a branch, not a commit: a re-created sync Job may copy other weights",
+                "pin each to the 40-hex commit you validated (huggingface.co/<id>/commits/main)"))
+        if getattr(settings, "hf_token", None) is None:
+            findings.append(Finding(
+                "warning", "hfToken",
+                "no vllm-poc:hfToken: a gated repository (google/gemma-*) fails its sync Job, and `pulumi up` with it",
+                "pulumi config set --secret vllm-poc:hfToken hf_... (a token whose account accepted the license)"))
+    return findings
 
 
 def make_clients(region: str) -> dict[str, Any]:
@@ -566,6 +694,8 @@ def make_clients(region: str) -> dict[str, Any]:
     return {
         "ec2": boto3.client("ec2", region_name=region, config=quick),
         "quotas": boto3.client("service-quotas", region_name=region, config=quick),
+        "ssm": boto3.client("ssm", region_name=region, config=quick),
+        "sts": boto3.client("sts", region_name=region, config=quick),
         # The Price List API answers from us-east-1 for every region's prices.
         "pricing": boto3.client("pricing", region_name="us-east-1", config=quick),
     }
@@ -586,7 +716,10 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
             subnet_ids=sorted((getattr(network, "private_subnets", None) or {}).values()) or None,
             vpc_id=getattr(network, "vpc_id", None),
             new_vpc_az_count=None if getattr(network, "vpc_id", None) else getattr(network, "availability_zone_count", None),
+            new_vpc_zones=getattr(network, "availability_zones", None),
+            strict=getattr(args, "strict", False),
         )
+        report.findings += stack_findings(settings, clients, strict=getattr(args, "strict", False))
     except Exception as exc:  # noqa: BLE001 - settings or AWS access errors: one clear message
         print(f"{COMMAND}: error: {exc if isinstance(exc, ValueError) else f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
         return 2

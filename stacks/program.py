@@ -23,5 +23,10 @@ def run() -> None:
     except ConfigError as err:
         # A RunError is reported by the engine as a plain message, without a Python traceback.
         raise pulumi.RunError(str(err)) from None
-    for name, value in environment.build(settings).items():
+    try:
+        outputs = environment.build(settings)
+    except ConfigError as err:
+        # checks against the account (caller role, offerings, AMI) fail the same way as bad config
+        raise pulumi.RunError(str(err)) from None
+    for name, value in outputs.items():
         pulumi.export(name, value)

@@ -18,17 +18,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from bench.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
 from stacks import catalog
-from stacks.serving import ServerSettings, check_server
+from stacks.serving import ServerSettings, check_server, server_model_ids
 
 PROJECT = "vllm-poc"
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_REGION = "ap-northeast-2"
 
+# The values CloudWatch Logs accepts for a log group's retention (PutRetentionPolicy).
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
+                      2922, 3288, 3653)
+_AZ = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DURATION = re.compile(r"^([0-9]+(s|m|h))+$")
 
@@ -61,11 +65,17 @@ class ClusterSettings(_Settings):
     )
     admin_role_arns: list[str] = Field(
         default_factory=list,
-        description="IAM role ARNs given cluster-admin access entries (e.g. the CI deploy role).",
+        description="IAM role ARNs given cluster-admin access entries, for people and roles other than the "
+        "one running `pulumi up` (EKS already makes that identity cluster admin; listing it fails).",
     )
     log_types: list[str] = Field(
         default_factory=lambda: ["api", "audit", "authenticator"],
         description="Control-plane log types sent to CloudWatch.",
+    )
+    log_retention_days: int = Field(
+        14,
+        description="Retention of the control-plane log group /aws/eks/<name>/cluster, which the stack "
+        "creates before the cluster (and `pulumi destroy` deletes).",
     )
 
     @field_validator("name")
@@ -95,6 +105,13 @@ class ClusterSettings(_Settings):
             ipaddress.ip_network(cidr, strict=True)
         return v
 
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, v: int) -> int:
+        if v not in LOG_RETENTION_DAYS:
+            raise ValueError(f"{v} is not a CloudWatch Logs retention; use one of {', '.join(map(str, LOG_RETENTION_DAYS))}")
+        return v
+
     @field_validator("admin_role_arns")
     @classmethod
     def _arns(cls, v: list[str]) -> list[str]:
@@ -108,6 +125,11 @@ class NetworkSettings(_Settings):
     vpc_cidr: str = Field("10.40.0.0/16", description="CIDR of the VPC the stack creates.")
     availability_zone_count: int = Field(
         2, ge=2, le=4, description="AZs the created VPC spans (public + private subnet in each)."
+    )
+    availability_zones: list[str] | None = Field(
+        None,
+        description="AZs of the created VPC, overriding the choice from offerings (by default the first "
+        "availabilityZoneCount AZs where every GPU pool's instance type is offered).",
     )
     nat_gateways: Literal["single", "per-az"] = Field(
         "single",
@@ -132,6 +154,18 @@ class NetworkSettings(_Settings):
         net = ipaddress.ip_network(v, strict=True)
         if not 16 <= net.prefixlen <= 20:
             raise ValueError(f"{v} must be a /16 to /20 so that each AZ gets room for GPU nodes and pods")
+        return v
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _zones(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        bad = [z for z in v if not _AZ.match(z)]
+        if bad:
+            raise ValueError(f"{', '.join(bad)} not availability zone names (e.g. ap-northeast-2a)")
+        if len(set(v)) != len(v) or not 2 <= len(v) <= 4:
+            raise ValueError("list 2 to 4 distinct availability zones (EKS needs subnets in at least 2)")
         return v
 
     @field_validator("vpc_id")
@@ -161,6 +195,8 @@ class NetworkSettings(_Settings):
                 "privateSubnets/publicSubnets need vpcId: set vpcId to the VPC that holds them, "
                 "or remove the subnets to let the stack create a VPC"
             )
+        if self.vpc_id is not None and self.availability_zones is not None:
+            raise ValueError("availabilityZones applies to a VPC the stack creates; with vpcId the subnets set the zones")
         if self.vpc_id is not None:
             if not self.private_subnets:
                 raise ValueError("vpcId needs privateSubnets ({availability zone: subnet id}) for the nodes")
@@ -294,6 +330,41 @@ class GpuPoolSettings(_Settings):
         return self
 
 
+class WeightSettings(_Settings):
+    source: Literal["hub", "stage-weights"] = Field(
+        "hub",
+        description="hub: a Job per model copies the pinned revision from the Hugging Face Hub to S3 on the "
+        "system nodes before its servers start; stage-weights: you upload from a laptop with "
+        "`python -m stacks stage-weights`, and a Job only checks the model is there (for accounts without "
+        "Hub access).",
+    )
+    revisions: dict[str, str] = Field(
+        default_factory=dict,
+        description="Hub revision of each model the servers load ({hf id: commit SHA}); required with "
+        "source hub. A branch name is accepted but resolved at each sync; pin the commit.",
+    )
+    scratch_gib: int = Field(
+        20, ge=5, le=400,
+        description="Scratch disk of a sync Job on a system node: it holds one file at a time, so it must "
+        "exceed the largest shard; below systemNodes.diskSizeGib minus 20.",
+    )
+    sync_timeout_minutes: int = Field(
+        120, ge=10, le=1440, description="Deadline of one sync Job; `pulumi up` waits for it."
+    )
+
+    @field_validator("revisions")
+    @classmethod
+    def _revisions(cls, v: dict[str, str]) -> dict[str, str]:
+        for model, rev in v.items():
+            if not re.fullmatch(r"[\w.-]+/[\w.-]+", model) or not re.fullmatch(r"[\w./-]{1,100}", rev):
+                raise ValueError(f"{model!r}: {rev!r} is not a Hugging Face repo id and revision")
+        return v
+
+
+def is_commit(revision: str) -> bool:
+    return re.fullmatch(r"[0-9a-f]{40}", revision) is not None
+
+
 class StorageSettings(_Settings):
     teardown: Literal["destroy", "retain-weights"] = Field(
         "destroy",
@@ -381,6 +452,14 @@ class StackSettings(_Settings):
         default_factory=StorageSettings, description="S3 buckets for weights and bench results."
     )
     servers: list[ServerSettings] = Field(default_factory=list, description="vLLM servers, one Deployment each.")
+    weights: WeightSettings = Field(
+        default_factory=WeightSettings, description="How model weights reach the weights bucket."
+    )
+    hf_token: SecretStr | None = Field(
+        None,
+        description="Hugging Face token for the weight sync (gated repositories such as google/gemma-*): "
+        "`pulumi config set --secret vllm-poc:hfToken hf_...`; handed to the Job as a Kubernetes Secret.",
+    )
     bench: BenchSettings = Field(default_factory=BenchSettings, description="The benchmark Jobs run after `pulumi up`.")
     tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every AWS resource.")
 
@@ -433,6 +512,7 @@ class StackSettings(_Settings):
                     f"{key}.replicas: {server.replicas} replica(s) x {server.tensor_parallel_size} GPU(s) exceed "
                     f"gpuPools {pool.name!r} gpuLimit {pool.gpu_limit}; raise the limit or lower replicas"
                 )
+        problems += self._weight_problems()
         for target, price in self.bench.price_per_hour.items():
             if target not in self.bench.targets or price <= 0:
                 problems.append(f"bench.pricePerHour.{target}: give a positive price for a server in bench.targets")
@@ -444,6 +524,29 @@ class StackSettings(_Settings):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def model_ids(self) -> list[str]:
+        """Hugging Face ids the servers load (targets and MTP drafts), each once."""
+        return sorted({m for server in self.servers for m in server_model_ids(server)})
+
+    def _weight_problems(self) -> list[str]:
+        problems = []
+        models = self.model_ids()
+        if self.weights.source == "hub":
+            for model in models:
+                if model not in self.weights.revisions:
+                    problems.append(
+                        f"weights.revisions: no revision for {model}, which servers load; pin its commit, e.g. "
+                        f'revisions: {{"{model}": "<40-hex commit from huggingface.co/{model}/commits/main>"}}'
+                    )
+        room = self.system_nodes.disk_size_gib - 20
+        if self.weights.source == "hub" and models and self.weights.scratch_gib > room:
+            problems.append(
+                f"weights.scratchGib: {self.weights.scratch_gib} GiB does not fit on a system node's "
+                f"{self.system_nodes.disk_size_gib} GiB disk with 20 GiB for the OS and images; lower it or raise "
+                "systemNodes.diskSizeGib"
+            )
+        return problems
 
     def pool(self, name: str) -> GpuPoolSettings:
         return next(p for p in self.gpu_pools if p.name == name)
@@ -462,8 +565,12 @@ _TOP_LEVEL = {
     "storage": "storage",
     "servers": "servers",
     "bench": "bench",
+    "weights": "weights",
+    "hfToken": "hfToken",
     "tags": "tags",
 }
+# Plain strings rather than structured (JSON) values.
+_STRING_KEYS = {"hfToken"}
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:
@@ -512,6 +619,10 @@ def settings_from_config(values: dict[str, Any], *, stack: str, project: str = P
         elif namespace == project:
             if key not in _TOP_LEVEL:
                 problems.append(f"{full_key}: unknown key; known keys: {', '.join(f'{project}:{k}' for k in _TOP_LEVEL)}")
+                continue
+            if key in _STRING_KEYS:
+                # a `pulumi config set --secret` value in a stack file is ciphertext: known to be set only
+                data[key] = "[secret]" if isinstance(value, dict) and "secure" in value else value
                 continue
             if isinstance(value, str):
                 # pulumi.Config hands structured values over as JSON text

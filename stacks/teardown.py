@@ -218,7 +218,7 @@ def run_steps(steps: list[Step], runner: Callable[..., subprocess.CompletedProce
 
 @dataclass
 class Leftover:
-    kind: str  # instance | launch-template | instance-profile | eni | volume | load-balancer | classic-load-balancer | bucket
+    kind: str  # instance | launch-template | instance-profile | eni | volume | load-balancer | classic-load-balancer | bucket | log-group
     id: str
     detail: str
     deletable: bool = True
@@ -356,10 +356,28 @@ def find_buckets(s3, stack: str, teardown: str) -> list[Leftover]:
     return found
 
 
+def find_log_groups(logs, cluster: str) -> list[Leftover]:
+    """Control-plane log groups (/aws/eks/<cluster>/...): EKS recreates one if it logs while the cluster is deleted."""
+    found = []
+    for group in _pages(logs, "describe_log_groups", "logGroups", logGroupNamePrefix=f"/aws/eks/{cluster}/"):
+        name = group["logGroupName"]
+        retention = group.get("retentionInDays")
+        found.append(Leftover(
+            "log-group", name,
+            f"{_human(group.get('storedBytes') or 0)} stored, "
+            + (f"kept {retention} days" if retention else "kept forever (no retention)"),
+            deletable=False,
+            note=f"delete it if the logs are not needed: aws logs delete-log-group --log-group-name {name}",
+        ))
+    return found
+
+
 def find_leftovers(
-    cluster: str, stack: str, *, ec2, iam, elbv2, elb, s3, vpc_id: str | None = None, teardown: str = "destroy"
+    cluster: str, stack: str, *, ec2, iam, elbv2, elb, s3, vpc_id: str | None = None, teardown: str = "destroy",
+    logs=None,
 ) -> list[Leftover]:
     return [
+        *(find_log_groups(logs, cluster) if logs is not None else []),
         *find_instances(ec2, cluster),
         *find_launch_templates(ec2, cluster),
         *find_instance_profiles(iam, cluster),
@@ -446,7 +464,7 @@ def _load_settings(stack: str):
 def make_clients(region: str) -> dict[str, Any]:
     import boto3
 
-    return {name: boto3.client(name, region_name=region) for name in ("ec2", "iam", "elbv2", "elb", "s3")}
+    return {name: boto3.client(name, region_name=region) for name in ("ec2", "iam", "elbv2", "elb", "s3", "logs")}
 
 
 def add_parser(subparsers) -> None:
@@ -525,7 +543,7 @@ def run_teardown_check(args: argparse.Namespace, clients: dict[str, Any] | None 
         aws = {k: clients[k] for k in ("ec2", "iam", "elbv2", "elb")}
         leftovers = find_leftovers(cluster, args.stack, **aws, s3=clients["s3"],
                                    vpc_id=getattr(settings.network, "vpc_id", None),
-                                   teardown=settings.storage.teardown)
+                                   teardown=settings.storage.teardown, logs=clients.get("logs"))
     except Exception as exc:  # noqa: BLE001
         print(f"{TEARDOWN_CHECK}: error: {exc if isinstance(exc, ValueError) else f'{type(exc).__name__}: {exc}'}",
               file=sys.stderr)
@@ -550,7 +568,8 @@ def run_teardown_check(args: argparse.Namespace, clients: dict[str, Any] | None 
             return 1
     errors = delete_leftovers(leftovers, cluster, **aws, wait_timeout_s=args.wait_minutes * 60, sleep=sleep)
     after = find_leftovers(cluster, args.stack, **aws, s3=clients["s3"],
-                           vpc_id=getattr(settings.network, "vpc_id", None), teardown=settings.storage.teardown)
+                           vpc_id=getattr(settings.network, "vpc_id", None), teardown=settings.storage.teardown,
+                           logs=clients.get("logs"))
     print()
     print(format_leftovers(after, cluster, region))
     for line in errors:

@@ -21,10 +21,17 @@ class Pins:
     nvidia_device_plugin_chart: str
     al2023_ami_release: str
     vllm_image: str
+    weight_sync_image: str
 
     @property
     def al2023_alias(self) -> str:
         return f"al2023@{self.al2023_ami_release}"
+
+    def nvidia_ami_parameter(self, kubernetes_version: str) -> str:
+        """The SSM parameter of the release's NVIDIA AL2023 AMI for a Kubernetes version (x86_64)."""
+        k8s, release = kubernetes_version, self.al2023_ami_release
+        return (f"/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/x86_64/nvidia/"
+                f"amazon-eks-node-al2023-x86_64-nvidia-{k8s}-{release}/image_id")
 
 
 @cache

@@ -23,8 +23,12 @@ def deps(registration) -> set[str]:
     return {d.rsplit("::", 1)[-1] for d in registration.dependencies}
 
 
+def bench_jobs(rendered) -> list[dict]:
+    return [j for j in rendered.k8s("Job") if j["metadata"]["labels"]["app.kubernetes.io/name"] == "vllm-bench"]
+
+
 def job_of(rendered) -> dict:
-    (job,) = rendered.k8s("Job")
+    (job,) = bench_jobs(rendered)
     return job
 
 
@@ -38,7 +42,7 @@ def flag(command: list[str], name: str) -> str:
 
 
 def test_job_starts_after_the_server_and_pulumi_does_not_wait_for_it(dev):
-    registration = dev.one("kubernetes:batch/v1:Job")
+    registration = dev.one("kubernetes:batch/v1:Job", "bench-gemma-fp8-job")
     assert {"server-gemma-fp8-deployment", "bench-identity-association", "bench-gemma-fp8-code"} <= deps(registration)
     job = job_of(dev)
     assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
@@ -116,7 +120,7 @@ def test_the_job_name_changes_with_what_shapes_the_numbers_and_only_then():
 
 def test_no_bench_targets_no_job():
     rendered = render_with(bench=None)
-    assert not rendered.k8s("Job") and rendered.outputs["benchResults"] == {}
+    assert not bench_jobs(rendered) and rendered.outputs["benchResults"] == {}
     (deployment,) = rendered.k8s("Deployment")
     assert "karpenter.sh/do-not-disrupt" not in deployment["spec"]["template"]["metadata"].get("annotations", {})
     assert not [r for r in rendered.registrations if r.name == "bench-identity"]

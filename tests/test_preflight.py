@@ -8,6 +8,7 @@ small fakes below; everything EC2 comes from moto.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -19,6 +20,8 @@ from botocore.exceptions import ClientError
 
 from stacks import preflight
 from stacks.preflight import Pool
+from stacks.settings import load_stack_settings
+from stacks.versions import pins
 
 SEOUL = "ap-northeast-2"
 L40S = Pool("l40s", "g6e.2xlarge", ("on-demand",), 4)  # 4 x 8 vCPU
@@ -96,9 +99,11 @@ def test_seoul_stack_with_enough_quota_is_ready(aws):
     assert by_name["g7e-spot"].spot_usd_hour.keys() == {"ap-northeast-2a", "ap-northeast-2b"}
     assert by_name["g7e-spot"].on_demand_usd_hour == 4.13 and by_name["g7e-spot"].on_demand_source == "price-list-api"
     quotas = {q.code: q for q in report.quotas}
-    assert quotas["L-DB2E81BA"].required_vcpus == 4 * 8 + 2 * 48  # on-demand pools share one quota
-    assert quotas["L-DB2E81BA"].pools == ["l40s", "l40s-x4"]
-    assert quotas["L-3819A6DF"].required_vcpus == 32
+    # no servers on these pools: nothing is required, their limits are headroom
+    assert quotas["L-DB2E81BA"].required_vcpus == 0
+    assert quotas["L-DB2E81BA"].headroom_vcpus == 4 * 8 + 2 * 48  # on-demand pools share one quota
+    assert quotas["L-DB2E81BA"].headroom_pools == ["l40s", "l40s-x4"]
+    assert quotas["L-3819A6DF"].headroom_vcpus == 32
     spot_warning = [f for f in _levels(report, "warning") if f.subject == "g7e-spot"]
     assert any("single instance type" in f.message and "pool(s) l40s, l40s-x4 (another GPU" in f.message for f in spot_warning)
 
@@ -108,27 +113,35 @@ def test_spot_pool_names_its_same_gpu_on_demand_fallback(aws):
     spot = next(f for f in _levels(report, "warning") if f.subject == "g7e-spot" and "single instance type" in f.message)
     assert spot.message.endswith("fallback: the on-demand pool(s) g7e-od")
     od = next(q for q in report.quotas if q.code == "L-DB2E81BA")
-    assert (od.required_vcpus, od.pools) == (4 * 8 + 2 * 8, ["l40s", "g7e-od"])
+    assert (od.headroom_vcpus, od.headroom_pools) == (4 * 8 + 2 * 8, ["l40s", "g7e-od"])
 
 
 def test_low_on_demand_quota_is_a_blocker_with_the_exact_fix(aws):
     # The account never raised it: GetServiceQuota has no applied value, the AWS default (8) applies.
-    report = _run(quotas=FakeQuotas(applied={"L-3819A6DF": 64}, defaults={"L-DB2E81BA": 8}))
+    # Two 1-GPU servers on g6e.2xlarge need 2 x 8 vCPUs; the pools' limits are only headroom.
+    servers = dataclasses.replace(L40S, server_gpus=2)
+    report = _run(pools=(servers, L40S_X4, G7E_SPOT), quotas=FakeQuotas(applied={"L-3819A6DF": 64}, defaults={"L-DB2E81BA": 8}))
     [blocker] = report.blockers
     assert blocker.subject == "L-DB2E81BA"
     assert blocker.fix == (
-        "raise L-DB2E81BA in ap-northeast-2 from 8 to 128 vCPUs: aws service-quotas request-service-quota-increase "
-        "--service-code ec2 --quota-code L-DB2E81BA --desired-value 128 --region ap-northeast-2"
+        "raise L-DB2E81BA in ap-northeast-2 from 8 to 16 vCPUs: aws service-quotas request-service-quota-increase "
+        "--service-code ec2 --quota-code L-DB2E81BA --desired-value 16 --region ap-northeast-2"
     )
     text = preflight.format_report(report)
     assert "TOO LOW" in text and "RESULT: 1 blocker(s)" in text
 
 
-def test_unreadable_quota_warns_instead_of_guessing(aws):
-    report = _run(quotas=FakeQuotas(deny=True))
+def test_unreadable_quota_is_unknown_and_fails_under_strict(aws):
+    servers = (dataclasses.replace(L40S, server_gpus=1), L40S_X4, G7E_SPOT)
+    report = _run(pools=servers, quotas=FakeQuotas(deny=True))
     assert not report.blockers
     assert {f.subject for f in _levels(report, "warning")} >= {"L-DB2E81BA", "L-3819A6DF"}
-    assert all(q.applied_vcpus is None and "AccessDenied" in q.error for q in report.quotas)
+    assert all(q.applied_vcpus is None and "AccessDenied" in q.error and q.status == "unknown" for q in report.quotas)
+    assert "unknown" in preflight.format_report(report)
+
+    strict = _run(pools=servers, quotas=FakeQuotas(deny=True), strict=True)
+    [blocker] = strict.blockers  # the quota the servers need; the Spot pool has none, so it stays a warning
+    assert blocker.subject == "L-DB2E81BA" and "is unknown: AccessDeniedException" in blocker.message
 
 
 def test_running_gpu_instances_eat_into_the_quota(aws):
@@ -136,11 +149,12 @@ def test_running_gpu_instances_eat_into_the_quota(aws):
     ami = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])["Images"][0]["ImageId"]
     ec2.run_instances(ImageId=ami, MinCount=2, MaxCount=2, InstanceType="g6e.2xlarge")  # 16 vCPU on-demand
     ec2.run_instances(ImageId=ami, MinCount=3, MaxCount=3, InstanceType="m5.large")  # other quota
-    report = _run()
+    report = _run(pools=(dataclasses.replace(L40S, server_gpus=4), G7E_SPOT),
+                  quotas=FakeQuotas({"L-DB2E81BA": 40, "L-3819A6DF": 32}))
     od = next(q for q in report.quotas if q.code == "L-DB2E81BA")
     assert od.in_use_vcpus == 16
-    warning = next(f for f in _levels(report, "warning") if f.subject == "L-DB2E81BA")
-    assert "--desired-value 144" in warning.fix
+    warning = next(f for f in _levels(report, "warning") if f.subject == "L-DB2E81BA" and "in use" in f.message)
+    assert "--desired-value 48" in warning.fix  # 16 in use + 4 servers x 8 vCPUs
 
 
 def test_g7e_missing_in_region_falls_back_to_the_on_demand_pool(aws):
@@ -212,33 +226,91 @@ def test_gpu_limit_below_one_instance_blocks():
     assert "multiple of 4" in blocker.fix
 
 
-def _settings(region=SEOUL, pools=(L40S, G7E_SPOT), fallback=("g7e-spot",)):
-    """Stand-in for stacks.settings.StackSettings with the attributes preflight reads."""
-    return SimpleNamespace(
-        region=region, project="vllm-poc", stack="dev",
-        cluster=SimpleNamespace(name="vllm-poc-dev"),
-        gpu_pools=[SimpleNamespace(name=p.name, instance_type=p.instance_type, capacity_types=list(p.capacity_types),
-                                   gpu_limit=p.gpu_limit, on_demand_fallback=p.name in fallback) for p in pools],
-        network=SimpleNamespace(vpc_id=None, private_subnets=None, availability_zone_count=2),
-        storage=SimpleNamespace(teardown="destroy"),
-    )
+class FakeSSM:
+    """SSM stand-in: the public AMI parameters moto does not carry, present or not."""
+
+    def __init__(self, present: set[str] = frozenset(), deny: bool = False):
+        self.present, self.deny = set(present), deny
+
+    def get_parameter(self, Name):
+        if self.deny:
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "GetParameter")
+        if Name not in self.present:
+            raise ClientError({"Error": {"Code": "ParameterNotFound", "Message": ""}}, "GetParameter")
+        return {"Parameter": {"Name": Name, "Value": "ami-0123456789abcdef0"}}
 
 
-@pytest.mark.parametrize("quota, rc", [(64, 0), (8, 1)])
-def test_cli_exit_code_table_and_json(aws, monkeypatch, capsys, quota, rc):
-    monkeypatch.setattr(preflight, "_load_settings", lambda stack: _settings())
-    clients = {"ec2": _ec2(), "quotas": FakeQuotas({"L-DB2E81BA": quota, "L-3819A6DF": 32}), "pricing": FakePricing(SEOUL_PRICES)}
-    assert preflight.run(argparse.Namespace(stack="dev", json=False), clients) == rc
+AMI_PARAMETER = pins().nvidia_ami_parameter("1.36")
+
+
+def _clients(quota=64, ssm=None, quotas=None):
+    return {"ec2": _ec2(), "quotas": quotas or FakeQuotas({"L-DB2E81BA": quota, "L-3819A6DF": 32}),
+            "pricing": FakePricing(SEOUL_PRICES), "ssm": ssm or FakeSSM({AMI_PARAMETER}), "sts": boto3.client("sts")}
+
+
+def _args(json_out=False, strict=False):
+    return argparse.Namespace(stack="dev", json=json_out, strict=strict)
+
+
+@pytest.mark.parametrize("quota, rc", [(64, 0), (4, 1)])
+def test_cli_dev_stack_needs_one_g6e_2xlarge_server(aws, capsys, quota, rc):
+    clients = _clients(quota)
+    assert preflight.run(_args(), clients) == rc
     text = capsys.readouterr().out
-    assert "g7e.2xlarge" in text and "L-3819A6DF" in text
-    assert preflight.run(argparse.Namespace(stack="dev", json=True), clients) == rc
+    assert "g7e.2xlarge" in text and "L-3819A6DF" in text and "servers need" in text
+    assert preflight.run(_args(json_out=True), clients) == rc
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is (rc == 0)
-    # the Spot pool's onDemandFallback NodePool counts against the on-demand quota too
-    assert [p["name"] for p in data["pools"]] == ["l40s", "g7e-spot", "g7e-spot-on-demand"]
-    assert data["quotas"][0]["required_vcpus"] == 4 * 8 + 4 * 8
-    # a VPC the stack creates spans the region's first two available AZs
+    # the Spot pool's onDemandFallback NodePool is a NodePool too (headroom only)
+    assert [p["name"] for p in data["pools"]] == ["l40s", "l40s-x4", "g7e", "g7e-on-demand"]
+    od = next(q for q in data["quotas"] if q["code"] == "L-DB2E81BA")
+    # dev runs one TP=1 server on g6e.2xlarge: one instance of 8 vCPUs, not every pool at its limit
+    assert od["required_vcpus"] == 8 and od["pools"] == ["l40s"]
+    assert od["headroom_vcpus"] == 4 * 8 + 2 * 48 + 2 * 8
+    spot = next(q for q in data["quotas"] if q["code"] == "L-3819A6DF")
+    assert spot["required_vcpus"] == 0 and spot["headroom_vcpus"] == 2 * 8
+    # pools without servers are headroom warnings, never blockers
+    levels = {f["subject"]: f["level"] for f in data["findings"] if "headroom" in f["message"]}
+    assert set(levels.values()) <= {"warning"} and ("L-DB2E81BA" in levels) is (rc == 0)
+    # the created VPC's zones come from the offerings, as the program picks them
     assert data["pools"][0]["subnet_azs"] == ["ap-northeast-2a", "ap-northeast-2b"]
+    # the API open to the world and branch revisions are warnings
+    subjects = {f["subject"]: f["level"] for f in data["findings"]}
+    assert subjects["cluster.publicAccessCidrs"] == "warning" and subjects["weights.revisions"] == "warning"
+
+
+def test_cli_unknown_quota_fails_only_under_strict(aws, capsys):
+    clients = _clients(quotas=FakeQuotas(deny=True))
+    assert preflight.run(_args(), clients) == 0
+    assert "unknown" in capsys.readouterr().out
+    assert preflight.run(_args(strict=True), clients) == 1
+    out = capsys.readouterr().out
+    assert "BLOCKERS" in out and "L-DB2E81BA" in out and "AccessDeniedException" in out
+
+
+def test_cli_missing_ami_parameter_is_a_blocker(aws, capsys):
+    assert preflight.run(_args(json_out=True), _clients(ssm=FakeSSM())) == 1
+    data = json.loads(capsys.readouterr().out)
+    [blocker] = [f for f in data["findings"] if f["level"] == "blocker"]
+    assert blocker["subject"] == "ami" and AMI_PARAMETER in blocker["message"] and "v20260930" in blocker["message"]
+    # unreadable is not missing: a warning, a blocker under --strict
+    assert preflight.run(_args(), _clients(ssm=FakeSSM(deny=True))) == 0
+    assert preflight.run(_args(strict=True), _clients(ssm=FakeSSM(deny=True))) == 1
+    capsys.readouterr()
+
+
+def test_cli_refuses_the_callers_role_as_an_admin_role(aws, monkeypatch, capsys):
+    settings = load_stack_settings("dev")
+    caller = boto3.client("sts").get_caller_identity()["Arn"]  # moto: an IAM user
+    role_session = {"Arn": "arn:aws:sts::123456789012:assumed-role/ci-deploy/gh-1"}
+    cluster = settings.cluster.model_copy(update={"admin_role_arns": ["arn:aws:iam::123456789012:role/ci-deploy"]})
+    monkeypatch.setattr(preflight, "_load_settings", lambda stack: settings.model_copy(update={"cluster": cluster}))
+    clients = _clients()
+    assert preflight.run(_args(), clients) == 0, caller  # a user is not that role
+    capsys.readouterr()
+    clients["sts"] = SimpleNamespace(get_caller_identity=lambda: role_session)
+    assert preflight.run(_args(), clients) == 1
+    assert "role running `pulumi up`" in capsys.readouterr().out
 
 
 def test_cli_reports_settings_errors(monkeypatch, capsys):

@@ -155,6 +155,11 @@ def test_region_must_be_a_region():
         ({"cluster": {"adminRoleArns": ["arn:aws:iam::123:user/x"]}}, "cluster.adminRoleArns", "role ARN"),
         ({"storage": {"teardown": "keep"}}, "storage.teardown", "'destroy'"),
         ({"storage": {"kmsKeyArn": "alias/x"}}, "storage.kmsKeyArn", "KMS key ARN"),
+        ({"cluster": {"logRetentionDays": 10}}, "cluster.logRetentionDays", "CloudWatch Logs retention"),
+        ({"network": {"availabilityZones": ["ap-northeast-2a"]}}, "network.availabilityZones", "2 to 4 distinct"),
+        ({"network": {"availabilityZones": ["zone-a", "zone-b"]}}, "network.availabilityZones", "not availability zone"),
+        ({"weights": {"source": "laptop"}}, "weights.source", "'stage-weights'"),
+        ({"weights": {"revisions": {"not a repo": "main"}}}, "weights.revisions", "Hugging Face repo id"),
     ],
 )
 def test_refusals_name_the_key(values, key, fragment):

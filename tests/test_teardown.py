@@ -356,3 +356,18 @@ def test_ownership_predicates():
     assert not teardown.karpenter_owned({f"kubernetes.io/cluster/{CLUSTER}": "owned"}, CLUSTER)  # not Karpenter's
     assert not teardown.karpenter_owned({"karpenter.sh/discovery": CLUSTER}, CLUSTER)  # our subnet/SG discovery tag
     assert teardown.karpenter_owned({"karpenter.k8s.aws/cluster": CLUSTER}, CLUSTER)
+
+
+def test_leftover_control_plane_log_group_is_listed(ec2, monkeypatch, capsys):
+    logs = boto3.client("logs")
+    logs.create_log_group(logGroupName=f"/aws/eks/{CLUSTER}/cluster")
+    logs.create_log_group(logGroupName="/aws/eks/another-cluster/cluster")  # not ours
+    found = teardown.find_log_groups(logs, CLUSTER)
+    assert [(x.kind, x.id, x.deletable) for x in found] == [("log-group", f"/aws/eks/{CLUSTER}/cluster", False)]
+    assert "no retention" in found[0].detail and "delete-log-group" in found[0].note
+
+    monkeypatch.setattr(teardown, "_load_settings", lambda stack: _settings())
+    args = argparse.Namespace(stack="dev", delete=False, yes=False, json=False, wait_minutes=1)
+    clients = {n: boto3.client(n) for n in ("ec2", "iam", "elbv2", "elb", "s3", "logs")}
+    assert teardown.run_teardown_check(args, clients=clients, sleep=lambda s: None) == 1
+    assert f"log-group  /aws/eks/{CLUSTER}/cluster" in capsys.readouterr().out

@@ -1,0 +1,69 @@
+"""Checks of a stack against the account, made when the program runs (preview or up) through invokes.
+
+Each fails the run in seconds, before any resource is created, with the key to change: the caller's own
+role listed as an admin, a GPU pool type offered in none of the VPC's zones, a pinned AMI release
+without an NVIDIA AMI for the cluster's Kubernetes version. `python -m stacks preflight` makes the
+same checks with boto3.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+from stacks.identity import admin_role_problems
+from stacks.settings import ConfigError, StackSettings
+from stacks.versions import pins
+from stacks.zones import choose_zones
+
+
+def check_caller(settings: StackSettings, caller_arn: str) -> None:
+    """EKS makes the creator admin; an access entry for the same role would fail the create."""
+    problems = admin_role_problems(list(settings.cluster.admin_role_arns), caller_arn)
+    if problems:
+        raise ConfigError(problems)
+
+
+def stack_zones(settings: StackSettings, provider: aws.Provider) -> list[str]:
+    """The created VPC's zones: where every pool's type is offered (or network.availabilityZones)."""
+    invoke = pulumi.InvokeOptions(provider=provider)
+    available = aws.get_availability_zones(state="available", opts=invoke).names
+    types = sorted({pool.instance_type for pool in settings.gpu_pools})
+    offerings: dict[str, set[str]] = {t: set() for t in types}
+    if types:
+        found = aws.ec2.get_instance_type_offerings(
+            location_type="availability-zone",
+            filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=types)],
+            opts=invoke,
+        )
+        for instance_type, zone in zip(found.instance_types, found.locations):
+            offerings.setdefault(instance_type, set()).add(zone)
+    zones, problems = choose_zones(
+        sorted(available), offerings,
+        {f"vllm-poc:gpuPools[{i}].instanceType": pool.instance_type for i, pool in enumerate(settings.gpu_pools)},
+        settings.network.availability_zone_count, settings.network.availability_zones,
+    )
+    if problems:
+        raise ConfigError(problems)
+    return zones
+
+
+def check_gpu_ami(settings: StackSettings, provider: aws.Provider) -> None:
+    """Fail now, not after a 45-minute wait: the pinned AMI release must have an NVIDIA AMI for this version.
+
+    Karpenter skips a missing AMI variant silently and GPU pods stay Pending; the SSM lookup makes a
+    preview or `up` stop in seconds instead, naming the parameter.
+    """
+    if not settings.gpu_pools:
+        return
+    versions = pins()
+    parameter = versions.nvidia_ami_parameter(settings.cluster.kubernetes_version)
+    try:
+        aws.ssm.get_parameter(name=parameter, opts=pulumi.InvokeOptions(provider=provider))
+    except Exception as exc:  # noqa: BLE001 - the invoke's error is reported with the fix
+        raise ConfigError([
+            f"vllm-poc:cluster.kubernetesVersion: the pinned AMI release {versions.al2023_ami_release} has no NVIDIA "
+            f"AL2023 AMI for Kubernetes {settings.cluster.kubernetes_version} in {settings.region} ({parameter}: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); pick a release that has one "
+            "(al2023_ami_release in pyproject.toml [tool.vllm-poc.pins]) or another kubernetesVersion"
+        ]) from None

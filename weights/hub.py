@@ -1,0 +1,214 @@
+"""Copy one model revision from the Hugging Face Hub to its S3 prefix, file by file.
+
+Runs in the weight-sync Job on a system node (and anywhere else with Hub and S3 access):
+
+* The revision is resolved to its commit once; every file is then read at that commit.
+* Skip test without downloading: for a Git LFS file (every weight shard) the Hub reports its SHA-256
+  and size, which are compared with the object's `x-amz-meta-sha256` and size in S3 (the same rule
+  `stage-weights` uses, so either path recognises the other's uploads). Small non-LFS files (config,
+  tokenizer) are downloaded and hashed. A fully staged model costs one API call, one HEAD per file and
+  a few KB: seconds.
+* Bounded scratch: one file at a time is downloaded into the scratch directory, checked against the
+  Hub's SHA-256, uploaded (multipart, resumable) and deleted before the next. A file larger than the
+  scratch budget is refused up front, naming the file and the setting.
+* Every shard named by a `*.safetensors.index.json` must be a file of the revision, checked before
+  anything is copied.
+* Resume: files already in S3 are skipped; a file whose multipart upload was interrupted keeps the
+  parts already sent (weights.store.open_upload).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import fnmatch
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from weights.store import (
+    INDEX_SUFFIX,
+    Action,
+    LocalFile,
+    StageConfig,
+    StagingError,
+    Summary,
+    _Counter,
+    check_bucket,
+    head_object,
+    index_shards,
+    object_key,
+    parse_s3_uri,
+    remote_matches,
+    sha256_file,
+    upload_multipart,
+    upload_single,
+)
+
+GiB = 1024**3
+# Repository files that are not part of the model.
+DEFAULT_EXCLUDES = (".gitattributes",)
+
+
+@dataclass(frozen=True)
+class HubFile:
+    name: str  # path in the repository; also the object key's suffix
+    size: int | None
+    sha256: str | None  # Git LFS files only: the Hub's SHA-256 of the content
+
+
+def _endpoint() -> str | None:
+    # Read at call time: HF_ENDPOINT points the sync at a mirror (or, in tests, a local fake Hub).
+    return os.environ.get("HF_ENDPOINT") or None
+
+
+def list_revision(repo_id: str, revision: str, token: str | None) -> tuple[str, list[HubFile]]:
+    """The commit a revision resolves to and its files, with sizes and LFS hashes."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    api = HfApi(endpoint=_endpoint(), token=token)
+    try:
+        info = api.model_info(repo_id, revision=revision, files_metadata=True)
+    except GatedRepoError:
+        raise StagingError(
+            f"{repo_id} is gated: accept its license on huggingface.co with the account whose token the "
+            "sync uses (config vllm-poc:hfToken)"
+        ) from None
+    except RevisionNotFoundError:
+        raise StagingError(f"{repo_id} has no revision {revision!r} (config vllm-poc:weights.revisions)") from None
+    except RepositoryNotFoundError:
+        raise StagingError(
+            f"{repo_id} not found on the Hub, or private without a token (config vllm-poc:hfToken)"
+        ) from None
+    files = [
+        HubFile(s.rfilename, s.lfs.size if s.lfs else s.size, s.lfs.sha256 if s.lfs else None)
+        for s in info.siblings or []
+    ]
+    if not info.sha or not files:
+        raise StagingError(f"the Hub returned no commit or no files for {repo_id}@{revision}")
+    return info.sha, sorted(files, key=lambda f: f.name)
+
+
+def download(repo_id: str, name: str, commit: str, scratch: Path, token: str | None) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(repo_id, name, revision=commit, local_dir=scratch, token=token,
+                                endpoint=_endpoint()))
+
+
+def _clear(scratch: Path) -> None:
+    for child in scratch.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
+def check_index(repo_id: str, commit: str, files: list[HubFile], scratch: Path, token: str | None) -> None:
+    """Every shard each safetensors index names must be a file of the revision."""
+    names = {f.name for f in files}
+    for index in (f for f in files if f.name.endswith(INDEX_SUFFIX)):
+        shards = index_shards(download(repo_id, index.name, commit, scratch, token).read_text(), index.name)
+        base = index.name.rsplit("/", 1)[0] + "/" if "/" in index.name else ""
+        missing = sorted(s for s in shards if base + s not in names)
+        if missing:
+            raise StagingError(
+                f"{repo_id}@{commit[:12]}: {index.name} names {len(missing)} shard(s) the revision does not "
+                f"have: {', '.join(missing)}; vLLM could not load it. Pin another revision."
+            )
+
+
+def sync(
+    client,
+    repo_id: str,
+    revision: str,
+    destination: str,
+    scratch: Path,
+    *,
+    token: str | None = None,
+    scratch_limit_bytes: int = 20 * GiB,
+    config: StageConfig = StageConfig(),
+    excludes: tuple[str, ...] = DEFAULT_EXCLUDES,
+    log: Callable[[str], None] = print,
+) -> Summary:
+    """Make s3://<bucket>/<prefix>/ hold exactly the files of repo_id@revision (extra objects are left alone)."""
+    config.validate()
+    bucket, prefix = parse_s3_uri(destination)
+    scratch.mkdir(parents=True, exist_ok=True)
+    check_bucket(client, bucket)
+    commit, files = list_revision(repo_id, revision, token)
+    files = [f for f in files if not any(fnmatch.fnmatch(f.name, pattern) for pattern in excludes)]
+    log(f"{repo_id}@{revision} is commit {commit}: {len(files)} file(s), "
+        f"{sum(f.size or 0 for f in files) / GiB:.2f} GiB")
+    too_big = [f for f in files if (f.size or 0) > scratch_limit_bytes]
+    if too_big:
+        raise StagingError(
+            f"{', '.join(f'{f.name} ({f.size / GiB:.1f} GiB)' for f in too_big)} exceed the scratch space of "
+            f"{scratch_limit_bytes / GiB:.0f} GiB; raise vllm-poc:weights.scratchGib"
+        )
+    check_index(repo_id, commit, files, scratch, token)
+
+    summary = Summary()
+    counter = _Counter(None)
+    started = time.monotonic()
+    with cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="part") as part_pool:
+        for f in files:
+            key = object_key(prefix, f.name)
+            head = head_object(client, bucket, key)
+            if f.sha256 and f.size is not None:
+                same, reason = remote_matches(head, LocalFile(f.name, Path(f.name), f.size), f.sha256)
+                if same:
+                    summary.skipped_files += 1
+                    summary.skipped_bytes += f.size
+                    continue
+            path = download(repo_id, f.name, commit, scratch, token)
+            local = LocalFile(f.name, path, path.stat().st_size)
+            digest = sha256_file(path)
+            if f.sha256 and digest != f.sha256:
+                raise StagingError(f"{f.name}: downloaded SHA-256 {digest} differs from the Hub's {f.sha256}")
+            same, reason = remote_matches(head, local, digest)
+            if same:
+                summary.skipped_files += 1
+                summary.skipped_bytes += local.size
+            else:
+                log(f"upload {f.name} ({local.size:,d} bytes, {reason})")
+                action = Action(local, key, digest, upload=True, reason=reason)
+                if local.size >= config.multipart_threshold:
+                    upload_multipart(client, bucket, action, config, part_pool, counter, log)
+                else:
+                    upload_single(client, bucket, action, counter)
+                summary.uploaded_files += 1
+            _clear(scratch)  # one file on disk at a time
+    summary.seconds = time.monotonic() - started
+    summary.uploaded_bytes = counter.sent
+    summary.resumed_bytes = counter.resumed
+    return summary
+
+
+def check_staged(client, destination: str) -> list[str]:
+    """Problems that keep vLLM from loading the model at `destination`; empty when it is staged.
+
+    What `stage-weights` leaves behind: config.json, and every shard the index names, each with the
+    sha256 the skip test records.
+    """
+    bucket, prefix = parse_s3_uri(destination)
+    check_bucket(client, bucket)
+    objects: dict[str, dict] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for obj in page.get("Contents", []):
+            objects[obj["Key"][len(prefix) + 1:]] = obj
+    if "config.json" not in objects:
+        return [f"s3://{bucket}/{prefix}/ has no config.json: the model is not staged"]
+    problems = []
+    for name in sorted(n for n in objects if n.endswith(INDEX_SUFFIX)):
+        body = client.get_object(Bucket=bucket, Key=f"{prefix}/{name}")["Body"].read().decode()
+        base = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+        missing = sorted(s for s in index_shards(body, name) if base + s not in objects)
+        if missing:
+            problems.append(f"{name} names {len(missing)} shard(s) not in S3: {', '.join(missing)}")
+    if not any(n.endswith(".safetensors") for n in objects):
+        problems.append(f"s3://{bucket}/{prefix}/ holds no .safetensors weights")
+    return problems
