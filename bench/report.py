@@ -12,10 +12,15 @@ writes to OUT:
    "runs": [{"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s",
              "req_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance"}],
    "scenarios": {"<scenario>": {"peak": {"concurrency", "output_tok_s", "req_s"} | null,
-                                "slo": {"concurrency", "output_tok_s"} | null}},
+                                "slo": {"concurrency", "output_tok_s"} | null,
+                                "slo_capacity": {"concurrency_pass", "concurrency_fail", "output_tok_s",
+                                                 "req_s", "ttft_p99_ci_ms", "decode_p99_ci_ms"}
+                                                | {"state": "never_meets_slo"} | null,
+                                "rate_capacity": {"req_s", "output_tok_s", "goodput_req_s"} | null}},
    "comparison": {"<scenario>": {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
-                                 "cost_efficiency_ratio"}} | null,
-   "verdict": {"threshold", "min_ratio", "pass"} | null}
+                                 "cost_efficiency_ratio", "slo_ratio", "slo_cost_efficiency_ratio",
+                                 "baseline_state"}} | null,
+   "verdict": {"threshold", "min_ratio", "pass", "basis"} | null}
   Metrics of invalid runs are null (their completed/failed counts are kept); `spec_acceptance` is
   vLLM's draft acceptance rate in percent, null without speculative decoding.
 - `chart_<scenario>.png`: output tok/s, TTFT p99 and ITL p99 against concurrency, baseline dashed,
@@ -34,6 +39,11 @@ Definitions
 - Verdict: min_ratio = the smallest per-scenario throughput ratio; pass = min_ratio >= threshold
   AND the comparison is complete: every scenario on both sides, no invalid run on either side, the
   same concurrencies and the same input/output lengths. A verdict never passes on missing data.
+- SLO capacity, rate capacity, SLO ratio (`slo_ratio`: rate capacity per GPU where both sides have
+  one, else closed-loop SLO capacity per GPU; never one of each) and `baseline_state`
+  (`meets_slo`, `never_meets_slo`, `not_searched`): see bench/capacity_report.py. The verdict's
+  basis is `--verdict-basis` (default `slo`; `peak` reproduces the seeds' Table 8); on the slo
+  basis a scenario where only the candidate meets the SLO clears the threshold (no finite ratio).
 """
 
 from __future__ import annotations
