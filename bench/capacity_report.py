@@ -303,6 +303,13 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
                 lines.append(f"| {name} | {p['rate']:g} | {_n(p['req_s'], 3)} | {_n(p['output_tok_s'])} "
                              f"| {_n(p['goodput_req_s'], 3)} | {att} | {_n(p['ttft_p99_ms'])} "
                              f"| {_n(p['decode_p99_ms'])} | {'yes' if p['meets'] else 'no'} |")
+    sessions = (manifest or {}).get("sessions") or []
+    timing = (sessions[-1].get("timing") or {}) if sessions and isinstance(sessions[-1], dict) else {}
+    if timing.get("busy_share_pct") is not None:
+        idle = timing.get("idle_between_windows_s")
+        lines += ["", f"GPU busy share of the last sweep session: {timing['busy_share_pct']:.1f}% (measured "
+                      f"windows / wall of the runs, {timing.get('bench_client', '?')} client); idle between two "
+                      f"measured windows {'-' if idle is None else f'{idle:.2f} s'} per run."]
     ext = (manifest or {}).get("extra") or {}
     totals = ext.get("totals")
     if totals:

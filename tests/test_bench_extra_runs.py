@@ -171,6 +171,7 @@ def test_report_slo_basis_verdict_and_plan(bench_stub_server, fake_bench, tmp_pa
     text = (out / "report.md").read_text()
     assert "## Capacity under the SLO" in text and "Goodput" in text and "on the slo basis" in text
     assert "GPU time" in text and "[plan/plan.md](plan/plan.md)" in text
+    assert "GPU busy share of the last sweep session" in text and "library client" in text
     plan = json.loads((out / "plan" / "plan.json").read_text())
     assert plan["basis"] == "slo" and plan["current"]["replicas"] == 12
     assert plan["configurations"][0]["replicas"] < 12

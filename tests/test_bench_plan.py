@@ -140,6 +140,29 @@ def test_baseline_that_never_meets_the_slo(tmp_path):
     text = (out / "plan.md").read_text()
     assert "S1_chat: the current load is unknown on this basis (never_meets_slo)" in text
     assert rc == 1 and read(out)["configurations"][0]["replicas"] is None  # S2 unconfirmed either
+    # Confirm S2 on both sides (search runs with detail): the plan goes on with S2 alone.
+    for d, tok in ((base, 300.0), (cand, 900.0)):
+        (d / "search").mkdir(exist_ok=True)
+        data = result("S2_summary", 8, tok * 8, ttft=400.0, n=200, detail=[400.0] * 200)
+        (d / "search" / CR.search_filename("S2_summary", 8, 1)).write_text(json.dumps(data))
+    assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts") == 0
+    assert read(out)["configurations"][0]["replicas"] == 4  # 12 x 2400 / 7200
+    assert "never_meets_slo" in (out / "plan.md").read_text()
+
+
+def test_mix_of_a_fleet_load(tmp_path):
+    # Baseline per replica: S1 10 req/s, S2 2 req/s at peak; candidate twice that in S1, same in S2.
+    base = sweep_dir(tmp_path, "b", {"S1_chat": 1280.0, "S2_summary": 512.0})
+    cand = sweep_dir(tmp_path, "c", {"S1_chat": 2560.0, "S2_summary": 512.0})
+    out = tmp_path / "p"
+    assert plan(cand, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--no-charts",
+                "--mix", "S1_chat=0.5,S2_summary=0.5", "--out", out) == 0
+    # 12 replicas at a 50/50 mix carry L with L/2/10 + L/2/2 = 12 -> L = 40 req/s; the candidate
+    # needs 20/20 + 20/2 = 11 replicas.
+    assert read(out)["configurations"][0]["replicas"] == 11
+    assert plan(cand, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--no-charts",
+                "--out", out) == 0
+    assert read(out)["configurations"][0]["replicas"] == 12  # no mix: the binding scenario (S2, ratio 1)
 
 
 def test_candidate_slo_capacity_from_search_runs(tmp_path):
