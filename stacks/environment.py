@@ -97,6 +97,8 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
     ]
     if price is not None:
         args += ["--price-per-hour", f"{price * spec.gpus / instance.gpus:.4f}"]
+    if bench.capacity_search:
+        args.append("--capacity-search")
     return args
 
 
