@@ -269,11 +269,6 @@ def confident(j: Judgement, min_requests: int) -> bool:
     return j.state == PASS and j.detailed and j.requests >= min_requests
 
 
-def settled(j: Judgement, min_requests: int) -> bool:
-    """No repeat can change the outcome: a confident pass, or a fail with confidence."""
-    return confident(j, min_requests) or j.state == FAIL
-
-
 # ---------------------------------------------------------------------------------------------
 # The search
 

@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from bench import capacity as C
