@@ -158,7 +158,10 @@ class ExtraRuns:
             sweep.partial.mkdir(exist_ok=True)
             partial = sweep.partial / name
             partial.unlink(missing_ok=True)
-            cmd = S.bench_command(sweep.vllm, args, spec, self.tokenizer, sweep.partial)
+            try:  # the sweep's own per-run seed parameter where it has one
+                cmd = S.bench_command(sweep.vllm, args, spec, self.tokenizer, sweep.partial, seed=seed + attempt - 1)
+            except TypeError:
+                cmd = S.bench_command(sweep.vllm, args, spec, self.tokenizer, sweep.partial)
             cmd = _set_flag(cmd, "--result-filename", name)
             cmd = _set_flag(cmd, "--seed", str(seed + attempt - 1))
             cmd = _set_flag(cmd, "--save-detailed")

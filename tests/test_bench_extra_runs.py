@@ -207,7 +207,7 @@ def test_busy_share_with_one_long_lived_client(bench_stub_server, fake_bench, tm
     extra = ["--bench-client-cmd", f"{fake_bench.bin} client"] if mode == "library" else ["--bench-client", "process"]
     assert S.main(["--base-url", bench_stub_server.url, "--model", "tiny", "--tokenizer", "/unused",
                    "--out", str(out), "--vllm-bin", fake_bench.bin, "--scenarios", "S1_chat",
-                   "--concurrencies", "1,2,4,8", "--health-interval", "0.2", *extra]) == 0
+                   "--concurrencies", "1,2,4,8", "--health-interval", "0.2", "--warmups", "0", *extra]) == 0
     pids = fake_bench.pids()
     assert len(pids) == 4 and len(set(pids)) == (1 if mode == "library" else 4)
     timing = manifest(out)["sessions"][-1]["timing"]
