@@ -129,9 +129,10 @@ def side_prices(side: RP.Side, given: dict[str | None, tuple[float | None, float
         return given[side.label]
     m = side.manifest or {}
     cat_od, cat_spot = catalog_prices(m.get("instance_type"))
-    prices = m.get("prices") if isinstance(m.get("prices"), dict) else {}
-    od = prices.get("on_demand") if prices else None
-    spot = prices.get("spot") if prices else None
+    hardware = m.get("hardware") if isinstance(m.get("hardware"), dict) else {}
+    prices = hardware.get("prices") if isinstance(hardware.get("prices"), dict) else {}
+    od = prices.get("on-demand", prices.get("on_demand"))
+    spot = prices.get("spot")
     if od is None and spot is None and m.get("price_per_hour") is not None:
         if m.get("capacity_type") == "spot":
             spot = m.get("price_per_hour")

@@ -198,6 +198,18 @@ def test_bad_input_exit_2(tmp_path, capsys, argv, needle):
     assert needle in err and "Traceback" not in err
 
 
+def test_prices_from_the_manifest_hardware_record(tmp_path):
+    cand = sweep_dir(tmp_path, "c", {"S1_chat": 1280.0})
+    m = json.loads((cand / "manifest.json").read_text())
+    m.update(capacity_type="spot", price_per_hour=1.2, hardware={"prices": {"spot": 1.2, "on-demand": 3.5}})
+    (cand / "manifest.json").write_text(json.dumps(m))
+    out = tmp_path / "p"
+    assert plan(cand, "--load", "S1_chat=25", "--basis", "peak", "--spares", 1, "--out", out, "--no-charts") == 0
+    row = read(out)["configurations"][0]
+    assert row["replicas"] == 4 and row["usd_hour_on_demand"] == pytest.approx(14.0)
+    assert row["usd_hour_spot"] == pytest.approx(4.8)
+
+
 def test_chart_written(tmp_path):
     cand = sweep_dir(tmp_path, "c", {"S1_chat": 1280.0}, instance_type="g7e.2xlarge")
     out = tmp_path / "p"
