@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from bench import fetch, plan, report, startup, sweep
+from bench.interrupts import exit_code, quiet_broken_pipe, signal_name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +22,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `| head` closed the pipe: the reader has what it wanted
+        quiet_broken_pipe()
+        return 0
+    except KeyboardInterrupt as exc:  # a command without its own handling, stopped between steps
+        print(f"bench {args.command}: stopped by {signal_name(exc)}", file=sys.stderr)
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,23 @@ import sys
 from pathlib import Path
 
 from bench import s3
+from bench.interrupts import exit_code, rerun_command, signal_name, stop_on_signals
 
 
 def run(args: argparse.Namespace) -> int:
+    copied: list[str] = []
     try:
         loc = s3.S3Location.parse(args.uri, option="fetch URI")
-        copied = s3.download_prefix(loc, Path(args.dir), only_missing=args.skip_existing)
+        with stop_on_signals():
+            s3.download_prefix(loc, Path(args.dir), only_missing=args.skip_existing, copied=copied,
+                               progress=not args.no_progress)
+    except KeyboardInterrupt as exc:
+        again = rerun_command("bench")
+        if "--skip-existing" not in again:
+            again += " --skip-existing"
+        print(f"bench fetch: stopped by {signal_name(exc)}; {len(copied)} complete file(s) are in {args.dir} "
+              f"(no half-written file is left). Fetch the rest with: {again}", file=sys.stderr)
+        return exit_code(exc)
     except (ValueError, s3.S3Error) as exc:
         print(f"bench fetch: {exc}", file=sys.stderr)
         return 2
@@ -38,7 +49,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("uri", help="s3://bucket/prefix of the sweep (the --upload of `sweep`)")
     p.add_argument("dir", help="local folder to copy into")
-    p.add_argument("--skip-existing", action="store_true", help="keep local files that already exist")
+    p.add_argument("--skip-existing", action="store_true", help="keep local files that already exist (resume)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress (default: a bar on a terminal, else a line every 10 s)")
     p.set_defaults(func=run)
     return p
 

@@ -75,18 +75,29 @@ def _safe_local(dest: Path, relative: str) -> Path:
     return path
 
 
-def download_prefix(loc: S3Location, dest: Path, *, only_missing: bool = False) -> list[str]:
-    """Copy every object under `loc` into `dest`, keeping relative paths. Returns what was copied."""
+def download_prefix(loc: S3Location, dest: Path, *, only_missing: bool = False, copied: list[str] | None = None,
+                    progress: bool = False) -> list[str]:
+    """Copy every object under `loc` into `dest`, keeping relative paths. Returns what was copied.
+
+    `copied` (if given) is filled as files complete, so that a caller interrupted midway knows what is
+    there; boto3 writes each file under a temporary name first, so no half-written file is left.
+    """
+    from bench.progress import Progress
+
     s3 = client()
     dest.mkdir(parents=True, exist_ok=True)
-    copied = []
-    for rel, _size in iter_objects(loc, s3):
-        target = _safe_local(dest, rel)
-        if only_missing and target.exists():
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        s3.download_file(loc.bucket, loc.key(rel), str(target))
-        copied.append(rel)
+    copied = [] if copied is None else copied
+    objects = list(iter_objects(loc, s3))
+    todo = [(rel, size) for rel, size in objects if not (only_missing and _safe_local(dest, rel).exists())]
+    bar = Progress(sum(size for _, size in todo), "fetching", enabled=progress)
+    try:
+        for rel, _size in todo:
+            target = _safe_local(dest, rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(loc.bucket, loc.key(rel), str(target), Callback=bar.update)
+            copied.append(rel)
+    finally:
+        bar.close()
     return copied
 
 

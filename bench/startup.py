@@ -237,6 +237,11 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+def is_vllm_log(phases: dict[str, Any]) -> bool:
+    """True when at least one line was recognised as vLLM's (a phase, the version, the model or ready)."""
+    return any(value not in (None, False) for key, value in phases.items() if key not in ("lines", "first_log_at"))
+
+
 def parse_file(path: Path) -> dict[str, Any]:
     with path.open(encoding="utf-8", errors="replace") as fh:
         return parse_log(fh)
@@ -269,6 +274,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench startup: no such log file: {path}", file=sys.stderr)
         return 2
     phases = parse_file(path)
+    if not is_vllm_log(phases):
+        print(f"bench startup: {path} does not look like a vLLM server log: none of {phases['lines']} line(s) "
+              "matched vLLM's startup messages (give the server's log, e.g. `kubectl logs --timestamps "
+              "deploy/<server>`)", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(phases, indent=2))
     else:

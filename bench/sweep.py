@@ -28,7 +28,7 @@ Example (inside the vllm/vllm-openai image):
         --instance-type g6e.2xlarge --gpus 1
 
 Exit codes: 0 every combination valid; 1 some combination invalid; 2 bad arguments;
-3 server not healthy in time; 4 results could not be uploaded; 143 terminated (SIGTERM).
+3 server not healthy in time; 4 results could not be uploaded; 130 stopped by Ctrl-C; 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from bench import client as bench_client
 from bench import extra_runs
 from bench import results as R
 from bench import s3
+from bench.interrupts import rerun_command
 
 # Seeds: PoC report Table 2 (input / output tokens per scenario).
 DEFAULT_SCENARIOS: dict[str, tuple[int, int]] = {
@@ -73,6 +74,7 @@ PARTIAL = ".partial"
 SCHEMA = 1
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_UNHEALTHY, EXIT_UPLOAD, EXIT_TERMINATED = 0, 1, 2, 3, 4, 143
+EXIT_INTERRUPTED = 130  # Ctrl-C
 
 
 class UsageError(ValueError):
@@ -680,7 +682,8 @@ class Sweep:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
-        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        # A stop must take seconds: the bench gets 3 s to end on SIGTERM, then it is killed.
+        for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 10)):
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
@@ -806,9 +809,12 @@ def run(args: argparse.Namespace) -> int:
                 if rec["status"] == "running":
                     rec["status"] = "pending"
             sweep.save_manifest()
-        print(f"bench sweep: interrupted ({exc or 'keyboard'}); rerun with --resume to continue",
+        again = rerun_command("bench") + ("" if "--resume" in sys.argv else " --resume")
+        kept = sum(rec["status"] == "valid" for rec in sweep.manifest["runs"]) if sweep.manifest else 0
+        print(f"bench sweep: stopped by {'SIGTERM' if isinstance(exc, Terminated) else 'Ctrl-C'}; "
+              f"{kept} valid run(s) kept in {out}, unfinished runs marked pending. Resume with: {again}",
               file=sys.stderr)
-        return EXIT_TERMINATED
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         if sweep.driver is not None:

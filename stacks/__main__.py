@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from bench.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_on_signals
+
 # Each module exposes add_parser(subparsers), which sets `func` on its parser.
 COMMAND_MODULES = ("render", "config_reference", "staging", "preflight", "teardown")
 
@@ -20,7 +22,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        # SIGTERM is handled like Ctrl-C; each command says what it kept and how to resume.
+        with stop_on_signals():
+            return args.func(args)
+    except KeyboardInterrupt as exc:
+        # A command without its own handling stopped between steps: nothing half-done to report.
+        print(f"{args.command}: stopped by {signal_name(exc)}; rerun the same command to start again",
+              file=sys.stderr)
+        return exit_code(exc)
+    except BrokenPipeError:
+        # `| head` closed the pipe: the reader has what it wanted.
+        quiet_broken_pipe()
+        return 0
 
 
 if __name__ == "__main__":

@@ -21,10 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from pulumi.runtime import resource as runtime_resource
 from pulumi.runtime import settings as runtime_settings
+from pulumi.runtime.proto import source_pb2
 from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs, Mocks
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
+from google.protobuf import struct_pb2
 
 ACCOUNT_ID = "123456789012"
 # The identity the mocks run `pulumi up` as: a CI role's session, as GitHub OIDC gives it.
@@ -34,6 +37,9 @@ CALLER_ARN = f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/vllm-poc-deploy/pulumi"
 OFFERED_ZONES = {"g6e": "abcd", "g7e": "bcd"}
 # SSM parameters that do not exist (tests add names to see a lookup fail).
 MISSING_PARAMETERS: set[str] = set()
+# How the SDK marks a resource reference inside serialized properties (pulumi.runtime.rpc).
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+_RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 
 
 def _short_hash(text: str, length: int = 8) -> str:
@@ -84,6 +90,41 @@ def _options(request) -> dict[str, Any]:
     return opts
 
 
+def _resource_refs_by_name(value: struct_pb2.Value) -> None:
+    """Replace every resource reference inside `value` with {"$resource": <name>}, in place."""
+    kind = value.WhichOneof("kind")
+    if kind == "list_value":
+        for item in value.list_value.values:
+            _resource_refs_by_name(item)
+    elif kind == "struct_value":
+        fields = value.struct_value.fields
+        if _SIG_KEY in fields and fields[_SIG_KEY].string_value == _RESOURCE_SIG:
+            name = fields["name"].string_value if "name" in fields else fields["urn"].string_value.rsplit("::", 1)[-1]
+            value.struct_value.Clear()
+            value.struct_value.update({"$resource": name})
+        else:
+            for item in fields.values():
+                _resource_refs_by_name(item)
+
+
+def _without_resource_refs(request, field_name: str):
+    """A copy of a monitor request whose resource references are plain {"$resource": name} records.
+
+    The SDK's mock monitor runs on the engine's worker threads and rehydrates a resource reference
+    (pulumi-eks' ManagedNodeGroup takes the Cluster itself as an input) by constructing the resource
+    there: that schedules a `get` RPC on the worker thread's own event loop while the RPC manager,
+    awaited by the program's loop, tracks it. When the worker loop has not finished that task by then,
+    the program's loop awaits a future of another loop and the run dies with "attached to a different
+    loop". Recording references by name constructs nothing off the program's loop.
+    """
+    copy = type(request)()
+    copy.CopyFrom(request)
+    struct = getattr(copy, field_name)
+    for item in struct.fields.values():
+        _resource_refs_by_name(item)
+    return copy
+
+
 class RecordingMonitor(MockMonitor):
     """The SDK's mock monitor, keeping what it is told about parents, dependencies and options."""
 
@@ -92,7 +133,14 @@ class RecordingMonitor(MockMonitor):
         # The SDK calls Mocks.new_resource from inside RegisterResource, on the same thread.
         self.current = threading.local()
 
+    def Invoke(self, request):  # noqa: N802 (gRPC method name)
+        return super().Invoke(_without_resource_refs(request, "args"))
+
+    def ReadResource(self, request):  # noqa: N802
+        return super().ReadResource(_without_resource_refs(request, "properties"))
+
     def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        request = _without_resource_refs(request, "object")
         self.current.request = {
             "urn": self.make_urn(request.parent, request.type, request.name),
             "parent_urn": request.parent or None,
@@ -259,6 +307,10 @@ def install(region: str, project: str, stack: str) -> RecordingMocks:
     return mocks
 
 
+def _no_stack_trace():
+    return source_pb2.StackTrace()
+
+
 def run(program: Callable[[], Awaitable[None] | None], *, region: str = "ap-northeast-2",
         project: str = "vllm-poc", stack: str = "test") -> RecordingMocks:
     """Run `program` under a fresh mock runtime and wait for every registration; returns the records.
@@ -266,6 +318,9 @@ def run(program: Callable[[], Awaitable[None] | None], *, region: str = "ap-nort
     Each call starts from a clean state (event loop, root stack, outstanding outputs), so one render
     or test never awaits what another left behind.
     """
+    # The engine's source positions (a stack walk per resource, a third of a render's time) are not
+    # part of the desired state: skip them under the mocks.
+    runtime_resource._get_stack_trace = _no_stack_trace
     asyncio.set_event_loop(asyncio.new_event_loop())
     runtime_settings.ROOT.set(None)
     runtime_settings.SETTINGS.rpc_manager.clear()

@@ -28,6 +28,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Iterable
 
 from stacks import catalog
@@ -604,6 +605,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("stack", help="stack name (reads Pulumi.<stack>.yaml)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--dir", help="directory holding the stack files (default: the project)")
     p.add_argument("--strict", action="store_true",
                    help="a check that cannot be answered (a quota or the AMI unreadable) is a blocker, not a warning "
                    "(the workflows use it)")
@@ -611,10 +613,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _load_settings(stack: str):
-    from stacks.settings import load_stack_settings
+def _load_settings(stack: str, directory: str | None = None):
+    from stacks.loader import load_settings
+    from stacks.settings import REPO
 
-    return load_stack_settings(stack)
+    return load_settings(stack, Path(directory) if directory else REPO)
 
 
 def pools_from_settings(settings) -> list[Pool]:
@@ -703,7 +706,7 @@ def make_clients(region: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
     try:
-        settings = _load_settings(args.stack)
+        settings = _load_settings(args.stack, args.dir) if getattr(args, "dir", None) else _load_settings(args.stack)
         network = getattr(settings, "network", None)
         clients = clients or make_clients(settings.region)
         report = run_preflight(
@@ -720,6 +723,12 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
             strict=getattr(args, "strict", False),
         )
         report.findings += stack_findings(settings, clients, strict=getattr(args, "strict", False))
+    except KeyboardInterrupt as exc:
+        from bench.interrupts import exit_code, rerun_command, signal_name
+
+        print(f"{COMMAND}: stopped by {signal_name(exc)}; preflight only reads, nothing was changed. "
+              f"Rerun: {rerun_command('stacks')}", file=sys.stderr)
+        return exit_code(exc)
     except Exception as exc:  # noqa: BLE001 - settings or AWS access errors: one clear message
         print(f"{COMMAND}: error: {exc if isinstance(exc, ValueError) else f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
         return 2

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import pulumi
 
-from stacks import environment
-from stacks.settings import PROJECT, ConfigError, settings_from_config
+from stacks import environment, loader
+from stacks.settings import PROJECT, ConfigError
 
 
 def current_settings():
-    """Settings of the stack Pulumi is running, from its config (validated before any resource)."""
+    """Settings of the stack Pulumi is running, from its config (validated before any resource).
+
+    The same checks as every command's (stacks.loader): unknown namespaces and keys, secrets,
+    region, tags, values and the keys between them, all reported at once.
+    """
     from pulumi.runtime import config as runtime_config
 
     # The language host hands the stack's config to the program as strings (JSON for objects).
     values = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    return settings_from_config(values, stack=pulumi.get_stack(), project=pulumi.get_project() or PROJECT)
+    secret_keys = frozenset(runtime_config.get_config_secret_keys_env() or []) | frozenset(
+        runtime_config._SECRET_KEYS.get() or [])
+    return loader.settings_from_values(values, stack=pulumi.get_stack(),
+                                       project=pulumi.get_project() or PROJECT, secret_keys=secret_keys)
 
 
 def run() -> None:

@@ -2,16 +2,23 @@
 
 `python -m stacks render <stack> --out <dir>` writes
   resources.json   every registered resource: type, name, parent, inputs, dependsOn, options
-  kubernetes.yaml  every Kubernetes object as it would be applied
+  kubernetes.yaml  every Kubernetes object as it would be applied, in dependency order
   helm.json        every Helm release: chart, repository, version, namespace, values
-and prints a short summary. Bad config exits non-zero with the validation message, before any
-resource is declared.
+  outputs.json     the stack outputs
+  code/            the Python packages the Jobs mount (bench, weights), once each; the ConfigMaps in
+                   kubernetes.yaml and resources.json name each file and its sha256
+and prints a short summary. Two renders of the same stack are byte-identical, so a change reviews as
+a diff. Bad config exits 2 with every problem of the stack file, before any resource is declared.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import heapq
 import json
+import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,8 +30,9 @@ import yaml
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import settings as runtime_settings
 
+from stacks import loader
 from stacks import mocks as mocks_module
-from stacks.settings import PROJECT, REPO, ConfigError, read_stack_file, settings_from_config
+from stacks.settings import PROJECT, REPO, ConfigError
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 _NOT_K8S_OBJECTS = (HELM_RELEASE, "pulumi:providers:kubernetes")
@@ -64,6 +72,98 @@ def _name_from_urn(urn: str) -> str:
     return urn.rsplit("::", 1)[-1]
 
 
+def _sorted_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value
+
+
+# Apply order of Kubernetes kinds (what must exist before what uses it), as Helm installs them;
+# Karpenter's EC2NodeClass before the NodePools that name it. Unknown kinds go last.
+KIND_ORDER = (
+    "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange", "PodSecurityPolicy", "PodDisruptionBudget",
+    "ServiceAccount", "Secret", "ConfigMap", "StorageClass", "PersistentVolume", "PersistentVolumeClaim",
+    "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
+    "DaemonSet", "Pod", "ReplicaSet", "Deployment", "HorizontalPodAutoscaler", "StatefulSet", "Job", "CronJob",
+    "Ingress", "EC2NodeClass", "NodePool",
+)
+
+CODE_DIR = "code"
+
+
+def _kind_rank(kind: str | None) -> int:
+    return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+
+
+def dependency_order(items: list[tuple[str, tuple, set[str]]]) -> list[int]:
+    """Indexes of (id, sort key, ids it depends on) so that each comes after its dependencies, ties
+    broken by the sort key (dependencies outside the list are ignored; a cycle falls back to the key)."""
+    ids = {ident: i for i, (ident, _, _) in enumerate(items)}
+    waiting = {i: {ids[d] for d in deps if d in ids and ids[d] != i} for i, (_, _, deps) in enumerate(items)}
+    users: dict[int, set[int]] = {i: set() for i in waiting}
+    for i, deps in waiting.items():
+        for d in deps:
+            users[d].add(i)
+    ready = [(items[i][1], i) for i, deps in waiting.items() if not deps]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready or len(order) < len(items):
+        if not ready:  # a cycle: take the smallest remaining by key
+            rest = sorted((items[i][1], i) for i in waiting if i not in order)
+            ready = [rest[0]]
+            waiting[rest[0][1]] = set()
+        _, i = heapq.heappop(ready)
+        if i in order:
+            continue
+        order.append(i)
+        for user in sorted(users[i]):
+            waiting[user].discard(i)
+            if not waiting[user] and user not in order:
+                heapq.heappush(ready, (items[user][1], user))
+    return order
+
+
+def _code_reference(path: str, text: str) -> str:
+    return f"file {CODE_DIR}/{path} sha256:{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+def code_package(data: dict[str, str], fallback: str) -> str:
+    """The project package a ConfigMap's modules are (bench, weights): the directory holding exactly
+    these files; else the ConfigMap's name without its hash suffix."""
+    for directory in sorted(p for p in REPO.iterdir() if (p / "__init__.py").is_file()):
+        if all((directory / key).is_file() and (directory / key).read_text() == text for key, text in data.items()):
+            return directory.name
+    return re.sub(r"-[0-9a-f]{8,}$", "", fallback) or "configmap"
+
+
+def externalize_code(data: Any, files: dict[str, str], name: str = "configmap") -> Any:
+    """A ConfigMap's `data` with each Python module replaced by a reference to its file in the render
+    directory, `code/<package>/<module>` (collected into `files`, once per content)."""
+    if not isinstance(data, dict):
+        return data
+    modules = {k: v for k, v in data.items() if isinstance(k, str) and k.endswith(".py") and isinstance(v, str)}
+    if not modules:
+        return data
+    package = code_package(modules, name)
+    out = {}
+    for key, text in data.items():
+        if key in modules:
+            path = f"{package}/{key}"
+            if files.get(path, text) != text:  # another ConfigMap, other code under the same name
+                path = f"{package}-{hashlib.sha256(text.encode()).hexdigest()[:8]}/{key}"
+            files[path] = text
+            out[key] = _code_reference(path, text)
+        else:
+            out[key] = text
+    return out
+
+
+class RenderError(Exception):
+    """A problem with where to write the render (not with the config)."""
+
+
 @dataclass
 class Rendered:
     stack: str
@@ -73,30 +173,38 @@ class Rendered:
 
     # -- the three files ---------------------------------------------------------------------
     def resources(self) -> list[dict[str, Any]]:
-        return [
+        """Every resource, sorted by type then name, with its dependsOn sorted."""
+        records = [
             {
                 "type": r.type,
                 "name": r.name,
                 "parent": r.parent_name,
                 "inputs": _plain(r.inputs),
-                "dependsOn": [_name_from_urn(u) for u in r.dependencies],
+                "dependsOn": sorted(_name_from_urn(u) for u in r.dependencies),
                 "options": r.options,
             }
             for r in self.registrations
         ]
+        return sorted(records, key=lambda r: (r["type"], r["name"], r["parent"] or ""))
 
     def kubernetes_objects(self) -> list[dict[str, Any]]:
-        objects = []
+        """Every Kubernetes object in apply order: after what it depends on, else by kind, namespace, name."""
+        items, objects = [], []
         for r in self.registrations:
             if not r.type.startswith("kubernetes:") or r.type in _NOT_K8S_OBJECTS:
                 continue
             # Inputs carry what is applied; the name the provider would generate is in the outputs.
-            body = _plain(r.inputs)
-            body["metadata"] = {**_plain(r.outputs.get("metadata") or {}), **(body.get("metadata") or {})}
+            body = _sorted_keys(_plain(r.inputs))
+            body["metadata"] = _sorted_keys(
+                {**_plain(r.outputs.get("metadata") or {}), **(body.get("metadata") or {})})
             ordered = {key: body.pop(key) for key in ("apiVersion", "kind", "metadata") if key in body}
             ordered.update(body)
+            meta = ordered["metadata"]
+            key = (_kind_rank(ordered.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name") or ""),
+                   r.name)
+            items.append((r.urn, key, set(r.dependencies)))
             objects.append(ordered)
-        return objects
+        return [objects[i] for i in dependency_order(items)]
 
     def helm_releases(self) -> list[dict[str, Any]]:
         releases = []
@@ -112,10 +220,10 @@ class Rendered:
                 "version": inputs.get("version"),
                 "namespace": inputs.get("namespace"),
                 "skipCrds": bool(inputs.get("skipCrds", False)),
-                "values": inputs.get("values") or {},
-                "dependsOn": [_name_from_urn(u) for u in r.dependencies],
+                "values": _sorted_keys(inputs.get("values") or {}),
+                "dependsOn": sorted(_name_from_urn(u) for u in r.dependencies),
             })
-        return releases
+        return sorted(releases, key=lambda r: r["resource"])
 
     # -- lookups for tests ---------------------------------------------------------------------
     def of_type(self, typ: str) -> list[mocks_module.Registration]:
@@ -130,14 +238,39 @@ class Rendered:
     def k8s(self, kind: str) -> list[dict[str, Any]]:
         return [o for o in self.kubernetes_objects() if o.get("kind") == kind]
 
+    def files(self) -> dict[str, str]:
+        """The render directory's files: {relative path: text}. Identical for identical config."""
+        code: dict[str, str] = {}
+        resources = self.resources()
+        for r in resources:
+            if r["type"] == "kubernetes:core/v1:ConfigMap":
+                meta = r["inputs"].get("metadata") or {}
+                r["inputs"]["data"] = externalize_code(r["inputs"].get("data"), code, str(meta.get("name") or r["name"]))
+        objects = self.kubernetes_objects()
+        for o in objects:
+            if o.get("kind") == "ConfigMap":
+                o["data"] = externalize_code(o.get("data"), code, str(o["metadata"].get("name") or "configmap"))
+        files = {
+            "resources.json": json.dumps(resources, indent=2, sort_keys=True) + "\n",
+            "kubernetes.yaml": yaml.safe_dump_all(objects, sort_keys=False, width=120),
+            "helm.json": json.dumps(self.helm_releases(), indent=2, sort_keys=True) + "\n",
+            "outputs.json": json.dumps(_plain(self.outputs), indent=2, sort_keys=True) + "\n",
+        }
+        files.update({f"{CODE_DIR}/{name}": code[name] for name in sorted(code)})
+        return files
+
     def write(self, out: Path) -> None:
+        """Write the files into `out` (created; a previous render's files there are replaced)."""
+        if out.exists() and not out.is_dir():
+            raise RenderError(f"--out {out} is a file, not a directory; give a directory (it is created if missing)")
+        files = self.files()
         out.mkdir(parents=True, exist_ok=True)
-        (out / "resources.json").write_text(json.dumps(self.resources(), indent=2, sort_keys=False) + "\n")
-        (out / "kubernetes.yaml").write_text(
-            yaml.safe_dump_all(self.kubernetes_objects(), sort_keys=False, width=120)
-        )
-        (out / "helm.json").write_text(json.dumps(self.helm_releases(), indent=2) + "\n")
-        (out / "outputs.json").write_text(json.dumps(_plain(self.outputs), indent=2) + "\n")
+        if (out / CODE_DIR).is_dir():
+            shutil.rmtree(out / CODE_DIR)  # no stale module of an earlier render
+        for rel, text in files.items():
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -168,7 +301,7 @@ def render_config(values: dict[str, Any], *, stack: str = "test") -> Rendered:
     """
     from stacks import program
 
-    settings = settings_from_config(values, stack=stack)  # fail fast, outside the runtime
+    settings = loader.settings_from_values(values, stack=stack)  # fail fast, outside the runtime
     runtime_config.set_all_config(_config_strings(values), secret_keys=[])
     outputs: dict[str, Any] = {}
 
@@ -185,8 +318,8 @@ def render_config(values: dict[str, Any], *, stack: str = "test") -> Rendered:
 
 
 def render_stack(stack: str, directory: Path = REPO) -> Rendered:
-    """Render `Pulumi.<stack>.yaml` from the project directory."""
-    return render_config(read_stack_file(stack, directory), stack=stack)
+    """Render `Pulumi.<stack>.yaml` from the project directory (checked by stacks.loader first)."""
+    return render_config(loader.load_config(stack, directory), stack=stack)
 
 
 def add_parser(subparsers) -> None:
@@ -195,18 +328,28 @@ def add_parser(subparsers) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
-    parser.add_argument("--out", type=Path, required=True, help="directory for the rendered files")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="directory for resources.json, kubernetes.yaml, helm.json, outputs.json and code/ "
+                             "(created; files of an earlier render there are replaced)")
     parser.add_argument("--dir", type=Path, default=REPO, help="directory holding the stack files (default: the project)")
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.out.exists() and not args.out.is_dir():
+        print(f"render: error: --out {args.out} is a file, not a directory; give a directory "
+              "(it is created if missing)", file=sys.stderr)
+        return 2
     try:
         rendered = render_stack(args.stack, args.dir)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        rendered.write(args.out)
+    except (ConfigError, RenderError, pulumi.RunError) as err:
+        # RunError: the program refused the stack (checks against the account), as `pulumi up` would
+        print(f"render: error: {err}", file=sys.stderr)
         return 2
-    rendered.write(args.out)
+    except OSError as err:
+        print(f"render: error: cannot write {args.out}: {err.strerror or err}", file=sys.stderr)
+        return 2
     print(rendered.summary())
-    print(f"wrote {args.out}/resources.json, kubernetes.yaml, helm.json, outputs.json")
+    print(f"wrote {args.out}/: resources.json, kubernetes.yaml, helm.json, outputs.json, {CODE_DIR}/")
     return 0

@@ -10,14 +10,15 @@ a default.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import re
+import typing
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
@@ -476,55 +477,8 @@ class StackSettings(_Settings):
 
     @model_validator(mode="after")
     def _stack(self) -> StackSettings:
-        problems: list[str] = []
-        counts = Counter(pool.name for pool in self.gpu_pools)
-        seen: set[str] = set()
-        for index, pool in enumerate(self.gpu_pools):
-            if pool.name in seen:
-                problems.append(f"gpuPools[{index}].name: pool name {pool.name!r} is used more than once; names must be unique")
-            seen.add(pool.name)
-            if pool.on_demand_fallback and f"{pool.name}-on-demand" in counts:
-                problems.append(
-                    f"gpuPools[{index}].onDemandFallback: would create {pool.name}-on-demand, which another pool already uses"
-                )
-        pools = {pool.name: pool for pool in self.gpu_pools}
-        server_names: set[str] = set()
-        for index, server in enumerate(self.servers):
-            key = f"servers[{index}]"
-            if server.name in server_names:
-                problems.append(f"{key}.name: server name {server.name!r} is used more than once")
-            server_names.add(server.name)
-            pool = pools.get(server.pool)
-            if pool is None:
-                problems.append(
-                    f"{key}.pool: no GPU pool named {server.pool!r}; define it in gpuPools or use one of "
-                    f"{', '.join(pools) or '(none defined)'}"
-                )
-                continue
-            # Every server is held to the bench's peak: any of them may be benchmarked later, and
-            # the policy pack enforces the same floor on every Deployment.
-            problems += [
-                p.removeprefix(f"{PROJECT}:")
-                for p in check_server(
-                    server, pool.instance, self.bench.max_concurrency, key=f"{PROJECT}:{key}",
-                    bench_max_tokens=self.bench.max_request_tokens,
-                )
-            ]
-            gpus_needed = server.tensor_parallel_size * server.replicas
-            if gpus_needed > pool.gpu_limit:
-                problems.append(
-                    f"{key}.replicas: {server.replicas} replica(s) x {server.tensor_parallel_size} GPU(s) exceed "
-                    f"gpuPools {pool.name!r} gpuLimit {pool.gpu_limit}; raise the limit or lower replicas"
-                )
+        problems = cross_key_problems(self.gpu_pools, self.servers, self.bench)
         problems += self._weight_problems()
-        for target, price in self.bench.price_per_hour.items():
-            if target not in self.bench.targets or price <= 0:
-                problems.append(f"bench.pricePerHour.{target}: give a positive price for a server in bench.targets")
-        for index, target in enumerate(self.bench.targets):
-            if target not in server_names:
-                problems.append(
-                    f"bench.targets[{index}]: no server named {target!r}; use one of {', '.join(sorted(server_names)) or '(none defined)'}"
-                )
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -559,6 +513,75 @@ class StackSettings(_Settings):
         return next(s for s in self.servers if s.name == name)
 
 
+def cross_key_problems(gpu_pools: list, servers: list, bench: BenchSettings | None,
+                       unchecked_pools: frozenset[str] = frozenset(),
+                       server_names_as_written: frozenset[str] = frozenset()) -> list[str]:
+    """Problems between keys (names, pools, GPU limits, bench targets), one line each naming its key.
+
+    Works on partly valid config too: an entry that failed its own validation is None and is skipped,
+    references to a pool named in `unchecked_pools` (written but invalid) are not reported again, so
+    a type error never hides the problems between the other keys.
+    """
+    problems: list[str] = []
+    valid_pools = [(index, pool) for index, pool in enumerate(gpu_pools) if pool is not None]
+    counts = Counter(pool.name for _, pool in valid_pools)
+    seen: set[str] = set()
+    for index, pool in valid_pools:
+        if pool.name in seen:
+            problems.append(f"gpuPools[{index}].name: pool name {pool.name!r} is used more than once; names must be unique")
+        seen.add(pool.name)
+        if pool.on_demand_fallback and f"{pool.name}-on-demand" in counts:
+            problems.append(
+                f"gpuPools[{index}].onDemandFallback: would create {pool.name}-on-demand, which another pool already uses"
+            )
+    pools = {pool.name: pool for _, pool in valid_pools}
+    server_names: set[str] = set(server_names_as_written)
+    seen_servers: set[str] = set()
+    for index, server in enumerate(servers):
+        if server is None:
+            continue
+        key = f"servers[{index}]"
+        if server.name in seen_servers:
+            problems.append(f"{key}.name: server name {server.name!r} is used more than once")
+        seen_servers.add(server.name)
+        server_names.add(server.name)
+        pool = pools.get(server.pool)
+        if pool is None:
+            if server.pool not in unchecked_pools:
+                problems.append(
+                    f"{key}.pool: no GPU pool named {server.pool!r}; define it in gpuPools or use one of "
+                    f"{', '.join(pools) or '(none defined)'}"
+                )
+            continue
+        if bench is not None:
+            # Every server is held to the bench's peak: any of them may be benchmarked later, and
+            # the policy pack enforces the same floor on every Deployment.
+            problems += [
+                p.removeprefix(f"{PROJECT}:")
+                for p in check_server(
+                    server, pool.instance, bench.max_concurrency, key=f"{PROJECT}:{key}",
+                    bench_max_tokens=bench.max_request_tokens,
+                )
+            ]
+        gpus_needed = server.tensor_parallel_size * server.replicas
+        if gpus_needed > pool.gpu_limit:
+            problems.append(
+                f"{key}.replicas: {server.replicas} replica(s) x {server.tensor_parallel_size} GPU(s) exceed "
+                f"gpuPools {pool.name!r} gpuLimit {pool.gpu_limit}; raise the limit or lower replicas"
+            )
+    if bench is None:
+        return problems
+    for target, price in bench.price_per_hour.items():
+        if target not in bench.targets or price <= 0:
+            problems.append(f"bench.pricePerHour.{target}: give a positive price for a server in bench.targets")
+    for index, target in enumerate(bench.targets):
+        if target not in server_names:
+            problems.append(
+                f"bench.targets[{index}]: no server named {target!r}; use one of {', '.join(sorted(server_names)) or '(none defined)'}"
+            )
+    return problems
+
+
 # -- reading config -----------------------------------------------------------------------------
 
 _TOP_LEVEL = {
@@ -575,6 +598,7 @@ _TOP_LEVEL = {
 }
 # Plain strings rather than structured (JSON) values.
 _STRING_KEYS = {"hfToken"}
+TOP_LEVEL_KEYS = tuple(_TOP_LEVEL)
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:
@@ -587,13 +611,47 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return path
 
 
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The settings model that holds the last key of `loc` (for did-you-mean on unknown keys)."""
+    model: type[BaseModel] = StackSettings
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        found = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        if found is None:
+            return None
+        inner = [found.annotation]
+        model = None
+        while inner:
+            candidate = inner.pop()
+            if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+                model = candidate
+                break
+            inner += list(typing.get_args(candidate))
+        if model is None:
+            return None
+    return model
+
+
+def _unknown_key_message(loc: tuple[Any, ...]) -> str:
+    model = _model_at(loc)
+    if model is None:
+        return "unknown key (misspelt?); see the config reference in README.md"
+    known = [f.alias or name for name, f in model.model_fields.items() if not f.exclude]
+    word = str(loc[-1])
+    close = difflib.get_close_matches(word, known, n=1, cutoff=0.6) or [
+        k for k in known if k.lower() == word.lower().replace("_", "").replace("-", "")]
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown key; {hint}known here: {', '.join(known)} (config reference in README.md)"
+
+
 def _format(error: ValidationError) -> list[str]:
     problems = []
     for err in error.errors():
         loc = tuple(err["loc"])
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            message = "unknown key (misspelt?); see the config reference in Pulumi.yaml"
+            message = _unknown_key_message(loc)
         if loc and loc[0] == "region":
             key = "aws:region"
         elif loc:
@@ -636,25 +694,54 @@ def settings_from_config(values: dict[str, Any], *, stack: str, project: str = P
                     problems.append(f"{full_key}: expected a structured value (object or list), got {value!r}")
                     continue
             data[key] = value
-    if problems:
-        raise ConfigError(problems)
     try:
-        return StackSettings.model_validate(data)
+        settings = StackSettings.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format(err)) from None
+        problems += _format(err)
+        if any(e["loc"] for e in err.errors()):
+            problems += _partial_cross_key_problems(data)
+    else:
+        if not problems:
+            return settings
+    raise ConfigError(list(dict.fromkeys(problems)))
+
+
+def _partial_cross_key_problems(data: dict[str, Any]) -> list[str]:
+    """Cross-key problems among the entries that are valid on their own (see cross_key_problems)."""
+
+    def each(model: type[BaseModel], raw: Any) -> BaseModel | None:
+        try:
+            return model.model_validate(raw)
+        except (ValidationError, ValueError, TypeError):
+            return None
+
+    def items(raw: Any) -> list[Any]:
+        return raw if isinstance(raw, list) else []
+
+    raw_pools, raw_servers = items(data.get("gpuPools")), items(data.get("servers"))
+    pools = [each(GpuPoolSettings, p) for p in raw_pools]
+    servers = [each(ServerSettings, s) for s in raw_servers]
+    bench = each(BenchSettings, data.get("bench", {}))
+    unchecked = frozenset(str(raw.get("name")) for raw, pool in zip(raw_pools, pools)
+                          if pool is None and isinstance(raw, dict))
+    written = frozenset(str(raw.get("name")) for raw in raw_servers if isinstance(raw, dict) and raw.get("name"))
+    # A whole section of the wrong shape: what refers to it cannot be checked, and is not blamed.
+    if "gpuPools" in data and not isinstance(data["gpuPools"], list):
+        unchecked |= frozenset(str(raw.get("pool")) for raw in raw_servers if isinstance(raw, dict))
+    if "servers" in data and not isinstance(data["servers"], list) and isinstance(data.get("bench"), dict):
+        written |= frozenset(str(t) for t in data["bench"].get("targets") or [] if isinstance(t, (str, int)))
+    return [f"{PROJECT}:{p}" for p in cross_key_problems(pools, servers, bench, unchecked, written)]
 
 
 def read_stack_file(stack: str, directory: Path = REPO) -> dict[str, Any]:
-    """The `config:` mapping of `Pulumi.<stack>.yaml`."""
-    path = directory / f"Pulumi.{stack}.yaml"
-    if not path.exists():
-        known = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml")
-                       for p in directory.glob("Pulumi.*.yaml"))
-        raise ConfigError([f"no stack file {path.name}; stacks here: {', '.join(known) or 'none'}"])
-    document = yaml.safe_load(path.read_text()) or {}
-    return dict(document.get("config") or {})
+    """The checked `config:` mapping of `Pulumi.<stack>.yaml` (see stacks.loader)."""
+    from stacks import loader
+
+    return loader.load_config(stack, directory)
 
 
 def load_stack_settings(stack: str, directory: Path = REPO) -> StackSettings:
     """Settings of a stack from its `Pulumi.<stack>.yaml`, as `pulumi up -s <stack>` would see them."""
-    return settings_from_config(read_stack_file(stack, directory), stack=stack)
+    from stacks import loader
+
+    return loader.load_settings(stack, directory)

@@ -35,17 +35,42 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from bench.interrupts import exit_code, quiet_broken_pipe, rerun_command, signal_name, stop_on_signals
+from bench.progress import Progress, human_bytes
 from weights.store import (  # noqa: F401 - the shared S3 side; re-exported for callers and tests
     INDEX_SUFFIX, MiB, S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART, SHA256_META, Action, LocalFile, StageConfig,
-    StagingError, Summary, _Counter, _list_all, _part_matches, _part_ranges, _reusable_parts, b64_sha256,
-    check_bucket, fmt_bytes, format_summary, head_object, index_shards, make_client, object_key, open_upload,
-    parse_s3_uri, plan_uploads, read_range, remote_matches, sha256_file, upload_multipart, upload_single,
+    StagingError, Stopped, Summary, _Counter, _list_all, _part_matches, _part_ranges, _reusable_parts,
+    b64_sha256, check_bucket, fmt_bytes, format_summary, head_object, index_shards, make_client, object_key,
+    open_upload, plan_uploads, read_range, remote_matches, sha256_file, upload_multipart, upload_single,
 )
+from weights.store import parse_s3_uri as _parse_any_s3_uri
 
 _check_bucket = check_bucket
 
 
 COMMAND = "stage-weights"
+
+
+class StagingInterrupted(Exception):
+    """The run stopped on a signal; `summary` says what was done, `lingering` counts uploads still in flight."""
+
+    def __init__(self, summary: Summary, signal_exc: BaseException, lingering: int = 0):
+        super().__init__("interrupted")
+        self.summary = summary
+        self.signal_exc = signal_exc
+        self.lingering = lingering
+
+
+def parse_s3_uri(uri: str, *, bucket_root: bool = False) -> tuple[str, str]:
+    """The destination's bucket and prefix; a destination without prefix only with bucket_root."""
+    bucket, prefix = _parse_any_s3_uri(uri)
+    if not prefix and not bucket_root:
+        raise StagingError(
+            f"destination {uri!r} has no prefix: the snapshot's files would land at the bucket's root, where the "
+            f"servers do not look; give the model's prefix, e.g. s3://{bucket}/models/<org>/<name> (the stack "
+            "output modelUris lists them), or pass --bucket-root if the root is intended"
+        )
+    return bucket, prefix
 
 
 # --------------------------------------------------------------------------------------------------
@@ -143,30 +168,39 @@ def check_shards(root: Path, files: list[LocalFile]) -> None:
         )
 
 
-def hash_files(files: list[LocalFile], workers: int, progress: bool) -> dict[str, str]:
-    bar = _bar(sum(f.size for f in files), "hashing", progress)
-    lock = threading.Lock()
-
-    def tick(n: int) -> None:
-        if bar is not None:
-            with lock:
-                bar.update(n)
-
+def hash_files(files: list[LocalFile], workers: int, progress: bool, stop: threading.Event | None = None) -> dict[str, str]:
+    stop = stop or threading.Event()
+    bar = Progress(sum(f.size for f in files), "hashing", enabled=progress)
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="hash")
+    futures = {pool.submit(sha256_file, f.path, on_bytes=bar.update, stop=stop): f for f in files}
     try:
-        with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            digests = pool.map(lambda f: sha256_file(f.path, on_bytes=tick), files)
-            return {f.rel: d for f, d in zip(files, digests)}
+        _wait_all(futures)
+        return {futures[fut].rel: fut.result() for fut in futures}
+    except BaseException:
+        stop.set()  # each hashing thread stops at its next 8 MiB block
+        for fut in futures:
+            fut.cancel()
+        raise
     finally:
-        if bar is not None:
-            bar.close()
+        pool.shutdown(wait=False, cancel_futures=True)
+        bar.close()
 
 
-def _bar(total: int, desc: str, progress: bool):
-    if not progress:
-        return None
-    from tqdm import tqdm
+def _wait_all(futures, timeout: float = 0.5) -> None:
+    """Wait for every future in short steps, so that a signal is handled at once in the main thread."""
+    pending = set(futures)
+    while pending:
+        _, pending = cf.wait(pending, timeout=timeout)
 
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr)
+
+def _join(futures, grace_s: float) -> int:
+    """Wait up to grace_s for running futures; returns how many are still running."""
+    deadline = time.monotonic() + grace_s
+    running = [f for f in futures if f.running()]
+    while running and time.monotonic() < deadline:
+        cf.wait(running, timeout=0.1)
+        running = [f for f in running if f.running()]
+    return len(running)
 
 
 def stage(
@@ -177,60 +211,82 @@ def stage(
     *,
     progress: bool = False,
     dry_run: bool = False,
+    bucket_root: bool = False,
     log: Callable[[str], None] = print,
 ) -> Summary:
-    """Upload what is missing or different; raises StagingError on bad input, leaves partial uploads to resume."""
+    """Upload what is missing or different; raises StagingError on bad input, leaves partial uploads to resume.
+
+    Ctrl-C or SIGTERM (as KeyboardInterrupt) stops the run within seconds and raises StagingInterrupted,
+    whose summary says what was kept in S3; no worker thread is left waiting.
+    """
     config.validate()
-    bucket, prefix = parse_s3_uri(destination)
+    bucket, prefix = parse_s3_uri(destination, bucket_root=bucket_root)
     root = resolve_snapshot_dir(Path(source))
     files = collect_files(root)
     check_shards(root, files)
     _check_bucket(client, bucket)
 
-    hashes = hash_files(files, min(config.concurrency, os.cpu_count() or 1), progress)
+    stop = threading.Event()
+    summary = Summary(dry_run=dry_run)
+    try:
+        hashes = hash_files(files, min(config.concurrency, os.cpu_count() or 1), progress, stop)
+    except KeyboardInterrupt as exc:
+        raise StagingInterrupted(summary, exc) from None
     actions = plan_uploads(client, bucket, prefix, files, hashes)
     todo = [a for a in actions if a.upload]
-    summary = Summary(
-        skipped_files=len(actions) - len(todo),
-        skipped_bytes=sum(a.file.size for a in actions if not a.upload),
-    )
+    summary.skipped_files = len(actions) - len(todo)
+    summary.skipped_bytes = sum(a.file.size for a in actions if not a.upload)
+    summary.to_upload_files = len(todo)
+    summary.to_upload_bytes = sum(a.file.size for a in todo)
     if dry_run:
         for a in actions:
-            log(f"{'upload' if a.upload else 'skip  '} {a.file.size:>14,d}  s3://{bucket}/{a.key}  ({a.reason})")
+            log(f"{'upload' if a.upload else 'skip  '} {human_bytes(a.file.size):>10}  s3://{bucket}/{a.key}  ({a.reason})")
         return summary
 
-    bar = _bar(sum(a.file.size for a in todo), "uploading", progress)
-    counter = _Counter(bar)
+    bar = Progress(summary.to_upload_bytes, "uploading", enabled=progress)
+    counter = _Counter(bar, stop)
     start = time.monotonic()
-    try:
-        with cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="part") as part_pool, \
-                cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="file") as file_pool:
-            def one(action: Action) -> None:
-                if action.file.size >= config.multipart_threshold:
-                    upload_multipart(client, bucket, action, config, part_pool, counter, log)
-                else:
-                    upload_single(client, bucket, action, counter)
+    part_pool = cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="part")
+    file_pool = cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="file")
 
-            futures = {file_pool.submit(one, a): a for a in todo}
-            try:
-                for fut in cf.as_completed(futures):
-                    action = futures[fut]
-                    try:
-                        fut.result()
-                        summary.uploaded_files += 1
-                    except Exception as exc:  # noqa: BLE001 - reported per file, the run continues
-                        summary.failed.append(f"{action.key}: {exc}")
-            except KeyboardInterrupt:
-                for fut in futures:
-                    fut.cancel()
-                part_pool.shutdown(wait=False, cancel_futures=True)
-                raise
-    finally:
-        if bar is not None:
-            bar.close()
-        summary.seconds = time.monotonic() - start
-        summary.uploaded_bytes = counter.sent
-        summary.resumed_bytes = counter.resumed
+    def one(action: Action) -> None:
+        if action.file.size >= config.multipart_threshold:
+            upload_multipart(client, bucket, action, config, part_pool, counter, log)
+        else:
+            upload_single(client, bucket, action, counter)
+
+    futures = {file_pool.submit(one, a): a for a in todo}
+    try:
+        pending = set(futures)
+        while pending:  # short waits: Ctrl-C and SIGTERM are handled at once
+            finished, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                try:
+                    fut.result()
+                    summary.uploaded_files += 1
+                except Exception as exc:  # noqa: BLE001 - reported per file, the run continues
+                    summary.failed.append(f"{futures[fut].key}: {exc}")
+    except KeyboardInterrupt as exc:
+        # Stop: queued work is dropped, the file threads leave at their next step, parts in flight
+        # get a short grace to land (each one kept is one less to send on the rerun).
+        stop.set()
+        for fut in futures:
+            fut.cancel()
+        file_pool.shutdown(wait=False, cancel_futures=True)
+        part_pool.shutdown(wait=False, cancel_futures=True)
+        lingering = _join(futures, grace_s=3.0)
+        raise StagingInterrupted(_finish(summary, counter, bar, start), exc, lingering) from None
+    file_pool.shutdown()
+    part_pool.shutdown()
+    return _finish(summary, counter, bar, start)
+
+
+def _finish(summary: Summary, counter: _Counter, bar: Progress, start: float) -> Summary:
+    bar.close()
+    summary.seconds = time.monotonic() - start
+    summary.uploaded_bytes = counter.sent
+    summary.resumed_bytes = counter.resumed
+    summary.unfinished = sorted(counter.open_uploads)
     return summary
 
 
@@ -252,9 +308,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--multipart-threshold-mib", type=float, default=StageConfig.multipart_threshold / MiB,
         help="files at least this large go multipart (default %(default)s)",
     )
-    p.add_argument("--region", help="AWS region of the bucket (default: the environment's)")
+    p.add_argument("--region", help="AWS region of the bucket (default: the stack's with --stack, else the environment's)")
+    p.add_argument("--stack", help="take the region from Pulumi.<stack>.yaml (read and checked like every command)")
     p.add_argument("--dry-run", action="store_true", help="show what would be uploaded or skipped")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--bucket-root", action="store_true", help="allow a destination without prefix (the bucket's root)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress (default: a bar on a terminal, else a line every 10 s)")
     p.set_defaults(func=run)
     return p
 
@@ -265,24 +324,64 @@ def run(args: argparse.Namespace) -> int:
         part_size=int(args.part_size_mib * MiB),
         multipart_threshold=int(args.multipart_threshold_mib * MiB),
     )
-    progress = not args.no_progress and sys.stderr.isatty()
     try:
-        config.validate()
-        summary = stage(
-            make_client(config, args.region), Path(args.source), args.destination, config,
-            progress=progress, dry_run=args.dry_run,
-        )
+        with stop_on_signals():
+            config.validate()
+            region = args.region or (_stack_region(args.stack) if getattr(args, "stack", None) else None)
+            summary = stage(
+                make_client(config, region), Path(args.source), args.destination, config,
+                progress=not args.no_progress, dry_run=args.dry_run, bucket_root=args.bucket_root,
+            )
     except StagingError as exc:
         print(f"{COMMAND}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{COMMAND}: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+    except StagingInterrupted as exc:
+        return _interrupted(exc.signal_exc, exc.summary, exc.lingering)
+    except KeyboardInterrupt as exc:  # before the upload began (listing, planning)
+        return _interrupted(exc, None, 0)
     except Exception as exc:  # noqa: BLE001 - AWS/credential errors end the run with one clear line
         print(f"{COMMAND}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print(format_summary(summary))
+    try:
+        print(format_summary(summary), flush=True)
+    except BrokenPipeError:
+        quiet_broken_pipe()
     return 1 if summary.failed else 0
+
+
+def _stack_region(stack: str) -> str:
+    from stacks.loader import load_settings
+    from stacks.settings import ConfigError
+
+    try:
+        return load_settings(stack, scope="cluster").region
+    except ConfigError as err:
+        raise StagingError(str(err)) from None
+
+
+def interrupted_message(exc: BaseException, summary: Summary | None) -> str:
+    lines = [f"{COMMAND}: stopped by {signal_name(exc)}."]
+    if summary is None or not (summary.uploaded_files or summary.unfinished or summary.uploaded_bytes):
+        lines.append("  nothing was uploaded in this run; files already in S3 stay as they are.")
+    else:
+        lines.append(f"  kept in S3: {summary.uploaded_files} complete file(s), "
+                     f"{fmt_bytes(summary.uploaded_bytes)} sent in this run")
+        if summary.unfinished:
+            shown = ", ".join(summary.unfinished[:3]) + (" ..." if len(summary.unfinished) > 3 else "")
+            lines.append(f"  unfinished multipart upload(s) kept for the rerun: {shown}")
+    lines.append(f"  to resume (parts already in S3 are not sent again): {rerun_command('stacks')}")
+    return "\n".join(lines)
+
+
+def _interrupted(exc: BaseException, summary: Summary | None, lingering: int) -> int:
+    code = exit_code(exc)
+    print(interrupted_message(exc, summary), file=sys.stderr, flush=True)
+    if lingering:
+        # Part uploads still on the wire after the grace period: do not wait for them at exit (S3
+        # drops an unfinished part; the rerun sends it again).
+        sys.stdout.flush()
+        os._exit(code)
+    return code
 
 
 def main(argv: list[str] | argparse.Namespace | None = None) -> int:

@@ -455,10 +455,15 @@ def format_leftovers(leftovers: list[Leftover], cluster: str, region: str) -> st
 # CLI
 
 
-def _load_settings(stack: str):
-    from stacks.settings import load_stack_settings
+def _load_settings(stack: str, directory: str | None = None):
+    # Only what teardown needs (region, cluster, network, storage): a serving setting that no longer
+    # validates must never block cleaning up.
+    from pathlib import Path
 
-    return load_stack_settings(stack)
+    from stacks.loader import load_settings
+    from stacks.settings import REPO
+
+    return load_settings(stack, Path(directory) if directory else REPO, scope="cluster")
 
 
 def make_clients(region: str) -> dict[str, Any]:
@@ -478,8 +483,9 @@ def add_parser(subparsers) -> None:
     pre.add_argument("--kubeconfig", help="kubeconfig of the cluster (default: written by `aws eks update-kubeconfig`)")
     pre.add_argument("--context", help="kubeconfig context to use")
     pre.add_argument("--timeout-minutes", type=float, default=20, help="how long to wait for instances (default %(default)s)")
-    pre.add_argument("--poll-seconds", type=float, default=15, help=argparse.SUPPRESS)
+    pre.add_argument("--poll-seconds", type=float, default=10, help=argparse.SUPPRESS)
     pre.add_argument("--dry-run", action="store_true", help="print the commands, change nothing")
+    pre.add_argument("--dir", help="directory holding the stack files (default: the project)")
     pre.set_defaults(func=run_pre_destroy)
 
     check = subparsers.add_parser(
@@ -492,15 +498,36 @@ def add_parser(subparsers) -> None:
     check.add_argument("--delete", action="store_true", help="remove the orphans tagged for this cluster")
     check.add_argument("--yes", action="store_true", help="with --delete: do not ask for confirmation")
     check.add_argument("--json", action="store_true", help="print the findings as JSON")
+    check.add_argument("--dir", help="directory holding the stack files (default: the project)")
     check.add_argument("--wait-minutes", type=float, default=10, help="with --delete: wait for terminations (default %(default)s)")
     check.set_defaults(func=run_teardown_check)
 
 
+def _on_interrupt(command: str, kept: str) -> Callable:
+    """Ctrl-C or SIGTERM: say what stays done and how to go on, exit 130 or 143, no traceback."""
+    import functools
+
+    from bench.interrupts import exit_code, rerun_command, signal_name
+
+    def wrap(func: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(func)
+        def run(*args, **kwargs) -> int:
+            try:
+                return func(*args, **kwargs)
+            except KeyboardInterrupt as exc:
+                print(f"{command}: stopped by {signal_name(exc)}; {kept}. Rerun: {rerun_command('stacks')}",
+                      file=sys.stderr, flush=True)
+                return exit_code(exc)
+        return run
+    return wrap
+
+
+@_on_interrupt(PRE_DESTROY, "what was deleted stays deleted and every step is safe to repeat")
 def run_pre_destroy(args: argparse.Namespace, clients: dict[str, Any] | None = None,
                     runner: Callable[..., subprocess.CompletedProcess] = subprocess.run,
                     sleep: Callable[[float], None] = time.sleep) -> int:
     try:
-        settings = _load_settings(args.stack)
+        settings = _load_settings(args.stack, args.dir) if getattr(args, "dir", None) else _load_settings(args.stack)
     except Exception as exc:  # noqa: BLE001
         print(f"{PRE_DESTROY}: error: {exc}", file=sys.stderr)
         return 2
@@ -534,10 +561,11 @@ def run_pre_destroy(args: argparse.Namespace, clients: dict[str, Any] | None = N
     return 0
 
 
+@_on_interrupt(TEARDOWN_CHECK, "deletions already sent stay done, nothing else was changed")
 def run_teardown_check(args: argparse.Namespace, clients: dict[str, Any] | None = None,
                        confirm: Callable[[str], str] = input, sleep: Callable[[float], None] = time.sleep) -> int:
     try:
-        settings = _load_settings(args.stack)
+        settings = _load_settings(args.stack, args.dir) if getattr(args, "dir", None) else _load_settings(args.stack)
         cluster, region = settings.cluster.name, settings.region
         clients = clients or make_clients(region)
         aws = {k: clients[k] for k in ("ec2", "iam", "elbv2", "elb")}

@@ -38,6 +38,10 @@ class StagingError(Exception):
     """A problem the operator must fix; the message says what and how."""
 
 
+class Stopped(Exception):
+    """Raised inside worker threads once a stop was requested (Ctrl-C, SIGTERM)."""
+
+
 @dataclass(frozen=True)
 class LocalFile:
     rel: str  # posix path relative to the snapshot root: the object key's suffix
@@ -66,10 +70,13 @@ def index_shards(index_text: str, index_name: str = "model.safetensors.index.jso
         raise StagingError(f"{index_name} is not a safetensors index with a weight_map: {exc}") from None
 
 
-def sha256_file(path: Path, chunk: int = 8 * MiB, on_bytes: Callable[[int], None] | None = None) -> str:
+def sha256_file(path: Path, chunk: int = 8 * MiB, on_bytes: Callable[[int], None] | None = None,
+                stop: threading.Event | None = None) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         while block := fh.read(chunk):
+            if stop is not None and stop.is_set():
+                raise Stopped()
             digest.update(block)
             if on_bytes:
                 on_bytes(len(block))
@@ -165,6 +172,10 @@ def plan_uploads(client, bucket: str, prefix: str, files: list[LocalFile], hashe
 
 @dataclass
 class Summary:
+    dry_run: bool = False
+    to_upload_files: int = 0  # files found missing or different
+    to_upload_bytes: int = 0
+    unfinished: list[str] = field(default_factory=list)  # multipart uploads left in S3 to resume
     uploaded_files: int = 0
     uploaded_bytes: int = 0  # bytes sent in this run
     resumed_bytes: int = 0  # bytes of parts kept from an earlier, interrupted run
@@ -179,11 +190,15 @@ class Summary:
 
 
 class _Counter:
-    def __init__(self, bar) -> None:
+    """Bytes sent and kept, multipart uploads left open, and the stop request the workers obey."""
+
+    def __init__(self, bar, stop: threading.Event | None = None) -> None:
         self._lock = threading.Lock()
         self._bar = bar
+        self.stop = stop or threading.Event()
         self.sent = 0
         self.resumed = 0
+        self.open_uploads: dict[str, int] = {}  # key -> parts in S3, for multipart uploads not completed
 
     def add(self, n: int, resumed: bool = False) -> None:
         with self._lock:
@@ -193,6 +208,14 @@ class _Counter:
                 self.sent += n
             if self._bar is not None:
                 self._bar.update(n)
+
+    def part_done(self, key: str, count: int = 1) -> None:
+        with self._lock:
+            self.open_uploads[key] = self.open_uploads.get(key, 0) + count
+
+    def completed(self, key: str) -> None:
+        with self._lock:
+            self.open_uploads.pop(key, None)
 
 
 def _part_ranges(size: int, part_size: int) -> list[tuple[int, int, int]]:
@@ -267,17 +290,23 @@ def open_upload(client, bucket: str, action: Action, config: StageConfig, log) -
 
 
 def _upload_part(client, bucket: str, key: str, upload_id: str, file: LocalFile, number: int, offset: int, length: int, counter: _Counter) -> dict:
+    if counter.stop.is_set():
+        raise Stopped()
     data = read_range(file.path, offset, length)
     checksum = b64_sha256(data)
     resp = client.upload_part(
         Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data, ChecksumSHA256=checksum
     )
     counter.add(length)
+    counter.part_done(key)
     return {"PartNumber": number, "ETag": resp["ETag"], "ChecksumSHA256": checksum}
 
 
 def upload_multipart(client, bucket: str, action: Action, config: StageConfig, part_pool: cf.Executor, counter: _Counter, log) -> None:
+    if counter.stop.is_set():
+        raise Stopped()
     upload_id, part_size, done, resumed = open_upload(client, bucket, action, config, log)
+    counter.part_done(action.key, len(done))
     ranges = _part_ranges(action.file.size, part_size)
     for number in done:
         counter.add(next(length for n, _, length in ranges if n == number), resumed=True)
@@ -286,10 +315,17 @@ def upload_multipart(client, bucket: str, action: Action, config: StageConfig, p
         for n, off, length in ranges
         if n not in done
     ]
+    pending = set(futures)
     try:
-        for fut in cf.as_completed(futures):
-            part = fut.result()
-            done[part["PartNumber"]] = part
+        # Polled, not as_completed(): a part future cancelled while still queued never wakes a waiter,
+        # so a blocking wait on it would hang this thread (and the command) for ever.
+        while pending:
+            if counter.stop.is_set():
+                raise Stopped()
+            finished, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                part = fut.result()
+                done[part["PartNumber"]] = part
     except BaseException:
         for fut in futures:
             fut.cancel()
@@ -300,6 +336,7 @@ def upload_multipart(client, bucket: str, action: Action, config: StageConfig, p
         UploadId=upload_id,
         MultipartUpload={"Parts": [done[n] for n in sorted(done)]},
     )
+    counter.completed(action.key)
     if resumed:
         head = head_object(client, bucket, action.key) or {}
         if (head.get("Metadata") or {}).get(SHA256_META) != action.sha256:
@@ -310,6 +347,8 @@ def upload_multipart(client, bucket: str, action: Action, config: StageConfig, p
 
 
 def upload_single(client, bucket: str, action: Action, counter: _Counter) -> None:
+    if counter.stop.is_set():
+        raise Stopped()
     data = action.file.path.read_bytes()
     client.put_object(
         Bucket=bucket,
@@ -344,6 +383,10 @@ def fmt_bytes(n: float) -> str:
 
 
 def format_summary(s: Summary) -> str:
+    if s.dry_run:
+        return (f"dry run: would upload {s.to_upload_files} file(s), {fmt_bytes(s.to_upload_bytes)}; "
+                f"would skip {s.skipped_files} file(s), {fmt_bytes(s.skipped_bytes)} already in S3 with the same "
+                "sha256; nothing was sent")
     lines = [
         f"uploaded {s.uploaded_files} file(s), {fmt_bytes(s.uploaded_bytes)} sent"
         + (f" (+{fmt_bytes(s.resumed_bytes)} kept from an earlier run)" if s.resumed_bytes else "")

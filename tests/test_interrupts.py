@@ -1,0 +1,188 @@
+"""Ctrl-C and SIGTERM on real processes: each long command stops within 5 s of the first signal,
+says what was kept and how to resume, exits 130 (Ctrl-C) or 143 (SIGTERM), and a rerun resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+
+from stacks import staging
+from tests.fixtures.slow_tcp import SilentEndpoint, ThrottledProxy
+
+REPO = Path(__file__).resolve().parents[1]
+MiB = 1024 * 1024
+BUCKET = "weights-interrupt"
+DEST = f"s3://{BUCKET}/models/org/model"
+KEY = "models/org/model/model.safetensors"
+
+
+def _wait_for(predicate, timeout: float, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"process ended (rc {proc.returncode}) before {what}:\n{out}\n{err}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _stop(proc: subprocess.Popen, sig: int) -> tuple[str, str, float]:
+    started = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return out, err, time.monotonic() - started
+
+
+def _snapshot(tmp_path: Path) -> tuple[Path, bytes]:
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    data = os.urandom(40 * MiB)  # 8 parts of 5 MiB
+    (snapshot / "model.safetensors").write_bytes(data)
+    (snapshot / "config.json").write_text("{}")
+    return snapshot, data
+
+
+@pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_stage_weights_stops_mid_multipart_and_a_rerun_resumes(aws, tmp_path, capsys, sig, code, name):
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
+    snapshot, data = _snapshot(tmp_path)
+    args = [str(snapshot), DEST, "--part-size-mib", "5", "--multipart-threshold-mib", "5", "--concurrency", "2",
+            "--no-progress"]
+
+    def parts_in_s3() -> int:
+        uploads = s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+        return sum(len(s3.list_parts(Bucket=BUCKET, Key=u["Key"], UploadId=u["UploadId"]).get("Parts", []))
+                   for u in uploads)
+
+    with ThrottledProxy(int(aws.rsplit(":", 1)[1]), bytes_per_s=4 * MiB) as slow:
+        env = dict(os.environ, AWS_ENDPOINT_URL=slow.url, PYTHONPATH=str(REPO))
+        proc = subprocess.Popen([sys.executable, "-m", "stacks", "stage-weights", *args], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for(lambda: parts_in_s3() >= 1, 60, proc, "the first part in S3")
+        out, err, seconds = _stop(proc, sig)
+    assert proc.returncode == code, err
+    assert seconds < 5, f"took {seconds:.1f} s to stop"
+    assert f"stopped by {name}" in err and "Traceback" not in err, err
+    assert "unfinished multipart upload(s) kept for the rerun: models/org/model/model.safetensors" in err, err
+    assert "to resume" in err and "python -m stacks stage-weights" in err, err
+    kept = parts_in_s3()
+    assert 1 <= kept < 8
+    with pytest.raises(s3.exceptions.ClientError):
+        s3.head_object(Bucket=BUCKET, Key=KEY)  # not completed
+
+    # the rerun keeps the parts already in S3 and completes the object
+    assert staging.main(args) == 0
+    summary = capsys.readouterr().out
+    assert "kept from an earlier run" in summary, summary
+    body = s3.get_object(Bucket=BUCKET, Key=KEY)["Body"].read()
+    assert hashlib.sha256(body).digest() == hashlib.sha256(data).digest()
+
+
+def test_preflight_stops_mid_call_on_a_hanging_endpoint(aws):
+    with SilentEndpoint() as silent:
+        env = dict(os.environ, AWS_ENDPOINT_URL=silent.url, PYTHONPATH=str(REPO))
+        proc = subprocess.Popen([sys.executable, "-m", "stacks", "preflight", "dev"], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for(lambda: silent.accepted >= 1, 60, proc, "the first AWS call")
+        time.sleep(0.3)  # inside the call, waiting for an answer that never comes
+        out, err, seconds = _stop(proc, signal.SIGINT)
+    assert proc.returncode == 130, err
+    assert seconds < 5, f"took {seconds:.1f} s to stop"
+    assert "stopped by Ctrl-C; preflight only reads, nothing was changed" in err, err
+    assert "Rerun: python -m stacks preflight dev" in err and "Traceback" not in err
+
+
+def test_preflight_sigterm_exits_143(aws):
+    with SilentEndpoint() as silent:
+        env = dict(os.environ, AWS_ENDPOINT_URL=silent.url, PYTHONPATH=str(REPO))
+        proc = subprocess.Popen([sys.executable, "-m", "stacks", "preflight", "dev", "--json"], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for(lambda: silent.accepted >= 1, 60, proc, "the first AWS call")
+        out, err, seconds = _stop(proc, signal.SIGTERM)
+    assert proc.returncode == 143 and seconds < 5, err
+    assert "stopped by SIGTERM" in err and "Traceback" not in err
+
+
+def test_bench_fetch_stops_and_says_how_to_fetch_the_rest(aws, tmp_path):
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="results-interrupt", CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
+    for i in range(3):
+        s3.put_object(Bucket="results-interrupt", Key=f"sweep/r{i}.json", Body=os.urandom(6 * MiB))
+    dest = tmp_path / "fetched"
+    with ThrottledProxy(int(aws.rsplit(":", 1)[1]), bytes_per_s=4 * MiB) as slow:
+        env = dict(os.environ, AWS_ENDPOINT_URL=slow.url, PYTHONPATH=str(REPO))
+        proc = subprocess.Popen([sys.executable, "-m", "bench", "fetch", "s3://results-interrupt/sweep", str(dest),
+                                 "--no-progress"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        _wait_for(lambda: (dest / "r0.json").exists(), 60, proc, "the first file")
+        out, err, seconds = _stop(proc, signal.SIGINT)
+    assert proc.returncode == 130 and seconds < 5, err
+    assert "stopped by Ctrl-C" in err and "--skip-existing" in err and "Traceback" not in err
+    assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in dest.iterdir() if p.suffix == ".json")
+    done = {p.name for p in dest.iterdir()}
+    proc = subprocess.run([sys.executable, "-m", "bench", "fetch", "s3://results-interrupt/sweep", str(dest),
+                           "--skip-existing", "--no-progress"], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in dest.iterdir()} == {"r0.json", "r1.json", "r2.json"}
+    assert f"{3 - len(done)} files" in proc.stdout
+
+
+def test_piping_into_head_gives_no_traceback():
+    proc = subprocess.run(f"{sys.executable} -m stacks config-reference | head -1", shell=True, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.startswith("|") and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_progress_lines_when_not_a_terminal(aws, tmp_path):
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
+    snapshot, _ = _snapshot(tmp_path)
+    with ThrottledProxy(int(aws.rsplit(":", 1)[1]), bytes_per_s=8 * MiB) as slow:
+        env = dict(os.environ, AWS_ENDPOINT_URL=slow.url, PYTHONPATH=str(REPO), VLLM_POC_PROGRESS_SECONDS="1")
+        proc = subprocess.run([sys.executable, "-m", "stacks", "stage-weights", str(snapshot), DEST, "--part-size-mib",
+                               "5", "--multipart-threshold-mib", "5", "--concurrency", "2"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("uploading: ")]
+    assert len(lines) >= 2, proc.stderr
+    assert all(" MiB" in line or " KiB" in line or " GiB" in line for line in lines)
+    assert "of 40.0 MiB" in lines[-1] and "(100%)" in lines[-1]
+    assert "\r" not in proc.stderr  # no bar redraws in a log
+    assert "40.0 MiB sent" in proc.stdout
+
+
+def test_bench_sweep_ctrl_c_mid_run_stops_and_resume_finishes(bench_stub_server, fake_bench, tmp_path):
+    from bench import sweep as S
+    from tests.test_bench_sweep import manifest, sweep_args
+
+    out = tmp_path / "out"
+    fake_bench.plan({"S3_moderation_c1": ["hang", "ok"]})
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", *sweep_args(bench_stub_server, out, fake_bench)],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: "S3_moderation_c1" in fake_bench.keys(), 60, proc, "the hanging run")
+    time.sleep(0.3)
+    out_text, err, seconds = _stop(proc, signal.SIGINT)
+    assert proc.returncode == 130, err
+    assert seconds < 5, f"took {seconds:.1f} s to stop"
+    assert "stopped by Ctrl-C; 2 valid run(s) kept" in err and "Resume with: python -m bench sweep" in err, err
+    assert "--resume" in err and "Traceback" not in err
+    status = {r["file"]: r["status"] for r in manifest(out)["runs"]}
+    assert status["S3_moderation_c1.json"] == "pending"
+    before = len(fake_bench.keys())
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--resume")) == 0
+    assert fake_bench.keys()[before:] == ["S3_moderation_c1", "S3_moderation_c4"]
