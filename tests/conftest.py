@@ -6,6 +6,7 @@ pytest_plugins = [
     "tests.fixtures.bench_env",
     "tests.fixtures.pulumi_stack",
     "tests.fixtures.k8s_schemas",
+    "tests.fixtures.pod_identity",
 ]
 
 

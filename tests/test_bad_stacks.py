@@ -187,6 +187,8 @@ CASES: list[tuple[str, str, str]] = [
     ("server-spec-tokens", mutate((f"{SRV}[0].numSpeculativeTokens", 0)), "vllm-poc:servers[0].numSpeculativeTokens"),
     ("server-image-latest", mutate((f"{SRV}[0].image", "vllm/vllm-openai:latest")), "vllm-poc:servers[0].image"),
     ("server-extra-args-text", mutate((f"{SRV}[0].extraArgs", "--foo")), "vllm-poc:servers[0].extraArgs"),
+    ("server-extra-args-misspelt-flag", mutate((f"{SRV}[0].extraArgs", ["--max-num-seq", "128"])),
+     "vllm-poc:servers[0].extraArgs[0]"),
     # -- bench ---------------------------------------------------------------------------------------
     ("bench-target-unknown", mutate((f"{BENCH}.targets", ["gemma-bf16"])), "vllm-poc:bench.targets[0]"),
     ("bench-targets-text", mutate((f"{BENCH}.targets", "gemma-fp8")), "vllm-poc:bench.targets"),

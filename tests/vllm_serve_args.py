@@ -10,6 +10,10 @@ EngineArgs the way `vllm serve` does, and the JSON-valued options are handed to 
 that will receive them (loader, KV cache, multimodal limits, speculative decoding), so that a key
 vLLM does not know fails here rather than on a GPU node. Abbreviated flags are refused too: argparse
 accepts any unique prefix, and a prefix that is unique in one vLLM version need not be in another.
+
+With `--flags`, the output is {"vllm": version, "results": [...], "flags": {...}}, the flag table
+of stacks/vllm_flags_dump.py (what `python -m stacks.vllm_flags generate` writes) from the same
+parser, so the checked-in list is compared without a second vLLM import.
 """
 
 from __future__ import annotations
@@ -120,6 +124,17 @@ def check(args: list[str], parser, serve_parser, command) -> dict:
     return parsed
 
 
+def _dump_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "stacks" / "vllm_flags_dump.py"
+    spec = importlib.util.spec_from_file_location("vllm_flags_dump", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> int:
     cases = json.load(sys.stdin)
     parser, serve_parser, command = _build()
@@ -131,7 +146,12 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 (every failure is a result)
             results.append({"id": case["id"], "ok": False,
                             "error": f"{type(exc).__name__}: {exc}", "parsed": None})
-    json.dump(results, sys.stdout, default=str)
+    if "--flags" in sys.argv[1:]:
+        dump = _dump_module()
+        output = {"vllm": dump.vllm_version(), "results": results, "flags": dump.flag_table(serve_parser)}
+        json.dump(output, sys.stdout, default=str)
+    else:
+        json.dump(results, sys.stdout, default=str)
     return 0
 
 
