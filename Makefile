@@ -1,14 +1,15 @@
 # Two entry points on a fresh machine (see README):
 #   make render STACK=dev   set up .venv and render the stack's desired state offline
-#   make test               set up .venv, .venv-vllm and .vllm-image, then run every test
+#   make test               set up .venv, .venv-vllm, .vllm-image and .venv-checkov, then run every test
 PYTHON ?= python3
 VENV := .venv
 VLLM_VENV := .venv-vllm
 VLLM_IMAGE := .vllm-image
+CHECKOV_VENV := .venv-checkov
 STACK ?= dev
 OUT ?= build/render/$(STACK)
 
-.PHONY: venv venv-vllm vllm-image render test test-fast clean
+.PHONY: venv venv-vllm vllm-image venv-checkov render test test-fast clean
 
 $(VENV)/.installed: pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,20 +36,29 @@ $(VLLM_IMAGE)/.installed: pyproject.toml $(VENV)/.installed $(VLLM_VENV)/.instal
 	$(VENV)/bin/python -m stacks.vllm_flags shim $(VLLM_IMAGE)
 	touch $@
 
+# checkov pins boto3 and packaging below the project's pins: its own environment, run as a process.
+$(CHECKOV_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check \
+		$$($(VENV)/bin/python -m stacks.versions extra checkov)
+	touch $@
+
 venv: $(VENV)/.installed
 venv-vllm: $(VENV)/.installed $(VLLM_VENV)/.installed
 vllm-image: venv-vllm $(VLLM_IMAGE)/.installed
+venv-checkov: $(VENV)/.installed $(CHECKOV_VENV)/.installed
 
 render: venv
 	$(VENV)/bin/python -m stacks render $(STACK) --out $(OUT)
 
-test: venv venv-vllm vllm-image
+test: venv venv-vllm vllm-image venv-checkov
 	VLLM_POC_VLLM_VENV=$(abspath $(VLLM_VENV)) VLLM_POC_VLLM_IMAGE_DIR=$(abspath $(VLLM_IMAGE)) \
+	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov \
 		$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # Everything that needs no vLLM process (quick loop while editing).
-test-fast: venv
-	$(VENV)/bin/python -m pytest -m "not vllm" $(PYTEST_ARGS)
+test-fast: venv venv-checkov
+	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov $(VENV)/bin/python -m pytest -m "not vllm" $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_IMAGE) build
+	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_IMAGE) $(CHECKOV_VENV) build

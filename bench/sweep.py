@@ -288,8 +288,12 @@ def resolve_vllm(value: str | None) -> list[str]:
 
 
 def _get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
+    # A server started with an API key answers /v1 only with it; `vllm bench serve` sends the same
+    # OPENAI_API_KEY as a bearer token.
+    key = os.environ.get("OPENAI_API_KEY")
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read() if exc.fp else b""

@@ -18,6 +18,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.labels import PART_OF
+from components.pod_security import harden
+from components.vllm_server import api_key_env
 
 CODE_DIR = "/opt/vllm-poc"
 # `python -m bench sweep` exit codes that end the Job (see bench.sweep)
@@ -43,6 +45,10 @@ class BenchJobArgs:
     labels: dict[str, str] = field(default_factory=dict)
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     deadline_hours: int = 12
+    # Secret holding the servers' API key (`api-key` entry), passed on as OPENAI_API_KEY
+    api_key_secret: str | None = None
+    # Mount the service-account token: only for a sweep that reads the Kubernetes API
+    kubernetes_api: bool = False
 
 
 def job_name(server: str, config_hash: str) -> str:
@@ -93,9 +99,11 @@ class BenchJob(pulumi.ComponentResource):
                 {"name": "AWS_REGION", "value": args.region},
                 {"name": "AWS_DEFAULT_REGION", "value": args.region},
                 {"name": "VLLM_POC_RESULTS_URI", "value": self.results_uri},
+                *api_key_env(args.api_key_secret, "OPENAI_API_KEY"),
             ],
             "resources": {
-                # `vllm bench serve` is one client process; it must not take the server's GPU.
+                # `vllm bench serve` is one client process; it must not take the server's GPU. No
+                # CPU limit: a throttled client adds its own delay to every latency it measures.
                 "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "2Gi"},
                 "limits": {"memory": "4Gi"},
             },
@@ -104,7 +112,7 @@ class BenchJob(pulumi.ComponentResource):
                 {"name": "results", "mountPath": RESULTS_DIR},
             ],
         }
-        pod_spec = {
+        pod_spec = harden({
             "serviceAccountName": args.service_account,
             "restartPolicy": "Never",
             # On SIGTERM the sweep stops its client and uploads the manifest before exiting.
@@ -121,7 +129,7 @@ class BenchJob(pulumi.ComponentResource):
                 "topologyKey": "kubernetes.io/hostname",
             }]}},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        }
+        }, kubernetes_api=args.kubernetes_api)
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
             metadata={

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pulumi
@@ -17,6 +18,33 @@ SYSTEM_TAINT_KEY = "CriticalAddonsOnly"
 # The add-ons the cluster needs from EKS. They are installed as managed add-ons after the system node
 # group exists: CoreDNS on a cluster without nodes stays DEGRADED until the create times out.
 ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent")
+# The VPC CNI's network policy agent enforces the workloads' NetworkPolicies (without it they are
+# accepted and ignored).
+ADDON_CONFIGURATION = {"vpc-cni": json.dumps({"enableNetworkPolicy": "true"}, sort_keys=True)}
+# IMDSv2 only, and a hop limit of 1: a pod (one hop further than the node) cannot reach the node
+# role's credentials; hostNetwork add-ons (VPC CNI, Pod Identity agent) are on the node itself.
+IMDS_OPTIONS = {"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 1}
+ROOT_DEVICE = "/dev/xvda"  # AL2023 EKS AMIs
+
+
+def system_launch_template(name: str, args: ClusterArgs, opts: pulumi.ResourceOptions) -> aws.ec2.LaunchTemplate:
+    """The system node group's launch template: instance metadata and the root volume."""
+    return aws.ec2.LaunchTemplate(
+        name,
+        name_prefix=f"{args.name}-system-",
+        update_default_version=True,
+        metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(**IMDS_OPTIONS),
+        block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+            device_name=ROOT_DEVICE,
+            ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                volume_size=args.system_disk_size_gib, volume_type="gp3", encrypted="true",
+                delete_on_termination="true"),
+        )],
+        tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
+            resource_type="instance", tags={**args.tags, "Name": f"{args.name}-system"})],
+        tags=args.tags,
+        opts=opts,
+    )
 
 
 @dataclass(frozen=True)
@@ -33,7 +61,8 @@ class ClusterArgs:
     system_desired_size: int = 2
     system_max_size: int = 3
     system_disk_size_gib: int = 50
-    public_access_cidrs: list[str] = field(default_factory=lambda: ["0.0.0.0/0"])
+    # Empty: the API endpoint is private (reachable from inside the VPC only).
+    public_access_cidrs: list[str] = field(default_factory=list)
     admin_role_arns: list[str] = field(default_factory=list)
     log_types: list[str] = field(default_factory=list)
     log_retention_days: int = 14
@@ -97,9 +126,9 @@ class Cluster(pulumi.ComponentResource):
             private_subnet_ids=args.private_subnet_ids,
             public_subnet_ids=args.public_subnet_ids,
             node_associate_public_ip_address=False,
-            endpoint_public_access=True,
+            endpoint_public_access=bool(args.public_access_cidrs),
             endpoint_private_access=True,
-            public_access_cidrs=args.public_access_cidrs,
+            public_access_cidrs=args.public_access_cidrs or None,
             enabled_cluster_log_types=args.log_types,
             skip_default_node_group=True,
             # Nodes (system and Karpenter's) use the security group EKS creates for the cluster.
@@ -136,6 +165,7 @@ class Cluster(pulumi.ComponentResource):
             opts=child,
         )
         attachments = attach_managed_policies(f"{name}-system-node", node_role, NODE_POLICIES, child)
+        system_template = system_launch_template(f"{name}-system", args, child)
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.eks,
@@ -144,7 +174,9 @@ class Cluster(pulumi.ComponentResource):
             ami_type="AL2023_x86_64_STANDARD",
             capacity_type="ON_DEMAND",
             instance_types=args.system_instance_types,
-            disk_size=args.system_disk_size_gib,
+            # The root volume size lives in the launch template (EKS refuses both).
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=system_template.id, version=system_template.latest_version.apply(str)),
             subnet_ids=args.private_subnet_ids,
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=args.system_min_size,
@@ -164,6 +196,7 @@ class Cluster(pulumi.ComponentResource):
                 f"{name}-{addon}",
                 cluster_name=self.name,
                 addon_name=addon,
+                configuration_values=ADDON_CONFIGURATION.get(addon),
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 opts=after_nodes,

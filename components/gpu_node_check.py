@@ -20,6 +20,7 @@ import pulumi_kubernetes as k8s
 
 from components.gpu_capacity import GPU_TAINT, POOL_LABEL
 from components.labels import PART_OF
+from components.pod_security import harden
 
 # A node of a single-type pool normally joins in 1-3 minutes; Karpenter retries another offering or the
 # on-demand fallback pool after an insufficient-capacity error within a few more.
@@ -67,9 +68,8 @@ def job_manifest(args: GpuNodeCheckArgs) -> dict:
             "activeDeadlineSeconds": args.deadline_s,
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {
+                "spec": harden({
                     "restartPolicy": "Never",
-                    "automountServiceAccountToken": False,
                     "nodeSelector": {POOL_LABEL: args.pool},
                     "tolerations": [{"key": GPU_TAINT["key"], "operator": "Equal", "value": GPU_TAINT["value"],
                                      "effect": GPU_TAINT["effect"]}],
@@ -78,9 +78,9 @@ def job_manifest(args: GpuNodeCheckArgs) -> dict:
                         "image": args.image,
                         "command": ["python3", "-c", "import os; print('GPU node', os.environ['NODE_NAME'], 'is up')"],
                         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-                        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+                        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "128Mi"}},
                     }],
-                },
+                }),
             },
         },
     }

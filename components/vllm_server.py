@@ -8,6 +8,7 @@ can be checked (and schema-validated) without Pulumi.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ import pulumi_kubernetes as k8s
 
 from components.gpu_capacity import GPU_TAINT, POOL_LABEL
 from components.labels import PART_OF
+from components.pod_security import harden
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
@@ -26,6 +28,7 @@ SHM_VOLUME = "dshm"
 # Endpoints keep sending to a terminating pod until kube-proxy catches up; the pause lets in-flight
 # connections land on a pod that is still serving.
 PRESTOP_SLEEP_S = 10
+API_KEY_ENTRY = "api-key"
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class ServeSpec:
     requests: dict[str, str]
     limits: dict[str, str]
     gpus: int
-    cache_host_path: str
+    cache_size_gib: int  # the compile/asset cache volume (emptyDir on the node's ephemeral disk)
     cache_mount_path: str
     shm_size_gib: int
     startup_probe: Probe
@@ -67,11 +70,19 @@ class ServeSpec:
     port: int
     notes: tuple[str, ...]
     labels: dict[str, str] = field(default_factory=dict)  # descriptive: model, traffic class
+    # Secret (in the server's namespace) whose `api-key` entry the server requires as a bearer
+    # token on /v1; None = no key.
+    api_key_secret: str | None = None
 
     @property
     def serve_args(self) -> list[str]:
         """The complete `vllm serve ...` argument list (what tests parse with vLLM's own CLI)."""
         return list(self.args)
+
+
+def replace_api_key(spec: ServeSpec, secret: str | None) -> ServeSpec:
+    """The spec with its API key Secret set (or cleared)."""
+    return dataclasses.replace(spec, api_key_secret=secret)
 
 
 def selector_labels(spec: ServeSpec) -> dict[str, str]:
@@ -86,6 +97,18 @@ def server_labels(spec: ServeSpec) -> dict[str, str]:
         "app.kubernetes.io/component": "server",
         **spec.labels,
     }
+
+
+def api_key_env(secret: str | None, variable: str) -> list[dict[str, Any]]:
+    """`variable` read from the `api-key` entry of `secret` (nothing without a secret).
+
+    vLLM reads VLLM_API_KEY like `--api-key` and `vllm bench serve` sends OPENAI_API_KEY as a
+    bearer token; an env var keeps the key out of the process's command line, which `ps` shows
+    and the bench records.
+    """
+    if not secret:
+        return []
+    return [{"name": variable, "valueFrom": {"secretKeyRef": {"name": secret, "key": API_KEY_ENTRY}}}]
 
 
 def _probe(probe) -> dict[str, Any]:
@@ -114,7 +137,7 @@ def deployment_manifest(
         "command": list(spec.command),
         "args": list(spec.args),
         "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
-        "env": [{"name": k, "value": v} for k, v in spec.env.items()],
+        "env": [{"name": k, "value": v} for k, v in spec.env.items()] + api_key_env(spec.api_key_secret, "VLLM_API_KEY"),
         "resources": {"requests": dict(spec.requests), "limits": dict(spec.limits)},
         "volumeMounts": [
             {"name": CACHE_VOLUME, "mountPath": spec.cache_mount_path},
@@ -125,7 +148,7 @@ def deployment_manifest(
         "livenessProbe": _probe(spec.liveness_probe),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
     }
-    pod_spec = {
+    pod_spec = harden({
         "serviceAccountName": service_account,
         # A Service named like VLLM would inject VLLM_PORT=tcp://..., which vLLM reads as its own
         # setting and fails on; no service links, no such variables.
@@ -136,13 +159,16 @@ def deployment_manifest(
                          "effect": GPU_TAINT["effect"]}],
         "containers": [container],
         "volumes": [
-            # The node's compile/asset cache outlives the pod: a restart on the same node skips
-            # torch.compile (73 s -> 8.5 s, PoC 4.1).
-            {"name": CACHE_VOLUME, "hostPath": {"path": spec.cache_host_path, "type": "DirectoryOrCreate"}},
+            # Compile and asset caches on the node's ephemeral disk (the instance-store RAID0 where
+            # the pool has one): a container restart in the pod (engine crash, liveness kill, OOM)
+            # keeps them and skips torch.compile (73 s -> 8.5 s, PoC 4.1). Not a hostPath: that is
+            # refused by the namespace's `restricted` admission, and a node directory shared by
+            # every pod would let one pod plant compiled kernels that the next server executes.
+            {"name": CACHE_VOLUME, "emptyDir": {"sizeLimit": f"{spec.cache_size_gib}Gi"}},
             # NCCL and vLLM's worker queues use shared memory; the container default is 64 MiB.
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_size_gib}Gi"}},
         ],
-    }
+    }, cache_dir=spec.cache_mount_path)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

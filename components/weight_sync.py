@@ -31,6 +31,8 @@ import pulumi_kubernetes as k8s
 
 from components.cluster import SYSTEM_LABEL, SYSTEM_TAINT_KEY
 from components.labels import PART_OF
+from components.network_policy import INTERNET_EGRESS_LABEL
+from components.pod_security import harden
 from components.weight_store import model_prefix
 from components.workload_identity import _kms, _objects
 
@@ -117,7 +119,9 @@ def job_manifest(args: WeightSyncArgs, name: str, code_config_map: str) -> dict:
         "env": env,
         "resources": {
             "requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": f"{args.scratch_gib + 2}Gi"},
-            "limits": {"memory": "3Gi"},
+            # A CPU limit: the sync shares the system nodes with Karpenter and CoreDNS, and is
+            # bound by the network, not by its hashing.
+            "limits": {"cpu": "2", "memory": "3Gi"},
         },
         "volumeMounts": [
             {"name": "code", "mountPath": f"{CODE_DIR}/weights", "readOnly": True},
@@ -125,7 +129,7 @@ def job_manifest(args: WeightSyncArgs, name: str, code_config_map: str) -> dict:
             {"name": "scratch", "mountPath": SCRATCH_DIR},
         ],
     }
-    pod_spec = {
+    pod_spec = harden({
         "serviceAccountName": args.service_account,
         "restartPolicy": "Never",
         # The system nodes, never a GPU node: the sync needs no GPU, and GPU nodes' disks are sized for images.
@@ -138,7 +142,7 @@ def job_manifest(args: WeightSyncArgs, name: str, code_config_map: str) -> dict:
             # One file at a time lives here; the sync refuses a file larger than this up front.
             {"name": "scratch", "emptyDir": {"sizeLimit": f"{args.scratch_gib}Gi"}},
         ],
-    }
+    }, cache_dir=f"{SCRATCH_DIR}/.cache")
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -163,7 +167,10 @@ def job_manifest(args: WeightSyncArgs, name: str, code_config_map: str) -> dict:
                                                        "values": [FINAL_EXIT_CODE]}},
             ]},
             "activeDeadlineSeconds": args.timeout_s,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            # The pod installs its requirements from PyPI and (mode hub) downloads from the Hub:
+            # HTTPS to public addresses (components/network_policy.py).
+            "template": {"metadata": {"labels": {**labels, INTERNET_EGRESS_LABEL[0]: INTERNET_EGRESS_LABEL[1]}},
+                         "spec": pod_spec},
         },
     }
 

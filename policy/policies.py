@@ -500,6 +500,29 @@ def check_image_tags(resource_type: str, props: Mapping[str, Any], name: str = "
 
 
 # --------------------------------------------------------------------------------------------------
+# Rule (advisory): container images are pinned by digest
+
+
+def check_image_digests(resource_type: str, props: Mapping[str, Any], name: str = "",
+                        config: Mapping[str, Any] | None = None) -> list[str]:
+    """A tag can be moved to other content; a digest cannot. Advisory: a tag-only image is
+    sometimes the only choice (no digest published for it), and the project lists those with the
+    reason in pyproject's pins."""
+    messages: list[str] = []
+    items = containers(resource_type, props)
+    if is_unknown(items):
+        return messages
+    for container in items:
+        image = container.get("image")
+        if isinstance(image, str) and "@" not in image:
+            messages.append(
+                f"{_container_label(name, container)}: image '{image}' is pinned by tag only; the "
+                f"registry can move a tag to other content. Pin the digest too ('<tag>@sha256:...', "
+                f"[tool.vllm-poc.pins] in pyproject.toml) or list the image as tag-only with a reason.")
+    return messages
+
+
+# --------------------------------------------------------------------------------------------------
 # Rule: EC2NodeClass requires IMDSv2 with hop limit 1
 
 
@@ -900,6 +923,7 @@ def check_iam_wildcard_actions(resources: Sequence[StackResource]) -> list[tuple
 
 def _resource_policy(name: str, description: str,
                      check: Callable[..., list[str]], config_schema: PolicyConfigSchema | None = None,
+                     enforcement_level: EnforcementLevel = EnforcementLevel.MANDATORY,
                      ) -> ResourceValidationPolicy:
     def validate(args: ResourceValidationArgs, report_violation) -> None:
         props = plain(args.props)
@@ -907,7 +931,7 @@ def _resource_policy(name: str, description: str,
             report_violation(message, None)
 
     return ResourceValidationPolicy(name=name, description=description, validate=validate,
-                                    enforcement_level=EnforcementLevel.MANDATORY,
+                                    enforcement_level=enforcement_level,
                                     config_schema=config_schema)
 
 
@@ -938,6 +962,10 @@ IMAGE_TAGS = _resource_policy(
     "container-image-pinned",
     "Workload container images carry a version tag other than latest, or a digest.",
     check_image_tags)
+IMAGE_DIGESTS = _resource_policy(
+    "container-image-digest",
+    "Workload container images are pinned by digest (warning only).",
+    check_image_digests, enforcement_level=EnforcementLevel.ADVISORY)
 EC2NODECLASS_IMDS = _resource_policy(
     "ec2nodeclass-imdsv2-hop-limit",
     "EC2NodeClass sets metadataOptions httpTokens: required and httpPutResponseHopLimit: 1.",
@@ -957,7 +985,7 @@ IAM_WILDCARD_ACTIONS = _stack_policy(
     check_iam_wildcard_actions)
 
 POLICIES: list[Policy] = [
-    FP8_KV_CACHE, MAX_NUM_SEQS, IMAGE_TAGS, EC2NODECLASS_IMDS, GPU_NODEPOOL_TAINT,
+    FP8_KV_CACHE, MAX_NUM_SEQS, IMAGE_TAGS, IMAGE_DIGESTS, EC2NODECLASS_IMDS, GPU_NODEPOOL_TAINT,
     S3_BUCKET_PROTECTION, IAM_WILDCARD_ACTIONS,
 ]
 

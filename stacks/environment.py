@@ -20,7 +20,9 @@ from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
 from components.karpenter import Karpenter, KarpenterArgs
 from components.labels import PART_OF
 from components.network import Network, NetworkArgs
-from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, selector_labels
+from components.network_policy import BenchReach, NetworkPolicies, NetworkPoliciesArgs, ServerReach
+from components.pod_security import namespace_labels
+from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, replace_api_key, selector_labels
 from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import serving
@@ -100,6 +102,50 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
     if bench.capacity_search:
         args.append("--capacity-search")
     return args
+
+
+BENCH_POD_NAME = "vllm-bench"
+
+
+def network_policies(settings: StackSettings, servers: dict[str, VllmServer], namespace: k8s.core.v1.Namespace,
+                     aws_provider: aws.Provider, opts: pulumi.ResourceOptions) -> NetworkPolicies:
+    """Default deny plus what each workload needs (components/network_policy.py)."""
+    invoke = pulumi.InvokeOptions(provider=aws_provider)
+    if settings.network.create_vpc:
+        vpc_cidr = settings.network.vpc_cidr
+    else:
+        vpc_cidr = aws.ec2.get_vpc(id=settings.network.vpc_id, opts=invoke).cidr_block
+    # The AWS-managed prefix list the S3 gateway endpoint routes to (read at deploy time; a
+    # NetworkPolicy takes CIDRs, and `pulumi up` refreshes them).
+    s3_cidrs = aws.ec2.get_prefix_list(name=f"com.amazonaws.{settings.region}.s3", opts=invoke).cidr_blocks
+    security = settings.security
+    reach = [
+        ServerReach(
+            name=name,
+            pod_labels=selector_labels(server.spec),
+            port=server.spec.port,
+            client_namespaces=list(security.dev_endpoint_namespaces if settings.server(name).sleep_mode
+                                   else security.client_namespaces),
+            bench_pod_labels=({"app.kubernetes.io/name": BENCH_POD_NAME, "app.kubernetes.io/instance": name}
+                              if name in settings.bench.targets else None),
+        )
+        for name, server in servers.items()
+    ]
+    benches = [
+        BenchReach(
+            name=target,
+            pod_labels={"app.kubernetes.io/name": BENCH_POD_NAME, "app.kubernetes.io/instance": target},
+            server_pod_labels=selector_labels(servers[target].spec),
+            port=servers[target].spec.port,
+        )
+        for target in settings.bench.targets
+    ]
+    return NetworkPolicies(
+        "network-policies",
+        NetworkPoliciesArgs(namespace=NAMESPACE, vpc_cidr=vpc_cidr, s3_cidrs=list(s3_cidrs or []),
+                            servers=reach, benches=benches, depends_on=[namespace]),
+        opts=opts,
+    )
 
 
 def build(settings: StackSettings) -> dict[str, object]:
@@ -203,7 +249,9 @@ def build(settings: StackSettings) -> dict[str, object]:
     )
     weights_bucket = bucket_name(name_prefix, "weights", account_id, settings.region)
     namespace = k8s.core.v1.Namespace(
-        "vllm", metadata={"name": NAMESPACE, "labels": dict(PART_OF)}, opts=on_cluster
+        "vllm",
+        metadata={"name": NAMESPACE, "labels": {**PART_OF, **namespace_labels(settings.cluster.kubernetes_version)}},
+        opts=on_cluster,
     )
     pod_identity_agent = cluster.pod_identity_agent
     syncs = weight_syncs(settings, NAMESPACE, cluster, store, namespace, weights_bucket, account_id, on_cluster)
@@ -217,6 +265,7 @@ def build(settings: StackSettings) -> dict[str, object]:
             server, pool.instance, serving.ModelUris.for_bucket(weights_bucket, server),
             region=settings.region, raid0=pool.use_raid0,
         )
+        spec = replace_api_key(spec, settings.security.api_key_secret)
         node_pools = [gpu.node_pools[n] for n in (pool.name, f"{pool.name}-on-demand") if n in gpu.node_pools]
         servers[server.name] = VllmServer(
             f"server-{server.name}",
@@ -284,11 +333,15 @@ def build(settings: StackSettings) -> dict[str, object]:
                     region=settings.region,
                     code=code,
                     config_hash=config_hash,
+                    api_key_secret=settings.security.api_key_secret,
                     depends_on=[server.deployment, bench_identity.association, bench_identity.service_account],
                 ),
                 opts=on_cluster,
             )
             results[target] = job.results_uri
+
+    # -- network reach --------------------------------------------------------------------------
+    network_policies(settings, servers, namespace, aws_provider, on_cluster)
 
     return {
         "region": settings.region,

@@ -195,6 +195,12 @@ class RecordingMocks(Mocks):
         if token == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws",
                     "reverseDnsPrefix": "com.amazonaws"}
+        if token == "aws:ec2/getPrefixList:getPrefixList":
+            # Documentation ranges (RFC 5737) stand in for the region's S3 prefix list.
+            return {"id": "pl-78a54011", "prefixListId": "pl-78a54011", "name": args.args.get("name"),
+                    "cidrBlocks": ["192.0.2.0/24", "198.51.100.0/24"], "filters": []}
+        if token == "aws:ec2/getVpc:getVpc":
+            return {"id": args.args.get("id"), "cidrBlock": "10.60.0.0/16", "cidrBlockAssociations": []}
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             names = [f"{self.region}{z}" for z in "abcd"]
             return {"names": names, "zoneIds": [f"apne2-az{i}" for i in range(1, 5)],
@@ -249,6 +255,8 @@ class RecordingMocks(Mocks):
                           "SecurityGroup": "sg", "VpcEndpoint": "vpce"}.get(kind, kind.lower())
                 rid = f"{prefix}-{_short_hash(name, 12)}"
                 out.setdefault("arn", f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:{prefix}/{rid}")
+                if kind == "LaunchTemplate":
+                    out.setdefault("latestVersion", 1)
             else:
                 out.setdefault("name", resource_name)
                 out.setdefault("arn", f"arn:aws:{service}:{self.region}:{ACCOUNT_ID}:{resource_name}")

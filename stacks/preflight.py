@@ -673,6 +673,13 @@ def stack_findings(settings, clients: dict[str, Any], strict: bool = False) -> l
             "warning", "cluster.publicAccessCidrs",
             "the Kubernetes API endpoint is reachable from any address (0.0.0.0/0); IAM still guards it",
             "set vllm-poc:cluster.publicAccessCidrs to your office or CI egress ranges"))
+    elif not settings.cluster.public_access_cidrs:
+        findings.append(Finding(
+            "warning", "cluster.publicAccessCidrs",
+            "the Kubernetes API endpoint is private: `pulumi up` reaches it only from inside the VPC, and "
+            "from anywhere else stops at the first Kubernetes resource",
+            "run from inside the VPC (a self-hosted runner), or list the deploying machine's egress /32 in "
+            "vllm-poc:cluster.publicAccessCidrs"))
     weights = getattr(settings, "weights", None)
     if weights is not None and weights.source == "hub":
         floating = sorted(m for m, rev in weights.revisions.items() if not is_commit(rev))

@@ -199,10 +199,12 @@ _MEMORY_SHARE = 0.80
 _PROCESS_OVERHEAD_GIB = 12
 # Minimum GPU memory left after weights for activations, CUDA graphs and a usable KV cache.
 _GPU_HEADROOM_GIB = 4.0
-# Ephemeral storage per pod: writable layer, logs, /tmp. On RAID0 nodes the hostPath compile cache
-# shares that filesystem outside kubelet accounting, so the request also reserves room for it.
+# Ephemeral storage per pod: logs, HOME, /tmp and the compile/asset cache volume (an emptyDir,
+# counted by the kubelet). The cache is larger where the pool stripes instance-store NVMe.
 _EPHEMERAL_GIB_RAID0 = 50
 _EPHEMERAL_GIB_ROOT = 30
+_CACHE_GIB_RAID0 = 36
+_CACHE_GIB_ROOT = 16
 _SHM_GIB_PER_RANK = 4
 
 # Startup: the PoC's worst measured case is a 537 s cold start (node, image pull, load, compile);
@@ -215,8 +217,6 @@ ENGINE_READY_TIMEOUT_S = 1500
 DEPLOY_TIMEOUT_S = STARTUP_BUDGET_S + 900
 
 VALID_TP = (1, 2, 4, 8)
-RAID0_MOUNT = "/mnt/k8s-disks/0"  # AL2023 mounts the Karpenter RAID0 array here
-ROOT_CACHE_BASE = "/var/lib"
 CACHE_MOUNT = "/var/cache/vllm"
 
 # -- settings ----------------------------------------------------------------------------------------
@@ -490,11 +490,6 @@ def _json(value: dict) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def cache_host_path(server_name: str, raid0: bool) -> str:
-    base = RAID0_MOUNT if raid0 else ROOT_CACHE_BASE
-    return f"{base}/vllm-cache/{server_name}"
-
-
 def _per_gpu(instance: catalog.InstanceType) -> tuple[int, int]:
     cpu = max(1, math.floor(instance.vcpus * _CPU_SHARE / instance.gpus))
     memory = math.floor(instance.memory_gib * _MEMORY_SHARE / instance.gpus)
@@ -574,13 +569,12 @@ def build_serve_spec(
         args += ["--enable-sleep-mode"]
     args += list(server.extra_args)
 
-    cache_path = cache_host_path(server.name, raid0)
     env = {
         # Pod Identity injects credentials but not the region (reference karpenter.md 4).
         "AWS_REGION": region,
         "AWS_DEFAULT_REGION": region,
-        # Compile and asset caches on the node survive restarts: torch.compile 73 s -> 8.5 s
-        # (PoC 4.1). VLLM_ASSETS_CACHE does not follow VLLM_CACHE_ROOT, so both are set.
+        # Compile and asset caches on the cache volume survive container restarts: torch.compile
+        # 73 s -> 8.5 s (PoC 4.1). VLLM_ASSETS_CACHE does not follow VLLM_CACHE_ROOT, so both are set.
         "VLLM_CACHE_ROOT": CACHE_MOUNT,
         "VLLM_ASSETS_CACHE": f"{CACHE_MOUNT}/assets",
         "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
@@ -635,7 +629,7 @@ def build_serve_spec(
         requests=requests,
         limits=limits,
         gpus=tp,
-        cache_host_path=cache_path,
+        cache_size_gib=_CACHE_GIB_RAID0 if raid0 else _CACHE_GIB_ROOT,
         cache_mount_path=CACHE_MOUNT,
         shm_size_gib=_SHM_GIB_PER_RANK * tp,
         startup_probe=Probe("/health", period_s=10, timeout_s=5,

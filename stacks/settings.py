@@ -62,8 +62,14 @@ class ClusterSettings(_Settings):
         "1.36", description="Kubernetes minor version, pinned; one EKS offers for new clusters."
     )
     public_access_cidrs: list[str] = Field(
-        default_factory=lambda: ["0.0.0.0/0"],
-        description="CIDRs allowed to reach the public API endpoint.",
+        default_factory=list,
+        description="CIDRs allowed to reach the API endpoint from the internet (e.g. the CI runner's "
+        "egress /32). Empty (default): the endpoint is private, reachable from inside the VPC only. "
+        "0.0.0.0/0 also needs publicEndpointFromAnywhere: true.",
+    )
+    public_endpoint_from_anywhere: bool = Field(
+        False,
+        description="Acknowledge that publicAccessCidrs opens the API endpoint to the whole internet.",
     )
     admin_role_arns: list[str] = Field(
         default_factory=list,
@@ -106,6 +112,17 @@ class ClusterSettings(_Settings):
         for cidr in v:
             ipaddress.ip_network(cidr, strict=True)
         return v
+
+    @model_validator(mode="after")
+    def _anywhere(self) -> ClusterSettings:
+        anywhere = [c for c in self.public_access_cidrs if ipaddress.ip_network(c).prefixlen == 0]
+        if anywhere and not self.public_endpoint_from_anywhere:
+            raise ValueError(
+                f"publicAccessCidrs: {anywhere[0]} opens the Kubernetes API endpoint to the whole "
+                "internet; list the CIDRs that deploy (e.g. the CI runner's egress /32), leave it empty "
+                "for a private endpoint, or set publicEndpointFromAnywhere: true to accept the exposure"
+            )
+        return self
 
     @field_validator("log_retention_days")
     @classmethod
@@ -385,6 +402,41 @@ class StorageSettings(_Settings):
         return v
 
 
+class SecuritySettings(_Settings):
+    client_namespaces: list[str] = Field(
+        default_factory=lambda: ["vllm"],
+        description="Namespaces whose pods may reach the vLLM servers' API port (default: the "
+        "servers' own namespace). A server's bench Job always may.",
+    )
+    dev_endpoint_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces whose pods may reach a sleep-mode server. Its development endpoints "
+        "(/sleep, /wake_up, /reset_prefix_cache, /collective_rpc) share the API port, so a sleep-mode "
+        "server is reachable only from these (and its bench Job), not from clientNamespaces.",
+    )
+    api_key_secret: str | None = Field(
+        None,
+        description="Name of a Secret in the servers' namespace whose `api-key` entry the servers "
+        "require as a bearer token on /v1 (VLLM_API_KEY); the bench Jobs send it (OPENAI_API_KEY). "
+        "Create it before `pulumi up`; unset: no key.",
+    )
+
+    @field_validator("client_namespaces", "dev_endpoint_namespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not _DNS_LABEL.match(name) or len(name) > 63:
+                raise ValueError(f"{name!r} is not a namespace name (a lowercase DNS label)")
+        return v
+
+    @field_validator("api_key_secret")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        if v is not None and (not re.fullmatch(r"[a-z0-9]([-.a-z0-9]*[a-z0-9])?", v) or len(v) > 253):
+            raise ValueError(f"{v!r} is not a Secret name (lowercase letters, digits, '-' and '.')")
+        return v
+
+
 class BenchSettings(_Settings):
     targets: list[str] = Field(
         default_factory=list,
@@ -467,6 +519,9 @@ class StackSettings(_Settings):
         "`pulumi config set --secret vllm-poc:hfToken hf_...`; handed to the Job as a Kubernetes Secret.",
     )
     bench: BenchSettings = Field(default_factory=BenchSettings, description="The benchmark Jobs run after `pulumi up`.")
+    security: SecuritySettings = Field(
+        default_factory=SecuritySettings, description="Who may reach the servers, and their API key."
+    )
     tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every AWS resource.")
 
     @field_validator("region")
@@ -594,6 +649,7 @@ _TOP_LEVEL = {
     "storage": "storage",
     "servers": "servers",
     "bench": "bench",
+    "security": "security",
     "weights": "weights",
     "hfToken": "hfToken",
     "tags": "tags",

@@ -24,8 +24,10 @@ class Pins:
     karpenter_chart: str
     nvidia_device_plugin_chart: str
     al2023_ami_release: str
-    vllm_image: str
-    weight_sync_image: str
+    vllm_image: str  # what workloads run: <tag>@<digest>
+    vllm_image_tag: str  # repository:tag, for display and version checks
+    vllm_image_digest: str
+    weight_sync_image: str  # <tag>@<digest>
 
     @property
     def al2023_alias(self) -> str:
@@ -63,8 +65,19 @@ def _pyproject() -> dict:
 
 @cache
 def pins() -> Pins:
-    table = _pyproject()["tool"]["vllm-poc"]["pins"]
-    return Pins(**table)
+    table = dict(_pyproject()["tool"]["vllm-poc"]["pins"])
+    # Images are pinned as a tag and a digest (`<name>_image`, `<name>_image_digest`); workloads run
+    # `<tag>@<digest>`.
+    for key in [k for k in table if k.endswith("_image_digest")]:
+        table[key.removesuffix("_digest")] += "@" + table.pop(key)
+    vllm_tag, _, vllm_digest = table["vllm_image"].partition("@")
+    return Pins(**table, vllm_image_tag=vllm_tag, vllm_image_digest=vllm_digest)
+
+
+@cache
+def tag_only_images() -> dict[str, str]:
+    """Rendered images allowed without a digest: image -> reason."""
+    return dict(_pyproject()["tool"]["vllm-poc"].get("tag-only-images", {}))
 
 
 def extra(name: str) -> list[str]:

@@ -7,6 +7,7 @@ pytest_plugins = [
     "tests.fixtures.pulumi_stack",
     "tests.fixtures.k8s_schemas",
     "tests.fixtures.pod_identity",
+    "tests.fixtures.stack_renders",
 ]
 
 

@@ -11,6 +11,7 @@ import sys
 import boto3
 import pytest
 
+from components import pod_security
 from components.bench_job import FINAL_EXIT_CODES
 from stacks.environment import BENCH_DIR
 from tests.fixtures.pulumi_stack import render_with
@@ -143,6 +144,8 @@ def test_the_rendered_job_command_sweeps_a_real_server_and_streams_to_s3(aws, ti
         (code / name).write_text(text)
 
     env = {e["name"]: e["value"] for e in container["env"]}
+    # The pod's writable volumes (HOME, /tmp and the caches below HOME) become folders here.
+    env = {k: v.replace(pod_security.HOME, str(tmp_path / "home")) for k, v in env.items()}
     results_uri = env["VLLM_POC_RESULTS_URI"]
     tokenizer_uri = flag(container["command"], "--tokenizer")
     s3 = boto3.client("s3")

@@ -24,7 +24,8 @@ from policy import policies as pp
 REPO = Path(__file__).resolve().parents[1]
 FP8_MODEL = "s3://vllm-poc-weights/models/RedHatAI/gemma-4-31B-it-FP8-dynamic/"
 NVFP4_MODEL = "s3://vllm-poc-weights/models/RedHatAI/gemma-4-31B-it-NVFP4/"
-VLLM_IMAGE = "vllm/vllm-openai:v0.26.0"
+VLLM_TAG = "vllm/vllm-openai:v0.26.0"
+VLLM_IMAGE = VLLM_TAG + "@sha256:" + "f" * 64
 
 
 def _opts() -> PolicyResourceOptions:
@@ -262,6 +263,20 @@ def test_image_tags_pass_and_ignore_unknowns():
     assert validate(pp.IMAGE_TAGS, pp.DEPLOYMENT, deployment(vllm([FP8_MODEL]))) == []
     assert validate(pp.IMAGE_TAGS, pp.DEPLOYMENT, deployment(vllm([], image=UNKNOWN_STRING_VALUE))) == []
     assert validate(pp.IMAGE_TAGS, "kubernetes:core/v1:ConfigMap", {"data": {"image": "x"}}) == []
+
+
+def test_image_digest_rule_warns_on_tag_only_images_and_is_advisory():
+    from pulumi_policy import EnforcementLevel
+    assert pp.IMAGE_DIGESTS.enforcement_level == EnforcementLevel.ADVISORY
+    tag_only = deployment(vllm([FP8_MODEL], image=VLLM_TAG))
+    messages = validate(pp.IMAGE_DIGESTS, pp.DEPLOYMENT, tag_only)
+    assert len(messages) == 1 and "pinned by tag only" in messages[0]
+    pinned = deployment(vllm([FP8_MODEL], image=VLLM_IMAGE))
+    assert validate(pp.IMAGE_DIGESTS, pp.DEPLOYMENT, pinned) == []
+    assert validate(pp.IMAGE_DIGESTS, pp.JOB, {"spec": {"template": {"spec": {
+        "initContainers": [{"name": "i", "image": "busybox:1.37"}],
+        "containers": [{"name": "c", "image": "busybox@sha256:" + "b" * 64}]}}}}) != []
+    assert validate(pp.IMAGE_DIGESTS, pp.DEPLOYMENT, deployment(vllm([], image=UNKNOWN_STRING_VALUE))) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,8 +591,8 @@ def test_check_resources_runs_every_rule_and_names_resources():
     found = {(v.policy, v.resource) for v in pp.check_resources(bad)}
     assert found == {
         ("vllm-fp8-kv-cache", "gemma-fp8"), ("vllm-max-num-seqs", "gemma-fp8"),
-        ("container-image-pinned", "gemma-fp8"), ("ec2nodeclass-imdsv2-hop-limit", "gpu"),
-        ("gpu-nodepool-taint", "l40s"), ("s3-bucket-public-access-and-tls", "weights"),
+        ("container-image-pinned", "gemma-fp8"), ("container-image-digest", "gemma-fp8"),
+        ("ec2nodeclass-imdsv2-hop-limit", "gpu"), ("gpu-nodepool-taint", "l40s"), ("s3-bucket-public-access-and-tls", "weights"),
         ("iam-no-wildcard-actions-on-workload-roles", "vllm-s3-read"),
     }
     assert {p.name for p in pp.POLICIES} == {policy for policy, _ in found}

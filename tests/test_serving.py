@@ -218,12 +218,14 @@ def test_single_gpu_instances_fit_their_allocatable():
 
 def test_cache_on_raid0_or_root_volume():
     raid = spec(server(name="fp8-a"), L40S, raid0=True)
-    assert raid.cache_host_path == "/mnt/k8s-disks/0/vllm-cache/fp8-a"
+    assert raid.cache_size_gib == 36
     assert raid.requests["ephemeral-storage"] == "50Gi"
     root = spec(server(name="fp8-a"), L40S, raid0=False)
-    assert root.cache_host_path == "/var/lib/vllm-cache/fp8-a"
+    assert root.cache_size_gib == 16
     assert root.requests["ephemeral-storage"] == "30Gi"
     for s in (raid, root):
+        # the cache volume, HOME and /tmp (4 + 8 GiB) fit the pod's ephemeral-storage request
+        assert s.cache_size_gib + 12 <= int(s.requests["ephemeral-storage"].removesuffix("Gi"))
         assert s.env["VLLM_CACHE_ROOT"] == s.cache_mount_path
         assert s.env["VLLM_ASSETS_CACHE"].startswith(s.cache_mount_path + "/")
         assert s.env["TRITON_CACHE_DIR"].startswith(s.cache_mount_path + "/")

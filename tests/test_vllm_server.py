@@ -95,7 +95,7 @@ def test_args_are_the_serve_spec_with_the_real_bucket(fp8_batch):
     spec_config = json.loads(c["args"][c["args"].index("--speculative-config") + 1])
     assert spec_config["model"] == f"s3://{WEIGHTS}/models/google/gemma-4-31B-it-assistant/"
     assert c["args"][c["args"].index("--kv-cache-dtype") + 1] == "fp8"
-    assert c["image"] == "vllm/vllm-openai:v0.26.0"
+    assert c["image"] == "vllm/vllm-openai:v0.26.0@sha256:ffb2d59b1c059a5bd8d781320c9f5189de8293693b7d95da54befddaa54abf52"
 
 
 def test_env_resources_and_volumes(fp8_batch):
@@ -108,11 +108,15 @@ def test_env_resources_and_volumes(fp8_batch):
                                           "nvidia.com/gpu": "1"}
     assert c["resources"]["limits"] == {"memory": "51Gi", "nvidia.com/gpu": "1"}
     volumes = {v["name"]: v for v in p["volumes"]}
-    assert volumes["vllm-cache"]["hostPath"] == {"path": "/mnt/k8s-disks/0/vllm-cache/gemma-fp8",
-                                                 "type": "DirectoryOrCreate"}
+    # No hostPath (refused by the namespace's restricted admission): the cache is an emptyDir on
+    # the node's ephemeral disk, kept across container restarts.
+    assert volumes["vllm-cache"] == {"name": "vllm-cache", "emptyDir": {"sizeLimit": "36Gi"}}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "4Gi"}
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert mounts == {"vllm-cache": "/var/cache/vllm", "dshm": "/dev/shm"}
+    assert mounts == {"vllm-cache": "/var/cache/vllm", "dshm": "/dev/shm", "home": "/home/app", "tmp": "/tmp"}
+    # every cache that follows HOME/XDG lands on the cache volume
+    assert e["XDG_CACHE_HOME"] == e["FLASHINFER_WORKSPACE_BASE"] == "/var/cache/vllm"
+    assert e["HF_HOME"].startswith("/var/cache/vllm/") and e["HOME"] == "/home/app"
 
 
 def test_probes_fit_a_cold_start(fp8_batch):
@@ -207,8 +211,7 @@ def test_sleep_mode_text_only_without_raid_and_do_not_disrupt():
     c, e, p = container(regs), env(regs), pod(regs)
     assert e["VLLM_SERVER_DEV_MODE"] == "1" and "--enable-sleep-mode" in c["args"]
     assert json.loads(c["args"][c["args"].index("--limit-mm-per-prompt") + 1]) == {"image": 0}
-    assert {v["name"]: v for v in p["volumes"]}["vllm-cache"]["hostPath"]["path"] == \
-        "/var/lib/vllm-cache/gemma-nvfp4"
+    assert {v["name"]: v for v in p["volumes"]}["vllm-cache"]["emptyDir"] == {"sizeLimit": "16Gi"}
     template = one(regs, "apps/v1:Deployment").inputs["spec"]["template"]["metadata"]
     assert template["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}
     # Only the target's prefix: no speculative decoding, so no draft to read.
