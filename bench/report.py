@@ -16,10 +16,15 @@ writes to OUT:
              "gpu_mem_used_max_gib", "gpu_power_mean_w", "spec_acceptance_by_position"}],
    "scenarios": {"<scenario>": {"peak": {"concurrency", "output_tok_s", "req_s"} | null,
                                 "slo": {"concurrency", "output_tok_s"} | null,
-                                "peak_at_edge": bool | null}},
+                                "peak_at_edge": bool | null,
+                                "slo_capacity": {"concurrency_pass", "concurrency_fail", "output_tok_s",
+                                                 "req_s", "ttft_p99_ci_ms", "decode_p99_ci_ms"}
+                                                | {"state": "never_meets_slo"} | null,
+                                "rate_capacity": {"req_s", "output_tok_s", "goodput_req_s"} | null}},
    "comparison": {"<scenario>": {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
-                                 "cost_efficiency_ratio"}} | null,
-   "verdict": {"threshold", "min_ratio", "pass"} | null,
+                                 "cost_efficiency_ratio", "slo_ratio", "slo_cost_efficiency_ratio",
+                                 "baseline_state"}} | null,
+   "verdict": {"threshold", "min_ratio", "pass", "basis"} | null,
    "ignored_files": [{"file", "reason"}]}
   Metrics of invalid runs are null (their completed/failed counts are kept); `spec_acceptance` is
   vLLM's draft acceptance rate in percent, null without speculative decoding. Telemetry figures
@@ -51,6 +56,11 @@ Definitions
   side, the same concurrencies and input/output lengths, and like for like (`bench.checks`: the
   same dataset, seed, prompts, warm-ups, bench arguments, max model length, prefix caching and
   speculative settings, except those named with --vary). A verdict never passes on missing data.
+- SLO capacity, rate capacity, SLO ratio (`slo_ratio`: rate capacity per GPU where both sides have
+  one, else closed-loop SLO capacity per GPU; never one of each) and `baseline_state`
+  (`meets_slo`, `never_meets_slo`, `not_searched`): see bench/capacity_report.py. The verdict's
+  basis is `--verdict-basis` (default `slo`; `peak` reproduces the seeds' Table 8); on the slo
+  basis a scenario where only the candidate meets the SLO clears the threshold (no finite ratio).
 """
 
 from __future__ import annotations
@@ -62,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import capacity_report as CR
 from bench import checks
 from bench import results as R
 from bench import spec as SPEC
@@ -369,7 +380,7 @@ def verdict(comparison: dict[str, dict[str, Any]], threshold: float, issues: lis
 
 def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
                   threshold: float, decode_metric: str = "itl",
-                  vary: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
+                  vary: tuple[str, ...] = (), basis: str = "peak") -> tuple[dict[str, Any], list[str]]:
     """summary.json, and the issues that make a comparison incomplete. The decode limit `itl_ms`
     applies to the p99 of `decode_metric`."""
     decode_ms = itl_ms
@@ -389,6 +400,10 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
     if base:
         summary["ignored_files"] += [{"file": f"baseline:{f['file']}", "reason": f["reason"]}
                                      for f in checks.unused_files(base.path, base.used)]
+    # Capacity under the SLO (search and open-loop files), SLO ratios, the verdict's basis.
+    side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
+                                      decode_metric=decode_metric,
+                                      basis=basis, threshold=threshold, issues=issues)
     return summary, issues
 
 
@@ -492,6 +507,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         lines += ["", f"Peak at the edge ({', '.join(edges)}): the peak is at the highest concurrency "
                   "tested, so the test, not the server, set it; the server may go higher (`peak_at_edge`)."]
 
+    lines += CR.markdown(summary, getattr(side, "capacity", {}), side.manifest,
+                         summary["slo"].get("decode_metric", "itl"))
+
     for name in summary["scenarios"]:
         lines += ["", f"## {name} ({_lengths(side, name)}) concurrency curve", ""]
         head = ("| Concurrency | req/s | output tok/s | TTFT p50 (ms) | TTFT p99 (ms) | ITL p50 (ms) | ITL p99 (ms) "
@@ -561,10 +579,16 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
                                theirs["output_tok_s"] / base.gpus if theirs else None)
             lines.append(f"| {name} | {_n(c['baseline_peak_tok_s'])} | {_n(c['peak_tok_s'])} "
                          f"| {_x(c['throughput_ratio'])} | {_x(c['cost_efficiency_ratio'])} | {_x(slo_ratio)} |")
+        lines += CR.comparison_markdown(summary, base.label, getattr(side, "capacity", {}))
         v = summary["verdict"]
+        what = {"slo": "throughput-under-the-SLO ratio (rate capacity per GPU where both sides have it, "
+                       "else closed-loop SLO capacity)",
+                "peak": "peak throughput ratio (the seeds' Table 8 method)"}.get(v.get("basis"), "throughput ratio")
         lines += ["", "## Verdict", "",
-                  f"**{'PASS' if v['pass'] else 'FAIL'}**: minimum per-GPU throughput ratio "
-                  f"{_x(v['min_ratio'])} against the threshold {v['threshold']:g}x."]
+                  f"**{'PASS' if v['pass'] else 'FAIL'}** on the {v.get('basis', 'peak')} basis: minimum per-GPU "
+                  f"{what} {_x(v['min_ratio'])} against the threshold {v['threshold']:g}x."]
+        if getattr(base, "plan_link", None):
+            lines += ["", f"Replica plan: [{base.plan_link}]({base.plan_link})."]
         if issues:
             lines += ["", "The comparison is incomplete, so the verdict cannot pass:", ""]
             lines += [f"- {i}" for i in issues]
@@ -627,9 +651,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     summary, issues = build_summary(side, base, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms,
                                     threshold=args.threshold, decode_metric=args.slo_decode_metric,
-                                    vary=tuple(args.vary or ()))
+                                    vary=tuple(args.vary or ()), basis=args.verdict_basis)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if base is not None:
+        base.plan_link = write_plan(args, out)
     charts: list[str] = []
     note = None
     if args.no_charts:
@@ -656,6 +682,23 @@ def run(args: argparse.Namespace) -> int:
         msg += f"; verdict {'PASS' if v['pass'] else 'FAIL'} (min ratio {_x(v['min_ratio'])})"
     print(msg)
     return 0
+
+
+def write_plan(args: argparse.Namespace, out: Path) -> str | None:
+    """The replica plan next to the report (plan/plan.md), on the verdict's basis."""
+    from bench import plan as P
+
+    plan_args = argparse.Namespace(
+        candidates=[args.dir], out=str(out / "plan"), baseline=args.baseline, current_replicas=args.current_replicas,
+        current_gpus_per_replica=1, reference=None, load=None, mix=None, basis=args.verdict_basis, headroom=0.0,
+        spares=0, price_per_hour=None, slo_ttft_p99_ms=args.slo_ttft_p99_ms, slo_decode_p99_ms=args.slo_itl_p99_ms,
+        slo_decode_metric=getattr(args, "slo_decode_metric", "itl"), no_charts=args.no_charts)
+    try:
+        P.make_plan(plan_args)
+    except P.UsageError as exc:
+        print(f"bench report: replica plan skipped: {exc}", file=sys.stderr)
+        return None
+    return "plan/plan.md"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -687,6 +730,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         + ", ".join(checks.VARIABLE) + " (repeatable)")
     p.add_argument("--threshold", type=float, default=1.5,
                    help="verdict threshold on the per-GPU throughput ratio (default: %(default)s)")
+    p.add_argument("--verdict-basis", choices=("slo", "peak"), default="slo",
+                   help="ratio the verdict uses: slo (throughput under the SLO, default) or peak "
+                        "(the seeds' Table 8 method)")
+    p.add_argument("--current-replicas", type=int, default=12,
+                   help="replicas of the baseline serving today, for the replica plan (default: %(default)s)")
     p.add_argument("--no-charts", action="store_true", help="write no PNG charts")
     p.set_defaults(func=run)
     return p

@@ -61,6 +61,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bench import client as bench_client
+from bench import extra_runs
 from bench import hardware
 from bench import results as R
 from bench import s3
@@ -566,6 +568,10 @@ class Sweep:
         self.bench_seconds = 0.0
         self.bench_window_seconds = 0.0
         self.health_seconds = 0.0
+        self.driver: bench_client.Driver | None = None
+        # [end time, GPU-busy seconds, measured?] per bench launch (warm-ups busy, not measured)
+        self.launches: list[list[Any]] = []
+        self.first_launch: float | None = None
         self.hardware: dict[str, Any] = {}
 
     # -- files -----------------------------------------------------------------------------
@@ -586,10 +592,37 @@ class Sweep:
         _write_json(self.out / MANIFEST, self.manifest)
         self.publish(self.out / MANIFEST)
 
+    def note_window(self, seconds: float) -> None:
+        """A valid run's measured window (vLLM's duration), for the GPU time and the busy share."""
+        self.bench_window_seconds += seconds
+        if self.launches:
+            self.launches[-1][1:] = [seconds, True]
+
+    def busy(self) -> dict[str, Any]:
+        """Measured windows / wall time of the runs, and the idle time between two windows."""
+        marks = self.launches
+        span = marks[-1][0] - self.first_launch if marks and self.first_launch is not None else 0.0
+        # Idle between two measured windows: the time since the previous measured run ended that no
+        # launch kept the GPU busy (a warm-up's own requests count as busy, not as measured).
+        gaps, last, busy = [], None, 0.0
+        for k, (end, seconds, measured) in enumerate(marks):
+            busy += seconds
+            if measured:
+                if last is not None:
+                    gaps.append(end - marks[last][0] - busy)
+                last, busy = k, 0.0
+        return {
+            "bench_client": "library" if self.driver else "process",
+            "runs_wall_s": round(span, 3),
+            "busy_share_pct": round(100 * self.bench_window_seconds / span, 1) if span > 0 else None,
+            "idle_between_windows_s": round(sum(gaps) / len(gaps), 3) if gaps else None,
+        }
+
     def timing(self) -> dict[str, float]:
         wall = time.monotonic() - self.t0
         overhead = wall - self.health_seconds - self.bench_seconds
         return {
+            **self.busy(),
             "wall_s": round(wall, 3),
             "health_wait_s": round(self.health_seconds, 3),
             "bench_processes_s": round(self.bench_seconds, 3),
@@ -647,12 +680,30 @@ class Sweep:
 
     # -- one combination ---------------------------------------------------------------------
     def _process(self, cmd: list[str], fh) -> tuple[int | None, bool, float]:
-        """Run one `vllm bench serve` with its output in `fh`: (exit code, timed out, seconds)."""
-        fh.write("$ " + shlex.join(cmd) + "\n")
+        """Run one `vllm bench serve` with its output in `fh`: (exit code, timed out, seconds).
+
+        With a bench client (bench.client) the run executes in that one long-lived process, its
+        output appended to the same log; otherwise in a process of its own.
+        """
+        fh.write("$ " + shlex.join(cmd) + ("  (in the bench client)" if self.driver else "") + "\n")
         fh.flush()
         started = time.monotonic()
+        if self.first_launch is None:
+            self.first_launch = started
         rc: int | None = None
         timed_out = False
+        if self.driver is not None:
+            try:
+                rc, timed_out = self.driver.run(cmd[cmd.index("serve") + 1:], fh.name, self.args.run_timeout)
+            except RuntimeError as exc:
+                print(f"bench sweep: WARNING: {exc}; falling back to a process per run", file=sys.stderr, flush=True)
+                self.driver = None
+            else:
+                fh.seek(0, os.SEEK_END)  # the client appended to the log
+                duration = time.monotonic() - started
+                self.bench_seconds += duration
+                self.launches.append([time.monotonic(), 0.0, False])
+                return rc, timed_out, duration
         try:
             self.proc = subprocess.Popen(
                 cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -674,6 +725,7 @@ class Sweep:
                 self.proc = None
         duration = time.monotonic() - started
         self.bench_seconds += duration
+        self.launches.append([time.monotonic(), 0.0, False])
         return rc, timed_out, duration
 
     def _warm_up(self, spec: RunSpec, tokenizer: str, attempt: int, fh) -> dict[str, Any] | None:
@@ -685,6 +737,9 @@ class Sweep:
         cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial, seed=seed,
                             num_prompts=spec.warmups, filename=name, phase=seeds.WARMUP)
         rc, timed_out, duration = self._process(cmd, fh)
+        warm = R.load_result(self.partial / name)
+        if self.launches and warm.duration_s:
+            self.launches[-1][1] = warm.duration_s  # the warm-up's requests keep the GPU busy
         (self.partial / name).unlink(missing_ok=True)
         fh.write(f"--- warm-up done (exit {rc}); measured run follows\n")
         fh.flush()
@@ -749,7 +804,7 @@ class Sweep:
         else:
             kept = None
         if result.valid:
-            self.bench_window_seconds += result.duration_s or 0.0
+            self.note_window(result.duration_s or 0.0)
         record = {
             "n": attempt,
             "started_at": started_at,
@@ -770,7 +825,15 @@ class Sweep:
                 self.publish(path)
         return result, record
 
+    def launch(self, cmd: list[str], log: Path) -> tuple[int | None, bool]:
+        """Run one `vllm bench serve` command, output to `log`; (exit code or None, timed out)."""
+        with log.open("w", encoding="utf-8") as fh:
+            rc, timed_out, _ = self._process(cmd, fh)
+        return rc, timed_out
+
     def _kill(self) -> None:
+        if self.driver is not None:
+            self.driver.stop()
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
@@ -883,6 +946,7 @@ def run(args: argparse.Namespace) -> int:
         if args.telemetry_interval <= 0:
             raise UsageError(f"--telemetry-interval must be > 0, got {args.telemetry_interval}")
         plan = build_plan(args)
+        extra_runs.validate(args)
         vllm = resolve_vllm(args.vllm_bin)
         upload = s3.S3Location.parse(args.upload, option="--upload") if args.upload else None
     except (UsageError, ValueError) as exc:
@@ -900,6 +964,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     out.mkdir(parents=True, exist_ok=True)
     sweep = Sweep(args, plan, vllm)
+    try:
+        driver_cmd = bench_client.driver_command(args.bench_client, vllm, bool(args.vllm_bin), args.bench_client_cmd)
+    except ValueError as exc:
+        print(f"bench sweep: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if driver_cmd:
+        sweep.driver = bench_client.Driver(driver_cmd, bench_client.driver_env())
     previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-tokenizer-") as scratch:
@@ -921,6 +992,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+        if sweep.driver is not None:
+            sweep.driver.stop()
         shutil.rmtree(sweep.partial, ignore_errors=True)
 
 
@@ -968,6 +1041,7 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
           + "".join(f"; {n}" for n in hw["notes"]), flush=True)
     sweep.prepare(args.tokenizer, server)
     invalid = sweep.execute(tokenizer)
+    extra_runs.run_after_grid(sweep, tokenizer)
 
     sweep.session["finished_at"] = _now()
     if sweep.uploader:
@@ -982,6 +1056,11 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
         f"measured benchmark windows {t['bench_windows_s']:.1f} s",
         flush=True,
     )
+    if t["busy_share_pct"] is not None:
+        idle = t["idle_between_windows_s"]
+        print(f"bench sweep: busy share {t['busy_share_pct']:.1f}% (measured windows / wall of the runs, "
+              f"{t['bench_client']} client); idle between two measured windows "
+              f"{'-' if idle is None else f'{idle:.2f} s'} per run", flush=True)
     for rec in runs:
         if rec["status"] != "valid":
             print(f"bench sweep: {rec['status'].upper()} {rec['scenario']} c={rec['concurrency']}: {rec['reason']}",
@@ -1078,6 +1157,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="hourly price of those GPUs whatever the capacity type; wins over --prices "
                         "(env VLLM_POC_PRICE_PER_HOUR)")
     add_measurement_options(p)
+    extra_runs.add_arguments(p)
+    bench_client.add_arguments(p)
     p.set_defaults(func=run)
     return p
 

@@ -146,6 +146,8 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
                                           "settings": {k: getattr(server, variants.snake(k))
                                                        for k in server.variant_of.settings}},
                                          sort_keys=True)]
+    if bench.capacity_search:
+        args.append("--capacity-search")
     return args
 
 

@@ -472,6 +472,10 @@ class BenchSettings(_Settings):
     )
     min_prompts: int = Field(32, ge=1, le=10000, description="Lower bound of prompts per run (p99 needs samples).")
     seed: int = Field(0, description="Random dataset seed; the same seed replays the same prompts.")
+    capacity_search: bool = Field(
+        False, description="After the grid: SLO capacity search and open-loop runs per scenario "
+        "(`bench sweep --capacity-search`, at most 40 % more GPU time).",
+    )
     price_per_hour: dict[str, dict[Literal["on-demand", "spot"], float] | float] = Field(
         default_factory=dict,
         description="USD per hour of each target's instance per capacity type ({server: {spot: X, "

@@ -95,10 +95,14 @@ def test_sweep_overhead(swept):
         f"orchestration overhead {t['orchestration_overhead_s']:.2f} s = {internal_pct:.2f}% "
         f"(including python start of the orchestrator: {external_pct:.2f}%); "
         f"measured benchmark windows {t['bench_windows_s']:.2f} s = {window_pct:.1f}% of wall "
-        f"(the rest is each vllm bench serve's CLI start-up, tokenizer load and warm-up)"
+        f"({t['bench_client']} client: vLLM imported once; the rest is its start-up, tokenizer load and "
+        f"warm-ups); idle between two measured windows {t['idle_between_windows_s']:.2f} s per run"
     )
     assert internal_pct <= 3.0
-    assert external_pct <= 3.0
+    # The orchestrator's own python start is a fixed ~1 s: a share of a wall that the one client
+    # has made short.
+    assert external_wall - runs <= max(0.03 * external_wall, 2.0)
+    assert t["bench_client"] == "library" and t["idle_between_windows_s"] < 2.0
 
 
 def test_report_from_the_sweep(swept, tmp_path):

@@ -27,7 +27,7 @@ RUN_KEYS = {"scenario", "concurrency", "valid", "reason", "completed", "failed",
             "kv_cache_usage_max_pct", "requests_waiting_max", "gpu_util_mean_pct", "gpu_mem_used_max_gib",
             "gpu_power_mean_w", "spec_acceptance_by_position"}
 SLO_KEYS = {"ttft_p99_ms", "itl_p99_ms", "decode_metric"}
-SCENARIO_KEYS = {"peak", "slo", "peak_at_edge"}
+SCENARIO_KEYS = {"peak", "slo", "peak_at_edge", "slo_capacity", "rate_capacity"}
 
 
 def write_result(folder: Path, scenario: str, conc: int, tok_s: float, *, ttft99=100.0, itl99=20.0,
@@ -75,7 +75,8 @@ def test_table8_ratios_cost_efficiency_and_verdict(tmp_path):
         assert c["peak_tok_s"] == G7E_PEAK[name] and c["baseline_peak_tok_s"] == L40S_PEAK[name]
         assert round(c["throughput_ratio"], 2) == TABLE8_RATIO[name]
         assert round(c["cost_efficiency_ratio"], 1) == TABLE8_COST[name]
-    assert summary["verdict"] == {"threshold": 1.5, "min_ratio": pytest.approx(3.4907, abs=1e-4), "pass": True}
+    assert summary["verdict"] == {"threshold": 1.5, "min_ratio": pytest.approx(3.4907, abs=1e-4), "pass": True,
+                                  "basis": "peak"}
     # The same data against a threshold above the weakest scenario fails.
     summary, _ = summarize(tmp_path / "g7e", tmp_path / "l40s", threshold=3.5)
     assert summary["verdict"]["pass"] is False
@@ -135,7 +136,8 @@ def test_invalid_runs_are_listed_and_excluded_everywhere(tmp_path):
     assert rows[("S3_moderation", 4)]["valid"] is False
     assert summary["scenarios"]["S1_chat"]["peak"]["output_tok_s"] == 300.0
     assert summary["scenarios"]["S1_chat"]["slo"]["output_tok_s"] == 300.0
-    assert summary["scenarios"]["S3_moderation"] == {"peak": None, "slo": None, "peak_at_edge": None}
+    assert summary["scenarios"]["S3_moderation"] == {"peak": None, "slo": None, "peak_at_edge": None,
+                                                     "slo_capacity": None, "rate_capacity": None}
     assert summary["comparison"]["S1_chat"]["throughput_ratio"] == pytest.approx(3.0)
     assert summary["comparison"]["S3_moderation"]["throughput_ratio"] is None
     # 3x clears 1.5x, but with invalid runs and a scenario without data the verdict cannot pass.
@@ -154,7 +156,9 @@ def test_missing_scenario_or_mismatched_sweep_blocks_pass(tmp_path):
     write_curve(cand, {k: v for k, v in G7E_PEAK.items() if k != "S4_rag"}, concs=(1, 8))
     summary, issues = summarize(cand, base)
     assert summary["comparison"]["S4_rag"] == {"baseline_peak_tok_s": 98.6, "peak_tok_s": None,
-                                               "throughput_ratio": None, "cost_efficiency_ratio": None}
+                                               "throughput_ratio": None, "cost_efficiency_ratio": None,
+                                               "slo_ratio": None, "slo_cost_efficiency_ratio": None,
+                                               "baseline_state": "not_searched"}
     assert summary["verdict"]["pass"] is False and summary["verdict"]["min_ratio"] > 1.5
     assert issues == ["scenario S4_rag: no valid run in the candidate (cand)"]
     write_curve(cand, {"S4_rag": 402.0}, concs=(1, 16))  # now present, but other concurrencies
@@ -195,8 +199,9 @@ def test_summary_keys_are_exact(tmp_path):
     assert set(sc["peak"]) == {"concurrency", "output_tok_s", "req_s"}
     assert set(sc["slo"]) == {"concurrency", "output_tok_s"}
     assert set(summary["comparison"]["S1_chat"]) == {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
-                                                     "cost_efficiency_ratio"}
-    assert set(summary["verdict"]) == {"threshold", "min_ratio", "pass"}
+                                                     "cost_efficiency_ratio", "slo_ratio",
+                                                     "slo_cost_efficiency_ratio", "baseline_state"}
+    assert set(summary["verdict"]) == {"threshold", "min_ratio", "pass", "basis"}
 
 
 def test_cli_writes_report_summary_and_charts(tmp_path, capsys):

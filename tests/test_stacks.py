@@ -86,3 +86,14 @@ def test_g7e_runs_nvfp4_on_spot_against_the_l40s_baseline():
     assert {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]} in capacity
     assert {j["metadata"]["labels"]["app.kubernetes.io/instance"] for j in rendered.k8s("Job")
             if j["metadata"]["labels"]["app.kubernetes.io/name"] == "vllm-bench"} == set(deployments)
+
+
+def test_g7e_bench_jobs_search_the_slo_capacity_and_dev_does_not():
+    def sweeps(stack):
+        return [j["spec"]["template"]["spec"]["containers"][0] for j in render_stack(stack).k8s("Job")
+                if j["metadata"]["labels"]["app.kubernetes.io/name"] == "vllm-bench"]
+
+    g7e = sweeps("g7e")
+    assert g7e and all("--capacity-search" in (c.get("command", []) + c.get("args", [])) for c in g7e)
+    dev = sweeps("dev")
+    assert dev and all("--capacity-search" not in (c.get("command", []) + c.get("args", [])) for c in dev)

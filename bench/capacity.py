@@ -1,0 +1,407 @@
+"""SLO capacity to a known precision: per-request samples, bootstrap p99 intervals, the search.
+
+Plain functions over plain data (no I/O besides reading result dictionaries), shared by the sweep
+(which decides what to run next) and the report (which recomputes every figure from the files).
+
+- Samples: `vllm bench serve --save-detailed` keeps per-request `ttfts` and `itls` (seconds) and
+  `output_lens`. TPOT per request = (latency - TTFT) / (output_len - 1); vLLM's latency is the last
+  chunk's arrival, so latency - TTFT = the sum of that request's ITLs (0.33 also stores `latencies`,
+  used when present).
+- p99: numpy's default (linear) percentile, what vLLM reports.
+- 95 % interval of a p99: percentile bootstrap over requests (a resample draws whole requests, so
+  the ITLs of one request stay together), fixed seed: the same file always gives the same interval.
+- A point passes with confidence when the upper ends of the TTFT and decode intervals are within
+  the limits, fails with confidence when a lower end is above a limit; otherwise it straddles.
+  Repeats of one point are pooled (their requests together) before judging again. A point that
+  still straddles after the last repeat counts as failing: capacity is never claimed on a maybe.
+- Search: integer bisection between the highest passing and the lowest failing grid concurrency
+  until fail - pass <= max(1, bracket x pass); the passing end must pass with confidence, so a grid
+  point measured with too few requests (or without detail) is re-run before it can be the answer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+PASS, FAIL, STRADDLE = "pass", "fail", "straddle"
+NEVER_MEETS_SLO = "never_meets_slo"
+DEFAULT_BRACKET = 0.25
+DEFAULT_REPEATS = 2
+DEFAULT_SEARCH_REQUESTS = 200
+DEFAULT_RATE_PERCENTS = (50, 75, 90, 100, 110)
+BOOTSTRAP_RESAMPLES = 1000
+CONFIDENCE = 0.95
+
+
+# ---------------------------------------------------------------------------------------------
+# Samples
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Per-request latencies of one or more runs, in milliseconds."""
+
+    ttft_ms: tuple[float, ...]
+    tpot_ms: tuple[float | None, ...]  # None for a request with a single output token
+    itl_ms: tuple[tuple[float, ...], ...]  # one tuple of gaps per request
+
+    @property
+    def requests(self) -> int:
+        return len(self.ttft_ms)
+
+    def __add__(self, other: "Samples") -> "Samples":
+        return Samples(self.ttft_ms + other.ttft_ms, self.tpot_ms + other.tpot_ms, self.itl_ms + other.itl_ms)
+
+
+def samples_from_result(data: dict[str, Any]) -> Samples | None:
+    """Per-request samples of a `--save-detailed` result; None when the file has no detail."""
+    ttfts, itls, outs = data.get("ttfts"), data.get("itls"), data.get("output_lens")
+    if not isinstance(ttfts, list) or not isinstance(itls, list) or not isinstance(outs, list):
+        return None
+    if not (len(ttfts) == len(itls) == len(outs)) or not ttfts:
+        return None
+    errors = data.get("errors") if isinstance(data.get("errors"), list) else [""] * len(ttfts)
+    latencies = data.get("latencies") if isinstance(data.get("latencies"), list) else None
+    t, p, i = [], [], []
+    for n, (ttft, gaps, out) in enumerate(zip(ttfts, itls, outs)):
+        if n < len(errors) and errors[n]:
+            continue  # a failed request has no latency; the run is invalid anyway
+        try:
+            ttft_s = float(ttft)
+            gaps_s = [float(g) for g in (gaps or [])]
+            out_n = int(out)
+        except (TypeError, ValueError):
+            return None
+        t.append(ttft_s * 1000)
+        i.append(tuple(g * 1000 for g in gaps_s))
+        decode_s = sum(gaps_s)
+        if latencies is not None and n < len(latencies):
+            try:
+                decode_s = float(latencies[n]) - ttft_s
+            except (TypeError, ValueError):
+                pass
+        p.append(decode_s * 1000 / (out_n - 1) if out_n > 1 else None)
+    if not t:
+        return None
+    return Samples(tuple(t), tuple(p), tuple(i))
+
+
+def pool(samples: Iterable[Samples]) -> Samples | None:
+    total: Samples | None = None
+    for s in samples:
+        total = s if total is None else total + s
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# Percentiles and intervals
+
+
+def p99(values: Iterable[float]) -> float | None:
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    return float(np.percentile(arr, 99)) if arr.size else None
+
+
+def bootstrap_p99(groups: list[list[float]], *, resamples: int = BOOTSTRAP_RESAMPLES,
+                  confidence: float = CONFIDENCE, seed: int = 0) -> tuple[float, float] | None:
+    """95 % percentile-bootstrap interval of the p99 of all values, resampling whole groups.
+
+    `groups` holds one list per request (one TTFT; or that request's ITLs). Each resample draws
+    len(groups) requests with replacement; its p99 is the nearest-rank 0.99 quantile of the drawn
+    requests' values, computed with the draw counts as weights (no copying of values).
+    """
+    groups = [g for g in groups if g]
+    if not groups:
+        return None
+    n = len(groups)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n, size=(resamples, n))
+    if all(len(g) == 1 for g in groups):
+        values = np.asarray([g[0] for g in groups], dtype=float)
+        stats = np.sort(values[draws], axis=1)[:, max(0, math.ceil(0.99 * n) - 1)]
+    else:
+        owner = np.concatenate([np.full(len(g), k) for k, g in enumerate(groups)])
+        values = np.concatenate([np.asarray(g, dtype=float) for g in groups])
+        order = np.argsort(values, kind="stable")
+        values, owner = values[order], owner[order]
+        lengths = np.asarray([len(g) for g in groups], dtype=float)
+        offsets = (np.arange(resamples) * n)[:, None]
+        counts = np.bincount((draws + offsets).ravel(), minlength=resamples * n).reshape(resamples, n)
+        total = counts @ lengths
+        target = 0.99 * total - 1e-9
+        # The p99 sits in the top values: look there first (cumulative weight from the top), and
+        # fall back to the whole array for a resample whose p99 lies below that slice.
+        m = len(values)
+        top = max(0, m - max(64, m // 20))
+        w = counts[:, owner[top:]].astype(float)
+        after = np.cumsum(w[:, ::-1], axis=1)[:, ::-1] - w  # weight above each position
+        below = (total[:, None] - after) < target[:, None]
+        pos = top + below.sum(axis=1)
+        stats = values[np.minimum(pos, m - 1)]
+        for r in np.nonzero(~below[:, 0])[0] if top > 0 else []:
+            cum = np.cumsum(counts[r][owner].astype(float))
+            stats[r] = values[min(int((cum < target[r]).sum()), m - 1)]
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(stats, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class MetricCheck:
+    name: str
+    limit_ms: float
+    p99_ms: float | None
+    ci_ms: tuple[float, float] | None
+
+    @property
+    def state(self) -> str:
+        if self.p99_ms is None:
+            return FAIL
+        if self.ci_ms is None:  # no detail: the point estimate is all there is
+            return PASS if self.p99_ms <= self.limit_ms else FAIL
+        lo, hi = self.ci_ms
+        if hi <= self.limit_ms:
+            return PASS
+        if lo > self.limit_ms:
+            return FAIL
+        return STRADDLE
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """How one point (a concurrency or a rate, repeats pooled) stands against the SLO."""
+
+    state: str  # PASS (with confidence), FAIL, STRADDLE
+    requests: int
+    runs: int
+    ttft: MetricCheck
+    decode: MetricCheck
+    detailed: bool
+
+    @property
+    def point_pass(self) -> bool:
+        """The point estimates alone meet both limits (what the grid's table shows)."""
+        return all(m.p99_ms is not None and m.p99_ms <= m.limit_ms for m in (self.ttft, self.decode))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state, "requests": self.requests, "runs": self.runs, "detailed": self.detailed,
+            "ttft_p99_ms": _r(self.ttft.p99_ms), "ttft_p99_ci_ms": _ci(self.ttft.ci_ms),
+            "decode_metric": self.decode.name, "decode_p99_ms": _r(self.decode.p99_ms),
+            "decode_p99_ci_ms": _ci(self.decode.ci_ms),
+        }
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def _ci(ci: tuple[float, float] | None) -> list[float] | None:
+    return None if ci is None else [round(ci[0], 3), round(ci[1], 3)]
+
+
+def combine(checks: Iterable[MetricCheck]) -> str:
+    states = [c.state for c in checks]
+    if FAIL in states:
+        return FAIL
+    if STRADDLE in states:
+        return STRADDLE
+    return PASS
+
+
+def judge_samples(samples: Samples, *, ttft_ms: float, decode_ms: float, decode_metric: str = "itl",
+                  runs: int = 1, seed: int = 0) -> Judgement:
+    ttft_groups = [[v] for v in samples.ttft_ms]
+    if decode_metric == "tpot":
+        decode_groups = [[v] for v in samples.tpot_ms if v is not None]
+    elif decode_metric == "itl":
+        decode_groups = [list(g) for g in samples.itl_ms]
+    else:
+        raise ValueError(f"decode metric must be itl or tpot, got {decode_metric!r}")
+    ttft = MetricCheck("ttft", ttft_ms, p99(samples.ttft_ms), bootstrap_p99(ttft_groups, seed=seed))
+    flat = [v for g in decode_groups for v in g]
+    decode = MetricCheck(decode_metric, decode_ms, p99(flat), bootstrap_p99(decode_groups, seed=seed + 1))
+    return Judgement(combine((ttft, decode)), samples.requests, runs, ttft, decode, detailed=True)
+
+
+def judge_summary(ttft_p99: float | None, decode_p99: float | None, *, ttft_ms: float, decode_ms: float,
+                  decode_metric: str = "itl", requests: int = 0) -> Judgement:
+    """A point without per-request detail: point estimates only (never 'with confidence')."""
+    ttft = MetricCheck("ttft", ttft_ms, ttft_p99, None)
+    decode = MetricCheck(decode_metric, decode_ms, decode_p99, None)
+    return Judgement(combine((ttft, decode)), requests, 1, ttft, decode, detailed=False)
+
+
+def judge_results(results: list[dict[str, Any]], *, ttft_ms: float, decode_ms: float,
+                  decode_metric: str = "itl") -> Judgement:
+    """Judge one point from its result dictionaries (repeats pooled when all have detail)."""
+    if not results:
+        raise ValueError("no results to judge")
+    per_run = [samples_from_result(r) for r in results]
+    if all(s is not None for s in per_run):
+        pooled = pool(per_run)  # type: ignore[arg-type]
+        assert pooled is not None
+        return judge_samples(pooled, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
+                             runs=len(results))
+    last = results[-1]
+    key = "p99_tpot_ms" if decode_metric == "tpot" else "p99_itl_ms"
+    return judge_summary(_num(last.get("p99_ttft_ms")), _num(last.get(key)), ttft_ms=ttft_ms,
+                         decode_ms=decode_ms, decode_metric=decode_metric,
+                         requests=int(_num(last.get("completed")) or 0))
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def confident(j: Judgement, min_requests: int) -> bool:
+    """Counts as passing for the capacity: passes with confidence on enough requests."""
+    return j.state == PASS and j.detailed and j.requests >= min_requests
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+
+
+@dataclass
+class Search:
+    """Integer bisection of the SLO capacity (concurrency) of one scenario.
+
+    Feed it the grid's judgements (`grid`), then ask `next_run()` for the concurrency to run and
+    `requests_for()` for how many requests, and `observe()` the pooled judgement of every run at
+    that concurrency, until `next_run()` is None.
+
+    A new point is first screened with `screen` requests (the grid's count at that concurrency):
+    a failure with confidence settles it cheaply; anything else is topped up to `min_requests`
+    (pooled), since a pass counts only with confidence on at least `min_requests` requests. A
+    point that still straddles a limit then gets up to `repeats` more runs of `min_requests`;
+    after those it counts as failing. Stop when fail - pass <= max(1, bracket x pass).
+    """
+
+    grid: dict[int, Judgement]
+    min_requests: int = DEFAULT_SEARCH_REQUESTS
+    repeats: int = DEFAULT_REPEATS
+    bracket: float = DEFAULT_BRACKET
+    extra: dict[int, Judgement] = field(default_factory=dict)
+    run_requests: dict[int, list[int]] = field(default_factory=dict)
+
+    def repeats_used(self, c: int) -> int:
+        total, used = 0, 0
+        for n in self.run_requests.get(c, []):
+            if total >= self.min_requests:
+                used += 1
+            total += n
+        return used
+
+    def _passes(self, c: int) -> bool | None:
+        """True/False once decided, None while it still needs a (re)run."""
+        if c in self.extra:
+            j = self.extra[c]
+            if confident(j, self.min_requests):
+                return True
+            if j.state == FAIL:
+                return False
+            if j.requests >= self.min_requests and self.repeats_used(c) >= self.repeats:
+                return False
+            return None
+        g = self.grid.get(c)
+        if g is not None and confident(g, self.min_requests):
+            return True
+        return None
+
+    def _fails(self, c: int) -> bool:
+        """A failing end: failed in the search, or its grid point estimate misses the SLO."""
+        decided = self._passes(c)
+        if decided is not None:
+            return not decided
+        g = self.grid.get(c)
+        return c not in self.extra and g is not None and not g.point_pass
+
+    def decided(self, c: int) -> bool | None:
+        return self._passes(c)
+
+    def bounds(self) -> tuple[int | None, int | None]:
+        """(pass end, fail end) as things stand; pass end None = nothing passes.
+
+        The pass end is the highest concurrency whose evidence says pass: confirmed by a search
+        run, or a grid point estimate not yet confirmed. A confirmed failure of a candidate drops
+        it, and the next lower passing point becomes the pass end.
+        """
+        cands = sorted(set(self.grid) | set(self.extra))
+        passing = [c for c in cands if self._passes(c) is True
+                   or (self._passes(c) is None and c not in self.extra and self.grid[c].point_pass)]
+        lo = max(passing) if passing else None
+        above = [c for c in cands if (lo is None or c > lo) and self._fails(c)]
+        hi = min(above) if above else None
+        return lo, hi
+
+    def next_run(self) -> int | None:
+        lo, hi = self.bounds()
+        if lo is None:
+            return None
+        pending = [c for c in self.extra if self._passes(c) is None]
+        if pending:  # a point being topped up or repeated comes before anything else
+            return min(pending)
+        if hi is not None and hi - lo > max(1, math.floor(self.bracket * lo)):
+            return (lo + hi) // 2
+        if self._passes(lo) is None:
+            # The bracket is narrow but its pass end is only a grid point estimate (too few
+            # requests, no detail): confirm it; a failure moves the bracket down.
+            return lo
+        return None
+
+    def requests_for(self, c: int, screen: int | None = None) -> int:
+        have = self.extra[c].requests if c in self.extra else 0
+        if have == 0:
+            return min(screen, self.min_requests) if screen else self.min_requests
+        if have < self.min_requests:
+            return self.min_requests - have
+        return self.min_requests
+
+    def observe(self, concurrency: int, judgement: Judgement, requests: int) -> None:
+        """The pooled judgement of every search run at this concurrency so far, and this run's size."""
+        self.run_requests.setdefault(concurrency, []).append(requests)
+        self.extra[concurrency] = judgement
+
+    def result(self) -> dict[str, Any]:
+        lo, hi = self.bounds()
+        if lo is None:
+            return {"state": NEVER_MEETS_SLO}
+        return {"concurrency_pass": lo, "concurrency_fail": hi}
+
+
+def rate_list(req_s: float, percents: Iterable[float] = DEFAULT_RATE_PERCENTS) -> list[float]:
+    """Offered rates (req/s) around the closed-loop SLO capacity, rounded to 4 significant digits."""
+    out = []
+    for pct in percents:
+        rate = req_s * float(pct) / 100.0
+        if rate > 0:
+            out.append(float(f"{rate:.4g}"))
+    return sorted(set(out))
+
+
+def rate_capacity(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Highest offered rate whose p99s meet the SLO, from `{"rate", "meets", ...}` points.
+
+    A rate counts only when it and every lower tested rate meet the SLO: a pass above a failure
+    is noise, not capacity.
+    """
+    best = None
+    for point in sorted(points, key=lambda p: p["rate"]):
+        if not point["meets"]:
+            break
+        best = point
+    if best is None:
+        return None
+    return {"req_s": best["rate"], "output_tok_s": best.get("output_tok_s"),
+            "goodput_req_s": best.get("goodput_req_s")}

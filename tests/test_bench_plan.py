@@ -1,0 +1,217 @@
+"""`python -m bench plan`: replica math on hand-made sweep folders (the seeds' Table 3 and 8 peaks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import capacity_report as CR
+from bench import plan as P
+from bench import results as R
+
+LENGTHS = {"S1_chat": (256, 128), "S2_summary": (1024, 256), "S3_moderation": (512, 16), "S4_rag": (4096, 256)}
+# Seeds: Table 3 (L40S peaks, c at peak) and Table 8 (g7e peaks).
+L40S = {"S1_chat": (536.0, 64), "S2_summary": (226.0, 32), "S3_moderation": (81.7, 8), "S4_rag": (98.6, 32)}
+G7E = {"S1_chat": 1871.0, "S2_summary": 910.0, "S3_moderation": 395.0, "S4_rag": 402.0}
+
+
+def result(scenario, c, tok_s, *, ttft=100.0, itl=20.0, n=None, detail=None, extra=None):
+    out_len = LENGTHS.get(scenario, (32, 8))[1]
+    n = n or max(32, 8 * c)
+    data = {"num_prompts": n, "completed": n, "failed": 0, "duration": n * out_len / tok_s,
+            "output_throughput": tok_s, "request_throughput": tok_s / out_len,
+            "total_output_tokens": n * out_len, "max_concurrency": c,
+            "p50_ttft_ms": ttft / 2, "p99_ttft_ms": ttft, "p50_itl_ms": itl / 2, "p99_itl_ms": itl,
+            R.META_SCENARIO: scenario, R.META_OUTPUT_LEN: str(out_len)}
+    if detail:
+        ttfts = detail
+        data.update(ttfts=[t / 1000 for t in ttfts], itls=[[itl / 1000] * (out_len - 1) for _ in ttfts],
+                    output_lens=[out_len] * len(ttfts), errors=[""] * len(ttfts),
+                    p99_ttft_ms=float(np.percentile(ttfts, 99)))
+    data.update(extra or {})
+    return data
+
+
+def sweep_dir(root: Path, label: str, peaks: dict[str, float], *, instance_type=None, price=None,
+              capacity_type=None, curve=None) -> Path:
+    """A sweep folder whose every scenario peaks at `peaks[s]` tok/s (c=1..64 grid)."""
+    d = root / label
+    d.mkdir()
+    for s, top in peaks.items():
+        for c in (1, 2, 4, 8, 16, 32, 64):
+            tok = top * c / 64 if curve is None else curve(s, c)[0]
+            ttft = 90.0 * c if curve is None else curve(s, c)[1]
+            (d / R.result_filename(s, c)).write_text(json.dumps(result(s, c, tok, ttft=ttft)))
+    manifest = {"label": label, "gpus": 1, "instance_type": instance_type, "price_per_hour": price,
+                "capacity_type": capacity_type,
+                "config": {"scenarios": {s: {"input_len": LENGTHS[s][0], "output_len": LENGTHS[s][1]}
+                                         for s in peaks}}, "runs": []}
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    return d
+
+
+def plan(*argv):
+    return P.main([*map(str, argv)])
+
+
+def read(out):
+    return json.loads((out / "plan.json").read_text())
+
+
+def test_seeds_peak_plan_twelve_to_four(tmp_path):
+    base = sweep_dir(tmp_path, "l40s", {s: v for s, (v, _) in L40S.items()}, instance_type="g6e.2xlarge")
+    cand = sweep_dir(tmp_path, "g7e", G7E, instance_type="g7e.2xlarge")
+    out = tmp_path / "plan"
+    assert plan(cand, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--out", out,
+                "--no-charts") == 0
+    got = read(out)
+    assert set(got) == {"basis", "headroom", "spares", "configurations", "current"}
+    row = got["configurations"][0]
+    assert set(row) == {"label", "instance_type", "gpus", "replicas", "usd_hour_on_demand", "usd_hour_spot",
+                        "usd_month_on_demand", "usd_month_spot", "usd_per_million_output_tokens"}
+    # 12 / 3.49 (S1, the smallest ratio) = 3.44 -> 4
+    assert row["replicas"] == 4 and got["basis"] == "peak" and got["headroom"] == 0 and got["spares"] == 0
+    # Catalog prices: g7e $4.13 on demand, $1.50 Spot; L40S $2.76 for the current fleet.
+    assert row["usd_hour_on_demand"] == pytest.approx(16.52) and row["usd_hour_spot"] == pytest.approx(6.0)
+    assert row["usd_month_on_demand"] == pytest.approx(16.52 * 730, rel=1e-6)
+    assert got["current"] == {"replicas": 12, "usd_month": pytest.approx(12 * 2.76 * 730)}
+    # Cost per million output tokens at the load of the binding scenario (12 x 536 tok/s).
+    assert row["usd_per_million_output_tokens"] == pytest.approx(16.52 / (12 * 536 * 3600 / 1e6), rel=1e-3)
+    assert "binding scenario S1_chat" in (out / "plan.md").read_text()
+
+
+def test_ratio_one_and_a_half_gives_eight_headroom_and_spares(tmp_path):
+    base = sweep_dir(tmp_path, "base", {"S1_chat": 536.0})
+    cand = sweep_dir(tmp_path, "cand", {"S1_chat": 536.0 * 1.5})
+    out = tmp_path / "p"
+    common = [cand, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--no-charts",
+              "--price-per-hour", "cand=4.13/1.5"]
+    assert plan(*common, "--out", out) == 0
+    assert read(out)["configurations"][0]["replicas"] == 8
+    assert plan(*common, "--headroom", 0.2, "--out", out) == 0
+    assert read(out)["configurations"][0]["replicas"] == 10  # 8 / 0.8
+    assert plan(*common, "--headroom", 0.2, "--spares", 1, "--out", out) == 0
+    got = read(out)
+    assert got["configurations"][0]["replicas"] == 11 and got["headroom"] == 0.2 and got["spares"] == 1
+    assert got["configurations"][0]["usd_hour_spot"] == pytest.approx(11 * 1.5)
+
+
+def test_reference_is_the_denominator(tmp_path):
+    cand = sweep_dir(tmp_path, "g7e", G7E, instance_type="g7e.2xlarge")
+    out = tmp_path / "p"
+    # Production serves 300 tok/s per GPU on S1 and 100 on S4; 12 replicas of 1 GPU.
+    assert plan(cand, "--reference", "S1_chat=300,S4_rag=100", "--current-replicas", 12, "--basis", "peak",
+                "--out", out, "--no-charts") == 0
+    # S1: 3600/1871 = 1.92; S4: 1200/402 = 2.99 -> 3 replicas
+    assert read(out)["configurations"][0]["replicas"] == 3
+    assert plan(cand, "--reference", "S1_chat=300", "--current-replicas", 12, "--current-gpus-per-replica", 4,
+                "--basis", "peak", "--out", out, "--no-charts") == 0
+    assert read(out)["configurations"][0]["replicas"] == 8  # 14400 / 1871 = 7.7
+    assert "production per-GPU throughput" in (out / "plan.md").read_text()
+
+
+def test_stated_load_and_mix(tmp_path):
+    cand = sweep_dir(tmp_path, "c", {"S1_chat": 1280.0, "S2_summary": 512.0})  # 10 req/s and 2 req/s at peak
+    out = tmp_path / "p"
+    assert plan(cand, "--load", "S1_chat=25,S2_summary=3", "--basis", "peak", "--out", out, "--no-charts") == 0
+    assert read(out)["configurations"][0]["replicas"] == 4  # 2.5 + 1.5 = 4.0
+    assert read(out)["current"] is None
+    assert plan(cand, "--load", "20", "--mix", "S1_chat=0.5,S2_summary=0.5", "--basis", "peak", "--out", out,
+                "--no-charts") == 0
+    assert read(out)["configurations"][0]["replicas"] == 6  # 10/10 + 10/2 = 6
+
+
+def test_baseline_that_never_meets_the_slo(tmp_path):
+    # Baseline: TTFT p99 = 900 ms already at c=1 in S1 -> no SLO load is known for S1.
+    slow = lambda s, c: (100.0 * c, 900.0 + c)
+    fine = lambda s, c: (300.0 * c, 50.0 * c)  # meets the SLO up to c=8 (400 ms)
+    base = sweep_dir(tmp_path, "base", {"S1_chat": 1, "S2_summary": 1},
+                     curve=lambda s, c: slow(s, c) if s == "S1_chat" else fine(s, c))
+    cand = sweep_dir(tmp_path, "cand", {"S1_chat": 1, "S2_summary": 1}, curve=fine)
+    side = P.RP.load_side(base)
+    caps = CR.scenario_capacity(base, side.runs, ttft_ms=500, decode_ms=50)
+    assert caps["S1_chat"]["slo_capacity"] == {"state": "never_meets_slo"}
+    assert caps["S2_summary"]["slo_capacity"] is None  # grid passes, but no search confirmed it
+    out = tmp_path / "p"
+    rc = plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts")
+    text = (out / "plan.md").read_text()
+    assert "S1_chat: the current load is unknown on this basis (never_meets_slo)" in text
+    assert rc == 1 and read(out)["configurations"][0]["replicas"] is None  # S2 unconfirmed either
+    # Confirm S2 on both sides (search runs with detail): the plan goes on with S2 alone.
+    for d, tok in ((base, 300.0), (cand, 900.0)):
+        (d / "search").mkdir(exist_ok=True)
+        data = result("S2_summary", 8, tok * 8, ttft=400.0, n=200, detail=[400.0] * 200)
+        (d / "search" / CR.search_filename("S2_summary", 8, 1)).write_text(json.dumps(data))
+    assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts") == 0
+    assert read(out)["configurations"][0]["replicas"] == 4  # 12 x 2400 / 7200
+    assert "never_meets_slo" in (out / "plan.md").read_text()
+
+
+def test_mix_of_a_fleet_load(tmp_path):
+    # Baseline per replica: S1 10 req/s, S2 2 req/s at peak; candidate twice that in S1, same in S2.
+    base = sweep_dir(tmp_path, "b", {"S1_chat": 1280.0, "S2_summary": 512.0})
+    cand = sweep_dir(tmp_path, "c", {"S1_chat": 2560.0, "S2_summary": 512.0})
+    out = tmp_path / "p"
+    assert plan(cand, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--no-charts",
+                "--mix", "S1_chat=0.5,S2_summary=0.5", "--out", out) == 0
+    # 12 replicas at a 50/50 mix carry L with L/2/10 + L/2/2 = 12 -> L = 40 req/s; the candidate
+    # needs 20/20 + 20/2 = 11 replicas.
+    assert read(out)["configurations"][0]["replicas"] == 11
+    assert plan(cand, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--no-charts",
+                "--out", out) == 0
+    assert read(out)["configurations"][0]["replicas"] == 12  # no mix: the binding scenario (S2, ratio 1)
+
+
+def test_candidate_slo_capacity_from_search_runs(tmp_path):
+    fine = lambda s, c: (300.0 * c, 90.0 * c)
+    base = sweep_dir(tmp_path, "base", {"S1_chat": 1}, curve=lambda s, c: (100.0 * c, 90.0 * c))
+    cand = sweep_dir(tmp_path, "cand", {"S1_chat": 1}, curve=fine)
+    for d, tok in ((base, 100.0), (cand, 300.0)):
+        (d / "search").mkdir()
+        for c, ttft in ((6, 540.0), (5, 450.0)):
+            data = result("S1_chat", c, tok * c, n=200, detail=[ttft] * 200)
+            (d / "search" / CR.search_filename("S1_chat", c, 1)).write_text(json.dumps(data))
+    side = P.RP.load_side(cand)
+    cap = CR.scenario_capacity(cand, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["slo_capacity"]
+    assert cap["concurrency_pass"] == 5 and cap["concurrency_fail"] == 6
+    assert cap["output_tok_s"] == 1500.0 and cap["ttft_p99_ci_ms"] == [450.0, 450.0]
+    out = tmp_path / "p"
+    assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts") == 0
+    assert read(out)["configurations"][0]["replicas"] == 4  # ratio 3 under the SLO
+    assert "slo_capacity" in (out / "plan.md").read_text()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--current-replicas", "12"], "exactly one load"),
+    (["--baseline", "X"], "need --current-replicas"),
+    (["--load", "S1_chat=-1"], "--load"),
+    (["--load", "S1_chat=1", "--headroom", "1"], "--headroom"),
+    (["--load", "S1_chat=1", "--price-per-hour", "x=cheap"], "--price-per-hour"),
+])
+def test_bad_input_exit_2(tmp_path, capsys, argv, needle):
+    cand = sweep_dir(tmp_path, "c", {"S1_chat": 100.0})
+    assert plan(cand, "--out", tmp_path / "p", *argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_prices_from_the_manifest_hardware_record(tmp_path):
+    cand = sweep_dir(tmp_path, "c", {"S1_chat": 1280.0})
+    m = json.loads((cand / "manifest.json").read_text())
+    m.update(capacity_type="spot", price_per_hour=1.2, hardware={"prices": {"spot": 1.2, "on-demand": 3.5}})
+    (cand / "manifest.json").write_text(json.dumps(m))
+    out = tmp_path / "p"
+    assert plan(cand, "--load", "S1_chat=25", "--basis", "peak", "--spares", 1, "--out", out, "--no-charts") == 0
+    row = read(out)["configurations"][0]
+    assert row["replicas"] == 4 and row["usd_hour_on_demand"] == pytest.approx(14.0)
+    assert row["usd_hour_spot"] == pytest.approx(4.8)
+
+
+def test_chart_written(tmp_path):
+    cand = sweep_dir(tmp_path, "c", {"S1_chat": 1280.0}, instance_type="g7e.2xlarge")
+    out = tmp_path / "p"
+    assert plan(cand, "--load", "S1_chat=25", "--basis", "peak", "--out", out) == 0
+    assert (out / "plan.png").stat().st_size > 1000 and "plan.png" in (out / "plan.md").read_text()
