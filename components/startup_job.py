@@ -32,8 +32,8 @@ NAMESPACE_RULES = [
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
 ]
+# Nodes: `get` comes with the bench's own node read (BenchNodeAccess), granted to the same account.
 CLUSTER_RULES = [
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"], "verbs": ["get"]},
 ]
 

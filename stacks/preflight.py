@@ -609,6 +609,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="a check that cannot be answered (a quota or the AMI unreadable) is a blocker, not a warning "
                    "(the workflows use it)")
+    p.add_argument("--inside-vpc", action="store_true",
+                   help="this machine runs `pulumi up` from inside the cluster's VPC, so a private API endpoint "
+                   "(no cluster.publicAccessCidrs) is reachable; without it a private endpoint is a blocker")
     p.set_defaults(func=run)
     return p
 
@@ -635,7 +638,8 @@ def pools_from_settings(settings) -> list[Pool]:
     return pools
 
 
-def stack_findings(settings, clients: dict[str, Any], strict: bool = False) -> list[Finding]:
+def stack_findings(settings, clients: dict[str, Any], strict: bool = False,
+                   inside_vpc: bool = False) -> list[Finding]:
     """Checks of the stack itself against the account: AMI, caller role, API exposure, pinned revisions."""
     from stacks.identity import admin_role_problems
     from stacks.settings import is_commit
@@ -674,12 +678,14 @@ def stack_findings(settings, clients: dict[str, Any], strict: bool = False) -> l
             "the Kubernetes API endpoint is reachable from any address (0.0.0.0/0); IAM still guards it",
             "set vllm-poc:cluster.publicAccessCidrs to your office or CI egress ranges"))
     elif not settings.cluster.public_access_cidrs:
+        # From outside the VPC, `pulumi up` would create the cluster and then stop at the first Kubernetes
+        # resource: say so before the 15-minute cluster create, not after.
         findings.append(Finding(
-            "warning", "cluster.publicAccessCidrs",
+            "warning" if inside_vpc else "blocker", "cluster.publicAccessCidrs",
             "the Kubernetes API endpoint is private: `pulumi up` reaches it only from inside the VPC, and "
             "from anywhere else stops at the first Kubernetes resource",
-            "run from inside the VPC (a self-hosted runner), or list the deploying machine's egress /32 in "
-            "vllm-poc:cluster.publicAccessCidrs"))
+            "list the deploying machine's egress /32 in vllm-poc:cluster.publicAccessCidrs, or run from inside "
+            "the VPC (a self-hosted runner) and pass --inside-vpc"))
     weights = getattr(settings, "weights", None)
     if weights is not None and weights.source == "hub":
         floating = sorted(m for m, rev in weights.revisions.items() if not is_commit(rev))
@@ -729,7 +735,8 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
             new_vpc_zones=getattr(network, "availability_zones", None),
             strict=getattr(args, "strict", False),
         )
-        report.findings += stack_findings(settings, clients, strict=getattr(args, "strict", False))
+        report.findings += stack_findings(settings, clients, strict=getattr(args, "strict", False),
+                                          inside_vpc=getattr(args, "inside_vpc", False))
     except KeyboardInterrupt as exc:
         from bench.interrupts import exit_code, rerun_command, signal_name
 

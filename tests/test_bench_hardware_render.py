@@ -49,15 +49,25 @@ def test_the_job_knows_its_node_and_reads_the_gpu_exporter_there(dev):
     assert pod["automountServiceAccountToken"] is True
 
 
-def test_the_bench_may_only_get_nodes(dev):
-    (role,) = dev.k8s("ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
-    (binding,) = [b for b in dev.k8s("ClusterRoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
+def test_the_bench_account_may_only_read_what_the_sweep_and_the_startup_timeline_need(dev):
     job = job_of(dev)
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": "vllm",
-                                    "name": job["spec"]["template"]["spec"]["serviceAccountName"]}]
-    assert binding["roleRef"]["kind"] == "ClusterRole"
-    assert not dev.k8s("Role") and not dev.k8s("RoleBinding")
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    subject = {"kind": "ServiceAccount", "namespace": "vllm", "name": account}
+    roles = {(r["kind"], r["metadata"]["name"]): r for r in dev.k8s("ClusterRole") + dev.k8s("Role")}
+    granted = set()
+    for binding in dev.k8s("ClusterRoleBinding") + dev.k8s("RoleBinding"):
+        if subject in binding["subjects"]:
+            assert binding["subjects"] == [subject]
+            role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+            granted |= {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+                        for resource in rule["resources"] for verb in rule["verbs"]}
+    # The sweep gets its own node; the start-up Job reads its server's pods, their log and events, and
+    # the NodeClaim behind the node. Nothing writes, nothing lists nodes, no secrets.
+    assert granted == {("", "nodes", "get"), ("karpenter.sh", "nodeclaims", "get"), ("", "pods", "get"),
+                       ("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list")}
+    (node_reader,) = [r for r in dev.k8s("ClusterRole") if r["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]]
+    assert node_reader["metadata"]["name"].endswith("node-reader")
 
 
 def test_dcgm_exporter_is_pinned_and_runs_on_gpu_pools_only(dev):

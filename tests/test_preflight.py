@@ -248,8 +248,20 @@ def _clients(quota=64, ssm=None, quotas=None):
             "pricing": FakePricing(SEOUL_PRICES), "ssm": ssm or FakeSSM({AMI_PARAMETER}), "sts": boto3.client("sts")}
 
 
-def _args(json_out=False, strict=False):
-    return argparse.Namespace(stack="dev", json=json_out, strict=strict)
+def _args(json_out=False, strict=False, inside_vpc=True):
+    return argparse.Namespace(stack="dev", json=json_out, strict=strict, inside_vpc=inside_vpc)
+
+
+def test_private_api_endpoint_blocks_unless_run_from_inside_the_vpc(aws, capsys):
+    # dev names no publicAccessCidrs: from outside the VPC `pulumi up` would stop at the first
+    # Kubernetes resource, after the cluster's 15-minute create.
+    assert preflight.run(_args(json_out=True, inside_vpc=False), _clients(64)) == 1
+    data = json.loads(capsys.readouterr().out)
+    [blocker] = [f for f in data["findings"] if f["level"] == "blocker"]
+    assert blocker["subject"] == "cluster.publicAccessCidrs" and "--inside-vpc" in blocker["fix"]
+    assert preflight.run(_args(json_out=True, inside_vpc=True), _clients(64)) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {f["subject"]: f["level"] for f in data["findings"]}["cluster.publicAccessCidrs"] == "warning"
 
 
 @pytest.mark.parametrize("quota, rc", [(64, 0), (4, 1)])
@@ -274,7 +286,7 @@ def test_cli_dev_stack_needs_one_g6e_2xlarge_server(aws, capsys, quota, rc):
     assert set(levels.values()) <= {"warning"} and ("L-DB2E81BA" in levels) is (rc == 0)
     # the created VPC's zones come from the offerings, as the program picks them
     assert data["pools"][0]["subnet_azs"] == ["ap-northeast-2a", "ap-northeast-2b"]
-    # the API open to the world and branch revisions are warnings
+    # a private API endpoint (run from inside the VPC) and branch revisions are warnings
     subjects = {f["subject"]: f["level"] for f in data["findings"]}
     assert subjects["cluster.publicAccessCidrs"] == "warning" and subjects["weights.revisions"] == "warning"
 
