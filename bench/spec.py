@@ -10,15 +10,13 @@ and `spec_decode_per_position_acceptance_rates` (fractions, one per draft positi
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from bench import results as R
+from bench import telemetry as T
 from bench import workloads as W
 
-_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def per_position(run: R.RunResult) -> list[float] | None:
@@ -113,19 +111,8 @@ def table7_markdown(rows: list[tuple[str, Table7Row | None]]) -> list[str]:
 
 
 def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        try:
-            value = float(match["value"])
-        except ValueError:
-            continue
-        out.append((match["name"], dict(_LABEL.findall(match["labels"] or "")), value))
-    return out
+    """(name, labels, value) of every sample, parsed as the sweep's telemetry parses /metrics."""
+    return [(name, labels, value) for name, points in T.parse(text).items() for labels, value in points]
 
 
 def spec_counters(text: str) -> dict[str, Any] | None:
