@@ -21,15 +21,14 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import bench_pod
 from components.gpu_telemetry import metrics_url as gpu_metrics_url
 from components.labels import PART_OF
 from components.pod_security import harden
 from components.vllm_server import api_key_env
 
-CODE_DIR = "/opt/vllm-poc"
 # `python -m bench sweep` exit codes that end the Job (see bench.sweep)
 FINAL_EXIT_CODES = (1, 2)
-RESULTS_DIR = "/results"
 
 
 @dataclass(frozen=True)
@@ -100,22 +99,17 @@ class BenchJob(pulumi.ComponentResource):
             **PART_OF,
             **args.labels,
         }
-        self.code = k8s.core.v1.ConfigMap(
-            f"{name}-code",
-            # Named after its Job: two targets with the same settings share a hash but not a name.
-            metadata={"name": f"bench-code-{args.server}-{args.config_hash[:10]}"[:63], "namespace": args.namespace,
-                      "labels": labels},
-            data=dict(sorted(args.code.items())),
-            immutable=True,
-            opts=child,
-        )
+        # Named after its Job: two targets with the same settings share a hash but not a name.
+        self.code = bench_pod.code_config_map(
+            f"{name}-code", f"bench-code-{args.server}-{args.config_hash[:10]}", args.namespace, labels,
+            args.code, child)
         self.results_uri = pulumi.Output.from_input(args.results_uri)
         command = [
             "python3", "-m", "bench", "sweep",
             "--base-url", args.base_url,
             "--model", args.served_model,
             "--tokenizer", args.tokenizer_uri,
-            "--out", RESULTS_DIR,
+            "--out", bench_pod.RESULTS_DIR,
             "--resume",
             # the DCGM exporter of the node the Job shares with the server
             "--gpu-metrics-url", gpu_metrics_url(),
@@ -126,11 +120,7 @@ class BenchJob(pulumi.ComponentResource):
             "image": args.image,
             "command": command,
             "env": [
-                {"name": "PYTHONPATH", "value": CODE_DIR},
-                {"name": "PYTHONUNBUFFERED", "value": "1"},
-                {"name": "AWS_REGION", "value": args.region},
-                {"name": "AWS_DEFAULT_REGION", "value": args.region},
-                {"name": "VLLM_POC_RESULTS_URI", "value": self.results_uri},
+                *bench_pod.env(args.region, self.results_uri),
                 *api_key_env(args.api_key_secret, "OPENAI_API_KEY"),
                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
@@ -141,10 +131,7 @@ class BenchJob(pulumi.ComponentResource):
                 "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "2Gi"},
                 "limits": {"memory": "4Gi"},
             },
-            "volumeMounts": [
-                {"name": "code", "mountPath": f"{CODE_DIR}/bench", "readOnly": True},
-                {"name": "results", "mountPath": RESULTS_DIR},
-            ],
+            "volumeMounts": bench_pod.volume_mounts(),
         }
         pod_spec = harden({
             "serviceAccountName": args.service_account,
@@ -152,10 +139,7 @@ class BenchJob(pulumi.ComponentResource):
             # On SIGTERM the sweep stops its client and uploads the manifest before exiting.
             "terminationGracePeriodSeconds": 90,
             "containers": [container],
-            "volumes": [
-                {"name": "code", "configMap": {"name": self.code.metadata["name"]}},
-                {"name": "results", "emptyDir": {}},
-            ],
+            "volumes": bench_pod.volumes(self.code),
             # On the server's own node: the ~25 GB image is already there, and the client's traffic
             # stays off the network between nodes.
             "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{

@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import bench_pod
 from components.labels import PART_OF
 from components.pod_security import harden
 
-CODE_DIR = "/opt/vllm-poc"
-RESULTS_DIR = "/results"
 RBAC_NAME = "vllm-poc-startup-reader"
 
 NAMESPACE_RULES = [
@@ -62,7 +61,7 @@ def job_name(server: str, config_hash: str) -> str:
 def command(args: StartupJobArgs) -> list[str]:
     selector = ",".join(f"{k}={v}" for k, v in sorted(args.server_pod_labels.items()))
     argv = ["python3", "-m", "bench.startup_collect", "--namespace", args.namespace, "--selector", selector,
-            "--out", RESULTS_DIR, "--container", args.container, "--server", args.server,
+            "--out", bench_pod.RESULTS_DIR, "--container", args.container, "--server", args.server,
             "--config-hash", args.config_hash]
     if args.sleep_wake_port:
         argv += ["--sleep-wake-port", str(args.sleep_wake_port)]
@@ -102,26 +101,16 @@ class StartupJob(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         labels = {"app.kubernetes.io/name": "vllm-startup", "app.kubernetes.io/instance": args.server,
                   "vllm-poc/config-hash": args.config_hash[:10], **PART_OF}
-        code = k8s.core.v1.ConfigMap(
-            f"{name}-code",
-            metadata={"name": f"startup-code-{args.server}-{args.config_hash[:10]}"[:63], "namespace": args.namespace,
-                      "labels": labels},
-            data=dict(sorted(args.code.items())), immutable=True, opts=child)
+        code = bench_pod.code_config_map(f"{name}-code", f"startup-code-{args.server}-{args.config_hash[:10]}",
+                                         args.namespace, labels, args.code, child)
         container = {
             "name": "timeline",
             "image": args.image,
             "command": command(args),
-            "env": [
-                {"name": "PYTHONPATH", "value": CODE_DIR},
-                {"name": "PYTHONUNBUFFERED", "value": "1"},
-                {"name": "AWS_REGION", "value": args.region},
-                {"name": "AWS_DEFAULT_REGION", "value": args.region},
-                {"name": "VLLM_POC_RESULTS_URI", "value": args.results_uri},
-            ],
+            "env": bench_pod.env(args.region, args.results_uri),
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "256Mi"},
                           "limits": {"cpu": "500m", "memory": "1Gi"}},
-            "volumeMounts": [{"name": "code", "mountPath": f"{CODE_DIR}/bench", "readOnly": True},
-                             {"name": "results", "mountPath": RESULTS_DIR}],
+            "volumeMounts": bench_pod.volume_mounts(),
         }
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
@@ -137,8 +126,7 @@ class StartupJob(pulumi.ComponentResource):
                         "serviceAccountName": args.service_account,
                         "restartPolicy": "Never",
                         "containers": [container],
-                        "volumes": [{"name": "code", "configMap": {"name": code.metadata["name"]}},
-                                    {"name": "results", "emptyDir": {}}],
+                        "volumes": bench_pod.volumes(code),
                         # On the server's node, where its image already is.
                         "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
                             "labelSelector": {"matchLabels": dict(args.server_pod_labels)},

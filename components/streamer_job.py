@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import bench_pod
 from components.labels import PART_OF
 from components.pod_security import harden
 
-CODE_DIR = "/opt/vllm-poc"
-RESULTS_DIR = "/results"
 POOL_LABEL = "vllm-poc/pool"
 
 
@@ -53,7 +52,7 @@ def command(args: StreamerJobArgs) -> list[str]:
         "--memory-limit-gib", ",".join(map(str, args.memory_limit_gib)),
         "--repeats", str(args.repeats),
         "--instance-type", args.instance_type,
-        "--out", RESULTS_DIR,
+        "--out", bench_pod.RESULTS_DIR,
     ]
 
 
@@ -67,43 +66,26 @@ class StreamerJob(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         labels = {"app.kubernetes.io/name": "vllm-streamer", "app.kubernetes.io/instance": args.pool,
                   "vllm-poc/config-hash": args.config_hash[:10], **PART_OF}
-        self.code = k8s.core.v1.ConfigMap(
-            f"{name}-code",
-            metadata={"name": f"streamer-code-{args.pool}-{args.config_hash[:10]}"[:63], "namespace": args.namespace,
-                      "labels": labels},
-            data=dict(sorted(args.code.items())),
-            immutable=True,
-            opts=child,
-        )
+        self.code = bench_pod.code_config_map(
+            f"{name}-code", f"streamer-code-{args.pool}-{args.config_hash[:10]}", args.namespace, labels,
+            args.code, child)
         self.results_uri = pulumi.Output.from_input(args.results_uri)
         memory = f"{args.memory_request_gib}Gi"
         container = {
             "name": "streamer",
             "image": args.image,
             "command": command(args),
-            "env": [
-                {"name": "PYTHONPATH", "value": CODE_DIR},
-                {"name": "PYTHONUNBUFFERED", "value": "1"},
-                {"name": "AWS_REGION", "value": args.region},
-                {"name": "AWS_DEFAULT_REGION", "value": args.region},
-                {"name": "VLLM_POC_RESULTS_URI", "value": self.results_uri},
-            ],
+            "env": bench_pod.env(args.region, self.results_uri),
             # The streamer buffer lives in host memory: the request covers the largest grid point.
             "resources": {"requests": {"cpu": "2", "memory": memory, "ephemeral-storage": "2Gi"},
                           "limits": {"memory": memory}},
-            "volumeMounts": [
-                {"name": "code", "mountPath": f"{CODE_DIR}/bench", "readOnly": True},
-                {"name": "results", "mountPath": RESULTS_DIR},
-            ],
+            "volumeMounts": bench_pod.volume_mounts(),
         }
         pod_spec = harden({
             "serviceAccountName": args.service_account,
             "restartPolicy": "Never",
             "containers": [container],
-            "volumes": [
-                {"name": "code", "configMap": {"name": self.code.metadata["name"]}},
-                {"name": "results", "emptyDir": {}},
-            ],
+            "volumes": bench_pod.volumes(self.code),
             # On the pool's instance type: the measurement is of that NIC.
             "nodeSelector": {POOL_LABEL: args.pool},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],

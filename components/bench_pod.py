@@ -1,0 +1,54 @@
+"""What every Job that runs the bench package shares: its code from an immutable ConfigMap, the
+environment `python -m bench` expects, and a results folder it uploads from.
+
+The bench Job, the start-up timeline Job and the streamer Job differ in command, resources and
+placement only; these pieces are theirs in common.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+# Where the bench package is mounted (as $CODE_DIR/bench) and where results are written before upload.
+CODE_DIR = "/opt/vllm-poc"
+RESULTS_DIR = "/results"
+
+
+def code_config_map(resource_name: str, name: str, namespace: str, labels: dict[str, str],
+                    code: dict[str, str], opts: pulumi.ResourceOptions) -> k8s.core.v1.ConfigMap:
+    """The bench package as an immutable ConfigMap (`name` is cut to Kubernetes' 63 characters)."""
+    return k8s.core.v1.ConfigMap(
+        resource_name,
+        metadata={"name": name[:63], "namespace": namespace, "labels": labels},
+        data=dict(sorted(code.items())),
+        immutable=True,
+        opts=opts,
+    )
+
+
+def env(region: str, results_uri: Any) -> list[dict[str, Any]]:
+    """PYTHONPATH to the package, unbuffered logs, the region, and where results go in S3."""
+    return [
+        {"name": "PYTHONPATH", "value": CODE_DIR},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "AWS_REGION", "value": region},
+        {"name": "AWS_DEFAULT_REGION", "value": region},
+        {"name": "VLLM_POC_RESULTS_URI", "value": results_uri},
+    ]
+
+
+def volume_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": "code", "mountPath": f"{CODE_DIR}/bench", "readOnly": True},
+        {"name": "results", "mountPath": RESULTS_DIR},
+    ]
+
+
+def volumes(code: k8s.core.v1.ConfigMap) -> list[dict[str, Any]]:
+    return [
+        {"name": "code", "configMap": {"name": code.metadata["name"]}},
+        {"name": "results", "emptyDir": {}},
+    ]
