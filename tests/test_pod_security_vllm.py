@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 
 from components import pod_security
 from stacks.serving import CACHE_MOUNT
-from tests.fixtures.bench_env import SERVE_FLAGS, TINY_MODEL, _free_port, _stop
+from tests.fixtures.bench_env import SERVE_FLAGS, TINY_MODEL, _free_port, _stop, wait_healthy
 
 UID = pod_security.RUN_AS
 # Runs as root in a new mount namespace, then becomes the pod's user. The interpreter lives under
@@ -114,18 +113,7 @@ def test_vllm_serves_as_the_pod_uid_writing_only_to_the_pod_volumes(dev, vllm_en
             stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve as UID {UID} exited {proc.returncode}:\n{log.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(1)
+        wait_healthy(proc, url, log, what=f"vllm serve as UID {UID}")
         request = urllib.request.Request(
             f"{url}/v1/completions", data=json.dumps({"model": "tiny", "prompt": "w1 w2 w3", "max_tokens": 4}).encode(),
             headers={"Content-Type": "application/json"})

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 
 from bench import results as R
 from bench import spec as SPEC
-from tests.fixtures.bench_env import SERVE_FLAGS, TINY_MODEL, _free_port, _stop
+from tests.fixtures.bench_env import SERVE_FLAGS, TINY_MODEL, _free_port, _stop, wait_healthy
 
 pytestmark = pytest.mark.vllm
 
@@ -63,19 +62,7 @@ def ngram_server(vllm_env, tmp_path_factory):
                                 start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve exited {proc.returncode}:\n{log.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"not healthy after 300 s:\n{log.read_text()[-4000:]}")
-            time.sleep(1)
+        wait_healthy(proc, url, log)
         yield url, model, env
     finally:
         _stop(proc)
