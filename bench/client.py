@@ -151,22 +151,10 @@ class Driver:
         return int(answer.get("rc", 1)), False
 
     def stop(self) -> None:
-        import signal
-        import subprocess
+        from bench.interrupts import stop_process_group
 
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        stop_process_group(proc, grace_s=10)
 
 
 def add_arguments(p) -> None:

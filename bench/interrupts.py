@@ -8,8 +8,10 @@ same way: stop promptly, say what was kept and how to resume, exit 130 (Ctrl-C) 
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -71,3 +73,19 @@ def quiet_broken_pipe() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+
+
+def stop_process_group(proc: subprocess.Popen | None, grace_s: float) -> None:
+    """SIGTERM to the process group started for `proc`, SIGKILL after `grace_s` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -70,7 +70,7 @@ from bench import scenarios as SC
 from bench import seeds
 from bench import telemetry as T
 from bench import workloads as W
-from bench.interrupts import rerun_command
+from bench.interrupts import rerun_command, stop_process_group
 from bench.sweep_options import add_measurement_options
 
 # {name: (input tokens, output tokens)} of the default scenarios (bench/scenarios.py, a view of
@@ -834,20 +834,8 @@ class Sweep:
     def _kill(self) -> None:
         if self.driver is not None:
             self.driver.stop()
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
         # A stop must take seconds: the bench gets 3 s to end on SIGTERM, then it is killed.
-        for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        stop_process_group(self.proc, grace_s=3)
 
     # -- the loop ----------------------------------------------------------------------------
     def execute(self, tokenizer: str) -> int:
