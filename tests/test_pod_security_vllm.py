@@ -33,6 +33,7 @@ mount --bind /root/.pyenv "$STASH"
 mount -t tmpfs -o mode=755,size=1m tmpfs /root
 mkdir /root/.pyenv
 mount --bind "$STASH" /root/.pyenv
+mount --bind "$VENV" "$VENV_VIEW"
 mount -o remount,bind,ro /
 exec setpriv --reuid "$POD_UID" --regid "$POD_UID" --clear-groups --no-new-privs \
     --inh-caps=-all --bounding-set=-all -- "$@"
@@ -102,12 +103,17 @@ def test_vllm_serves_as_the_pod_uid_writing_only_to_the_pod_volumes(dev, vllm_en
     log = volumes["tmp"] / "server.log"
     stash = sandbox / "pyenv"
     stash.mkdir()
-    confine_env = {**env, "POD_HOME": str(volumes["home"]), "POD_TMP": str(volumes["tmp"]),
+    # The venv seen at a path the UID can traverse: the checkout's own folders may be root-only (0700).
+    venv_view = sandbox / "venv"
+    venv_view.mkdir()
+    confine_env = {**env, "VENV": str(vllm_env.venv), "VENV_VIEW": str(venv_view),
+                   "POD_HOME": str(volumes["home"]), "POD_TMP": str(volumes["tmp"]),
                    "POD_CACHE": str(volumes["cache"]), "STASH": str(stash), "POD_UID": str(UID)}
     with open(log, "w") as fh:
         proc = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", CONFINE, "confine",
-             vllm_env.vllm, "serve", str(sandbox / "model"), "--served-model-name", "tiny",
+             str(venv_view / "bin" / "python3"), "-m", "vllm.entrypoints.cli.main", "serve", str(sandbox / "model"),
+             "--served-model-name", "tiny",
              "--host", "127.0.0.1", "--port", str(port), *SERVE_FLAGS],
             env=confine_env, cwd=sandbox / "model",
             stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -135,7 +141,8 @@ def test_the_confinement_is_what_the_pod_gets(sandbox):
     volumes = _owned_by_uid(sandbox, "home", "tmp", "cache")
     stash = sandbox / "pyenv"
     stash.mkdir()
-    env = {**os.environ, "POD_HOME": str(volumes["home"]), "POD_TMP": str(volumes["tmp"]),
+    (sandbox / "venv").mkdir()
+    env = {**os.environ, "VENV": str(sandbox / "home"), "VENV_VIEW": str(sandbox / "venv"), "POD_HOME": str(volumes["home"]), "POD_TMP": str(volumes["tmp"]),
            "POD_CACHE": str(volumes["cache"]), "STASH": str(stash), "POD_UID": str(UID)}
     probe = ('id -u; grep -E "^(NoNewPrivs|CapEff)" /proc/self/status; touch "$POD_TMP/ok"; '
              'touch "$POD_CACHE/ok"; touch /tmp/vllm-poc-not-allowed 2>&1 || echo refused')
