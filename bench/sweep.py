@@ -13,7 +13,9 @@ server's /metrics and the GPU exporter are read (`bench.telemetry`). Files:
     <out>/logs/<scenario>_c<c>.attempt<n>.log      stdout+stderr of that attempt (warm-up first)
     <out>/logs/<scenario>_c<c>.attempt<n>.telemetry.json   /metrics before/after, samples, GPU
     <out>/manifest.json                        inputs, hardware, server facts, per-run status,
-                                               telemetry summary, timing
+                                               telemetry summary, timing, and at the end this
+                                               side's capacity under the SLO per scenario
+                                               (`capacity`, intervals as in `bench report`)
 
 A run is valid only by `bench.results.load_result`'s rules (all prompts completed, none failed,
 ...): `vllm bench serve` exits 0 and writes a file even when every request failed. An invalid run
@@ -1071,6 +1073,7 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     if sweep.uploader:
         sweep.uploader.retry_failed()
     sweep.save_manifest()
+    record_capacity(sweep)
     t = sweep.timing()
     runs = sweep.manifest["runs"]
     print(
@@ -1093,6 +1096,33 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
         print(f"bench sweep: not uploaded to {upload.uri}: {', '.join(sweep.uploader.failed)}", file=sys.stderr)
         return EXIT_UPLOAD
     return EXIT_INVALID if invalid else EXIT_OK
+
+
+def record_capacity(sweep: "Sweep") -> None:
+    """This side's half of a verdict, recorded where the results are (manifest `capacity`, uploaded):
+    per scenario its capacity under the sweep's SLO as an interval (bench.verdict), so a sweep
+    Job leaves its state in S3 whatever a later report decides. `bench report` recomputes it."""
+    from bench import capacity_report as CR
+    from bench import report as RP
+    from bench import verdict as V
+
+    args = sweep.args
+    side = RP.load_side(sweep.out)
+    caps = CR.scenario_capacity(sweep.out, [r for r in side.runs if side.usable(r)], ttft_ms=args.slo_ttft_p99_ms,
+                                decode_ms=args.slo_itl_p99_ms, decode_metric=args.slo_decode_metric)
+    scenarios = {}
+    for name in side.scenarios:
+        got = caps.get(name) or {}
+        closed = got.get("closed") or V.Capacity(V.GRID, V.NO_DATA)
+        scenarios[name] = {"slo_capacity_interval": closed.as_dict(),
+                           "rate_capacity_interval": got["open"].as_dict() if got.get("open") else None}
+        print(f"bench sweep: {name} under the SLO: {V.capacity_text(closed)}", flush=True)
+    sweep.manifest["capacity"] = {
+        "slo": {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
+                "decode_metric": args.slo_decode_metric},
+        "scenarios": scenarios,
+    }
+    sweep.save_manifest()
 
 
 def _variant(args: argparse.Namespace) -> dict[str, Any] | None:

@@ -134,6 +134,12 @@ def test_sweep_all_valid_writes_results_manifest_logs(bench_stub_server, fake_be
     progress = [line for line in printed.splitlines() if line.startswith("[")]
     assert len(progress) == 4 and all("ETA" in line for line in progress)
     assert progress[0].startswith("[1/4] S1_chat c=1")
+    # this side's half of the verdict, recorded with the results (and uploaded with the manifest)
+    cap = m["capacity"]
+    assert cap["slo"] == {"ttft_p99_ms": 500.0, "decode_p99_ms": 50.0, "decode_metric": "itl"}
+    s1 = cap["scenarios"]["S1_chat"]["slo_capacity_interval"]
+    assert s1["source"] == "grid" and s1["state"] in ("meets_slo", "never_meets_slo") and s1["load_max"] == 4
+    assert "bench sweep: S1_chat under the SLO: " in printed
 
 
 def test_exit0_with_failed_requests_is_invalid_retried_and_kept(bench_stub_server, fake_bench, tmp_path):
