@@ -520,7 +520,8 @@ def _describe(side: Side) -> list[str]:
         ("Price per hour", (f"${side.price_per_hour:.2f}" + (f" ({(m.get('hardware') or {}).get('price_source')})"
                             if (m.get("hardware") or {}).get("price_source") else ""))
          if side.price_per_hour else None),
-        ("Sweep", f"{m.get('started_at')} to {m.get('finished_at')}" if m.get("started_at") else None),
+        ("Sweep", f"{m.get('started_at')} to {m.get('finished_at') or 'not finished (interrupted or running)'}"
+         if m.get("started_at") else None),
         ("Config hash", f"`{m['config_hash']}`" if m.get("config_hash") else None),
     ]
     for note in (m.get("hardware") or {}).get("notes") or []:
