@@ -308,7 +308,8 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
             searched = ["never meets the SLO", "-", "-"]
         else:
             fail = cap["concurrency_fail"] if cap["concurrency_fail"] is not None else "none above (highest tested)"
-            searched = [f"[{cap['concurrency_pass']}, {fail})", _ci(cap["ttft_p99_ci_ms"]), _ci(cap["decode_p99_ci_ms"])]
+            searched = [f"[{cap['concurrency_pass']}, {fail})", _ci(cap["ttft_p99_ci_ms"]),
+                        _ci(cap["decode_p99_ci_ms"])]
         opened = ([_n(rate["req_s"], 3), _n(rate["output_tok_s"]), _n(rate["goodput_req_s"], 3)] if rate
                   else ["-", "-", "-"])
         lines.append(f"| {name} | {V.capacity_text(interval)} | {_source_text(interval)} | "
@@ -330,7 +331,8 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
     if timing.get("busy_share_pct") is not None:
         idle = timing.get("idle_between_windows_s")
         lines += ["", f"GPU busy share of the last sweep session: {timing['busy_share_pct']:.1f}% (measured "
-                      f"windows / wall of the runs, {timing.get('bench_client') or 'unknown'} client); idle between two "
+                      f"windows / wall of the runs, {timing.get('bench_client') or 'unknown'} client); idle "
+                      "between two "
                       f"measured windows {'-' if idle is None else f'{idle:.2f} s'} per run."]
     ext = (manifest or {}).get("extra") or {}
     totals = ext.get("totals")

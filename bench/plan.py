@@ -599,7 +599,8 @@ def draw_chart(plan: dict[str, Any]):
     ax1.set_title("Replicas")
     cost_top = max([v for r in rows for v in (r["on_demand"], r["spot"]) if v is not None] + [1])
     for x, r in zip(xs, rows):
-        for dx, key, color, label in ((-0.2, "on_demand", "tab:orange", "on-demand"), (0.2, "spot", "tab:green", "Spot")):
+        for dx, key, color, label in ((-0.2, "on_demand", "tab:orange", "on-demand"),
+                                      (0.2, "spot", "tab:green", "Spot")):
             if r[key] is None:
                 if key == "on_demand" or r["name"] != "current":
                     ax2.text(x + dx, cost_top * 0.02, "unknown", ha="center", va="bottom", fontsize=7, rotation=90)

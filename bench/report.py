@@ -561,8 +561,8 @@ def verdict_markdown(v: dict[str, Any], label: str, base_label: str, plan_link: 
     if v.get("min_ratio_interval") is not None:
         lines += ["", f"Smallest per-scenario ratio: {smallest}."]
     if state == V.PASS:
-        lines += ["", f"Every scenario clears {thr}" + (" even at the lower end of its interval." if v.get("basis") == "slo"
-                                                       else ".")]
+        at_lower_end = " even at the lower end of its interval." if v.get("basis") == "slo" else "."
+        lines += ["", f"Every scenario clears {thr}{at_lower_end}"]
     elif state == V.FAIL:
         lines += ["", f"Some scenario falls short of {thr} even in its best case:", ""]
         lines += [f"- {r}" for r in v.get("reasons") or []]
@@ -712,7 +712,8 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         lines += ["", f"## Comparison with {base.label}", "",
                   f"GPUs: {side.gpus} vs baseline {base.gpus}. Prices per hour: {_price(side)} vs baseline "
                   f"{_price(base)}.", "",
-                  "| Scenario | Baseline peak tok/s | Peak tok/s | Peak ratio (per GPU) | Cost-efficiency ratio (peak) |",
+                  "| Scenario | Baseline peak tok/s | Peak tok/s | Peak ratio (per GPU) "
+                  "| Cost-efficiency ratio (peak) |",
                   "|---|---:|---:|---:|---:|"]
         for name, c in summary["comparison"].items():
             lines.append(f"| {name} | {_n(c['baseline_peak_tok_s'])} | {_n(c['peak_tok_s'])} "

@@ -382,7 +382,8 @@ def health_problem(exc: BaseException) -> str:
     """Why GET /health did not answer, in words."""
     reason = getattr(exc, "reason", exc)
     if isinstance(reason, ConnectionRefusedError):
-        return "connection refused (nothing listens at that address yet: the server is not started, or the port is wrong)"
+        return ("connection refused (nothing listens at that address yet: the server is not started, or the port "
+                "is wrong)")
     if isinstance(reason, (TimeoutError, socket.timeout)):
         return "no answer in time (the connection or the reply timed out)"
     if isinstance(reason, socket.gaierror):

@@ -290,8 +290,8 @@ def narrowing_advice(source: str | None, a: Capacity, b: Capacity, labels: tuple
     tips = []
     for cap, label in ((a, labels[0]), (b, labels[1])):
         if cap.known and cap.state == MEETS and (cap.hi is None or math.isinf(cap.hi)):
-            more = ("add higher concurrencies (`bench sweep --concurrencies ...,128 --resume`)" if cap.unit == CONCURRENCY
-                    else "add higher offered rates (`--open-loop-rates ...,130`)")
+            more = ("add higher concurrencies (`bench sweep --concurrencies ...,128 --resume`)"
+                    if cap.unit == CONCURRENCY else "add higher offered rates (`--open-loop-rates ...,130`)")
             tips.append(f"{label} still meets the SLO at its highest load ({load_text(cap.unit, cap.load_pass)}): "
                         + more)
     if source == GRID:
@@ -398,7 +398,11 @@ def decide(calls: list[Call], *, basis: str, threshold: float, issues: list[str]
     if not calls:
         reasons.append("no scenario to compare: neither sweep has a usable run")
     if state != PASS:
-        reasons += [c.reason for c in calls if c.reason and (state == INCONCLUSIVE or c.state == FAIL)]
+        # A scenario a side did not measure is already an issue (with the command that runs it).
+        covered = {c.scenario for c in calls if c.interval is None
+                   and any(i.startswith(f"scenario {c.scenario}: no usable run") for i in issues)}
+        reasons += [c.reason for c in calls if c.reason and c.scenario not in covered
+                    and (state == INCONCLUSIVE or c.state == FAIL)]
         if state == INCONCLUSIVE:
             reasons += issues
         elif incomparable:
