@@ -179,36 +179,9 @@ def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, 
 
 def capacity_files(folder: Path) -> set[Path]:
     """The search and open-loop files the capacity figures read (valid runs with the sweep's names)."""
-    used: set[Path] = set()
-    for sub, pattern in ((SEARCH_DIR, _SEARCH_NAME), (OPEN_LOOP_DIR, _OPEN_NAME)):
-        base = folder / sub
-        for file in sorted(base.glob("*.json")) if base.is_dir() else []:
-            m = pattern.match(file.name)
-            if not m:
-                continue
-            try:
-                data = json.loads(file.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if not isinstance(data, dict):
-                continue
-            conc = int(m["c"]) if sub == SEARCH_DIR else (data.get("max_concurrency") or 0)
-            if R.from_dict(data, scenario=m["scenario"], concurrency=int(conc)).valid:
-                used.add(file)
+    used = {Path(r.path) for by_c in search_runs(folder).values() for runs in by_c.values() for r, _ in runs}
+    used |= {Path(r.path) for runs in open_loop_runs(folder).values() for _, r, _ in runs}
     return used
-
-
-def slo_throughput(entry: dict[str, Any]) -> tuple[float | None, float | None, str]:
-    """(output tok/s, req/s, basis) of a scenario under the SLO: rate capacity, else closed loop."""
-    rate = entry.get("rate_capacity")
-    if rate and rate.get("output_tok_s") is not None:
-        return rate["output_tok_s"], rate["req_s"], "rate_capacity"
-    closed = entry.get("slo_capacity")
-    if closed and "state" not in closed and closed.get("output_tok_s") is not None:
-        return closed["output_tok_s"], closed["req_s"], "slo_capacity"
-    if closed and closed.get("state") == C.NEVER_MEETS_SLO:
-        return None, None, C.NEVER_MEETS_SLO
-    return None, None, "unknown"
 
 
 # ---------------------------------------------------------------------------------------------
