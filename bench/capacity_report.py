@@ -187,6 +187,7 @@ def capacity_files(folder: Path) -> set[Path]:
 # ---------------------------------------------------------------------------------------------
 # summary.json and report.md (called by bench.report)
 
+
 def _usable(side) -> list[R.RunResult]:
     return [r for r in side.runs if side.usable(r)]
 
