@@ -19,7 +19,8 @@ Scenario names are checked against the sweeps (a misspelt name exits 2 with the 
 Capacity per replica of each configuration (basis `--basis`): `slo` = the capacity under the SLO
 as `bench report` computes it: an interval between the highest load meeting the SLO and the lowest
 load above it missing it (grid, or the capacity search's tighter bracket; the open loop's offered
-rates where every configuration ran it: the same kind for all, never mixed); `peak` = the peak
+rates where every configuration ran it and bracketed its rate capacity: the same kind for all,
+never mixed); `peak` = the peak
 output tok/s (the PoC report's method).
 
 Replicas = ceil(needed / (1 - headroom)) + spares, where needed is, without `--mix`, the largest
@@ -219,13 +220,14 @@ def capacities(side: RP.Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str
 
 def settle_slo_kind(configs: list[Config]) -> None:
     """SLO capacities of the same kind in every configuration: open loop per scenario where all of
-    them ran it, else closed loop (never one kind against the other)."""
+    them ran it and bracketed their rate capacity (as `bench report` pairs them), else closed loop
+    (never one kind against the other)."""
     names: list[str] = []
     for cfg in configs:
         names += [n for n in cfg.intervals if n not in names]
     for name in names:
         entries = [cfg.intervals.get(name) for cfg in configs]
-        kind = "open" if all(e and e.get("open") is not None for e in entries) else "closed"
+        kind = "open" if all(e and V.bounded(e.get("open")) for e in entries) else "closed"
         for cfg in configs:
             entry = cfg.intervals.get(name)
             if entry is not None:
@@ -495,7 +497,7 @@ def replicas_text(row: dict[str, Any], never: list[str] | tuple[str, ...] = ()) 
 
 BASIS_WORDS = {
     "slo": "capacity under the SLO, an interval per configuration between two tested loads (grid or capacity "
-           "search; open-loop rate capacity where every configuration ran it; never mixed)",
+           "search; open-loop rate capacity where every configuration ran it and bracketed it; never mixed)",
     "peak": "peak output tok/s (the PoC report's method)",
 }
 

@@ -302,3 +302,20 @@ def test_chart_draws_no_bar_for_an_unknown_count(tmp_path):
         import matplotlib.pyplot as plt
         plt.close(fig)
     assert (out / "plan.png").stat().st_size > 1000
+
+
+def test_plan_pairs_capacities_as_the_report_does(tmp_path):
+    """An open loop whose every offered rate met the SLO says only "at least": like the report, the
+    plan then takes the capacity search's bracket, on every configuration alike."""
+    from tests.test_bench_verdict import _searched_folder
+
+    _searched_folder(tmp_path / "cand", 400.0, budget_stopped=False)
+    _searched_folder(tmp_path / "base", 100.0, budget_stopped=True)
+    out = tmp_path / "p"
+    assert plan(tmp_path / "cand", "--baseline", tmp_path / "base", "--current-replicas", 12, "--out", out,
+                "--no-charts") == 0
+    text = (out / "plan.md").read_text()
+    assert "| cand | S1_chat | 4,000.0 to 4,400.0 | " in text and "| capacity search |" in text
+    # S1: 12 x [1,000, 1,100) over [4,000, 4,400) = 2.7 to 3.3; S2: 12 x [800, 1,600) over
+    # [3,200, 6,400) = 1.5 to 6; the busiest scenario binds each end.
+    assert read(out)["configurations"][0]["replicas_range"] == [3, 6]
