@@ -66,6 +66,8 @@ def test_search_converges_on_the_known_capacity(bench_stub_server, fake_bench, t
     assert lo <= 450 * 1.01 and hi <= 500
     printed = capsys.readouterr().out
     assert "extra runs: 3 (3 search, 0 open loop)" in printed
+    assert ("S1_chat: SLO capacity search (3 extra runs): meets the SLO at c=5 (confirmed with confidence), "
+            "misses it at c=6") in printed and "{" not in printed
 
 
 def test_resume_replays_the_search_without_rerunning(bench_stub_server, fake_bench, tmp_path):
