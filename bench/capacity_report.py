@@ -22,6 +22,7 @@ from typing import Any
 
 from bench import capacity as C
 from bench import results as R
+from bench import verdict as V
 
 SEARCH_DIR = "search"
 OPEN_LOOP_DIR = "open_loop"
@@ -145,7 +146,10 @@ def search_settings(folder: Path) -> tuple[int, int]:
 def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, decode_ms: float,
                       decode_metric: str = "itl", min_requests: int | None = None,
                       repeats: int | None = None) -> dict[str, dict[str, Any]]:
-    """{scenario: {"slo_capacity", "rate_capacity", "open_loop"}} for every scenario of the grid."""
+    """{scenario: {"slo_capacity", "rate_capacity", "open_loop", "closed", "open"}} for every
+    scenario of the grid. `closed` and `open` are the capacity intervals (bench.verdict.Capacity)
+    of the closed loop (grid and search) and of the open loop (None without open-loop runs).
+    Pass the usable grid runs (valid, not suspect)."""
     swept_requests, swept_repeats = search_settings(folder)
     min_requests = swept_requests if min_requests is None else min_requests
     repeats = swept_repeats if repeats is None else repeats
@@ -166,97 +170,77 @@ def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, 
                                          repeats=repeats),
             "rate_capacity": C.rate_capacity(points),
             "open_loop": points,
+            "closed": V.closed_loop(runs, searched.get(name, {}), ttft_ms=ttft_ms, decode_ms=decode_ms,
+                                    decode_metric=decode_metric, min_requests=min_requests, repeats=repeats),
+            "open": V.open_loop(points),
         }
     return out
 
 
-def slo_throughput(entry: dict[str, Any]) -> tuple[float | None, float | None, str]:
-    """(output tok/s, req/s, basis) of a scenario under the SLO: rate capacity, else closed loop."""
-    rate = entry.get("rate_capacity")
-    if rate and rate.get("output_tok_s") is not None:
-        return rate["output_tok_s"], rate["req_s"], "rate_capacity"
-    closed = entry.get("slo_capacity")
-    if closed and "state" not in closed and closed.get("output_tok_s") is not None:
-        return closed["output_tok_s"], closed["req_s"], "slo_capacity"
-    if closed and closed.get("state") == C.NEVER_MEETS_SLO:
-        return None, None, C.NEVER_MEETS_SLO
-    return None, None, "unknown"
+def capacity_files(folder: Path) -> set[Path]:
+    """The search and open-loop files the capacity figures read (valid runs with the sweep's names)."""
+    used = {Path(r.path) for by_c in search_runs(folder).values() for runs in by_c.values() for r, _ in runs}
+    used |= {Path(r.path) for runs in open_loop_runs(folder).values() for _, r, _ in runs}
+    return used
 
 
 # ---------------------------------------------------------------------------------------------
 # summary.json and report.md (called by bench.report)
 
-MEETS_SLO, NOT_SEARCHED = "meets_slo", "not_searched"
 
-
-def side_state(entry: dict[str, Any]) -> str:
-    closed = entry.get("slo_capacity")
-    if closed and closed.get("state") == C.NEVER_MEETS_SLO:
-        return C.NEVER_MEETS_SLO
-    if entry.get("rate_capacity") or (closed and "state" not in closed):
-        return MEETS_SLO
-    return NOT_SEARCHED
-
-
-def _pair(mine: dict[str, Any], theirs: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
-    """Same-kind SLO throughputs of both sides: rate capacity if both have it, else closed loop."""
-    a, b = mine.get("rate_capacity"), theirs.get("rate_capacity")
-    if a and b and a.get("output_tok_s") is not None and b.get("output_tok_s") is not None:
-        return a["output_tok_s"], b["output_tok_s"], "rate_capacity"
-    a, b = mine.get("slo_capacity"), theirs.get("slo_capacity")
-    if a and b and "state" not in a and "state" not in b:
-        return a["output_tok_s"], b["output_tok_s"], "slo_capacity"
-    return None, None, None
+def _usable(side) -> list[R.RunResult]:
+    return [r for r in side.runs if side.usable(r)]
 
 
 def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decode_ms: float,
-                   decode_metric: str, basis: str, threshold: float, issues: list[str]) -> dict[str, Any]:
-    """Adds slo_capacity / rate_capacity per scenario, SLO ratios per comparison, the verdict basis."""
-    mine = scenario_capacity(side.path, side.runs, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+                   decode_metric: str, basis: str, threshold: float, issues: list[str],
+                   incomparable: list[str] | None = None) -> dict[str, Any]:
+    """Adds per scenario slo_capacity / rate_capacity and their intervals, per comparison the SLO
+    ratio with its interval and source, and the verdict (bench.verdict) on the chosen basis."""
+    mine = scenario_capacity(side.path, _usable(side), ttft_ms=ttft_ms, decode_ms=decode_ms,
+                             decode_metric=decode_metric)
+    side.used |= capacity_files(side.path)
     for name, entry in summary["scenarios"].items():
         got = mine.get(name, {})
         entry["slo_capacity"] = got.get("slo_capacity")
         entry["rate_capacity"] = got.get("rate_capacity")
-    extra = {"candidate": mine}
+        closed, opened = got.get("closed") or V.Capacity(V.GRID, V.NO_DATA), got.get("open")
+        entry["slo_capacity_interval"] = closed.as_dict()
+        entry["rate_capacity_interval"] = opened.as_dict() if opened else None
+    extra: dict[str, Any] = {"candidate": mine}
     if base is None or summary["comparison"] is None:
         return extra
-    theirs = scenario_capacity(base.path, base.runs, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+    theirs = scenario_capacity(base.path, _usable(base), ttft_ms=ttft_ms, decode_ms=decode_ms,
+                               decode_metric=decode_metric)
+    base.used |= capacity_files(base.path)
     extra["baseline"] = theirs
+    labels = (side.label, base.label)
+    calls, peak_calls = [], []
+    priced = side.cost_price() is not None and base.cost_price() is not None
     for name, comp in summary["comparison"].items():
-        m, t = mine.get(name, {}), theirs.get(name, {})
-        cand, ref, kind = _pair(m, t)
-        ratio = cost = None
-        if cand is not None and ref:
-            ratio = round((cand / side.gpus) / (ref / base.gpus), 4)
-            if side.price_per_hour and base.price_per_hour:
-                cost = round((cand / side.price_per_hour) / (ref / base.price_per_hour), 4)
-        comp["slo_ratio"] = ratio
+        a, b, source = V.pair(mine.get(name), theirs.get(name))
+        call = V.slo_call(name, a, b, source, a_gpus=side.gpus, b_gpus=base.gpus, threshold=threshold,
+                          labels=labels)
+        cost = None
+        if priced and a.known and b.known and b.lo:
+            cost = V.point_ratio(a.lo / side.cost_price(), b.lo / base.cost_price())
+        comp["slo_ratio"] = call.point
         comp["slo_cost_efficiency_ratio"] = cost
-        comp["baseline_state"] = side_state(t)
-        extra.setdefault("comparison", {})[name] = {"slo_basis": kind, "candidate_state": side_state(m)}
-    summary["verdict"] = verdict(summary["comparison"], threshold, issues, basis, extra.get("comparison", {}))
+        comp["baseline_state"] = b.state
+        comp["slo_ratio_interval"] = ([V._end(call.interval[0]), V._end(call.interval[1])]  # noqa: SLF001
+                                      if call.interval else None)
+        comp["slo_basis_source"] = source
+        comp["slo_state"] = call.state
+        extra.setdefault("comparison", {})[name] = {"candidate": a, "baseline": b, "call": call}
+        calls.append(call)
+        missing = [f"the {w} ({label})" for w, label, peak in (("candidate", side.label, comp["peak_tok_s"]),
+                                                               ("baseline", base.label, comp["baseline_peak_tok_s"]))
+                   if peak is None]
+        peak_calls.append(V.peak_call(name, comp["throughput_ratio"], threshold=threshold, labels=labels,
+                                      missing=missing))
+    summary["verdict"] = V.decide(calls if basis == "slo" else peak_calls, basis=basis, threshold=threshold,
+                                  issues=issues, incomparable=incomparable or [])
     return extra
-
-
-def verdict(comparison: dict[str, dict[str, Any]], threshold: float, issues: list[str], basis: str,
-            details: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """min_ratio and pass on the chosen basis; a baseline that never meets the SLO while the
-    candidate does counts as clearing the threshold (no finite ratio), a missing figure never does."""
-    if basis == "peak":
-        ratios = [c["throughput_ratio"] for c in comparison.values()]
-        known = [r for r in ratios if r is not None]
-        ok = bool(known) and len(known) == len(ratios)
-    else:
-        known, ok = [], bool(comparison)
-        for name, c in comparison.items():
-            mine = (details or {}).get(name, {}).get("candidate_state")
-            if c.get("slo_ratio") is not None:
-                known.append(c["slo_ratio"])
-            elif not (c.get("baseline_state") == C.NEVER_MEETS_SLO and mine == MEETS_SLO):
-                ok = False
-    min_ratio = min(known) if known else None
-    passed = ok and (min_ratio is None or min_ratio >= threshold) and not issues
-    return {"threshold": threshold, "min_ratio": min_ratio, "pass": bool(passed), "basis": basis}
 
 
 def _n(v: float | None, digits: int = 1) -> str:
@@ -267,30 +251,43 @@ def _ci(v: list[float] | None) -> str:
     return "-" if not v else f"[{v[0]:,.1f}, {v[1]:,.1f}]"
 
 
+def _source_text(cap: V.Capacity) -> str:
+    if cap.source == V.SEARCH:
+        return "capacity search" + ("" if cap.confirmed or cap.state != V.MEETS else " (pass end not confirmed)")
+    return V.SOURCE_WORDS.get(cap.source, cap.source)
+
+
 def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str, Any] | None,
              decode_metric: str) -> list[str]:
     lines = ["", "## Capacity under the SLO", "",
-             "Closed loop: the concurrency bracket [pass, fail) from the capacity search; the pass end passed "
-             "with confidence (upper end of the 95 % bootstrap interval of each p99 within its limit, at least "
-             "the configured number of requests, repeats pooled). Open loop: Poisson arrivals at offered rates "
-             "around that capacity; the rate capacity is the highest offered rate whose p99s meet the SLO. "
-             "Closed-loop and open-loop figures are never mixed in one number.", "",
-             f"| Scenario | Bracket [pass, fail) | Output tok/s | req/s | TTFT p99 95 % CI (ms) "
-             f"| {decode_metric.upper()} p99 95 % CI (ms) | Rate capacity (req/s) | Output tok/s at it | Goodput (req/s) |",
-             "|---|---|---:|---:|---|---|---:|---:|---:|"]
+             "Capacity is known between two tested loads: from the highest load that meets the SLO (its output "
+             "tok/s is the lower end) to the lowest load above it that misses it (the upper end, not reached). "
+             "Grid: the sweep's concurrencies. Capacity search (`sweep --capacity-search`): extra concurrencies "
+             "between those two, until the bracket is narrow; its pass end must pass with confidence (upper end "
+             "of the 95 % bootstrap interval of each p99 within its limit, enough requests, repeats pooled). "
+             "Open loop: Poisson arrivals at offered rates around that capacity; the rate capacity is the "
+             "highest offered rate whose p99s meet the SLO (every lower rate meeting it too). Closed-loop and "
+             "open-loop figures are never mixed in one number.", "",
+             f"| Scenario | SLO capacity, closed loop | From | Search bracket [pass, fail) | TTFT p99 95 % CI (ms) "
+             f"| {decode_metric.upper()} p99 95 % CI (ms) | Rate capacity (req/s) | Output tok/s at it "
+             "| Goodput (req/s) |",
+             "|---|---|---|---|---|---|---:|---:|---:|"]
+    mine = extra.get("candidate") or {}
     for name, s in summary["scenarios"].items():
         cap, rate = s.get("slo_capacity"), s.get("rate_capacity")
+        interval = (mine.get(name) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
         if cap is None:
-            closed = ["not searched (run the sweep with --capacity-search)", "-", "-", "-", "-"]
+            searched = ["not run" if interval.source == V.GRID else "no confirmed pass end", "-", "-"]
         elif "state" in cap:
-            closed = ["never meets the SLO", "-", "-", "-", "-"]
+            searched = ["never meets the SLO", "-", "-"]
         else:
-            fail = cap["concurrency_fail"] if cap["concurrency_fail"] is not None else "untested (above the grid)"
-            closed = [f"[{cap['concurrency_pass']}, {fail})", _n(cap["output_tok_s"]), _n(cap["req_s"], 3),
-                      _ci(cap["ttft_p99_ci_ms"]), _ci(cap["decode_p99_ci_ms"])]
+            fail = cap["concurrency_fail"] if cap["concurrency_fail"] is not None else "none above (highest tested)"
+            searched = [f"[{cap['concurrency_pass']}, {fail})", _ci(cap["ttft_p99_ci_ms"]),
+                        _ci(cap["decode_p99_ci_ms"])]
         opened = ([_n(rate["req_s"], 3), _n(rate["output_tok_s"]), _n(rate["goodput_req_s"], 3)] if rate
                   else ["-", "-", "-"])
-        lines.append(f"| {name} | " + " | ".join(closed + opened) + " |")
+        lines.append(f"| {name} | {V.capacity_text(interval)} | {_source_text(interval)} | "
+                     + " | ".join(searched + opened) + " |")
     points = {n: e.get("open_loop") or [] for n, e in (extra.get("candidate") or {}).items()}
     if any(points.values()):
         lines += ["", "### Open loop: goodput and SLO attainment against offered rate", "",
@@ -308,33 +305,47 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
     if timing.get("busy_share_pct") is not None:
         idle = timing.get("idle_between_windows_s")
         lines += ["", f"GPU busy share of the last sweep session: {timing['busy_share_pct']:.1f}% (measured "
-                      f"windows / wall of the runs, {timing.get('bench_client', '?')} client); idle between two "
+                      f"windows / wall of the runs, {timing.get('bench_client') or 'unknown'} client); idle "
+                      "between two "
                       f"measured windows {'-' if idle is None else f'{idle:.2f} s'} per run."]
     ext = (manifest or {}).get("extra") or {}
     totals = ext.get("totals")
     if totals:
+        share = (f"{totals['added_pct']}% of the grid's {totals['grid_gpu_s']:.1f} s"
+                 if totals.get("added_pct") is not None else "the grid's GPU time is unknown")
         lines += ["", f"Extra runs (search and open loop): {totals['runs']} ({totals['search_runs']} search, "
-                      f"{totals['open_loop_runs']} open loop), GPU time {totals['gpu_s']:.1f} s = "
-                      f"{totals['added_pct']}% of the grid's {totals['grid_gpu_s']:.1f} s."]
+                      f"{totals['open_loop_runs']} open loop), GPU time {totals['gpu_s']:.1f} s = {share}."]
         for name, info in (ext.get("scenarios") or {}).items():
             if info.get("stopped"):
                 lines.append(f"- {name}: {info['stopped']}")
     return lines
 
 
-def comparison_markdown(summary: dict[str, Any], base_label: str, extra: dict[str, Any]) -> list[str]:
+def comparison_markdown(summary: dict[str, Any], labels: tuple[str, str], extra: dict[str, Any]) -> list[str]:
+    """The one SLO ratio per scenario, with its interval and where it comes from (what the verdict uses)."""
     comp = summary.get("comparison") or {}
     details = extra.get("comparison") or {}
     if not comp:
         return []
-    lines = ["", f"### Under the SLO against {base_label}", "",
-             "| Scenario | SLO ratio (per GPU) | Basis | SLO cost-efficiency ratio | Baseline | Candidate |",
-             "|---|---:|---|---:|---|---|"]
+    cand, base = labels
+    lines = ["", f"### Under the SLO against {base}", "",
+             "Per GPU, the ratio of the two capacities: its lower end divides the candidate's lower end by the "
+             "baseline's upper end, its upper end the other way round. The point value divides the two lower "
+             "ends (the highest load each side met the SLO at).", "",
+             f"| Scenario | {cand} capacity (output tok/s) | {base} capacity (output tok/s) | SLO ratio (per GPU) "
+             "| Interval | From | SLO cost-efficiency ratio | Scenario decides |",
+             "|---|---|---|---:|---|---|---:|---|"]
     for name, c in comp.items():
-        c = {**c, **details.get(name, {})}
-        ratio = "-" if c.get("slo_ratio") is None else f"{c['slo_ratio']:.2f}x"
+        d = details.get(name) or {}
+        a = d.get("candidate") or V.Capacity(V.GRID, V.NO_DATA)
+        b = d.get("baseline") or V.Capacity(V.GRID, V.NO_DATA)
         cost = "-" if c.get("slo_cost_efficiency_ratio") is None else f"{c['slo_cost_efficiency_ratio']:.2f}x"
-        basis = {"rate_capacity": "open-loop rate capacity", "slo_capacity": "closed-loop SLO capacity"}.get(
-            c.get("slo_basis"), "-")
-        lines.append(f"| {name} | {ratio} | {basis} | {cost} | {c.get('baseline_state')} | {c.get('candidate_state')} |")
+        ratio = c.get("slo_ratio")
+        point = "-" if ratio is None else f"{ratio:.2f}x"
+        if ratio is None and c.get("slo_ratio_interval") and c["slo_ratio_interval"][0] is None:
+            point = "no finite value"
+        lines.append(f"| {name} | {V.capacity_text(a)} | {V.capacity_text(b)} | {point} "
+                     f"| {V.interval_text(c.get('slo_ratio_interval'))} "
+                     f"| {V.SOURCE_WORDS.get(c.get('slo_basis_source'), '-')} | {cost} "
+                     f"| {V.STATE_WORDS.get(c.get('slo_state'), '-').lower()} |")
     return lines

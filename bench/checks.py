@@ -84,6 +84,26 @@ def facts(manifest: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def describe_fact(key: str, value: Any) -> str:
+    """One like-for-like fact in words (never a Python repr)."""
+    if value is None:
+        return "not recorded"
+    if key == "seed":
+        seed, scheme = value
+        return f"{seed}" + (f" (seed scheme {scheme})" if scheme else "")
+    if key == "prompts":
+        least, per = value
+        return f"at least {least} prompts, {per} per unit of concurrency"
+    if key == "warmups":
+        count, mode = value
+        return f"{count}" + (f" ({mode})" if mode else "")
+    if key == "prefix_caching":
+        return "on" if value else "off"
+    if key == "bench_args":
+        return f"`{value}`" if value else "none"
+    return str(value)
+
+
 def like_for_like(side_manifest: dict[str, Any] | None, base_manifest: dict[str, Any] | None,
                   vary: tuple[str, ...] | list[str] = ()) -> tuple[list[str], list[str]]:
     """(issues, warnings) between the candidate's and the baseline's sweep."""
@@ -95,12 +115,12 @@ def like_for_like(side_manifest: dict[str, Any] | None, base_manifest: dict[str,
             continue
         if a[key] is None or b[key] is None:
             if a[key] is not None or b[key] is not None:
-                warnings.append(f"{key}: unknown on one side ({a[key]!r} vs baseline {b[key]!r}); "
-                                "not checked")
+                warnings.append(f"{key}: recorded on one side only ({describe_fact(key, a[key])} vs baseline "
+                                f"{describe_fact(key, b[key])}); not checked")
             continue
         if a[key] != b[key]:
-            issues.append(f"{key} differs: {a[key]!r} vs baseline {b[key]!r} (not like for like; "
-                          f"pass --vary {key} if that is what the comparison tests)")
+            issues.append(f"{key} differs: {describe_fact(key, a[key])} vs baseline {describe_fact(key, b[key])} "
+                          f"(not like for like; pass --vary {key} if that is what the comparison tests)")
     if a["vllm_version"] and b["vllm_version"] and a["vllm_version"] != b["vllm_version"]:
         warnings.append(f"vLLM versions differ: {a['vllm_version']} vs baseline {b['vllm_version']}")
     if side_manifest is None or base_manifest is None:
@@ -114,6 +134,9 @@ def like_for_like(side_manifest: dict[str, Any] | None, base_manifest: dict[str,
 
 _ATTEMPT = re.compile(r"^(?P<stem>.+_c[0-9]+)\.attempt(?P<n>[0-9]+)\.(?P<kind>invalid|suspect)\.json$")
 _STALE = re.compile(r"^(?P<stem>.+_c[0-9]+)\.stale[0-9]+\.json$")
+# search/<scenario>_c<c>.run<k>.attempt<n>.invalid.json, open_loop/<scenario>_rate<r>.attempt<n>.invalid.json
+_EXTRA_ATTEMPT = re.compile(r"^(?P<stem>.+)\.attempt(?P<n>[0-9]+)\.invalid\.json$")
+_EXTRA_STALE = re.compile(r"^.+\.stale[0-9]+\.json$")
 _RESULT_KEYS = ("completed", "failed", "duration", "output_throughput")
 
 
@@ -127,8 +150,36 @@ def _looks_like_result(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def why_unused(rel: str, path: Path) -> str:
+def _request_rate(data: dict[str, Any]) -> float | None:
+    """The offered rate of an open-loop run; None for a closed-loop run (rate inf)."""
+    value = data.get("request_rate")
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        return None
+    return rate if rate > 0 and rate != float("inf") else None
+
+
+def _capacity_file(rel: str, name: str) -> str | None:
+    """Why a file of the capacity search or the open loop was not used (never rename advice)."""
+    what = {"search/": "capacity search", "open_loop/": "open loop"}[rel.split("/", 1)[0] + "/"]
+    match = _EXTRA_ATTEMPT.match(name)
+    if match:
+        return f"invalid attempt {match['n']} of a {what} run ({match['stem']}), kept for the record (not a figure)"
+    if _EXTRA_STALE.match(name):
+        return f"{what} run of an earlier plan (other parameters), moved aside by --resume"
+    if name.endswith(".json"):
+        return (f"a {what} file the capacity section could not use (not a valid run, or not named "
+                f"<scenario>_c<N>.run<K>.json / <scenario>_rate<R>.json as the sweep writes them)")
+    return f"not a file the report reads (in the {what} folder)"
+
+
+def why_unused(rel: str, path: Path, manifest_error: str | None = None) -> str:
     name = path.name
+    if rel == "manifest.json" and manifest_error:
+        return f"the sweep's manifest, {manifest_error}: plan, hardware and like-for-like facts unknown"
+    if rel.startswith(("search/", "open_loop/")):
+        return _capacity_file(rel, name)
     if rel.startswith("logs/") and name.endswith(".telemetry.json"):
         return "telemetry samples of one attempt (its summary is in manifest.json)"
     if rel.startswith("logs/") and name.endswith(".log"):
@@ -143,22 +194,41 @@ def why_unused(rel: str, path: Path) -> str:
         return "unfinished write of an interrupted sweep"
     data = _looks_like_result(path) if name.endswith(".json") else None
     if data is not None:
-        scenario, conc = data.get(R.META_SCENARIO), data.get("max_concurrency") or data.get(R.META_CONCURRENCY)
-        hint = (f"; its metadata says {scenario} c={conc}: rename it to {R.result_filename(str(scenario), int(conc))} "
-                "to use it" if scenario and conc else "; it carries no scenario metadata")
-        return ("a vllm bench serve result whose name does not follow <scenario>_c<N>.json, so it was "
-                f"not used{hint}")
+        what = "a vllm bench serve result whose name does not follow <scenario>_c<N>.json, so it was not used"
+        return what + _rename_hint(path, data)
     return "not a file the report reads"
 
 
-def unused_files(folder: Path, used: set[Path]) -> list[dict[str, str]]:
+def _rename_hint(path: Path, data: dict[str, Any]) -> str:
+    """Rename advice only where following it cannot overwrite a result or mix closed and open loop."""
+    kind = data.get("bench_kind")
+    rate = _request_rate(data)
+    if kind in ("search", "open_loop") or rate is not None:
+        where = f"offered {rate:g} req/s" if rate is not None else f"a {str(kind).replace('_', ' ')} run"
+        return (f"; it is not a closed-loop grid run ({where}), so it must not stand in for one: keep it out "
+                "of the sweep's top folder")
+    scenario, conc = data.get(R.META_SCENARIO), data.get("max_concurrency") or data.get(R.META_CONCURRENCY)
+    try:
+        conc = int(conc)
+    except (TypeError, ValueError):
+        conc = None
+    if not scenario or not conc:
+        return "; it carries no scenario metadata"
+    target = R.result_filename(str(scenario), conc)
+    if (path.parent / target).exists():
+        return (f"; its metadata says {scenario} c={conc}, whose result {target} is already there (this file is "
+                "a second copy, not used)")
+    return f"; its metadata says {scenario} c={conc}: rename it to {target} to use it"
+
+
+def unused_files(folder: Path, used: set[Path], manifest_error: str | None = None) -> list[dict[str, str]]:
     resolved = {p.resolve() for p in used}
     out = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         if path.resolve() in resolved:
             continue
         rel = path.relative_to(folder).as_posix()
-        out.append({"file": rel, "reason": why_unused(rel, path)})
+        out.append({"file": rel, "reason": why_unused(rel, path, manifest_error)})
     return out
 
 

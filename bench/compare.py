@@ -2,14 +2,16 @@
 
 Each DIR is one sweep (as `sweep --out` or `fetch` leave it) of one server variant. OUT gets:
 
-- `compare.md`: per scenario and concurrency the output tok/s of each variant and the winner (the
-  PoC's Table 6 layout), the SLO capacity of each variant, spec-decode acceptance where present
-  (Table 7 for K_korean), what differs between the variants' manifests, and why the comparison is
-  incomplete when it is;
+- `compare.md`: per scenario and concurrency the output tok/s of each variant and the winner
+  where there is a clear one (variants side by side, as the PoC report laid out its precision
+  and KV-cache comparison), the SLO capacity of each variant, spec-decode acceptance where present
+  (for K_korean: acceptance, c1 tok/s, c1 E2E p50, c8 tok/s), what differs between the variants'
+  manifests, and why the comparison is incomplete when it is;
 - `compare.json` with exactly these keys:
   {"variants": [{"label", "dir", "differs": {"<setting>": "<value>"}}],
    "cells": [{"scenario", "concurrency", "output_tok_s": {"<label>": <number or null>},
-              "winner": "<label>" | null}],
+              "winner": "<label>" | null, "winner_margin_pct": <number or null>,
+              "noise_pct": <number>, "noise_source": "repeats" | "default"}],
    "slo_capacity": {"<scenario>": {"<label>": <output tok/s or null>}},
    "incomplete": ["<reason>"]}
 
@@ -23,12 +25,17 @@ Rules
   vLLM version), an invalid, suspect or missing run, or a sweep without a manifest makes the comparison
   incomplete: every reason is listed under `incomplete` and no cell names a winner.
 - `differs` lists, per variant, the value of every setting that is not the same in all sweeps.
-- Winner of a cell: the variant with the highest output tok/s; none on a tie. A variant whose
-  speculative decoding accepted < 10 % of drafts on a real-text scenario (K_korean) is a
-  configuration problem (flagged in compare.md) and never a winner.
-- SLO capacity: the sweep's own capacity result where it has one (`capacity.json`, from the
-  capacity search), else the highest output tok/s among valid runs whose TTFT p99 and ITL p99 are
-  within the SLO (default 500 ms and 50 ms, as `report`); null when no run meets it.
+- Winner of a cell: the variant with the highest output tok/s, but only when it leads the next one
+  by more than the noise: `winner_margin_pct` = (first - second) / second in percent; `noise_pct`
+  = the run-to-run spread measured from repeats ((max - min) / mean of the output tok/s of one
+  point measured more than once: a grid point the capacity search ran again, or the search's
+  repeats), the largest of the variants' in that scenario (`noise_source` "repeats"), else a
+  default band of 5 % (`noise_source` "default"). Within the noise the cell says "no clear winner"
+  with both figures. A variant whose speculative decoding accepted < 10 % of drafts on a real-text
+  scenario (K_korean) is a configuration problem (flagged in compare.md) and never a winner.
+- SLO capacity: the lower end of each variant's capacity under the SLO, as `report` computes it
+  (the output tok/s at the highest load meeting TTFT p99 and ITL p99 within the limits, default
+  500 ms and 50 ms, from the grid and the capacity search's runs); null when no load meets it.
 
 Exit codes: 0 written (also when incomplete); 2 bad arguments.
 """
@@ -42,10 +49,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench import capacity_report as CR
 from bench import report as REP
 from bench import results as R
 from bench import spec as SPEC
+from bench import verdict as V
 from bench import workloads as W
+
+# Two variants closer than this (in percent) name no winner where no repeats measured the noise.
+DEFAULT_NOISE_PCT = 5.0
 
 # Server flags that shape loading or addressing only, never the numbers.
 _IGNORED_FLAGS = {"--host", "--port", "--served-model-name", "--model-loader-extra-config", "--load-format",
@@ -235,40 +247,66 @@ def build(sides: list[REP.Side], *, ttft_ms: float, itl_ms: float) -> tuple[dict
         if problems:
             gated[s.label] = problems
 
+    spreads = {s.label: {scenario: repeat_spread(s, scenario) for scenario in dict.fromkeys(k[0] for k in cells_keys)}
+               for s in sides}
     cells = []
     for scenario, conc in cells_keys:
         values: dict[str, float | None] = {}
         for s in sides:
             run = next((r for r in s.runs if r.scenario == scenario and r.concurrency == conc), None)
             values[s.label] = run.output_tok_s if run is not None and s.usable(run) else None
+        measured = [spreads[s.label][scenario] for s in sides if spreads[s.label][scenario] is not None]
+        noise = round(max(measured), 2) if measured else DEFAULT_NOISE_PCT
+        winner, margin = _winner(values, set(gated), noise)
         cells.append({"scenario": scenario, "concurrency": conc, "output_tok_s": values,
-                      "winner": None if incomplete else _winner(values, set(gated))})
+                      "winner": None if incomplete else winner, "winner_margin_pct": margin,
+                      "noise_pct": noise, "noise_source": "repeats" if measured else "default"})
 
     slo_capacity: dict[str, dict[str, float | None]] = {}
-    for scenario in dict.fromkeys(k[0] for k in cells_keys):
-        slo_capacity[scenario] = {s.label: _capacity(s, scenario, ttft_ms, itl_ms) for s in sides}
+    intervals: dict[str, dict[str, V.Capacity]] = {}
+    for s in sides:
+        caps = CR.scenario_capacity(s.path, [r for r in s.runs if s.usable(r)], ttft_ms=ttft_ms, decode_ms=itl_ms)
+        for scenario in dict.fromkeys(k[0] for k in cells_keys):
+            cap = (caps.get(scenario) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
+            intervals.setdefault(scenario, {})[s.label] = cap
+            slo_capacity.setdefault(scenario, {})[s.label] = (
+                round(cap.lo, 3) if cap.state == V.MEETS and cap.lo is not None else None)
 
     data = {"variants": variants, "cells": cells, "slo_capacity": slo_capacity, "incomplete": incomplete}
-    extra = {"gated": gated, "settings": settings, "facts": facts}
+    extra = {"gated": gated, "settings": settings, "facts": facts, "intervals": intervals}
     return data, extra
 
 
-def _winner(values: dict[str, float | None], excluded: set[str]) -> str | None:
+def repeat_spread(side: REP.Side, scenario: str) -> float | None:
+    """The largest run-to-run spread (max - min over the mean, in %) of output tok/s among the points
+    of a scenario measured more than once (the grid run and the capacity search's runs at the same
+    concurrency); None when no point was repeated."""
+    spreads = []
+    for c, runs in CR.search_runs(side.path).get(scenario, {}).items():
+        values = [r.output_tok_s for r, _ in runs if r.output_tok_s]
+        grid = next((r for r in side.valid(scenario) if r.concurrency == c and r.output_tok_s), None)
+        if grid is not None:
+            values.append(grid.output_tok_s)
+        if len(values) >= 2:
+            mean = sum(values) / len(values)
+            spreads.append(100.0 * (max(values) - min(values)) / mean)
+    return max(spreads) if spreads else None
+
+
+def _winner(values: dict[str, float | None], excluded: set[str], noise_pct: float
+            ) -> tuple[str | None, float | None]:
+    """(winner or None within the noise, margin of the first over the second in %)."""
     ranked = sorted(((v, label) for label, v in values.items() if v is not None and label not in excluded),
                     reverse=True)
-    if not ranked or (len(ranked) > 1 and ranked[0][0] == ranked[1][0]):
-        return None
-    return ranked[0][1]
-
-
-def _capacity(side: REP.Side, scenario: str, ttft_ms: float, itl_ms: float) -> float | None:
-    """The capacity search's answer where the sweep has one, else throughput under the SLO."""
-    found = REP._load_json(side.path / "capacity.json") or {}
-    entry = (found.get("scenarios") or {}).get(scenario) if isinstance(found.get("scenarios"), dict) else None
-    if isinstance(entry, dict) and isinstance(entry.get("output_tok_s"), (int, float)):
-        return float(entry["output_tok_s"])
-    best = REP.slo_best(side.valid(scenario), ttft_ms, itl_ms)
-    return best.output_tok_s if best else None
+    if not ranked:
+        return None, None
+    if len(ranked) == 1:
+        return ranked[0][1], None
+    (first, label), (second, _) = ranked[0], ranked[1]
+    margin = round(100.0 * (first - second) / second, 2) if second > 0 else None
+    if margin is None or margin > noise_pct:
+        return label, margin
+    return None, margin
 
 
 # -- markdown ---------------------------------------------------------------------------------
@@ -300,20 +338,25 @@ def render_markdown(sides: list[REP.Side], data: dict[str, Any], extra: dict[str
             lines += [f"- **{label}**: {p}" for p in problems]
 
     lines += ["", "## Output tok/s per scenario and concurrency", "",
-              "| Scenario / concurrency | " + " | ".join(labels) + " | Winner |",
-              "|---|" + "---|" * (len(labels) + 1)]
+              "A cell names a winner only when the first variant leads the second by more than the noise: the "
+              "run-to-run spread measured from repeated points (the capacity search runs some concurrencies "
+              f"again), else a default band of {DEFAULT_NOISE_PCT:g} %.", "",
+              "| Scenario / concurrency | " + " | ".join(labels) + " | Winner | Margin (noise band) |",
+              "|---|" + "---|" * (len(labels) + 2)]
     for cell in data["cells"]:
         vals = [_n(cell["output_tok_s"][label]) for label in labels]
         if cell["winner"]:
             vals = [f"**{v}**" if label == cell["winner"] else v for v, label in zip(vals, labels)]
         lines.append(f"| {cell['scenario']} / {cell['concurrency']} | " + " | ".join(vals)
-                     + f" | {cell['winner'] or '-'} |")
+                     + f" | {_winner_text(cell, bool(data['incomplete']))} | {_margin_text(cell)} |")
 
-    lines += ["", f"## SLO capacity (output tok/s; TTFT p99 <= {ttft_ms:g} ms and ITL p99 <= {itl_ms:g} ms, "
-              "or the sweep's capacity search)", "",
+    lines += ["", f"## SLO capacity (output tok/s; TTFT p99 <= {ttft_ms:g} ms and ITL p99 <= {itl_ms:g} ms; "
+              "grid, or the capacity search's bracket where it ran)", "",
               "| Scenario | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
-    for scenario, per in data["slo_capacity"].items():
-        lines.append(f"| {scenario} | " + " | ".join(_n(per.get(label)) for label in labels) + " |")
+    for scenario in data["slo_capacity"]:
+        per = extra.get("intervals", {}).get(scenario, {})
+        lines.append(f"| {scenario} | " + " | ".join(
+            V.capacity_text(per[label]) if label in per else "-" for label in labels) + " |")
 
     spec_rows = []
     for s in sides:
@@ -332,9 +375,27 @@ def render_markdown(sides: list[REP.Side], data: dict[str, Any], extra: dict[str
         lines += ["", "Acceptance on random-token scenarios (S1-S5) says nothing about real text; judge "
                   "speculative decoding on K_korean."]
     if any(r.scenario == "K_korean" for s in sides for r in s.runs):
-        lines += ["", "## Korean prompt set (PoC Table 7 columns)", ""]
+        lines += ["", "## Korean prompt set (acceptance, c1 tok/s, c1 E2E p50, c8 tok/s)", ""]
         lines += SPEC.table7_markdown([(s.label, SPEC.table7_row(s.runs)) for s in sides])
     return "\n".join(lines) + "\n"
+
+
+def _winner_text(cell: dict[str, Any], incomplete: bool) -> str:
+    if cell["winner"]:
+        return cell["winner"]
+    if incomplete:
+        return "none (incomplete)"
+    if cell["winner_margin_pct"] is not None:
+        return "no clear winner"
+    return "-"
+
+
+def _margin_text(cell: dict[str, Any]) -> str:
+    band = f"{cell['noise_pct']:g} % {'measured' if cell['noise_source'] == 'repeats' else 'default'}"
+    if cell["winner_margin_pct"] is None:
+        return f"- ({band})"
+    within = "" if cell["winner_margin_pct"] > cell["noise_pct"] else ", within it"
+    return f"{cell['winner_margin_pct']:.1f} % ({band}{within})"
 
 
 # -- command ----------------------------------------------------------------------------------
@@ -376,14 +437,16 @@ def run(args: argparse.Namespace) -> int:
     (out / "compare.md").write_text(render_markdown(sides, data, extra, args.slo_ttft_p99_ms, args.slo_itl_p99_ms),
                                     encoding="utf-8")
     winners = sum(1 for c in data["cells"] if c["winner"])
-    state = f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"] else f"{winners} winners"
+    close = sum(1 for c in data["cells"] if not c["winner"] and c["winner_margin_pct"] is not None)
+    state = (f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"]
+             else f"{winners} winners, {close} cells without a clear winner (within the noise)")
     print(f"bench compare: {len(sides)} variants, {len(data['cells'])} cells, {state} -> {out}/compare.md, "
           "compare.json")
     return 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("compare", help="compare N sweeps of server variants (Table 6 layout)",
+    p = subparsers.add_parser("compare", help="compare N sweeps of server variants side by side",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep folders, one per variant")
     p.add_argument("--labels", help="comma-separated names, one per folder (default: manifest label or folder name)")

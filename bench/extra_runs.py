@@ -273,7 +273,7 @@ class ExtraRuns:
         lo, hi = search.bounds()
         if lo is not None and search.decided(lo) is True:
             info["search"].update(confirmed=True)
-        print(f"bench sweep: {name}: SLO capacity search {info['search']} after {runs} extra runs"
+        print(f"bench sweep: {name}: SLO capacity search ({runs} extra runs): {search_words(lo, hi, search)}"
               + (f"; {info['stopped']}" if info["stopped"] else ""), flush=True)
 
         if args.no_open_loop:
@@ -338,6 +338,15 @@ class ExtraRuns:
               f"GPU time {t['gpu_s']:.1f} s = {t['added_pct']}% of the grid's {t['grid_gpu_s']:.1f} s "
               f"(budget {100 * self.args.extra_budget:.0f}%)", flush=True)
         return t
+
+
+def search_words(lo: int | None, hi: int | None, search: C.Search) -> str:
+    """Where the search stands, in words."""
+    if lo is None:
+        return "no concurrency meets the SLO"
+    sure = "confirmed with confidence" if search.decided(lo) is True else "not confirmed with confidence"
+    above = f"misses it at c={hi}" if hi is not None else "no failing concurrency above it was tested"
+    return f"meets the SLO at c={lo} ({sure}), {above}"
 
 
 def _priority(rate: float, capacity: float) -> tuple[int, float]:

@@ -73,7 +73,8 @@ def resolve(*, node_name: str | None, configured_instance_type: str | None, gpus
     else:
         price, price_source = None, None
         if prices:
-            notes.append(f"no price for capacity type {ctype or 'unknown'} (table: {prices})")
+            table = ", ".join(f"{name} ${value:.2f}" for name, value in prices.items())
+            notes.append(f"no price for capacity type {ctype or 'unknown'} (price table: {table})")
     return {
         "node": node,
         "instance_type": instance_type,

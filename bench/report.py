@@ -1,12 +1,14 @@
-"""`python -m bench report DIR [--baseline DIR ...] --out OUT`: tables, summary.json, charts.
+"""`python -m bench report DIR [--baseline DIR ...] --out OUT`: tables, summary.json and charts.
 
 Reads a sweep folder (results, manifest.json; `python -m bench fetch` downloads one from S3) and
 writes to OUT:
 
-- `report.md`: per scenario the peak output tok/s with its req/s and concurrency, the concurrency
-  curve (req/s, output tok/s, TTFT and ITL p50/p99, SLO met), throughput under the SLO, invalid
-  runs with their reasons, spec-decode acceptance where the results have it; with a baseline the
-  per-GPU throughput ratio, the cost-efficiency ratio and the verdict;
+- `report.md`: with a baseline, the verdict first (state, basis, the figure that decided it, and
+  what settles an open question); per scenario the peak output tok/s with its req/s and
+  concurrency, the concurrency curve (req/s, output tok/s, TTFT and ITL p50/p99, SLO met), the
+  capacity under the SLO as an interval, invalid runs with their reasons, spec-decode acceptance
+  where the results have it; with a baseline the per-GPU peak and SLO ratios (the SLO ratio with
+  its interval) and the cost-efficiency ratios;
 - `summary.json` with exactly these keys (other tools read it):
   {"slo": {"ttft_p99_ms", "itl_p99_ms", "decode_metric"},
    "runs": [{"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s",
@@ -20,12 +22,22 @@ writes to OUT:
                                 "slo_capacity": {"concurrency_pass", "concurrency_fail", "output_tok_s",
                                                  "req_s", "ttft_p99_ci_ms", "decode_p99_ci_ms"}
                                                 | {"state": "never_meets_slo"} | null,
-                                "rate_capacity": {"req_s", "output_tok_s", "goodput_req_s"} | null}},
+                                "rate_capacity": {"req_s", "output_tok_s", "goodput_req_s"} | null,
+                                "slo_capacity_interval": INTERVAL,
+                                "rate_capacity_interval": INTERVAL | null}},
    "comparison": {"<scenario>": {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
                                  "cost_efficiency_ratio", "slo_ratio", "slo_cost_efficiency_ratio",
-                                 "baseline_state"}} | null,
-   "verdict": {"threshold", "min_ratio", "pass", "basis"} | null,
+                                 "baseline_state", "slo_ratio_interval", "slo_basis_source",
+                                 "slo_state"}} | null,
+   "verdict": {"threshold", "min_ratio", "pass", "basis", "state", "reasons",
+               "min_ratio_interval"} | null,
    "ignored_files": [{"file", "reason"}]}
+  INTERVAL = {"source": "grid" | "search" | "open_loop", "state": "meets_slo" | "never_meets_slo"
+  | "no_data", "output_tok_s": [lo, hi] | null, "load_unit": "concurrency" | "req/s", "load_pass",
+  "load_fail", "load_max", "confirmed"}: the capacity between the highest load meeting the SLO and
+  the lowest load above it missing it. In every interval [lo, hi] of summary.json a null end has
+  no finite bound (an open upper end; a lower end of a ratio where only the candidate meets the
+  SLO).
   Metrics of invalid runs are null (their completed/failed counts are kept); `spec_acceptance` is
   vLLM's draft acceptance rate in percent, null without speculative decoding. Telemetry figures
   (prefix-cache hits, preemptions, KV, GPU) come from the manifest, null where not measured;
@@ -48,19 +60,34 @@ Definitions
 - Peak at the edge: the peak is at the highest concurrency tested; the test set it, not the server.
 - Throughput ratio (per GPU): (peak / GPUs) / (baseline peak / baseline GPUs); GPUs come from
   --gpus/--baseline-gpus, else the manifest, else 1.
-- Cost-efficiency ratio: (peak / price per hour) / (baseline peak / baseline price per hour), the
-  prices being those of the hardware that served each sweep (--price-per-hour, else the manifest);
-  none when either side's capacity type (Spot or on-demand) is unknown.
-- Verdict: min_ratio = the smallest per-scenario throughput ratio; pass = min_ratio >= threshold
-  AND the comparison is complete: every scenario on both sides, no invalid or suspect run on either
-  side, the same concurrencies and input/output lengths, and like for like (`bench.checks`: the
-  same dataset, seed, prompts, warm-ups, bench arguments, max model length, prefix caching and
-  speculative settings, except those named with --vary). A verdict never passes on missing data.
-- SLO capacity, rate capacity, SLO ratio (`slo_ratio`: rate capacity per GPU where both sides have
-  one, else closed-loop SLO capacity per GPU; never one of each) and `baseline_state`
-  (`meets_slo`, `never_meets_slo`, `not_searched`): see bench/capacity_report.py. The verdict's
-  basis is `--verdict-basis` (default `slo`; `peak` reproduces the seeds' Table 8); on the slo
-  basis a scenario where only the candidate meets the SLO clears the threshold (no finite ratio).
+- Cost-efficiency ratio: (tok/s / price per hour) / (baseline tok/s / baseline price per hour),
+  the prices being those of the hardware that served each sweep: --price-per-hour, else the
+  manifest. A price given explicitly (here, or to the sweep) is used as given; a price looked up
+  by capacity type (Spot or on-demand) needs that type known, else there is no cost ratio.
+- SLO capacity (`slo_capacity_interval`): between the output tok/s at the highest load meeting
+  the SLO and at the lowest load above it missing it; from the grid, or the capacity search's
+  tighter bracket where it ran; an open upper end where the highest load tested still meets it;
+  0 where even concurrency 1 misses it. `rate_capacity_interval`: the same over the open loop's
+  offered rates.
+- SLO ratio (per GPU): `slo_ratio_interval` = [candidate low / baseline high, candidate high /
+  baseline low], open loop where both sides ran it, else closed loop (`slo_basis_source`: grid,
+  search or open_loop); `slo_ratio` = candidate low / baseline low. `baseline_state`: meets_slo,
+  never_meets_slo or no_data.
+- Verdict (`--verdict-basis`, default slo): `state` pass, fail or inconclusive, with `reasons`
+  (what is missing or too uncertain, and the command that settles it) unless it passes. On the
+  slo basis: pass when the lower end of the SLO ratio clears --threshold in every scenario and the
+  comparison is complete; fail when the upper end is below it in some scenario; inconclusive
+  otherwise. On the peak basis (the PoC report's method): the smallest per-scenario peak ratio
+  against the threshold. Missing data is never a fail. Complete means every scenario on both
+  sides, no invalid or suspect run, the same concurrencies and input/output lengths, and like for
+  like (`bench.checks`: the same dataset, seed, prompts, warm-ups, bench arguments, max model
+  length, prefix caching and speculative settings, except those named with --vary); sides that
+  are not like for like (or whose manifest cannot be read) never pass nor fail. `min_ratio` is the
+  smallest lower end, `min_ratio_interval` the interval of the smallest ratio, `pass` is true in
+  state pass only.
+
+Exit codes: 0 report written (with --exit-code: pass); 1 with --exit-code: fail; 3 with
+--exit-code: inconclusive (also without a baseline); 2 bad input.
 """
 
 from __future__ import annotations
@@ -78,6 +105,7 @@ from bench import results as R
 from bench import spec as SPEC
 from bench import scenarios as SC
 from bench import telemetry as T
+from bench import verdict as V
 
 MANIFEST = "manifest.json"
 DEFAULT_ORDER = ("S1_chat", "S2_summary", "S3_moderation", "S4_rag")
@@ -96,6 +124,20 @@ class Side:
     suspects: dict[tuple[str, int], str] = field(default_factory=dict)
     telemetry: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     used: set[Path] = field(default_factory=set)
+    # Why manifest.json could not be read (None: read, or not there)
+    manifest_error: str | None = None
+    # Where the price comes from: "given" (--price-per-hour here or at sweep time) or "looked up"
+    # (a price table or catalog by capacity type); None without a price.
+    price_source: str | None = None
+
+    def cost_price(self) -> float | None:
+        """The price a cost ratio may use: one given explicitly, or one looked up for a known
+        capacity type (a looked-up price for an unknown capacity type is a guess)."""
+        if not self.price_per_hour:
+            return None
+        if self.price_source == "given" or self.capacity_type:
+            return self.price_per_hour
+        return None
 
     def suspect(self, run: R.RunResult) -> str | None:
         return self.suspects.get((run.scenario, run.concurrency)) if run.valid else None
@@ -131,6 +173,23 @@ def _load_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def read_manifest(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(manifest, None), (None, None) when there is none, or (None, why it cannot be read)."""
+    if not path.exists():
+        return None, None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}; truncated?)"
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    if not isinstance(data, dict):
+        return None, "not a JSON object"
+    return data, None
+
+
 def _order_key(order: list[str]):
     def key(run: R.RunResult):
         idx = order.index(run.scenario) if run.scenario in order else len(order)
@@ -141,7 +200,7 @@ def _order_key(order: list[str]):
 def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
               price_per_hour: float | None = None, capacity_type: str | None = None) -> Side:
     """Every combination of a sweep folder: planned ones (manifest) and any result file found."""
-    manifest = _load_json(path / MANIFEST)
+    manifest, manifest_error = read_manifest(path / MANIFEST)
     used: set[Path] = {path / MANIFEST} if manifest is not None else set()
     runs: dict[tuple[str, int], R.RunResult] = {}
     suspects: dict[tuple[str, int], str] = {}
@@ -210,18 +269,29 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
     m_price = (manifest or {}).get("price_per_hour")
     m_capacity = (manifest or {}).get("capacity_type")
     name = label or (manifest or {}).get("label") or path.resolve().name
+    hw = (manifest or {}).get("hardware")
+    m_source = hw.get("price_source") if isinstance(hw, dict) else None
+    price = price_per_hour if price_per_hour is not None else m_price
+    if price is None:
+        price_source = None
+    elif price_per_hour is not None or m_source == "--price-per-hour":
+        price_source = "given"
+    else:
+        price_source = "looked up"
     return Side(
         label=str(name),
         path=path,
         manifest=manifest,
         runs=ordered,
         gpus=int(gpus or m_gpus or 1),
-        price_per_hour=price_per_hour if price_per_hour is not None else m_price,
+        price_per_hour=price,
         lengths=lengths,
         capacity_type=capacity_type or m_capacity,
         suspects=suspects,
         telemetry=telemetry,
         used=used,
+        manifest_error=manifest_error,
+        price_source=price_source,
     )
 
 
@@ -327,10 +397,10 @@ def compare(side: Side, base: Side) -> dict[str, dict[str, Any]]:
         per_gpu = _ratio(cand / side.gpus if cand is not None else None,
                          ref / base.gpus if ref is not None else None)
         cost = None
-        # A price follows the capacity the run landed on; with that unknown there is no cost ratio.
-        if (side.price_per_hour and base.price_per_hour and cand is not None and ref is not None
-                and side.capacity_type and base.capacity_type):
-            cost = _ratio(cand / side.price_per_hour, ref / base.price_per_hour)
+        # A looked-up price follows the capacity the run landed on; with that unknown there is no
+        # cost ratio. A price given explicitly is used as given.
+        if side.cost_price() and base.cost_price() and cand is not None and ref is not None:
+            cost = _ratio(cand / side.cost_price(), ref / base.cost_price())
         out[name] = {
             "baseline_peak_tok_s": ref,
             "peak_tok_s": cand,
@@ -341,41 +411,57 @@ def compare(side: Side, base: Side) -> dict[str, dict[str, Any]]:
 
 
 def completeness_issues(side: Side, base: Side) -> list[str]:
-    """Why a comparison is not like for like; any issue blocks a passing verdict."""
+    """What is missing from a comparison, each with the command that completes it; any issue
+    blocks a passing verdict."""
     issues = []
     for who, s in (("candidate", side), ("baseline", base)):
         bad = s.invalid()
         if bad:
             listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in bad)
-            issues.append(f"{who} ({s.label}) has {len(bad)} invalid or missing runs: {listed}")
+            runs = "run" if len(bad) == 1 else "runs"
+            issues.append(f"the {who} ({s.label}) has {len(bad)} invalid or missing {runs} ({listed}): run "
+                          f"{'it' if len(bad) == 1 else 'them'} again (`bench sweep --resume` on that side runs "
+                          "only what is missing or invalid)")
         doubtful = s.suspect_runs()
         if doubtful:
             listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in doubtful)
-            issues.append(f"{who} ({s.label}) has {len(doubtful)} suspect runs (prefix-cache replay): {listed}")
+            runs = "run" if len(doubtful) == 1 else "runs"
+            issues.append(f"the {who} ({s.label}) has {len(doubtful)} suspect {runs} (prompts served from the "
+                          f"prefix cache: {listed}): run {'it' if len(doubtful) == 1 else 'them'} again "
+                          "(`bench sweep --resume`)")
     names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
     for name in names:
         if name not in side.scenarios or not side.valid(name):
-            issues.append(f"scenario {name}: no valid run in the candidate ({side.label})")
+            issues.append(f"scenario {name}: no usable run in the candidate ({side.label}): run it "
+                          f"(`bench sweep --scenarios {name} --resume` against the candidate)")
             continue
         if name not in base.scenarios or not base.valid(name):
-            issues.append(f"scenario {name}: no valid run in the baseline ({base.label})")
+            issues.append(f"scenario {name}: no usable run in the baseline ({base.label}): run it "
+                          f"(`bench sweep --scenarios {name} --resume` against the baseline)")
             continue
         cc = sorted(r.concurrency for r in side.runs if r.scenario == name)
         bc = sorted(r.concurrency for r in base.runs if r.scenario == name)
         if cc != bc:
-            issues.append(f"scenario {name}: concurrencies differ ({cc} vs baseline {bc})")
-        la, lb = side.lengths.get(name), base.lengths.get(name)
-        if la and lb and None not in la and None not in lb and la != lb:
-            issues.append(f"scenario {name}: lengths differ ({la[0]}/{la[1]} vs baseline {lb[0]}/{lb[1]})")
+            issues.append(f"scenario {name}: the concurrencies differ ({', '.join(map(str, cc))} vs baseline "
+                          f"{', '.join(map(str, bc))}): sweep both sides at the same --concurrencies")
     return issues
 
 
-def verdict(comparison: dict[str, dict[str, Any]], threshold: float, issues: list[str]) -> dict[str, Any]:
-    ratios = [c["throughput_ratio"] for c in comparison.values()]
-    known = [r for r in ratios if r is not None]
-    min_ratio = min(known) if known else None
-    passed = bool(known) and len(known) == len(ratios) and min_ratio >= threshold and not issues
-    return {"threshold": threshold, "min_ratio": min_ratio, "pass": passed}
+def comparability_issues(side: Side, base: Side, vary: tuple[str, ...] = ()) -> list[str]:
+    """Why the two sides did not measure the same thing; these block a pass and a fail alike."""
+    issues = []
+    for who, s in (("candidate", side), ("baseline", base)):
+        if s.manifest_error:
+            issues.append(f"the {who}'s manifest.json ({s.path / MANIFEST}) is {s.manifest_error}, so its "
+                          "sweep settings cannot be checked against the other side: fetch the folder again "
+                          "(`bench fetch`) or restore the file")
+    for name in side.scenarios:
+        la, lb = side.lengths.get(name), base.lengths.get(name)
+        if la and lb and None not in la and None not in lb and la != lb:
+            issues.append(f"scenario {name}: the input/output lengths differ ({la[0]}/{la[1]} tokens vs baseline "
+                          f"{lb[0]}/{lb[1]}): sweep both sides with the same scenario lengths")
+    issues += checks.like_for_like(side.manifest, base.manifest, vary)[0]
+    return issues
 
 
 def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
@@ -385,25 +471,24 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
     applies to the p99 of `decode_metric`."""
     decode_ms = itl_ms
     comparison = compare(side, base) if base else None
-    issues = completeness_issues(side, base) if base else []
-    if base:
-        issues += checks.like_for_like(side.manifest, base.manifest, vary)[0]
-    ignored = checks.unused_files(side.path, side.used)
+    incomparable = comparability_issues(side, base, vary) if base else []
+    issues = (completeness_issues(side, base) + incomparable) if base else []
     summary = {
         "slo": {"ttft_p99_ms": ttft_ms, "itl_p99_ms": itl_ms, "decode_metric": decode_metric},
         "runs": [run_row(r, side) for r in side.runs],
         "scenarios": scenario_summary(side, ttft_ms, decode_ms, decode_metric),
         "comparison": comparison,
-        "verdict": verdict(comparison, threshold, issues) if comparison is not None else None,
-        "ignored_files": ignored,
+        "verdict": None,
+        "ignored_files": [],
     }
+    # Capacity under the SLO (grid, search and open-loop files), SLO ratios, the verdict.
+    side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
+                                      decode_metric=decode_metric, basis=basis, threshold=threshold,
+                                      issues=issues, incomparable=incomparable)
+    summary["ignored_files"] = checks.unused_files(side.path, side.used, side.manifest_error)
     if base:
         summary["ignored_files"] += [{"file": f"baseline:{f['file']}", "reason": f["reason"]}
-                                     for f in checks.unused_files(base.path, base.used)]
-    # Capacity under the SLO (search and open-loop files), SLO ratios, the verdict's basis.
-    side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
-                                      decode_metric=decode_metric,
-                                      basis=basis, threshold=threshold, issues=issues)
+                                     for f in checks.unused_files(base.path, base.used, base.manifest_error)]
     return summary, issues
 
 
@@ -435,19 +520,67 @@ def _describe(side: Side) -> list[str]:
         ("Price per hour", (f"${side.price_per_hour:.2f}" + (f" ({(m.get('hardware') or {}).get('price_source')})"
                             if (m.get("hardware") or {}).get("price_source") else ""))
          if side.price_per_hour else None),
-        ("Sweep", f"{m.get('started_at')} to {m.get('finished_at')}" if m.get("started_at") else None),
+        ("Sweep", f"{m.get('started_at')} to {m.get('finished_at') or 'not finished (interrupted or running)'}"
+         if m.get("started_at") else None),
         ("Config hash", f"`{m['config_hash']}`" if m.get("config_hash") else None),
     ]
     for note in (m.get("hardware") or {}).get("notes") or []:
         rows.append(("Hardware note", note))
-    if not m:
+    if side.manifest_error:
+        rows.append(("Manifest", f"unreadable: manifest.json is {side.manifest_error} (plan, hardware and "
+                                 "server facts unknown; like-for-like checks impossible)"))
+    elif not m:
         rows.append(("Manifest", "none (hand-collected results: plan and server facts unknown)"))
     return [f"- {k}: {v}" for k, v in rows if v not in (None, "")]
 
 
+def _price(side: Side) -> str:
+    if not side.price_per_hour:
+        return "unknown"
+    how = {"given": "given", "looked up": f"looked up for {side.capacity_type or 'an unknown capacity type'}"}
+    return f"${side.price_per_hour:.2f} ({how.get(side.price_source, 'from the manifest')})"
+
+
+BASIS_WORDS = {
+    "slo": "the SLO basis (output tok/s per GPU under the SLO, each side's capacity an interval between two "
+           "tested loads)",
+    "peak": "the peak basis (the PoC report's method: peak output tok/s per GPU, the smallest ratio across "
+            "scenarios)",
+}
+
+
+def verdict_markdown(v: dict[str, Any], label: str, base_label: str, plan_link: str | None = None,
+                     issues: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The answer first: state, basis, the figure that decided, and what settles an open question."""
+    state = v.get("state") or ("pass" if v.get("pass") else "inconclusive")
+    basis = BASIS_WORDS.get(v.get("basis"), f"the {v.get('basis')} basis")
+    thr = f"{v['threshold']:g}x"
+    smallest = V.interval_text(v.get("min_ratio_interval"))
+    lines = ["", "## Verdict", "", f"**{V.STATE_WORDS[state]}**: {label} against {base_label} on {basis}, "
+             f"threshold {thr}."]
+    if v.get("min_ratio_interval") is not None:
+        lines += ["", f"Smallest per-scenario ratio: {smallest}."]
+    if state == V.PASS:
+        at_lower_end = " even at the lower end of its interval." if v.get("basis") == "slo" else "."
+        lines += ["", f"Every scenario clears {thr}{at_lower_end}"]
+    elif state == V.FAIL:
+        lines += ["", f"Some scenario falls short of {thr} even in its best case:", ""]
+        lines += [f"- {r}" for r in v.get("reasons") or []]
+        more = [i for i in issues if i not in (v.get("reasons") or [])]
+        if more:
+            lines += ["", "The comparison is also incomplete (this did not decide the verdict):", ""]
+            lines += [f"- {i}" for i in more]
+    else:
+        lines += ["", "The data cannot decide yet. What is missing or too uncertain, and what settles it:", ""]
+        lines += [f"- {r}" for r in v.get("reasons") or []]
+    if plan_link:
+        lines += ["", f"Replica plan: [{plan_link}]({plan_link})."]
+    return lines
+
+
 def _lengths(side: Side, name: str) -> str:
     pair = side.lengths.get(name)
-    return f"{pair[0]}/{pair[1]}" if pair and None not in pair else "?"
+    return f"{pair[0]}/{pair[1]}" if pair and None not in pair else "unknown"
 
 
 def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issues: list[str],
@@ -460,6 +593,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
     lines += _describe(side)
     if base:
         lines += ["", f"Baseline: {base.label}", ""] + _describe(base)
+    if base and summary["verdict"] is not None:
+        lines += verdict_markdown(summary["verdict"], side.label, base.label, getattr(base, "plan_link", None),
+                                  issues)
     has_spec = any(r.spec_acceptance_rate_pct is not None for r in side.runs if r.valid)
     lines += [
         "",
@@ -481,18 +617,27 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         lines.append("- Speculative decoding is on: a streamed chunk carries several accepted tokens, so "
                      "ITL (per chunk) rises while TPOT (per token) falls; read both.")
     if base:
+        v = summary["verdict"]
         lines += [
-            "- **Throughput ratio** (per GPU) = (peak / GPUs) / (baseline peak / baseline GPUs).",
-            "- **Cost-efficiency ratio** = (peak / price per hour) / (baseline peak / baseline price "
+            "- **Peak ratio** (per GPU) = (peak / GPUs) / (baseline peak / baseline GPUs).",
+            "- **Cost-efficiency ratio** = (tok/s / price per hour) / (baseline tok/s / baseline price "
             "per hour), each price being that of the hardware that served the sweep.",
-            f"- **Verdict**: min_ratio = the smallest per-scenario throughput ratio; PASS when "
-            f"min_ratio >= {summary['verdict']['threshold']:g} and the comparison is complete (every "
-            "scenario on both sides, no invalid run, same concurrencies and lengths).",
+            "- **SLO capacity**: known between two tested loads, from the output tok/s at the highest load "
+            "meeting the SLO to that at the lowest load above it missing it (see Capacity under the SLO).",
+            "- **SLO ratio** (per GPU): the ratio of the two SLO capacities, an interval from (candidate low / "
+            "baseline high) to (candidate high / baseline low).",
+            f"- **Verdict** on the {v['basis']} basis against {v['threshold']:g}x: PASS when "
+            + ("the lower end of the SLO ratio clears the threshold in every scenario, FAIL when its upper end "
+               "is below it in some scenario, INCONCLUSIVE otherwise (an interval across the threshold, "
+               "missing or invalid runs, sides that differ); see How the verdict is decided in the README."
+               if v["basis"] == "slo" else
+               "the smallest per-scenario peak ratio clears it, FAIL when some scenario's peak ratio is "
+               "below it, INCONCLUSIVE when a scenario has no peak on a side or the comparison is incomplete."),
         ]
 
     lines += ["", "## Peak throughput per scenario", "",
               "| Scenario | In/out tokens | Peak output tok/s | req/s | Concurrency at peak "
-              "| Throughput under SLO (concurrency) |",
+              "| Best run meeting the SLO, output tok/s (concurrency) |",
               "|---|---|---:|---:|---:|---:|"]
     edges = [name for name, s in summary["scenarios"].items() if s.get("peak_at_edge")]
     for name, s in summary["scenarios"].items():
@@ -554,7 +699,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         lines += [f"| {who} | {r.scenario} | {r.concurrency} | {r.completed if r.completed is not None else '-'} "
                   f"| {r.failed if r.failed is not None else '-'} | {r.reason} |" for who, r in bad]
     else:
-        lines.append("None: every run completed all of its prompts without a failed request.")
+        lines.append("No invalid run: every run completed all of its prompts without a failed request.")
 
     doubtful = [(side.label, r, side.suspect(r)) for r in side.suspect_runs()]
     doubtful += [(base.label, r, base.suspect(r)) for r in base.suspect_runs()] if base else []
@@ -565,41 +710,27 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
 
     if base and summary["comparison"] is not None:
         lines += ["", f"## Comparison with {base.label}", "",
-                  f"GPUs: {side.gpus} vs baseline {base.gpus}. Prices per hour: "
-                  f"{'$%.2f' % side.price_per_hour if side.price_per_hour else 'unknown'} vs baseline "
-                  f"{'$%.2f' % base.price_per_hour if base.price_per_hour else 'unknown'}.", "",
-                  "| Scenario | Baseline peak tok/s | Peak tok/s | Throughput ratio (per GPU) "
-                  "| Cost-efficiency ratio | SLO throughput ratio (per GPU) |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        base_sc = scenario_summary(base, slo["ttft_p99_ms"], decode_ms, metric)
+                  f"GPUs: {side.gpus} vs baseline {base.gpus}. Prices per hour: {_price(side)} vs baseline "
+                  f"{_price(base)}.", "",
+                  "| Scenario | Baseline peak tok/s | Peak tok/s | Peak ratio (per GPU) "
+                  "| Cost-efficiency ratio (peak) |",
+                  "|---|---:|---:|---:|---:|"]
         for name, c in summary["comparison"].items():
-            mine = (summary["scenarios"].get(name) or {}).get("slo")
-            theirs = (base_sc.get(name) or {}).get("slo")
-            slo_ratio = _ratio(mine["output_tok_s"] / side.gpus if mine else None,
-                               theirs["output_tok_s"] / base.gpus if theirs else None)
             lines.append(f"| {name} | {_n(c['baseline_peak_tok_s'])} | {_n(c['peak_tok_s'])} "
-                         f"| {_x(c['throughput_ratio'])} | {_x(c['cost_efficiency_ratio'])} | {_x(slo_ratio)} |")
-        lines += CR.comparison_markdown(summary, base.label, getattr(side, "capacity", {}))
-        v = summary["verdict"]
-        what = {"slo": "throughput-under-the-SLO ratio (rate capacity per GPU where both sides have it, "
-                       "else closed-loop SLO capacity)",
-                "peak": "peak throughput ratio (the seeds' Table 8 method)"}.get(v.get("basis"), "throughput ratio")
-        lines += ["", "## Verdict", "",
-                  f"**{'PASS' if v['pass'] else 'FAIL'}** on the {v.get('basis', 'peak')} basis: minimum per-GPU "
-                  f"{what} {_x(v['min_ratio'])} against the threshold {v['threshold']:g}x."]
-        if getattr(base, "plan_link", None):
-            lines += ["", f"Replica plan: [{base.plan_link}]({base.plan_link})."]
-        if issues:
-            lines += ["", "The comparison is incomplete, so the verdict cannot pass:", ""]
-            lines += [f"- {i}" for i in issues]
+                         f"| {_x(c['throughput_ratio'])} | {_x(c['cost_efficiency_ratio'])} |")
+        lines += CR.comparison_markdown(summary, (side.label, base.label), getattr(side, "capacity", {}))
         if not side.price_per_hour or not base.price_per_hour:
-            lines += ["", "Cost efficiency needs --price-per-hour and --baseline-price-per-hour."]
-        unknown = [s.label for s in (side, base) if not s.capacity_type]
-        if unknown:
-            lines += ["", f"No cost-efficiency ratio: the capacity type (Spot or on-demand) of {', '.join(unknown)} "
-                      "is unknown, so its price is a guess (give --capacity-type / --baseline-capacity-type, "
-                      "or run the sweep where it can read its node)."]
+            lines += ["", "No cost-efficiency ratio: it needs a price per hour on both sides "
+                      "(--price-per-hour / --baseline-price-per-hour, or the sweeps' manifests)."]
+        guessed = [s.label for s in (side, base) if s.price_per_hour and s.cost_price() is None]
+        if guessed:
+            lines += ["", f"No cost-efficiency ratio: the capacity type (Spot or on-demand) of {', '.join(guessed)} "
+                      "is unknown, and its price was looked up by capacity type, so it may be the wrong one "
+                      "(give --capacity-type / --baseline-capacity-type, or a price to use as given with "
+                      "--price-per-hour / --baseline-price-per-hour)."]
         warnings = checks.like_for_like(side.manifest, base.manifest)[1]
+        if side.manifest_error or base.manifest_error:
+            warnings = [w for w in warnings if not w.startswith("a side has no manifest.json")]
         if warnings:
             lines += ["", "Warnings (not blocking):", ""] + [f"- {w}" for w in warnings]
 
@@ -634,8 +765,9 @@ def run(args: argparse.Namespace) -> int:
     side = load_side(path, label=args.label, gpus=args.gpus, price_per_hour=args.price_per_hour,
                      capacity_type=args.capacity_type)
     if not side.runs:
-        print(f"bench report: no results or manifest in {path}", file=sys.stderr)
-        return 1
+        print(f"bench report: no results or manifest in {path} (give a folder written by `bench sweep --out` "
+              "or `bench fetch`)", file=sys.stderr)
+        return 2
     base = None
     if args.baseline:
         bpath = Path(args.baseline)
@@ -677,10 +809,18 @@ def run(args: argparse.Namespace) -> int:
     msg = f"bench report: {valid}/{len(side.runs)} valid runs -> {out}/report.md, summary.json"
     if charts:
         msg += f", {len(charts)} charts"
-    if summary["verdict"]:
-        v = summary["verdict"]
-        msg += f"; verdict {'PASS' if v['pass'] else 'FAIL'} (min ratio {_x(v['min_ratio'])})"
+    v = summary["verdict"]
+    if v:
+        msg += (f"; verdict {V.STATE_WORDS[v['state']]} on the {v['basis']} basis (threshold {v['threshold']:g}x, "
+                f"smallest ratio {V.interval_text(v['min_ratio_interval'])})")
+        if v["reasons"]:
+            msg += f"; {len(v['reasons'])} reason(s) in report.md"
     print(msg)
+    if args.exit_code:
+        if v is None:
+            print("bench report: --exit-code: no verdict without --baseline; exit 3 (inconclusive)", file=sys.stderr)
+            return V.EXIT_CODES[V.INCONCLUSIVE]
+        return V.EXIT_CODES[v["state"]]
     return 0
 
 
@@ -719,8 +859,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--slo-itl-p99-ms", type=float, default=50.0,
                    help="the SLO's decode limit, applied to the p99 of --slo-decode-metric (default: %(default)s)")
     p.add_argument("--slo-decode-metric", choices=DECODE_METRICS, default="itl",
-                   help="which p99 the SLO's decode limit applies to: itl (per streamed chunk, the seeds' "
-                        "rule) or tpot (per output token; fairer with speculative decoding) (default: itl)")
+                   help="which p99 the SLO's decode limit applies to: itl (per streamed chunk, the PoC "
+                        "report's rule) or tpot (per output token; fairer with speculative decoding) (default: itl)")
     p.add_argument("--capacity-type", choices=("on-demand", "spot"),
                    help="capacity type of this sweep's node (default: manifest)")
     p.add_argument("--baseline-capacity-type", choices=("on-demand", "spot"),
@@ -731,11 +871,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=1.5,
                    help="verdict threshold on the per-GPU throughput ratio (default: %(default)s)")
     p.add_argument("--verdict-basis", choices=("slo", "peak"), default="slo",
-                   help="ratio the verdict uses: slo (throughput under the SLO, default) or peak "
-                        "(the seeds' Table 8 method)")
+                   help="ratio the verdict uses: slo (capacity under the SLO, an interval per side; default) or "
+                        "peak (peak output tok/s per GPU, the PoC report's method)")
     p.add_argument("--current-replicas", type=int, default=12,
                    help="replicas of the baseline serving today, for the replica plan (default: %(default)s)")
     p.add_argument("--no-charts", action="store_true", help="write no PNG charts")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit with the verdict's state once the report is written: 0 pass, 1 fail, 3 inconclusive "
+                        "(no baseline counts as inconclusive); without it a written report exits 0")
     p.set_defaults(func=run)
     return p
 

@@ -215,7 +215,7 @@ def from_dict(
     if expect:
         file_scenario = data.get(META_SCENARIO)
         if file_scenario is not None and str(file_scenario) != expect.scenario:
-            problems.append(f"scenario {file_scenario!r} in file, {expect.scenario!r} planned")
+            problems.append(f"scenario {file_scenario} in file, {expect.scenario} planned")
         file_conc = _int(data.get("max_concurrency"))
         if file_conc is None:
             file_conc = _int(data.get(META_CONCURRENCY))

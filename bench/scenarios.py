@@ -34,7 +34,7 @@ class ScenarioDef:
 
 
 # Every scenario is defined once, with its dataset flags, in bench/workloads.py: the PoC's four
-# (report table 2) and, run when named, S5_shared_prefix (shared by design) and K_korean (real text).
+# and, run when named, S5_shared_prefix (shared by design) and K_korean (real text).
 SCENARIOS: dict[str, ScenarioDef] = {
     name: ScenarioDef(w.input_len, w.output_len, dataset=w.dataset, shared_prefix=w.prefix_hits_expected,
                       source=w.summary)

@@ -1,5 +1,6 @@
 """Speculative decoding in results: acceptance, acceptance per draft position, the acceptance gate,
-and the PoC's Table 7 columns (acceptance, c1 tok/s, c1 E2E p50, c8 tok/s) for one sweep.
+and the columns the PoC compared draft methods on (acceptance, c1 tok/s, c1 E2E p50, c8 tok/s) for one
+sweep.
 
 Acceptance comes from `vllm bench serve`'s result file, which reads the server's spec-decode
 counters (`vllm:spec_decode_num_drafts`, `..._num_draft_tokens`, `..._num_accepted_tokens`,
@@ -50,7 +51,8 @@ def gate_problems(runs: list[R.RunResult]) -> list[str]:
 
 @dataclass(frozen=True)
 class Table7Row:
-    """One configuration's line of the PoC's Table 7, from a sweep's K_korean runs."""
+    """One configuration's line of the Korean comparison (acceptance, c1 tok/s, c1 E2E p50, c8 tok/s),
+    from a sweep's K_korean runs."""
 
     acceptance_pct: tuple[float, ...]  # one per concurrency that reported it
     per_position: list[float] | None  # at the lowest concurrency that reported it
@@ -158,7 +160,7 @@ def acceptance_from_metrics(before: str, after: str) -> dict[str, Any] | None:
 
 
 def report_sections(label: str, runs: list[R.RunResult]) -> list[str]:
-    """The report's spec-decode sections: configuration problems (the gate) and Table 7."""
+    """The report's spec-decode sections: configuration problems (the gate) and the Korean comparison."""
     lines: list[str] = []
     problems = gate_problems(runs)
     if problems:
@@ -168,7 +170,7 @@ def report_sections(label: str, runs: list[R.RunResult]) -> list[str]:
         lines += [f"- **{p}**" for p in problems]
     korean = [r for r in runs if r.scenario == "K_korean" and r.valid]
     if korean:
-        lines += ["", "## Korean prompt set (PoC Table 7 columns)", "",
+        lines += ["", "## Korean prompt set (acceptance, c1 tok/s, c1 E2E p50, c8 tok/s)", "",
                   f"{len(W.load_prompt_set())} Korean marketplace prompts (bench/data), chat template applied, "
                   f"outputs capped at {W.WORKLOADS['K_korean'].output_len} tokens and ending naturally.", ""]
         lines += table7_markdown([(label, table7_row(runs))])

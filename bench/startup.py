@@ -22,6 +22,9 @@ uvicorn `Application startup complete.` line, which has no stamp, takes the last
 
 Aggregation: a phase logged by several processes (tensor-parallel workers) counts the slowest
 process; a phase logged several times by one process (target then draft model) is summed.
+
+Exit codes: 0 printed; 2 bad input (no such file, a file that is neither a vLLM server log nor a
+startup record, an --instance-type not in the network table).
 """
 
 from __future__ import annotations
@@ -312,7 +315,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench startup: no such log file or record: {path}", file=sys.stderr)
         return 2
     if args.instance_type and netlimits.limit(args.instance_type) is None:
-        print(f"bench startup: --instance-type {args.instance_type!r} is not in the network table; "
+        print(f"bench startup: --instance-type {args.instance_type} is not in the network table; "
               f"use one of {', '.join(sorted(netlimits.NETWORK))}", file=sys.stderr)
         return 2
     phases, record = load(path)
@@ -320,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench startup: {path} does not look like a vLLM server log or a startup record: none of "
               f"{phases['lines']} line(s) matched vLLM's startup messages (give the server's log, e.g. "
               "`kubectl logs --timestamps deploy/<server>`, or a stored startup/<pod>.json)", file=sys.stderr)
-        return 1
+        return 2
     instance_type = args.instance_type or (record or {}).get("instance_type")
     out = with_limits(phases, instance_type)
     if record is not None:

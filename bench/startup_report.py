@@ -1,6 +1,6 @@
 """The report's startup section: stored startup records (and sleep/wake timings) as tables.
 
-Layout follows the PoC report's Table 5 (total from pod creation to /health OK, then the phases),
+Layout follows the PoC report's startup breakdown (total from pod creation to /health OK, then the phases),
 with each phase's share of the total, the weight-load rate against the instance's network
 (bench/netlimits.py), the image pull against the image's size, and warnings for boots whose KV
 cache came out smaller than an earlier boot of the same configuration.

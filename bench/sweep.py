@@ -13,7 +13,9 @@ server's /metrics and the GPU exporter are read (`bench.telemetry`). Files:
     <out>/logs/<scenario>_c<c>.attempt<n>.log      stdout+stderr of that attempt (warm-up first)
     <out>/logs/<scenario>_c<c>.attempt<n>.telemetry.json   /metrics before/after, samples, GPU
     <out>/manifest.json                        inputs, hardware, server facts, per-run status,
-                                               telemetry summary, timing
+                                               telemetry summary, timing, and at the end this
+                                               side's capacity under the SLO per scenario
+                                               (`capacity`, intervals as in `bench report`)
 
 A run is valid only by `bench.results.load_result`'s rules (all prompts completed, none failed,
 ...): `vllm bench serve` exits 0 and writes a file even when every request failed. An invalid run
@@ -36,7 +38,11 @@ Example (inside the vllm/vllm-openai image):
         --out /results --upload s3://results/runs/dev/gemma-fp8/<run id>/ --resume \\
         --instance-type g6e.2xlarge --gpus 1
 
-Exit codes: 0 every combination valid; 1 some combination invalid; 2 bad arguments;
+While it waits for the server, the sweep says every 10 s why (connection refused, the HTTP status,
+a timeout). A --model the server does not serve (GET /v1/models) stops it before any run.
+
+Exit codes: 0 every combination valid; 1 some combination invalid; 2 bad arguments (also a --model
+the server does not serve);
 3 server not healthy in time; 4 results could not be uploaded; 130 stopped by Ctrl-C; 143 terminated (SIGTERM).
 """
 
@@ -50,6 +56,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -371,22 +378,51 @@ def _get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
         return exc.code, exc.read() if exc.fp else b""
 
 
-def wait_for_health(base_url: str, timeout_s: float, interval_s: float = 5.0) -> float:
-    """Poll GET /health until 200; returns the seconds waited, raises TimeoutError."""
+def health_problem(exc: BaseException) -> str:
+    """Why GET /health did not answer, in words."""
+    reason = getattr(exc, "reason", exc)
+    if isinstance(reason, ConnectionRefusedError):
+        return ("connection refused (nothing listens at that address yet: the server is not started, or the port "
+                "is wrong)")
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return "no answer in time (the connection or the reply timed out)"
+    if isinstance(reason, socket.gaierror):
+        return "the host name does not resolve (DNS)"
+    if isinstance(reason, ConnectionResetError):
+        return "connection reset by the server"
+    text = str(reason) or reason.__class__.__name__
+    return text
+
+
+def wait_for_health(base_url: str, timeout_s: float, interval_s: float = 5.0, say_every_s: float = 10.0,
+                    say=None) -> float:
+    """Poll GET /health until 200; returns the seconds waited, raises TimeoutError.
+
+    Every `say_every_s` seconds it says why it is still waiting (connection refused, the HTTP
+    status, a timeout)."""
+    say = say or (lambda line: print(line, flush=True))
     start = time.monotonic()
-    last = "no answer"
+    last = "no answer yet"
+    said = start
     while True:
         try:
             status, _ = _get(f"{base_url}/health", timeout=min(10.0, max(timeout_s, 1.0)))
             if status == 200:
                 return time.monotonic() - start
-            last = f"HTTP {status}"
+            last = f"HTTP {status}" + (" (the server is up but not ready: vLLM answers 503 while it loads the model)"
+                                       if status == 503 else "")
         except (OSError, urllib.error.URLError) as exc:
-            last = str(getattr(exc, "reason", exc))
-        elapsed = time.monotonic() - start
+            last = health_problem(exc)
+        now = time.monotonic()
+        elapsed = now - start
         if elapsed >= timeout_s:
-            raise TimeoutError(f"{base_url}/health not 200 after {elapsed:.0f} s (last: {last})")
-        time.sleep(min(interval_s, max(0.1, timeout_s - elapsed)))
+            raise TimeoutError(f"{base_url}/health did not answer 200 within {elapsed:.0f} s (last: {last}); check "
+                               "--base-url and the server's log, or wait longer with --health-timeout")
+        if now - said >= say_every_s:
+            said = now
+            say(f"bench sweep: still waiting for {base_url}/health after {elapsed:.0f} s: {last} "
+                f"(giving up after {timeout_s:.0f} s)")
+        time.sleep(min(interval_s, max(0.1, timeout_s - elapsed), max(0.1, say_every_s - (now - said))))
 
 
 def probe_server(base_url: str, model: str) -> dict[str, Any]:
@@ -1010,14 +1046,17 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     print(f"bench sweep: {len(plan)} combinations -> {out}; waiting for {args.base_url}/health "
           f"(up to {args.health_timeout:.0f} s)", flush=True)
     try:
-        sweep.health_seconds = wait_for_health(args.base_url, args.health_timeout, args.health_interval)
+        sweep.health_seconds = wait_for_health(args.base_url, args.health_timeout, args.health_interval,
+                                               args.health_say_every)
     except TimeoutError as exc:
         print(f"bench sweep: {exc}", file=sys.stderr)
         return EXIT_UNHEALTHY
     server = probe_server(args.base_url, args.model)
-    if server["served_models"] and args.model not in server["served_models"]:
-        print(f"bench sweep: WARNING: server serves {server['served_models']}, not {args.model!r}; "
-              "every run will fail", file=sys.stderr, flush=True)
+    served = [str(m) for m in server["served_models"] if m]
+    if served and args.model not in served:
+        print(f"bench sweep: --model {args.model}: the server at {args.base_url} does not serve it; it serves "
+              f"{', '.join(served)} (GET /v1/models). Pass one of them; no run was started.", file=sys.stderr)
+        return EXIT_USAGE
     sweep.hardware = hardware.resolve(
         node_name=args.node_name, configured_instance_type=args.instance_type, gpus=args.gpus,
         capacity_type=args.capacity_type, allowed_capacity_types=args.allowed_capacity_types,
@@ -1035,6 +1074,7 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     if sweep.uploader:
         sweep.uploader.retry_failed()
     sweep.save_manifest()
+    record_capacity(sweep)
     t = sweep.timing()
     runs = sweep.manifest["runs"]
     print(
@@ -1057,6 +1097,33 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
         print(f"bench sweep: not uploaded to {upload.uri}: {', '.join(sweep.uploader.failed)}", file=sys.stderr)
         return EXIT_UPLOAD
     return EXIT_INVALID if invalid else EXIT_OK
+
+
+def record_capacity(sweep: "Sweep") -> None:
+    """This side's half of a verdict, recorded where the results are (manifest `capacity`, uploaded):
+    per scenario its capacity under the sweep's SLO as an interval (bench.verdict), so a sweep
+    Job leaves its state in S3 whatever a later report decides. `bench report` recomputes it."""
+    from bench import capacity_report as CR
+    from bench import report as RP
+    from bench import verdict as V
+
+    args = sweep.args
+    side = RP.load_side(sweep.out)
+    caps = CR.scenario_capacity(sweep.out, [r for r in side.runs if side.usable(r)], ttft_ms=args.slo_ttft_p99_ms,
+                                decode_ms=args.slo_itl_p99_ms, decode_metric=args.slo_decode_metric)
+    scenarios = {}
+    for name in side.scenarios:
+        got = caps.get(name) or {}
+        closed = got.get("closed") or V.Capacity(V.GRID, V.NO_DATA)
+        scenarios[name] = {"slo_capacity_interval": closed.as_dict(),
+                           "rate_capacity_interval": got["open"].as_dict() if got.get("open") else None}
+        print(f"bench sweep: {name} under the SLO: {V.capacity_text(closed)}", flush=True)
+    sweep.manifest["capacity"] = {
+        "slo": {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
+                "decode_metric": args.slo_decode_metric},
+        "scenarios": scenarios,
+    }
+    sweep.save_manifest()
 
 
 def _variant(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -1128,6 +1195,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--health-timeout", type=float, default=1800.0,
                    help="seconds to wait for GET /health = 200 (default: %(default)s)")
     p.add_argument("--health-interval", type=float, default=5.0, help=argparse.SUPPRESS)
+    p.add_argument("--health-say-every", type=float, default=10.0, help=argparse.SUPPRESS)
     p.add_argument("--resume", action="store_true",
                    help="skip combinations whose result file re-validates against this plan")
     p.add_argument("--upload", default=_env("VLLM_POC_RESULTS_URI"),

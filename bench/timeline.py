@@ -14,7 +14,7 @@ Marks (UTC, ISO 8601):
   container_started  containerStatuses[].state.running.startedAt (else the Started event)
   health_ok          pod condition Ready (the readiness probe is GET /health)
 
-Phases, in the order of the PoC report's Table 5 (each with its share of the total, pod created to
+Phases, in the order of the PoC report's startup breakdown (each with its share of the total, pod created to
 /health OK): node provisioning (pod created -> scheduled; a warm node makes it ~0), image pull
 (the kubelet's own measurement), container start (scheduled -> started, less the pull), then from
 the server log: weight load, torch.compile, CUDA graph capture, and the rest of engine start-up.

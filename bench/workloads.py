@@ -1,15 +1,16 @@
 """What each benchmark scenario sends: the dataset behind it, as data.
 
-The PoC's four scenarios (report table 2) are fixed-length random-token prompts. Two more measure
+The PoC's four scenarios (chat, summary, moderation, RAG) are fixed-length random-token prompts. Two more measure
 what random tokens cannot:
 
 - `K_korean`: the project's own Korean marketplace prompt set (`bench/data/korean_marketplace.jsonl`,
   see bench/data/README.md) through `vllm bench serve --dataset-name custom`, the chat template
   applied by the client, outputs capped at 256 tokens and ending naturally (no ignore-eos). Real text
-  is what speculative-decoding acceptance means anything on (PoC report 5.3, Table 7), so it runs at
-  concurrency 1 and 8 by default, like Table 7.
+  is what speculative-decoding acceptance means anything on (the PoC compared draft methods on Korean
+  prompts), so it runs at concurrency 1 and 8 by default, the two loads the PoC compared them at.
 - `S5_shared_prefix`: a long common prefix plus a short unique suffix per request (vLLM's
-  `prefix_repetition` dataset): 90 % of each prompt is shared, as in blog part 2, section 4. It is
+  `prefix_repetition` dataset): 90 % of each prompt is shared, as in a public Gemma-4 prefix-caching
+  measurement. It is
   the one scenario where prefix-cache hits are expected; no run of it is ever flagged for them.
 
 Each scenario says which `vllm bench serve` dataset flags it needs (`dataset_args`), whether every
@@ -35,7 +36,7 @@ KOREAN_PROMPTS = "korean_marketplace.jsonl"
 PROMPT_CATEGORIES = ("chat_reply", "listing", "summarize", "moderation", "support", "rag")
 
 # Below this acceptance rate (percent) on real text, speculative decoding is misconfigured rather
-# than slow: the PoC measured 26-28 % for ngram and 55-56 % for MTP on Korean (report 5.3), and a
+# than slow: the PoC measured 26-28 % for ngram and 55-56 % for MTP on Korean prompts, and a
 # known failure mode (compressed-tensors FP8 target + fp8 KV, MTP draft without KV scales) sits
 # near 0 %. Random-token prompts are exempt: nothing can be predicted on them.
 ACCEPTANCE_GATE_PCT = 10.0
@@ -142,18 +143,18 @@ def file_sha256(path: Path) -> str:
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in [
-        # PoC report table 2.
-        Workload("S1_chat", "random", 256, 128, summary="PoC report table 2"),
-        Workload("S2_summary", "random", 1024, 256, summary="PoC report table 2"),
-        Workload("S3_moderation", "random", 512, 16, summary="PoC report table 2"),
-        Workload("S4_rag", "random", 4096, 256, summary="PoC report table 2"),
-        # Blog part 2, 4: 90 % of each prompt a common prefix (prefix caching on: +40.5 % tok/s
+        # The PoC's four scenarios (input/output tokens).
+        Workload("S1_chat", "random", 256, 128, summary="the PoC's chat scenario"),
+        Workload("S2_summary", "random", 1024, 256, summary="the PoC's summary scenario"),
+        Workload("S3_moderation", "random", 512, 16, summary="the PoC's moderation scenario"),
+        Workload("S4_rag", "random", 4096, 256, summary="the PoC's RAG scenario"),
+        # A public Gemma-4 measurement: 90 % of each prompt a common prefix (prefix caching on: +40.5 % tok/s
         # and 2.1x lower TTFT p99 at c=8). Four prefixes stand for a few fixed system prompts or
         # policy documents; 2,048 input tokens keep it inside every stack's 8K context.
         Workload("S5_shared_prefix", "prefix_repetition", 2048, 256, prefix_len=1843, num_prefixes=4,
                  prefix_hits_expected=True,
                  summary="long shared system/context prefix + short unique question"),
-        # PoC report 5.3 / Table 7: Korean marketplace prompts, c=1 and c=8.
+        # The PoC's Korean comparison of draft methods: Korean marketplace prompts, c=1 and c=8.
         Workload("K_korean", "custom", 0, 256, dataset_file=KOREAN_PROMPTS, concurrencies=(1, 8),
                  fixed_output=False, real_text=True,
                  summary="Korean marketplace prompt set (chat template, natural ends, <= 256 tokens)"),

@@ -70,7 +70,7 @@ def ec2_node_class_spec(pool: GpuPoolSpec, args: GpuCapacityArgs, role: str) -> 
     }
     if pool.raid0:
         # kubelet, containerd and emptyDir move onto the striped NVMe (3.8 TB on g6e.12xlarge); the
-        # vLLM image and the compile cache live there (PoC report 4.2, 5.2).
+        # vLLM image and the compile cache live there (as on the PoC's g6e.12xlarge).
         spec["instanceStorePolicy"] = "RAID0"
     return with_image_cache(spec, pool.image_cache)
 

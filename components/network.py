@@ -150,7 +150,7 @@ class Network(pulumi.ComponentResource):
             private_subnets.append(private)
             private_rts.append(rt)
 
-        # Weights stream from S3 at up to 100 Gbps per node (PoC report 4.2); a gateway endpoint keeps
+        # Weights stream from S3 at up to 100 Gbps per node (g6e.12xlarge); a gateway endpoint keeps
         # that traffic off the NAT gateway, where it would be both a bottleneck and a per-GB charge.
         aws.ec2.VpcEndpoint(
             f"{name}-s3",

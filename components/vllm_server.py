@@ -161,7 +161,7 @@ def deployment_manifest(
         "volumes": [
             # Compile and asset caches on the node's ephemeral disk (the instance-store RAID0 where
             # the pool has one): a container restart in the pod (engine crash, liveness kill, OOM)
-            # keeps them and skips torch.compile (73 s -> 8.5 s, PoC 4.1). Not a hostPath: that is
+            # keeps them and skips torch.compile (73 s -> 8.5 s in the PoC). Not a hostPath: that is
             # refused by the namespace's `restricted` admission, and a node directory shared by
             # every pod would let one pod plant compiled kernels that the next server executes.
             {"name": CACHE_VOLUME, "emptyDir": {"sizeLimit": f"{spec.cache_size_gib}Gi"}},

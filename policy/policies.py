@@ -392,13 +392,13 @@ def vllm_servers(resource_type: str, name: str, props: Mapping[str, Any]) \
 # --------------------------------------------------------------------------------------------------
 # Rule: FP8 checkpoint needs --kv-cache-dtype fp8
 
-# PoC report 5.1: FP8-dynamic checkpoints ship kv_cache_scheme=None, so the KV cache stays BF16 and
+# The PoC measured it: FP8-dynamic checkpoints ship kv_cache_scheme=None, so the KV cache stays BF16 and
 # capacity halves (12,150 vs 23,320 tokens); FP8 then loses S2/S4 to NVFP4 for that reason alone.
 FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3")
 
 
 # A server variant generated to measure the KV cache dtype (stacks/variants.py) says so in its labels;
-# it is the one deliberate exception (the "FP8 (BF16 KV)" column of PoC Table 6).
+# it is the one deliberate exception (the PoC's "FP8 (BF16 KV)" measurement).
 VARIANT_LABEL = "vllm-poc/variant"
 
 

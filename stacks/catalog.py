@@ -3,8 +3,8 @@
 Figures come from Karpenter v1.14's generated instance-type table (vCPU, memory, GPUs, GPU memory,
 local NVMe, baseline network Gbps); burst network Gbps from AWS's EC2 specifications (bench/netlimits.py
 holds the same two network columns, with their source, for the bench, which cannot import this
-package's Pulumi-side modules); prices are the PoC's Seoul on-demand figures where the seeds give
-them (PoC report section 6: L40S $2.76/hr, g7e $4.13/hr on demand and $1.50/hr on Spot) and
+package's Pulumi-side modules); prices are the PoC's Seoul figures where it gives them (its verdict
+priced L40S at $2.76/hr, g7e at $4.13/hr on demand and $1.50/hr on Spot) and
 otherwise left unset. `python -m stacks preflight` shows the live Spot and on-demand prices. Preflight asks AWS for the live
 offerings, quotas and Spot prices; this table only lets bad config fail before anything is declared.
 """
@@ -26,8 +26,8 @@ class InstanceType:
     nvme_gb: int  # total local instance store, decimal GB; 0 = none
     network_gbps: float  # baseline
     network_burst_gbps: float  # "up to" figure; equals the baseline where AWS states no burst
-    on_demand_usd_hour: float | None = None  # ap-northeast-2, where the seeds measured it
-    spot_usd_hour: float | None = None  # the price the seeds' Spot verdict used
+    on_demand_usd_hour: float | None = None  # ap-northeast-2, where the PoC measured it
+    spot_usd_hour: float | None = None  # the price the PoC's Spot verdict used
 
     @property
     def family(self) -> str:

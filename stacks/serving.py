@@ -5,9 +5,10 @@ Everything a reviewer needs to judge a server's flags lives here, as data plus o
 the argument list, env, resource requests, volumes and probe budgets. `components/vllm_server.py`
 only renders that spec as Kubernetes objects.
 
-Sources: PoC report sections 4-7 (startup A/B, FP8 vs NVFP4, MTP draft, recommended command) and
-blog part 2 sections 2-9 (precision, speculative decoding, prefix caching, max-num-seqs,
-text-only pools, priority scheduling, table 6 pool roles).
+Sources: the PoC's own measurements (startup A/B tests, FP8 vs NVFP4, the MTP draft, its recommended
+command) and a public Gemma-4 on EKS throughput and latency write-up (precision, speculative
+decoding, prefix caching, max-num-seqs, text-only pools, priority scheduling, pool roles per traffic
+kind); each figure used is quoted where it is used.
 
 Flags are kept to those present in both vLLM v0.26.0 (the production image) and v0.32.0 (the CPU
 build the serving tests run); tests/test_vllm_cli_args.py parses every argument list with both.
@@ -53,8 +54,8 @@ class ModelProfile:
     fallback_notes: dict[str, str] = field(default_factory=dict)
 
 
-# Sizes: blog part 2 puts the NVFP4 weights at about 31 GiB and FP8 within 2% of it (section 2);
-# the PoC loaded both together as 66 GB (section 4.2). BF16 is the 31B parameters at 2 bytes.
+# Sizes: the public Gemma-4 measurements put the NVFP4 weights at about 31 GiB and FP8 within 2% of
+# it; the PoC loaded both together as 66 GB. BF16 is the 31B parameters at 2 bytes.
 MODELS: dict[str, ModelProfile] = {
     p.key: p
     for p in [
@@ -64,8 +65,8 @@ MODELS: dict[str, ModelProfile] = {
             weights_gib=31.6,
             quantization="FP8 W8A8 dynamic (native on Ada and Blackwell FP8 tensor cores)",
             # The checkpoint has no kv_cache_scheme, so vLLM would keep a BF16 KV cache: 12,150 vs
-            # 23,320 KV tokens on L40S, and FP8 loses S2/S4 to NVFP4 (PoC 5.1, "the most common
-            # mistake"). fp8 is therefore not a default but a requirement.
+            # 23,320 KV tokens on L40S, and FP8 loses S2/S4 to NVFP4 (the PoC calls it the most common
+            # mistake). fp8 is therefore not a default but a requirement.
             default_kv_cache_dtype="fp8",
             allowed_kv_cache_dtypes=("fp8", "fp8_e4m3"),
         ),
@@ -81,7 +82,7 @@ MODELS: dict[str, ModelProfile] = {
             fallback_notes={
                 "l40s": "NVFP4 on L40S (SM89, no FP4 tensor cores) runs on the Marlin W4A16 "
                 "fallback kernel, as in the PoC's L40S baseline; it is not comparable with "
-                "native FP4 on g7e (PoC section 3 warning).",
+                "native FP4 on g7e (the PoC warns against comparing the two).",
             },
         ),
         ModelProfile(
@@ -104,10 +105,10 @@ class DraftProfile:
 
 
 # The official MTP assistant: 56% acceptance on Korean prompts vs 5.6% for a 32K-vocab EAGLE3,
-# 0.94 GB (PoC 5.3). It shares the target's KV cache (reference vllm.md 1.4).
+# 0.94 GB (PoC measurements). It shares the target's KV cache.
 MTP_DRAFT = DraftProfile(hf_id="google/gemma-4-31B-it-assistant", weights_gib=0.88, method="mtp")
 
-# -- traffic classes (blog part 2, table 6) ------------------------------------------------------
+# -- traffic classes (pool roles per traffic kind, from public Gemma-4 measurements) -------------
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,8 @@ class TrafficClass:
 TRAFFIC_CLASSES: dict[str, TrafficClass] = {
     c.key: c
     for c in [
-        # MTP n=4 raised ITL p99 at c=4 from 27.0 to 112.4 ms (blog 3): no speculation where the
-        # ITL p99 <= 50 ms SLO applies. 0.90 is the utilization blog part 2 measured with.
+        # MTP n=4 raised ITL p99 at c=4 from 27.0 to 112.4 ms (public measurement): no speculation
+        # where the ITL p99 <= 50 ms SLO applies. 0.90 is the utilization that measurement used.
         TrafficClass(
             key="interactive",
             speculative=False,
@@ -133,8 +134,9 @@ TRAFFIC_CLASSES: dict[str, TrafficClass] = {
             gpu_memory_utilization=0.90,
             summary="latency SLO traffic: no speculative decoding",
         ),
-        # MTP n=4: up to 2.13x throughput (blog 3), 2.3x c8 throughput on Korean (PoC 5.3);
-        # priority scheduling lets a router demote latency-insensitive requests (blog 7).
+        # MTP n=4: up to 2.13x throughput (public measurement), 2.3x c8 throughput on Korean (PoC);
+        # priority scheduling lets a router demote latency-insensitive requests (public measurement:
+        # the slowest workload's e2e p99 fell 24%, the demoted requests' rose 1%).
         TrafficClass(
             key="batch",
             speculative=True,
@@ -143,7 +145,7 @@ TRAFFIC_CLASSES: dict[str, TrafficClass] = {
             gpu_memory_utilization=0.90,
             summary="throughput traffic: MTP n=4 and priority scheduling",
         ),
-        # No image encoder reservation and 0.95 utilization: +12.6% KV tokens (blog 6). Image
+        # No image encoder reservation and 0.95 utilization: +12.6% KV tokens (public measurement). Image
         # requests must go to another pool.
         TrafficClass(
             key="text-only",
@@ -167,11 +169,11 @@ class LoaderProfile:
 
 
 LOADER_PROFILES: dict[str, LoaderProfile] = {
-    # 29-32 s, 8.2 Gbps effective, vs 149 s through Mountpoint (PoC 4.1).
-    "g6e.2xlarge": LoaderProfile(64, 24, "measured: 29-32 s load (PoC 4.1)"),
-    # 19 s even with two models loading on the node at once (PoC 4.2).
-    "g6e.12xlarge": LoaderProfile(128, 64, "measured: 19 s load (PoC 4.2)"),
-    # Not broken down in the PoC (18 s load, section 6 gives no loader settings). Chosen from the
+    # 29-32 s, 8.2 Gbps effective, vs 149 s through Mountpoint (PoC startup A/B test).
+    "g6e.2xlarge": LoaderProfile(64, 24, "measured: 29-32 s load (PoC)"),
+    # 19 s even with two models loading on the node at once (PoC).
+    "g6e.12xlarge": LoaderProfile(128, 64, "measured: 19 s load (PoC)"),
+    # Not broken down in the PoC (18 s load, no loader settings recorded for g7e). Chosen from the
     # hardware: S3 delivers roughly 85-90 MB/s per connection, so a 50 Gbps NIC (6.25 GB/s) fills
     # at about 70 streams; 64 streams reach ~90% of it and the 12xlarge's 128 would only
     # oversubscribe a NIC half as wide from 8 vCPUs. The host has 64 GiB like g6e.2xlarge, where
@@ -181,12 +183,12 @@ LOADER_PROFILES: dict[str, LoaderProfile] = {
 
 
 def loader_profile(instance: catalog.InstanceType) -> LoaderProfile:
-    """Seeded values where the PoC measured them, else a rule that follows the seeds' scaling."""
+    """The PoC's measured values where it measured them, else a rule that follows their scaling."""
     if instance.name in LOADER_PROFILES:
         return LOADER_PROFILES[instance.name]
     concurrency = 128 if instance.network_gbps >= 100 else 64
     memory = 64 if instance.memory_gib // instance.gpus >= 96 else 24
-    return LoaderProfile(concurrency, memory, "derived from the seeds' g6e values (not measured)")
+    return LoaderProfile(concurrency, memory, "derived from the PoC's g6e values (not measured)")
 
 
 # -- pod sizing ------------------------------------------------------------------------------------
@@ -236,7 +238,7 @@ MANAGED_FLAGS: frozenset[str] = frozenset(
         "--download-dir",
     }
 )
-# Removed upstream; a copied recipe with them keeps the server from starting (blog part 2, 6).
+# Removed upstream; a copied recipe with them keeps the server from starting.
 REMOVED_FLAGS: dict[str, str] = {
     "--disable-log-requests": "removed in vLLM 0.12; request logging is off by default "
     "(--enable-log-requests turns it on)",
@@ -289,7 +291,7 @@ def tensor_parallel_problem(tp: int) -> str | None:
 
 
 # A variant that exists to measure the KV cache dtype may use the checkpoint's own (BF16) KV cache,
-# the "FP8 (BF16 KV)" column of PoC Table 6; nothing else may.
+# the PoC's "FP8 (BF16 KV)" measurement; nothing else may.
 MEASURED_KV_CACHE_DTYPES = ("auto", "bfloat16")
 
 
@@ -306,7 +308,7 @@ def kv_cache_dtype_problem(model: str, kv_cache_dtype: str | None, *, measured: 
     if model == "fp8-dynamic":
         return (f"{kv_cache_dtype!r} is refused for fp8-dynamic: the checkpoint needs "
                 "--kv-cache-dtype fp8, without it the KV cache stays BF16 (12,150 instead of "
-                "23,320 tokens on L40S, PoC 5.1); remove kvCacheDtype or set it to fp8")
+                "23,320 tokens on L40S, as the PoC measured); remove kvCacheDtype or set it to fp8")
     return (f"{kv_cache_dtype!r} is not allowed for model {model}; use one of "
             f"{', '.join(profile.allowed_kv_cache_dtypes)} or leave it unset")
 
@@ -367,7 +369,7 @@ class ServerSettings(BaseModel):
     model: str = Field(description=f"Model profile: one of {', '.join(MODELS)}.")
     traffic_class: str = Field(
         "interactive",
-        description="Pool role from blog part 2 table 6: interactive (no speculative decoding), "
+        description="Pool role by traffic kind: interactive (no speculative decoding), "
         "batch (MTP n=4 + priority scheduling) or text-only (image encoder off, "
         "gpu-memory-utilization 0.95).",
     )
@@ -379,7 +381,7 @@ class ServerSettings(BaseModel):
     max_num_seqs: int = Field(
         64, ge=1, le=4096,
         description="Most concurrent sequences; a hard cap, so at least the bench's highest "
-        "concurrency (blog part 2, 5: 16 at c=32 lost 29% throughput).",
+        "concurrency (16 at concurrency 32 lost 29% throughput in a public Gemma-4 measurement).",
     )
     gpu_memory_utilization: float | None = Field(
         None, gt=0.5, le=0.98,
@@ -408,13 +410,14 @@ class ServerSettings(BaseModel):
     )
     kv_cache_dtype: str | None = Field(
         None,
-        description="KV cache dtype override; fp8-dynamic only accepts fp8 (PoC 5.1), nvfp4 "
+        description="KV cache dtype override; fp8-dynamic only accepts fp8 (its BF16 KV cache halves the KV "
+        "tokens, as the PoC measured), nvfp4 "
         "also auto, bf16 auto/bfloat16/fp8.",
     )
     sleep_mode: bool = Field(
         False,
         description="Enable /sleep and /wake_up to hand idle GPU memory back (26.8 s sleep, 3.6 s "
-        "wake, PoC 4.1); turns on vLLM's development endpoints.",
+        "wake, as the PoC measured); turns on vLLM's development endpoints.",
     )
     image: str = Field(default_factory=lambda: pins().vllm_image,
                        description="vLLM server image, pinned (default from pyproject pins).")
@@ -542,7 +545,7 @@ def loader_config(server: ServerSettings, instance: catalog.InstanceType) -> dic
     """
     profile = loader_profile(instance)
     tp = server.tensor_parallel_size
-    # The seeds' per-pod figure stays for TP=1; TP ranks of one pod split it.
+    # The PoC's per-pod figure stays for TP=1; TP ranks of one pod split it.
     concurrency = max(16, profile.concurrency // tp)
     _, memory_per_gpu = _per_gpu(instance)
     memory_gib = max(1, min(profile.memory_limit_gib, memory_per_gpu - _PROCESS_OVERHEAD_GIB))
@@ -588,7 +591,7 @@ def build_serve_spec(
         "--served-model-name", profile.hf_id,
         "--host", "0.0.0.0",
         "--port", str(PORT),
-        # Direct S3 streaming: 29-32 s vs 149 s through Mountpoint FUSE (PoC 4.1).
+        # Direct S3 streaming: 29-32 s vs 149 s through Mountpoint FUSE (PoC startup A/B test).
         "--load-format", "runai_streamer",
         "--model-loader-extra-config", _json(loader_config(server, instance)),
         "--tensor-parallel-size", str(tp),
@@ -597,7 +600,7 @@ def build_serve_spec(
         "--gpu-memory-utilization", f"{server.effective_gpu_memory_utilization:.2f}",
         "--kv-cache-dtype", server.effective_kv_cache_dtype,
         # On by default for Gemma 4, stated so a later default change cannot flip it: +40.5%
-        # throughput and 2.1x lower TTFT p99 with shared prefixes (blog part 2, 4).
+        # throughput and 2.1x lower TTFT p99 with shared prefixes (public Gemma-4 measurement).
         "--enable-prefix-caching",
         "--tool-call-parser", "gemma4",
         "--reasoning-parser", "gemma4",
@@ -619,7 +622,7 @@ def build_serve_spec(
         "AWS_REGION": region,
         "AWS_DEFAULT_REGION": region,
         # Compile and asset caches on the cache volume survive container restarts: torch.compile
-        # 73 s -> 8.5 s (PoC 4.1). VLLM_ASSETS_CACHE does not follow VLLM_CACHE_ROOT, so both are set.
+        # 73 s -> 8.5 s (PoC). VLLM_ASSETS_CACHE does not follow VLLM_CACHE_ROOT, so both are set.
         "VLLM_CACHE_ROOT": CACHE_MOUNT,
         "VLLM_ASSETS_CACHE": f"{CACHE_MOUNT}/assets",
         "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
@@ -660,7 +663,7 @@ def build_serve_spec(
     if _measures_kv(server.variant_of) and server.effective_kv_cache_dtype in MEASURED_KV_CACHE_DTYPES \
             and server.effective_kv_cache_dtype not in profile.allowed_kv_cache_dtypes:
         notes.append(f"measurement variant of {server.variant_of.base}: {server.model} with a "
-                     f"{server.effective_kv_cache_dtype} KV cache (about half the KV tokens, PoC 5.1); "
+                     f"{server.effective_kv_cache_dtype} KV cache (about half the KV tokens, as the PoC measured); "
                      "not a configuration to serve with.")
     loader = loader_profile(instance)
     if instance.name not in LOADER_PROFILES:
@@ -798,7 +801,7 @@ def check_server(
     if bench_max_concurrency is not None and server.max_num_seqs < bench_max_concurrency:
         problems.append(
             f"{key}.maxNumSeqs: {server.max_num_seqs} is below the bench's highest concurrency "
-            f"{bench_max_concurrency}; vLLM would silently cap throughput there (blog part 2, 5); "
+            f"{bench_max_concurrency}; vLLM would silently cap throughput there; "
             f"set maxNumSeqs to at least {bench_max_concurrency}"
         )
     if bench_max_tokens is not None and server.max_model_len < bench_max_tokens:

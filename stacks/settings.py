@@ -455,7 +455,7 @@ class BenchSettings(_Settings):
     scenarios: list[str] = Field(
         default_factory=lambda: list(DEFAULT_SCENARIOS),
         description="Scenarios to sweep: " + ", ".join(f"{k} {i}/{o}" for k, (i, o) in DEFAULT_SCENARIOS.items())
-        + " (input/output tokens, PoC report table 2); also S5_shared_prefix (2048/256, 90% shared "
+        + " (input/output tokens, the PoC's four scenarios); also S5_shared_prefix (2048/256, 90% shared "
         "prefix) and K_korean (the Korean marketplace prompt set, outputs <= 256, c=1 and 8).",
     )
     scenario_concurrencies: dict[str, list[int]] = Field(

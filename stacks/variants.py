@@ -29,7 +29,7 @@ Checks, all at config load (`python -m stacks render`, `pulumi preview`):
 A variant of a benchmark target is a target too, with the base's price per hour.
 
 A variant may use a setting the profile otherwise refuses when that setting is what it measures:
-an FP8-dynamic server with `kvCacheDtype: auto` (the BF16 KV cache of PoC Table 6). Its pods carry
+an FP8-dynamic server with `kvCacheDtype: auto` (the BF16 KV cache the PoC measured). Its pods carry
 `vllm-poc/variant-of` and `vllm-poc/variant` labels, which the policy pack's fp8 KV rule honours.
 """
 

@@ -1,8 +1,9 @@
-"""`bench compare` on hand-made sweeps: Table 6 layout and winners, what differs, the like-for-like
-refusal, the acceptance gate, SLO capacity, and the command's contract (files and exact keys).
+"""`bench compare` on hand-made sweeps: variants side by side and winners beyond the noise, what
+differs, the like-for-like refusal, the acceptance gate, SLO capacity, and the command's contract
+(files and exact keys).
 
-The numbers are the PoC's Table 6 (FP8-dynamic with BF16 KV vs with fp8 KV on one g6e.12xlarge):
-fp8 KV wins S2_summary/32 (201.8 vs 112.1) and S4_rag/32 (104.5 vs 52.2).
+The numbers are the PoC's KV-cache comparison (FP8-dynamic with BF16 KV vs with fp8 KV on one
+g6e.12xlarge): fp8 KV wins S2_summary/32 (201.8 vs 112.1) and S4_rag/32 (104.5 vs 52.2).
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ def test_table6_winner_per_cell_and_what_differs(tmp_path):
         ("S2_summary", 32, {"FP8 (BF16 KV)": 112.1, "FP8 (fp8 KV)": 201.8}, "FP8 (fp8 KV)"),
         ("S4_rag", 32, {"FP8 (BF16 KV)": 52.2, "FP8 (fp8 KV)": 104.5}, "FP8 (fp8 KV)"),
     ]
-    assert "| S2_summary / 32 | 112.1 | **201.8** | FP8 (fp8 KV) |" in md
+    assert "| S2_summary / 32 | 112.1 | **201.8** | FP8 (fp8 KV) | 80.0 % (5 % default) |" in md
+    assert data["cells"][0]["winner_margin_pct"] == 80.02 and data["cells"][0]["noise_pct"] == 5.0
     assert "| FP8 (BF16 KV) | `" in md and "`auto`" in md
 
 
@@ -204,15 +206,46 @@ def test_low_acceptance_on_random_tokens_is_not_a_configuration_problem(tmp_path
     assert extra["gated"] == {} and data["cells"][0]["winner"] == "b"
 
 
+def _search_run(folder: Path, scenario: str, conc: int, k: int, tok_s: float, ttft_ms: float) -> None:
+    from bench import capacity_report as CR
+    from tests.test_bench_plan import result
+
+    (folder / "search").mkdir(exist_ok=True)
+    data = result(scenario, conc, tok_s, n=200, detail=[ttft_ms] * 200)
+    (folder / "search" / CR.search_filename(scenario, conc, k)).write_text(json.dumps(data))
+
+
 def test_slo_capacity_from_the_runs_or_the_capacity_search(tmp_path):
     a = sweep(tmp_path / "a", {("S2_summary", 8): 80.0, ("S2_summary", 32): 200.0}, server_flags=flags())
     b = sweep(tmp_path / "b", {("S2_summary", 8): 90.0, ("S2_summary", 32): 210.0},
               server_flags=flags(kv_cache_dtype="auto"), ttft99=900.0)  # misses the 500 ms TTFT p99 SLO
-    data, _, _ = compare(tmp_path, a, b)
+    data, _, md = compare(tmp_path, a, b)
     assert data["slo_capacity"] == {"S2_summary": {"a": 200.0, "b": None}}
-    (b / "capacity.json").write_text(json.dumps({"scenarios": {"S2_summary": {"output_tok_s": 75.5}}}))
+    assert "never meets the SLO at the loads tested" in md
+    # The capacity search's runs below the grid's failing point: b meets the SLO at c=4.
+    _search_run(b, "S2_summary", 4, 1, 75.5, 300.0)
     data, _, _ = compare(tmp_path, a, b)
     assert data["slo_capacity"]["S2_summary"]["b"] == 75.5
+
+
+def test_a_winner_only_beyond_the_noise(tmp_path):
+    """0.8 % apart from single runs is no winner (default 5 % band); repeats set the band."""
+    a = sweep(tmp_path / "a", {("S1_chat", 8): 1000.0, ("S1_chat", 32): 2000.0}, server_flags=flags())
+    b = sweep(tmp_path / "b", {("S1_chat", 8): 1008.0, ("S1_chat", 32): 2160.0},
+              server_flags=flags(kv_cache_dtype="auto"))
+    data, _, md = compare(tmp_path, a, b)
+    c8, c32 = data["cells"]
+    assert (c8["winner"], c8["winner_margin_pct"], c8["noise_pct"], c8["noise_source"]) == (None, 0.8, 5.0, "default")
+    assert (c32["winner"], c32["winner_margin_pct"]) == ("b", 8.0)
+    assert "| S1_chat / 8 | 1,000.0 | 1,008.0 | no clear winner | 0.8 % (5 % default, within it) |" in md
+    # The capacity search ran c=8 of a twice more: 1,000 / 960 / 1,040 is a 8 % spread, which then
+    # bounds every cell of the scenario: 8.0 % at c=32 is no longer beyond it.
+    _search_run(a, "S1_chat", 8, 1, 960.0, 300.0)
+    _search_run(a, "S1_chat", 8, 2, 1040.0, 300.0)
+    data, _, _ = compare(tmp_path, a, b)
+    c8, c32 = data["cells"]
+    assert (c32["noise_pct"], c32["noise_source"], c32["winner"]) == (8.0, "repeats", None)
+    assert c8["winner"] is None
 
 
 def test_server_settings_from_flags():
@@ -233,10 +266,11 @@ def test_command_writes_the_contract_files(tmp_path):
     data = json.loads((out / "compare.json").read_text())
     assert set(data) == {"variants", "cells", "slo_capacity", "incomplete"}
     assert all(set(v) == {"label", "dir", "differs"} for v in data["variants"])
-    assert all(set(c) == {"scenario", "concurrency", "output_tok_s", "winner"} for c in data["cells"])
+    assert all(set(c) == {"scenario", "concurrency", "output_tok_s", "winner", "winner_margin_pct", "noise_pct",
+                          "noise_source"} for c in data["cells"])
     assert [c["winner"] for c in data["cells"]] == ["fp8-kv", "fp8-kv"]
     assert (out / "compare.md").read_text().startswith("# Variant comparison: bf16-kv vs fp8-kv")
-    assert "2 winners" in proc.stdout
+    assert "2 winners, 0 cells without a clear winner" in proc.stdout
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -66,6 +66,8 @@ def test_search_converges_on_the_known_capacity(bench_stub_server, fake_bench, t
     assert lo <= 450 * 1.01 and hi <= 500
     printed = capsys.readouterr().out
     assert "extra runs: 3 (3 search, 0 open loop)" in printed
+    assert ("S1_chat: SLO capacity search (3 extra runs): meets the SLO at c=5 (confirmed with confidence), "
+            "misses it at c=6") in printed and "{" not in printed
 
 
 def test_resume_replays_the_search_without_rerunning(bench_stub_server, fake_bench, tmp_path):
@@ -174,8 +176,11 @@ def test_report_slo_basis_verdict_and_plan(bench_stub_server, fake_bench, tmp_pa
     assert "GPU busy share of the last sweep session" in text and "library client" in text
     plan = json.loads((out / "plan" / "plan.json").read_text())
     assert plan["basis"] == "slo" and plan["current"]["replicas"] == 12
-    assert plan["configurations"][0]["replicas"] < 12
-    # The seeds' method on request.
+    row = plan["configurations"][0]
+    assert row["replicas_range"][1] < 12 and (row["replicas"] is not None or "only as an interval" in row["reason"])
+    print(f"\nslo basis: ratio {comp['slo_ratio']} in {comp['slo_ratio_interval']} from {comp['slo_basis_source']}; "
+          f"plan {row['replicas_range']}")
+    # The PoC report's method on request.
     assert RP.main([str(cand), "--baseline", str(base), "--out", str(out), "--no-charts",
                     "--verdict-basis", "peak"]) == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -194,7 +199,9 @@ def test_baseline_that_never_meets_the_slo_is_a_state(bench_stub_server, fake_be
     base_summary = CR.scenario_capacity(base, RP.load_side(base).runs, ttft_ms=500, decode_ms=50)
     assert base_summary["S1_chat"]["slo_capacity"] == {"state": "never_meets_slo"}
     # The candidate meets the SLO where the baseline never does: that clears any threshold.
-    assert summary["verdict"] == {"threshold": 1.5, "min_ratio": None, "pass": True, "basis": "slo"}
+    assert summary["verdict"] == {"threshold": 1.5, "min_ratio": None, "pass": True, "basis": "slo",
+                                  "state": "pass", "reasons": [], "min_ratio_interval": [None, None]}
+    assert comp["slo_ratio_interval"] == [None, None] and comp["slo_state"] == "pass"
 
 
 # --- one long-lived bench client -------------------------------------------------------------

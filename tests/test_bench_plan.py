@@ -1,4 +1,5 @@
-"""`python -m bench plan`: replica math on hand-made sweep folders (the seeds' Table 3 and 8 peaks)."""
+"""`python -m bench plan`: replica math on hand-made sweep folders (the PoC's L40S and g7e peaks),
+ranges on intervals, stated reasons, refused names and mixes, and a chart without made-up bars."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from bench import plan as P
 from bench import results as R
 
 LENGTHS = {"S1_chat": (256, 128), "S2_summary": (1024, 256), "S3_moderation": (512, 16), "S4_rag": (4096, 256)}
-# Seeds: Table 3 (L40S peaks, c at peak) and Table 8 (g7e peaks).
+# The PoC's measured peaks: L40S (output tok/s, concurrency at the peak) and g7e.
 L40S = {"S1_chat": (536.0, 64), "S2_summary": (226.0, 32), "S3_moderation": (81.7, 8), "S4_rag": (98.6, 32)}
 G7E = {"S1_chat": 1871.0, "S2_summary": 910.0, "S3_moderation": 395.0, "S4_rag": 402.0}
 
@@ -70,8 +71,10 @@ def test_seeds_peak_plan_twelve_to_four(tmp_path):
     got = read(out)
     assert set(got) == {"basis", "headroom", "spares", "configurations", "current"}
     row = got["configurations"][0]
-    assert set(row) == {"label", "instance_type", "gpus", "replicas", "usd_hour_on_demand", "usd_hour_spot",
-                        "usd_month_on_demand", "usd_month_spot", "usd_per_million_output_tokens"}
+    assert set(row) == {"label", "instance_type", "gpus", "replicas", "replicas_range", "reason",
+                        "usd_hour_on_demand", "usd_hour_spot", "usd_month_on_demand", "usd_month_spot",
+                        "usd_per_million_output_tokens"}
+    assert row["replicas_range"] == [4, 4] and row["reason"] is None  # the peak basis: a point
     # 12 / 3.49 (S1, the smallest ratio) = 3.44 -> 4
     assert row["replicas"] == 4 and got["basis"] == "peak" and got["headroom"] == 0 and got["spares"] == 0
     # Catalog prices: g7e $4.13 on demand, $1.50 Spot; L40S $2.76 for the current fleet.
@@ -138,16 +141,25 @@ def test_baseline_that_never_meets_the_slo(tmp_path):
     out = tmp_path / "p"
     rc = plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts")
     text = (out / "plan.md").read_text()
-    assert "S1_chat: the current load is unknown on this basis (never_meets_slo)" in text
-    assert rc == 1 and read(out)["configurations"][0]["replicas"] is None  # S2 unconfirmed either
-    # Confirm S2 on both sides (search runs with detail): the plan goes on with S2 alone.
+    assert "S1_chat: the baseline never meets the SLO at the loads tested" in text
+    # S2 from the grids alone: both sides meet the SLO at c=8 (2,400 tok/s) and miss it at c=16
+    # (4,800): 12 x [2,400, 4,800) over [2,400, 4,800) is 6 to 24 replica-loads.
+    row = read(out)["configurations"][0]
+    assert rc == 0 and row["replicas"] is None and row["replicas_range"] == [6, 24]
+    assert "run the capacity search to narrow it" in row["reason"]
+    # Confirm S2 on both sides (search runs with detail) and bracket it: c=8 passes, c=9 misses.
     for d, tok in ((base, 300.0), (cand, 900.0)):
         (d / "search").mkdir(exist_ok=True)
         data = result("S2_summary", 8, tok * 8, ttft=400.0, n=200, detail=[400.0] * 200)
         (d / "search" / CR.search_filename("S2_summary", 8, 1)).write_text(json.dumps(data))
+        data = result("S2_summary", 9, tok * 9, ttft=600.0, n=200, detail=[600.0] * 200)
+        (d / "search" / CR.search_filename("S2_summary", 9, 1)).write_text(json.dumps(data))
     assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts") == 0
-    assert read(out)["configurations"][0]["replicas"] == 4  # 12 x 2400 / 7200
-    assert "never_meets_slo" in (out / "plan.md").read_text()
+    # 12 x [2,400, 2,700) over [7,200, 8,100): 3.6 to 4.5 replica-loads
+    row = read(out)["configurations"][0]
+    assert row["replicas_range"] == [4, 5] and row["replicas"] is None
+    assert "narrow the capacity search" in row["reason"]
+    assert "never meets the SLO" in (out / "plan.md").read_text()
 
 
 def test_mix_of_a_fleet_load(tmp_path):
@@ -180,8 +192,11 @@ def test_candidate_slo_capacity_from_search_runs(tmp_path):
     assert cap["output_tok_s"] == 1500.0 and cap["ttft_p99_ci_ms"] == [450.0, 450.0]
     out = tmp_path / "p"
     assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts") == 0
-    assert read(out)["configurations"][0]["replicas"] == 4  # ratio 3 under the SLO
-    assert "slo_capacity" in (out / "plan.md").read_text()
+    # Both sides bracketed at [5, 6): 12 x [500, 600) over [1,500, 1,800) is 3.3 to 4.8 replica-loads.
+    row = read(out)["configurations"][0]
+    assert row["replicas_range"] == [4, 5] and row["replicas"] is None
+    assert "| cand | S1_chat | 1,500.0 to 1,800.0 | " in (out / "plan.md").read_text()
+    assert "capacity search |" in (out / "plan.md").read_text()
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -215,3 +230,92 @@ def test_chart_written(tmp_path):
     out = tmp_path / "p"
     assert plan(cand, "--load", "S1_chat=25", "--basis", "peak", "--out", out) == 0
     assert (out / "plan.png").stat().st_size > 1000 and "plan.png" in (out / "plan.md").read_text()
+
+
+def test_default_slo_plan_on_grids_is_a_range_not_a_hardware_limit(tmp_path, capsys):
+    """The README's plan command on two default sweeps (no capacity search): a range with its reason."""
+    base = sweep_dir(tmp_path, "l40s", {s: v for s, (v, _) in L40S.items()}, instance_type="g6e.2xlarge")
+    cand = sweep_dir(tmp_path, "g7e", G7E, instance_type="g7e.2xlarge")
+    out = tmp_path / "p"
+    assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out) == 0
+    row = read(out)["configurations"][0]
+    lo, hi = row["replicas_range"]
+    assert row["replicas"] is None and 1 <= lo < hi <= 12
+    assert row["usd_hour_on_demand"] == pytest.approx(hi * 4.13)  # priced at the high end
+    printed = capsys.readouterr().out
+    assert f"g7e: {lo}-{hi} replicas (slo basis); " in printed and "--capacity-search --resume" in printed
+    assert "cannot meet" not in printed and "cannot meet" not in (out / "plan.md").read_text()
+
+
+def test_missing_scenario_is_a_reason_and_never_meeting_the_slo_is_a_limit(tmp_path, capsys):
+    base = sweep_dir(tmp_path, "base", {"S1_chat": 536.0, "S4_rag": 98.6})
+    gap = sweep_dir(tmp_path, "gap", {"S1_chat": 1871.0})  # S4_rag never ran
+    slow = sweep_dir(tmp_path, "slow", {"S1_chat": 1, "S4_rag": 1},
+                     curve=lambda s, c: (100.0 * c, 900.0 * c))  # misses the TTFT limit from c=1
+    out = tmp_path / "p"
+    rc = plan(gap, slow, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts")
+    rows = {r["label"]: r for r in read(out)["configurations"]}
+    assert rows["gap"]["replicas"] is None and rows["gap"]["replicas_range"] is None
+    assert rows["gap"]["reason"].startswith("S4_rag has no usable run in gap")
+    assert rows["gap"]["usd_month_on_demand"] is None  # nothing priced at 0 replicas
+    assert "never meets the SLO in S1_chat" in rows["slow"]["reason"]
+    assert rc == 1  # a measured limit: slow cannot serve the load within the SLO
+    printed = capsys.readouterr().out
+    assert "bench plan: gap: unknown (slo basis); S4_rag has no usable run" in printed
+    assert "bench plan: slow: cannot meet the load (slo basis); slow never meets the SLO" in printed
+    text = (out / "plan.md").read_text()
+    assert "| gap | unknown | 1 | unknown |" in text and "None" not in text
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--reference", "S1_caht=420", "--current-replicas", "12"], "--reference: no scenario named S1_caht in the "
+                                                                  "sweeps (did you mean S1_chat?)"),
+    (["--load", "S4_ragg=2"], "--load: no scenario named S4_ragg in the sweeps (did you mean S4_rag?)"),
+    (["--load", "10", "--mix", "S1_chat=0.5,S2_sumary=0.5"], "--mix: no scenario named S2_sumary"),
+    (["--load", "10", "--mix", "S1_chat=0.8,S4_rag=0.6"], "--mix: the shares add up to 1.4, not 1"),
+])
+def test_scenario_names_and_mix_shares_are_checked(tmp_path, capsys, argv, needle):
+    cand = sweep_dir(tmp_path, "c", {"S1_chat": 1280.0, "S2_summary": 512.0, "S4_rag": 402.0})
+    out = tmp_path / "p"
+    assert plan(cand, "--basis", "peak", "--out", out, "--no-charts", *argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not (out / "plan.json").exists()
+
+
+def test_chart_draws_no_bar_for_an_unknown_count(tmp_path):
+    base = sweep_dir(tmp_path, "base", {"S1_chat": 536.0, "S4_rag": 98.6})
+    known = sweep_dir(tmp_path, "known", {"S1_chat": 1871.0, "S4_rag": 402.0})
+    gap = sweep_dir(tmp_path, "gap", {"S1_chat": 1871.0})
+    out = tmp_path / "p"
+    assert plan(known, gap, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--out", out,
+                "--price-per-hour", "known=4.13/1.5", "--price-per-hour", "gap=4.13/1.5") == 0
+    got = read(out)
+    fig, (replicas, costs) = P.draw_chart(got)
+    try:
+        # x = 0 current, 1 known, 2 gap: bars only where a count (and a cost) is known
+        assert sorted(round(b.get_x() + b.get_width() / 2) for b in replicas.patches) == [0, 1]
+        assert [round(b.get_height()) for b in replicas.patches] == [12, 4]
+        assert all(abs(b.get_x() + b.get_width() / 2 - 2) > 0.5 for b in costs.patches)
+        assert "unknown" in [t.get_text() for t in replicas.texts]
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+    assert (out / "plan.png").stat().st_size > 1000
+
+
+def test_plan_pairs_capacities_as_the_report_does(tmp_path):
+    """An open loop whose every offered rate met the SLO says only "at least": like the report, the
+    plan then takes the capacity search's bracket, on every configuration alike."""
+    from tests.test_bench_verdict import _searched_folder
+
+    _searched_folder(tmp_path / "cand", 400.0, budget_stopped=False)
+    _searched_folder(tmp_path / "base", 100.0, budget_stopped=True)
+    out = tmp_path / "p"
+    assert plan(tmp_path / "cand", "--baseline", tmp_path / "base", "--current-replicas", 12, "--out", out,
+                "--no-charts") == 0
+    text = (out / "plan.md").read_text()
+    assert "| cand | S1_chat | 4,000.0 to 4,400.0 | " in text and "| capacity search |" in text
+    # S1: 12 x [1,000, 1,100) over [4,000, 4,400) = 2.7 to 3.3; S2: 12 x [800, 1,600) over
+    # [3,200, 6,400) = 1.5 to 6; the busiest scenario binds each end.
+    assert read(out)["configurations"][0]["replicas_range"] == [3, 6]

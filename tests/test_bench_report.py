@@ -1,7 +1,7 @@
 """Report math on hand-made result files: peaks, SLO selection, ratios, cost efficiency, verdict.
 
-The g7e/L40S numbers are the PoC report's Table 8 (peaks, $1.50 Spot vs $2.76 on-demand), so the
-expected ratios are the report's own: 3.49x..4.83x throughput, 6.4x..8.9x cost efficiency.
+The g7e/L40S numbers are the PoC report's verdict run (peaks, $1.50 Spot vs $2.76 on-demand), so
+the expected ratios are the report's own: 3.49x..4.83x throughput, 6.4x..8.9x cost efficiency.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ RUN_KEYS = {"scenario", "concurrency", "valid", "reason", "completed", "failed",
             "kv_cache_usage_max_pct", "requests_waiting_max", "gpu_util_mean_pct", "gpu_mem_used_max_gib",
             "gpu_power_mean_w", "spec_acceptance_by_position"}
 SLO_KEYS = {"ttft_p99_ms", "itl_p99_ms", "decode_metric"}
-SCENARIO_KEYS = {"peak", "slo", "peak_at_edge", "slo_capacity", "rate_capacity"}
+SCENARIO_KEYS = {"peak", "slo", "peak_at_edge", "slo_capacity", "rate_capacity", "slo_capacity_interval",
+                 "rate_capacity_interval"}
+INTERVAL_KEYS = {"source", "state", "output_tok_s", "load_unit", "load_pass", "load_fail", "load_max", "confirmed"}
 
 
 def write_result(folder: Path, scenario: str, conc: int, tok_s: float, *, ttft99=100.0, itl99=20.0,
@@ -76,7 +78,8 @@ def test_table8_ratios_cost_efficiency_and_verdict(tmp_path):
         assert round(c["throughput_ratio"], 2) == TABLE8_RATIO[name]
         assert round(c["cost_efficiency_ratio"], 1) == TABLE8_COST[name]
     assert summary["verdict"] == {"threshold": 1.5, "min_ratio": pytest.approx(3.4907, abs=1e-4), "pass": True,
-                                  "basis": "peak"}
+                                  "basis": "peak", "state": "pass", "reasons": [],
+                                  "min_ratio_interval": [pytest.approx(3.4907, abs=1e-4)] * 2}
     # The same data against a threshold above the weakest scenario fails.
     summary, _ = summarize(tmp_path / "g7e", tmp_path / "l40s", threshold=3.5)
     assert summary["verdict"]["pass"] is False
@@ -136,8 +139,10 @@ def test_invalid_runs_are_listed_and_excluded_everywhere(tmp_path):
     assert rows[("S3_moderation", 4)]["valid"] is False
     assert summary["scenarios"]["S1_chat"]["peak"]["output_tok_s"] == 300.0
     assert summary["scenarios"]["S1_chat"]["slo"]["output_tok_s"] == 300.0
-    assert summary["scenarios"]["S3_moderation"] == {"peak": None, "slo": None, "peak_at_edge": None,
-                                                     "slo_capacity": None, "rate_capacity": None}
+    s3 = summary["scenarios"]["S3_moderation"]
+    assert {k: s3[k] for k in ("peak", "slo", "peak_at_edge", "slo_capacity", "rate_capacity")} == {
+        "peak": None, "slo": None, "peak_at_edge": None, "slo_capacity": None, "rate_capacity": None}
+    assert s3["slo_capacity_interval"]["state"] == "no_data" and s3["slo_capacity_interval"]["output_tok_s"] is None
     assert summary["comparison"]["S1_chat"]["throughput_ratio"] == pytest.approx(3.0)
     assert summary["comparison"]["S3_moderation"]["throughput_ratio"] is None
     # 3x clears 1.5x, but with invalid runs and a scenario without data the verdict cannot pass.
@@ -158,9 +163,13 @@ def test_missing_scenario_or_mismatched_sweep_blocks_pass(tmp_path):
     assert summary["comparison"]["S4_rag"] == {"baseline_peak_tok_s": 98.6, "peak_tok_s": None,
                                                "throughput_ratio": None, "cost_efficiency_ratio": None,
                                                "slo_ratio": None, "slo_cost_efficiency_ratio": None,
-                                               "baseline_state": "not_searched"}
-    assert summary["verdict"]["pass"] is False and summary["verdict"]["min_ratio"] > 1.5
-    assert issues == ["scenario S4_rag: no valid run in the candidate (cand)"]
+                                               "baseline_state": "meets_slo", "slo_ratio_interval": None,
+                                               "slo_basis_source": "grid", "slo_state": "inconclusive"}
+    v = summary["verdict"]
+    assert v["pass"] is False and v["min_ratio"] > 1.5 and v["state"] == "inconclusive"  # missing is not a fail
+    assert issues == ["scenario S4_rag: no usable run in the candidate (cand): run it (`bench sweep --scenarios "
+                      "S4_rag --resume` against the candidate)"]
+    assert v["reasons"] == issues  # said once, with the command that completes it
     write_curve(cand, {"S4_rag": 402.0}, concs=(1, 16))  # now present, but other concurrencies
     summary, issues = summarize(cand, base)
     assert summary["verdict"]["pass"] is False
@@ -198,10 +207,13 @@ def test_summary_keys_are_exact(tmp_path):
     assert set(sc) == SCENARIO_KEYS
     assert set(sc["peak"]) == {"concurrency", "output_tok_s", "req_s"}
     assert set(sc["slo"]) == {"concurrency", "output_tok_s"}
+    assert set(sc["slo_capacity_interval"]) == INTERVAL_KEYS and sc["rate_capacity_interval"] is None
     assert set(summary["comparison"]["S1_chat"]) == {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
                                                      "cost_efficiency_ratio", "slo_ratio",
-                                                     "slo_cost_efficiency_ratio", "baseline_state"}
-    assert set(summary["verdict"]) == {"threshold", "min_ratio", "pass", "basis"}
+                                                     "slo_cost_efficiency_ratio", "baseline_state",
+                                                     "slo_ratio_interval", "slo_basis_source", "slo_state"}
+    assert set(summary["verdict"]) == {"threshold", "min_ratio", "pass", "basis", "state", "reasons",
+                                       "min_ratio_interval"}
 
 
 def test_cli_writes_report_summary_and_charts(tmp_path, capsys):
@@ -217,16 +229,17 @@ def test_cli_writes_report_summary_and_charts(tmp_path, capsys):
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == SUMMARY_KEYS
-    assert summary["verdict"]["pass"] is False  # S1_chat c=128 is invalid and missing in the baseline
+    # S1_chat c=128 is invalid and missing in the baseline: the comparison is incomplete, not failed
+    assert summary["verdict"]["pass"] is False and summary["verdict"]["state"] == "inconclusive"
     md = (out / "report.md").read_text()
     assert "| S1_chat | 256/128 | 1,871.0 | 14.62 | 64 |" in md
-    assert "3.49x" in md and "6.42x" in md and "**FAIL**" in md
+    assert "3.49x" in md and "6.42x" in md and "**INCONCLUSIVE**" in md
     assert "S1_chat | 128 |" in md and "5 failed requests" in md
     assert "56.0% (length 3.24)" in md  # spec-decode acceptance shown where present
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs == [f"chart_{s}.png" for s in sorted(G7E_PEAK)]
     assert all((out / p).stat().st_size > 10_000 for p in pngs)
-    assert "verdict FAIL" in capsys.readouterr().out
+    assert "verdict INCONCLUSIVE on the slo basis" in capsys.readouterr().out
 
 
 def test_report_without_matplotlib_still_writes_tables(tmp_path, monkeypatch):

@@ -103,7 +103,7 @@ def test_gemma4_parsers_on_every_server():
         assert flag(args, "--max-model-len") == "8192"
 
 
-# -- traffic classes (blog part 2, table 6) ----------------------------------------------------
+# -- traffic classes (pool roles per traffic kind) -----------------------------------------------
 
 
 def test_interactive_has_no_speculative_decoding():
@@ -171,7 +171,7 @@ def test_model_prefixes_do_not_nest():
 
 
 @pytest.mark.parametrize("instance,concurrency,memory_gib", [
-    (L40S, 64, 24),      # PoC 4.1
+    (L40S, 64, 24),      # the PoC's measured loader settings
     (L40S_X4, 128, 64),  # PoC 4.2
     (G7E, 64, 24),       # chosen: 50 Gbps NIC, 64 GiB host
 ])
@@ -327,7 +327,7 @@ def test_max_num_seqs_below_bench_peak_is_refused():
                                     key="vllm-poc:servers[0]")
     assert problems == [
         "vllm-poc:servers[0].maxNumSeqs: 32 is below the bench's highest concurrency 64; vLLM "
-        "would silently cap throughput there (blog part 2, 5); set maxNumSeqs to at least 64"
+        "would silently cap throughput there; set maxNumSeqs to at least 64"
     ]
 
 

@@ -1,6 +1,6 @@
 """Every `vllm serve` argument list the stack can emit, parsed by vLLM's own CLI.
 
-Flags change between vLLM releases (blog part 2, section 6: copied recipes stop a server from
+Flags change between vLLM releases (copied recipes stop a server from
 starting), so a misspelt or removed flag, an abbreviated one or malformed JSON must fail here, not
 on a GPU node after a 20-minute cold start.
 

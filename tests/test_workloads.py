@@ -141,6 +141,6 @@ def test_report_gives_table7_and_flags_the_gate(tmp_path):
     side = REP.load_side(tmp_path, label="fp8-mtp")
     summary, issues = REP.build_summary(side, None, ttft_ms=500, itl_ms=50, threshold=1.5)
     md = REP.render_markdown(side, None, summary, issues, [], None)
-    assert "## Korean prompt set (PoC Table 7 columns)" in md
+    assert "## Korean prompt set (acceptance, c1 tok/s, c1 E2E p50, c8 tok/s)" in md
     assert "| fp8-mtp | 3.0-4.0% | 0.10 / 0.05 / 0.00 / 0.00 | 48.5 | 2.69 s | 281.5 |" in md
     assert "## Configuration problems" in md and "K_korean c=8: speculative decoding accepted 3.0 %" in md

@@ -1,0 +1,317 @@
+"""The verdict on intervals: three states decided from grids, searches and open loops, gating exit
+codes, explicit prices, unreadable manifests, capacity-search folders, and words without reprs."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from bench import capacity_report as CR
+from bench import report as REP
+from bench import results as R
+from bench import verdict as V
+from tests.test_bench_plan import result as detailed_result
+
+OUT_LEN = {"S1_chat": 128, "S2_summary": 256}
+REPR = re.compile(r"\bNone\b|\bnan\b|\binf\b|\('|\['|\{'|\)\)|<[a-z_.]+ object")
+
+
+def assert_words(text: str) -> None:
+    """No Python reprs, tuples, None, nan or inf in text meant for people."""
+    found = REPR.findall(text)
+    assert not found, f"repr-like text {found} in: " + text[max(0, text.find(found[0]) - 200):][:400]
+
+
+def grid(folder: Path, scenario: str, points: dict[int, tuple[float, bool]]) -> None:
+    """One result per concurrency: (output tok/s, meets the SLO)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out_len = OUT_LEN.get(scenario, 64)
+    for c, (tok, meets) in points.items():
+        n = max(32, 8 * c)
+        data = {"num_prompts": n, "completed": n, "failed": 0, "duration": n * out_len / tok,
+                "max_concurrency": c, "scenario": scenario, R.META_OUTPUT_LEN: str(out_len),
+                R.META_INPUT_LEN: "256", "total_output_tokens": n * out_len, "output_throughput": tok,
+                "request_throughput": tok / out_len, "p50_ttft_ms": 50.0, "p99_ttft_ms": 100.0 if meets else 900.0,
+                "p50_itl_ms": 10.0, "p99_itl_ms": 20.0}
+        (folder / R.result_filename(scenario, c)).write_text(json.dumps(data))
+
+
+def doubling(per_c: float, meets_up_to: int, concs=(1, 2, 4, 8, 16, 32, 64)) -> dict[int, tuple[float, bool]]:
+    return {c: (per_c * c, c <= meets_up_to) for c in concs}
+
+
+def summarize(cand, base, **kw):
+    kw.setdefault("basis", "slo")
+    side = REP.load_side(cand, price_per_hour=kw.pop("price", None))
+    other = REP.load_side(base, price_per_hour=kw.pop("base_price", None))
+    return REP.build_summary(side, other, ttft_ms=500.0, itl_ms=50.0, threshold=kw.pop("threshold", 1.5), **kw)
+
+
+def report(tmp_path, cand, base, *argv):
+    out = tmp_path / "rep"
+    rc = REP.main([str(cand), "--baseline", str(base), "--out", str(out), "--no-charts", *argv])
+    return rc, json.loads((out / "summary.json").read_text()), (out / "report.md").read_text()
+
+
+# --- the math ---------------------------------------------------------------------------------
+
+
+def test_ratio_interval_ends():
+    cap = lambda lo, hi, state=V.MEETS: V.Capacity(V.GRID, state, lo, hi)  # noqa: E731
+    assert V.ratio_interval(cap(3200, 6400), cap(800, 1600), 1, 1) == (2.0, 8.0)
+    assert V.ratio_interval(cap(3200, 6400), cap(800, 1600), 4, 1) == (0.5, 2.0)  # per GPU
+    assert V.ratio_interval(cap(3200, math.inf), cap(800, 1600), 1, 1) == (2.0, math.inf)
+    assert V.ratio_interval(cap(3200, 6400), cap(800, math.inf), 1, 1) == (0.0, 8.0)
+    only_candidate = V.ratio_interval(cap(3200, 6400), cap(0, 0, V.NEVER), 1, 1)
+    assert only_candidate == (math.inf, math.inf)
+    assert V.ratio_interval(cap(0, 0, V.NEVER), cap(800, 1600), 1, 1) == (0.0, 0.0)
+    assert V.ratio_interval(cap(0, 0, V.NEVER), cap(0, 0, V.NEVER), 1, 1) is None  # neither meets
+    assert V.ratio_interval(cap(3200, 6400), V.Capacity(V.GRID, V.NO_DATA), 1, 1) is None
+    assert V.interval_text(only_candidate) == "unbounded (only the candidate meets the SLO)"
+    assert V.interval_text((2.0, math.inf)) == "2.00x or more (no upper bound)"
+    assert V.interval_text([2.0, None]) == "2.00x or more (no upper bound)"
+
+
+def test_grid_capacity_interval_open_end_and_never(tmp_path):
+    grid(tmp_path / "a", "S1_chat", doubling(100.0, 8))
+    grid(tmp_path / "b", "S1_chat", doubling(100.0, 64))
+    grid(tmp_path / "c", "S1_chat", doubling(100.0, 0))
+    grid(tmp_path / "d", "S1_chat", doubling(100.0, 0, concs=(4, 8)))
+    caps = {}
+    for name in "abcd":
+        side = REP.load_side(tmp_path / name)
+        caps[name] = CR.scenario_capacity(side.path, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["closed"]
+    a, b, c, d = caps["a"], caps["b"], caps["c"], caps["d"]
+    assert (a.state, a.lo, a.hi, a.load_pass, a.load_fail, a.source) == (V.MEETS, 800.0, 1600.0, 8, 16, V.GRID)
+    assert (b.lo, b.hi, b.load_pass, b.load_fail) == (6400.0, math.inf, 64, None)
+    assert (c.state, c.lo, c.hi, c.load_fail) == (V.NEVER, 0.0, 0.0, 1)  # misses at one request at a time
+    assert (d.state, d.lo, d.hi, d.load_fail) == (V.NEVER, 0.0, 400.0, 4)  # below the lowest load tested
+    assert V.capacity_text(a) == "800.0 to 1,600.0 tok/s (meets the SLO at c=8, misses it at c=16)"
+    assert "or more" in V.capacity_text(b) and "no upper bound" in V.capacity_text(b)
+    assert V.capacity_text(d).startswith("below 400.0 tok/s: never meets the SLO")
+
+
+# --- three states from the grid alone ---------------------------------------------------------
+
+
+def test_grid_alone_passes_a_clear_case(tmp_path):
+    for s in ("S1_chat", "S2_summary"):
+        grid(tmp_path / "base", s, doubling(100.0, 8))   # [800, 1,600)
+        grid(tmp_path / "cand", s, doubling(400.0, 8))   # [3,200, 6,400): 2x to 8x
+    summary, issues = summarize(tmp_path / "cand", tmp_path / "base")
+    v = summary["verdict"]
+    assert issues == [] and v["state"] == "pass" and v["pass"] is True and v["reasons"] == []
+    assert v["min_ratio"] == 2.0 and v["min_ratio_interval"] == [2.0, 8.0] and v["basis"] == "slo"
+    c = summary["comparison"]["S1_chat"]
+    assert c["slo_ratio_interval"] == [2.0, 8.0] and c["slo_basis_source"] == "grid" and c["slo_ratio"] == 4.0
+    assert c["slo_state"] == "pass" and c["baseline_state"] == "meets_slo"
+    iv = summary["scenarios"]["S1_chat"]["slo_capacity_interval"]
+    assert iv == {"source": "grid", "state": "meets_slo", "output_tok_s": [3200.0, 6400.0], "load_unit": "concurrency",
+                  "load_pass": 8, "load_fail": 16, "load_max": 64, "confirmed": False}
+
+
+def test_grid_alone_fails_when_a_best_case_is_below_the_threshold(tmp_path):
+    grid(tmp_path / "base", "S1_chat", doubling(100.0, 8))
+    grid(tmp_path / "cand", "S1_chat", doubling(400.0, 8))
+    grid(tmp_path / "base", "S2_summary", doubling(100.0, 8))                     # [800, 1,600)
+    grid(tmp_path / "cand", "S2_summary", {**doubling(100.0, 8), 16: (1000.0, False)})  # [800, 1,000)
+    summary, _ = summarize(tmp_path / "cand", tmp_path / "base")
+    v = summary["verdict"]
+    assert v["state"] == "fail" and v["pass"] is False
+    assert summary["comparison"]["S2_summary"]["slo_ratio_interval"] == [0.5, 1.25]
+    assert v["reasons"] == ["S2_summary: even the best case is below the 1.5x threshold (SLO ratio per GPU "
+                            "0.50x to 1.25x)"]
+    assert v["min_ratio_interval"] == [0.5, 1.25]
+
+
+def test_grid_alone_cannot_decide_a_close_case_and_names_the_search(tmp_path):
+    grid(tmp_path / "base", "S1_chat", doubling(100.0, 8))   # [800, 1,600)
+    grid(tmp_path / "cand", "S1_chat", doubling(200.0, 8))   # [1,600, 3,200): 1x to 4x
+    summary, _ = summarize(tmp_path / "cand", tmp_path / "base")
+    v = summary["verdict"]
+    assert v["state"] == "inconclusive" and v["pass"] is False and v["min_ratio"] == 1.0
+    (reason,) = v["reasons"]
+    assert reason.startswith("S1_chat: the SLO ratio per GPU, 1.00x to 4.00x, spans the 1.5x threshold")
+    assert "--capacity-search --resume" in reason
+
+
+def test_open_upper_end_of_the_baseline_asks_for_higher_loads(tmp_path):
+    grid(tmp_path / "base", "S1_chat", doubling(100.0, 64))  # still meets at c=64
+    grid(tmp_path / "cand", "S1_chat", doubling(400.0, 64))
+    summary, _ = summarize(tmp_path / "cand", tmp_path / "base")
+    v = summary["verdict"]
+    assert summary["comparison"]["S1_chat"]["slo_ratio_interval"] == [0.0, None]
+    assert v["state"] == "inconclusive" and "still meets the SLO at its highest load (c=64)" in v["reasons"][0]
+    assert "the SLO ratio per GPU, 0.00x or more (no upper bound), spans the 1.5x threshold" in v["reasons"][0]
+
+
+def test_only_the_candidate_meets_the_slo(tmp_path):
+    grid(tmp_path / "base", "S1_chat", doubling(100.0, 0))  # misses from c=1
+    grid(tmp_path / "cand", "S1_chat", doubling(400.0, 8))
+    summary, _ = summarize(tmp_path / "cand", tmp_path / "base")
+    c, v = summary["comparison"]["S1_chat"], summary["verdict"]
+    assert c["slo_ratio_interval"] == [None, None] and c["baseline_state"] == "never_meets_slo"
+    assert v["state"] == "pass" and v["min_ratio"] is None
+    # the other way round: a measured limit of the candidate
+    summary, _ = summarize(tmp_path / "base", tmp_path / "cand")
+    assert summary["verdict"]["state"] == "fail"
+    assert "the candidate (base) never meets the SLO at the loads tested (it misses from c=1)" in \
+        summary["verdict"]["reasons"][0]
+    # neither side: no ratio under the SLO, not a fail
+    summary, _ = summarize(tmp_path / "base", tmp_path / "base")
+    assert summary["verdict"]["state"] == "inconclusive"
+    assert "neither side meets the SLO" in summary["verdict"]["reasons"][0]
+
+
+def test_peak_basis_keeps_the_method_and_gets_the_states(tmp_path):
+    grid(tmp_path / "base", "S1_chat", doubling(100.0, 8))
+    grid(tmp_path / "cand", "S1_chat", doubling(200.0, 8))
+    summary, _ = summarize(tmp_path / "cand", tmp_path / "base", basis="peak")
+    v = summary["verdict"]
+    assert (v["state"], v["min_ratio"], v["min_ratio_interval"], v["basis"]) == ("pass", 2.0, [2.0, 2.0], "peak")
+    summary, _ = summarize(tmp_path / "cand", tmp_path / "base", basis="peak", threshold=2.5)
+    assert summary["verdict"]["state"] == "fail"
+    assert summary["verdict"]["reasons"] == ["S1_chat: the peak ratio per GPU, 2.00x, is below the 2.5x threshold"]
+    grid(tmp_path / "base", "S4_rag", doubling(10.0, 8))  # the candidate never ran S4_rag
+    summary, _ = summarize(tmp_path / "cand", tmp_path / "base", basis="peak")
+    assert summary["verdict"]["state"] == "inconclusive" and summary["verdict"]["min_ratio"] == 2.0
+
+
+# --- the command: exit codes, prices, manifests, files, words ---------------------------------
+
+
+def test_exit_codes_are_opt_in_and_the_state_is_written_either_way(tmp_path, capsys):
+    for name, per_c in (("base", 100.0), ("clear", 400.0), ("close", 200.0), ("short", 120.0)):
+        grid(tmp_path / name, "S1_chat", doubling(per_c, 8) if name != "short" else
+             {**doubling(100.0, 8), 16: (1000.0, False)})
+    for cand, state, code in (("clear", "pass", 0), ("short", "fail", 1), ("close", "inconclusive", 3)):
+        rc, summary, md = report(tmp_path, tmp_path / cand, tmp_path / "base")
+        assert rc == 0 and summary["verdict"]["state"] == state
+        rc, summary, md = report(tmp_path, tmp_path / cand, tmp_path / "base", "--exit-code")
+        assert rc == code and summary["verdict"]["state"] == state
+        assert f"**{state.upper()}**" in md
+        assert_words(md)
+        assert f"verdict {state.upper()} on the slo basis" in capsys.readouterr().out
+    out = tmp_path / "alone"
+    assert REP.main([str(tmp_path / "clear"), "--out", str(out), "--no-charts", "--exit-code"]) == 3
+    assert "no verdict without --baseline" in capsys.readouterr().err
+    assert REP.main([str(tmp_path / "empty-does-not-exist"), "--out", str(out), "--exit-code"]) == 2
+
+
+def test_explicit_prices_give_the_cost_ratio_whatever_the_capacity_type(tmp_path):
+    grid(tmp_path / "base", "S1_chat", doubling(100.0, 8))
+    grid(tmp_path / "cand", "S1_chat", doubling(400.0, 8))
+    rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base", "--price-per-hour", "1.5",
+                             "--baseline-price-per-hour", "2.76")
+    c = summary["comparison"]["S1_chat"]
+    assert c["cost_efficiency_ratio"] == pytest.approx(4.0 * 2.76 / 1.5, abs=1e-3)
+    assert c["slo_cost_efficiency_ratio"] == pytest.approx(4.0 * 2.76 / 1.5, abs=1e-3)
+    assert "may be the wrong one" not in md and "$1.50 (given)" in md
+    # A price the sweep was given (--price-per-hour at sweep time) counts as given too.
+    for d, price in ((tmp_path / "cand", 1.5), (tmp_path / "base", 2.76)):
+        (d / "manifest.json").write_text(json.dumps({"price_per_hour": price, "capacity_type": None,
+                                                     "hardware": {"price_source": "--price-per-hour"}}))
+    rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base")
+    assert summary["comparison"]["S1_chat"]["cost_efficiency_ratio"] == pytest.approx(7.36, abs=1e-3)
+    # A looked-up price (a price table by capacity type) with the capacity type unknown is withheld.
+    (tmp_path / "cand" / "manifest.json").write_text(json.dumps(
+        {"price_per_hour": 1.5, "hardware": {"price_source": "price table for spot"}}))
+    rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base")
+    assert summary["comparison"]["S1_chat"]["cost_efficiency_ratio"] is None
+    assert "capacity type (Spot or on-demand) of cand is unknown" in md
+
+
+def test_a_truncated_manifest_is_unreadable_not_hand_collected(tmp_path):
+    grid(tmp_path / "base", "S1_chat", doubling(100.0, 8))
+    grid(tmp_path / "cand", "S1_chat", doubling(400.0, 8))
+    whole = json.dumps({"label": "cand", "config": {"seed": 0, "scenarios": {}}, "runs": []})
+    (tmp_path / "cand" / "manifest.json").write_text(whole[:25])
+    rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base", "--exit-code")
+    v = summary["verdict"]
+    assert rc == 3 and v["state"] == "inconclusive"  # clear intervals, but the sides cannot be checked
+    assert any("manifest.json" in r and "is not valid JSON" in r and "bench fetch" in r for r in v["reasons"])
+    assert "Manifest: unreadable: manifest.json is not valid JSON" in md and "hand-collected" not in md.split(
+        "Baseline:")[0]
+    ignored = {f["file"]: f["reason"] for f in summary["ignored_files"]}
+    assert "not valid JSON" in ignored["manifest.json"]
+    assert_words(md)
+    # the same intervals fail-wise are not trusted either: no fail on sides that cannot be compared
+    grid(tmp_path / "short", "S1_chat", {**doubling(100.0, 8), 16: (1000.0, False)})
+    (tmp_path / "short" / "manifest.json").write_text(whole[:25])
+    rc, summary, _ = report(tmp_path, tmp_path / "short", tmp_path / "base", "--exit-code")
+    assert rc == 3 and summary["verdict"]["state"] == "inconclusive"
+
+
+def _searched_folder(folder: Path, per_c: float, *, budget_stopped: bool) -> None:
+    """A sweep with --capacity-search: S1 grid [8, 16) searched to [10, 12); S2 grid only when the
+    budget stopped its search; open-loop runs for S1; invalid attempts and logs kept."""
+    grid(folder, "S1_chat", doubling(per_c, 8, concs=(1, 8, 16)))
+    grid(folder, "S2_summary", doubling(per_c, 8, concs=(1, 8, 16)))
+    search = folder / CR.SEARCH_DIR
+    search.mkdir()
+    for c, ttft in ((12, 600.0), (10, 400.0), (11, 600.0)):
+        data = detailed_result("S1_chat", c, per_c * c, n=200, detail=[ttft] * 200,
+                               extra={"bench_kind": "search", "scenario": "S1_chat"})
+        (search / CR.search_filename("S1_chat", c, 1)).write_text(json.dumps(data))
+    (search / "S1_chat_c11.run1.attempt1.invalid.json").write_text(json.dumps({"completed": 0}))
+    if not budget_stopped:
+        data = detailed_result("S2_summary", 8, per_c * 8, n=200, detail=[400.0] * 200)
+        (search / CR.search_filename("S2_summary", 8, 1)).write_text(json.dumps(data))
+    opened = folder / CR.OPEN_LOOP_DIR
+    opened.mkdir()
+    for rate in (0.5, 1.0):
+        data = detailed_result("S1_chat", 16, per_c * 4 * rate, n=100, extra={
+            "request_rate": rate, "burstiness": 1.0, "request_goodput": rate * 0.99, "bench_kind": "open_loop",
+            "scenario": "S1_chat", "max_concurrency": 16})
+        (opened / CR.open_loop_filename("S1_chat", rate)).write_text(json.dumps(data))
+
+
+def test_a_capacity_search_folder_accounts_for_every_file_without_rename_advice(tmp_path):
+    _searched_folder(tmp_path / "cand", 400.0, budget_stopped=False)
+    _searched_folder(tmp_path / "base", 100.0, budget_stopped=True)  # S2's search never ran: grid bracket
+    # a hand-copied open-loop result and a second copy of a grid result in the top folder
+    (tmp_path / "cand" / "copy-of-rate.json").write_text((tmp_path / "cand" / "open_loop" / "S1_chat_rate1.json")
+                                                        .read_text())
+    (tmp_path / "cand" / "S1_chat-c8-again.json").write_text((tmp_path / "cand" / "S1_chat_c8.json").read_text())
+    rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base")
+    ignored = {f["file"]: f["reason"] for f in summary["ignored_files"]}
+    assert not any(k.startswith(("search/S1_chat_c1", "open_loop/")) and k.endswith("0.json") for k in ignored)
+    assert not any(f.startswith(("search/", "open_loop/")) and "invalid" not in f for f in ignored)
+    assert not any(f.startswith(("baseline:search/", "baseline:open_loop/")) and "invalid" not in f for f in ignored)
+    assert "invalid attempt 1 of a capacity search run (S1_chat_c11.run1)" in ignored[
+        "search/S1_chat_c11.run1.attempt1.invalid.json"]
+    assert "rename" not in " ".join(ignored.values())
+    assert "not a closed-loop grid run (offered 1 req/s)" in ignored["copy-of-rate.json"]
+    assert "S1_chat_c8.json is already there" in ignored["S1_chat-c8-again.json"]
+    c1, c2 = summary["comparison"]["S1_chat"], summary["comparison"]["S2_summary"]
+    # every offered rate met the SLO on both sides (an open upper end): the search's bracket decides
+    assert summary["scenarios"]["S1_chat"]["rate_capacity_interval"]["output_tok_s"] == [1600.0, None]
+    # cand [4,000, 4,400) over base [1,000, 1,100): bracketed [10, 11) on both sides
+    assert c1["slo_basis_source"] == "search" and c1["slo_ratio_interval"] == [pytest.approx(4000 / 1100, abs=1e-4), 4.4]
+    assert c2["slo_basis_source"] == "search" and c2["slo_ratio_interval"] is not None
+    # the budget stopped the baseline's S2 search, yet its grid bracket still bounds the ratio:
+    # [3,200, 6,400) over [800, 1,600) = 2x to 8x, a pass, not a fail on a missing figure
+    assert c2["slo_ratio_interval"] == [2.0, 8.0] and summary["verdict"]["state"] == "pass"
+    assert_words(md)
+
+
+def test_report_words_never_show_reprs(tmp_path):
+    grid(tmp_path / "base", "S1_chat", doubling(100.0, 64))
+    grid(tmp_path / "cand", "S1_chat", doubling(400.0, 0))
+    grid(tmp_path / "cand", "S4_rag", doubling(10.0, 8))
+    for d, seed in ((tmp_path / "cand", 0), (tmp_path / "base", None)):
+        config = {"scenarios": {"S1_chat": {"input_len": 256, "output_len": 128}}, "min_prompts": 32,
+                  "prompts_per_concurrency": 8}
+        if seed is not None:
+            config.update(seed=seed, seed_scheme="sha256(scenario,c,attempt) v1")
+        (d / "manifest.json").write_text(json.dumps({"config": config, "runs": []}))
+    rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base")
+    assert_words(md)
+    assert "seed: recorded on one side only (0 (seed scheme sha256(scenario,c,attempt) v1) vs baseline not recorded)" \
+        in md
+    for r in summary["verdict"]["reasons"]:
+        assert_words(r)
