@@ -189,9 +189,14 @@ def test_zones_come_from_offerings_unless_given(dev):
     assert subnet_zones(given) == {"ap-northeast-2c", "ap-northeast-2d"}
 
 
-def test_a_pool_type_offered_in_none_of_the_zones_is_refused():
-    with pytest.raises(RunError, match=r"gpuPools\[2\].instanceType: g7e.2xlarge is offered in .*2b.*none of the VPC's zones"):
-        render_with(network={"availabilityZones": ["ap-northeast-2a", "ap-northeast-2e"]})
+def test_a_pool_type_offered_in_none_of_the_zones_is_refused_when_servers_run_on_it():
+    zones = {"vpcCidr": "10.41.0.0/16", "availabilityZones": ["ap-northeast-2a", "ap-northeast-2e"]}
+    with pytest.raises(RunError, match=r"gpuPools\[0\].instanceType: g7e.2xlarge is offered in .*2b.*none of the VPC's zones"):
+        render_with("g7e", network=zones)
+    # dev's g7e pool has no server: its NodePool is rendered, and nothing waits for its nodes
+    idle = render_with(network={**zones, "vpcCidr": "10.40.0.0/16"})
+    assert subnet_zones(idle) == {"ap-northeast-2a", "ap-northeast-2e"}
+    assert "g7e" in {o["metadata"]["name"] for o in idle.k8s("NodePool")}
     zones, problems = choose_zones(["r-a", "r-b", "r-c"], {"x": {"r-c"}, "y": {"r-a", "r-b"}},
                                    {"pool0": "x", "pool1": "y"}, 2)
     assert zones == ["r-a", "r-c"] and problems == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
@@ -170,9 +171,12 @@ def test_g7e_missing_in_region_falls_back_to_the_on_demand_pool(aws):
     assert any("catalog" in f.message and "ap-northeast-2 figure" in f.message for f in _levels(report, "note"))
 
 
-def test_nothing_offered_is_a_blocker(aws):
-    report = _run(region="af-south-1", pools=(L40S, G7E_SPOT))
-    assert {f.subject for f in report.blockers} == {"l40s", "g7e-spot"}
+def test_nothing_offered_blocks_a_pool_with_servers_and_warns_for_one_without(aws):
+    report = _run(region="af-south-1", pools=(dataclasses.replace(L40S, server_gpus=1), G7E_SPOT))
+    assert {f.subject for f in report.blockers} == {"l40s"}
+    [g7e] = [f for f in _levels(report, "warning") if f.subject == "g7e-spot" and "not offered" in f.message]
+    assert "no server runs on pool g7e-spot" in g7e.message and "describe-instance-type-offerings" in g7e.fix
+    assert not _run(region="af-south-1", pools=(L40S, G7E_SPOT)).blockers
 
 
 def test_subnet_azs_limit_where_pools_can_launch(aws):
@@ -189,7 +193,7 @@ def test_subnet_azs_limit_where_pools_can_launch(aws):
     assert any("one AZ only" in f.message for f in _levels(report, "warning") if f.subject == "g7e-spot")
 
     only_c = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": ["ap-northeast-2c"]}])["Subnets"]
-    report = _run(pools=(L40S,), subnet_ids=[only_c[0]["SubnetId"]])
+    report = _run(pools=(dataclasses.replace(L40S, server_gpus=1),), subnet_ids=[only_c[0]["SubnetId"]])
     [blocker] = report.blockers
     assert "offered in ap-northeast-2a, ap-northeast-2b but the stack's subnets are in ap-northeast-2c" in blocker.message
 
@@ -244,7 +248,7 @@ AMI_PARAMETER = pins().nvidia_ami_parameter("1.36")
 
 
 def _clients(quota=64, ssm=None, quotas=None):
-    return {"ec2": _ec2(), "quotas": quotas or FakeQuotas({"L-DB2E81BA": quota, "L-3819A6DF": 32}),
+    return {"ec2": _ec2(), "quotas": quotas or FakeQuotas({"L-DB2E81BA": quota, "L-3819A6DF": 32, "L-1216C47A": 32}),
             "pricing": FakePricing(SEOUL_PRICES), "ssm": ssm or FakeSSM({AMI_PARAMETER}), "sts": boto3.client("sts")}
 
 
@@ -269,7 +273,7 @@ def test_cli_dev_stack_needs_one_g6e_2xlarge_server(aws, capsys, quota, rc):
     clients = _clients(quota)
     assert preflight.run(_args(), clients) == rc
     text = capsys.readouterr().out
-    assert "g7e.2xlarge" in text and "L-3819A6DF" in text and "servers need" in text
+    assert "g7e.2xlarge" in text and "L-3819A6DF" in text and "required" in text
     assert preflight.run(_args(json_out=True), clients) == rc
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is (rc == 0)
@@ -332,3 +336,66 @@ def test_cli_reports_settings_errors(monkeypatch, capsys):
     monkeypatch.setattr(preflight, "_load_settings", boom)
     assert preflight.main(["nope"]) == 2
     assert "Pulumi.nope.yaml" in capsys.readouterr().err
+
+
+SYSTEM = preflight.SystemNodes(("m7i.xlarge",), desired_size=2, max_size=3)
+
+
+def test_system_nodes_need_the_standard_on_demand_quota(aws):
+    ec2 = _ec2()
+    ami = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=ami, MinCount=3, MaxCount=3, InstanceType="m5.large")  # 6 standard vCPUs in use
+    ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="g6e.2xlarge")  # G and VT: not counted here
+    report = _run(pools=(L40S,), system=SYSTEM, quotas=FakeQuotas({"L-DB2E81BA": 64, "L-1216C47A": 10}))
+    std = next(q for q in report.quotas if q.code == "L-1216C47A")
+    # two m7i.xlarge at creation (4 vCPUs each), up to three
+    assert (std.required_vcpus, std.applied_vcpus, std.in_use_vcpus, std.headroom_vcpus) == (8, 10, 6, 12)
+    assert std.name.startswith("Running On-Demand Standard") and std.status == "OK (no headroom)"
+    in_use = next(f for f in _levels(report, "warning") if f.subject == "L-1216C47A" and "in use" in f.message)
+    assert "system node group (2 x m7i.xlarge)" in in_use.message and "--desired-value 14" in in_use.fix
+    text = preflight.format_report(report)
+    [row] = [line for line in text.splitlines() if line.startswith("L-1216C47A")]
+    # applied, in use, required, at limits, for, status
+    assert re.search(r"instances\s+10\s+6\s+8\s+12\s+system\s+OK \(no headroom\)$", row), row
+
+    low = _run(pools=(L40S,), system=SYSTEM, quotas=FakeQuotas({"L-DB2E81BA": 64}, defaults={"L-1216C47A": 5}))
+    [blocker] = [f for f in low.blockers if f.subject == "L-1216C47A"]
+    assert "is 5 vCPUs" in blocker.message and "system node group (2 x m7i.xlarge) needs 8 vCPUs" in blocker.message
+    assert "--quota-code L-1216C47A --desired-value 8" in blocker.fix
+
+
+def test_unreadable_standard_quota_is_unknown_and_blocks_only_under_strict(aws):
+    report = _run(pools=(L40S,), system=SYSTEM, quotas=FakeQuotas(deny=True))
+    std = next(q for q in report.quotas if q.code == "L-1216C47A")
+    assert std.status == "unknown" and not [f for f in report.blockers if f.subject == "L-1216C47A"]
+    strict = _run(pools=(L40S,), system=SYSTEM, quotas=FakeQuotas(deny=True), strict=True)
+    [blocker] = [f for f in strict.blockers if f.subject == "L-1216C47A"]
+    assert "the system node group (2 x m7i.xlarge) needs 8 vCPUs" in blocker.message
+
+
+def test_the_dev_stack_reports_its_system_nodes_quota(aws, capsys):
+    assert preflight.run(_args(json_out=True), _clients(64)) == 0
+    data = json.loads(capsys.readouterr().out)
+    std = next(q for q in data["quotas"] if q["code"] == "L-1216C47A")
+    assert std["required_vcpus"] == 2 * 4 and std["headroom_vcpus"] == 3 * 4
+
+
+def test_a_deploy_role_with_short_sessions_is_named_with_the_fix(aws, capsys):
+    iam = boto3.client("iam")
+    for name, seconds in (("deploy-1h", 3600), ("deploy-3h", 10800)):
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}", MaxSessionDuration=seconds)
+    short = preflight.session_findings(iam, "arn:aws:sts::123456789012:assumed-role/deploy-1h/gh-1")
+    [warning] = short
+    assert warning.level == "warning" and "60 min" in warning.message and "3 h" in warning.message
+    assert "--role-name deploy-1h --max-session-duration 10800" in warning.fix
+    assert preflight.session_findings(iam, "arn:aws:sts::123456789012:assumed-role/deploy-3h/gh-1") == []
+    # a user's long-term keys have no session to run out; a role that cannot be read is a note
+    assert preflight.session_findings(iam, "arn:aws:iam::123456789012:user/alice") == []
+    [note] = preflight.session_findings(iam, "arn:aws:sts::123456789012:assumed-role/gone/gh-1")
+    assert note.level == "note" and "aws iam get-role --role-name gone" in note.fix
+
+    clients = {**_clients(), "iam": iam,
+               "sts": SimpleNamespace(get_caller_identity=lambda: {"Arn": "arn:aws:sts::123456789012:assumed-role/deploy-1h/s"})}
+    assert preflight.run(_args(), clients) == 0
+    assert "allows sessions of 60 min" in capsys.readouterr().out
+
