@@ -1,7 +1,7 @@
 """Checks of a stack against the account, made when the program runs (preview or up) through invokes.
 
 Each fails the run in seconds, before any resource is created, with the key to change: the caller's own
-role listed as an admin, a GPU pool type offered in none of the VPC's zones (a warning for a pool no
+role listed as an admin, the stack file's placeholder API address (203.0.113.10/32) left in place, a GPU pool type offered in none of the VPC's zones (a warning for a pool no
 server runs on), a pinned AMI release without an NVIDIA AMI for the cluster's Kubernetes version. `python -m stacks preflight` makes the
 same checks with boto3.
 """
@@ -22,6 +22,16 @@ def check_caller(settings: StackSettings, caller_arn: str) -> None:
     problems = admin_role_problems(list(settings.cluster.admin_role_arns), caller_arn)
     if problems:
         raise ConfigError(problems)
+
+
+def check_api_placeholder(settings: StackSettings, account_id: str) -> None:
+    """A shipped placeholder address reaches no API: fine offline (the mocks' documentation account), refused
+    in every real account before anything is created."""
+    from stacks.api_access import DOCUMENTATION_ACCOUNT, placeholder_problem
+
+    problem = placeholder_problem(settings)
+    if problem and account_id != DOCUMENTATION_ACCOUNT:
+        raise ConfigError([problem])
 
 
 def stack_zones(settings: StackSettings, provider: aws.Provider) -> list[str]:

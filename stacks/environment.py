@@ -28,7 +28,7 @@ from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, replac
 from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import serving, variants
-from stacks.account_checks import check_caller, check_gpu_ami, stack_zones
+from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
 from stacks.settings import BenchSettings, StackSettings
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
@@ -219,6 +219,7 @@ def build(settings: StackSettings) -> dict[str, object]:
     caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=aws_provider))
     account_id = caller.account_id
     check_caller(settings, caller.arn)
+    check_api_placeholder(settings, account_id)
     check_gpu_ami(settings, aws_provider)
 
     if settings.network.create_vpc:
@@ -256,6 +257,8 @@ def build(settings: StackSettings) -> dict[str, object]:
             system_max_size=settings.system_nodes.max_size,
             system_disk_size_gib=settings.system_nodes.disk_size_gib,
             public_access_cidrs=list(settings.cluster.public_access_cidrs),
+            private_access_security_groups=list(settings.cluster.private_access_security_groups),
+            private_access_cidrs=list(settings.cluster.private_access_cidrs),
             admin_role_arns=list(settings.cluster.admin_role_arns),
             log_types=list(settings.cluster.log_types),
             log_retention_days=settings.cluster.log_retention_days,

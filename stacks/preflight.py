@@ -16,6 +16,9 @@ region:
   a blocker), an admin role that is the caller's own (blocker), the caller role's maximum session
   shorter than a first `up` (3 h), a public API open to 0.0.0.0/0 and Hub revisions that are
   branches rather than commits (warnings);
+* the way to the Kubernetes API from this machine (stacks.api_access): the shipped placeholder
+  address, an egress address missing from publicAccessCidrs, or `--inside-vpc` without private
+  sources are blockers, each with the command that fixes it;
 * prices: the latest Spot price per AZ against the on-demand price (AWS Price List API, else the
   catalog's PoC figure, marked as such).
 
@@ -34,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from stacks import catalog
+from stacks import api_access, catalog
 
 COMMAND = "preflight"
 
@@ -675,8 +678,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="a check that cannot be answered (a quota or the AMI unreadable) is a blocker, not a warning "
                    "(the workflows use it)")
     p.add_argument("--inside-vpc", action="store_true",
-                   help="this machine runs `pulumi up` from inside the cluster's VPC, so a private API endpoint "
-                   "(no cluster.publicAccessCidrs) is reachable; without it a private endpoint is a blocker")
+                   help="this machine reaches the API endpoint's private address (a runner inside the cluster's VPC or "
+                   "a peered network), admitted by cluster.privateAccessSecurityGroups or privateAccessCidrs; without "
+                   "it, this machine's egress address must be in cluster.publicAccessCidrs")
     p.set_defaults(func=run)
     return p
 
@@ -775,15 +779,10 @@ def stack_findings(settings, clients: dict[str, Any], strict: bool = False,
             "warning", "cluster.publicAccessCidrs",
             "the Kubernetes API endpoint is reachable from any address (0.0.0.0/0); IAM still guards it",
             "set vllm-poc:cluster.publicAccessCidrs to your office or CI egress ranges"))
-    elif not settings.cluster.public_access_cidrs:
-        # From outside the VPC, `pulumi up` would create the cluster and then stop at the first Kubernetes
-        # resource: say so before the 15-minute cluster create, not after.
-        findings.append(Finding(
-            "warning" if inside_vpc else "blocker", "cluster.publicAccessCidrs",
-            "the Kubernetes API endpoint is private: `pulumi up` reaches it only from inside the VPC, and "
-            "from anywhere else stops at the first Kubernetes resource",
-            "list the deploying machine's egress /32 in vllm-poc:cluster.publicAccessCidrs, or run from inside "
-            "the VPC (a self-hosted runner) and pass --inside-vpc"))
+    # From where `pulumi up` cannot reach the API it would create the network and the cluster and then
+    # time out at the first Kubernetes resource: say so before the 20 minutes, not after.
+    for reach in api_access.reach_findings(settings, inside_vpc, clients.get("egress"), strict=strict):
+        findings.append(Finding(reach.level, "cluster API", reach.message, reach.fix))
     weights = getattr(settings, "weights", None)
     if weights is not None and weights.source == "hub":
         floating = sorted(m for m, rev in weights.revisions.items() if not is_commit(rev))
@@ -811,6 +810,8 @@ def make_clients(region: str) -> dict[str, Any]:
         "ssm": boto3.client("ssm", region_name=region, config=quick),
         "sts": boto3.client("sts", region_name=region, config=quick),
         "iam": boto3.client("iam", config=quick),
+        # This machine's egress address, against the stack's publicAccessCidrs.
+        "egress": api_access.egress_address,
         # The Price List API answers from us-east-1 for every region's prices.
         "pricing": boto3.client("pricing", region_name="us-east-1", config=quick),
     }

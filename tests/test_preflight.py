@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 import json
 import re
+import shutil
+from pathlib import Path
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
@@ -19,9 +21,10 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from stacks import preflight
+from stacks import api_access, preflight
 from stacks.preflight import Pool
-from stacks.settings import load_stack_settings
+from stacks.loader import load_settings
+from stacks.settings import REPO
 from stacks.versions import pins
 
 SEOUL = "ap-northeast-2"
@@ -247,29 +250,74 @@ class FakeSSM:
 AMI_PARAMETER = pins().nvidia_ami_parameter("1.36")
 
 
-def _clients(quota=64, ssm=None, quotas=None):
+EGRESS = "52.78.10.20"  # this machine's address, as the stubbed lookup reports it
+
+
+@pytest.fixture(scope="module")
+def dev_dir(tmp_path_factory) -> Path:
+    """Pulumi.dev.yaml with the operator's address in place of the shipped placeholder (allow-my-address)."""
+    directory = tmp_path_factory.mktemp("stack")
+    shutil.copy(REPO / "Pulumi.dev.yaml", directory / "Pulumi.dev.yaml")
+    api_access.allow_address("dev", EGRESS, directory)
+    return directory
+
+
+def _clients(quota=64, ssm=None, quotas=None, egress=EGRESS):
     return {"ec2": _ec2(), "quotas": quotas or FakeQuotas({"L-DB2E81BA": quota, "L-3819A6DF": 32, "L-1216C47A": 32}),
-            "pricing": FakePricing(SEOUL_PRICES), "ssm": ssm or FakeSSM({AMI_PARAMETER}), "sts": boto3.client("sts")}
+            "pricing": FakePricing(SEOUL_PRICES), "ssm": ssm or FakeSSM({AMI_PARAMETER}), "sts": boto3.client("sts"),
+            "egress": lambda: egress}
 
 
-def _args(json_out=False, strict=False, inside_vpc=True):
-    return argparse.Namespace(stack="dev", json=json_out, strict=strict, inside_vpc=inside_vpc)
+@pytest.fixture
+def _args(dev_dir):
+    def make(json_out=False, strict=False, inside_vpc=False, directory=dev_dir):
+        return argparse.Namespace(stack="dev", json=json_out, strict=strict, inside_vpc=inside_vpc, dir=str(directory))
+    return make
 
 
-def test_private_api_endpoint_blocks_unless_run_from_inside_the_vpc(aws, capsys):
-    # dev names no publicAccessCidrs: from outside the VPC `pulumi up` would stop at the first
-    # Kubernetes resource, after the cluster's 15-minute create.
-    assert preflight.run(_args(json_out=True, inside_vpc=False), _clients(64)) == 1
-    data = json.loads(capsys.readouterr().out)
-    [blocker] = [f for f in data["findings"] if f["level"] == "blocker"]
-    assert blocker["subject"] == "cluster.publicAccessCidrs" and "--inside-vpc" in blocker["fix"]
-    assert preflight.run(_args(json_out=True, inside_vpc=True), _clients(64)) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert {f["subject"]: f["level"] for f in data["findings"]}["cluster.publicAccessCidrs"] == "warning"
+def _api(data) -> list[dict]:
+    return [f for f in data["findings"] if f["subject"] == "cluster API"]
+
+
+def test_the_shipped_placeholder_is_a_blocker_with_the_command_that_replaces_it(aws, capsys, _args):
+    assert preflight.run(_args(json_out=True, directory=REPO), _clients()) == 1
+    [blocker] = [f for f in _api(json.loads(capsys.readouterr().out)) if f["level"] == "blocker"]
+    assert "203.0.113.10/32 is a documentation address" in blocker["message"]
+    assert blocker["fix"] == "python -m stacks allow-my-address dev"
+
+
+def test_this_machine_must_be_in_the_public_list(aws, capsys, _args):
+    assert preflight.run(_args(json_out=True), _clients()) == 0
+    notes = [f["message"] for f in _api(json.loads(capsys.readouterr().out))]
+    assert notes == [f"way to the Kubernetes API: public endpoint for {EGRESS}/32",
+                     f"this machine's egress address {EGRESS} is in publicAccessCidrs ({EGRESS}/32)"]
+    # a GitHub-hosted runner, say: another address every time
+    assert preflight.run(_args(json_out=True), _clients(egress="4.227.1.2")) == 1
+    [blocker] = [f for f in _api(json.loads(capsys.readouterr().out)) if f["level"] == "blocker"]
+    assert "4.227.1.2 is not in vllm-poc:cluster.publicAccessCidrs" in blocker["message"]
+    assert "allow-my-address dev" in blocker["fix"] and "--inside-vpc" in blocker["fix"]
+
+
+def test_inside_the_vpc_the_cluster_security_group_must_admit_the_runner(aws, capsys, _args):
+    assert preflight.run(_args(json_out=True, inside_vpc=True), _clients()) == 1
+    [blocker] = [f for f in _api(json.loads(capsys.readouterr().out)) if f["level"] == "blocker"]
+    assert "admits nothing on 443" in blocker["message"] and "privateAccessSecurityGroups" in blocker["fix"]
+
+
+def test_an_unanswered_address_lookup_is_unknown(aws, capsys, _args):
+    def fail():
+        raise api_access.AccessError("could not read this machine's address from https://checkip.amazonaws.com")
+
+    clients = {**_clients(), "egress": fail}
+    assert preflight.run(_args(json_out=True), clients) == 0
+    [warning] = [f for f in _api(json.loads(capsys.readouterr().out)) if f["level"] == "warning"]
+    assert "could not tell whether this machine may reach the public endpoint" in warning["message"]
+    assert preflight.run(_args(strict=True), clients) == 1
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("quota, rc", [(64, 0), (4, 1)])
-def test_cli_dev_stack_needs_one_g6e_2xlarge_server(aws, capsys, quota, rc):
+def test_cli_dev_stack_needs_one_g6e_2xlarge_server(aws, capsys, quota, rc, _args):
     clients = _clients(quota)
     assert preflight.run(_args(), clients) == rc
     text = capsys.readouterr().out
@@ -290,12 +338,12 @@ def test_cli_dev_stack_needs_one_g6e_2xlarge_server(aws, capsys, quota, rc):
     assert set(levels.values()) <= {"warning"} and ("L-DB2E81BA" in levels) is (rc == 0)
     # the created VPC's zones come from the offerings, as the program picks them
     assert data["pools"][0]["subnet_azs"] == ["ap-northeast-2a", "ap-northeast-2b"]
-    # a private API endpoint (run from inside the VPC) and branch revisions are warnings
+    # branch revisions are warnings
     subjects = {f["subject"]: f["level"] for f in data["findings"]}
-    assert subjects["cluster.publicAccessCidrs"] == "warning" and subjects["weights.revisions"] == "warning"
+    assert subjects["weights.revisions"] == "warning"
 
 
-def test_cli_unknown_quota_fails_only_under_strict(aws, capsys):
+def test_cli_unknown_quota_fails_only_under_strict(aws, capsys, _args):
     clients = _clients(quotas=FakeQuotas(deny=True))
     assert preflight.run(_args(), clients) == 0
     assert "unknown" in capsys.readouterr().out
@@ -304,7 +352,7 @@ def test_cli_unknown_quota_fails_only_under_strict(aws, capsys):
     assert "BLOCKERS" in out and "L-DB2E81BA" in out and "AccessDeniedException" in out
 
 
-def test_cli_missing_ami_parameter_is_a_blocker(aws, capsys):
+def test_cli_missing_ami_parameter_is_a_blocker(aws, capsys, _args):
     assert preflight.run(_args(json_out=True), _clients(ssm=FakeSSM())) == 1
     data = json.loads(capsys.readouterr().out)
     [blocker] = [f for f in data["findings"] if f["level"] == "blocker"]
@@ -315,12 +363,12 @@ def test_cli_missing_ami_parameter_is_a_blocker(aws, capsys):
     capsys.readouterr()
 
 
-def test_cli_refuses_the_callers_role_as_an_admin_role(aws, monkeypatch, capsys):
-    settings = load_stack_settings("dev")
+def test_cli_refuses_the_callers_role_as_an_admin_role(aws, monkeypatch, capsys, _args):
+    settings = load_settings("dev", Path(_args().dir))
     caller = boto3.client("sts").get_caller_identity()["Arn"]  # moto: an IAM user
     role_session = {"Arn": "arn:aws:sts::123456789012:assumed-role/ci-deploy/gh-1"}
     cluster = settings.cluster.model_copy(update={"admin_role_arns": ["arn:aws:iam::123456789012:role/ci-deploy"]})
-    monkeypatch.setattr(preflight, "_load_settings", lambda stack: settings.model_copy(update={"cluster": cluster}))
+    monkeypatch.setattr(preflight, "_load_settings", lambda *_: settings.model_copy(update={"cluster": cluster}))
     clients = _clients()
     assert preflight.run(_args(), clients) == 0, caller  # a user is not that role
     capsys.readouterr()
@@ -330,7 +378,7 @@ def test_cli_refuses_the_callers_role_as_an_admin_role(aws, monkeypatch, capsys)
 
 
 def test_cli_reports_settings_errors(monkeypatch, capsys):
-    def boom(stack):
+    def boom(stack, directory=None):
         raise FileNotFoundError(f"Pulumi.{stack}.yaml")
 
     monkeypatch.setattr(preflight, "_load_settings", boom)
@@ -373,14 +421,14 @@ def test_unreadable_standard_quota_is_unknown_and_blocks_only_under_strict(aws):
     assert "the system node group (2 x m7i.xlarge) needs 8 vCPUs" in blocker.message
 
 
-def test_the_dev_stack_reports_its_system_nodes_quota(aws, capsys):
+def test_the_dev_stack_reports_its_system_nodes_quota(aws, capsys, _args):
     assert preflight.run(_args(json_out=True), _clients(64)) == 0
     data = json.loads(capsys.readouterr().out)
     std = next(q for q in data["quotas"] if q["code"] == "L-1216C47A")
     assert std["required_vcpus"] == 2 * 4 and std["headroom_vcpus"] == 3 * 4
 
 
-def test_a_deploy_role_with_short_sessions_is_named_with_the_fix(aws, capsys):
+def test_a_deploy_role_with_short_sessions_is_named_with_the_fix(aws, capsys, _args):
     iam = boto3.client("iam")
     for name, seconds in (("deploy-1h", 3600), ("deploy-3h", 10800)):
         iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}", MaxSessionDuration=seconds)
