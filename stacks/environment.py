@@ -27,7 +27,7 @@ from components.pod_security import namespace_labels
 from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, replace_api_key, selector_labels
 from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
-from stacks import serving, variants
+from stacks import s3_ranges, serving, variants
 from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
 from stacks.settings import BenchSettings, StackSettings
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
@@ -164,8 +164,9 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
     else:
         vpc_cidr = aws.ec2.get_vpc(id=settings.network.vpc_id, opts=invoke).cidr_block
     # The AWS-managed prefix list the S3 gateway endpoint routes to (read at deploy time; a
-    # NetworkPolicy takes CIDRs, and `pulumi up` refreshes them).
-    s3_cidrs = aws.ec2.get_prefix_list(name=f"com.amazonaws.{settings.region}.s3", opts=invoke).cidr_blocks
+    # NetworkPolicy takes CIDRs, and `pulumi up` refreshes them; stacks/s3_ranges.py notices drift).
+    prefix_list = s3_ranges.prefix_list_name(settings.region)
+    s3_cidrs = aws.ec2.get_prefix_list(name=prefix_list, opts=invoke).cidr_blocks
     security = settings.security
     reach = [
         ServerReach(
@@ -205,6 +206,8 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
     return NetworkPolicies(
         "network-policies",
         NetworkPoliciesArgs(namespace=NAMESPACE, vpc_cidr=vpc_cidr, s3_cidrs=list(s3_cidrs or []),
+                            s3_prefix_list=prefix_list,
+                            ranges_parameter=s3_ranges.parameter_name(settings.cluster.name),
                             servers=reach, benches=benches, depends_on=[namespace]),
         opts=opts,
     )

@@ -16,6 +16,9 @@ region:
   a blocker), an admin role that is the caller's own (blocker), the caller role's maximum session
   shorter than a first `up` (3 h), a public API open to 0.0.0.0/0 and Hub revisions that are
   branches rather than commits (warnings);
+* S3 ranges: those the NetworkPolicy allows (recorded at the last `up`) against the region's S3
+  prefix list now (stacks.s3_ranges): a range AWS added since is a warning naming the `up` that
+  fixes it;
 * the way to the Kubernetes API from this machine (stacks.api_access): the shipped placeholder
   address, an egress address missing from publicAccessCidrs, or `--inside-vpc` without private
   sources are blockers, each with the command that fixes it;
@@ -37,7 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from stacks import api_access, catalog
+from stacks import api_access, catalog, s3_ranges
 
 COMMAND = "preflight"
 
@@ -783,6 +786,10 @@ def stack_findings(settings, clients: dict[str, Any], strict: bool = False,
     # time out at the first Kubernetes resource: say so before the 20 minutes, not after.
     for reach in api_access.reach_findings(settings, inside_vpc, clients.get("egress"), strict=strict):
         findings.append(Finding(reach.level, "cluster API", reach.message, reach.fix))
+    if clients.get("ssm") is not None and clients.get("ec2") is not None:
+        # The NetworkPolicy's S3 ranges (recorded at the last `up`) against AWS's list now.
+        for d in s3_ranges.drift(clients["ec2"], clients["ssm"], settings.region, settings.cluster.name, settings.stack):
+            findings.append(Finding(d.level, "s3 ranges", d.message, d.fix))
     weights = getattr(settings, "weights", None)
     if weights is not None and weights.source == "hub":
         floating = sorted(m for m, rev in weights.revisions.items() if not is_commit(rev))

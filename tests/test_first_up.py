@@ -78,10 +78,10 @@ def test_the_control_plane_log_group_exists_before_the_cluster(stack):
 
 
 def test_log_retention_is_configurable_and_checked():
-    rendered = render_with(cluster={"name": "vllm-poc-dev", "logRetentionDays": 90})
+    rendered = render_with(cluster={"name": "vllm-poc-dev", "publicAccessCidrs": ["203.0.113.10/32"], "logRetentionDays": 90})
     assert rendered.one("aws:cloudwatch/logGroup:LogGroup").inputs["retentionInDays"] == 90
     with pytest.raises(Exception, match="logRetentionDays.*CloudWatch Logs retention"):
-        render_with(cluster={"name": "vllm-poc-dev", "logRetentionDays": 10})
+        render_with(cluster={"name": "vllm-poc-dev", "publicAccessCidrs": ["203.0.113.10/32"], "logRetentionDays": 10})
 
 
 # -- weight syncs ---------------------------------------------------------------------------------
@@ -156,9 +156,9 @@ def test_a_new_revision_is_a_new_sync_job():
 
 def test_config_refuses_the_callers_own_role_as_admin():
     with pytest.raises(RunError, match=r"adminRoleArns\[1\].*role running `pulumi up`"):
-        render_with(cluster={"name": "vllm-poc-dev", "adminRoleArns": [
+        render_with(cluster={"name": "vllm-poc-dev", "publicAccessCidrs": ["203.0.113.10/32"], "adminRoleArns": [
             "arn:aws:iam::123456789012:role/ops", "arn:aws:iam::123456789012:role/ci/vllm-poc-deploy"]})
-    other = render_with(cluster={"name": "vllm-poc-dev", "adminRoleArns": ["arn:aws:iam::123456789012:role/ops"]})
+    other = render_with(cluster={"name": "vllm-poc-dev", "publicAccessCidrs": ["203.0.113.10/32"], "adminRoleArns": ["arn:aws:iam::123456789012:role/ops"]})
     entries = other.one("eks:index:Cluster").inputs["accessEntries"]
     assert [e["principalArn"] for e in entries.values()] == ["arn:aws:iam::123456789012:role/ops"]
 

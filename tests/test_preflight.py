@@ -447,3 +447,10 @@ def test_a_deploy_role_with_short_sessions_is_named_with_the_fix(aws, capsys, _a
     assert preflight.run(_args(), clients) == 0
     assert "allows sessions of 60 min" in capsys.readouterr().out
 
+
+
+def test_preflight_says_whether_the_s3_ranges_are_recorded(aws, capsys, _args):
+    # FakeSSM holds only the AMI parameter: nothing recorded, as before a first `up`.
+    assert preflight.run(_args(json_out=True), _clients()) == 0
+    [finding] = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["subject"] == "s3 ranges"]
+    assert finding["level"] == "note" and "not deployed yet" in finding["message"]
