@@ -39,7 +39,7 @@ PATH_COMMAND = "api-path"
 CLUSTER_KEY = "vllm-poc:cluster"
 # Where this machine's egress IPv4 address is read from (one line of text).
 EGRESS_LOOKUP_URL = "https://checkip.amazonaws.com"
-# Addresses reserved for documentation (RFC 5737, RFC 3849): never a real machine's.
+# Address ranges reserved for documentation and examples: never a real machine's.
 DOCUMENTATION_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
     "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"))
 # The account id AWS's own documentation uses, and the offline render's mocks answer with: the one

@@ -68,8 +68,8 @@ class ClusterSettings(_Settings):
         default_factory=list,
         description="CIDRs allowed to reach the API endpoint from the internet: the deploying machine's "
         "egress /32 (`python -m stacks allow-my-address <stack>` writes it), a CI runner's. Empty: the "
-        "endpoint is private. 0.0.0.0/0 also needs publicEndpointFromAnywhere: true. A documentation "
-        "address (203.0.113.0/24 and the other RFC 5737 ranges) is a placeholder: rendered offline, "
+        "endpoint is private. 0.0.0.0/0 also needs publicEndpointFromAnywhere: true. An address reserved "
+        "for examples (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) is a placeholder: rendered offline, "
         "refused by preflight and by a preview or `up` in a real account.",
     )
     public_endpoint_from_anywhere: bool = Field(
