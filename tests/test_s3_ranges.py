@@ -6,7 +6,6 @@ them (a real sweep against moto on 127.0.0.1)."""
 from __future__ import annotations
 
 import boto3
-import pytest
 from botocore.exceptions import ClientError
 
 from bench import s3reach
