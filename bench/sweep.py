@@ -72,7 +72,7 @@ from bench import client as bench_client
 from bench import extra_runs
 from bench import hardware
 from bench import results as R
-from bench import s3
+from bench import s3, s3reach
 from bench import scenarios as SC
 from bench import seeds
 from bench import telemetry as T
@@ -1024,6 +1024,12 @@ def run(args: argparse.Namespace) -> int:
 def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     args, out, plan = sweep.args, sweep.out, sweep.plan
     if upload:
+        # In the cluster: does S3 resolve inside the ranges the NetworkPolicy allows? (bench/s3reach.py)
+        reach = s3reach.check_from_env(upload.bucket, stack=(args.label or "").split("/", 1)[0] or None)
+        if reach.message:
+            print(f"bench sweep: {reach.message}", file=sys.stderr, flush=True)
+        if reach.blocked:
+            return EXIT_UPLOAD
         try:
             sweep.uploader = s3.Uploader(upload, out)
             remote = next(s3.iter_objects(upload), None)

@@ -169,7 +169,8 @@ class BenchJob(pulumi.ComponentResource):
                     {"action": "FailJob", "onExitCodes": {"containerName": "bench", "operator": "In", "values": list(FINAL_EXIT_CODES)}},
                 ]},
                 "activeDeadlineSeconds": args.deadline_hours * 3600,
-                "ttlSecondsAfterFinished": 7 * 24 * 3600,
+                # No ttlSecondsAfterFinished: Pulumi manages the Job, and one that deleted itself would be
+                # created again by the next `pulumi up --refresh` (a whole new run against the live server).
                 "template": {
                     "metadata": {
                         "labels": labels,

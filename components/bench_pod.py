@@ -12,6 +12,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.network_policy import S3_RANGES_CONFIG_MAP
+
 # Where the bench package is mounted (as $CODE_DIR/bench) and where results are written before upload.
 CODE_DIR = "/opt/vllm-poc"
 RESULTS_DIR = "/results"
@@ -30,13 +32,16 @@ def code_config_map(resource_name: str, name: str, namespace: str, labels: dict[
 
 
 def env(region: str, results_uri: Any) -> list[dict[str, Any]]:
-    """PYTHONPATH to the package, unbuffered logs, the region, and where results go in S3."""
+    """PYTHONPATH to the package, unbuffered logs, the region, where results go in S3, and the S3
+    ranges the namespace's NetworkPolicy allows (read when the pod starts; see bench/s3reach.py)."""
     return [
         {"name": "PYTHONPATH", "value": CODE_DIR},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "AWS_REGION", "value": region},
         {"name": "AWS_DEFAULT_REGION", "value": region},
         {"name": "VLLM_POC_RESULTS_URI", "value": results_uri},
+        {"name": "VLLM_POC_S3_CIDRS", "valueFrom": {"configMapKeyRef": {
+            "name": S3_RANGES_CONFIG_MAP, "key": "cidrs", "optional": True}}},
     ]
 
 

@@ -61,8 +61,12 @@ class ClusterArgs:
     system_desired_size: int = 2
     system_max_size: int = 3
     system_disk_size_gib: int = 50
-    # Empty: the API endpoint is private (reachable from inside the VPC only).
+    # Empty: the API endpoint is private.
     public_access_cidrs: list[str] = field(default_factory=list)
+    # Admitted to the endpoint's private address on 443 (rules on the cluster security group, which
+    # otherwise admits only itself): a runner or bastion in the VPC, a peered network.
+    private_access_security_groups: list[str] = field(default_factory=list)
+    private_access_cidrs: list[str] = field(default_factory=list)
     admin_role_arns: list[str] = field(default_factory=list)
     log_types: list[str] = field(default_factory=list)
     log_retention_days: int = 14
@@ -150,6 +154,8 @@ class Cluster(pulumi.ComponentResource):
         self.arn = pulumi.Output.concat(f"arn:aws:eks:{args.region}:{args.account_id}:cluster/", self.name)
         self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
 
+        self.api_access_rules = self._private_api_access(name, args, child)
+
         aws.ec2.Tag(
             f"{name}-sg-discovery",
             resource_id=self.security_group_id,
@@ -217,3 +223,24 @@ class Cluster(pulumi.ComponentResource):
         )
 
         self.register_outputs({"name": self.name, "arn": self.arn, "securityGroupId": self.security_group_id})
+
+    def _private_api_access(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions
+                            ) -> list[aws.vpc.SecurityGroupIngressRule]:
+        """HTTPS to the API endpoint's private address from each listed source, on the cluster security group."""
+        sources = [("sg", group, {"referenced_security_group_id": group}) for group in args.private_access_security_groups]
+        sources += [("cidr", cidr, {"cidr_ipv4": cidr}) for cidr in args.private_access_cidrs]
+        return [
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-api-from-{source.replace('/', '-').replace('.', '-')}",
+                security_group_id=self.security_group_id,
+                ip_protocol="tcp",
+                from_port=443,
+                to_port=443,
+                description=f"Kubernetes API from {source} (vllm-poc:cluster.privateAccess"
+                            f"{'SecurityGroups' if kind == 'sg' else 'Cidrs'})",
+                tags=args.tags,
+                opts=opts,
+                **where,
+            )
+            for kind, source, where in sources
+        ]

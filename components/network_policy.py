@@ -5,7 +5,9 @@ Every pod in the namespace:
            (169.254.170.23:80, where AWS credentials come from), and S3 over HTTPS. S3 is reached
            through the VPC's gateway endpoint, whose routes point at the region's S3 prefix list:
            its CIDRs are read at deploy time (`s3_cidrs`), since a NetworkPolicy takes addresses,
-           not a prefix-list id.
+           not a prefix-list id. The same list is recorded in an SSM parameter (for preflight) and
+           a ConfigMap (for the Jobs' start check), so a range AWS adds later is noticed
+           (stacks/s3_ranges.py).
 A vLLM server:
   ingress  its API port, from the namespaces `client_namespaces` names and from its own bench
            Job. /metrics and, with sleep mode, the development endpoints (/sleep, /wake_up,
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.labels import PART_OF
@@ -39,6 +42,8 @@ KUBELET_PORT = 10250
 INTERNET_EGRESS_LABEL = ("vllm-poc/egress", "internet")
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16")
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+# The S3 ranges the policy allows, for pods to compare with where S3 resolves (key `cidrs`).
+S3_RANGES_CONFIG_MAP = "vllm-poc-s3-ranges"
 
 
 def service_cidr(vpc_cidr: str) -> str:
@@ -77,6 +82,8 @@ class NetworkPoliciesArgs:
     namespace: str
     vpc_cidr: str  # where nodes (kubelet, DCGM exporter on the host network) and the API server's ENIs are
     s3_cidrs: list[str]
+    s3_prefix_list: str = ""  # the prefix list's name, recorded beside its ranges
+    ranges_parameter: str | None = None  # SSM parameter the ranges are recorded in, for preflight
     servers: list[ServerReach] = field(default_factory=list)
     benches: list[BenchReach] = field(default_factory=list)
     depends_on: Sequence[pulumi.Resource] = ()
@@ -174,4 +181,21 @@ class NetworkPolicies(pulumi.ComponentResource):
             )
             for manifest in self.manifests
         ]
+        cidrs = ",".join(sorted(args.s3_cidrs))
+        self.s3_ranges = k8s.core.v1.ConfigMap(
+            f"{name}-s3-ranges",
+            metadata={"name": S3_RANGES_CONFIG_MAP, "namespace": args.namespace, "labels": dict(PART_OF)},
+            data={"cidrs": cidrs, "prefixList": args.s3_prefix_list},
+            opts=child,
+        )
+        if args.ranges_parameter:
+            aws.ssm.Parameter(
+                f"{name}-s3-ranges-record",
+                name=args.ranges_parameter,
+                type="String",
+                insecure_value=cidrs,  # not a secret: reviewable in the render and the console
+                description=f"S3 ranges the {args.namespace} NetworkPolicy allows, copied from "
+                            f"{args.s3_prefix_list} at the last pulumi up",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         self.register_outputs({"policies": [m["metadata"]["name"] for m in self.manifests]})

@@ -25,6 +25,10 @@ from components.labels import PART_OF
 from components.pod_security import harden
 
 RBAC_NAME = "vllm-poc-startup-reader"
+# The Job's own deadline; Pulumi waits a little longer (scheduling, image already on the node), so it
+# never gives up on a Job that Kubernetes would still let finish.
+DEADLINE_S = 900
+PULUMI_WAIT_S = DEADLINE_S + 300
 
 NAMESPACE_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
@@ -114,11 +118,13 @@ class StartupJob(pulumi.ComponentResource):
         }
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
-            metadata={"name": job_name(args.server, args.config_hash), "namespace": args.namespace, "labels": labels},
+            metadata={"name": job_name(args.server, args.config_hash), "namespace": args.namespace, "labels": labels,
+                      "annotations": {"pulumi.com/timeoutSeconds": str(PULUMI_WAIT_S)}},
+            # No ttlSecondsAfterFinished: a Job that deleted itself would be created again by the next
+            # `pulumi up --refresh`, recording a start-up nobody asked for. Pulumi deletes it.
             spec={
                 "backoffLimit": 1,
-                "activeDeadlineSeconds": 900,
-                "ttlSecondsAfterFinished": 7 * 24 * 3600,
+                "activeDeadlineSeconds": DEADLINE_S,
                 "template": {
                     "metadata": {"labels": labels},
                     # It reads pods, events, nodes and NodeClaims: the one other pod with a token.

@@ -103,7 +103,8 @@ class StreamerJob(pulumi.ComponentResource):
                                                           "values": [2]}},
                 ]},
                 "activeDeadlineSeconds": args.deadline_hours * 3600,
-                "ttlSecondsAfterFinished": 7 * 24 * 3600,
+                # No ttlSecondsAfterFinished: Pulumi manages the Job, and one that deleted itself would be
+                # created again by the next `pulumi up --refresh` (a whole new run against the live server).
                 "template": {
                     "metadata": {"labels": labels, "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
                     "spec": pod_spec,

@@ -42,7 +42,12 @@ SCRATCH_DIR = "/scratch"
 TOKEN_KEY = "token"
 # `python -m weights` exit code for problems a retry cannot fix (see weights/__main__.py)
 FINAL_EXIT_CODE = 2
+# Credentials first (standard library only, bounded): a pod created before its Pod Identity association
+# took effect exits before the pip install. Passing network errors are retried inside `python -m
+# weights`, so the install runs once per pod.
+CREDENTIALS_WAIT_S = 60
 _SCRIPT = (
+    f"python -m weights.credentials --wait-s {CREDENTIALS_WAIT_S}\n"
     "python -m pip install --quiet --no-cache-dir --disable-pip-version-check --root-user-action=ignore "
     f"--only-binary=:all: --target {DEPS_DIR} -r {CODE_DIR}/weights/requirements.txt\n"
     'exec python -m weights "$@"\n'
@@ -157,12 +162,14 @@ def job_manifest(args: WeightSyncArgs, name: str, code_config_map: str) -> dict:
             },
         },
         "spec": {
-            # Each retry resumes: finished files are skipped, a half-sent file keeps its parts.
-            "backoffLimit": 3 if args.mode == "hub" else 1,
+            # Network errors are retried inside the pod (python -m weights --attempts); a new pod is for
+            # a pod that got no credentials, or one that died. Each resumes: finished files are skipped,
+            # a half-sent file keeps its parts.
+            "backoffLimit": 3 if args.mode == "hub" else 2,
             "podFailurePolicy": {"rules": [
                 {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
-                # Bad revision, gated repo without token, missing shard, model not staged: retrying
-                # cannot help, and `pulumi up` should say so now.
+                # A gated repo without access, a missing repo, revision or file, a missing shard, a model
+                # not staged: retrying cannot help, and `pulumi up` should say so now.
                 {"action": "FailJob", "onExitCodes": {"containerName": "sync", "operator": "In",
                                                        "values": [FINAL_EXIT_CODE]}},
             ]},

@@ -1,8 +1,8 @@
 """Checks of a stack against the account, made when the program runs (preview or up) through invokes.
 
 Each fails the run in seconds, before any resource is created, with the key to change: the caller's own
-role listed as an admin, a GPU pool type offered in none of the VPC's zones, a pinned AMI release
-without an NVIDIA AMI for the cluster's Kubernetes version. `python -m stacks preflight` makes the
+role listed as an admin, the stack file's placeholder API address (203.0.113.10/32) left in place, a GPU pool type offered in none of the VPC's zones (a warning for a pool no
+server runs on), a pinned AMI release without an NVIDIA AMI for the cluster's Kubernetes version. `python -m stacks preflight` makes the
 same checks with boto3.
 """
 
@@ -24,6 +24,16 @@ def check_caller(settings: StackSettings, caller_arn: str) -> None:
         raise ConfigError(problems)
 
 
+def check_api_placeholder(settings: StackSettings, account_id: str) -> None:
+    """A shipped placeholder address reaches no API: fine offline (the mocks' documentation account), refused
+    in every real account before anything is created."""
+    from stacks.api_access import DOCUMENTATION_ACCOUNT, placeholder_problem
+
+    problem = placeholder_problem(settings)
+    if problem and account_id != DOCUMENTATION_ACCOUNT:
+        raise ConfigError([problem])
+
+
 def stack_zones(settings: StackSettings, provider: aws.Provider) -> list[str]:
     """The created VPC's zones: where every pool's type is offered (or network.availabilityZones)."""
     invoke = pulumi.InvokeOptions(provider=provider)
@@ -43,8 +53,15 @@ def stack_zones(settings: StackSettings, provider: aws.Provider) -> list[str]:
         {f"vllm-poc:gpuPools[{i}].instanceType": pool.instance_type for i, pool in enumerate(settings.gpu_pools)},
         settings.network.availability_zone_count, settings.network.availability_zones,
     )
-    if problems:
-        raise ConfigError(problems)
+    # A pool no server runs on never has to launch a node: said, not refused (preflight does the same).
+    idle = {f"vllm-poc:gpuPools[{i}].instanceType" for i, pool in enumerate(settings.gpu_pools)
+            if not any(server.pool == pool.name for server in settings.servers)}
+    for problem in problems:
+        if problem.split(": ", 1)[0] in idle:
+            pulumi.log.warn(f"{problem} (no server runs on this pool, so nothing waits for its nodes)")
+    blocking = [p for p in problems if p.split(": ", 1)[0] not in idle]
+    if blocking:
+        raise ConfigError(blocking)
     return zones
 
 

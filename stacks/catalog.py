@@ -71,6 +71,8 @@ GPU_INSTANCE_TYPES: dict[str, InstanceType] = {
 # General-purpose types for the system node group (Karpenter controller, CoreDNS, add-ons).
 SYSTEM_INSTANCE_FAMILIES = ("m5", "m6i", "m6a", "m7i", "m7a", "c6i", "c7i", "t3")
 SYSTEM_INSTANCE_SIZES = ("medium", "large", "xlarge", "2xlarge", "4xlarge")
+# vCPUs by size, the same in every system family (what the standard on-demand vCPU quota counts).
+SYSTEM_SIZE_VCPUS = {"medium": 2, "large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16}
 
 # Kubernetes minor versions a new EKS cluster can be created with, late 2026: 1.35 and 1.36 in
 # standard support, 1.32-1.34 in extended support (billed extra). 1.31 left extended support on
@@ -94,3 +96,8 @@ def gpu_instance(name: str) -> InstanceType:
 def is_system_instance_type(name: str) -> bool:
     family, _, size = name.partition(".")
     return family in SYSTEM_INSTANCE_FAMILIES and size in SYSTEM_INSTANCE_SIZES
+
+
+def system_vcpus(name: str) -> int:
+    """vCPUs of a system node type (m7i.xlarge: 4)."""
+    return SYSTEM_SIZE_VCPUS[name.partition(".")[2]]

@@ -27,8 +27,8 @@ from components.pod_security import namespace_labels
 from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, replace_api_key, selector_labels
 from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
-from stacks import serving, variants
-from stacks.account_checks import check_caller, check_gpu_ami, stack_zones
+from stacks import s3_ranges, serving, variants
+from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
 from stacks.settings import BenchSettings, StackSettings
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
@@ -164,8 +164,9 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
     else:
         vpc_cidr = aws.ec2.get_vpc(id=settings.network.vpc_id, opts=invoke).cidr_block
     # The AWS-managed prefix list the S3 gateway endpoint routes to (read at deploy time; a
-    # NetworkPolicy takes CIDRs, and `pulumi up` refreshes them).
-    s3_cidrs = aws.ec2.get_prefix_list(name=f"com.amazonaws.{settings.region}.s3", opts=invoke).cidr_blocks
+    # NetworkPolicy takes CIDRs, and `pulumi up` refreshes them; stacks/s3_ranges.py notices drift).
+    prefix_list = s3_ranges.prefix_list_name(settings.region)
+    s3_cidrs = aws.ec2.get_prefix_list(name=prefix_list, opts=invoke).cidr_blocks
     security = settings.security
     reach = [
         ServerReach(
@@ -205,6 +206,8 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
     return NetworkPolicies(
         "network-policies",
         NetworkPoliciesArgs(namespace=NAMESPACE, vpc_cidr=vpc_cidr, s3_cidrs=list(s3_cidrs or []),
+                            s3_prefix_list=prefix_list,
+                            ranges_parameter=s3_ranges.parameter_name(settings.cluster.name),
                             servers=reach, benches=benches, depends_on=[namespace]),
         opts=opts,
     )
@@ -219,6 +222,7 @@ def build(settings: StackSettings) -> dict[str, object]:
     caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=aws_provider))
     account_id = caller.account_id
     check_caller(settings, caller.arn)
+    check_api_placeholder(settings, account_id)
     check_gpu_ami(settings, aws_provider)
 
     if settings.network.create_vpc:
@@ -256,6 +260,8 @@ def build(settings: StackSettings) -> dict[str, object]:
             system_max_size=settings.system_nodes.max_size,
             system_disk_size_gib=settings.system_nodes.disk_size_gib,
             public_access_cidrs=list(settings.cluster.public_access_cidrs),
+            private_access_security_groups=list(settings.cluster.private_access_security_groups),
+            private_access_cidrs=list(settings.cluster.private_access_cidrs),
             admin_role_arns=list(settings.cluster.admin_role_arns),
             log_types=list(settings.cluster.log_types),
             log_retention_days=settings.cluster.log_retention_days,

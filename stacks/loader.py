@@ -17,7 +17,8 @@ and, where the file is known, its line:
   tags against AWS's tag rules.
 
 `scope="cluster"` checks only what pre-destroy and teardown-check need (region, cluster, network,
-storage, tags), so a teardown is never blocked by a serving setting that stopped validating.
+storage, tags), so a teardown is never blocked by a serving setting that stopped validating. The full
+scope also refuses a stack with no way to its Kubernetes API (stacks.api_access).
 """
 
 from __future__ import annotations
@@ -390,6 +391,11 @@ def settings_from_values(values: dict[str, Any], *, stack: str, project: str = P
     except ConfigError as err:
         problems += err.problems
     else:
+        if scope == "full":
+            # A deploy needs a way to the Kubernetes API; a teardown-check does not (and is never blocked).
+            from stacks.api_access import api_path_problems
+
+            problems += api_path_problems(settings)
         if not problems:
             return settings
     raise StackFileError(_with_hints(list(dict.fromkeys(problems)), scalars or {}, keep))

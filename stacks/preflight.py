@@ -8,11 +8,20 @@ region:
 * quotas: the account's G and VT vCPU quotas (Service Quotas, values in vCPUs) against what the
   servers run: per server, ceil(TP x replicas / GPUs per instance) instances x vCPUs, counted against
   its pool's on-demand quota (or Spot, for a Spot-only pool). What the NodePool limits could launch
-  beyond that is headroom: a warning when the quota does not cover it, never a blocker. A quota that
-  cannot be read is "unknown": a warning, or a blocker with the reason under `--strict`;
+  beyond that is headroom: a warning when the quota does not cover it, never a blocker. The standard
+  on-demand quota against the system node group (desiredSize x the vCPUs of its largest type; maxSize
+  is headroom). A quota that cannot be read is "unknown": a warning, or a blocker with the reason
+  under `--strict`;
 * the stack: the pinned AMI release's NVIDIA AMI for the cluster's Kubernetes version (SSM; missing is
-  a blocker), an admin role that is the caller's own (blocker), a public API open to 0.0.0.0/0 and
-  Hub revisions that are branches rather than commits (warnings);
+  a blocker), an admin role that is the caller's own (blocker), the caller role's maximum session
+  shorter than a first `up` (3 h), a public API open to 0.0.0.0/0 and Hub revisions that are
+  branches rather than commits (warnings);
+* S3 ranges: those the NetworkPolicy allows (recorded at the last `up`) against the region's S3
+  prefix list now (stacks.s3_ranges): a range AWS added since is a warning naming the `up` that
+  fixes it;
+* the way to the Kubernetes API from this machine (stacks.api_access): the shipped placeholder
+  address, an egress address missing from publicAccessCidrs, or `--inside-vpc` without private
+  sources are blockers, each with the command that fixes it;
 * prices: the latest Spot price per AZ against the on-demand price (AWS Price List API, else the
   catalog's PoC figure, marked as such).
 
@@ -31,7 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from stacks import catalog
+from stacks import api_access, catalog, s3_ranges
 
 COMMAND = "preflight"
 
@@ -41,6 +50,13 @@ QUOTAS = {
     "on-demand": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
     "spot": ("L-3819A6DF", "All G and VT Spot Instance Requests"),
 }
+# The system node group's on-demand instances count against this one.
+STANDARD_QUOTA = ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")
+# Families with quotas of their own although their names start with a standard letter.
+_OWN_QUOTA_FAMILIES = ("inf", "dl", "hpc", "mac", "trn", "u-")
+# A first `up` (cluster ~15 min, weight sync, GPU node, cold start) runs up to about 3 hours; a session
+# that ends sooner leaves a half-created stack.
+FIRST_UP_SESSION_S = 3 * 3600
 # Karpenter logs a warning below this many types when a NodePool is flexible to Spot and on-demand
 # (pkg/providers/instance/instance.go, instanceTypeFlexibilityThreshold).
 FLEXIBILITY_THRESHOLD = 5
@@ -54,6 +70,22 @@ class Pool:
     capacity_types: tuple[str, ...]
     gpu_limit: int
     server_gpus: int = 0  # GPUs the stack's servers on this pool run: TP x replicas, summed
+
+
+@dataclass(frozen=True)
+class SystemNodes:
+    instance_types: tuple[str, ...]
+    desired_size: int
+    max_size: int
+
+    @property
+    def vcpus_per_node(self) -> int:
+        # The node group may launch any listed type: count the largest.
+        return max(catalog.system_vcpus(t) for t in self.instance_types)
+
+    @property
+    def describe(self) -> str:
+        return f"the system node group ({self.desired_size} x {'/'.join(self.instance_types)})"
 
 
 @dataclass
@@ -112,6 +144,8 @@ class QuotaReport:
     error: str | None = None
     headroom_vcpus: int = 0  # every pool that can use this capacity type, at its GPU limit
     headroom_pools: list[str] = field(default_factory=list)
+    required_for: str = ""  # who needs required_vcpus, in words
+    headroom_for: str = ""  # who could take headroom_vcpus, in words
 
     @property
     def status(self) -> str:
@@ -149,6 +183,12 @@ class PreflightReport:
 
 def in_quota_group(instance_type: str) -> bool:
     return instance_type.split(".", 1)[0].startswith(QUOTA_GROUP_FAMILIES)
+
+
+def in_standard_group(instance_type: str) -> bool:
+    """Counted against the standard on-demand quota (A, C, D, H, I, M, R, T, Z families)."""
+    family = instance_type.split(".", 1)[0]
+    return family[:1] in tuple("acdhimrtz") and not family.startswith(_OWN_QUOTA_FAMILIES)
 
 
 def offered_azs(ec2, instance_types: Iterable[str]) -> dict[str, list[str]]:
@@ -225,28 +265,38 @@ def quota_value(quotas, code: str) -> tuple[float | None, str | None]:
 
 
 def running_quota_vcpus(ec2) -> dict[str, int]:
-    """vCPUs of running G and VT instances now, by capacity type (they count against the same quotas)."""
-    used = {"on-demand": 0, "spot": 0}
+    """vCPUs running now against each quota: G and VT by capacity type ("on-demand", "spot"), and the
+    standard families' on-demand instances ("standard")."""
+    used = {"on-demand": 0, "spot": 0, "standard": 0}
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
     )
     for page in pages:
         for res in page["Reservations"]:
             for inst in res["Instances"]:
-                if not in_quota_group(inst["InstanceType"]):
+                spot = inst.get("InstanceLifecycle") == "spot"
+                if in_quota_group(inst["InstanceType"]):
+                    key = "spot" if spot else "on-demand"
+                elif in_standard_group(inst["InstanceType"]) and not spot:
+                    key = "standard"
+                else:
                     continue
                 cpu = inst.get("CpuOptions") or {}
                 if cpu.get("CoreCount"):
                     vcpus = cpu["CoreCount"] * cpu.get("ThreadsPerCore", 1)
                 else:
                     vcpus = _catalog_vcpus(inst["InstanceType"])
-                used["spot" if inst.get("InstanceLifecycle") == "spot" else "on-demand"] += vcpus
+                used[key] += vcpus
     return used
 
 
 def _catalog_vcpus(instance_type: str) -> int:
     try:
         return catalog.gpu_instance(instance_type).vcpus
+    except KeyError:
+        pass
+    try:
+        return catalog.system_vcpus(instance_type)
     except KeyError:
         return 0
 
@@ -377,6 +427,13 @@ def evaluate(region: str, cluster: str, pools: list[PoolReport], quotas: list[Qu
                     f"servers pinned to pool {p.name} stay Pending",
                     fix,
                 ))
+            elif not p.server_gpus:
+                # Nothing runs there: the NodePool never launches a node, and nothing waits for one.
+                findings.append(Finding(
+                    "warning", p.name,
+                    f"{why}; no server runs on pool {p.name}, so nothing waits for it, but a server moved there "
+                    "would stay Pending", fix,
+                ))
             else:
                 findings.append(Finding("blocker", p.name, f"{why}; no other pool can take its work", fix))
         elif len(p.usable_azs) == 1:
@@ -415,8 +472,8 @@ def evaluate(region: str, cluster: str, pools: list[PoolReport], quotas: list[Qu
 
     for q in quotas:
         if q.applied_vcpus is None:
-            need = (f"servers on {', '.join(q.pools)} need {q.required_vcpus} vCPUs" if q.required_vcpus else
-                    f"pools {', '.join(q.headroom_pools)} could take {q.headroom_vcpus} vCPUs")
+            need = (f"{q.required_for} needs {q.required_vcpus} vCPUs" if q.required_vcpus else
+                    f"{q.headroom_for} could take {q.headroom_vcpus} vCPUs")
             findings.append(Finding(
                 "blocker" if strict and q.required_vcpus else "warning", q.code,
                 f"quota {q.code} ({q.name}) is unknown: {q.error}; {need}",
@@ -426,8 +483,8 @@ def evaluate(region: str, cluster: str, pools: list[PoolReport], quotas: list[Qu
         elif q.applied_vcpus < q.required_vcpus:
             findings.append(Finding(
                 "blocker", q.code,
-                f"{q.name} is {q.applied_vcpus:g} vCPUs in {region}; the servers on {', '.join(q.pools)} "
-                f"need {q.required_vcpus} vCPUs",
+                f"{q.name} is {q.applied_vcpus:g} vCPUs in {region}; {q.required_for} "
+                f"needs {q.required_vcpus} vCPUs",
                 f"raise {q.code} in {region} from {q.applied_vcpus:g} to {q.required_vcpus} vCPUs: "
                 + quota_fix_command(q.code, region, q.required_vcpus),
             ))
@@ -437,15 +494,15 @@ def evaluate(region: str, cluster: str, pools: list[PoolReport], quotas: list[Qu
                 findings.append(Finding(
                     "warning", q.code,
                     f"{q.in_use_vcpus} of {q.applied_vcpus:g} {q.name} vCPUs are in use now; "
-                    f"{q.applied_vcpus - q.in_use_vcpus:g} left for the {q.required_vcpus} the servers need",
+                    f"{q.applied_vcpus - q.in_use_vcpus:g} left for the {q.required_vcpus} that {q.required_for} needs",
                     f"raise {q.code} to {desired} vCPUs: " + quota_fix_command(q.code, region, desired),
                 ))
             if q.applied_vcpus < q.headroom_vcpus:
                 findings.append(Finding(
                     "warning", q.code,
-                    f"headroom: pools {', '.join(q.headroom_pools)} could launch {q.headroom_vcpus} vCPUs at their GPU "
-                    f"limits, {q.name} allows {q.applied_vcpus:g}; servers added later may stay Pending",
-                    f"raise it when you add servers: " + quota_fix_command(q.code, region, q.headroom_vcpus),
+                    f"headroom: {q.headroom_for} could launch {q.headroom_vcpus} vCPUs, {q.name} allows "
+                    f"{q.applied_vcpus:g}; nodes added later may stay Pending",
+                    "raise it before you grow: " + quota_fix_command(q.code, region, q.headroom_vcpus),
                 ))
     return findings
 
@@ -495,6 +552,7 @@ def run_preflight(
     new_vpc_az_count: int | None = None,
     new_vpc_zones: list[str] | None = None,
     strict: bool = False,
+    system: SystemNodes | None = None,
 ) -> PreflightReport:
     offers = offered_azs(ec2, [p.instance_type for p in pools])
     if new_vpc_zones or (new_vpc_az_count and not subnet_ids and not vpc_id):
@@ -503,7 +561,7 @@ def run_preflight(
         stack_azs = subnet_azs(ec2, cluster, subnet_ids, vpc_id, new_vpc_az_count)
     reports = [pool_report(p, offers, stack_azs, ec2, pricing, region) for p in pools]
     need, room = required_vcpus(reports), headroom_vcpus(reports)
-    in_use = running_quota_vcpus(ec2) if any(n for n, _ in room.values()) else {}
+    in_use = running_quota_vcpus(ec2) if system or any(n for n, _ in room.values()) else {}
     quota_reports = []
     for cap, (code, name) in QUOTAS.items():
         required, users = need[cap]
@@ -511,8 +569,19 @@ def run_preflight(
         if not required and not headroom:
             continue
         applied, error = quota_value(quotas, code)
-        quota_reports.append(QuotaReport(cap, code, name, required, applied, in_use.get(cap), users, error,
-                                         headroom, headroom_pools))
+        quota_reports.append(QuotaReport(
+            cap, code, name, required, applied, in_use.get(cap), users, error, headroom, headroom_pools,
+            required_for=f"the servers on {', '.join(users)}" if users else "no server",
+            headroom_for=f"pools {', '.join(headroom_pools)} at their GPU limits"))
+    if system:
+        code, name = STANDARD_QUOTA
+        applied, error = quota_value(quotas, code)
+        per_node = system.vcpus_per_node
+        quota_reports.append(QuotaReport(
+            "on-demand", code, name, system.desired_size * per_node, applied, in_use.get("standard"),
+            ["system"], error, system.max_size * per_node, ["system"],
+            required_for=system.describe,
+            headroom_for=f"the system node group at its maxSize {system.max_size}"))
     return PreflightReport(region, cluster, reports, quota_reports,
                            evaluate(region, cluster, reports, quota_reports, strict=strict))
 
@@ -573,7 +642,7 @@ def format_report(r: PreflightReport) -> str:
     if r.quotas:
         out.append("")
         out.append(_table(
-            ["quota", "name", "applied vCPU", "in use", "servers need", "at pool limits", "pools", "status"],
+            ["quota", "name", "applied vCPU", "in use", "required", "at limits", "for", "status"],
             [[q.code, q.name, "?" if q.applied_vcpus is None else f"{q.applied_vcpus:g}",
               "-" if q.in_use_vcpus is None else str(q.in_use_vcpus), str(q.required_vcpus), str(q.headroom_vcpus),
               ",".join(q.headroom_pools), q.status]
@@ -600,8 +669,10 @@ def format_report(r: PreflightReport) -> str:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         COMMAND,
-        help="check GPU offerings, G/VT vCPU quotas and prices for a stack before `pulumi up`",
-        description="Check each GPU pool's instance offerings, the G and VT vCPU quotas and Spot/on-demand prices.",
+        help="check GPU offerings, vCPU quotas, the way to the Kubernetes API and prices for a stack before `pulumi up`",
+        description="Check each GPU pool's instance offerings, the G and VT and standard vCPU quotas, the stack "
+        "against the account (AMI, caller role and its session length, the way to the Kubernetes API, S3 ranges) "
+        "and Spot/on-demand prices.",
     )
     p.add_argument("stack", help="stack name (reads Pulumi.<stack>.yaml)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -610,8 +681,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="a check that cannot be answered (a quota or the AMI unreadable) is a blocker, not a warning "
                    "(the workflows use it)")
     p.add_argument("--inside-vpc", action="store_true",
-                   help="this machine runs `pulumi up` from inside the cluster's VPC, so a private API endpoint "
-                   "(no cluster.publicAccessCidrs) is reachable; without it a private endpoint is a blocker")
+                   help="this machine reaches the API endpoint's private address (a runner inside the cluster's VPC or "
+                   "a peered network), admitted by cluster.privateAccessSecurityGroups or privateAccessCidrs; without "
+                   "it, this machine's egress address must be in cluster.publicAccessCidrs")
     p.set_defaults(func=run)
     return p
 
@@ -636,6 +708,38 @@ def pools_from_settings(settings) -> list[Pool]:
         if getattr(p, "on_demand_fallback", False):
             pools.append(Pool(f"{p.name}-on-demand", p.instance_type, ("on-demand",), int(p.gpu_limit)))
     return pools
+
+
+def system_nodes_from_settings(settings) -> SystemNodes | None:
+    nodes = getattr(settings, "system_nodes", None)
+    if nodes is None:
+        return None
+    return SystemNodes(tuple(nodes.instance_types), nodes.desired_size, nodes.max_size)
+
+
+def session_findings(iam, caller_arn: str) -> list[Finding]:
+    """The caller role's maximum session against a first `up`; nothing for users (long-term keys)."""
+    from stacks.identity import caller_role_arn
+
+    role_arn = caller_role_arn(caller_arn)
+    if role_arn is None or iam is None:
+        return []
+    role = role_arn.rsplit("/", 1)[-1]
+    try:
+        limit = int(iam.get_role(RoleName=role)["Role"].get("MaxSessionDuration", 3600))
+    except Exception as exc:  # noqa: BLE001 - unreadable is not a failure: say how to check
+        return [Finding(
+            "note", "session",
+            f"could not read role {role}'s maximum session duration ({_error_text(exc)}); a first `up` needs 3 h",
+            f"aws iam get-role --role-name {role} --query Role.MaxSessionDuration")]
+    if limit >= FIRST_UP_SESSION_S:
+        return []
+    return [Finding(
+        "warning", "session",
+        f"role {role} allows sessions of {limit // 60} min; a first `pulumi up` (cluster, weight sync, GPU node, "
+        "cold start) runs up to 3 h, and credentials that expire mid-run leave a half-created stack",
+        f"aws iam update-role --role-name {role} --max-session-duration {FIRST_UP_SESSION_S}, and ask for 3 h "
+        "sessions (role-duration-seconds: 10800 in the workflows)")]
 
 
 def stack_findings(settings, clients: dict[str, Any], strict: bool = False,
@@ -670,6 +774,7 @@ def stack_findings(settings, clients: dict[str, Any], strict: bool = False,
             caller = clients["sts"].get_caller_identity()["Arn"]
             for problem in admin_role_problems(list(settings.cluster.admin_role_arns), caller):
                 findings.append(Finding("blocker", "cluster.adminRoleArns", problem.removeprefix("vllm-poc:")))
+            findings += session_findings(clients.get("iam"), caller)
         except Exception as exc:  # noqa: BLE001
             findings.append(Finding(unknown, "caller", f"could not read the caller identity: {_error_text(exc)}"))
     if "0.0.0.0/0" in settings.cluster.public_access_cidrs:
@@ -677,15 +782,14 @@ def stack_findings(settings, clients: dict[str, Any], strict: bool = False,
             "warning", "cluster.publicAccessCidrs",
             "the Kubernetes API endpoint is reachable from any address (0.0.0.0/0); IAM still guards it",
             "set vllm-poc:cluster.publicAccessCidrs to your office or CI egress ranges"))
-    elif not settings.cluster.public_access_cidrs:
-        # From outside the VPC, `pulumi up` would create the cluster and then stop at the first Kubernetes
-        # resource: say so before the 15-minute cluster create, not after.
-        findings.append(Finding(
-            "warning" if inside_vpc else "blocker", "cluster.publicAccessCidrs",
-            "the Kubernetes API endpoint is private: `pulumi up` reaches it only from inside the VPC, and "
-            "from anywhere else stops at the first Kubernetes resource",
-            "list the deploying machine's egress /32 in vllm-poc:cluster.publicAccessCidrs, or run from inside "
-            "the VPC (a self-hosted runner) and pass --inside-vpc"))
+    # From where `pulumi up` cannot reach the API it would create the network and the cluster and then
+    # time out at the first Kubernetes resource: say so before the 20 minutes, not after.
+    for reach in api_access.reach_findings(settings, inside_vpc, clients.get("egress"), strict=strict):
+        findings.append(Finding(reach.level, "cluster API", reach.message, reach.fix))
+    if clients.get("ssm") is not None and clients.get("ec2") is not None:
+        # The NetworkPolicy's S3 ranges (recorded at the last `up`) against AWS's list now.
+        for d in s3_ranges.drift(clients["ec2"], clients["ssm"], settings.region, settings.cluster.name, settings.stack):
+            findings.append(Finding(d.level, "s3 ranges", d.message, d.fix))
     weights = getattr(settings, "weights", None)
     if weights is not None and weights.source == "hub":
         floating = sorted(m for m, rev in weights.revisions.items() if not is_commit(rev))
@@ -712,6 +816,9 @@ def make_clients(region: str) -> dict[str, Any]:
         "quotas": boto3.client("service-quotas", region_name=region, config=quick),
         "ssm": boto3.client("ssm", region_name=region, config=quick),
         "sts": boto3.client("sts", region_name=region, config=quick),
+        "iam": boto3.client("iam", config=quick),
+        # This machine's egress address, against the stack's publicAccessCidrs.
+        "egress": api_access.egress_address,
         # The Price List API answers from us-east-1 for every region's prices.
         "pricing": boto3.client("pricing", region_name="us-east-1", config=quick),
     }
@@ -729,6 +836,7 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
             ec2=clients["ec2"],
             quotas=clients["quotas"],
             pricing=clients.get("pricing"),
+            system=system_nodes_from_settings(settings),
             subnet_ids=sorted((getattr(network, "private_subnets", None) or {}).values()) or None,
             vpc_id=getattr(network, "vpc_id", None),
             new_vpc_az_count=None if getattr(network, "vpc_id", None) else getattr(network, "availability_zone_count", None),

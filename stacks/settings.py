@@ -19,7 +19,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 from pydantic.alias_generators import to_camel
 
 from bench.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
@@ -65,13 +66,28 @@ class ClusterSettings(_Settings):
     )
     public_access_cidrs: list[str] = Field(
         default_factory=list,
-        description="CIDRs allowed to reach the API endpoint from the internet (e.g. the CI runner's "
-        "egress /32). Empty (default): the endpoint is private, reachable from inside the VPC only. "
-        "0.0.0.0/0 also needs publicEndpointFromAnywhere: true.",
+        description="CIDRs allowed to reach the API endpoint from the internet: the deploying machine's "
+        "egress /32 (`python -m stacks allow-my-address <stack>` writes it), a CI runner's. Empty: the "
+        "endpoint is private. 0.0.0.0/0 also needs publicEndpointFromAnywhere: true. An address reserved "
+        "for examples (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) is a placeholder: rendered offline, "
+        "refused by preflight and by a preview or `up` in a real account.",
     )
     public_endpoint_from_anywhere: bool = Field(
         False,
         description="Acknowledge that publicAccessCidrs opens the API endpoint to the whole internet.",
+    )
+    private_access_security_groups: list[str] = Field(
+        default_factory=list,
+        description="Security groups (sg-...) admitted to the API endpoint's private address on 443, as "
+        "ingress rules on the EKS cluster security group: a self-hosted runner or bastion inside the "
+        "VPC. Needs an existing VPC (network.vpcId): nothing is inside a VPC the stack creates before "
+        "its first `up`.",
+    )
+    private_access_cidrs: list[str] = Field(
+        default_factory=list,
+        description="IPv4 CIDRs admitted to the API endpoint's private address on 443, as ingress rules on "
+        "the EKS cluster security group: a peered network or VPN that routes into the VPC. Needs an "
+        "existing VPC (network.vpcId), like privateAccessSecurityGroups.",
     )
     admin_role_arns: list[str] = Field(
         default_factory=list,
@@ -108,11 +124,28 @@ class ClusterSettings(_Settings):
             )
         return v
 
-    @field_validator("public_access_cidrs")
+    @field_validator("public_access_cidrs", "private_access_cidrs")
     @classmethod
-    def _cidrs(cls, v: list[str]) -> list[str]:
+    def _cidrs(cls, v: list[str], info: ValidationInfo) -> list[str]:
         for cidr in v:
-            ipaddress.ip_network(cidr, strict=True)
+            try:
+                net = ipaddress.ip_network(cidr, strict=True)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not a CIDR such as 198.51.100.7/32 (host bits must be zero)") from None
+            if net.version != 4 and info.field_name == "private_access_cidrs":
+                raise ValueError(f"{cidr}: security group rules for the private endpoint take IPv4 CIDRs here")
+        if len(set(v)) != len(v):
+            raise ValueError("lists a CIDR more than once")
+        return v
+
+    @field_validator("private_access_security_groups")
+    @classmethod
+    def _groups(cls, v: list[str]) -> list[str]:
+        for group in v:
+            if not re.fullmatch(r"sg-[0-9a-f]{8,17}", group):
+                raise ValueError(f"{group!r} is not a security group id (sg-0123abcd...)")
+        if len(set(v)) != len(v):
+            raise ValueError("lists a security group more than once")
         return v
 
     @model_validator(mode="after")
@@ -124,6 +157,11 @@ class ClusterSettings(_Settings):
                 "internet; list the CIDRs that deploy (e.g. the CI runner's egress /32), leave it empty "
                 "for a private endpoint, or set publicEndpointFromAnywhere: true to accept the exposure"
             )
+        wide = [c for c in self.private_access_cidrs if ipaddress.ip_network(c).prefixlen == 0]
+        if wide:
+            raise ValueError(
+                f"privateAccessCidrs: {wide[0]} admits every address that routes into the VPC; list the runner's "
+                "or the peered network's CIDRs")
         return self
 
     @field_validator("log_retention_days")

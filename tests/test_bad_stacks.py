@@ -116,6 +116,16 @@ CASES: list[tuple[str, str, str]] = [
     ("admin-arn", mutate((f"{CL}.adminRoleArns", ["arn:aws:iam::123:user/x"])), "vllm-poc:cluster.adminRoleArns"),
     ("cluster-misspelt-key", mutate((f"{CL}.kubernetesVerison", "1.36")), "vllm-poc:cluster.kubernetesVerison"),
     ("log-types-text", mutate((f"{CL}.logTypes", "api")), "vllm-poc:cluster.logTypes"),
+    # -- the way to the Kubernetes API -------------------------------------------------------------------
+    ("api-no-path", mutate((f"{CL}.publicAccessCidrs", DELETE)), "vllm-poc:cluster: no way to the Kubernetes API"),
+    ("api-no-path-empty-list", mutate((f"{CL}.publicAccessCidrs", [])), "python -m stacks allow-my-address case"),
+    ("api-private-in-new-vpc", mutate((f"{CL}.publicAccessCidrs", []), (f"{CL}.privateAccessSecurityGroups", ["sg-0123abcd"])),
+     "creates its VPC in the same `pulumi up`"),
+    ("api-private-sg-id", mutate((f"{CL}.privateAccessSecurityGroups", ["runner"])), "vllm-poc:cluster.privateAccessSecurityGroups"),
+    ("api-private-sg-twice", mutate((f"{CL}.privateAccessSecurityGroups", ["sg-0123abcd", "sg-0123abcd"])),
+     "vllm-poc:cluster.privateAccessSecurityGroups"),
+    ("api-private-anywhere", mutate((f"{CL}.privateAccessCidrs", ["0.0.0.0/0"])), "privateAccessCidrs: 0.0.0.0/0"),
+    ("api-private-ipv6", mutate((f"{CL}.privateAccessCidrs", ["2001:db8::/32"])), "vllm-poc:cluster.privateAccessCidrs"),
     # -- network -------------------------------------------------------------------------------------
     ("vpc-cidr-8", mutate((f"{NET}.vpcCidr", "10.0.0.0/8")), "vllm-poc:network.vpcCidr"),
     ("vpc-cidr-24", mutate((f"{NET}.vpcCidr", "10.0.0.0/24")), "vllm-poc:network.vpcCidr"),

@@ -71,7 +71,7 @@ def test_kubernetes_provider_has_a_stable_identity(dev):
 
 
 def test_admin_roles_get_cluster_admin_access_entries():
-    rendered = render_with(cluster={"name": "vllm-poc-dev", "kubernetesVersion": "1.36", "adminRoleArns": [ADMIN]})
+    rendered = render_with(cluster={"name": "vllm-poc-dev", "publicAccessCidrs": ["203.0.113.10/32"], "kubernetesVersion": "1.36", "adminRoleArns": [ADMIN]})
     entries = rendered.one("eks:index:Cluster").inputs["accessEntries"]
     (entry,) = entries.values()
     assert entry["principalArn"] == ADMIN

@@ -21,15 +21,21 @@ def inputs(rendered, typ: str) -> dict:
 # -- EKS API endpoint -----------------------------------------------------------------------------
 
 
+EXISTING_VPC = {"vpcId": "vpc-0123abcd", "privateSubnets": {"ap-northeast-2b": "subnet-0123abcd",
+                                                             "ap-northeast-2c": "subnet-0123abce"}}
+
+
 def test_api_endpoint_is_private_unless_the_stack_file_names_cidrs(dev):
+    # The shipped file names its placeholder: the endpoint answers those CIDRs only.
     cluster = inputs(dev, "eks:index:Cluster")
+    assert cluster["endpointPublicAccess"] is True and cluster["endpointPrivateAccess"] is True
+    assert cluster["publicAccessCidrs"] == ["203.0.113.10/32"]
+
+    rendered = render_with("dev", network=EXISTING_VPC,
+                           cluster={"name": "vllm-poc-dev", "privateAccessSecurityGroups": ["sg-0123abcd"]})
+    cluster = inputs(rendered, "eks:index:Cluster")
     assert cluster["endpointPublicAccess"] is False and cluster["endpointPrivateAccess"] is True
     assert "publicAccessCidrs" not in cluster
-
-    rendered = render_with("dev", cluster={"name": "vllm-poc-dev", "publicAccessCidrs": ["198.51.100.7/32"]})
-    cluster = inputs(rendered, "eks:index:Cluster")
-    assert cluster["endpointPublicAccess"] is True
-    assert cluster["publicAccessCidrs"] == ["198.51.100.7/32"]
 
 
 def test_whole_internet_needs_an_explicit_acknowledgement():

@@ -78,10 +78,10 @@ def test_the_control_plane_log_group_exists_before_the_cluster(stack):
 
 
 def test_log_retention_is_configurable_and_checked():
-    rendered = render_with(cluster={"name": "vllm-poc-dev", "logRetentionDays": 90})
+    rendered = render_with(cluster={"name": "vllm-poc-dev", "publicAccessCidrs": ["203.0.113.10/32"], "logRetentionDays": 90})
     assert rendered.one("aws:cloudwatch/logGroup:LogGroup").inputs["retentionInDays"] == 90
     with pytest.raises(Exception, match="logRetentionDays.*CloudWatch Logs retention"):
-        render_with(cluster={"name": "vllm-poc-dev", "logRetentionDays": 10})
+        render_with(cluster={"name": "vllm-poc-dev", "publicAccessCidrs": ["203.0.113.10/32"], "logRetentionDays": 10})
 
 
 # -- weight syncs ---------------------------------------------------------------------------------
@@ -156,9 +156,9 @@ def test_a_new_revision_is_a_new_sync_job():
 
 def test_config_refuses_the_callers_own_role_as_admin():
     with pytest.raises(RunError, match=r"adminRoleArns\[1\].*role running `pulumi up`"):
-        render_with(cluster={"name": "vllm-poc-dev", "adminRoleArns": [
+        render_with(cluster={"name": "vllm-poc-dev", "publicAccessCidrs": ["203.0.113.10/32"], "adminRoleArns": [
             "arn:aws:iam::123456789012:role/ops", "arn:aws:iam::123456789012:role/ci/vllm-poc-deploy"]})
-    other = render_with(cluster={"name": "vllm-poc-dev", "adminRoleArns": ["arn:aws:iam::123456789012:role/ops"]})
+    other = render_with(cluster={"name": "vllm-poc-dev", "publicAccessCidrs": ["203.0.113.10/32"], "adminRoleArns": ["arn:aws:iam::123456789012:role/ops"]})
     entries = other.one("eks:index:Cluster").inputs["accessEntries"]
     assert [e["principalArn"] for e in entries.values()] == ["arn:aws:iam::123456789012:role/ops"]
 
@@ -189,9 +189,14 @@ def test_zones_come_from_offerings_unless_given(dev):
     assert subnet_zones(given) == {"ap-northeast-2c", "ap-northeast-2d"}
 
 
-def test_a_pool_type_offered_in_none_of_the_zones_is_refused():
-    with pytest.raises(RunError, match=r"gpuPools\[2\].instanceType: g7e.2xlarge is offered in .*2b.*none of the VPC's zones"):
-        render_with(network={"availabilityZones": ["ap-northeast-2a", "ap-northeast-2e"]})
+def test_a_pool_type_offered_in_none_of_the_zones_is_refused_when_servers_run_on_it():
+    zones = {"vpcCidr": "10.41.0.0/16", "availabilityZones": ["ap-northeast-2a", "ap-northeast-2e"]}
+    with pytest.raises(RunError, match=r"gpuPools\[0\].instanceType: g7e.2xlarge is offered in .*2b.*none of the VPC's zones"):
+        render_with("g7e", network=zones)
+    # dev's g7e pool has no server: its NodePool is rendered, and nothing waits for its nodes
+    idle = render_with(network={**zones, "vpcCidr": "10.40.0.0/16"})
+    assert subnet_zones(idle) == {"ap-northeast-2a", "ap-northeast-2e"}
+    assert "g7e" in {o["metadata"]["name"] for o in idle.k8s("NodePool")}
     zones, problems = choose_zones(["r-a", "r-b", "r-c"], {"x": {"r-c"}, "y": {"r-a", "r-b"}},
                                    {"pool0": "x", "pool1": "y"}, 2)
     assert zones == ["r-a", "r-c"] and problems == []

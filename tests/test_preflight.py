@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
+import shutil
+from pathlib import Path
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
@@ -18,9 +21,10 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from stacks import preflight
+from stacks import api_access, preflight
 from stacks.preflight import Pool
-from stacks.settings import load_stack_settings
+from stacks.loader import load_settings
+from stacks.settings import REPO
 from stacks.versions import pins
 
 SEOUL = "ap-northeast-2"
@@ -170,9 +174,12 @@ def test_g7e_missing_in_region_falls_back_to_the_on_demand_pool(aws):
     assert any("catalog" in f.message and "ap-northeast-2 figure" in f.message for f in _levels(report, "note"))
 
 
-def test_nothing_offered_is_a_blocker(aws):
-    report = _run(region="af-south-1", pools=(L40S, G7E_SPOT))
-    assert {f.subject for f in report.blockers} == {"l40s", "g7e-spot"}
+def test_nothing_offered_blocks_a_pool_with_servers_and_warns_for_one_without(aws):
+    report = _run(region="af-south-1", pools=(dataclasses.replace(L40S, server_gpus=1), G7E_SPOT))
+    assert {f.subject for f in report.blockers} == {"l40s"}
+    [g7e] = [f for f in _levels(report, "warning") if f.subject == "g7e-spot" and "not offered" in f.message]
+    assert "no server runs on pool g7e-spot" in g7e.message and "describe-instance-type-offerings" in g7e.fix
+    assert not _run(region="af-south-1", pools=(L40S, G7E_SPOT)).blockers
 
 
 def test_subnet_azs_limit_where_pools_can_launch(aws):
@@ -189,7 +196,7 @@ def test_subnet_azs_limit_where_pools_can_launch(aws):
     assert any("one AZ only" in f.message for f in _levels(report, "warning") if f.subject == "g7e-spot")
 
     only_c = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": ["ap-northeast-2c"]}])["Subnets"]
-    report = _run(pools=(L40S,), subnet_ids=[only_c[0]["SubnetId"]])
+    report = _run(pools=(dataclasses.replace(L40S, server_gpus=1),), subnet_ids=[only_c[0]["SubnetId"]])
     [blocker] = report.blockers
     assert "offered in ap-northeast-2a, ap-northeast-2b but the stack's subnets are in ap-northeast-2c" in blocker.message
 
@@ -243,33 +250,78 @@ class FakeSSM:
 AMI_PARAMETER = pins().nvidia_ami_parameter("1.36")
 
 
-def _clients(quota=64, ssm=None, quotas=None):
-    return {"ec2": _ec2(), "quotas": quotas or FakeQuotas({"L-DB2E81BA": quota, "L-3819A6DF": 32}),
-            "pricing": FakePricing(SEOUL_PRICES), "ssm": ssm or FakeSSM({AMI_PARAMETER}), "sts": boto3.client("sts")}
+EGRESS = "52.78.10.20"  # this machine's address, as the stubbed lookup reports it
 
 
-def _args(json_out=False, strict=False, inside_vpc=True):
-    return argparse.Namespace(stack="dev", json=json_out, strict=strict, inside_vpc=inside_vpc)
+@pytest.fixture(scope="module")
+def dev_dir(tmp_path_factory) -> Path:
+    """Pulumi.dev.yaml with the operator's address in place of the shipped placeholder (allow-my-address)."""
+    directory = tmp_path_factory.mktemp("stack")
+    shutil.copy(REPO / "Pulumi.dev.yaml", directory / "Pulumi.dev.yaml")
+    api_access.allow_address("dev", EGRESS, directory)
+    return directory
 
 
-def test_private_api_endpoint_blocks_unless_run_from_inside_the_vpc(aws, capsys):
-    # dev names no publicAccessCidrs: from outside the VPC `pulumi up` would stop at the first
-    # Kubernetes resource, after the cluster's 15-minute create.
-    assert preflight.run(_args(json_out=True, inside_vpc=False), _clients(64)) == 1
-    data = json.loads(capsys.readouterr().out)
-    [blocker] = [f for f in data["findings"] if f["level"] == "blocker"]
-    assert blocker["subject"] == "cluster.publicAccessCidrs" and "--inside-vpc" in blocker["fix"]
-    assert preflight.run(_args(json_out=True, inside_vpc=True), _clients(64)) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert {f["subject"]: f["level"] for f in data["findings"]}["cluster.publicAccessCidrs"] == "warning"
+def _clients(quota=64, ssm=None, quotas=None, egress=EGRESS):
+    return {"ec2": _ec2(), "quotas": quotas or FakeQuotas({"L-DB2E81BA": quota, "L-3819A6DF": 32, "L-1216C47A": 32}),
+            "pricing": FakePricing(SEOUL_PRICES), "ssm": ssm or FakeSSM({AMI_PARAMETER}), "sts": boto3.client("sts"),
+            "egress": lambda: egress}
+
+
+@pytest.fixture
+def _args(dev_dir):
+    def make(json_out=False, strict=False, inside_vpc=False, directory=dev_dir):
+        return argparse.Namespace(stack="dev", json=json_out, strict=strict, inside_vpc=inside_vpc, dir=str(directory))
+    return make
+
+
+def _api(data) -> list[dict]:
+    return [f for f in data["findings"] if f["subject"] == "cluster API"]
+
+
+def test_the_shipped_placeholder_is_a_blocker_with_the_command_that_replaces_it(aws, capsys, _args):
+    assert preflight.run(_args(json_out=True, directory=REPO), _clients()) == 1
+    [blocker] = [f for f in _api(json.loads(capsys.readouterr().out)) if f["level"] == "blocker"]
+    assert "203.0.113.10/32 is a documentation address" in blocker["message"]
+    assert blocker["fix"] == "python -m stacks allow-my-address dev"
+
+
+def test_this_machine_must_be_in_the_public_list(aws, capsys, _args):
+    assert preflight.run(_args(json_out=True), _clients()) == 0
+    notes = [f["message"] for f in _api(json.loads(capsys.readouterr().out))]
+    assert notes == [f"way to the Kubernetes API: public endpoint for {EGRESS}/32",
+                     f"this machine's egress address {EGRESS} is in publicAccessCidrs ({EGRESS}/32)"]
+    # a GitHub-hosted runner, say: another address every time
+    assert preflight.run(_args(json_out=True), _clients(egress="4.227.1.2")) == 1
+    [blocker] = [f for f in _api(json.loads(capsys.readouterr().out)) if f["level"] == "blocker"]
+    assert "4.227.1.2 is not in vllm-poc:cluster.publicAccessCidrs" in blocker["message"]
+    assert "allow-my-address dev" in blocker["fix"] and "--inside-vpc" in blocker["fix"]
+
+
+def test_inside_the_vpc_the_cluster_security_group_must_admit_the_runner(aws, capsys, _args):
+    assert preflight.run(_args(json_out=True, inside_vpc=True), _clients()) == 1
+    [blocker] = [f for f in _api(json.loads(capsys.readouterr().out)) if f["level"] == "blocker"]
+    assert "admits nothing on 443" in blocker["message"] and "privateAccessSecurityGroups" in blocker["fix"]
+
+
+def test_an_unanswered_address_lookup_is_unknown(aws, capsys, _args):
+    def fail():
+        raise api_access.AccessError("could not read this machine's address from https://checkip.amazonaws.com")
+
+    clients = {**_clients(), "egress": fail}
+    assert preflight.run(_args(json_out=True), clients) == 0
+    [warning] = [f for f in _api(json.loads(capsys.readouterr().out)) if f["level"] == "warning"]
+    assert "could not tell whether this machine may reach the public endpoint" in warning["message"]
+    assert preflight.run(_args(strict=True), clients) == 1
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("quota, rc", [(64, 0), (4, 1)])
-def test_cli_dev_stack_needs_one_g6e_2xlarge_server(aws, capsys, quota, rc):
+def test_cli_dev_stack_needs_one_g6e_2xlarge_server(aws, capsys, quota, rc, _args):
     clients = _clients(quota)
     assert preflight.run(_args(), clients) == rc
     text = capsys.readouterr().out
-    assert "g7e.2xlarge" in text and "L-3819A6DF" in text and "servers need" in text
+    assert "g7e.2xlarge" in text and "L-3819A6DF" in text and "required" in text
     assert preflight.run(_args(json_out=True), clients) == rc
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is (rc == 0)
@@ -286,12 +338,12 @@ def test_cli_dev_stack_needs_one_g6e_2xlarge_server(aws, capsys, quota, rc):
     assert set(levels.values()) <= {"warning"} and ("L-DB2E81BA" in levels) is (rc == 0)
     # the created VPC's zones come from the offerings, as the program picks them
     assert data["pools"][0]["subnet_azs"] == ["ap-northeast-2a", "ap-northeast-2b"]
-    # a private API endpoint (run from inside the VPC) and branch revisions are warnings
+    # branch revisions are warnings
     subjects = {f["subject"]: f["level"] for f in data["findings"]}
-    assert subjects["cluster.publicAccessCidrs"] == "warning" and subjects["weights.revisions"] == "warning"
+    assert subjects["weights.revisions"] == "warning"
 
 
-def test_cli_unknown_quota_fails_only_under_strict(aws, capsys):
+def test_cli_unknown_quota_fails_only_under_strict(aws, capsys, _args):
     clients = _clients(quotas=FakeQuotas(deny=True))
     assert preflight.run(_args(), clients) == 0
     assert "unknown" in capsys.readouterr().out
@@ -300,7 +352,7 @@ def test_cli_unknown_quota_fails_only_under_strict(aws, capsys):
     assert "BLOCKERS" in out and "L-DB2E81BA" in out and "AccessDeniedException" in out
 
 
-def test_cli_missing_ami_parameter_is_a_blocker(aws, capsys):
+def test_cli_missing_ami_parameter_is_a_blocker(aws, capsys, _args):
     assert preflight.run(_args(json_out=True), _clients(ssm=FakeSSM())) == 1
     data = json.loads(capsys.readouterr().out)
     [blocker] = [f for f in data["findings"] if f["level"] == "blocker"]
@@ -311,12 +363,12 @@ def test_cli_missing_ami_parameter_is_a_blocker(aws, capsys):
     capsys.readouterr()
 
 
-def test_cli_refuses_the_callers_role_as_an_admin_role(aws, monkeypatch, capsys):
-    settings = load_stack_settings("dev")
+def test_cli_refuses_the_callers_role_as_an_admin_role(aws, monkeypatch, capsys, _args):
+    settings = load_settings("dev", Path(_args().dir))
     caller = boto3.client("sts").get_caller_identity()["Arn"]  # moto: an IAM user
     role_session = {"Arn": "arn:aws:sts::123456789012:assumed-role/ci-deploy/gh-1"}
     cluster = settings.cluster.model_copy(update={"admin_role_arns": ["arn:aws:iam::123456789012:role/ci-deploy"]})
-    monkeypatch.setattr(preflight, "_load_settings", lambda stack: settings.model_copy(update={"cluster": cluster}))
+    monkeypatch.setattr(preflight, "_load_settings", lambda *_: settings.model_copy(update={"cluster": cluster}))
     clients = _clients()
     assert preflight.run(_args(), clients) == 0, caller  # a user is not that role
     capsys.readouterr()
@@ -326,9 +378,79 @@ def test_cli_refuses_the_callers_role_as_an_admin_role(aws, monkeypatch, capsys)
 
 
 def test_cli_reports_settings_errors(monkeypatch, capsys):
-    def boom(stack):
+    def boom(stack, directory=None):
         raise FileNotFoundError(f"Pulumi.{stack}.yaml")
 
     monkeypatch.setattr(preflight, "_load_settings", boom)
     assert preflight.main(["nope"]) == 2
     assert "Pulumi.nope.yaml" in capsys.readouterr().err
+
+
+SYSTEM = preflight.SystemNodes(("m7i.xlarge",), desired_size=2, max_size=3)
+
+
+def test_system_nodes_need_the_standard_on_demand_quota(aws):
+    ec2 = _ec2()
+    ami = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=ami, MinCount=3, MaxCount=3, InstanceType="m5.large")  # 6 standard vCPUs in use
+    ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="g6e.2xlarge")  # G and VT: not counted here
+    report = _run(pools=(L40S,), system=SYSTEM, quotas=FakeQuotas({"L-DB2E81BA": 64, "L-1216C47A": 10}))
+    std = next(q for q in report.quotas if q.code == "L-1216C47A")
+    # two m7i.xlarge at creation (4 vCPUs each), up to three
+    assert (std.required_vcpus, std.applied_vcpus, std.in_use_vcpus, std.headroom_vcpus) == (8, 10, 6, 12)
+    assert std.name.startswith("Running On-Demand Standard") and std.status == "OK (no headroom)"
+    in_use = next(f for f in _levels(report, "warning") if f.subject == "L-1216C47A" and "in use" in f.message)
+    assert "system node group (2 x m7i.xlarge)" in in_use.message and "--desired-value 14" in in_use.fix
+    text = preflight.format_report(report)
+    [row] = [line for line in text.splitlines() if line.startswith("L-1216C47A")]
+    # applied, in use, required, at limits, for, status
+    assert re.search(r"instances\s+10\s+6\s+8\s+12\s+system\s+OK \(no headroom\)$", row), row
+
+    low = _run(pools=(L40S,), system=SYSTEM, quotas=FakeQuotas({"L-DB2E81BA": 64}, defaults={"L-1216C47A": 5}))
+    [blocker] = [f for f in low.blockers if f.subject == "L-1216C47A"]
+    assert "is 5 vCPUs" in blocker.message and "system node group (2 x m7i.xlarge) needs 8 vCPUs" in blocker.message
+    assert "--quota-code L-1216C47A --desired-value 8" in blocker.fix
+
+
+def test_unreadable_standard_quota_is_unknown_and_blocks_only_under_strict(aws):
+    report = _run(pools=(L40S,), system=SYSTEM, quotas=FakeQuotas(deny=True))
+    std = next(q for q in report.quotas if q.code == "L-1216C47A")
+    assert std.status == "unknown" and not [f for f in report.blockers if f.subject == "L-1216C47A"]
+    strict = _run(pools=(L40S,), system=SYSTEM, quotas=FakeQuotas(deny=True), strict=True)
+    [blocker] = [f for f in strict.blockers if f.subject == "L-1216C47A"]
+    assert "the system node group (2 x m7i.xlarge) needs 8 vCPUs" in blocker.message
+
+
+def test_the_dev_stack_reports_its_system_nodes_quota(aws, capsys, _args):
+    assert preflight.run(_args(json_out=True), _clients(64)) == 0
+    data = json.loads(capsys.readouterr().out)
+    std = next(q for q in data["quotas"] if q["code"] == "L-1216C47A")
+    assert std["required_vcpus"] == 2 * 4 and std["headroom_vcpus"] == 3 * 4
+
+
+def test_a_deploy_role_with_short_sessions_is_named_with_the_fix(aws, capsys, _args):
+    iam = boto3.client("iam")
+    for name, seconds in (("deploy-1h", 3600), ("deploy-3h", 10800)):
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}", MaxSessionDuration=seconds)
+    short = preflight.session_findings(iam, "arn:aws:sts::123456789012:assumed-role/deploy-1h/gh-1")
+    [warning] = short
+    assert warning.level == "warning" and "60 min" in warning.message and "3 h" in warning.message
+    assert "--role-name deploy-1h --max-session-duration 10800" in warning.fix
+    assert preflight.session_findings(iam, "arn:aws:sts::123456789012:assumed-role/deploy-3h/gh-1") == []
+    # a user's long-term keys have no session to run out; a role that cannot be read is a note
+    assert preflight.session_findings(iam, "arn:aws:iam::123456789012:user/alice") == []
+    [note] = preflight.session_findings(iam, "arn:aws:sts::123456789012:assumed-role/gone/gh-1")
+    assert note.level == "note" and "aws iam get-role --role-name gone" in note.fix
+
+    clients = {**_clients(), "iam": iam,
+               "sts": SimpleNamespace(get_caller_identity=lambda: {"Arn": "arn:aws:sts::123456789012:assumed-role/deploy-1h/s"})}
+    assert preflight.run(_args(), clients) == 0
+    assert "allows sessions of 60 min" in capsys.readouterr().out
+
+
+
+def test_preflight_says_whether_the_s3_ranges_are_recorded(aws, capsys, _args):
+    # FakeSSM holds only the AMI parameter: nothing recorded, as before a first `up`.
+    assert preflight.run(_args(json_out=True), _clients()) == 0
+    [finding] = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["subject"] == "s3 ranges"]
+    assert finding["level"] == "note" and "not deployed yet" in finding["message"]

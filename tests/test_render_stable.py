@@ -26,6 +26,8 @@ MINIMAL = """config:
   vllm-poc:network:
     vpcId: vpc-0123abcd
     privateSubnets: {ap-northeast-2a: subnet-0123abcd, ap-northeast-2b: subnet-0123abce}
+  vllm-poc:cluster:
+    privateAccessSecurityGroups: [sg-0123abcd]
 """
 
 

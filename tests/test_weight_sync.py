@@ -204,3 +204,129 @@ def test_the_rendered_job_command_syncs_with_code_from_its_config_map(fake_hub, 
                                           cwd=tmp_path, env=env, capture_output=True, text=True).stdout
     second = run()
     assert second.returncode == 0 and "uploaded 0 file(s)" in second.stdout and "skipped 2 file(s)" in second.stdout
+
+
+# -- failures that no retry fixes, whichever Hub call meets them ------------------------------------------
+
+
+def _sync_args(tmp_path, *extra):
+    return ["sync", "--model", MODEL, "--revision", "main", "--dest", DEST, "--scratch", str(tmp_path / "s"),
+            "--retry-wait-s", "30", *extra]
+
+
+def _model_info_calls(fake) -> int:
+    return sum(n for (method, path), n in fake.requests.items() if path.startswith(f"/api/models/{MODEL}/"))
+
+
+@pytest.mark.parametrize("case, expected", [
+    # listing a gated repository works without access; the first download is refused
+    ("gated", ["is gated", f"https://huggingface.co/{MODEL}", "pulumi config set --secret vllm-poc:hfToken"]),
+    ("missing-file", ["config.json", "no such file at this revision", "vllm-poc:weights.revisions"]),
+    ("missing-revision", ["has no revision 'v9'", "vllm-poc:weights.revisions", f"huggingface.co/{MODEL}/commits/main"]),
+    ("missing-repo", ["was not found on the Hub", "vllm-poc:hfToken"]),
+])
+def test_final_hub_failures_exit_2_at_once_without_a_retry(case, expected, fake_hub, s3, tmp_path, monkeypatch, capsys):
+    import time
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    args = _sync_args(tmp_path)
+    if case == "gated":
+        fake_hub.repos[MODEL].gated = True
+    elif case == "missing-file":
+        fake_hub.repos[MODEL].unavailable = frozenset({"config.json"})
+    elif case == "missing-revision":
+        args[args.index("main")] = "v9"
+    else:
+        args[args.index(MODEL)] = "tiny-org/no-such-model"
+    started = time.monotonic()
+    assert weights_main(args) == 2
+    elapsed = time.monotonic() - started
+    err = capsys.readouterr().err
+    with capsys.disabled():
+        print(f"\n{case}: exit 2 after {elapsed:.2f} s")
+    for text in expected:
+        assert text in err, (text, err)
+    assert "try 2 of" not in err
+    # one look at the revision: a retry would list it again (after --retry-wait-s 30)
+    assert _model_info_calls(fake_hub) <= 1
+    assert _objects(s3) == {} or case == "missing-file"
+
+
+def test_a_gated_download_fails_even_after_the_listing_succeeded(fake_hub, s3, tmp_path):
+    fake_hub.repos[MODEL].gated = True
+    commit, files = hub.list_revision(MODEL, "main", TOKEN)  # what the Hub shows anyone
+    assert commit and files
+    with pytest.raises(StagingError, match=r"model.safetensors.index.json: .* is gated"):
+        _sync(s3, tmp_path)
+    # the first refused file (the index, read before anything is copied) ended the sync
+    resolved = {path.rsplit("/", 1)[-1] for (_, path) in fake_hub.requests if "/resolve/" in path}
+    assert resolved == {"model.safetensors.index.json"} and fake_hub.downloads() == 0
+
+
+def test_passing_hub_errors_are_retried_in_the_same_process(fake_hub, s3, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    fake_hub.failures = 2  # two 503s, then the Hub answers
+    args = _sync_args(tmp_path)
+    args[args.index("--retry-wait-s") + 1] = "0"
+    assert weights_main(args) == 0
+    out, err = capsys.readouterr()
+    assert "try 2 of 4" in err and "try 3 of 4" in err and "503" in err
+    assert "uploaded 4 file(s)" in out and _model_info_calls(fake_hub) == 3
+
+    fake_hub.failures = 5
+    assert weights_main([*args, "--attempts", "2"]) == 1
+    assert "gave up after 2 tries" in capsys.readouterr().err
+
+
+# -- credentials before the sync -------------------------------------------------------------------------
+
+
+def _wait_for_credentials(agent, env_extra=None, *args):
+    import subprocess
+    import sys
+
+    from tests.fixtures.pod_identity import OTHER_CREDENTIAL_SOURCES
+
+    env = {k: v for k, v in __import__("os").environ.items() if k not in OTHER_CREDENTIAL_SOURCES}
+    env.pop("AWS_CONTAINER_CREDENTIALS_FULL_URI", None)
+    env.update(env_extra if env_extra is not None else agent.env())
+    return subprocess.run([sys.executable, "-m", "weights.credentials", *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_the_sync_waits_for_credentials_that_appear_after_a_delay(pod_identity_agent):
+    import time
+
+    pod_identity_agent.refuse_until = time.monotonic() + 1.5
+    done = _wait_for_credentials(pod_identity_agent, None, "--wait-s", "20", "--interval-s", "0.2")
+    assert done.returncode == 0, done.stderr
+    assert "waiting up to 20 s for AWS credentials from the EKS Pod Identity agent" in done.stdout
+    assert "HTTP 500" in done.stdout and "AWS credentials from the EKS Pod Identity agent after" in done.stdout
+    assert len(pod_identity_agent.requests) >= 3  # refused, asked again, then served
+    print(done.stdout)
+
+
+def test_credentials_that_never_come_end_the_pod_in_bounded_time(pod_identity_agent):
+    import time
+
+    pod_identity_agent.refuse_until = time.monotonic() + 600
+    late = _wait_for_credentials(pod_identity_agent, None, "--wait-s", "1", "--interval-s", "0.2")
+    assert late.returncode == 1 and "gave no credentials within 1 s" in late.stderr
+    assert "list-pod-identity-associations" in late.stderr
+    # no Pod Identity variables at all: waiting cannot help, the Job starts a new pod
+    none = _wait_for_credentials(pod_identity_agent, {}, "--wait-s", "30")
+    assert none.returncode == 1 and "no EKS Pod Identity credentials" in none.stderr
+    assert "starts a new pod" in none.stderr
+
+
+def test_the_rendered_sync_waits_for_credentials_before_its_pip_install(dev):
+    from components.weight_sync import CREDENTIALS_WAIT_S
+
+    for job in dev.k8s("Job"):
+        if job["metadata"]["labels"]["app.kubernetes.io/name"] != "vllm-weight-sync":
+            continue
+        script = job["spec"]["template"]["spec"]["containers"][0]["command"][2].splitlines()
+        assert script[0] == f"python -m weights.credentials --wait-s {CREDENTIALS_WAIT_S}"
+        assert script[1].startswith("python -m pip install") and script[2] == 'exec python -m weights "$@"'
+        rules = job["spec"]["podFailurePolicy"]["rules"]
+        assert {"action": "FailJob", "onExitCodes": {"containerName": "sync", "operator": "In", "values": [2]}} in rules

@@ -259,3 +259,50 @@ def test_stacks_commands_exist(name):
     used = set(re.findall(r"python -m stacks ([a-z][a-z-]*)", FILES[name].read_text()))
     assert used, "each workflow runs at least one operator command"
     assert used <= stacks_commands()
+
+
+# ---------------------------------------------------------------------------------------------
+# The way to the Kubernetes API
+
+CLUSTER_JOBS = {"preview": "preview", "deploy": "deploy", "teardown": "teardown"}
+RUNNER = "${{ vars.CLUSTER_RUNNER || 'ubuntu-latest' }}"
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_jobs_that_talk_to_the_cluster_run_where_the_api_path_reaches(name):
+    workflow = load(name)
+    assert workflow["env"]["CLUSTER_API_PATH"] == "${{ vars.CLUSTER_API_PATH || 'public' }}"
+    for job_id, job in workflow["jobs"].items():
+        # the offline tests need no cluster and stay on a hosted runner
+        assert job["runs-on"] == (RUNNER if job_id == CLUSTER_JOBS[name] else "ubuntu-latest"), job_id
+
+
+def _path_step(name: str) -> tuple[dict[str, Any], int]:
+    job = load(name)["jobs"][CLUSTER_JOBS[name]]
+    return job, step_index(job, lambda s: "$CLUSTER_API_PATH" in s.get("run", ""))
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_api_path_is_checked_before_the_cluster_is_touched(name, tmp_path):
+    job, index = _path_step(name)
+    first_cluster_step = job["steps"].index(pulumi_step(job))
+    if name == "teardown":
+        first_cluster_step = step_index(job, lambda s: "python -m stacks pre-destroy" in s.get("run", ""))
+    assert index < first_cluster_step
+    command = "api-path" if name == "teardown" else "preflight"
+    strict = [] if name == "teardown" else ["--strict"]
+
+    # The step's script, run by bash with a stand-in interpreter that records its arguments.
+    stub = tmp_path / ".venv" / "bin" / "python"
+    stub.parent.mkdir(parents=True)
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$(dirname "$0")/argv"\n')
+    stub.chmod(0o755)
+    script = job["steps"][index]["run"]
+    for path, extra in (("public", []), ("private", ["--inside-vpc"])):
+        result = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                                env={"PATH": "/usr/bin:/bin", "CLUSTER_API_PATH": path, "STACK": "dev"}, timeout=30)
+        assert result.returncode == 0, result.stderr
+        assert (stub.parent / "argv").read_text().split() == ["-m", "stacks", command, "dev", *strict, *extra]
+    wrong = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "CLUSTER_API_PATH": "vpn", "STACK": "dev"}, timeout=30)
+    assert wrong.returncode == 1 and "use public or private" in wrong.stdout

@@ -15,18 +15,23 @@ Runs in the weight-sync Job on a system node (and anywhere else with Hub and S3 
   anything is copied.
 * Resume: files already in S3 are skipped; a file whose multipart upload was interrupted keeps the
   parts already sent (weights.store.open_upload).
+* Final failures are told apart from passing ones, whichever Hub call meets them: a gated repository
+  the token has no access to, a missing repository, revision or file become StagingError (exit 2, the
+  Job fails at once with the fix); the listing of a gated repository works without access, so the
+  first download is often where this shows. Network and server errors stay as they are (exit 1).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import fnmatch
 import os
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from weights.store import (
     INDEX_SUFFIX,
@@ -64,25 +69,59 @@ def _endpoint() -> str | None:
     return os.environ.get("HF_ENDPOINT") or None
 
 
+TOKEN_FIX = "pulumi config set --secret vllm-poc:hfToken hf_... (a token of the account that accepted it)"
+
+
+@contextlib.contextmanager
+def final_hub_errors(repo_id: str, revision: str, token: str | None, file: str | None = None) -> Iterator[None]:
+    """Turn the Hub's answers that no retry changes into StagingError, with the fix; others pass through."""
+    from huggingface_hub.errors import (
+        DisabledRepoError,
+        EntryNotFoundError,
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{repo_id}@{revision}" + (f": {file}" if file else "")
+    token_state = "the token in vllm-poc:hfToken" if token else "no token (vllm-poc:hfToken is not set)"
+    try:
+        yield
+    except LocalEntryNotFoundError:
+        raise  # the Hub could not be reached: a network problem, retried
+    except GatedRepoError:
+        raise StagingError(
+            f"{where}: {repo_id} is gated and the sync has {token_state} with access to it. Accept its license "
+            f"at https://huggingface.co/{repo_id} with your account, then give the sync that account's token: "
+            f"{TOKEN_FIX}; then rerun `pulumi up`"
+        ) from None
+    except RevisionNotFoundError:
+        raise StagingError(
+            f"{where}: {repo_id} has no revision {revision!r}; pin an existing commit in vllm-poc:weights.revisions "
+            f"(https://huggingface.co/{repo_id}/commits/main)"
+        ) from None
+    except EntryNotFoundError:
+        raise StagingError(
+            f"{where}: the Hub lists {file or 'a file'} but has no such file at this revision; pin another commit "
+            "in vllm-poc:weights.revisions"
+        ) from None
+    except DisabledRepoError:
+        raise StagingError(f"{where}: the Hub has disabled {repo_id}; pick another model or a mirror") from None
+    except RepositoryNotFoundError:
+        raise StagingError(
+            f"{where}: {repo_id} was not found on the Hub, or is private or gated and the sync has {token_state}; "
+            f"check the id, and for a gated or private model: {TOKEN_FIX}"
+        ) from None
+
+
 def list_revision(repo_id: str, revision: str, token: str | None) -> tuple[str, list[HubFile]]:
     """The commit a revision resolves to and its files, with sizes and LFS hashes."""
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
     api = HfApi(endpoint=_endpoint(), token=token)
-    try:
+    with final_hub_errors(repo_id, revision, token):
         info = api.model_info(repo_id, revision=revision, files_metadata=True)
-    except GatedRepoError:
-        raise StagingError(
-            f"{repo_id} is gated: accept its license on huggingface.co with the account whose token the "
-            "sync uses (config vllm-poc:hfToken)"
-        ) from None
-    except RevisionNotFoundError:
-        raise StagingError(f"{repo_id} has no revision {revision!r} (config vllm-poc:weights.revisions)") from None
-    except RepositoryNotFoundError:
-        raise StagingError(
-            f"{repo_id} not found on the Hub, or private without a token (config vllm-poc:hfToken)"
-        ) from None
     files = [
         HubFile(s.rfilename, s.lfs.size if s.lfs else s.size, s.lfs.sha256 if s.lfs else None)
         for s in info.siblings or []
@@ -95,8 +134,9 @@ def list_revision(repo_id: str, revision: str, token: str | None) -> tuple[str, 
 def download(repo_id: str, name: str, commit: str, scratch: Path, token: str | None) -> Path:
     from huggingface_hub import hf_hub_download
 
-    return Path(hf_hub_download(repo_id, name, revision=commit, local_dir=scratch, token=token,
-                                endpoint=_endpoint()))
+    with final_hub_errors(repo_id, commit, token, name):
+        return Path(hf_hub_download(repo_id, name, revision=commit, local_dir=scratch, token=token,
+                                    endpoint=_endpoint()))
 
 
 def _clear(scratch: Path) -> None:
