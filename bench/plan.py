@@ -25,8 +25,9 @@ in proportion (assumes they add up). Costs: replicas x the hourly price (on-dema
 `--price-per-hour [LABEL=]ON_DEMAND[/SPOT]`, else the manifest, else the instance catalog), a
 month = 730 hours; cost per million output tokens at the planned load, on-demand prices.
 
-Writes plan.md, plan.json and plan.png (replicas and monthly cost per configuration). Exit 2 on
-bad input, 1 when some candidate cannot serve the load at the SLO at all.
+Writes plan.md, plan.json and plan.png (replicas and monthly cost per configuration). Folders may be
+s3://bucket/prefix/ (inputs downloaded first, --out uploaded file by file). Exit 2 on bad input, 1
+when some candidate cannot serve the load at the SLO at all.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any
 
 from bench import capacity as C
 from bench import capacity_report as CR
+from bench import locations
 from bench import report as RP
 
 HOURS_PER_MONTH = 730.0
@@ -374,6 +376,7 @@ def render_chart(plan: dict[str, Any], out: Path) -> str | None:
     fig.tight_layout()
     fig.savefig(out / "plan.png", dpi=100)
     plt.close(fig)
+    locations.written(out / "plan.png")
     return "plan.png"
 
 
@@ -439,7 +442,9 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     out.mkdir(parents=True, exist_ok=True)
     chart = None if args.no_charts else render_chart(plan, out)
     (out / "plan.json").write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    locations.written(out / "plan.json")
     (out / "plan.md").write_text(render_markdown(plan, notes, desc, candidates, chart), encoding="utf-8")
+    locations.written(out / "plan.md")
     return plan, desc
 
 
@@ -452,16 +457,18 @@ def run(args: argparse.Namespace) -> int:
     for row in plan["configurations"]:
         rep = row["replicas"] if row["replicas"] is not None else "cannot meet the load"
         print(f"bench plan: {row['label']}: {rep} replicas ({plan['basis']} basis)")
-    print(f"bench plan: -> {Path(args.out) / 'plan.md'}, plan.json")
+    print(f"bench plan: -> {locations.display(Path(args.out) / 'plan.md')}, plan.json")
     return 1 if any(r["replicas"] is None for r in plan["configurations"]) else 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help="replicas and cost that serve a load at the SLO",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("candidates", nargs="+", metavar="CANDIDATE_DIR", help="sweep folder(s) of the candidate(s)")
-    p.add_argument("--out", required=True, help="folder for plan.md, plan.json and plan.png")
-    p.add_argument("--baseline", help="sweep folder of the hardware serving today")
+    p.add_argument("candidates", nargs="+", metavar="CANDIDATE_DIR",
+                   help="sweep folder(s) of the candidate(s), or their s3://bucket/prefix/")
+    p.add_argument("--out", required=True,
+                   help="folder for plan.md, plan.json and plan.png, or s3://bucket/prefix/ (uploaded as written)")
+    p.add_argument("--baseline", help="sweep folder (or s3://bucket/prefix/) of the hardware serving today")
     p.add_argument("--current-replicas", type=int, help="replicas serving today (e.g. 12)")
     p.add_argument("--current-gpus-per-replica", type=int, default=1,
                    help="GPUs per current replica, for --reference (default: %(default)s)")
@@ -479,7 +486,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--slo-decode-p99-ms", "--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
     p.add_argument("--slo-decode-metric", default="itl", choices=("itl", "tpot"), help="default: %(default)s")
     p.add_argument("--no-charts", action="store_true", help="write no plan.png")
-    p.set_defaults(func=run)
+    p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
+    p.set_defaults(func=locations.remote_io(run, command="plan", inputs=("candidates", "baseline")))
     return p
 
 
