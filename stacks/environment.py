@@ -29,6 +29,7 @@ from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, m
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import serving, variants
 from stacks.account_checks import check_caller, check_gpu_ami, stack_zones
+from stacks.report_stack import report_job
 from stacks.settings import BenchSettings, StackSettings
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
@@ -84,7 +85,8 @@ def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str
     payload = {
         "hardware": hardware or {},
         "server": {"image": spec.image, "args": list(spec.args), "env": spec.env, "gpus": spec.gpus},
-        "bench": bench.model_dump(mode="json"),
+        # The report Job's settings are not the sweep's: changing them never re-runs a sweep.
+        "bench": bench.model_dump(mode="json", exclude={"compare"}),
         "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in code.items()},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -361,6 +363,8 @@ def build(settings: StackSettings) -> dict[str, object]:
 
     # -- benchmark ----------------------------------------------------------------------------
     results: dict[str, pulumi.Output[str]] = {}
+    prefixes: dict[str, str] = {}
+    bench_jobs: list[pulumi.Resource] = []
     if settings.bench.targets:
         bench_identity = WorkloadIdentity(
             "bench-identity",
@@ -424,6 +428,13 @@ def build(settings: StackSettings) -> dict[str, object]:
                 opts=on_cluster,
             )
             results[target] = job.results_uri
+            prefixes[target] = f"{results_prefix(settings.stack)}{target}/{config_hash[:10]}/"
+            bench_jobs.append(job.job)
+
+    # The answer: report, plan (and compare) from those sweeps, written to S3 by a Job that waits for them.
+    report = report_job(settings, prefixes, namespace_name=NAMESPACE, namespace=namespace, cluster=cluster,
+                        store=store, account_id=account_id, code=bench_code(), aws_provider=aws_provider,
+                        bench_jobs=bench_jobs, opts=on_cluster)
 
     # -- network reach --------------------------------------------------------------------------
     network_policies(settings, servers, namespace, aws_provider, on_cluster)
@@ -441,4 +452,5 @@ def build(settings: StackSettings) -> dict[str, object]:
         "servers": {name: s.url for name, s in servers.items()},
         "benchResults": results,
         "streamerResults": streamer_results,
+        **({"report": report} if report else {}),
     }

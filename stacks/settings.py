@@ -447,6 +447,46 @@ class SecuritySettings(_Settings):
         return v
 
 
+class CompareSettings(_Settings):
+    """What the stack's report Job answers (components/report_job.py): the verdict, the plan, the compare."""
+
+    candidate: str | None = Field(
+        None, description="Bench target whose sweep the verdict is about (e.g. the g7e server); unset with "
+        "variants only, then the report covers the baseline alone.")
+    baseline: str = Field(
+        ..., description="Bench target of the hardware serving today: the report's baseline and the plan's "
+        "current fleet.")
+    variants: list[str] = Field(
+        default_factory=list, description="Bench targets compared side by side (`bench compare`, two or more, "
+        "e.g. a server and its variants); each is a plan candidate too.")
+    current_replicas: int = Field(12, ge=1, description="Replicas of the baseline serving today (the plan's load).")
+    threshold: float = Field(1.5, gt=0, description="Verdict threshold on the per-GPU ratio.")
+    verdict_basis: Literal["slo", "peak"] = Field(
+        "slo", description="slo: throughput under the SLO; peak: peak throughput. For the verdict and the plan.")
+    headroom: float = Field(0.0, ge=0, lt=1, description="Plan: share of capacity kept free.")
+    spares: int = Field(0, ge=0, description="Plan: replicas added on top (Spot interruptions, rollouts).")
+    mix: dict[str, float] = Field(
+        default_factory=dict, description="Plan: shares of requests per scenario ({S1_chat: 0.6, S4_rag: 0.4}); "
+        "empty: the fleet is sized for its busiest scenario.")
+
+    @model_validator(mode="after")
+    def _names(self) -> CompareSettings:
+        if self.candidate is None and len(self.variants) < 2:
+            raise ValueError("compare: name a candidate (the sweep the verdict is about), or two or more variants")
+        if len(set(self.variants)) != len(self.variants):
+            raise ValueError(f"compare.variants: each server once; got {self.variants}")
+        if self.candidate is not None and self.candidate == self.baseline:
+            raise ValueError(f"compare.candidate: {self.candidate} is also the baseline; compare two servers")
+        if any(share <= 0 for share in self.mix.values()):
+            raise ValueError(f"compare.mix: shares must be positive; got {self.mix}")
+        return self
+
+    def servers(self) -> list[str]:
+        """Every bench target it reads, each once: candidate, baseline, variants."""
+        names = [n for n in (self.candidate, self.baseline, *self.variants) if n]
+        return list(dict.fromkeys(names))
+
+
 class BenchSettings(_Settings):
     targets: list[str] = Field(
         default_factory=list,
@@ -481,6 +521,11 @@ class BenchSettings(_Settings):
         description="USD per hour of each target's instance per capacity type ({server: {spot: X, "
         "on-demand: Y}}); the Job records the price of the capacity type its node has. A plain number "
         "is allowed for a pool with one capacity type. Default: the catalog's prices where known.",
+    )
+    compare: CompareSettings | None = Field(
+        None, description="The stack's question: a report Job, created by the same `pulumi up`, waits for these "
+        "targets' sweeps in S3, then writes the report, the replica plan and (with variants) the compare under "
+        "runs/<stack>/report/<hash>/ (stack output `report`). Off when unset.",
     )
 
     @field_validator("scenarios")
@@ -690,6 +735,26 @@ def cross_key_problems(gpu_pools: list, servers: list, bench: BenchSettings | No
             problems.append(
                 f"bench.targets[{index}]: no server named {target!r}; use one of {', '.join(sorted(server_names)) or '(none defined)'}"
             )
+    problems += compare_problems(bench)
+    return problems
+
+
+def compare_problems(bench: BenchSettings) -> list[str]:
+    """bench.compare names bench targets (their sweeps are what it reads) and their scenarios."""
+    compare = bench.compare
+    if compare is None:
+        return []
+    problems = []
+    targets = ", ".join(bench.targets) or "(none: set bench.targets)"
+    named = [("candidate", compare.candidate), ("baseline", compare.baseline)]
+    named += [(f"variants[{i}]", v) for i, v in enumerate(compare.variants)]
+    for key, name in named:
+        if name is not None and name not in bench.targets:
+            problems.append(f"bench.compare.{key}: {name!r} is not a bench target, so it has no sweep to report on; "
+                            f"use one of {targets}")
+    for scenario in compare.mix:
+        if scenario not in bench.scenarios:
+            problems.append(f"bench.compare.mix.{scenario}: not among bench.scenarios ({', '.join(bench.scenarios)})")
     return problems
 
 
