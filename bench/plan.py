@@ -21,9 +21,12 @@ when measured, else the closed-loop SLO capacity (the same kind on both sides, n
 Replicas = ceil(needed / (1 - headroom)) + spares, where needed is, without `--mix`, the largest
 per-scenario need for a fleet-derived load (the fleet may be busy with any one scenario) and the
 sum for stated loads; with `--mix S=share,...` (shares of requests) the scenarios share replicas
-in proportion (assumes they add up). Costs: replicas x the hourly price (on-demand and Spot;
-`--price-per-hour [LABEL=]ON_DEMAND[/SPOT]`, else the manifest, else the instance catalog), a
-month = 730 hours; cost per million output tokens at the planned load, on-demand prices.
+in proportion (assumes they add up). With a mix each configuration lists `per_replica_req_s`, the
+load one working replica carries; `bench mix-check` runs that load on a server, all scenarios at
+once, and `--mixed-traffic` puts its finding in the plan (did the scenarios add up?). Costs:
+replicas x the hourly price (on-demand and Spot; `--price-per-hour [LABEL=]ON_DEMAND[/SPOT]`, else
+the manifest, else the instance catalog), a month = 730 hours; cost per million output tokens at
+the planned load, on-demand prices.
 
 Writes plan.md, plan.json and plan.png (replicas and monthly cost per configuration). Folders may be
 s3://bucket/prefix/ (inputs downloaded first, --out uploaded file by file). Exit 2 on bad input, 1
@@ -201,8 +204,10 @@ def reference_load(current: int, gpus: int, reference: dict[str, float], lengths
 
 
 def needed_replicas(cand: dict[str, Capacity], load: dict[str, Capacity], mix: dict[str, float],
-                    stated: bool, notes: list[str], label: str) -> tuple[float | None, float | None]:
-    """(replica-loads needed, output tok/s served) or (None, None) with the reason in notes."""
+                    stated: bool, notes: list[str], label: str, rates: dict[str, float] | None = None
+                    ) -> tuple[float | None, float | None]:
+    """(replica-loads needed, output tok/s served) or (None, None) with the reason in notes. With a
+    mix, `rates` (if given) receives the fleet's request rate per scenario at that mix."""
     usable = {}
     for s, demand in load.items():
         if demand.basis == C.NEVER_MEETS_SLO or (demand.tok_s is None and demand.req_s is None):
@@ -250,11 +255,15 @@ def needed_replicas(cand: dict[str, Capacity], load: dict[str, Capacity], mix: d
                 raise UsageError(f"--mix: {label} has no req/s for {s}")
             needed += rate / c.req_s
             served += rate * (c.output_len or (c.tok_s / c.req_s if c.tok_s else 0))
+            if rates is not None:
+                rates[s] = rate
         return needed, served
     needs = {s: per_scenario(s) for s in usable}
     if stated:
         served = sum((d.tok_s if d.tok_s is not None else d.req_s * (cand[s].output_len or 0))
                      for s, d in usable.items())
+        if rates is not None:  # stated loads add up too: every scenario at its own rate
+            rates.update({s: d.req_s for s, d in usable.items() if d.req_s is not None})
         return sum(needs.values()), served
     binding = max(needs, key=needs.get)
     notes.append(f"{label}: binding scenario {binding} ({needs[binding]:.3f} replica-loads)")
@@ -287,10 +296,15 @@ def build_plan(candidates: list[Config], *, basis: str, headroom: float, spares:
     notes: list[str] = []
     configs = []
     for cfg in candidates:
-        needed, served = needed_replicas(cfg.capacities, load, mix, stated, notes, cfg.label)
+        rates: dict[str, float] = {}
+        needed, served = needed_replicas(cfg.capacities, load, mix, stated, notes, cfg.label, rates)
         replicas = replicas_for(needed, headroom, spares) if needed is not None else None
         configs.append({"label": cfg.label, "instance_type": cfg.instance_type, "gpus": cfg.gpus,
                         "replicas": replicas, **price_row(replicas, cfg.on_demand, cfg.spot, served)})
+        if rates and replicas is not None:
+            # What one working replica carries at the mix (spares idle): the mixed-traffic check's load.
+            working = max(1, replicas - spares)
+            configs[-1]["per_replica_req_s"] = {k: round(v / working, 4) for k, v in sorted(rates.items())}
     cur = None
     if current is not None:
         usd = None
@@ -341,6 +355,10 @@ def render_markdown(plan: dict[str, Any], notes: list[str], load_desc: str, cand
             lines.append(f"| {cfg.label} | {s} | {RP._n(c.tok_s)} | {RP._n(c.req_s, 3)} | {c.basis} |")
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    if plan.get("mixed_traffic"):
+        from bench import mixcheck
+
+        lines += mixcheck.plan_section(plan["mixed_traffic"], plan["configurations"])
     if chart:
         lines += ["", f"![replicas and monthly cost]({chart})"]
     return "\n".join(lines) + "\n"
@@ -438,6 +456,10 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
                              load=load, stated=stated, mix={} if stated else mix,
                              current=args.current_replicas if not stated or args.current_replicas else None,
                              current_config=current_config)
+    if getattr(args, "mixed_traffic", None):
+        from bench import mixcheck
+
+        plan["mixed_traffic"] = mixcheck.load_check(Path(args.mixed_traffic))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     chart = None if args.no_charts else render_chart(plan, out)
@@ -485,9 +507,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
     p.add_argument("--slo-decode-p99-ms", "--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
     p.add_argument("--slo-decode-metric", default="itl", choices=("itl", "tpot"), help="default: %(default)s")
+    p.add_argument("--mixed-traffic", metavar="FILE_OR_DIR",
+                   help="mixed_traffic.json of `bench mix-check` (or its folder, or s3:// prefix): the plan says "
+                        "whether its scenarios added up at the planned load")
     p.add_argument("--no-charts", action="store_true", help="write no plan.png")
     p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
-    p.set_defaults(func=locations.remote_io(run, command="plan", inputs=("candidates", "baseline")))
+    p.set_defaults(func=locations.remote_io(run, command="plan", inputs=("candidates", "baseline", "mixed_traffic")))
     return p
 
 
