@@ -14,8 +14,8 @@ decode p99 within their limits) under the mix.
         --tokenizer DIR|s3://weights/models/ORG/NAME/ --out mixed/ [--configuration LABEL] [--duration-s 120]
     python -m bench plan ... --mix S1_chat=0.6,S4_rag=0.4 --mixed-traffic mixed/ --out report/plan
 
---plan is the folder (or plan.json, or an s3:// prefix) of a plan made with a mix: its configuration
-(default: the first) lists `per_replica_req_s`. Each scenario runs max(--min-requests, rate x
+--plan is the folder (or plan.json, or an s3:// prefix, waited for up to --wait-hours) of a plan made
+with a mix: its configuration (default: the first) lists `per_replica_req_s`. Each scenario runs max(--min-requests, rate x
 --duration-s) requests. --out (a folder or s3://bucket/prefix/) gets `mixed/<scenario>.json`
 (vLLM's results), `mixed/<scenario>.log` and `mixed_traffic.json`:
 
@@ -46,6 +46,7 @@ from bench import results as R
 from bench import seeds
 from bench import workloads as W
 from bench.interrupts import exit_code, signal_name, stop_on_signals, stop_process_group
+from bench.progress import human_seconds
 
 CHECK_FILE = "mixed_traffic.json"
 RUN_DIR = "mixed"
@@ -70,6 +71,33 @@ def load_plan(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UsageError(f"--plan: no plan.json at {locations.display(path)} (the --out of `bench plan`)")
     return _json(path)
+
+
+def wait_for_plan(value: str, wait_hours: float, scratch: Path, poll_seconds: float = 15.0) -> Path:
+    """A local plan.json for --plan: the path itself, or the one under an s3:// prefix, waited for
+    while the report Job has not written it yet (up to `wait_hours`)."""
+    if not s3.is_s3_uri(value):
+        return Path(value)
+    from bench.publish import get_json
+
+    loc = s3.S3Location.parse(value, option="--plan")
+    client = s3.client()
+    started = time.monotonic()
+    interval, said = poll_seconds, None
+    while True:
+        plan = get_json(client, loc, "plan.json")
+        if plan is not None:
+            (scratch / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+            return scratch / "plan.json"
+        waited = time.monotonic() - started
+        if waited >= wait_hours * 3600:
+            raise UsageError(f"--plan: no plan.json under {loc.uri}" + (f" after {human_seconds(waited)}"
+                                                                         if wait_hours else ""))
+        if said is None or time.monotonic() - said >= 900:
+            print(f"bench mix-check: waiting for the plan in {loc.uri} ({human_seconds(waited)} so far)", flush=True)
+            said = time.monotonic()
+        time.sleep(min(interval, max(1.0, wait_hours * 3600 - waited)))
+        interval = min(300.0, interval * 2)
 
 
 def per_replica(plan: dict[str, Any], label: str | None) -> tuple[str, dict[str, float]]:
@@ -170,27 +198,27 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
 def run(args: argparse.Namespace) -> int:
     from bench import sweep as S
 
-    try:
-        if not args.duration_s > 0 or args.min_requests < 1 or args.max_concurrency < 1 or not args.timeout_s > 0:
-            raise UsageError("--duration-s and --timeout-s must be positive, --min-requests and --max-concurrency >= 1")
-        label, rates = per_replica(load_plan(Path(args.plan)), args.configuration)
-        unknown = [s for s in rates if s not in W.WORKLOADS]
-        if unknown:
-            raise UsageError(f"the plan's scenarios {', '.join(unknown)} are not bench scenarios "
-                             f"({', '.join(W.WORKLOADS)})")
-        vllm = S.resolve_vllm(args.vllm_bin)
-    except (UsageError, S.UsageError) as exc:
-        print(f"bench mix-check: {exc}", file=sys.stderr)
+    if not args.duration_s > 0 or args.min_requests < 1 or args.max_concurrency < 1 or not args.timeout_s > 0 \
+            or args.wait_hours < 0 or not args.poll_seconds > 0:
+        print("bench mix-check: --duration-s and --timeout-s must be positive, --min-requests and --max-concurrency "
+              ">= 1, --wait-hours >= 0, --poll-seconds > 0", file=sys.stderr)
         return 2
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     try:
-        with stop_on_signals(), tempfile.TemporaryDirectory(prefix="bench-mix-tokenizer-") as scratch:
+        with stop_on_signals(), tempfile.TemporaryDirectory(prefix="bench-mix-") as scratch:
             try:
+                plan = load_plan(wait_for_plan(args.plan, args.wait_hours, Path(scratch), args.poll_seconds))
+                label, rates = per_replica(plan, args.configuration)
+                unknown = [s for s in rates if s not in W.WORKLOADS]
+                if unknown:
+                    raise UsageError(f"the plan's scenarios {', '.join(unknown)} are not bench scenarios "
+                                     f"({', '.join(W.WORKLOADS)})")
+                vllm = S.resolve_vllm(args.vllm_bin)
                 tokenizer = S.prepare_tokenizer(args.tokenizer, Path(scratch))
-            except (s3.S3Error, ValueError) as exc:
-                print(f"bench mix-check: --tokenizer: {exc}", file=sys.stderr)
+            except (UsageError, S.UsageError, s3.S3Error, ValueError) as exc:
+                print(f"bench mix-check: {exc}", file=sys.stderr)
                 return 2
+            out.mkdir(parents=True, exist_ok=True)
             rows = run_mix(args, vllm, tokenizer, rates, out)
     except KeyboardInterrupt as exc:
         print(f"bench mix-check: stopped by {signal_name(exc)}; the runs were stopped, nothing was judged. "
@@ -272,6 +300,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("mix-check", help="run the plan's scenarios at once on a server: do they add up?",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--plan", required=True, help="plan.json, or its folder or s3:// prefix (`bench plan --mix`)")
+    p.add_argument("--wait-hours", type=float, default=0.0,
+                   help="with an s3:// --plan: wait up to this long for plan.json to appear, as the report Job "
+                        "writes it once the sweeps finish (default: %(default)s, no waiting)")
+    p.add_argument("--poll-seconds", type=float, default=15.0,
+                   help="first wait between two looks for the plan, doubling up to 5 min (default: %(default)s)")
     p.add_argument("--configuration", help="plan configuration to check (default: the first with a per-replica mix)")
     p.add_argument("--base-url", required=True, help="the server, e.g. http://SERVER:8000")
     p.add_argument("--model", required=True, help="served model name")
@@ -292,7 +325,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--vllm-bin", default=os.environ.get("VLLM_POC_VLLM_BIN") or None,
                    help="vllm executable or command (default: `vllm` on PATH; env VLLM_POC_VLLM_BIN)")
     p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
-    p.set_defaults(func=locations.remote_io(run, command="mix-check", inputs=("plan",)))
+    p.set_defaults(func=locations.remote_io(run, command="mix-check", inputs=()))
     return p
 
 

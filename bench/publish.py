@@ -18,7 +18,11 @@ The report Job of a stack runs this (components/report_job.py); it runs on a lap
    `bench report CANDIDATE --baseline BASELINE` (report.md, summary.json, charts, plan/),
    `bench plan` of the candidate (or the variants) against the baseline's current fleet (plan.md,
    plan.json, plan.png) and, with variants, `bench compare` (compare.md, compare.json), every file
-   uploaded as it is written. Without --candidate the report covers the baseline alone.
+   uploaded as it is written. Without --candidate the report covers the baseline alone. With
+   `--mixed-traffic-wait-hours`, it then waits for `bench mix-check` (the stack's mix-check Job
+   reads the plan just written and runs its mix on the candidate's server) to put
+   mixed_traffic.json under --out, and plans again with it: the plan says whether its scenarios
+   added up.
 3. Record `inputs.json`: each sweep's address and the SHA-256 of the manifest it was read at, the
    settings, and whether every sweep had finished. A rerun whose sweeps are unchanged writes
    nothing; a sweep that changed while the report was written (or since the last run) is reported
@@ -47,6 +51,7 @@ from bench.progress import human_seconds
 MANIFEST = "manifest.json"
 STATUS = "status.json"
 INPUTS = "inputs.json"
+MIXED = "mixed_traffic.json"
 # How often the same written report is re-checked against sweeps that change while it is written.
 MAX_ROUNDS = 3
 
@@ -242,6 +247,9 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) 
                 return 1
             done.append({"command": name, "exit": rc,
                          "argv": [locations.display(a) if a.startswith(str(current.scratch)) else a for a in argv]})
+        mixed = None
+        if args.mixed_traffic_wait_hours > 0:
+            mixed = mixed_traffic(args, sweeps, out, _commands(args, local, out.uri), done)
     inputs = {
         "sweeps": [{"role": s.role, "label": s.label, "uri": s.loc.uri, "manifest_sha256": s.digest,
                     "state": s.state()[0]} for s in sweeps],
@@ -250,10 +258,39 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) 
                      "verdict_basis": args.verdict_basis, "headroom": args.headroom, "spares": args.spares,
                      "mix": args.mix},
         "commands": done,
+        "mixed_traffic": mixed,
         "written_at": _iso(_now()),
     }
     put_json(s3.client(), out, INPUTS, inputs)
     return 0
+
+
+def mixed_traffic(args: argparse.Namespace, sweeps: list[Sweep], out: s3.S3Location,
+                  steps: list[tuple[str, list[str], Callable[[list[str]], int]]], done: list[dict[str, Any]]) -> str:
+    """Wait for `bench mix-check` (its Job reads the plan just written) and plan again with its finding."""
+    client = s3.client()
+    put_json(client, out, STATUS, status("waiting for the mixed-traffic check", sweeps,
+                                         _now() + timedelta(hours=args.mixed_traffic_wait_hours)))
+    started, interval, said = time.monotonic(), args.poll_seconds, None
+    while get_json(client, out, MIXED) is None:
+        waited = time.monotonic() - started
+        if waited >= args.mixed_traffic_wait_hours * 3600:
+            print(f"bench publish: no mixed-traffic check in {out.uri} after {human_seconds(waited)}; the plan "
+                  "stands without it", flush=True)
+            return "not received"
+        if said is None or time.monotonic() - said >= args.log_seconds:
+            print(f"bench publish: waiting for the mixed-traffic check ({human_seconds(waited)} so far)", flush=True)
+            said = time.monotonic()
+        time.sleep(interval)
+        interval = min(args.max_poll_seconds, interval * 2)
+    (name, argv, main), = [step for step in steps if step[0] == "plan"]
+    argv = [*argv, "--mixed-traffic", out.uri]
+    print(f"bench publish: bench plan with the mixed-traffic check -> {out.uri}", flush=True)
+    rc = main(argv)
+    if rc in (130, 143):
+        raise KeyboardInterrupt
+    done.append({"command": name, "exit": rc, "argv": [locations.display(a) if a.startswith("/") else a for a in argv]})
+    return "included" if rc in (0, 1) else "failed"
 
 
 def labels(sweeps: list[Sweep]) -> dict[str, str]:
@@ -267,6 +304,10 @@ def say_answer(client: Any, out: s3.S3Location, sweeps: list[Sweep]) -> None:
     line = answer.plan_line(plan)
     if line:
         print(f"bench publish: {line}", flush=True)
+    if plan and plan.get("mixed_traffic"):
+        from bench import mixcheck
+
+        print(f"bench publish: mixed traffic: {mixcheck.finding(plan['mixed_traffic'])}", flush=True)
     print(f"bench publish: report in {out.uri} (python -m bench open {out.uri})", flush=True)
 
 
@@ -287,6 +328,10 @@ def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep]]:
                           ("--current-replicas", args.current_replicas)):
         if not value > 0:
             raise UsageError(f"{option} must be positive, got {value:g}")
+    if args.mixed_traffic_wait_hours < 0:
+        raise UsageError("--mixed-traffic-wait-hours must be >= 0")
+    if args.mixed_traffic_wait_hours > 0 and not args.mix:
+        raise UsageError("--mixed-traffic-wait-hours needs --mix: the check runs the plan's mix")
     if args.spares < 0 or not 0 <= args.headroom < 1:
         raise UsageError("--spares must be >= 0 and --headroom in [0, 1)")
     return out, sweeps
@@ -306,7 +351,8 @@ def run(args: argparse.Namespace) -> int:
                 before = [s.digest for s in sweeps]
                 recorded = get_json(client, out, INPUTS)
                 if recorded and [r.get("manifest_sha256") for r in recorded.get("sweeps") or []] == before \
-                        and recorded.get("complete") == complete:
+                        and recorded.get("complete") == complete \
+                        and (args.mixed_traffic_wait_hours <= 0 or recorded.get("mixed_traffic") == "included"):
                     print(f"bench publish: {out.uri} already holds the report of these sweeps", flush=True)
                     say_answer(client, out, sweeps)
                     return 0
@@ -354,6 +400,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--headroom", type=float, default=0.0, help="plan headroom, e.g. 0.2 (default: %(default)s)")
     p.add_argument("--spares", type=int, default=0, help="plan spares (default: %(default)s)")
     p.add_argument("--mix", help="plan mix, shares of requests per scenario, e.g. S1_chat=0.4,S2_summary=0.6")
+    p.add_argument("--mixed-traffic-wait-hours", type=float, default=0.0,
+                   help="after the plan, wait up to this long for `bench mix-check` to write mixed_traffic.json "
+                        "under --out, then plan again with its finding (default: %(default)s, no check)")
     p.add_argument("--no-charts", action="store_true", help="write no PNG charts (report and plan)")
     p.add_argument("--poll-seconds", type=float, default=60.0,
                    help="first wait between two looks at the manifests (default: %(default)s)")

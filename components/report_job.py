@@ -48,6 +48,8 @@ REQUIREMENTS = "requirements-report.txt"
 FINAL_EXIT_CODE = 2
 # The bench Jobs' deadline is 12 h; the report waits a little longer, then reports what is there.
 WAIT_HOURS = 13
+# With the mixed-traffic check: how long the plan waits for it (its Job runs minutes once the plan exists).
+MIXED_TRAFFIC_WAIT_HOURS = 2
 _SCRIPT = (
     "python -m pip install --quiet --no-cache-dir --disable-pip-version-check --root-user-action=ignore "
     f"--only-binary=:all: --target {DEPS_DIR} -r {bench_pod.CODE_DIR}/bench/{REQUIREMENTS}\n"
@@ -116,7 +118,13 @@ def publish_args(args: ReportJobArgs, bucket: pulumi.Input[str], prefix: str) ->
              "--headroom", f"{s['headroom']:g}", "--spares", str(s["spares"]), "--wait-hours", str(WAIT_HOURS)]
     if s.get("mix"):
         argv += ["--mix", ",".join(f"{k}={v:g}" for k, v in sorted(s["mix"].items()))]
+    if s.get("mixed_traffic"):
+        argv += ["--mixed-traffic-wait-hours", str(MIXED_TRAFFIC_WAIT_HOURS)]
     return argv
+
+
+def deadline_hours(args: ReportJobArgs) -> int:
+    return WAIT_HOURS + (MIXED_TRAFFIC_WAIT_HOURS if args.settings.get("mixed_traffic") else 0) + 1
 
 
 def report_statements(results_bucket_arn: pulumi.Input[str], read_prefixes: Sequence[str], write_prefix: str,
@@ -209,7 +217,7 @@ def job_manifest(args: ReportJobArgs, name: str, code_config_map: str, bucket: p
                 {"action": "FailJob", "onExitCodes": {"containerName": "publish", "operator": "In",
                                                        "values": [FINAL_EXIT_CODE]}},
             ]},
-            "activeDeadlineSeconds": (WAIT_HOURS + 1) * 3600,
+            "activeDeadlineSeconds": deadline_hours(args) * 3600,
             "ttlSecondsAfterFinished": 7 * 24 * 3600,
             # PyPI for its requirements: HTTPS to public addresses (components/network_policy.py).
             "template": {"metadata": {"labels": {**labels, INTERNET_EGRESS_LABEL[0]: INTERNET_EGRESS_LABEL[1]}},
@@ -228,6 +236,7 @@ class ReportJob(pulumi.ComponentResource):
     def __init__(self, name: str, args: ReportJobArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("vllm-poc:bench:ReportJob", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        self.args = args
         self.digest = inputs_hash(args)
         self.job_name = job_name(args.stack, self.digest)
         self.prefix = report_prefix(args, self.digest)

@@ -20,6 +20,7 @@ from components.cluster import Cluster, ClusterArgs
 from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
 from components.gpu_telemetry import DcgmExporter, DcgmExporterArgs
 from components.karpenter import Karpenter, KarpenterArgs
+from components.mix_check_job import pod_labels as mixcheck_pod_labels
 from components.labels import PART_OF
 from components.network import Network, NetworkArgs
 from components.network_policy import BenchReach, NetworkPolicies, NetworkPoliciesArgs, ServerReach
@@ -169,6 +170,8 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
     # NetworkPolicy takes CIDRs, and `pulumi up` refreshes them).
     s3_cidrs = aws.ec2.get_prefix_list(name=f"com.amazonaws.{settings.region}.s3", opts=invoke).cidr_blocks
     security = settings.security
+    compare = settings.bench.compare
+    mixed_traffic_server = compare.candidate if compare is not None and compare.mixed_traffic else None
     reach = [
         ServerReach(
             name=name,
@@ -180,6 +183,7 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
                               if name in settings.bench.targets else None),
             startup_pod_labels=({"app.kubernetes.io/name": STARTUP_POD_NAME, "app.kubernetes.io/instance": name}
                                 if name in settings.bench.targets else None),
+            mixcheck_pod_labels=mixcheck_pod_labels(name) if name == mixed_traffic_server else None,
         )
         for name, server in servers.items()
     ]
@@ -203,6 +207,16 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
             kubernetes_api=True,
         )
         for target in settings.bench.targets
+    ] + [
+        # The mixed-traffic check: its server's API port, nothing more.
+        BenchReach(
+            name=f"mixcheck-{name}",
+            pod_labels=mixcheck_pod_labels(name),
+            server_pod_labels=selector_labels(servers[name].spec),
+            port=servers[name].spec.port,
+            telemetry=False,
+        )
+        for name in [mixed_traffic_server] if name
     ]
     return NetworkPolicies(
         "network-policies",
@@ -365,6 +379,7 @@ def build(settings: StackSettings) -> dict[str, object]:
     results: dict[str, pulumi.Output[str]] = {}
     prefixes: dict[str, str] = {}
     bench_jobs: list[pulumi.Resource] = []
+    bench_access: list[pulumi.Resource] = []
     if settings.bench.targets:
         bench_identity = WorkloadIdentity(
             "bench-identity",
@@ -386,6 +401,7 @@ def build(settings: StackSettings) -> dict[str, object]:
             ),
             opts=on_cluster,
         )
+        bench_access = [bench_identity.association, bench_identity.service_account]
         BenchNodeAccess("bench-node-access", NAMESPACE, BENCH_SERVICE_ACCOUNT,
                         labels={"app.kubernetes.io/name": "vllm-bench"}, depends_on=[namespace],
                         opts=on_cluster)
@@ -434,7 +450,8 @@ def build(settings: StackSettings) -> dict[str, object]:
     # The answer: report, plan (and compare) from those sweeps, written to S3 by a Job that waits for them.
     report = report_job(settings, prefixes, namespace_name=NAMESPACE, namespace=namespace, cluster=cluster,
                         store=store, account_id=account_id, code=bench_code(), aws_provider=aws_provider,
-                        bench_jobs=bench_jobs, opts=on_cluster)
+                        bench_jobs=bench_jobs, servers=servers, weights_bucket=weights_bucket,
+                        bench_access=bench_access, opts=on_cluster)
 
     # -- network reach --------------------------------------------------------------------------
     network_policies(settings, servers, namespace, aws_provider, on_cluster)

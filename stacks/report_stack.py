@@ -20,13 +20,19 @@ import pulumi_kubernetes as k8s
 from bench import answer
 from components.cluster import Cluster
 from components.labels import PART_OF
-from components.report_job import ReportJob, ReportJobArgs, ReportSweep, inputs_hash, report_prefix, report_statements
-from components.weight_store import WeightStore, results_prefix
+from components.mix_check_job import MixCheckJob, MixCheckJobArgs
+from components.report_job import (ReportJob, ReportJobArgs, ReportSweep, deadline_hours, inputs_hash, report_prefix,
+                                   report_statements)
+from components.vllm_server import VllmServer, selector_labels
+from components.weight_store import WeightStore, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 from stacks.settings import StackSettings
 from stacks.versions import extra, pins
 
 REPORT_SERVICE_ACCOUNT = "vllm-report"
+# The mixed-traffic check runs as the bench (environment.BENCH_SERVICE_ACCOUNT): its server's tokenizer
+# and the stack's results prefix, where the report's prefix lies.
+BENCH_SERVICE_ACCOUNT = "vllm-bench"
 SUMMARY = "summary.json"
 
 
@@ -54,7 +60,7 @@ def report_args(settings: StackSettings, prefixes: dict[str, str], *, namespace:
         sweeps=report_sweeps(settings, prefixes),
         settings={"current_replicas": compare.current_replicas, "threshold": compare.threshold,
                   "verdict_basis": compare.verdict_basis, "headroom": compare.headroom, "spares": compare.spares,
-                  "mix": dict(sorted(compare.mix.items()))},
+                  "mix": dict(sorted(compare.mix.items())), "mixed_traffic": compare.mixed_traffic},
         code=code,
         requirements=extra("report"),
         region=settings.region,
@@ -83,9 +89,41 @@ def _state(body: str | None) -> str | None:
         return None
 
 
+def mix_check_job(settings: StackSettings, report: ReportJob, servers: dict[str, VllmServer], *,
+                  namespace_name: str, weights_bucket: str, code: dict[str, str],
+                  depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> MixCheckJob:
+    """bench.compare.mixedTraffic: the plan's mix on the candidate's server, once the plan exists."""
+    candidate = settings.bench.compare.candidate
+    server = servers[candidate]
+    return MixCheckJob(
+        "mix-check",
+        MixCheckJobArgs(
+            stack=settings.stack,
+            server=candidate,
+            namespace=namespace_name,
+            image=server.spec.image,
+            service_account=BENCH_SERVICE_ACCOUNT,
+            base_url=server.url,
+            served_model=server.spec.served_model_name,
+            tokenizer_uri=f"s3://{weights_bucket}/{model_prefix(settings.server(candidate).profile.hf_id)}",
+            report_uri=report.uri,
+            configuration=f"{settings.stack}/{candidate}",
+            server_pod_labels=selector_labels(server.spec),
+            region=settings.region,
+            code=code,
+            job_name=f"mixcheck-{settings.stack}-{report.digest[:10]}"[:63],
+            wait_hours=deadline_hours(report.args),
+            api_key_secret=settings.security.api_key_secret,
+            depends_on=depends_on,
+        ),
+        opts=opts,
+    )
+
+
 def report_job(settings: StackSettings, prefixes: dict[str, str], *, namespace_name: str,
                namespace: k8s.core.v1.Namespace, cluster: Cluster, store: WeightStore, account_id: str,
                code: dict[str, str], aws_provider: aws.Provider, bench_jobs: list[pulumi.Resource],
+               servers: dict[str, VllmServer], weights_bucket: str, bench_access: list[pulumi.Resource],
                opts: pulumi.ResourceOptions) -> dict[str, pulumi.Output[Any]] | None:
     """The report Job of a stack with bench.compare, its identity, and the stack output `report`."""
     if settings.bench.compare is None:
@@ -111,4 +149,7 @@ def report_job(settings: StackSettings, prefixes: dict[str, str], *, namespace_n
     # After the bench Jobs it reads (created, not finished: it waits for their sweeps in S3 itself).
     job = ReportJob("report", replace(args, depends_on=[namespace, identity.association, identity.service_account,
                                                         *bench_jobs]), opts=opts)
+    if settings.bench.compare.mixed_traffic:
+        mix_check_job(settings, job, servers, namespace_name=namespace_name, weights_bucket=weights_bucket,
+                      code=code, depends_on=[*bench_access, job.job], opts=opts)
     return {"uri": job.uri, "state": report_state(store.results_bucket_name, prefix, aws_provider)}

@@ -468,17 +468,24 @@ class CompareSettings(_Settings):
     mix: dict[str, float] = Field(
         default_factory=dict, description="Plan: shares of requests per scenario ({S1_chat: 0.6, S4_rag: 0.4}); "
         "empty: the fleet is sized for its busiest scenario.")
+    mixed_traffic: bool = Field(
+        False, description="After the plan, run its mix on the candidate's server, every scenario at once at the "
+        "planned per-replica rates (`bench mix-check`, a Job on the candidate's node), and plan again saying "
+        "whether the scenarios added up. Needs candidate and mix.")
 
     @model_validator(mode="after")
     def _names(self) -> CompareSettings:
         if self.candidate is None and len(self.variants) < 2:
-            raise ValueError("compare: name a candidate (the sweep the verdict is about), or two or more variants")
+            raise ValueError("name a candidate (the sweep the verdict is about), or two or more variants")
         if len(set(self.variants)) != len(self.variants):
-            raise ValueError(f"compare.variants: each server once; got {self.variants}")
+            raise ValueError(f"variants: each server once; got {self.variants}")
         if self.candidate is not None and self.candidate == self.baseline:
-            raise ValueError(f"compare.candidate: {self.candidate} is also the baseline; compare two servers")
+            raise ValueError(f"candidate: {self.candidate} is also the baseline; compare two servers")
         if any(share <= 0 for share in self.mix.values()):
-            raise ValueError(f"compare.mix: shares must be positive; got {self.mix}")
+            raise ValueError(f"mix: shares must be positive; got {self.mix}")
+        if self.mixed_traffic and (self.candidate is None or not self.mix):
+            raise ValueError("mixedTraffic: runs the plan's mix on the candidate's server; set candidate and "
+                             "mix ({scenario: share of requests}) too")
         return self
 
     def servers(self) -> list[str]:

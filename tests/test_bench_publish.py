@@ -222,3 +222,44 @@ def test_open_refuses_what_is_not_a_report_address(capsys):
     assert 'no "uri"' in capsys.readouterr().err
     assert opener.main(["runs/g7e"]) == 2
     assert "expected the stack output `report` as JSON or an s3:// prefix" in capsys.readouterr().err
+
+
+def test_the_plan_waits_for_the_mixed_traffic_check_and_says_whether_it_held(results, fake_bench, monkeypatch,
+                                                                              capsys):
+    """Both Jobs' entry points at once: publish writes the plan, mix-check waits for it, runs the mix on
+    the (fake) server and writes its finding beside it, publish plans again with it."""
+    from bench import mixcheck
+
+    client, cand, base = results
+    for folder, prefix in ((cand, CAND), (base, BASE)):
+        finish(folder)
+        upload(client, folder, prefix)
+    monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 20.0, "itl_ms": 10.0}))
+    out_uri = f"s3://{BUCKET}/{OUT}"
+    codes = []
+
+    def the_check_job():
+        codes.append(mixcheck.main(["--plan", out_uri, "--wait-hours", "0.02", "--poll-seconds", "0.2",
+                                    "--base-url", "http://127.0.0.1:9", "--model", "tiny", "--tokenizer", "/tokenizer",
+                                    "--configuration", "nvfp4-g7e", "--out", out_uri, "--vllm-bin", fake_bench.bin,
+                                    "--duration-s", "2", "--min-requests", "10", "--no-progress"]))
+
+    thread = threading.Thread(target=the_check_job)
+    thread.start()
+    try:
+        assert publish("--mix", "S1_chat=0.7,S4_rag=0.3", "--mixed-traffic-wait-hours", "0.02") == 0
+    finally:
+        thread.join()
+    assert codes == [0]
+    out = capsys.readouterr().out
+    assert "waiting for the plan" in out and "mixed traffic: the scenarios add up" in out
+    written = s3_files(client, OUT)
+    assert {"mixed_traffic.json", "mixed/S1_chat.json", "mixed/S4_rag.json"} <= set(written)
+    plan = json.loads(written["plan.json"])
+    assert plan["mixed_traffic"]["held"] is True
+    assert plan["mixed_traffic"]["per_replica_req_s"] == plan["configurations"][0]["per_replica_req_s"]
+    assert "the assumption held" in written["plan.md"].decode()
+    inputs = json.loads(written["inputs.json"])
+    assert inputs["mixed_traffic"] == "included"
+    assert [c["command"] for c in inputs["commands"]] == ["report", "plan", "plan"]
+    assert "--mixed-traffic" in inputs["commands"][-1]["argv"]

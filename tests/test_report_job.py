@@ -271,3 +271,61 @@ def test_the_rendered_command_waits_for_late_sweeps_then_reports(aws, all_stacks
     assert f"Results: `s3://{bucket}/{prefixes['nvfp4-g7e']}`" in written["report.md"].decode()
     plan = json.loads(written["plan.json"])
     assert plan["current"]["replicas"] == 12 and plan["configurations"][0]["label"] == "g7e/nvfp4-g7e"
+
+
+def mixed_traffic_stack():
+    bench = stack_config("g7e")["vllm-poc:bench"]
+    compare = {**bench["compare"], "mix": {"S1_chat": 0.7, "S4_rag": 0.3}, "mixedTraffic": True}
+    return render_with("g7e", bench={**bench, "compare": compare})
+
+
+def test_the_mixed_traffic_check_runs_on_the_candidates_node_after_the_plan():
+    rendered = mixed_traffic_stack()
+    report = report_job(rendered)
+    (mix,) = [j for j in rendered.k8s("Job") if j["metadata"]["labels"]["app.kubernetes.io/name"] == "vllm-mixcheck"]
+    uri = rendered.outputs["report"]["uri"]
+    # The report Job plans with the mix, then waits for the check and plans again with it.
+    argv = container(report)["args"]
+    assert flag(argv, "--mix") == ["S1_chat=0.7,S4_rag=0.3"] and flag(argv, "--mixed-traffic-wait-hours") == ["2"]
+    command = container(mix)["command"]
+    assert command[:2] == ["sh", "-c"] and command[-1] == uri  # the plan comes from, the check goes to, the report
+    script = command[2]
+    assert '--plan "$1" --out "$1"' in script and "--configuration g7e-test/nvfp4-g7e" in script
+    assert "--base-url http://nvfp4-g7e.vllm.svc.cluster.local:8000" in script
+    # A finding (held or not) ends the Job successfully; it waits as long as the report Job may take.
+    assert 'if [ "$rc" -le 1 ]; then exit 0; fi' in script
+    assert mix["spec"]["activeDeadlineSeconds"] > report["spec"]["activeDeadlineSeconds"]
+    assert f"--wait-hours {report['spec']['activeDeadlineSeconds'] // 3600}" in script
+    spec = mix["spec"]["template"]["spec"]
+    (deployment,) = [d for d in rendered.k8s("Deployment") if d["metadata"]["name"] == "nvfp4-g7e"]
+    assert container(mix)["image"] == deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    affinity = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert affinity["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert spec["serviceAccountName"] == "vllm-bench" and spec["automountServiceAccountToken"] is False
+    assert "nvidia.com/gpu" not in json.dumps(container(mix)["resources"])
+    # Network: its server's API port and nothing else beyond the namespace's rules; the server takes it.
+    labels = mix["spec"]["template"]["metadata"]["labels"]
+    own = [p for p in rendered.k8s("NetworkPolicy") if p["spec"]["podSelector"] and _selects(p, labels)]
+    assert [p["metadata"]["name"] for p in own] == ["bench-mixcheck-nvfp4-g7e"]
+    (rule,) = own[0]["spec"]["egress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
+    (server,) = [p for p in rendered.k8s("NetworkPolicy") if p["metadata"]["name"] == "server-nvfp4-g7e"]
+    sources = server["spec"]["ingress"][0]["from"]
+    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "vllm-mixcheck",
+                                            "app.kubernetes.io/instance": "nvfp4-g7e"}}} in sources
+    (other,) = [p for p in rendered.k8s("NetworkPolicy") if p["metadata"]["name"] == "server-nvfp4-l40s"]
+    assert "vllm-mixcheck" not in json.dumps(other)
+
+
+def test_mixed_traffic_needs_a_mix_and_a_candidate():
+    config = stack_config("g7e")
+    config["vllm-poc:bench"] = {**config["vllm-poc:bench"],
+                                "compare": {**config["vllm-poc:bench"]["compare"], "mixedTraffic": True}}
+    with pytest.raises(ConfigError) as err:
+        settings_from_config(config, stack="g7e")
+    assert any(p.startswith("vllm-poc:bench.compare: mixedTraffic: runs the plan's mix") for p in err.value.problems)
+    assert not [j for j in report_job_list(render_with("g7e")) if "mixcheck" in j]
+
+
+def report_job_list(rendered):
+    return [j["metadata"]["name"] for j in rendered.k8s("Job")]
