@@ -113,11 +113,7 @@ class MixCheckJob(pulumi.ComponentResource):
                         "terminationGracePeriodSeconds": 30,
                         "containers": [container],
                         "volumes": bench_pod.volumes(code),
-                        "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                            "labelSelector": {"matchLabels": dict(args.server_pod_labels)},
-                            "topologyKey": "kubernetes.io/hostname",
-                        }]}},
-                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                        **bench_pod.on_server_node(args.server_pod_labels),
                     }),
                 },
             },
