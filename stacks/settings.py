@@ -633,6 +633,8 @@ class StackSettings(_Settings):
                     f"it to one of {', '.join(sorted(staged)) or '(no servers defined)'}")
         if not problems:
             problems += variants.variant_problems(self) + variants.gpu_budget_problems(self)
+        # After the variant checks, never instead of them: a comparison names the servers they make.
+        problems += compare_problems(self.bench)
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -742,7 +744,6 @@ def cross_key_problems(gpu_pools: list, servers: list, bench: BenchSettings | No
             problems.append(
                 f"bench.targets[{index}]: no server named {target!r}; use one of {', '.join(sorted(server_names)) or '(none defined)'}"
             )
-    problems += compare_problems(bench)
     return problems
 
 
@@ -914,7 +915,10 @@ def _partial_cross_key_problems(data: dict[str, Any]) -> list[str]:
         unchecked |= frozenset(str(raw.get("pool")) for raw in raw_servers if isinstance(raw, dict))
     if "servers" in data and not isinstance(data["servers"], list) and isinstance(data.get("bench"), dict):
         written |= frozenset(str(t) for t in data["bench"].get("targets") or [] if isinstance(t, (str, int)))
-    return [f"{PROJECT}:{p}" for p in cross_key_problems(pools, servers, bench, unchecked, written)]
+    problems = cross_key_problems(pools, servers, bench, unchecked, written)
+    if bench is not None and isinstance(data.get("servers"), list) and None not in servers:
+        problems += compare_problems(bench)
+    return [f"{PROJECT}:{p}" for p in problems]
 
 
 def read_stack_file(stack: str, directory: Path = REPO) -> dict[str, Any]:
