@@ -187,7 +187,7 @@ def _uses_s3(values: list[Any]) -> bool:
     return any(s3.is_s3_uri(v) for v in values if isinstance(v, str))
 
 
-def _botocore_errors() -> tuple[type[BaseException], ...]:
+def botocore_errors() -> tuple[type[BaseException], ...]:
     try:
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError:
@@ -216,7 +216,7 @@ def remote_io(run: Callable[[Any], int], *, command: str, inputs: tuple[str, ...
                     except (ValueError, s3.S3Error) as exc:
                         print(f"bench {command}: {exc}", file=sys.stderr)
                         return 2
-                    except _botocore_errors() as exc:  # credentials, endpoint, missing bucket
+                    except botocore_errors() as exc:  # credentials, endpoint, missing bucket
                         print(f"bench {command}: S3: {exc}", file=sys.stderr)
                         return 1
                     rc = run(args)

@@ -379,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
     except (s3.S3Error, ValueError) as exc:
         print(f"bench publish: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # botocore: credentials, endpoint, permissions
+    except locations.botocore_errors() as exc:  # credentials, endpoint, permissions: the Job retries
         print(f"bench publish: S3: {exc}", file=sys.stderr)
         return 1
 

@@ -263,3 +263,33 @@ def test_the_plan_waits_for_the_mixed_traffic_check_and_says_whether_it_held(res
     assert inputs["mixed_traffic"] == "included"
     assert [c["command"] for c in inputs["commands"]] == ["report", "plan", "plan"]
     assert "--mixed-traffic" in inputs["commands"][-1]["argv"]
+
+
+def test_s3_trouble_exits_1_without_a_traceback(aws, capsys):
+    # No such bucket (a typo, or the stack's bucket not created yet): the Job's retry may help.
+    assert PUB.main(["--candidate", "s3://nowhere-bucket/runs/a/", "--baseline", "s3://nowhere-bucket/runs/b/",
+                     "--out", "s3://nowhere-bucket/runs/report/x/", *FAST]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bench publish: S3: ") and "NoSuchBucket" in err and "Traceback" not in err
+
+
+def test_sigterm_while_waiting_stops_at_once_and_says_what_stays(results, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "publish", "--candidate", f"s3://{BUCKET}/{CAND}",
+                             "--baseline", f"s3://{BUCKET}/{BASE}", "--out", f"s3://{BUCKET}/{OUT}", "--poll-seconds",
+                             "600"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    client = results[0]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "status.json" not in s3_files(client, OUT):
+        time.sleep(0.2)  # it has looked once and is waiting
+    proc.send_signal(signal.SIGTERM)
+    # It would sleep 10 minutes before its next look: ending well inside a minute is the signal's doing.
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "Rerun the same command" in err and "Traceback" not in err
+    assert "waiting" in out
