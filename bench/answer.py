@@ -22,8 +22,12 @@ def verdict_state(summary: dict[str, Any] | None) -> str | None:
         return state
     if verdict.get("pass") is True:
         return "pass"
-    # No ratio at all: nothing was measured on one side, so the question is open, not answered no.
-    return "fail" if verdict.get("min_ratio") is not None else "inconclusive"
+    ratio, threshold = verdict.get("min_ratio"), verdict.get("threshold")
+    # No ratio at all, or a ratio that clears the threshold on an incomplete comparison (the only way
+    # such a verdict does not pass): the question is open, not answered no.
+    if ratio is None or (isinstance(threshold, (int, float)) and ratio >= threshold):
+        return "inconclusive"
+    return "fail"
 
 
 def _ratio(value: Any) -> str:

@@ -231,10 +231,14 @@ def remote_io(run: Callable[[Any], int], *, command: str, inputs: tuple[str, ...
     return wrapped
 
 
+# How the commands' --help names their folder arguments.
+_POSITIONAL = {"dir": "DIR", "dirs": "DIR", "candidates": "CANDIDATE_DIR"}
+
+
 def _localise(args: Any, current: Session, inputs: tuple[str, ...], output: str) -> None:
     for name in inputs:
         value = getattr(args, name, None)
-        option = name if name in ("dir", "dirs", "candidates") else f"--{name.replace('_', '-')}"
+        option = _POSITIONAL.get(name) or f"--{name.replace('_', '-')}"
         if isinstance(value, list):
             setattr(args, name, [current.fetch(v, option) for v in value])
         elif isinstance(value, str):
