@@ -45,7 +45,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bench import answer, locations, s3
-from bench.interrupts import exit_code, signal_name, stop_on_signals
+from bench.interrupts import Interrupted, exit_code, signal_name, stop_on_signals
 from bench.progress import human_seconds
 
 MANIFEST = "manifest.json"
@@ -239,8 +239,8 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) 
         for name, argv, main in _commands(args, local, out.uri):
             print(f"bench publish: bench {name} -> {out.uri}", flush=True)
             rc = main(argv)
-            if rc in (130, 143):
-                raise KeyboardInterrupt
+            if rc in (130, 143):  # the step was stopped (and said what it kept): stop with its code
+                raise Interrupted(rc - 128)
             # plan exits 1 when a candidate cannot carry the load at the SLO: that is an answer, not a failure
             if rc not in (0, 1) or (rc == 1 and name != "plan"):
                 print(f"bench publish: bench {name} failed (exit {rc})", file=sys.stderr)
@@ -288,7 +288,7 @@ def mixed_traffic(args: argparse.Namespace, sweeps: list[Sweep], out: s3.S3Locat
     print(f"bench publish: bench plan with the mixed-traffic check -> {out.uri}", flush=True)
     rc = main(argv)
     if rc in (130, 143):
-        raise KeyboardInterrupt
+        raise Interrupted(rc - 128)
     done.append({"command": name, "exit": rc, "argv": [locations.display(a) if a.startswith("/") else a for a in argv]})
     return "included" if rc in (0, 1) else "failed"
 
