@@ -15,6 +15,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench import locations  # noqa: E402
+
 if TYPE_CHECKING:
     from bench.report import Side
 
@@ -72,5 +74,6 @@ def render(side: "Side", base: "Side | None", slo: dict[str, Any], out: Path) ->
         name = f"chart_{scenario}.png"
         fig.savefig(out / name, dpi=100)
         plt.close(fig)
+        locations.written(out / name)
         written.append(name)
     return written

@@ -1,6 +1,7 @@
 """`python -m bench compare DIR... [--labels a,b,...] --out OUT`: one report over N sweeps.
 
-Each DIR is one sweep (as `sweep --out` or `fetch` leave it) of one server variant. OUT gets:
+Each DIR is one sweep (as `sweep --out` or `fetch` leave it, or its s3://bucket/prefix/) of one
+server variant. OUT (a folder, or s3://bucket/prefix/: each file uploaded as written) gets:
 
 - `compare.md`: per scenario and concurrency the output tok/s of each variant and the winner
   where there is a clear one (variants side by side, as the PoC report laid out its precision
@@ -50,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import capacity_report as CR
+from bench import locations
 from bench import report as REP
 from bench import results as R
 from bench import spec as SPEC
@@ -213,7 +215,7 @@ def build(sides: list[REP.Side], *, ttft_ms: float, itl_ms: float) -> tuple[dict
             incomplete.append(f"benchmark setting {k} differs ({listed})")
 
     variants = [
-        {"label": s.label, "dir": str(s.path),
+        {"label": s.label, "dir": locations.display(s.path),
          "differs": {k: server.get(k, "-") for k in differing}}
         for s, (server, _, _) in zip(sides, facts)
     ]
@@ -434,13 +436,15 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    locations.written(out / "compare.json")
     (out / "compare.md").write_text(render_markdown(sides, data, extra, args.slo_ttft_p99_ms, args.slo_itl_p99_ms),
                                     encoding="utf-8")
+    locations.written(out / "compare.md")
     winners = sum(1 for c in data["cells"] if c["winner"])
     close = sum(1 for c in data["cells"] if not c["winner"] and c["winner_margin_pct"] is not None)
     state = (f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"]
              else f"{winners} winners, {close} cells without a clear winner (within the noise)")
-    print(f"bench compare: {len(sides)} variants, {len(data['cells'])} cells, {state} -> {out}/compare.md, "
+    print(f"bench compare: {len(sides)} variants, {len(data['cells'])} cells, {state} -> {locations.display(out / 'compare.md')}, "
           "compare.json")
     return 0
 
@@ -448,12 +452,14 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("compare", help="compare N sweeps of server variants side by side",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep folders, one per variant")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep folders (or s3://bucket/prefix/), one per variant")
     p.add_argument("--labels", help="comma-separated names, one per folder (default: manifest label or folder name)")
-    p.add_argument("--out", required=True, help="folder for compare.md and compare.json")
+    p.add_argument("--out", required=True,
+                   help="folder for compare.md and compare.json, or s3://bucket/prefix/ (uploaded as written)")
     p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
     p.add_argument("--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
-    p.set_defaults(func=run)
+    p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
+    p.set_defaults(func=locations.remote_io(run, command="compare", inputs=("dirs",)))
     return p
 
 

@@ -26,22 +26,28 @@ output tok/s (the PoC report's method).
 Replicas = ceil(needed / (1 - headroom)) + spares, where needed is, without `--mix`, the largest
 per-scenario need for a fleet-derived load (the fleet may be busy with any one scenario) and the
 sum for stated loads; with `--mix S=share,...` (shares of requests, adding up to 1) the scenarios
-share replicas in proportion. Where a capacity is an interval, so is the replica count: the low
-end divides the smallest possible load by the highest possible capacity, the high end the largest
-load by the lowest capacity ("4-6 replicas"; the capacity search narrows it); an open end of the
-baseline's capacity leaves the count without an upper bound. Costs: replicas x the hourly price
-(on-demand and Spot; `--price-per-hour [LABEL=]ON_DEMAND[/SPOT]`, else the manifest, else the
-instance catalog), a month = 730 hours, at the high end of a range (the count that carries the
-load whatever the true capacity); cost per million output tokens at the planned load, on-demand.
+share replicas in proportion (assuming they add up). With a mix (or stated loads) each
+configuration lists `per_replica_req_s`, the load one working replica carries at the planned count;
+`bench mix-check` runs that load on a server, all scenarios at once, and `--mixed-traffic` puts
+its finding in the plan (did the scenarios add up?). Where a capacity is an interval, so is the
+replica count: the low end divides the smallest possible load by the highest possible capacity,
+the high end the largest load by the lowest capacity ("4-6 replicas"; the capacity search narrows
+it); an open end of the baseline's capacity leaves the count without an upper bound. Costs:
+replicas x the hourly price (on-demand and Spot; `--price-per-hour [LABEL=]ON_DEMAND[/SPOT]`, else
+the manifest, else the instance catalog), a month = 730 hours, at the high end of a range (the
+count that carries the load whatever the true capacity); cost per million output tokens at the
+planned load, on-demand.
 
 plan.json: {"basis", "headroom", "spares", "configurations": [{"label", "instance_type", "gpus",
 "replicas" (int, or null unless known exactly), "replicas_range" ([lo, hi], hi null = no upper
 bound; null when it cannot be computed), "reason" (null when replicas is known; else why, and what
 narrows or settles it), "usd_hour_on_demand", "usd_hour_spot", "usd_month_on_demand",
-"usd_month_spot", "usd_per_million_output_tokens"}], "current": {"replicas", "usd_month"} | null}.
+"usd_month_spot", "usd_per_million_output_tokens", "per_replica_req_s" (with a mix or stated
+loads)}], "current": {"replicas", "usd_month"} | null, "mixed_traffic" (with --mixed-traffic)}.
 
 Writes plan.md, plan.json and plan.png (replicas and monthly cost per configuration; an unknown
-count gets no bar, a range a solid bar to its low end, hatched on to its high end). Exit 0 when written
+count gets no bar, a range a solid bar to its low end, hatched on to its high end). Folders may be
+s3://bucket/prefix/ (inputs downloaded first, --out uploaded file by file). Exit 0 when written
 (counts, ranges or stated reasons), 1 when some candidate never meets the SLO in a scenario the
 load needs (a measured limit), 2 on bad input.
 """
@@ -58,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import capacity_report as CR
+from bench import locations
 from bench import report as RP
 from bench import verdict as V
 
@@ -322,6 +329,9 @@ class Need:
     binding: str | None = None
     sources: set[str] = field(default_factory=set)
     open_baseline: list[str] = field(default_factory=list)
+    # The fleet's request rate per scenario at the high end of the load, where the load is a mix or
+    # stated per scenario: what the mixed-traffic check offers one replica (divided by the count).
+    rates: dict[str, float] = field(default_factory=dict)
 
 
 def needed_replicas(cand: dict[str, Capacity], load: dict[str, Capacity], mix: dict[str, float],
@@ -382,6 +392,8 @@ def needed_replicas(cand: dict[str, Capacity], load: dict[str, Capacity], mix: d
                 if c.req(c_end) is None:
                     raise UsageError(f"--mix: {label} has no req/s for {s}")
                 needed += _ratio(rate, c.req(c_end))
+                if end == "high" and not math.isinf(rate):
+                    need.rates[s] = rate
                 out_len = c.output_len or (c.tok_s / c.req_s if c.tok_s and c.req_s else 0)
                 served += rate * out_len
             value = needed
@@ -390,6 +402,8 @@ def needed_replicas(cand: dict[str, Capacity], load: dict[str, Capacity], mix: d
             value = sum(needs.values())
             served = sum((d.tok_s if d.tok_s is not None else d.req_s * (cand[s].output_len or 0))
                          for s, d in usable.items())
+            if end == "high":  # stated loads add up too: every scenario at its own rate
+                need.rates.update({s: d.req_s for s, d in usable.items() if d.req_s is not None})
         else:
             needs = {s: per_scenario(s, end) for s in usable}
             binding = max(needs, key=needs.get)
@@ -467,6 +481,10 @@ def build_plan(candidates: list[Config], *, basis: str, headroom: float, spares:
         configs.append({"label": cfg.label, "instance_type": cfg.instance_type, "gpus": cfg.gpus,
                         "replicas": replicas, "replicas_range": span, "reason": reason,
                         **price_row(priced, cfg.on_demand, cfg.spot, need.served_tok_s)})
+        if need.rates and priced is not None:
+            # What one working replica carries at the mix (spares idle): the mixed-traffic check's load.
+            working = max(1, priced - spares)
+            configs[-1]["per_replica_req_s"] = {k: round(v / working, 4) for k, v in sorted(need.rates.items())}
         if need.never:
             never.append(cfg.label)
     cur = None
@@ -543,6 +561,10 @@ def render_markdown(plan: dict[str, Any], notes: list[str], load_desc: str, cand
                          f"| {V.SOURCE_WORDS.get(c.basis, c.basis)} |")
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    if plan.get("mixed_traffic"):
+        from bench import mixcheck
+
+        lines += mixcheck.plan_section(plan["mixed_traffic"], plan["configurations"])
     if chart:
         lines += ["", f"![replicas and monthly cost]({chart})"]
     return "\n".join(lines) + "\n"
@@ -630,6 +652,7 @@ def render_chart(plan: dict[str, Any], out: Path) -> str | None:
     fig, _ = draw_chart(plan)
     fig.savefig(out / "plan.png", dpi=100)
     plt.close(fig)
+    locations.written(out / "plan.png")
     return "plan.png"
 
 
@@ -699,11 +722,17 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
                                     load=load, stated=stated, mix={} if stated else mix,
                                     current=args.current_replicas if not stated or args.current_replicas else None,
                                     current_config=current_config)
+    if getattr(args, "mixed_traffic", None):
+        from bench import mixcheck
+
+        plan["mixed_traffic"] = mixcheck.load_check(Path(args.mixed_traffic))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     chart = None if args.no_charts else render_chart(plan, out)
     (out / "plan.json").write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    locations.written(out / "plan.json")
     (out / "plan.md").write_text(render_markdown(plan, notes, desc, candidates, chart, never), encoding="utf-8")
+    locations.written(out / "plan.md")
     return plan, desc, never
 
 
@@ -721,16 +750,18 @@ def run(args: argparse.Namespace) -> int:
         if row["reason"]:
             line += f"; {row['reason']}"
         print(line)
-    print(f"bench plan: -> {Path(args.out) / 'plan.md'}, plan.json")
+    print(f"bench plan: -> {locations.display(Path(args.out) / 'plan.md')}, plan.json")
     return 1 if never else 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help="replicas and cost that serve a load at the SLO",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("candidates", nargs="+", metavar="CANDIDATE_DIR", help="sweep folder(s) of the candidate(s)")
-    p.add_argument("--out", required=True, help="folder for plan.md, plan.json and plan.png")
-    p.add_argument("--baseline", help="sweep folder of the hardware serving today")
+    p.add_argument("candidates", nargs="+", metavar="CANDIDATE_DIR",
+                   help="sweep folder(s) of the candidate(s), or their s3://bucket/prefix/")
+    p.add_argument("--out", required=True,
+                   help="folder for plan.md, plan.json and plan.png, or s3://bucket/prefix/ (uploaded as written)")
+    p.add_argument("--baseline", help="sweep folder (or s3://bucket/prefix/) of the hardware serving today")
     p.add_argument("--current-replicas", type=int, help="replicas serving today (e.g. 12)")
     p.add_argument("--current-gpus-per-replica", type=int, default=1,
                    help="GPUs per current replica, for --reference (default: %(default)s)")
@@ -747,8 +778,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
     p.add_argument("--slo-decode-p99-ms", "--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
     p.add_argument("--slo-decode-metric", default="itl", choices=("itl", "tpot"), help="default: %(default)s")
+    p.add_argument("--mixed-traffic", metavar="FILE_OR_DIR",
+                   help="mixed_traffic.json of `bench mix-check` (or its folder, or s3:// prefix): the plan says "
+                        "whether its scenarios added up at the planned load")
     p.add_argument("--no-charts", action="store_true", help="write no plan.png")
-    p.set_defaults(func=run)
+    p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
+    p.set_defaults(func=locations.remote_io(run, command="plan", inputs=("candidates", "baseline", "mixed_traffic")))
     return p
 
 

@@ -1,7 +1,8 @@
 """`python -m bench report DIR [--baseline DIR ...] --out OUT`: tables, summary.json and charts.
 
-Reads a sweep folder (results, manifest.json; `python -m bench fetch` downloads one from S3) and
-writes to OUT:
+Reads a sweep folder (results, manifest.json; `python -m bench fetch` downloads one from S3, or give
+its s3://bucket/prefix/ directly) and writes to OUT (a folder, or s3://bucket/prefix/ where each file
+is uploaded as it is written):
 
 - `report.md`: with a baseline, the verdict first (state, basis, the figure that decided it, and
   what settles an open question); per scenario the peak output tok/s with its req/s and
@@ -101,6 +102,7 @@ from typing import Any
 
 from bench import capacity_report as CR
 from bench import checks
+from bench import locations
 from bench import results as R
 from bench import spec as SPEC
 from bench import scenarios as SC
@@ -508,7 +510,7 @@ def _describe(side: Side) -> list[str]:
     m = side.manifest or {}
     server = m.get("server") or {}
     rows = [
-        ("Results", f"`{side.path}`"),
+        ("Results", f"`{locations.origin(side.path, m)}`"),
         ("Model", server.get("model") or (m.get("config") or {}).get("model")),
         ("vLLM (server)", server.get("vllm_version")),
         ("Served flags", f"`{m['served_flags']}`" if m.get("served_flags") else None),
@@ -801,12 +803,14 @@ def run(args: argparse.Namespace) -> int:
             note = "Charts skipped: matplotlib is not installed (`pip install matplotlib`)."
             print(f"bench report: {note}", file=sys.stderr)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    locations.written(out / "summary.json")
     from bench import startup_report
 
     text = render_markdown(side, base, summary, issues, charts, note) + startup_report.markdown(path)
     (out / "report.md").write_text(text, encoding="utf-8")
+    locations.written(out / "report.md")
     valid = sum(1 for r in side.runs if r.valid)
-    msg = f"bench report: {valid}/{len(side.runs)} valid runs -> {out}/report.md, summary.json"
+    msg = f"bench report: {valid}/{len(side.runs)} valid runs -> {locations.display(out / 'report.md')}, summary.json"
     if charts:
         msg += f", {len(charts)} charts"
     v = summary["verdict"]
@@ -846,12 +850,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "report", help="report.md, summary.json and charts from a sweep folder", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("dir", help="sweep folder (from `sweep --out` or `fetch`)")
-    p.add_argument("--out", required=True, help="folder for report.md, summary.json and charts")
+    p.add_argument("dir", help="sweep folder (from `sweep --out` or `fetch`), or its s3://bucket/prefix/")
+    p.add_argument("--out", required=True,
+                   help="folder for report.md, summary.json and charts, or s3://bucket/prefix/ (each file is "
+                        "uploaded as it is written)")
     p.add_argument("--label", help="name of this sweep (default: manifest label or folder name)")
     p.add_argument("--gpus", type=int, help="GPUs behind this sweep's server (default: manifest, else 1)")
     p.add_argument("--price-per-hour", type=float, help="hourly price of that hardware (default: manifest)")
-    p.add_argument("--baseline", help="sweep folder to compare against")
+    p.add_argument("--baseline", help="sweep folder (or s3://bucket/prefix/) to compare against")
     p.add_argument("--baseline-label", help="name of the baseline")
     p.add_argument("--baseline-gpus", type=int, help="GPUs behind the baseline (default: manifest, else 1)")
     p.add_argument("--baseline-price-per-hour", type=float, help="hourly price of the baseline hardware")
@@ -879,7 +885,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--exit-code", action="store_true",
                    help="exit with the verdict's state once the report is written: 0 pass, 1 fail, 3 inconclusive "
                         "(no baseline counts as inconclusive); without it a written report exits 0")
-    p.set_defaults(func=run)
+    p.add_argument("--no-progress", action="store_true",
+                   help="no download progress for s3:// folders (default: a bar on a terminal, else a line every 10 s)")
+    p.set_defaults(func=locations.remote_io(run, command="report", inputs=("dir", "baseline")))
     return p
 
 

@@ -142,11 +142,7 @@ class BenchJob(pulumi.ComponentResource):
             "volumes": bench_pod.volumes(self.code),
             # On the server's own node: the ~25 GB image is already there, and the client's traffic
             # stays off the network between nodes.
-            "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                "labelSelector": {"matchLabels": dict(args.server_pod_labels)},
-                "topologyKey": "kubernetes.io/hostname",
-            }]}},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            **bench_pod.on_server_node(args.server_pod_labels),
         # kubernetes_api: the sweep reads its node's labels with the token (BenchNodeAccess)
         }, kubernetes_api=args.kubernetes_api)
         self.job = k8s.batch.v1.Job(

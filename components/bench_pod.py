@@ -1,8 +1,9 @@
 """What every Job that runs the bench package shares: its code from an immutable ConfigMap, the
-environment `python -m bench` expects, and a results folder it uploads from.
+environment `python -m bench` expects, a results folder it uploads from, and (for the Jobs that
+work with a server) a place on that server's node.
 
-The bench Job, the start-up timeline Job and the streamer Job differ in command, resources and
-placement only; these pieces are theirs in common.
+The bench Job, the start-up timeline Job, the streamer Job and the mixed-traffic check differ in
+command and resources only; these pieces are theirs in common.
 """
 
 from __future__ import annotations
@@ -57,3 +58,15 @@ def volumes(code: k8s.core.v1.ConfigMap) -> list[dict[str, Any]]:
         {"name": "code", "configMap": {"name": code.metadata["name"]}},
         {"name": "results", "emptyDir": {}},
     ]
+
+
+def on_server_node(server_pod_labels: dict[str, str]) -> dict[str, Any]:
+    """Pod spec keys that place a pod on a server's node, where the server's image already is: pod
+    affinity to the server's pods and the GPU taint tolerated (no GPU is requested)."""
+    return {
+        "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": dict(server_pod_labels)},
+            "topologyKey": "kubernetes.io/hostname",
+        }]}},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }

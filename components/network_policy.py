@@ -17,6 +17,7 @@ A vLLM server:
 A bench Job:
   egress   its server's API port (requests and /metrics), the DCGM exporter (9400) and kubelet
            (10250) for telemetry, and, when the sweep reads the Kubernetes API, the API server.
+           The mixed-traffic check (bench.compare.mixedTraffic) gets its server's API port only.
 Pods labelled `vllm-poc/egress: internet` (a weight sync from the Hugging Face Hub):
   egress   HTTPS to public addresses. The Hub and its CDN have no fixed addresses, so this is as
            narrow as a NetworkPolicy can say it; the label is set only on pods that download.
@@ -66,6 +67,7 @@ class ServerReach:
     client_namespaces: list[str]
     bench_pod_labels: dict[str, str] | None = None
     startup_pod_labels: dict[str, str] | None = None  # the start-up Job times /sleep and /wake_up
+    mixcheck_pod_labels: dict[str, str] | None = None  # the mixed-traffic check sends the plan's mix
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class BenchReach:
     server_pod_labels: dict[str, str]
     port: int
     kubernetes_api: bool = False
+    telemetry: bool = True  # the DCGM exporter and kubelet (the sweep's per-run samples)
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,8 @@ def policy_manifests(args: NetworkPoliciesArgs, s3_cidrs: list[str]) -> list[dic
             sources.append({"podSelector": {"matchLabels": dict(server.bench_pod_labels)}})
         if server.startup_pod_labels:
             sources.append({"podSelector": {"matchLabels": dict(server.startup_pod_labels)}})
+        if server.mixcheck_pod_labels:
+            sources.append({"podSelector": {"matchLabels": dict(server.mixcheck_pod_labels)}})
         spec: dict[str, Any] = {"policyTypes": ["Ingress"]}
         if sources:
             spec["ingress"] = [{"from": sources, "ports": _tcp(server.port)}]
@@ -149,11 +154,14 @@ def policy_manifests(args: NetworkPoliciesArgs, s3_cidrs: list[str]) -> list[dic
     for bench in args.benches:
         egress = [
             {"to": [{"podSelector": {"matchLabels": dict(bench.server_pod_labels)}}], "ports": _tcp(bench.port)},
-            # Telemetry: the DCGM exporter (a pod, or on the node's network) and the kubelet.
-            {"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {
-                "app.kubernetes.io/name": "dcgm-exporter"}}}], "ports": _tcp(DCGM_EXPORTER_PORT)},
-            {"to": [{"ipBlock": {"cidr": args.vpc_cidr}}], "ports": _tcp(DCGM_EXPORTER_PORT, KUBELET_PORT)},
         ]
+        if bench.telemetry:
+            egress += [
+                # Telemetry: the DCGM exporter (a pod, or on the node's network) and the kubelet.
+                {"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {
+                    "app.kubernetes.io/name": "dcgm-exporter"}}}], "ports": _tcp(DCGM_EXPORTER_PORT)},
+                {"to": [{"ipBlock": {"cidr": args.vpc_cidr}}], "ports": _tcp(DCGM_EXPORTER_PORT, KUBELET_PORT)},
+            ]
         if bench.kubernetes_api:
             # The API server: its ENIs in the cluster's subnets, and the `kubernetes` Service address.
             egress.append({"to": [{"ipBlock": {"cidr": args.vpc_cidr}}, {"ipBlock": {"cidr": _first_ip(services)}}],

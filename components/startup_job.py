@@ -134,11 +134,7 @@ class StartupJob(pulumi.ComponentResource):
                         "containers": [container],
                         "volumes": bench_pod.volumes(code),
                         # On the server's node, where its image already is.
-                        "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                            "labelSelector": {"matchLabels": dict(args.server_pod_labels)},
-                            "topologyKey": "kubernetes.io/hostname",
-                        }]}},
-                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                        **bench_pod.on_server_node(args.server_pod_labels),
                     }, kubernetes_api=True),
                 },
             },

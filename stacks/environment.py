@@ -20,6 +20,7 @@ from components.cluster import Cluster, ClusterArgs
 from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
 from components.gpu_telemetry import DcgmExporter, DcgmExporterArgs
 from components.karpenter import Karpenter, KarpenterArgs
+from components.mix_check_job import pod_labels as mixcheck_pod_labels
 from components.labels import PART_OF
 from components.network import Network, NetworkArgs
 from components.network_policy import BenchReach, NetworkPolicies, NetworkPoliciesArgs, ServerReach
@@ -29,6 +30,7 @@ from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, m
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import s3_ranges, serving, variants
 from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
+from stacks.report_stack import report_job
 from stacks.settings import BenchSettings, StackSettings
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
@@ -84,7 +86,8 @@ def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str
     payload = {
         "hardware": hardware or {},
         "server": {"image": spec.image, "args": list(spec.args), "env": spec.env, "gpus": spec.gpus},
-        "bench": bench.model_dump(mode="json"),
+        # The report Job's settings are not the sweep's: changing them never re-runs a sweep.
+        "bench": bench.model_dump(mode="json", exclude={"compare"}),
         "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in code.items()},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -168,6 +171,8 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
     prefix_list = s3_ranges.prefix_list_name(settings.region)
     s3_cidrs = aws.ec2.get_prefix_list(name=prefix_list, opts=invoke).cidr_blocks
     security = settings.security
+    compare = settings.bench.compare
+    mixed_traffic_server = compare.candidate if compare is not None and compare.mixed_traffic else None
     reach = [
         ServerReach(
             name=name,
@@ -179,6 +184,7 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
                               if name in settings.bench.targets else None),
             startup_pod_labels=({"app.kubernetes.io/name": STARTUP_POD_NAME, "app.kubernetes.io/instance": name}
                                 if name in settings.bench.targets else None),
+            mixcheck_pod_labels=mixcheck_pod_labels(name) if name == mixed_traffic_server else None,
         )
         for name, server in servers.items()
     ]
@@ -202,6 +208,16 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
             kubernetes_api=True,
         )
         for target in settings.bench.targets
+    ] + [
+        # The mixed-traffic check: its server's API port, nothing more.
+        BenchReach(
+            name=f"mixcheck-{name}",
+            pod_labels=mixcheck_pod_labels(name),
+            server_pod_labels=selector_labels(servers[name].spec),
+            port=servers[name].spec.port,
+            telemetry=False,
+        )
+        for name in [mixed_traffic_server] if name
     ]
     return NetworkPolicies(
         "network-policies",
@@ -367,6 +383,9 @@ def build(settings: StackSettings) -> dict[str, object]:
 
     # -- benchmark ----------------------------------------------------------------------------
     results: dict[str, pulumi.Output[str]] = {}
+    prefixes: dict[str, str] = {}
+    bench_jobs: list[pulumi.Resource] = []
+    bench_access: list[pulumi.Resource] = []
     if settings.bench.targets:
         bench_identity = WorkloadIdentity(
             "bench-identity",
@@ -388,6 +407,7 @@ def build(settings: StackSettings) -> dict[str, object]:
             ),
             opts=on_cluster,
         )
+        bench_access = [bench_identity.association, bench_identity.service_account]
         BenchNodeAccess("bench-node-access", NAMESPACE, BENCH_SERVICE_ACCOUNT,
                         labels={"app.kubernetes.io/name": "vllm-bench"}, depends_on=[namespace],
                         opts=on_cluster)
@@ -430,6 +450,14 @@ def build(settings: StackSettings) -> dict[str, object]:
                 opts=on_cluster,
             )
             results[target] = job.results_uri
+            prefixes[target] = f"{results_prefix(settings.stack)}{target}/{config_hash[:10]}/"
+            bench_jobs.append(job.job)
+
+    # The answer: report, plan (and compare) from those sweeps, written to S3 by a Job that waits for them.
+    report = report_job(settings, prefixes, namespace_name=NAMESPACE, namespace=namespace, cluster=cluster,
+                        store=store, account_id=account_id, code=bench_code(), aws_provider=aws_provider,
+                        bench_jobs=bench_jobs, servers=servers, weights_bucket=weights_bucket,
+                        bench_access=bench_access, opts=on_cluster)
 
     # -- network reach --------------------------------------------------------------------------
     network_policies(settings, servers, namespace, aws_provider, on_cluster)
@@ -447,4 +475,5 @@ def build(settings: StackSettings) -> dict[str, object]:
         "servers": {name: s.url for name, s in servers.items()},
         "benchResults": results,
         "streamerResults": streamer_results,
+        **({"report": report} if report else {}),
     }

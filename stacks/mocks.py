@@ -37,6 +37,8 @@ CALLER_ARN = f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/vllm-poc-deploy/pulumi"
 OFFERED_ZONES = {"g6e": "abcd", "g7e": "bcd"}
 # SSM parameters that do not exist (tests add names to see a lookup fail).
 MISSING_PARAMETERS: set[str] = set()
+# Objects the mock S3 holds for the program's own reads ({bucket/key: text body}); empty: none yet.
+S3_OBJECTS: dict[str, str] = {}
 # How the SDK marks a resource reference inside serialized properties (pulumi.runtime.rpc).
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
 _RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
@@ -212,6 +214,17 @@ class RecordingMocks(Mocks):
                      for z in OFFERED_ZONES.get(t.split(".", 1)[0], "abcd")]
             return {"instanceTypes": [t for t, _ in pairs], "locations": [z for _, z in pairs],
                     "locationTypes": ["availability-zone"] * len(pairs), "id": self.region}
+        if token == "aws:s3/getObjects:getObjects":
+            bucket, prefix = args.args.get("bucket"), args.args.get("prefix") or ""
+            keys = sorted(k.split("/", 1)[1] for k in S3_OBJECTS if k.startswith(f"{bucket}/{prefix}"))
+            return {"bucket": bucket, "prefix": prefix, "keys": keys, "commonPrefixes": [], "owners": [],
+                    "id": bucket}
+        if token == "aws:s3/getObject:getObject":
+            name = f"{args.args.get('bucket')}/{args.args.get('key')}"
+            if name not in S3_OBJECTS:
+                return {}, [("key", f"NoSuchKey: {name}")]
+            return {"bucket": args.args.get("bucket"), "key": args.args.get("key"), "body": S3_OBJECTS[name],
+                    "contentType": "application/json", "id": name}
         if token == "aws:ssm/getParameter:getParameter":
             name = args.args.get("name")
             if name in MISSING_PARAMETERS:  # the engine's answer to a failed invoke

@@ -485,6 +485,53 @@ class SecuritySettings(_Settings):
         return v
 
 
+class CompareSettings(_Settings):
+    """What the stack's report Job answers (components/report_job.py): the verdict, the plan, the compare."""
+
+    candidate: str | None = Field(
+        None, description="Bench target whose sweep the verdict is about (e.g. the g7e server); unset with "
+        "variants only, then the report covers the baseline alone.")
+    baseline: str = Field(
+        ..., description="Bench target of the hardware serving today: the report's baseline and the plan's "
+        "current fleet.")
+    variants: list[str] = Field(
+        default_factory=list, description="Bench targets compared side by side (`bench compare`, two or more, "
+        "e.g. a server and its variants); each is a plan candidate too.")
+    current_replicas: int = Field(12, ge=1, description="Replicas of the baseline serving today (the plan's load).")
+    threshold: float = Field(1.5, gt=0, description="Verdict threshold on the per-GPU ratio.")
+    verdict_basis: Literal["slo", "peak"] = Field(
+        "slo", description="slo: throughput under the SLO; peak: peak throughput. For the verdict and the plan.")
+    headroom: float = Field(0.0, ge=0, lt=1, description="Plan: share of capacity kept free.")
+    spares: int = Field(0, ge=0, description="Plan: replicas added on top (Spot interruptions, rollouts).")
+    mix: dict[str, float] = Field(
+        default_factory=dict, description="Plan: shares of requests per scenario ({S1_chat: 0.6, S4_rag: 0.4}); "
+        "empty: the fleet is sized for its busiest scenario.")
+    mixed_traffic: bool = Field(
+        False, description="After the plan, run its mix on the candidate's server, every scenario at once at the "
+        "planned per-replica rates (`bench mix-check`, a Job on the candidate's node), and plan again saying "
+        "whether the scenarios added up. Needs candidate and mix.")
+
+    @model_validator(mode="after")
+    def _names(self) -> CompareSettings:
+        if self.candidate is None and len(self.variants) < 2:
+            raise ValueError("name a candidate (the sweep the verdict is about), or two or more variants")
+        if len(set(self.variants)) != len(self.variants):
+            raise ValueError(f"variants: each server once; got {self.variants}")
+        if self.candidate is not None and self.candidate == self.baseline:
+            raise ValueError(f"candidate: {self.candidate} is also the baseline; compare two servers")
+        if any(share <= 0 for share in self.mix.values()):
+            raise ValueError(f"mix: shares must be positive; got {self.mix}")
+        if self.mixed_traffic and (self.candidate is None or not self.mix):
+            raise ValueError("mixedTraffic: runs the plan's mix on the candidate's server; set candidate and "
+                             "mix ({scenario: share of requests}) too")
+        return self
+
+    def servers(self) -> list[str]:
+        """Every bench target it reads, each once: candidate, baseline, variants."""
+        names = [n for n in (self.candidate, self.baseline, *self.variants) if n]
+        return list(dict.fromkeys(names))
+
+
 class BenchSettings(_Settings):
     targets: list[str] = Field(
         default_factory=list,
@@ -519,6 +566,11 @@ class BenchSettings(_Settings):
         description="USD per hour of each target's instance per capacity type ({server: {spot: X, "
         "on-demand: Y}}); the Job records the price of the capacity type its node has. A plain number "
         "is allowed for a pool with one capacity type. Default: the catalog's prices where known.",
+    )
+    compare: CompareSettings | None = Field(
+        None, description="The stack's question: a report Job, created by the same `pulumi up`, waits for these "
+        "targets' sweeps in S3, then writes the report, the replica plan and (with variants) the compare under "
+        "runs/<stack>/report/<hash>/ (stack output `report`). Off when unset.",
     )
 
     @field_validator("scenarios")
@@ -619,6 +671,8 @@ class StackSettings(_Settings):
                     f"it to one of {', '.join(sorted(staged)) or '(no servers defined)'}")
         if not problems:
             problems += variants.variant_problems(self) + variants.gpu_budget_problems(self)
+        # After the variant checks, never instead of them: a comparison names the servers they make.
+        problems += compare_problems(self.bench)
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -728,6 +782,25 @@ def cross_key_problems(gpu_pools: list, servers: list, bench: BenchSettings | No
             problems.append(
                 f"bench.targets[{index}]: no server named {target!r}; use one of {', '.join(sorted(server_names)) or '(none defined)'}"
             )
+    return problems
+
+
+def compare_problems(bench: BenchSettings) -> list[str]:
+    """bench.compare names bench targets (their sweeps are what it reads) and their scenarios."""
+    compare = bench.compare
+    if compare is None:
+        return []
+    problems = []
+    targets = ", ".join(bench.targets) or "(none: set bench.targets)"
+    named = [("candidate", compare.candidate), ("baseline", compare.baseline)]
+    named += [(f"variants[{i}]", v) for i, v in enumerate(compare.variants)]
+    for key, name in named:
+        if name is not None and name not in bench.targets:
+            problems.append(f"bench.compare.{key}: {name!r} is not a bench target, so it has no sweep to report on; "
+                            f"use one of {targets}")
+    for scenario in compare.mix:
+        if scenario not in bench.scenarios:
+            problems.append(f"bench.compare.mix.{scenario}: not among bench.scenarios ({', '.join(bench.scenarios)})")
     return problems
 
 
@@ -880,7 +953,10 @@ def _partial_cross_key_problems(data: dict[str, Any]) -> list[str]:
         unchecked |= frozenset(str(raw.get("pool")) for raw in raw_servers if isinstance(raw, dict))
     if "servers" in data and not isinstance(data["servers"], list) and isinstance(data.get("bench"), dict):
         written |= frozenset(str(t) for t in data["bench"].get("targets") or [] if isinstance(t, (str, int)))
-    return [f"{PROJECT}:{p}" for p in cross_key_problems(pools, servers, bench, unchecked, written)]
+    problems = cross_key_problems(pools, servers, bench, unchecked, written)
+    if bench is not None and isinstance(data.get("servers"), list) and None not in servers:
+        problems += compare_problems(bench)
+    return [f"{PROJECT}:{p}" for p in problems]
 
 
 def read_stack_file(stack: str, directory: Path = REPO) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def test_every_stack_renders_to_the_same_bytes_twice(stack, tmp_path):
 
 
 def test_job_code_is_written_once_and_referenced_by_hash(tmp_path):
-    stack = "g7e"  # two bench targets: two ConfigMaps carrying the same bench code
+    stack = "g7e"  # two bench targets and the report Job: three ConfigMaps carrying the same bench code
     rendered = render_stack(stack)
     rendered.write(tmp_path)
     bench_files = sorted(p.name for p in (tmp_path / CODE_DIR / "bench").iterdir())
@@ -53,7 +53,7 @@ def test_job_code_is_written_once_and_referenced_by_hash(tmp_path):
     objects = list(yaml.safe_load_all((tmp_path / "kubernetes.yaml").read_text()))
     maps = [o for o in objects if o["kind"] == "ConfigMap" and any(k.endswith(".py") for k in o.get("data", {}))]
     bench_maps = [m for m in maps if "sweep.py" in m["data"]]
-    assert len(bench_maps) == 2
+    assert sorted(m["metadata"]["name"].split("-")[0] for m in bench_maps) == ["bench", "bench", "report"]
     for config_map in maps:
         for name, reference in config_map["data"].items():
             if not name.endswith(".py"):
@@ -68,7 +68,7 @@ def test_job_code_is_written_once_and_referenced_by_hash(tmp_path):
     assert "def main(" not in (tmp_path / "resources.json").read_text()
     # in memory (what the tests and the Job read) the ConfigMap still holds the code itself
     live = [c for c in rendered.k8s("ConfigMap") if "sweep.py" in c.get("data", {})]
-    assert len(live) == 2
+    assert len(live) == 3
     assert all(c["data"]["sweep.py"] == (REPO / "bench" / "sweep.py").read_text() for c in live)
 
 

@@ -1,0 +1,155 @@
+"""The stack's answer: the report Job (bench.compare) and the stack output `report`.
+
+The Job (components/report_job.py) gets its own service account and role, scoped to the sweeps it
+reads and to its own report prefix. The output is `{"uri": "s3://.../runs/<stack>/report/<hash>/",
+"state": "pass" | "fail" | "inconclusive" | null}`: the state is read from the report's
+summary.json when `pulumi up` runs (a listing of the prefix, then the file), so it is null until the
+Job has written the report, and the next `pulumi up` after that shows it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from bench import answer
+from components.cluster import Cluster
+from components.labels import PART_OF
+from components.mix_check_job import MixCheckJob, MixCheckJobArgs
+from components.report_job import (ReportJob, ReportJobArgs, ReportSweep, deadline_hours, inputs_hash, report_prefix,
+                                   report_statements)
+from components.vllm_server import VllmServer, selector_labels
+from components.weight_store import WeightStore, model_prefix, results_prefix
+from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
+from stacks.settings import StackSettings
+from stacks.versions import extra, pins
+
+REPORT_SERVICE_ACCOUNT = "vllm-report"
+# The mixed-traffic check runs as the bench (environment.BENCH_SERVICE_ACCOUNT): its server's tokenizer
+# and the stack's results prefix, where the report's prefix lies.
+BENCH_SERVICE_ACCOUNT = "vllm-bench"
+SUMMARY = "summary.json"
+
+
+def report_sweeps(settings: StackSettings, prefixes: dict[str, str]) -> list[ReportSweep]:
+    """The sweeps the comparison reads, with their results prefixes (runs/<stack>/<server>/<hash>/)."""
+    compare = settings.bench.compare
+    assert compare is not None
+    sweeps = [ReportSweep("candidate", compare.candidate, prefixes[compare.candidate])] if compare.candidate else []
+    sweeps.append(ReportSweep("baseline", compare.baseline, prefixes[compare.baseline]))
+    sweeps += [ReportSweep("variant", v, prefixes[v]) for v in compare.variants]
+    return sweeps
+
+
+def report_args(settings: StackSettings, prefixes: dict[str, str], *, namespace: str, results_bucket: Any,
+                code: dict[str, str]) -> ReportJobArgs:
+    compare = settings.bench.compare
+    assert compare is not None
+    return ReportJobArgs(
+        stack=settings.stack,
+        namespace=namespace,
+        image=pins().weight_sync_image,
+        service_account=REPORT_SERVICE_ACCOUNT,
+        results_bucket=results_bucket,
+        report_root=f"{results_prefix(settings.stack)}report/",
+        sweeps=report_sweeps(settings, prefixes),
+        settings={"current_replicas": compare.current_replicas, "threshold": compare.threshold,
+                  "verdict_basis": compare.verdict_basis, "headroom": compare.headroom, "spares": compare.spares,
+                  "mix": dict(sorted(compare.mix.items())), "mixed_traffic": compare.mixed_traffic},
+        code=code,
+        requirements=extra("report"),
+        region=settings.region,
+    )
+
+
+def report_state(bucket: pulumi.Input[str], prefix: str, provider: aws.Provider) -> pulumi.Output[str | None]:
+    """The verdict state in `<prefix>summary.json`, or None while there is none (read at `pulumi up`)."""
+    invoke = pulumi.InvokeOptions(provider=provider)
+    listing = aws.s3.get_objects_output(bucket=bucket, prefix=prefix, opts=invoke)
+
+    def read(values: list[Any]) -> Any:
+        name, result = values
+        if f"{prefix}{SUMMARY}" not in (result.keys or []):
+            return None
+        obj = aws.s3.get_object_output(bucket=name, key=f"{prefix}{SUMMARY}", opts=invoke)
+        return obj.body.apply(_state)
+
+    return pulumi.Output.all(bucket, listing).apply(read)
+
+
+def _state(body: str | None) -> str | None:
+    try:
+        return answer.verdict_state(json.loads(body)) if body else None
+    except ValueError:
+        return None
+
+
+def mix_check_job(settings: StackSettings, report: ReportJob, servers: dict[str, VllmServer], *,
+                  namespace_name: str, weights_bucket: str, code: dict[str, str],
+                  depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> MixCheckJob:
+    """bench.compare.mixedTraffic: the plan's mix on the candidate's server, once the plan exists."""
+    candidate = settings.bench.compare.candidate
+    server = servers[candidate]
+    return MixCheckJob(
+        "mix-check",
+        MixCheckJobArgs(
+            stack=settings.stack,
+            server=candidate,
+            namespace=namespace_name,
+            image=server.spec.image,
+            service_account=BENCH_SERVICE_ACCOUNT,
+            base_url=server.url,
+            served_model=server.spec.served_model_name,
+            tokenizer_uri=f"s3://{weights_bucket}/{model_prefix(settings.server(candidate).profile.hf_id)}",
+            report_uri=report.uri,
+            configuration=f"{settings.stack}/{candidate}",
+            server_pod_labels=selector_labels(server.spec),
+            region=settings.region,
+            code=code,
+            job_name=f"mixcheck-{settings.stack}-{report.digest[:10]}"[:63],
+            wait_hours=deadline_hours(report.args),
+            api_key_secret=settings.security.api_key_secret,
+            depends_on=depends_on,
+        ),
+        opts=opts,
+    )
+
+
+def report_job(settings: StackSettings, prefixes: dict[str, str], *, namespace_name: str,
+               namespace: k8s.core.v1.Namespace, cluster: Cluster, store: WeightStore, account_id: str,
+               code: dict[str, str], aws_provider: aws.Provider, bench_jobs: list[pulumi.Resource],
+               servers: dict[str, VllmServer], weights_bucket: str, bench_access: list[pulumi.Resource],
+               opts: pulumi.ResourceOptions) -> dict[str, pulumi.Output[Any]] | None:
+    """The report Job of a stack with bench.compare, its identity, and the stack output `report`."""
+    if settings.bench.compare is None:
+        return None
+    args = report_args(settings, prefixes, namespace=namespace_name, results_bucket=store.results_bucket_name,
+                       code=code)
+    prefix = report_prefix(args, inputs_hash(args))
+    identity = WorkloadIdentity(
+        "report-identity",
+        WorkloadIdentityArgs(
+            cluster_name=cluster.name,
+            cluster_arn=cluster.arn,
+            account_id=account_id,
+            namespace=namespace_name,
+            service_account=REPORT_SERVICE_ACCOUNT,
+            statements=report_statements(store.results_bucket_arn, [s.prefix for s in args.sweeps], prefix,
+                                         settings.storage.kms_key_arn),
+            labels={"app.kubernetes.io/name": "vllm-report", **PART_OF},
+            depends_on=[namespace, cluster.pod_identity_agent],
+        ),
+        opts=opts,
+    )
+    # After the bench Jobs it reads (created, not finished: it waits for their sweeps in S3 itself).
+    job = ReportJob("report", replace(args, depends_on=[namespace, identity.association, identity.service_account,
+                                                        *bench_jobs]), opts=opts)
+    if settings.bench.compare.mixed_traffic:
+        mix_check_job(settings, job, servers, namespace_name=namespace_name, weights_bucket=weights_bucket,
+                      code=code, depends_on=[*bench_access, job.job], opts=opts)
+    return {"uri": job.uri, "state": report_state(store.results_bucket_name, prefix, aws_provider)}

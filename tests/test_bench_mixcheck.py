@@ -1,0 +1,128 @@
+"""`bench mix-check` and `bench plan --mixed-traffic` with the fake `vllm bench serve`.
+
+The plan (made with a mix) says what one replica carries per scenario; the check runs all of them at
+once, open loop, and the plan then says whether the scenarios added up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bench import mixcheck as MIX
+from bench import plan as P
+from tests.test_bench_plan import sweep_dir
+
+# 10 req/s of S1 (128 out) and 1 req/s of S4 (256 out) at the peak, per replica
+CAND = {"S1_chat": 1280.0, "S4_rag": 256.0}
+BASE = {"S1_chat": 640.0, "S4_rag": 128.0}
+
+
+@pytest.fixture
+def planned(tmp_path):
+    cand = sweep_dir(tmp_path, "cand", CAND)
+    base = sweep_dir(tmp_path, "base", BASE)
+    out = tmp_path / "plan"
+    assert P.main([str(cand), "--baseline", str(base), "--current-replicas", "12", "--basis", "peak",
+                   "--mix", "S1_chat=0.8,S4_rag=0.2", "--spares", "1", "--no-charts", "--out", str(out)]) == 0
+    return cand, base, out
+
+
+def check(plan_dir, out, fake_bench, *extra):
+    return MIX.main(["--plan", str(plan_dir), "--base-url", "http://127.0.0.1:9", "--model", "tiny",
+                     "--tokenizer", "/nonexistent-tokenizer", "--out", str(out), "--vllm-bin", fake_bench.bin,
+                     "--duration-s", "2", "--min-requests", "10", *extra])
+
+
+def test_the_plan_lists_the_load_one_replica_carries_at_the_mix(planned):
+    _cand, _base, out = planned
+    row = json.loads((out / "plan.json").read_text())["configurations"][0]
+    # The fleet: 12 x (half the candidate's capacity) at the mix; 80/20 of requests. Per replica, the
+    # rates sum to the planned share of the fleet's total over the working (non-spare) replicas.
+    rates = row["per_replica_req_s"]
+    assert set(rates) == {"S1_chat", "S4_rag"}
+    assert rates["S1_chat"] == pytest.approx(4 * rates["S4_rag"], rel=1e-3)
+    # each working replica at most at its capacity: S1 share / 10 + S4 share / 1 <= 1
+    assert rates["S1_chat"] / 10 + rates["S4_rag"] / 1 <= 1 + 1e-3
+    working = row["replicas"] - 1
+    total = (rates["S1_chat"] + rates["S4_rag"]) * working
+    # 12 base replicas: 1 / (0.8 / 5 + 0.2 / 0.5) = 1.786 req/s each
+    assert total == pytest.approx(12 / (0.8 / 5 + 0.2 / 0.5), rel=1e-3)
+
+
+def test_scenarios_that_add_up_hold_and_the_plan_says_so(planned, fake_bench, tmp_path, monkeypatch):
+    _cand, _base, plan_dir = planned
+    # A server that keeps TTFT p99 at 20 ms per request in flight: the mix stays within the SLO.
+    monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 20.0, "itl_ms": 10.0}))
+    out = tmp_path / "mixed"
+    assert check(plan_dir, out, fake_bench) == 0
+    result = json.loads((out / "mixed_traffic.json").read_text())
+    assert result["held"] is True and result["configuration"] == "cand"
+    rates = json.loads((plan_dir / "plan.json").read_text())["configurations"][0]["per_replica_req_s"]
+    assert result["per_replica_req_s"] == rates
+    calls = fake_bench.calls_made()
+    assert sorted(c["key"].rsplit("_c", 1)[0] for c in calls) == ["S1_chat", "S4_rag"]
+    for call in calls:  # open loop at each scenario's rate, Poisson arrivals, its own prompts
+        argv = call["argv"]
+        scenario = call["key"].rsplit("_c", 1)[0]
+        assert argv[argv.index("--request-rate") + 1] == f"{rates[scenario]:g}"
+        assert argv[argv.index("--burstiness") + 1] == "1.0"
+        assert argv[argv.index("--num-prompts") + 1] == str(max(10, math.ceil(rates[scenario] * 2)))
+    assert len({c["seed"] for c in calls}) == 2
+    assert (out / "mixed" / "S1_chat.json").is_file() and (out / "mixed" / "S4_rag.log").is_file()
+
+    final = tmp_path / "plan-final"
+    assert P.main([str(planned[0]), "--baseline", str(planned[1]), "--current-replicas", "12", "--basis", "peak",
+                   "--mix", "S1_chat=0.8,S4_rag=0.2", "--spares", "1", "--no-charts", "--mixed-traffic", str(out),
+                   "--out", str(final)]) == 0
+    assert json.loads((final / "plan.json").read_text())["mixed_traffic"]["held"] is True
+    text = (final / "plan.md").read_text()
+    assert "## Mixed traffic" in text and "the assumption held; the scenarios add up" in text
+    assert "another load" not in text
+
+
+def test_scenarios_that_slow_each_other_down_do_not_hold(planned, fake_bench, tmp_path, monkeypatch):
+    _cand, base, plan_dir = planned
+    monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 900.0, "itl_ms": 10.0}))
+    out = tmp_path / "mixed"
+    assert check(plan_dir, out, fake_bench) == 1
+    result = json.loads((out / "mixed_traffic.json").read_text())
+    assert result["held"] is False
+    assert all(r["meets_slo"] is False and r["ttft_p99_ms"] > 500 for r in result["scenarios"].values())
+    final = tmp_path / "plan-final"
+    # Planned at another headroom than the check ran: the plan says the check is of another load.
+    assert P.main([str(planned[0]), "--baseline", str(base), "--current-replicas", "12", "--basis", "peak",
+                   "--mix", "S1_chat=0.8,S4_rag=0.2", "--headroom", "0.3", "--no-charts", "--mixed-traffic",
+                   str(out / "mixed_traffic.json"), "--out", str(final)]) == 0
+    text = (final / "plan.md").read_text()
+    assert "the assumption did not hold; the scenarios do not add up" in text and "TTFT p99" in text
+    assert "another load than this plan puts on a replica" in text and "--headroom" in text
+
+
+def test_a_run_that_never_ends_is_stopped_and_the_check_cannot_tell(planned, fake_bench, tmp_path):
+    _cand, _base, plan_dir = planned
+    fake_bench.plan({"S1_chat_c64": ["hang"]})
+    out = tmp_path / "mixed"
+    assert check(plan_dir, out, fake_bench, "--timeout-s", "3") == 1
+    result = json.loads((out / "mixed_traffic.json").read_text())
+    # The other scenario ran at the same time and finished; the hung one was stopped.
+    assert result["held"] is None and result["scenarios"]["S4_rag"]["valid"] is True
+    assert result["scenarios"]["S1_chat"]["valid"] is False
+    assert "stopped after 3 s" in (out / "mixed" / "S1_chat.log").read_text()
+
+
+def test_a_plan_without_a_mix_is_refused(tmp_path, fake_bench, capsys):
+    cand = sweep_dir(tmp_path, "cand", CAND)
+    base = sweep_dir(tmp_path, "base", BASE)
+    out = tmp_path / "plan"
+    assert P.main([str(cand), "--baseline", str(base), "--current-replicas", "12", "--basis", "peak",
+                   "--no-charts", "--out", str(out)]) == 0
+    assert check(out, tmp_path / "m", fake_bench) == 2
+    assert "make the plan with --mix" in capsys.readouterr().err
+    assert check(tmp_path / "nowhere", tmp_path / "m", fake_bench) == 2
+    assert "--plan: no plan.json" in capsys.readouterr().err
+    assert P.main([str(cand), "--load", "S1_chat=1", "--mixed-traffic", str(out / "plan.json"), "--no-charts",
+                   "--out", str(tmp_path / "p2")]) == 2
+    assert "is not a `bench mix-check` result" in capsys.readouterr().err
