@@ -1,10 +1,14 @@
-"""`python -m weights <sync|check> ...`: the weight-sync Job's entry point (plain Python, boto3, huggingface_hub).
+"""`python -m weights <sync|check|compile-cache> ...`: the weight-sync Job's and the servers' cache steps'
+entry point (plain Python, boto3, huggingface_hub).
 
-  sync   copy a pinned Hub revision to s3://<bucket>/models/<id>/ (skips what is there, resumes)
-  check  verify a model is staged (config.json, every indexed shard); exit 2 with the fix if not
+  sync           copy a pinned Hub revision to s3://<bucket>/models/<id>/ (skips what is there, resumes)
+  check          verify a model is staged (config.json, every indexed shard); exit 2 with the fix if not
+  compile-cache  push|pull a server's compile cache to or from s3://<bucket>/compile-cache/<key>/
+                 (`python -m weights compile-cache --help`)
 
 Exit codes: 0 done, 1 an AWS or network error (the Job retries), 2 bad input or a missing model
-that a retry cannot fix (the Job fails at once, and `pulumi up` with it).
+that a retry cannot fix (the Job fails at once, and `pulumi up` with it). compile-cache pull ends 0
+whenever the server can start (a cold start is not a failure).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from weights import hub
+from weights import compile_cache, hub
 from weights.store import StageConfig, StagingError, format_summary, make_client
 
 GiB = 1024**3
@@ -36,11 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dest", required=True, help="s3://<bucket>/models/<id>")
     c.add_argument("--stage-hint", default="", help="the command that stages it, shown when it is not")
     c.add_argument("--region", default=None)
+    compile_cache.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "compile-cache":
+        return compile_cache.run(args)
     try:
         if args.command == "sync":
             config = StageConfig(concurrency=args.concurrency)
