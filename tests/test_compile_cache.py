@@ -381,3 +381,22 @@ def test_sigterm_while_waiting_for_health_stops_at_once_and_a_sidecar_idles_afte
     out, err = sidecar.communicate(timeout=10)
     assert sidecar.returncode == 0, err
     assert "uploaded 5 file(s)" in out and '"outcome": "pushed"' in out
+
+
+def test_every_flag_the_readme_shows_for_the_cache_commands_is_in_their_help():
+    import re
+
+    from weights.__main__ import build_parser
+
+    readme = (REPO / "README.md").read_text()
+    shown: dict[str, set[str]] = {"pull": set(), "push": set()}
+    for verb in shown:
+        for match in re.finditer(rf"python -m weights compile-cache {verb}(.*?)(?:\n(?!\s{{4,}})|$)", readme, re.S):
+            shown[verb] |= set(re.findall(r"(--[a-z][a-z-]+)", match.group(1)))
+    assert shown["pull"] >= {"--dir", "--uri", "--max-gib", "--budget-s"}
+    assert shown["push"] >= {"--dir", "--uri", "--exclude", "--force", "--wait-for", "--stay"}
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    cache = next(a for a in sub.choices["compile-cache"]._actions if a.__class__.__name__ == "_SubParsersAction")
+    for verb, flags in shown.items():
+        known = {o for a in cache.choices[verb]._actions for o in a.option_strings}
+        assert flags <= known, f"{verb}: {sorted(flags - known)} shown in the README but not in --help"
