@@ -307,3 +307,108 @@ def test_the_rendered_steps_carry_a_cache_from_one_pod_to_the_next_with_code_fro
     assert done.returncode == 0 and "restored 1 file(s)" in done.stdout, done.stderr
     assert (second / "torch_compile_cache/torch_aot_compile/abc/rank_0_0/model").read_bytes() == b"compiled graph"
     assert not (second / "assets").exists()
+
+
+def test_the_rendered_steps_run_as_the_pod_user_on_a_read_only_root(dev, aws, tmp_path):
+    """The pull and the push sidecar as the pod runs them: UID 65532, no capabilities, the root
+    filesystem read-only but for the pod's volumes (tests/test_pod_security_vllm.py's sandbox)."""
+    import shutil
+    import signal
+    import tempfile
+
+    from components import pod_security
+    from tests.test_pod_security_vllm import CONFINE, UID, _owned_by_uid, _readable_tree
+    from weights import compile_cache as weights_cache
+
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"):
+        pytest.fail("this test needs root, unshare and setpriv (util-linux), as CI has")
+    sandbox = Path(tempfile.mkdtemp(prefix="vllm-poc-cache-steps-"))
+    sandbox.chmod(0o755)
+    try:
+        [deployment] = deployments(dev).values()
+        spec = deployment["spec"]["template"]["spec"]
+        pull, push = spec["initContainers"]
+        volumes = _owned_by_uid(sandbox, "home", "tmp", "cache")
+        code = sandbox / "opt"
+        maps, by_name = config_maps(dev), {v["name"]: v for v in spec["volumes"]}
+        for mount in pull["volumeMounts"]:
+            if mount["mountPath"].startswith(cc.CODE_DIR):
+                folder = code / Path(mount["mountPath"]).name
+                folder.mkdir(parents=True)
+                for name, text in maps[by_name[mount["name"]]["configMap"]["name"]]["data"].items():
+                    (folder / name).write_text(text)
+        _readable_tree(code)
+        bucket = weights_bucket(dev)
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
+        seed = tmp_path / "seed"
+        (seed / "torch_compile_cache/aot").mkdir(parents=True)
+        (seed / "torch_compile_cache/aot/model").write_bytes(b"graph" * 1000)
+        uri = pull["args"][pull["args"].index("--uri") + 1]
+        assert weights_cache.push(s3, seed, uri, progress=False).outcome == "pushed"
+
+        cache_mount = pull["args"][pull["args"].index("--dir") + 1]
+        mapping = {pod_security.HOME: volumes["home"], pod_security.TMP: volumes["tmp"],
+                   cache_mount: volumes["cache"], cc.CODE_DIR: code}
+
+        def env_of(container: dict) -> dict[str, str]:
+            env = {}
+            for item in container["env"]:
+                value = item["value"]
+                for pod_path, here in mapping.items():
+                    if value == pod_path or value.startswith(pod_path + "/"):
+                        value = str(here) + value[len(pod_path):]
+                        break
+                env[item["name"]] = value
+            venv = Path(sys.executable).parent.parent
+            view = sandbox / "venv"
+            view.mkdir(exist_ok=True)
+            return {**env, "PATH": f"{view / 'bin'}:/usr/bin:/bin", "AWS_ENDPOINT_URL": os.environ["AWS_ENDPOINT_URL"],
+                    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                    "VENV": str(venv), "VENV_VIEW": str(view), "POD_HOME": str(volumes["home"]),
+                    "POD_TMP": str(volumes["tmp"]), "POD_CACHE": str(volumes["cache"]),
+                    "STASH": str(sandbox / "pyenv"), "POD_UID": str(UID)}
+
+        (sandbox / "pyenv").mkdir()
+
+        def confined(container: dict, port: int | None = None) -> list[str]:
+            argv = container["command"] + container["args"]
+            argv[argv.index("--dir") + 1] = str(volumes["cache"])
+            if port is not None:
+                argv[argv.index("--wait-for") + 1] = f"http://127.0.0.1:{port}/health"
+            return ["unshare", "--mount", "--propagation", "private", "sh", "-c", CONFINE, "confine",
+                    str(sandbox / "venv/bin/python3"), *argv[1:]]
+
+        done = subprocess.run(confined(pull), env=env_of(pull), capture_output=True, text=True, timeout=120,
+                              cwd=volumes["tmp"])
+        assert done.returncode == 0, done.stderr
+        assert "restored 1 file(s)" in done.stdout, done.stdout + done.stderr
+        restored = volumes["cache"] / "torch_compile_cache/aot/model"
+        assert restored.read_bytes() == b"graph" * 1000 and restored.stat().st_uid == UID
+
+        compiled = volumes["cache"] / "torch_compile_cache/aot/more"
+        compiled.write_bytes(b"compiled on this node")
+        os.chown(compiled, UID, UID)
+        health = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+        threading.Thread(target=health.serve_forever, daemon=True).start()
+        sidecar = subprocess.Popen(confined(push, health.server_address[1]), env=env_of(push), cwd=volumes["tmp"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            key = uri.rstrip("/").rsplit("/", 1)[1]
+            for _ in range(120):
+                manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"compile-cache/{key}/manifest.json")["Body"].read())
+                if len(manifest["files"]) == 2:
+                    break
+                assert sidecar.poll() is None, sidecar.communicate()
+                time.sleep(0.5)
+            else:
+                pytest.fail("the confined sidecar never pushed")
+        finally:
+            sidecar.send_signal(signal.SIGTERM)
+            out, err = sidecar.communicate(timeout=20)
+            health.shutdown()
+        assert sidecar.returncode == 0, err
+        assert "1 file(s) compiled since the stored cache" in out
+        assert "Read-only file system" not in out + err and "Permission denied" not in out + err
+    finally:
+        shutil.rmtree(sandbox, ignore_errors=True)
