@@ -57,6 +57,11 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {f.rel: f.path.read_bytes() for f in cc.scan(root)}
 
 
+def obj(data: bytes) -> str:
+    """Where a file's content is stored: files/<its SHA-256>."""
+    return f"{PREFIX}/files/{hashlib.sha256(data).hexdigest()}"
+
+
 def _keys(s3) -> list[str]:
     return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", []))
 
@@ -115,7 +120,7 @@ def test_push_then_pull_restores_the_cache_byte_for_byte(s3, tmp_path):
     pushed = _push(s3, source, excludes=("assets",))
     assert pushed.outcome == "pushed" and pushed.files == len(CACHE)
     assert pushed.bytes == sum(map(len, CACHE.values()))
-    assert _keys(s3) == sorted([f"{PREFIX}/manifest.json"] + [f"{PREFIX}/files/{p}" for p in CACHE])
+    assert _keys(s3) == sorted([f"{PREFIX}/manifest.json"] + [obj(d) for d in CACHE.values()])
     manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}/manifest.json")["Body"].read())
     assert {f["path"]: (f["size"], f["sha256"]) for f in manifest["files"]} == {
         p: (len(d), hashlib.sha256(d).hexdigest()) for p, d in CACHE.items()}
@@ -153,7 +158,7 @@ def test_a_tampered_file_is_not_restored_and_the_pull_says_which(s3, tmp_path):
     tampered = "torch_compile_cache/torch_aot_compile/3f2a/inductor_cache/ab/cab123.py"
     planted = b"import os; os.system('curl xy')\n"
     assert len(planted) == len(CACHE[tampered])  # same size: only the hash can tell
-    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/files/{tampered}", Body=planted)
+    s3.put_object(Bucket=BUCKET, Key=obj(CACHE[tampered]), Body=planted)
     target = tmp_path / "b"
     target.mkdir()
     result = _pull(s3, target)
@@ -167,8 +172,8 @@ def test_a_tampered_file_is_not_restored_and_the_pull_says_which(s3, tmp_path):
 
 def test_a_file_of_another_size_or_missing_is_rejected(s3, tmp_path):
     _push(s3, _write(tmp_path / "a", CACHE))
-    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/files/modelinfos/empty.json", Body=b"{}")
-    s3.delete_object(Bucket=BUCKET, Key=f"{PREFIX}/files/triton/XYZ/kernel.cubin")
+    s3.put_object(Bucket=BUCKET, Key=obj(b""), Body=b"{}")
+    s3.delete_object(Bucket=BUCKET, Key=obj(CACHE["triton/XYZ/kernel.cubin"]))
     target = tmp_path / "b"
     target.mkdir()
     result = _pull(s3, target)
@@ -223,7 +228,7 @@ def test_an_s3_error_restores_nothing_keeps_verified_files_and_a_rerun_resumes(s
     _push(s3, _write(tmp_path / "a", CACHE))
     target = tmp_path / "b"
     target.mkdir()
-    failing = CountingClient(s3, get_error_for="kernel.cubin")
+    failing = CountingClient(s3, get_error_for=obj(CACHE["triton/XYZ/kernel.cubin"]).rsplit("/", 1)[1])
     result = cc.pull(failing, target, URI, progress=False, concurrency=1)
     assert result.outcome == "error" and "simulated S3 failure" in result.reason
     assert "the start goes on cold" in result.line()
@@ -232,7 +237,7 @@ def test_an_s3_error_restores_nothing_keeps_verified_files_and_a_rerun_resumes(s
     rerun = CountingClient(s3)
     assert cc.pull(rerun, target, URI, progress=False).outcome == "restored"
     assert _tree(target) == CACHE
-    assert [k for k in rerun.gets if "/files/" in k] == [f"{PREFIX}/files/triton/XYZ/kernel.cubin"]
+    assert [k for k in rerun.gets if "/files/" in k] == [obj(CACHE["triton/XYZ/kernel.cubin"])]
 
 
 def test_a_pull_slower_than_its_budget_gives_up_and_the_start_goes_on_cold(s3, tmp_path):
@@ -271,7 +276,7 @@ def test_push_skips_a_cache_s3_already_holds_and_adds_what_was_compiled_since(s3
     client = CountingClient(s3)
     grown = cc.push(client, source, URI, progress=False)
     assert grown.outcome == "pushed" and "1 file(s) compiled since" in grown.reason
-    assert client.puts == [f"{PREFIX}/files/torch_compile_cache/new_range", f"{PREFIX}/manifest.json"]
+    assert client.puts == [obj(b"compiled after the pull"), f"{PREFIX}/manifest.json"]
     target = tmp_path / "b"
     target.mkdir()
     _pull(s3, target)
@@ -292,7 +297,7 @@ def test_push_keeps_the_cache_another_node_stored_first_unless_forced(s3, tmp_pa
 
 def test_a_cache_that_failed_this_pods_pull_is_replaced_by_its_own_compile(s3, tmp_path):
     _push(s3, _write(tmp_path / "a", CACHE))
-    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/files/modelinfos/empty.json", Body=b"tampered")
+    s3.put_object(Bucket=BUCKET, Key=obj(b""), Body=b"tampered")
     pod = tmp_path / "pod"
     pod.mkdir()
     assert _pull(s3, pod).outcome == "rejected"
@@ -302,6 +307,51 @@ def test_a_cache_that_failed_this_pods_pull_is_replaced_by_its_own_compile(s3, t
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     assert _pull(s3, fresh).outcome == "restored" and _tree(fresh) == _tree(pod)
+
+
+def test_two_nodes_pushing_their_first_cache_at_once_store_one_whole_cache(s3, tmp_path, monkeypatch):
+    first = _write(tmp_path / "first", CACHE)
+    second = _write(tmp_path / "second", {p: d + b"#" for p, d in CACHE.items()})
+    assert _push(s3, first).outcome == "pushed"
+    # The second node read the manifest before the first wrote it: it also believes it is first.
+    monkeypatch.setattr(cc, "get_manifest", lambda client, bucket, prefix: None)
+    late = _push(s3, second)
+    monkeypatch.undo()
+    assert late.outcome == "kept" and "while this one was pushing" in late.reason
+    # Its files landed beside the first's (content-addressed), but the manifest is the first's, whole.
+    target = tmp_path / "b"
+    target.mkdir()
+    assert _pull(s3, target).outcome == "restored" and _tree(target) == CACHE
+
+
+def test_identical_files_are_stored_once_and_restored_under_every_name(s3, tmp_path):
+    files = {"a/kernel.so": b"same bytes", "b/kernel.so": b"same bytes", "c/other": b"other"}
+    client = CountingClient(s3)
+    assert cc.push(client, _write(tmp_path / "a", files), URI, progress=False).files == 2
+    assert sorted(client.puts[:-1]) == sorted([obj(b"same bytes"), obj(b"other")])
+    target = tmp_path / "b"
+    target.mkdir()
+    assert _pull(s3, target).outcome == "restored" and _tree(target) == files
+
+
+def test_replacing_a_rejected_cache_sends_every_file_again_even_one_that_looks_stored(s3, tmp_path):
+    source = _write(tmp_path / "a", CACHE)
+    _push(s3, source)
+    # Planted with the right metadata: only reading the content shows it is not the file.
+    original = CACHE["torch_compile_cache/torch_aot_compile/3f2a/inductor_cache/ab/cab123.py"]
+    key = obj(original)
+    planted = b"#" * len(original)
+    s3.put_object(Bucket=BUCKET, Key=key, Body=planted, Metadata={"sha256": hashlib.sha256(original).hexdigest()})
+    pod = tmp_path / "pod"
+    pod.mkdir()
+    assert _pull(s3, pod).outcome == "rejected"
+    _write(pod, CACHE)  # the cold start compiled the same files
+    client = CountingClient(s3)
+    assert cc.push(client, pod, URI, progress=False).outcome == "pushed"
+    assert key in client.puts
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert _pull(s3, fresh).outcome == "restored" and _tree(fresh) == CACHE
 
 
 def test_an_interrupted_push_leaves_no_manifest_naming_missing_files_and_a_rerun_resumes(s3, tmp_path):
@@ -329,7 +379,7 @@ def test_an_interrupted_second_push_leaves_the_first_manifest_whole(s3, tmp_path
         cc.push(CountingClient(s3, fail_puts_after=2), source, URI, progress=False, concurrency=1)
     manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}/manifest.json")["Body"].read())
     stored = set(_keys(s3))
-    assert all(f"{PREFIX}/files/{f['path']}" in stored for f in manifest["files"])
+    assert all(f"{PREFIX}/files/{f['sha256']}" in stored for f in manifest["files"])
     target = tmp_path / "b"
     target.mkdir()
     assert _pull(s3, target).outcome == "restored" and _tree(target) == CACHE

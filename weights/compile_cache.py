@@ -6,14 +6,18 @@ The cache sits on the pod's own volume, so a new pod on a new Spot node starts w
 commands carry it through the weights bucket, under `compile-cache/<key>/` (the key says which
 servers may share a cache: components/compile_cache.py):
 
-    <uri>files/<path>     one object per cache file, with its SHA-256 in x-amz-meta-sha256
+    <uri>files/<sha256>   one object per distinct file content, named by its SHA-256 (also in
+                          x-amz-meta-sha256): two nodes pushing at once never overwrite each
+                          other's files, and identical files are stored once
     <uri>manifest.json    what a complete cache holds: every file's path, size and SHA-256
 
 push  hashes DIR's files and uploads them, the manifest last: an interrupted push leaves the
       previous manifest (or none), never one that names a file S3 does not hold yet, and a rerun
       sends only what is missing (the skip test of weights/store.py). It pushes only when the key
       has no cache yet, or when DIR holds every file the stored manifest names, unchanged, and more
-      (compiled since); a cache another node stored first is kept (`--force` replaces it). With
+      (compiled since); a cache another node stored first is kept (`--force` replaces it). The
+      first manifest of a key is written only if none exists yet (a conditional PUT), so of two
+      nodes finishing their first start together one stores its cache and the other keeps it. With
       `--wait-for URL` it first waits until URL answers 200 (the server's /health), and with
       `--stay` it then stays idle until stopped, as a sidecar must.
 pull  restores a cache into DIR when DIR holds nothing else (or only files of that same cache: a
@@ -377,12 +381,12 @@ def pull(client, directory: Path, uri: str, *, max_bytes: int | None = None, bud
     missing = [entries[p] for p in sorted(entries) if p not in present]
     staging = directory / STAGING
     staging.mkdir(exist_ok=True)
-    names = {e.path: staging / f"{i:06d}-{e.sha256[:16]}" for i, e in enumerate(missing)}
-    bar = _progress(sum(e.size for e in missing), "restoring the compile cache", progress)
+    distinct = {e.sha256: e for e in missing}  # one download per content
+    bar = _progress(sum(e.size for e in distinct.values()), "restoring the compile cache", progress)
     problems: list[tuple[str, str]] = []
     pool = cf.ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="pull")
-    futures = {pool.submit(_fetch, client, bucket, f"{prefix}/{FILES}{e.path}", names[e.path], e, bar, stop): e
-               for e in missing}
+    futures = {pool.submit(_fetch, client, bucket, f"{prefix}/{FILES}{sha}", staging / sha, e, bar, stop): e
+               for sha, e in sorted(distinct.items())}
     over_budget = False
     try:
         pending = set(futures)
@@ -419,11 +423,16 @@ def pull(client, directory: Path, uri: str, *, max_bytes: int | None = None, bud
                     "in the staging folder for a rerun)")
     if problems:
         return done("error", f"S3 errors on {len(problems)} file(s), e.g. {problems[0][1]}")
+    placed: dict[str, Path] = {}
     for entry in missing:
         target = directory / entry.path
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(names[entry.path], 0o755 if entry.executable else 0o644)
-        os.replace(names[entry.path], target)
+        if entry.sha256 in placed:  # the same content under a second name
+            shutil.copyfile(placed[entry.sha256], target)
+        else:
+            os.replace(staging / entry.sha256, target)
+            placed[entry.sha256] = target
+        os.chmod(target, 0o755 if entry.executable else 0o644)
     shutil.rmtree(staging, ignore_errors=True)
     result.files, result.bytes = len(entries), total
     return done("restored", "", manifest_sha)
@@ -433,27 +442,39 @@ def pull(client, directory: Path, uri: str, *, max_bytes: int | None = None, bud
 # Push
 
 
+@dataclass(frozen=True)
+class Decision:
+    push: bool
+    outcome: str  # what a push that does not happen reports: same | kept
+    why: str
+    first: bool = False  # no manifest yet: write it only if still none (a conditional PUT)
+    reuse: frozenset[str] = frozenset()  # SHA-256s whose stored objects are known good (not re-sent)
+
+
 def decide(local: dict[str, Entry], remote_raw: bytes | None, state: dict[str, Any], *,
-           force: bool = False) -> tuple[bool, str, dict[str, Entry]]:
-    """(push?, why, the stored manifest's entries) for a local cache against the stored one."""
+           force: bool = False) -> Decision:
+    """Whether DIR's cache (`local`) should replace or complete the stored one, and why."""
     if remote_raw is None:
-        return True, "no cache for this key yet", {}
+        return Decision(True, "pushed", "no cache for this key yet", first=True)
     remote_sha = hashlib.sha256(remote_raw).hexdigest()
     try:
         remote = parse_manifest(remote_raw)
     except ValueError as exc:
-        return True, f"the stored manifest is unusable ({exc}): replacing it", {}
+        return Decision(True, "pushed", f"the stored manifest is unusable ({exc}): replacing it")
     if state.get("outcome") == "rejected" and state.get("manifest_sha256") == remote_sha:
-        return True, "the stored cache failed verification when this pod pulled it: replacing it", remote
+        # Its objects are not trusted: every file is sent again.
+        return Decision(True, "pushed", "the stored cache failed verification when this pod pulled it: replacing it")
     if force:
-        return True, "--force: replacing the stored cache", remote
+        return Decision(True, "pushed", "--force: replacing the stored cache")
     same = {p for p, e in remote.items() if local.get(p) == e}
     if same == set(remote) and len(local) == len(remote):
-        return False, f"S3 already holds this cache ({len(remote)} file(s))", remote
+        return Decision(False, "same", f"S3 already holds this cache ({len(remote)} file(s))")
     if same == set(remote):
-        return True, f"{len(local) - len(remote)} file(s) compiled since the stored cache, which this one completes", remote
-    return False, (f"S3 holds another cache for this key ({len(remote)} file(s), {len(remote) - len(same)} differ "
-                   "or are missing here: another node stored it first); keeping it (--force replaces it)"), remote
+        return Decision(True, "pushed", f"{len(local) - len(remote)} file(s) compiled since the stored cache, "
+                        "which this one completes", reuse=frozenset(e.sha256 for e in remote.values()))
+    return Decision(False, "kept", (f"S3 holds another cache for this key ({len(remote)} file(s), "
+                                    f"{len(remote) - len(same)} differ or are missing here: another node stored it "
+                                    "first); keeping it (--force replaces it)"))
 
 
 def push(client, directory: Path, uri: str, *, excludes: tuple[str, ...] = (), force: bool = False,
@@ -470,21 +491,23 @@ def push(client, directory: Path, uri: str, *, excludes: tuple[str, ...] = (), f
                       seconds=time.monotonic() - started)
     hashes = {f.rel: sha256_file(f.path, stop=stop) for f in files}
     local = entries_of(files, hashes)
-    go, why, remote = decide(local, get_manifest(client, bucket, prefix), read_state(directory), force=force)
-    if not go:
-        outcome = "same" if why.startswith("S3 already holds") else "kept"
-        return Result("push", outcome, shown, reason=why, seconds=time.monotonic() - started)
-    # Files the stored manifest already names with the same content are in S3; the rest are checked
-    # one by one (an interrupted push left some of them there).
+    decision = decide(local, get_manifest(client, bucket, prefix), read_state(directory), force=force)
+    if not decision.push:
+        return Result("push", decision.outcome, shown, reason=decision.why, seconds=time.monotonic() - started)
+    # One object per distinct content. What the stored manifest names is in S3 already (when that
+    # cache is trusted); the rest is checked object by object (an interrupted push left some there).
     config = StageConfig(concurrency=concurrency, multipart_threshold=MULTIPART_THRESHOLD)
-    actions = []
+    distinct: dict[str, LocalFile] = {}
     for f in files:
-        if remote.get(f.rel) == local[f.rel]:
+        distinct.setdefault(hashes[f.rel], f)
+    actions = []
+    for sha, f in sorted(distinct.items()):
+        if sha in decision.reuse:
             continue
-        key = f"{prefix}/{FILES}{f.rel}"
-        same, reason = remote_matches(head_object(client, bucket, key), f, hashes[f.rel])
-        if not same:
-            actions.append(Action(f, key, hashes[f.rel], upload=True, reason=reason))
+        key = f"{prefix}/{FILES}{sha}"
+        same, reason = remote_matches(head_object(client, bucket, key), f, sha)
+        if not same or not (decision.reuse or decision.first):
+            actions.append(Action(f, key, sha, upload=True, reason=reason if not same else "replacing"))
     bar = _progress(sum(a.file.size for a in actions), "pushing the compile cache", progress)
     counter = _Counter(bar, stop)
     part_pool = cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="part")
@@ -512,10 +535,22 @@ def push(client, directory: Path, uri: str, *, excludes: tuple[str, ...] = (), f
     file_pool.shutdown(wait=True)
     part_pool.shutdown(wait=True)
     body = manifest_bytes(local)
-    client.put_object(Bucket=bucket, Key=f"{prefix}/{MANIFEST}", Body=body, ContentType="application/json",
-                      ChecksumSHA256=b64_sha256(body))
-    return Result("push", "pushed", shown, files=len(actions), bytes=counter.sent, reason=why,
+    conditional = {"IfNoneMatch": "*"} if decision.first else {}
+    try:
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{MANIFEST}", Body=body, ContentType="application/json",
+                          ChecksumSHA256=b64_sha256(body), **conditional)
+    except Exception as exc:  # noqa: BLE001 - only the lost race is expected; anything else is raised
+        if _error_code(exc) not in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+            raise
+        return Result("push", "kept", shown, files=len(actions), bytes=counter.sent, seconds=time.monotonic() - started,
+                      reason="another node stored its cache for this key while this one was pushing; keeping it")
+    return Result("push", "pushed", shown, files=len(actions), bytes=counter.sent, reason=decision.why,
                   seconds=time.monotonic() - started)
+
+
+def _error_code(exc: BaseException) -> str | None:
+    response = getattr(exc, "response", None)
+    return (response or {}).get("Error", {}).get("Code") if isinstance(response, dict) else None
 
 
 # --------------------------------------------------------------------------------------------------
