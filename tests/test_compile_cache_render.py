@@ -317,7 +317,7 @@ def test_the_rendered_steps_run_as_the_pod_user_on_a_read_only_root(dev, aws, tm
     import tempfile
 
     from components import pod_security
-    from tests.test_pod_security_vllm import CONFINE, UID, _owned_by_uid, _readable_tree
+    from tests.test_pod_security_vllm import CONFINE, UID, _owned_by_uid, _readable_tree, mapped_env
     from weights import compile_cache as weights_cache
 
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"):
@@ -352,14 +352,7 @@ def test_the_rendered_steps_run_as_the_pod_user_on_a_read_only_root(dev, aws, tm
                    cache_mount: volumes["cache"], cc.CODE_DIR: code}
 
         def env_of(container: dict) -> dict[str, str]:
-            env = {}
-            for item in container["env"]:
-                value = item["value"]
-                for pod_path, here in mapping.items():
-                    if value == pod_path or value.startswith(pod_path + "/"):
-                        value = str(here) + value[len(pod_path):]
-                        break
-                env[item["name"]] = value
+            env = mapped_env(container, mapping)
             venv = Path(sys.executable).parent.parent
             view = sandbox / "venv"
             view.mkdir(exist_ok=True)

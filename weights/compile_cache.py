@@ -68,11 +68,11 @@ from weights.store import (
     b64_sha256,
     fmt_bytes,
     head_object,
+    join_running,
     parse_s3_uri,
     remote_matches,
     sha256_file,
-    upload_multipart,
-    upload_single,
+    upload_file,
 )
 
 KIND = "vllm-poc/compile-cache"
@@ -331,12 +331,7 @@ def _abandon(pool: cf.ThreadPoolExecutor, futures, stop: threading.Event, grace_
     for fut in futures:
         fut.cancel()
     pool.shutdown(wait=False, cancel_futures=True)
-    deadline = time.monotonic() + grace_s
-    running = [f for f in futures if f.running()]
-    while running and time.monotonic() < deadline:
-        cf.wait(running, timeout=0.1)
-        running = [f for f in running if f.running()]
-    return len(running)
+    return join_running(futures, grace_s)
 
 
 def pull(client, directory: Path, uri: str, *, max_bytes: int | None = None, budget_s: float | None = None,
@@ -512,14 +507,7 @@ def push(client, directory: Path, uri: str, *, excludes: tuple[str, ...] = (), f
     counter = _Counter(bar, stop)
     part_pool = cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="part")
     file_pool = cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="file")
-
-    def one(action: Action) -> None:
-        if action.file.size >= config.multipart_threshold:
-            upload_multipart(client, bucket, action, config, part_pool, counter, log)
-        else:
-            upload_single(client, bucket, action, counter)
-
-    futures = [file_pool.submit(one, a) for a in actions]
+    futures = [file_pool.submit(upload_file, client, bucket, a, config, part_pool, counter, log) for a in actions]
     try:
         pending = set(futures)
         while pending:
