@@ -180,7 +180,7 @@ def model(instance_type: str, records: list[dict], scenario: Scenario) -> dict[s
         figures["restore"] = (_measured(restored, lambda r: _phase(r, "cache_restore_s"))
                               or Figure(RESTORE_ESTIMATE_S, "estimate", "not measured yet"))
     else:
-        figures["restore"] = Figure(None, "none", "none")
+        figures["restore"] = Figure(None, "none", "no cache to restore")
     figures["weights"] = (_measured(records, lambda r: _phase(r, "weight_load_s"))
                           or estimated_weights(instance_type, weight_bytes(records)))
     hit = scenario.cache_restored
