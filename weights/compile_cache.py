@@ -124,7 +124,7 @@ class Result:
         size = f"{self.files} file(s), {fmt_bytes(self.bytes)}"
         took = f"in {self.seconds:.1f} s"
         text = {
-            ("pull", "restored"): f"restored {size} from {self.uri} {took}; vLLM loads its compiled graphs from it",
+            ("pull", "restored"): f"restored {size} from {self.uri} {took}, where vLLM looks for its compiled graphs",
             ("pull", "absent"): f"no compile cache at {self.uri} yet: the server compiles on this start "
                                 "(a cold start, not a failure), and pushes its cache once healthy",
             ("pull", "rejected"): f"nothing restored from {self.uri}: {self.reason}; the start goes on cold",
@@ -132,7 +132,7 @@ class Result:
             ("pull", "kept"): f"nothing restored: {self.reason}",
             ("push", "pushed"): f"uploaded {size} to {self.uri} {took} ({self.reason})",
             ("push", "same"): f"nothing to push: {self.reason}",
-            ("push", "kept"): f"nothing pushed: {self.reason}",
+            ("push", "kept"): f"this pod's cache is not the key's: {self.reason}",
             ("push", "empty"): f"nothing to push: {self.reason}",
             ("push", "error"): f"push to {self.uri} failed: {self.reason}; the same command resumes it",
         }.get((self.action, self.outcome), f"{self.outcome}: {self.reason}")
