@@ -3,7 +3,9 @@
 For every pod matching --selector in --namespace it reads, with the bench Job's service account
 (read-only): the pod, its Events, its Node, the Karpenter NodeClaim behind the node (named by the
 node's owner reference, else by Karpenter's `Nominated` event) and the server container's log
-(`timestamps=true`, the first --log-limit-bytes). bench/timeline.py turns them into a record,
+(`timestamps=true`, the first --log-limit-bytes), and, where the pod has them, the logs of its
+compile-cache pull and push steps (their last line says what was restored or pushed). bench/timeline.py
+turns them into a record,
 written to OUT/startup/<pod>.json beside the sweep's results. Optionally it times sleep mode on
 the server first (bench/sleepwake.py) into OUT/startup/sleep-<pod>.json.
 
@@ -24,7 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench import startup, timeline
+from bench import startup, startup_report, timeline
 
 LOG_LIMIT_BYTES = 16 * 2**20
 _NOMINATED = re.compile(r"nodeclaim/(?P<name>[a-z0-9][-a-z0-9.]*)")
@@ -87,8 +89,20 @@ def collect(client: Api, namespace: str, pod_name: str, *, container: str | None
     except Exception as exc:  # noqa: BLE001
         problems.append(str(exc))
         log = {}
+    steps: dict[str, dict | None] = {}
+    for step in (timeline.CACHE_PULL_CONTAINER, timeline.CACHE_PUSH_CONTAINER):
+        if not timeline.has_init_container(pod, step):
+            continue
+        try:
+            steps[step] = timeline.cache_result(get_text(
+                client, f"/api/v1/namespaces/{namespace}/pods/{pod_name}/log", container=step,
+                limitBytes=str(log_limit_bytes)))
+        except Exception as exc:  # noqa: BLE001 - a missing fact is recorded, never fatal
+            problems.append(str(exc))
     record = timeline.build(pod, node=node, nodeclaim=nodeclaim, events=events, log=log, container=container,
-                            server=server, config_hash=config_hash)
+                            server=server, config_hash=config_hash,
+                            cache_pull=steps.get(timeline.CACHE_PULL_CONTAINER),
+                            cache_push=steps.get(timeline.CACHE_PUSH_CONTAINER))
     record["problems"] = problems
     return record
 
@@ -155,9 +169,7 @@ def run(args: argparse.Namespace, client: Any = None) -> int:
             written.append(write(dict(timing, server=args.server, pod=name), out, f"sleep-{name}"))
             print(f"bench timeline: {name}: sleep {timing['sleep_s']} s, wake {timing['wake_s']} s"
                   + (f" ({timing['error']})" if timing["error"] else ""))
-        w = record["weights"]
-        print(f"bench timeline: {name}: total {record['total_s']} s, new node {record['new_node']}, "
-              f"weights {w['weight_load_gbps']} Gbps -> {path}")
+        print(f"bench timeline: {name}: {startup_report.summary_line(record)} -> {path}")
         for problem in record["problems"]:
             print(f"bench timeline: {name}: unknown fact: {problem}", file=sys.stderr)
     return 0 if _upload(written, out, args.upload) else 1

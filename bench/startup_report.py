@@ -1,9 +1,11 @@
 """The report's startup section: stored startup records (and sleep/wake timings) as tables.
 
-Layout follows the PoC report's startup breakdown (total from pod creation to /health OK, then the phases),
+Layout follows the PoC's start-up breakdown (total from pod creation to /health OK, then the phases),
 with each phase's share of the total, the weight-load rate against the instance's network
-(bench/netlimits.py), the image pull against the image's size, and warnings for boots whose KV
-cache came out smaller than an earlier boot of the same configuration.
+(bench/netlimits.py), the image pull against the image's size, what the compile cache's pull step
+restored, and warnings for boots whose KV cache came out smaller than an earlier boot of the same
+configuration. Then the start-up model of each pool (bench/startup_model.py): every phase measured
+where a record measured it, the PoC's figure or an estimate where not, and the 150 s target.
 
 Records live in a results folder under `startup/`: `<pod>.json` (bench/timeline.py) and
 `sleep-<pod>.json` (bench/sleepwake.py).
@@ -15,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import timeline
+from bench import startup_model, timeline
 
 STARTUP_DIR = "startup"
 
@@ -53,19 +55,50 @@ def load_records(folder: Path) -> tuple[list[dict], list[dict]]:
 SLEEP_KIND = "vllm-poc/sleep-wake"
 
 
+def restore_text(record: dict) -> str:
+    """What the compile cache's pull step did, for people ('' when the pod has no such step)."""
+    restore = record.get("compile_cache_restore")
+    if restore is None:
+        return ""
+    outcome = restore.get("outcome")
+    if outcome == "restored":
+        size = f"{restore['bytes'] / 2**20:,.1f} MiB" if restore.get("bytes") is not None else "its files"
+        took = f" in {restore['seconds']:.1f} s" if restore.get("seconds") is not None else ""
+        return f"compile cache restored from S3 ({size}{took})"
+    return {
+        "absent": "no compile cache in S3 yet",
+        "rejected": "compile cache in S3 failed verification, not restored",
+        "error": "compile cache not restored (S3 error or too slow)",
+        "kept": "compile cache already on the volume",
+        "interrupted": "compile cache pull stopped",
+    }.get(outcome, "compile cache pull not recorded")
+
+
 def _boot_label(record: dict) -> str:
-    node = "new node" if record.get("new_node") else "warm node" if record.get("new_node") is False else "node ?"
+    node = ("new node" if record.get("new_node") else "warm node" if record.get("new_node") is False
+            else "node not recorded")
     image = record.get("image") or {}
     cached = image.get("image_cached")
     pulled = "image cached" if cached else "image pulled" if cached is False else ""
     cache = record.get("compile_cache")
-    parts = [node, pulled, f"compile cache {cache}" if cache else ""]
-    return f"{record.get('server') or '?'} / {record.get('pod') or '?'} ({', '.join(p for p in parts if p)})"
+    parts = [node, pulled, restore_text(record), f"compile cache {cache}" if cache else ""]
+    return (f"{record.get('server') or 'server not recorded'} / {record.get('pod') or 'pod not recorded'} "
+            f"({', '.join(p for p in parts if p)})")
 
 
-def section(boots: list[dict], sleeps: list[dict]) -> list[str]:
-    """Markdown lines of the startup section (empty when there is nothing recorded)."""
-    if not boots and not sleeps:
+def summary_line(record: dict) -> str:
+    """One line for the timeline command's output: total, node, weights, compile cache."""
+    total = f"{record['total_s']:,.1f} s to /health" if record.get("total_s") is not None else "not healthy yet"
+    node = {True: "new node", False: "warm node"}.get(record.get("new_node"), "node not recorded")
+    rate = (record.get("weights") or {}).get("weight_load_gbps")
+    parts = [total, node, f"weights at {rate:.1f} Gbps" if rate is not None else "weight load not in the log",
+             restore_text(record), f"compile cache {record['compile_cache']}" if record.get("compile_cache") else ""]
+    return ", ".join(p for p in parts if p)
+
+
+def section(boots: list[dict], sleeps: list[dict], instance_types: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Markdown lines of the startup section (empty when there is nothing recorded and no pool known)."""
+    if not boots and not sleeps and not instance_types:
         return []
     lines = ["", "## Startup", ""]
     if boots:
@@ -109,12 +142,23 @@ def section(boots: list[dict], sleeps: list[dict]) -> list[str]:
             lines.append(f"| {s.get('server') or '?'} / {s.get('pod') or '?'} | {s.get('level')} "
                          f"| {_s(s.get('sleep_s'))} | {_s(s.get('wake_s'))} | {_s(s.get('first_request_s'))} |")
         lines += [f"- {s.get('pod') or '?'}: sleep/wake not measured: {s['error']}" for s in sleeps if s.get("error")]
-    return lines
+    return lines + startup_model.section(boots, instance_types)
+
+
+def run_instance_type(folder: Path) -> str | None:
+    """The instance type the sweep in `folder` ran on (its manifest), if recorded."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = manifest.get("instance_type") if isinstance(manifest, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 def markdown(folder: Path) -> str:
     """The section for a results folder, as text to append to report.md ('' when nothing is stored)."""
-    lines = section(*load_records(folder))
+    boots, sleeps = load_records(folder)
+    lines = section(boots, sleeps, [t for t in [run_instance_type(folder)] if t])
     return "\n".join(lines) + "\n" if lines else ""
 
 
@@ -127,6 +171,16 @@ def timeline_table(record: dict[str, Any]) -> str:
     img = record.get("image") or {}
     rows.append(("image bytes", f"{img['image_bytes']:,}" if img.get("image_bytes") else "-"))
     rows.append(("new node", {True: "yes", False: "no (warm node)"}.get(record.get("new_node"), "-")))
+    if record.get("compile_cache_restore") is not None:
+        rows.append(("compile cache pull", restore_text(record)))
+    push = record.get("compile_cache_push")
+    if push:
+        rows.append(("compile cache push", {"pushed": f"pushed {push.get('files') or 0} file(s)",
+                                            "same": "S3 already held this cache",
+                                            "kept": "kept the cache S3 already held",
+                                            "empty": "nothing compiled to push",
+                                            "error": "push failed: " + str(push.get("reason") or "")}.get(
+                                                push.get("outcome"), "not finished when recorded")))
     width = max(len(k) for k, _ in rows)
     return "\n".join([f"{'Timeline'.ljust(width)}  Value", f"{'-' * width}  -----"]
                      + [f"{k.ljust(width)}  {v}" for k, v in rows])

@@ -10,18 +10,26 @@ Marks (UTC, ISO 8601):
   nodeclaim_launched NodeClaim condition Launched (EC2 instance running)
   node_ready         Node condition Ready (NodeClaim Initialized when present)
   pod_scheduled      pod condition PodScheduled
-  image_pulled       kubelet event Pulled for the server container's image
+  image_pulled       kubelet event Pulled for the server's image (the first container that needs
+                     it pulls it; the others find it "already present")
+  cache_restored     the compile-cache-pull init container finished (servers with a compile cache)
   container_started  containerStatuses[].state.running.startedAt (else the Started event)
   health_ok          pod condition Ready (the readiness probe is GET /health)
 
-Phases, in the order of the PoC report's startup breakdown (each with its share of the total, pod created to
-/health OK): node provisioning (pod created -> scheduled; a warm node makes it ~0), image pull
-(the kubelet's own measurement), container start (scheduled -> started, less the pull), then from
-the server log: weight load, torch.compile, CUDA graph capture, and the rest of engine start-up.
+Phases, in the order of the PoC's start-up breakdown (each with its share of the total, pod created to
+/health OK): node provisioning (pod created -> scheduled; a warm node makes it ~0), image pull (the
+kubelet's own measurement), compile cache restore (the pull step's container, start to finish),
+container start (scheduled -> started, less the pull and the restore), then from the server log:
+weight load, torch.compile, CUDA graph capture, and the rest of engine start-up.
+
+The compile cache's pull and push steps end their logs with `compile-cache-result {json}`
+(weights/compile_cache.py): whether the cache was restored (bytes, seconds) or why not, and what the
+pod pushed once healthy. The record keeps both (`compile_cache_restore`, `compile_cache_push`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime, timezone
 from typing import Any, Iterable
@@ -30,6 +38,11 @@ from bench import netlimits
 
 RECORD_KIND = "vllm-poc/startup-record"
 RECORD_VERSION = 1
+# The server pod's compile-cache steps (components/compile_cache.py) and the line their logs end
+# with (weights/compile_cache.py); a test keeps the three modules in agreement.
+CACHE_PULL_CONTAINER = "compile-cache-pull"
+CACHE_PUSH_CONTAINER = "compile-cache-push"
+CACHE_RESULT_MARK = "compile-cache-result "
 
 # kubelet: `Successfully pulled image "%s" in %s (%s including waiting). Image size: %d bytes.`
 _PULLED = re.compile(r'Successfully pulled image "(?P<image>[^"]+)" in (?P<took>[0-9hms.µ]+)'
@@ -41,7 +54,8 @@ _GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e
 PHASES: tuple[tuple[str, str], ...] = (
     ("node_provisioning_s", "Node provisioning (pod created -> scheduled)"),
     ("image_pull_s", "Image pull"),
-    ("container_start_s", "Container start (excl. pull)"),
+    ("cache_restore_s", "Compile cache restore"),
+    ("container_start_s", "Container start (excl. pull, restore)"),
     ("weight_load_s", "Weight load"),
     ("compile_s", "torch.compile"),
     ("cuda_graph_s", "CUDA graph capture"),
@@ -142,7 +156,10 @@ def image_pull(pod_events: list[dict], image: str | None, node: dict | None) -> 
             out.update(image=m["image"], image_pull_s=go_duration(m["took"]),
                        image_pull_waiting_s=go_duration(m["waiting"]), image_cached=False,
                        image_bytes=int(m["size"]) if m["size"] else None, image_pulled=iso(event_time(event)))
-        elif (m := _PRESENT.search(message)) and (image is None or m["image"] == image):
+        elif (m := _PRESENT.search(message)) and (image is None or m["image"] == image) \
+                and out["image_cached"] is not False:
+            # Containers after the one that pulled the image (the server after its init steps) find
+            # it present; that says nothing about the node having had it.
             out.update(image=m["image"], image_pull_s=0.0, image_cached=True, image_pulled=iso(event_time(event)))
     if out["image_bytes"] is None and node and out["image"]:
         for entry in (node.get("status") or {}).get("images") or []:
@@ -153,6 +170,49 @@ def image_pull(pod_events: list[dict], image: str | None, node: dict | None) -> 
     else:
         out["image_pull_mbps"] = None
     return out
+
+
+def init_container(pod: dict, name: str) -> dict:
+    """The status of one init container (empty when the pod has none of that name)."""
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if status.get("name") == name:
+            return status
+    return {}
+
+
+def has_init_container(pod: dict, name: str) -> bool:
+    return any(c.get("name") == name for c in (pod.get("spec") or {}).get("initContainers") or [])
+
+
+def cache_result(log: str | Iterable[str] | None) -> dict | None:
+    """The last `compile-cache-result {json}` of a compile-cache step's log (None when there is none)."""
+    if not log:
+        return None
+    lines = log.splitlines() if isinstance(log, str) else list(log)
+    for line in reversed(lines):
+        at = line.find(CACHE_RESULT_MARK)
+        if at < 0:
+            continue
+        try:
+            data = json.loads(line[at + len(CACHE_RESULT_MARK):])
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def _restore(pod: dict, result: dict | None) -> tuple[dict | None, float | None, str | None]:
+    """(the restore's record, the pull step's own run time, when it finished) for a pod with a pull step."""
+    if not has_init_container(pod, CACHE_PULL_CONTAINER):
+        return None, None, None
+    done = (init_container(pod, CACHE_PULL_CONTAINER).get("state") or {}).get("terminated") or {}
+    started, finished = parse_time(done.get("startedAt")), parse_time(done.get("finishedAt"))
+    step_s = _seconds(started, finished)
+    result = result or {}
+    record = {key: result.get(key) for key in ("outcome", "files", "bytes", "seconds", "reason", "uri")}
+    record["step_s"] = step_s
+    return record, step_s, iso(finished)
 
 
 def find_nodeclaim(nodeclaims: Iterable[dict] | dict, node_name: str | None) -> dict | None:
@@ -175,8 +235,10 @@ def _compile_s(log: dict) -> float | None:
 
 def build(pod: dict, *, node: dict | None = None, nodeclaim: dict | None = None,
           events: Iterable[dict] | dict = (), log: dict | None = None, container: str | None = None,
-          server: str | None = None, config_hash: str | None = None) -> dict[str, Any]:
-    """One startup record from the API objects and the parsed server log."""
+          server: str | None = None, config_hash: str | None = None, cache_pull: dict | None = None,
+          cache_push: dict | None = None) -> dict[str, Any]:
+    """One startup record from the API objects, the parsed server log and the compile-cache steps'
+    results (`cache_result` of their logs)."""
     log = dict(log or {})
     meta = pod.get("metadata") or {}
     pod_name = meta.get("name")
@@ -204,6 +266,7 @@ def build(pod: dict, *, node: dict | None = None, nodeclaim: dict | None = None,
         started = event_time(ev[-1]) if ev else None
     health_ok = condition_time(pod, "Ready")
     pull = image_pull(pod_events, image, node)
+    restore, restore_s, restored_at = _restore(pod, cache_pull)
 
     marks = {
         "pod_created": iso(pod_created),
@@ -213,12 +276,13 @@ def build(pod: dict, *, node: dict | None = None, nodeclaim: dict | None = None,
         "node_ready": iso(node_ready),
         "pod_scheduled": iso(scheduled),
         "image_pulled": pull["image_pulled"],
+        "cache_restored": restored_at,
         "container_started": iso(started),
         "health_ok": iso(health_ok),
     }
     total = _seconds(pod_created, health_ok)
     start_gap = _seconds(scheduled, started)
-    container_start = (max(0.0, round(start_gap - (pull["image_pull_s"] or 0.0), 3))
+    container_start = (max(0.0, round(start_gap - (pull["image_pull_s"] or 0.0) - (restore_s or 0.0), 3))
                        if start_gap is not None else None)
     boot = _seconds(started, health_ok)
     weight = log.get("weight_load_s")
@@ -230,6 +294,7 @@ def build(pod: dict, *, node: dict | None = None, nodeclaim: dict | None = None,
     phases = {
         "node_provisioning_s": _seconds(pod_created, scheduled),
         "image_pull_s": pull["image_pull_s"],
+        "cache_restore_s": restore_s,
         "container_start_s": container_start,
         "weight_load_s": weight,
         "compile_s": compile_s,
@@ -268,6 +333,9 @@ def build(pod: dict, *, node: dict | None = None, nodeclaim: dict | None = None,
                     "rate": log.get("runai_stream_rate"), "loader": log.get("weight_loader"),
                     **netlimits.weight_load(weight_bytes, weight, instance_type)},
         "compile_cache": log.get("compile_cache"),
+        "compile_cache_restore": restore,
+        "compile_cache_push": ({key: cache_push.get(key) for key in ("outcome", "files", "bytes", "seconds", "reason")}
+                               if cache_push else None),
         "kv_cache_tokens": log.get("kv_cache_tokens"),
         "log": log,
     }

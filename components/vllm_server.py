@@ -16,6 +16,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import compile_cache
+from components.compile_cache import CompileCache
 from components.gpu_capacity import GPU_TAINT, POOL_LABEL
 from components.labels import PART_OF
 from components.pod_security import harden
@@ -73,6 +75,9 @@ class ServeSpec:
     # Secret (in the server's namespace) whose `api-key` entry the server requires as a bearer
     # token on /v1; None = no key.
     api_key_secret: str | None = None
+    # The compile cache's S3 key and the pod's pull and push steps (components/compile_cache.py);
+    # None = the cache stays on the pod's own volume.
+    compile_cache: CompileCache | None = None
 
     @property
     def serve_args(self) -> list[str]:
@@ -130,6 +135,9 @@ def deployment_manifest(
 ) -> dict[str, Any]:
     """The Deployment as applied."""
     pod_annotations = {DO_NOT_DISRUPT: "true"} if do_not_disrupt else {}
+    cache = spec.compile_cache
+    if cache is not None:
+        pod_annotations.update(compile_cache.annotations(cache))
     container = {
         "name": "vllm",
         "image": spec.image,
@@ -157,16 +165,22 @@ def deployment_manifest(
         "nodeSelector": {POOL_LABEL: spec.pool},
         "tolerations": [{"key": GPU_TAINT["key"], "operator": "Equal", "value": GPU_TAINT["value"],
                          "effect": GPU_TAINT["effect"]}],
+        # With a compile cache in S3: its pull before vLLM starts, its push sidecar beside it.
+        **({"initContainers": compile_cache.init_containers(
+            cache, image=spec.image, cache_volume=CACHE_VOLUME, cache_mount=spec.cache_mount_path,
+            port=spec.port)} if cache is not None else {}),
         "containers": [container],
         "volumes": [
             # Compile and asset caches on the node's ephemeral disk (the instance-store RAID0 where
             # the pool has one): a container restart in the pod (engine crash, liveness kill, OOM)
-            # keeps them and skips torch.compile (73 s -> 8.5 s in the PoC). Not a hostPath: that is
+            # keeps them and skips most of torch.compile (the PoC measured 73 s cold, 8.5 s from a
+            # cache); a new pod restores them from S3 (compile-cache-pull). Not a hostPath: that is
             # refused by the namespace's `restricted` admission, and a node directory shared by
             # every pod would let one pod plant compiled kernels that the next server executes.
             {"name": CACHE_VOLUME, "emptyDir": {"sizeLimit": f"{spec.cache_size_gib}Gi"}},
             # NCCL and vLLM's worker queues use shared memory; the container default is 64 MiB.
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_size_gib}Gi"}},
+            *(compile_cache.volumes(spec.name, cache) if cache is not None else []),
         ],
     }, cache_dir=spec.cache_mount_path)
     return {
@@ -252,6 +266,23 @@ class VllmServer(pulumi.ComponentResource):
             self.identity = None
             service_account = args.service_account_name
 
+        self.cache_code: list[k8s.core.v1.ConfigMap] = []
+        if spec.compile_cache is not None:
+            # The pull and push steps' code, immutable: new code gets new names and a new rollout.
+            labels = {"app.kubernetes.io/name": "vllm-compile-cache", "app.kubernetes.io/instance": spec.name,
+                      **PART_OF}
+            for suffix, config_map, files in zip(
+                    ("code", "bench"), compile_cache.config_map_names(spec.name, spec.compile_cache),
+                    (spec.compile_cache.code, spec.compile_cache.helpers)):
+                self.cache_code.append(k8s.core.v1.ConfigMap(
+                    f"{name}-cache-{suffix}",
+                    metadata={"name": config_map, "namespace": args.namespace, "labels": labels},
+                    data=dict(sorted(files.items())),
+                    immutable=True,
+                    opts=child.merge(pulumi.ResourceOptions(depends_on=list(args.depends_on))),
+                ))
+            waits += self.cache_code
+
         manifest = deployment_manifest(spec, namespace=args.namespace, service_account=service_account,
                                        do_not_disrupt=args.do_not_disrupt)
         manifest["metadata"]["labels"].update(args.labels)
@@ -273,4 +304,5 @@ class VllmServer(pulumi.ComponentResource):
             "url": self.url,
             "servedModelName": spec.served_model_name,
             "deployment": spec.name,
+            **({"compileCache": spec.compile_cache.uri} if spec.compile_cache is not None else {}),
         })

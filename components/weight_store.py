@@ -17,6 +17,7 @@ re-staging 100+ GB. Pulumi's `protect` is not used: it makes the whole `pulumi d
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -52,6 +53,15 @@ def results_prefix(stack: str) -> str:
 
 
 @dataclass(frozen=True)
+class CompileCacheWriters:
+    """Who may write the weights bucket's compile-cache/ prefix: the servers' Pod Identity sessions."""
+
+    cluster_arn: pulumi.Input[str]
+    namespace: str
+    service_accounts: Sequence[str]
+
+
+@dataclass(frozen=True)
 class WeightStoreArgs:
     # Bucket names are `<name_prefix>-weights-<account>-<region>` and `...-results-...`: stable, so a
     # retained weights bucket can be imported again, and unique per account and region.
@@ -63,6 +73,9 @@ class WeightStoreArgs:
     # Hugging Face ids whose URIs become outputs (s3://<weights>/models/<org>/<name>/).
     model_ids: list[str] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
+    # The weights bucket's policy refuses compile-cache/ writes from anyone else (compile caches are
+    # code the servers run); None: from everyone.
+    compile_cache_writers: CompileCacheWriters | None = None
 
     def __post_init__(self) -> None:
         longest = len(f"{self.name_prefix}-weights-") + 12 + 1 + len(self.region)
@@ -76,10 +89,10 @@ class WeightStoreArgs:
             raise ValueError(f"teardown {self.teardown!r}: use destroy or retain-weights")
 
 
-def tls_only_policy(bucket_arn: str) -> dict:
+def tls_only_policy(bucket_arn: str, extra: Sequence[dict] = ()) -> dict:
     return {
         "Version": "2012-10-17",
-        "Statement": [{
+        "Statement": [*extra, {
             "Sid": "DenyInsecureTransport",
             "Effect": "Deny",
             "Principal": "*",
@@ -166,10 +179,14 @@ class WeightStore(pulumi.ComponentResource):
                     "bucket_key_enabled": bucket_key}],
             opts=child.merge(pulumi.ResourceOptions(depends_on=[public_access])),
         )
+        if role == "weights":
+            document = compile_cache_policy(bucket.arn, args.compile_cache_writers)
+        else:
+            document = bucket.arn.apply(tls_only_policy)
         policy = aws.s3.BucketPolicy(
             f"{name}-{role}-policy",
             bucket=bucket.id,
-            policy=pulumi.Output.json_dumps(bucket.arn.apply(tls_only_policy)),
+            policy=pulumi.Output.json_dumps(document),
             opts=child.merge(pulumi.ResourceOptions(depends_on=[encryption])),
         )
         aws.s3.BucketLifecycleConfiguration(
@@ -184,3 +201,15 @@ class WeightStore(pulumi.ComponentResource):
             opts=child.merge(pulumi.ResourceOptions(depends_on=[policy])),
         )
         return bucket
+
+
+def compile_cache_policy(bucket_arn: pulumi.Input[str], writers: CompileCacheWriters | None) -> pulumi.Output[dict]:
+    """The weights bucket's policy: TLS only, and compile-cache/ written by the servers alone."""
+    from components.compile_cache import writers_policy_statements
+
+    if writers is None:
+        return pulumi.Output.from_input(bucket_arn).apply(
+            lambda arn: tls_only_policy(arn, writers_policy_statements(arn, None, None, [])))
+    return pulumi.Output.all(bucket_arn, writers.cluster_arn).apply(
+        lambda v: tls_only_policy(v[0], writers_policy_statements(v[0], v[1], writers.namespace,
+                                                                  list(writers.service_accounts))))

@@ -7,8 +7,8 @@ which resources they apply to. Workloads depend on `association`: Pod Identity i
 credentials when a pod is created, so a pod started before the association exists runs without.
 
 `server_statements` and `bench_statements` give the two workload policies of the stack: the vLLM
-server reads its model prefixes and the caches; the bench reads tokenizer files and writes only
-its stack's results prefix.
+server reads its model prefixes and the caches and writes only its own compile-cache key; the bench
+reads tokenizer files and writes only its stack's results prefix.
 """
 
 from __future__ import annotations
@@ -177,9 +177,14 @@ def server_statements(
     weights_bucket_arn: pulumi.Input[str],
     model_prefixes: Sequence[str],
     kms_key_arn: str | None = None,
+    compile_cache_key: str | None = None,
 ) -> list[dict]:
-    """Read-only access to the server's model prefixes (target and draft) and the caches."""
+    """Read the server's model prefixes (target and draft) and the caches; with a compile-cache key,
+    write that key's prefix (components/compile_cache.py) and nothing else."""
+    from components.compile_cache import write_statements
+
     prefixes = [*model_prefixes, COMPILE_CACHE_PREFIX, ASSETS_PREFIX]
+    writes = write_statements(weights_bucket_arn, compile_cache_key) if compile_cache_key else []
     return [
         {
             "Sid": "ReadModelAndCaches",
@@ -194,7 +199,8 @@ def server_statements(
             "Resource": [weights_bucket_arn],
             "Condition": _list_condition(prefixes),
         },
-        *_kms(kms_key_arn, ["kms:Decrypt"]),
+        *writes,
+        *_kms(kms_key_arn, ["kms:Decrypt", "kms:GenerateDataKey"] if writes else ["kms:Decrypt"]),
     ]
 
 

@@ -26,7 +26,8 @@ from components.network import Network, NetworkArgs
 from components.network_policy import BenchReach, NetworkPolicies, NetworkPoliciesArgs, ServerReach
 from components.pod_security import namespace_labels
 from components.vllm_server import ServeSpec, VllmServer, VllmServerArgs, replace_api_key, selector_labels
-from components.weight_store import WeightStore, WeightStoreArgs, bucket_name, model_prefix, results_prefix
+from components.weight_store import (CompileCacheWriters, WeightStore, WeightStoreArgs, bucket_name, model_prefix,
+                                     results_prefix)
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import s3_ranges, serving, variants
 from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
@@ -331,6 +332,8 @@ def build(settings: StackSettings) -> dict[str, object]:
             kms_key_arn=settings.storage.kms_key_arn,
             model_ids=model_ids,
             tags=tags,
+            compile_cache_writers=CompileCacheWriters(
+                cluster.arn, NAMESPACE, [s.name for s in settings.servers if s.compile_cache]),
         ),
         opts=on_aws,
     )
@@ -353,6 +356,8 @@ def build(settings: StackSettings) -> dict[str, object]:
             region=settings.region, raid0=pool.use_raid0,
         )
         spec = replace_api_key(spec, settings.security.api_key_secret)
+        spec = serving.with_compile_cache(spec, server, pool.instance, weights_bucket=weights_bucket,
+                                          revisions=settings.weights.revisions, region=settings.region)
         node_pools = [gpu.node_pools[n] for n in (pool.name, f"{pool.name}-on-demand") if n in gpu.node_pools]
         servers[server.name] = VllmServer(
             f"server-{server.name}",

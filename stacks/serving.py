@@ -17,10 +17,12 @@ Reference vllm.md 1.13 lists what changed between them; none of it is used here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 
 import pulumi
 
+from components import compile_cache as cc
 from components.vllm_server import Probe, ServeSpec, selector_labels
 from components.weight_store import model_prefix
 from components.workload_identity import WorkloadIdentityArgs, server_statements
@@ -421,6 +424,12 @@ class ServerSettings(BaseModel):
     )
     image: str = Field(default_factory=lambda: pins().vllm_image,
                        description="vLLM server image, pinned (default from pyproject pins).")
+    compile_cache: bool = Field(
+        True,
+        description="Carry the compile cache through S3 (compile-cache/<key>/ in the weights bucket): the "
+        "pod restores it before vLLM starts and pushes its own once healthy, so a new node skips most "
+        "of the compile; false keeps it on the pod's volume only.",
+    )
     replicas: int = Field(1, ge=0, le=16, description="Deployment replicas.")
     extra_args: list[str] = Field(
         default_factory=list,
@@ -699,6 +708,37 @@ def build_serve_spec(
     )
 
 
+# The compile cache may fill at most this share of the cache volume; the rest is for the assets and
+# whatever the server compiles beyond it.
+_CACHE_SHARE_OF_VOLUME = 0.5
+# What the pull and push steps run besides the weights package (weights/compile_cache.py imports them).
+CACHE_STEP_HELPERS = ("__init__.py", "interrupts.py", "progress.py")
+
+
+def compile_cache_code() -> tuple[dict[str, str], dict[str, str]]:
+    """(the weights package, the bench helpers it uses) as the server pod mounts them."""
+    from stacks.weight_plan import weights_code
+
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    return weights_code(), {name: (bench / name).read_text() for name in CACHE_STEP_HELPERS}
+
+
+def with_compile_cache(spec: ServeSpec, server: ServerSettings, instance: catalog.InstanceType, *,
+                       weights_bucket: str, revisions: dict[str, str], region: str) -> ServeSpec:
+    """The spec with its compile cache in S3 (components/compile_cache.py), keyed by what decides
+    whether a cache applies; unchanged when the server's compileCache is off."""
+    if not server.compile_cache:
+        return spec
+    key, inputs = cc.cache_key(
+        image=spec.image, models=[(m, revisions.get(m, "main")) for m in server_model_ids(server)],
+        args=spec.args, env=spec.env, gpu=instance.gpu_name, tensor_parallel_size=server.tensor_parallel_size)
+    code, helpers = compile_cache_code()
+    cache = cc.CompileCache(key=key, uri=f"s3://{weights_bucket}/{cc.cache_prefix(key)}", inputs=inputs,
+                            region=region, max_gib=round(spec.cache_size_gib * _CACHE_SHARE_OF_VOLUME, 1),
+                            code=code, helpers=helpers)
+    return dataclasses.replace(spec, compile_cache=cache)
+
+
 def server_identity_args(
     server: ServerSettings,
     spec: ServeSpec,
@@ -719,7 +759,8 @@ def server_identity_args(
         account_id=account_id,
         namespace=namespace,
         service_account=server.name,
-        statements=server_statements(weights_bucket_arn, server_model_prefixes(server), kms_key_arn),
+        statements=server_statements(weights_bucket_arn, server_model_prefixes(server), kms_key_arn,
+                                     compile_cache_key=spec.compile_cache.key if spec.compile_cache else None),
         labels=selector_labels(spec),
         tags=dict(tags or {}),
         depends_on=list(depends_on),

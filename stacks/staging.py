@@ -41,7 +41,8 @@ from weights.store import (  # noqa: F401 - the shared S3 side; re-exported for 
     INDEX_SUFFIX, MiB, S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART, SHA256_META, Action, LocalFile, StageConfig,
     StagingError, Stopped, Summary, _Counter, _list_all, _part_matches, _part_ranges, _reusable_parts,
     b64_sha256, check_bucket, fmt_bytes, format_summary, head_object, index_shards, make_client, object_key,
-    open_upload, plan_uploads, read_range, remote_matches, sha256_file, upload_multipart, upload_single,
+    open_upload, plan_uploads, read_range, remote_matches, sha256_file, upload_file, upload_multipart, upload_single,
+    join_running,
 )
 from weights.store import parse_s3_uri as _parse_any_s3_uri
 
@@ -193,16 +194,6 @@ def _wait_all(futures, timeout: float = 0.5) -> None:
         _, pending = cf.wait(pending, timeout=timeout)
 
 
-def _join(futures, grace_s: float) -> int:
-    """Wait up to grace_s for running futures; returns how many are still running."""
-    deadline = time.monotonic() + grace_s
-    running = [f for f in futures if f.running()]
-    while running and time.monotonic() < deadline:
-        cf.wait(running, timeout=0.1)
-        running = [f for f in running if f.running()]
-    return len(running)
-
-
 def stage(
     client,
     source: Path,
@@ -248,14 +239,7 @@ def stage(
     start = time.monotonic()
     part_pool = cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="part")
     file_pool = cf.ThreadPoolExecutor(config.concurrency, thread_name_prefix="file")
-
-    def one(action: Action) -> None:
-        if action.file.size >= config.multipart_threshold:
-            upload_multipart(client, bucket, action, config, part_pool, counter, log)
-        else:
-            upload_single(client, bucket, action, counter)
-
-    futures = {file_pool.submit(one, a): a for a in todo}
+    futures = {file_pool.submit(upload_file, client, bucket, a, config, part_pool, counter, log): a for a in todo}
     try:
         pending = set(futures)
         while pending:  # short waits: Ctrl-C and SIGTERM are handled at once
@@ -274,7 +258,7 @@ def stage(
             fut.cancel()
         file_pool.shutdown(wait=False, cancel_futures=True)
         part_pool.shutdown(wait=False, cancel_futures=True)
-        lingering = _join(futures, grace_s=3.0)
+        lingering = join_running(futures, grace_s=3.0)
         raise StagingInterrupted(_finish(summary, counter, bar, start), exc, lingering) from None
     file_pool.shutdown()
     part_pool.shutdown()

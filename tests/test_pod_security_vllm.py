@@ -68,6 +68,19 @@ def _readable_tree(path: Path) -> None:
             os.chmod(Path(root) / name, 0o644)
 
 
+def mapped_env(container: dict, mapping: dict[str, Path]) -> dict[str, str]:
+    """A rendered container's env with its volume paths mapped to the sandbox's folders."""
+    env = {}
+    for item in container["env"]:
+        value = item["value"]
+        for pod_path, here in mapping.items():
+            if value == pod_path or value.startswith(pod_path + "/"):
+                value = str(here) + value[len(pod_path):]
+                break
+        env[item["name"]] = value
+    return env
+
+
 @pytest.mark.vllm
 def test_vllm_serves_as_the_pod_uid_writing_only_to_the_pod_volumes(dev, vllm_env, sandbox):
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"):
@@ -87,14 +100,7 @@ def test_vllm_serves_as_the_pod_uid_writing_only_to_the_pod_volumes(dev, vllm_en
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["securityContext"]["runAsUser"] == UID
     mapping = {pod_security.HOME: volumes["home"], pod_security.TMP: volumes["tmp"], CACHE_MOUNT: volumes["cache"]}
-    env = {}
-    for item in container["env"]:
-        value = item["value"]
-        for pod_path, here in mapping.items():
-            if value == pod_path or value.startswith(pod_path + "/"):
-                value = str(here) + value[len(pod_path):]
-                break
-        env[item["name"]] = value
+    env = mapped_env(container, mapping)
     assert env["HOME"] == str(volumes["home"]) and env["XDG_CACHE_HOME"] == str(volumes["cache"])
     env.update(PATH=vllm_env.env["PATH"], PYTHONPATH=str(shim), VLLM_TARGET_DEVICE="cpu",
                VLLM_CPU_KVCACHE_SPACE="1", TRANSFORMERS_OFFLINE="1")

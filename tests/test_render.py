@@ -21,7 +21,8 @@ def run_render(*args: str) -> subprocess.CompletedProcess:
 def test_render_dev_writes_the_three_files(tmp_path):
     started = time.perf_counter()
     result = run_render("dev", "--out", str(tmp_path))
-    elapsed = time.perf_counter() - started
+    # A figure, not an assertion: a shared CI machine's load moves it.
+    print(f"render of dev took {time.perf_counter() - started:.1f} s")
     assert result.returncode == 0, result.stderr
     # a figure to read, not to assert: it moves with the machine's load
     print(f"\nrender dev: {elapsed:.1f} s")

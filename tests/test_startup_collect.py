@@ -98,7 +98,7 @@ def test_timeline_command_writes_records_into_the_results_folder_and_s3(tmp_path
     assert record["config_hash"] == "h1" and record["total_s"] == 157.0
     assert ("/api/v1/namespaces/vllm/pods", {"labelSelector": "app.kubernetes.io/name=gemma-fp8"}) in api.calls
     assert "startup" in startup_report.markdown(tmp_path).lower()
-    assert "gemma-fp8-7d9f-fghij: total 157.0 s, new node False" in capsys.readouterr().out
+    assert "gemma-fp8-7d9f-fghij: 157.0 s to /health, warm node, weights at 9.3 Gbps" in capsys.readouterr().out
 
 
 def test_timeline_outside_a_cluster_is_a_clear_error(tmp_path, capsys, monkeypatch):

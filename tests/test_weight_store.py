@@ -84,7 +84,13 @@ def test_every_bucket_is_locked_down(default_store, role):
     assert sse.inputs["rules"][0]["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "AES256"}
     [policy] = companions(regs, "BucketPolicy", bucket)
     document = json.loads(policy.inputs["policy"])
-    [deny] = document["Statement"]
+    [deny] = [st for st in document["Statement"] if st["Sid"] == "DenyInsecureTransport"]
+    # The weights bucket also keeps compile-cache/ for the servers (tests/test_compile_cache_render.py);
+    # this store was given no servers, so nobody may write there.
+    others = [st for st in document["Statement"] if st is not deny]
+    assert others == ([{"Sid": "CompileCacheWritersOnly", "Effect": "Deny", "Principal": "*",
+                        "Action": ["s3:PutObject", "s3:AbortMultipartUpload"],
+                        "Resource": f"arn:aws:s3:::{bucket}/compile-cache/*"}] if role == "weights" else [])
     assert deny["Effect"] == "Deny" and deny["Principal"] == "*" and deny["Action"] == "s3:*"
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
     assert deny["Resource"] == [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]

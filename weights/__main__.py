@@ -1,7 +1,10 @@
-"""`python -m weights <sync|check> ...`: the weight-sync Job's entry point (plain Python, boto3, huggingface_hub).
+"""`python -m weights <sync|check|compile-cache> ...`: the weight-sync Job's and the servers' cache steps'
+entry point (plain Python, boto3, huggingface_hub).
 
-  sync   copy a pinned Hub revision to s3://<bucket>/models/<id>/ (skips what is there, resumes)
-  check  verify a model is staged (config.json, every indexed shard); exit 2 with the fix if not
+  sync           copy a pinned Hub revision to s3://<bucket>/models/<id>/ (skips what is there, resumes)
+  check          verify a model is staged (config.json, every indexed shard); exit 2 with the fix if not
+  compile-cache  push|pull a server's compile cache to or from s3://<bucket>/compile-cache/<key>/
+                 (`python -m weights compile-cache --help`)
 
 Exit codes: 0 done; 1 an AWS or network error that outlasted --attempts tries in this process; 2 bad
 input, or a model that a retry cannot fix (gated without access, missing repository, revision or
@@ -9,7 +12,7 @@ file, not staged): the Job fails at once, and `pulumi up` with it, naming the fi
 
 Network and AWS errors are retried here, in the same process (a sync resumes: finished files are
 skipped, a half-sent file keeps its parts), so the Job's pod, its pip install and its credentials
-are not started again for a passing error.
+are not started again for a passing error. compile-cache pull ends 0 whenever the server can start (a cold start is not a failure).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from weights import hub
+from weights import compile_cache, hub
 from weights.store import StageConfig, StagingError, format_summary, make_client
 
 GiB = 1024**3
@@ -50,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "final problems exit 2 at once")
         command.add_argument("--retry-wait-s", type=float, default=RETRY_WAIT_S,
                              help=f"wait before the second try, doubled for each next one (default {RETRY_WAIT_S:g})")
+    compile_cache.add_parser(sub)
     return parser
 
 
@@ -75,6 +79,8 @@ def _once(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "compile-cache":
+        return compile_cache.run(args)
     if args.attempts < 1 or args.retry_wait_s < 0:
         print(f"weights {args.command}: error: --attempts must be at least 1 and --retry-wait-s at least 0",
               file=sys.stderr)

@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -358,6 +359,25 @@ def upload_single(client, bucket: str, action: Action, counter: _Counter) -> Non
         ChecksumSHA256=b64_sha256(data),
     )
     counter.add(len(data))
+
+
+def join_running(futures, grace_s: float) -> int:
+    """Wait up to grace_s for the futures still running; returns how many still are."""
+    deadline = time.monotonic() + grace_s
+    running = [f for f in futures if f.running()]
+    while running and time.monotonic() < deadline:
+        cf.wait(running, timeout=0.1)
+        running = [f for f in running if f.running()]
+    return len(running)
+
+
+def upload_file(client, bucket: str, action: Action, config: StageConfig, part_pool: cf.Executor,
+                counter: _Counter, log) -> None:
+    """One file: multipart (resumable) from the configured threshold up, else a single PUT."""
+    if action.file.size >= config.multipart_threshold:
+        upload_multipart(client, bucket, action, config, part_pool, counter, log)
+    else:
+        upload_single(client, bucket, action, counter)
 
 
 def check_bucket(client, bucket: str) -> None:
