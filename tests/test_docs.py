@@ -107,6 +107,11 @@ def _help(package: str, command: str) -> str | None:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         sub.print_help()
+        # a command with verbs of its own (`weights compile-cache push|pull`): their help counts too
+        for nested in sub._actions:
+            if nested.__class__.__name__ == "_SubParsersAction":
+                for verb in nested.choices.values():
+                    verb.print_help()
     return buffer.getvalue()
 
 
