@@ -1,11 +1,11 @@
-"""Entry point: `python -m bench <sweep|report|plan|compare|startup|fetch|streamer|timeline> ...`."""
+"""Entry point: `python -m bench <sweep|report|plan|compare|startup|fetch|streamer|timeline|demo> ...`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from bench import compare, fetch, plan, report, startup, startup_collect, streamer, sweep
+from bench import compare, demo, fetch, plan, report, startup, startup_collect, streamer, sweep
 from bench.interrupts import exit_code, quiet_broken_pipe, signal_name
 
 
@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark a vLLM server: sweep scenarios x concurrencies, report, startup phases.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (sweep, report, plan, compare, startup, fetch, streamer, startup_collect):
+    for module in (sweep, report, plan, compare, startup, fetch, streamer, startup_collect, demo):
         module.add_parser(sub)
     return parser
 

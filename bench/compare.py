@@ -12,6 +12,7 @@ Each DIR is one sweep (as `sweep --out` or `fetch` leave it) of one server varia
               "winner": "<label>" | null}],
    "slo_capacity": {"<scenario>": {"<label>": <output tok/s or null>}},
    "incomplete": ["<reason>"]}
+- `compare.html` (unless --no-html): the same as one self-contained page to open in a browser.
 
 Rules
 - Like for like (as `report`): the sweeps may differ in ONE server setting (model, kvCacheDtype,
@@ -375,10 +376,14 @@ def run(args: argparse.Namespace) -> int:
     (out / "compare.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out / "compare.md").write_text(render_markdown(sides, data, extra, args.slo_ttft_p99_ms, args.slo_itl_p99_ms),
                                     encoding="utf-8")
+    if not args.no_html:
+        from bench import pages
+
+        pages.write_compare(out, data, extra, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms)
     winners = sum(1 for c in data["cells"] if c["winner"])
     state = f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"] else f"{winners} winners"
     print(f"bench compare: {len(sides)} variants, {len(data['cells'])} cells, {state} -> {out}/compare.md, "
-          "compare.json")
+          "compare.json" + ("" if args.no_html else ", compare.html"))
     return 0
 
 
@@ -390,6 +395,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder for compare.md and compare.json")
     p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
     p.add_argument("--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
+    p.add_argument("--no-html", action="store_true", help="write no compare.html (the self-contained page)")
     p.set_defaults(func=run)
     return p
 

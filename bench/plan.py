@@ -25,7 +25,8 @@ in proportion (assumes they add up). Costs: replicas x the hourly price (on-dema
 `--price-per-hour [LABEL=]ON_DEMAND[/SPOT]`, else the manifest, else the instance catalog), a
 month = 730 hours; cost per million output tokens at the planned load, on-demand prices.
 
-Writes plan.md, plan.json and plan.png (replicas and monthly cost per configuration). Exit 2 on
+Writes plan.md, plan.json, plan.png (replicas and monthly cost per configuration, each bar labelled
+with its value) and plan.html (the same as one self-contained page; `--no-html` to skip). Exit 2 on
 bad input, 1 when some candidate cannot serve the load at the SLO at all.
 """
 
@@ -346,34 +347,12 @@ def render_markdown(plan: dict[str, Any], notes: list[str], load_desc: str, cand
 
 def render_chart(plan: dict[str, Any], out: Path) -> str | None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from bench import charts
     except ImportError:
         return None
-    rows = []
-    if plan["current"]:
-        rows.append(("current", plan["current"]["replicas"], plan["current"]["usd_month"], None))
-    rows += [(r["label"], r["replicas"], r["usd_month_on_demand"], r["usd_month_spot"])
-             for r in plan["configurations"]]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    names = [r[0] for r in rows]
-    ax1.bar(names, [r[1] or 0 for r in rows], color="tab:blue")
-    ax1.set_title("Replicas")
-    xs = range(len(rows))
-    ax2.bar([x - 0.2 for x in xs], [r[2] or 0 for r in rows], width=0.4, label="on-demand")
-    ax2.bar([x + 0.2 for x in xs], [r[3] or 0 for r in rows], width=0.4, label="Spot")
-    ax2.set_xticks(list(xs))
-    ax2.set_xticklabels(names)
-    ax2.set_title("USD per month")
-    ax2.legend(fontsize=8)
-    for ax in (ax1, ax2):
-        ax.grid(True, axis="y", alpha=0.3)
-    fig.suptitle(f"Replica plan ({plan['basis']} basis, headroom {plan['headroom']:.0%}, spares {plan['spares']})")
-    fig.tight_layout()
+    fig = charts.plan_figure(plan)
     fig.savefig(out / "plan.png", dpi=100)
-    plt.close(fig)
+    charts.close(fig)
     return "plan.png"
 
 
@@ -440,6 +419,10 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     chart = None if args.no_charts else render_chart(plan, out)
     (out / "plan.json").write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
     (out / "plan.md").write_text(render_markdown(plan, notes, desc, candidates, chart), encoding="utf-8")
+    if not getattr(args, "no_html", False):
+        from bench import pages
+
+        pages.write_plan(out, plan, notes, desc, candidates)
     return plan, desc
 
 
@@ -452,7 +435,7 @@ def run(args: argparse.Namespace) -> int:
     for row in plan["configurations"]:
         rep = row["replicas"] if row["replicas"] is not None else "cannot meet the load"
         print(f"bench plan: {row['label']}: {rep} replicas ({plan['basis']} basis)")
-    print(f"bench plan: -> {Path(args.out) / 'plan.md'}, plan.json")
+    print(f"bench plan: -> {Path(args.out) / 'plan.md'}, plan.json" + ("" if args.no_html else ", plan.html"))
     return 1 if any(r["replicas"] is None for r in plan["configurations"]) else 0
 
 
@@ -479,6 +462,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--slo-decode-p99-ms", "--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
     p.add_argument("--slo-decode-metric", default="itl", choices=("itl", "tpot"), help="default: %(default)s")
     p.add_argument("--no-charts", action="store_true", help="write no plan.png")
+    p.add_argument("--no-html", action="store_true", help="write no plan.html (the self-contained page)")
     p.set_defaults(func=run)
     return p
 
