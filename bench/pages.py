@@ -436,39 +436,45 @@ def startup_section(records: Sequence[dict[str, Any]]) -> str:
             + table(["Boot", "Total", *[label for _, label in timeline.PHASES]], rows))
 
 
-def plan_section(plan: dict[str, Any] | None, link: str | None, *, prefix: Sequence[Any] = ()) -> str:
+def plan_section(plan: dict[str, Any] | None, link: str | None, *, tagged: bool = True,
+                 heading: str = "Replica plan") -> str:
+    """The plan's table and chart; `tagged`: its cells carry their plan.json paths (not on the report
+    page, whose paths point into summary.json)."""
     if not plan:
         return ""
+
+    def at(*path: Any) -> list[Any] | None:
+        return list(path) if tagged else None
+
+    def span(path: list[Any] | None, text: str, tag: str = "span") -> str:
+        attr = f' data-field="{field(path)}"' if path is not None else ""
+        return f"<{tag}{attr}>{esc(text)}</{tag}>"
+
     rows = []
     has_range = any("replicas_range" in row for row in plan.get("configurations") or [])
     for i, row in enumerate(plan.get("configurations") or []):
-        p = [*prefix, "configurations", i]
         rng = interval_words(row.get("replicas_range"), "", 0)
-        replicas = (cell(str(row["replicas"]), [*p, "replicas"]) if row.get("replicas") is not None
+        replicas = (cell(str(row["replicas"]), at("configurations", i, "replicas")) if row.get("replicas") is not None
                     else f'<td>{esc(row.get("reason") or "cannot meet the load")}</td>')
         rows.append(f"<td>{esc(row['label'])}</td><td>{esc(row.get('instance_type') or 'unknown')}</td>"
                     + replicas + (f"<td>{esc(rng or 'unknown')}</td>" if has_range else "")
-                    + cell(_money(row.get("usd_hour_on_demand"), 2), [*p, "usd_hour_on_demand"])
-                    + cell(_money(row.get("usd_month_on_demand")), [*p, "usd_month_on_demand"])
-                    + cell(_money(row.get("usd_month_spot")), [*p, "usd_month_spot"])
-                    + cell(_money(row.get("usd_per_million_output_tokens"), 3),
-                           [*p, "usd_per_million_output_tokens"]))
+                    + "".join(cell(_money(row.get(key), digits), at("configurations", i, key))
+                              for key, digits in (("usd_hour_on_demand", 2), ("usd_month_on_demand", 0),
+                                                  ("usd_month_spot", 0), ("usd_per_million_output_tokens", 3))))
     current = plan.get("current")
     lead = ""
     if current:
-        lead = (f'<p>Today: <strong data-field="{field([*prefix, "current", "replicas"])}">{esc(current["replicas"])}'
-                f"</strong> replicas" + (f', <span data-field="{field([*prefix, "current", "usd_month"])}">'
-                                        f'{esc(_money(current["usd_month"]))}</span> a month'
-                                        if is_number(current.get("usd_month")) else ", cost unknown") + ".</p>")
+        cost = (", " + span(at("current", "usd_month"), _money(current["usd_month"])) + " a month"
+                if is_number(current.get("usd_month")) else ", cost unknown")
+        lead = f"<p>Today: {span(at('current', 'replicas'), str(current['replicas']), 'strong')} replicas{cost}.</p>"
     img = chart(lambda C: C.plan_figure(plan), "replicas and monthly cost per configuration")
     more = f' Details: <a href="{esc(link)}">{esc(link)}</a>.' if link else ""
     headroom = f"{plan.get('headroom', 0):.0%}"
-    return (f"<h2>Replica plan</h2><p class=\"note\">{esc(plan.get('basis'))} basis, headroom "
+    return (f"<h2>{esc(heading)}</h2><p class=\"note\">{esc(plan.get('basis'))} basis, headroom "
             f"{esc(headroom)}, spares {esc(plan.get('spares'))}; a month is 730 hours.{more}</p>"
             + lead + img
             + table(["Configuration", "Instance type", "Replicas", *(["Replica range"] if has_range else []),
-                     "On-demand $/h",
-                     "On-demand $/month", "Spot $/month", "$ per million output tokens"], rows))
+                     "On-demand $/h", "On-demand $/month", "Spot $/month", "$ per million output tokens"], rows))
 
 
 def _money(value: Any, digits: int = 0) -> str:
@@ -489,8 +495,8 @@ def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]
                         + f"<td>{kind}</td><td>{esc(r.get('reason') or 'no reason recorded')}</td>")
             classes.append("bad" if kind == "invalid" else "warn")
     if not rows:
-        return ("<h2>Invalid and suspect runs</h2><p>None: every run completed all of its prompts without a failed "
-                "request, and none was served from the prefix cache.</p>")
+        return ("<h2>Invalid and suspect runs</h2><p>There are none: every run completed all of its prompts without "
+                "a failed request, and none was served from the prefix cache.</p>")
     return ("<h2>Invalid and suspect runs</h2><p class=\"note\">Excluded from every figure, ratio and chart; "
             "a comparison with any of them cannot pass.</p>"
             + table(["Sweep", "Scenario", "Concurrency", "Kind", "Why"], rows, classes))
@@ -527,7 +533,7 @@ def report_page(summary: dict[str, Any], ctx: dict[str, Any], issues: Sequence[s
             curves_section(summary, ctx),
             capacity_section(summary),
             startup_section(ctx.get("startup") or []),
-            plan_section(ctx.get("plan"), ctx.get("plan_page"), prefix=()) if ctx.get("plan") else "",
+            plan_section(ctx.get("plan"), ctx.get("plan_page"), tagged=False),
             problems_section(summary, ctx.get("baseline_runs"), ctx),
             manifest_section(ctx)]
     return document(title, "\n".join(b for b in body if b), source="bench report")
@@ -555,6 +561,8 @@ def plan_page(plan: dict[str, Any], notes: Sequence[str], load_desc: str,
         cost = f", {_money(row.get('usd_month_on_demand'))} a month on demand" if is_number(
             row.get("usd_month_on_demand")) else ""
         now = f" (today {current['replicas']})" if current else ""
+        if current and is_number(current.get("usd_month")) and cost:
+            cost += f" against {_money(current['usd_month'])} today"
         headline.append(f"{row['label']}: {row['replicas']} replicas{now}{cost}")
     rows = [f"<td>{esc(c)}</td><td>{esc(s)}</td>" + cell(num(t), None) + cell(num(q, 3), None)
             + f"<td>{esc(_capacity_basis(b))}</td>" for c, s, t, q, b in capacities]
@@ -564,7 +572,7 @@ def plan_page(plan: dict[str, Any], notes: Sequence[str], load_desc: str,
                         ("Replicas", "ceil(needed replica-loads / (1 - headroom)) + spares"),
                         ("Cost per million output tokens", "at the planned load, on-demand price (Spot where "
                          "on-demand is unknown)")]),
-            plan_section(plan, None),
+            plan_section(plan, None, heading="Replicas and cost"),
             "<h2>Capacity per replica</h2>" + table(["Configuration", "Scenario", "Output tok/s", "req/s", "Basis"], rows)]
     if notes:
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")

@@ -9,6 +9,7 @@ pytest_plugins = [
     "tests.fixtures.k8s_schemas",
     "tests.fixtures.pod_identity",
     "tests.fixtures.stack_renders",
+    "tests.fixtures.browser",
 ]
 
 
