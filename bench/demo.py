@@ -3,11 +3,13 @@
 No cloud and no GPU: the tiny model (bench/tiny_model.py, random weights, a load generator rather
 than a language model) is served twice with the vLLM CPU build from `.venv-vllm`, by two server
 configurations that differ in one setting, `--max-num-seqs` (how many sequences vLLM batches at
-once; by default 2 for the baseline and 16 for the candidate). Each is swept with the real
-`bench sweep` (`vllm bench serve` per scenario and concurrency, then `--capacity-search`: the SLO
-capacity bracket and open-loop runs at it), one after the other so that they do not share the CPU.
-Then the real `bench report` (candidate against baseline, with the verdict and the replica plan)
-and `bench compare` write their pages. Everything lands under OUT (default build/demo):
+once: by default 1 for the baseline, no batching, and 16 for the candidate). Both servers start at
+once (a start is mostly imports, a core each); then each is swept with the real `bench sweep`
+(`vllm bench serve` per scenario and concurrency, then `--capacity-search`: the SLO capacity bracket
+and open-loop runs at it), one after the other, the other server idling meanwhile (under 1 % of a
+core), so the two measurements do not share the CPU. Then the real `bench report` (candidate
+against baseline, with the verdict and the replica plan) and `bench compare` write their pages.
+Everything lands under OUT (default build/demo):
 
     OUT/model/                       the tiny model (built once, kept)
     OUT/runs/baseline/, runs/candidate/   the two sweeps (results, logs, manifest.json, startup/)
@@ -49,7 +51,7 @@ DEFAULT_OUT = "build/demo"
 DEFAULT_SCENARIOS = "S1_chat,S2_summary,S3_moderation"
 DEFAULT_CONCURRENCIES = "1,2,4,8,16"
 DEFAULT_LENGTH_SCALE = 0.125
-DEFAULT_MAX_NUM_SEQS = "2,16"
+DEFAULT_MAX_NUM_SEQS = "1,16"
 SIDES = ("baseline", "candidate")
 
 
@@ -180,6 +182,16 @@ def kept(out: Path) -> str:
     return "; ".join(parts)
 
 
+@dataclass
+class Server:
+    side: str
+    proc: subprocess.Popen
+    url: str
+    log: Path
+    served: list[str]
+    launched: float  # wall-clock time of the launch, for the startup record
+
+
 class Demo:
     def __init__(self, args: argparse.Namespace, seqs: tuple[int, int]):
         self.args = args
@@ -187,7 +199,7 @@ class Demo:
         self.out = Path(args.out)
         self.venv = cpu_vllm.venv_dir(args.vllm_venv)
         self.timing = Timing()
-        self.server: subprocess.Popen | None = None
+        self.servers: dict[str, Server] = {}
         self.child: subprocess.Popen | None = None
         self.env: dict[str, str] = {}
 
@@ -203,9 +215,9 @@ class Demo:
     def model(self) -> Path:
         model = self.out / "model"
         if cpu_vllm.tiny_model_ready(model):
-            _say(f"[1/4] tiny model: {model} (already built)")
+            _say(f"[1/5] tiny model: {model} (already built)")
             return model
-        _say(f"[1/4] tiny model: building {model} (random weights, 2 layers, word-level tokenizer)")
+        _say(f"[1/5] tiny model: building {model} (random weights, 2 layers, word-level tokenizer)")
         t0 = time.monotonic()
         built = cpu_vllm.build_tiny_model(self.venv, self.env, model)
         if built.returncode != 0:
@@ -213,31 +225,44 @@ class Demo:
         self.timing.add("model", time.monotonic() - t0)
         return model
 
-    def side(self, n: int, side: str, model: Path) -> int:
-        flags = [*cpu_vllm.SERVE_FLAGS, "--max-num-seqs", str(self.seqs[side])]
-        port = cpu_vllm.free_port()
-        url = f"http://127.0.0.1:{port}"
-        log = self.out / "logs" / f"{side}-server.log"
-        cmd = cpu_vllm.serve_command(self.venv, model, port, flags)
-        _say(f"[{n}/4] {side} ({self.label(side)}): starting vllm serve (CPU build) on {url}, log {log}")
-        launched = time.time()
+    def start_servers(self, model: Path) -> None:
+        """Both servers start at once (their imports take most of a start and use a core each); the one
+        not being swept idles (under 1 % of a core) while the other is measured."""
+        _say(f"[2/5] starting both servers (vllm serve, CPU build), logs under {self.out / 'logs'}/")
         t0 = time.monotonic()
-        self.server = cpu_vllm.start(cmd, self.env, log)
-        took = cpu_vllm.wait_healthy(self.server, url, log, budget_s=self.args.server_timeout)
-        self.timing.add(f"{side} server start", took)
-        _say(f"[{n}/4] {side}: server healthy after {human_seconds(took)}; sweeping")
-        folder = self.out / "runs" / side
-        record = local_startup_record(log, launched, launched + (time.monotonic() - t0), side)
-        (folder / "startup").mkdir(parents=True, exist_ok=True)
-        (folder / "startup" / f"local-{side}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        served = [str(model), *flags]
-        t1 = time.monotonic()
-        rc = self.bench_child(sweep_argv(self.args, url=url, model=model, out=folder, label=self.label(side),
-                                         served=served))
-        self.timing.add(f"{side} sweep", time.monotonic() - t1)
-        cpu_vllm.stop(self.server)
-        self.server = None
+        for side in SIDES:
+            flags = [*cpu_vllm.SERVE_FLAGS, "--max-num-seqs", str(self.seqs[side])]
+            port = cpu_vllm.free_port()
+            log = self.out / "logs" / f"{side}-server.log"
+            proc = cpu_vllm.start(cpu_vllm.serve_command(self.venv, model, port, flags), self.env, log)
+            self.servers[side] = Server(side, proc, f"http://127.0.0.1:{port}", log, [str(model), *flags], time.time())
+            _say(f"      {side} ({self.label(side)}) on {self.servers[side].url}")
+        for side in SIDES:
+            server = self.servers[side]
+            cpu_vllm.wait_healthy(server.proc, server.url, server.log, what=f"the {side} vllm serve",
+                                         budget_s=max(1.0, self.args.server_timeout - (time.monotonic() - t0)))
+            elapsed = time.monotonic() - t0
+            folder = self.out / "runs" / side
+            record = local_startup_record(server.log, server.launched, server.launched + elapsed, side)
+            (folder / "startup").mkdir(parents=True, exist_ok=True)
+            (folder / "startup" / f"local-{side}.json").write_text(json.dumps(record, indent=2) + "\n",
+                                                                    encoding="utf-8")
+            _say(f"      {side}: healthy after {human_seconds(elapsed)}")
+        self.timing.add("servers start", time.monotonic() - t0)
+
+    def sweep(self, n: int, side: str, model: Path) -> int:
+        server = self.servers[side]
+        _say(f"[{n}/5] {side} ({self.label(side)}): bench sweep with the capacity search")
+        t0 = time.monotonic()
+        rc = self.bench_child(sweep_argv(self.args, url=server.url, model=model, out=self.out / "runs" / side,
+                                         label=self.label(side), served=server.served))
+        self.timing.add(f"{side} sweep", time.monotonic() - t0)
+        cpu_vllm.stop(self.servers.pop(side).proc)
         return rc
+
+    def stop_servers(self) -> None:
+        while self.servers:
+            cpu_vllm.stop(self.servers.popitem()[1].proc)
 
     def bench_child(self, argv: list[str]) -> int:
         """`python -m bench ARGV` with the vLLM build's python (vLLM importable, as in the image), in a
@@ -266,7 +291,7 @@ class Demo:
 
         runs = self.out / "runs"
         slo = ["--slo-ttft-p99-ms", f"{self.args.slo_ttft_p99_ms:g}", "--slo-itl-p99-ms", f"{self.args.slo_itl_p99_ms:g}"]
-        _say(f"[4/4] bench report (candidate against baseline, verdict, replica plan) and bench compare")
+        _say("[5/5] bench report (candidate against baseline, verdict, replica plan) and bench compare")
         t0 = time.monotonic()
         rc = bench_main(["report", str(runs / "candidate"), "--baseline", str(runs / "baseline"),
                          "--out", str(self.out / "report"), "--current-replicas", "12", *slo])
@@ -318,24 +343,25 @@ def run(args: argparse.Namespace) -> int:
             _say(f"vLLM CPU build {version} from {demo.venv}; results under {demo.out}/ "
                  f"(two configurations: {demo.label('baseline')} and {demo.label('candidate')})")
             model = demo.model()
-            for n, side in enumerate(SIDES, start=2):
-                rc = demo.side(n, side, model)
+            demo.start_servers(model)
+            for n, side in enumerate(SIDES, start=3):
+                rc = demo.sweep(n, side, model)
                 if rc != 0:
                     failed_sweeps.append(f"{side} sweep exited {rc}")
                     _say(f"{side} sweep exited {rc}: the report lists its invalid runs; going on")
             page = demo.reports()
     except KeyboardInterrupt as exc:
         demo.stop_child(signal.SIGINT if exit_code(exc) == 130 else signal.SIGTERM)
-        cpu_vllm.stop(demo.server)
+        demo.stop_servers()
         print(f"bench demo: stopped by {signal_name(exc)}; servers stopped. Kept: {kept(demo.out)}. "
               "Run it again to continue: the sweeps resume and run only what is missing.", file=sys.stderr)
         return exit_code(exc)
     except (cpu_vllm.ServerNotHealthy, StepFailed) as exc:
-        cpu_vllm.stop(demo.server)
+        demo.stop_servers()
         print(f"bench demo: {exc}\nbench demo: kept: {kept(demo.out)}", file=sys.stderr)
         return 1
     finally:
-        cpu_vllm.stop(demo.server)
+        demo.stop_servers()
     (demo.out / "timing.json").write_text(json.dumps(demo.timing.record(), indent=2) + "\n", encoding="utf-8")
     _say(demo.timing.line())
     line = verdict_line(demo.out / "report" / "summary.json")
