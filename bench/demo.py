@@ -48,8 +48,8 @@ from bench.interrupts import exit_code, signal_name, stop_on_signals, stop_proce
 from bench.progress import human_seconds
 
 DEFAULT_OUT = "build/demo"
-DEFAULT_SCENARIOS = "S1_chat,S2_summary,S3_moderation"
-DEFAULT_CONCURRENCIES = "1,2,4,8,16"
+DEFAULT_SCENARIOS = "S1_chat,S2_summary"
+DEFAULT_CONCURRENCIES = "1,2,4,8,16,32"
 DEFAULT_LENGTH_SCALE = 0.125
 DEFAULT_MAX_NUM_SEQS = "1,16"
 SIDES = ("baseline", "candidate")
@@ -140,9 +140,9 @@ def sweep_argv(args: argparse.Namespace, *, url: str, model: Path, out: Path, la
             "--health-timeout", "60", "--bench-client", "library",
             "--instance-type", "local-cpu", "--gpus", "1", "--capacity-type", "on-demand",
             "--price-per-hour", f"{args.price_per_hour:g}", "--server-args", shlex.join(served),
-            "--capacity-search", "--search-requests", "48", "--search-repeats", "1",
+            "--capacity-search", "--search-requests", "48", "--search-repeats", "0",
             "--open-loop-rates", "50,100", "--open-loop-requests", "48", "--open-loop-min-requests", "16",
-            "--extra-budget", "2", "--slo-ttft-p99-ms", f"{args.slo_ttft_p99_ms:g}",
+            "--extra-budget", "1.5", "--slo-ttft-p99-ms", f"{args.slo_ttft_p99_ms:g}",
             "--slo-itl-p99-ms", f"{args.slo_itl_p99_ms:g}"]
 
 
@@ -156,7 +156,7 @@ def local_startup_record(log: Path, launched: float, healthy: float, server: str
     def stamp(t: float) -> str:
         return datetime.fromtimestamp(t, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
-    pod = {"metadata": {"name": f"local-{server}", "creationTimestamp": stamp(launched)},
+    pod = {"metadata": {"name": f"local vllm serve ({server})", "creationTimestamp": stamp(launched)},
            "spec": {"nodeName": "this machine"},
            "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp(launched)},
                                      {"type": "Ready", "status": "True", "lastTransitionTime": stamp(healthy)}],
@@ -243,7 +243,7 @@ class Demo:
                                          budget_s=max(1.0, self.args.server_timeout - (time.monotonic() - t0)))
             elapsed = time.monotonic() - t0
             folder = self.out / "runs" / side
-            record = local_startup_record(server.log, server.launched, server.launched + elapsed, side)
+            record = local_startup_record(server.log, server.launched, server.launched + elapsed, self.label(side))
             (folder / "startup").mkdir(parents=True, exist_ok=True)
             (folder / "startup" / f"local-{side}.json").write_text(json.dumps(record, indent=2) + "\n",
                                                                     encoding="utf-8")

@@ -205,6 +205,9 @@ def report_context(side, base, out: Path) -> dict[str, Any]:
                           price=s.price_per_hour)
 
     boots, _ = startup_report.load_records(side.path)
+    if base is not None:
+        boots += [{**b, "server": f"{b.get('server') or b.get('pod') or 'boot'} (baseline)"}
+                  for b in startup_report.load_records(base.path)[0]]
     plan = None
     if base is not None and getattr(base, "plan_link", None):
         try:
@@ -397,8 +400,9 @@ def capacity_section(summary: dict[str, Any]) -> str:
             closed = ['<td colspan="5">never meets the SLO at any concurrency tested</td>']
         else:
             fail = cap.get("concurrency_fail")
-            closed = [cell(f"[{cap['concurrency_pass']}, {fail if fail is not None else 'untested'})",
-                           None, numeric=False),
+            bracket = (f"[{cap['concurrency_pass']}, {fail})" if fail is not None
+                       else f"at least {cap['concurrency_pass']} (nothing higher tested)")
+            closed = [cell(bracket, None, numeric=False),
                       cell(num(cap.get("output_tok_s")), [*base, "output_tok_s"]),
                       cell(num(cap.get("req_s"), 3), [*base, "req_s"]),
                       f"<td>{esc(interval_words(cap.get('ttft_p99_ci_ms'), ' ms', 1) or 'not computed')}</td>",
