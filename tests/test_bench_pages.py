@@ -314,3 +314,10 @@ def test_plan_page_labels_every_bar_and_compare_page_names_the_setting(made):
     compare = visible(made["compare"] / "compare.html")
     assert "maxNumSeqs" in compare and "COMPARABLE" not in compare  # the invalid run makes it incomplete
     assert "INCOMPLETE" in compare and "no winner" in compare.lower()
+
+
+def test_a_page_is_the_same_bytes_for_the_same_data(made, tmp_path):
+    """Chart ids and metadata are fixed, so a page diffs like the Markdown does."""
+    before = (made["compare"] / "compare.html").read_bytes()
+    assert CMP.main([str(made["base"]), str(made["cand"]), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "compare.html").read_bytes() == before
