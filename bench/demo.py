@@ -44,7 +44,7 @@ from typing import Any
 from bench import cpu_vllm
 from bench import scenarios as SC
 from bench import timeline
-from bench.interrupts import exit_code, signal_name, stop_on_signals, stop_process_group
+from bench.interrupts import exit_code, rerun_command, signal_name, stop_on_signals, stop_process_group
 from bench.progress import human_seconds
 
 DEFAULT_OUT = "build/demo"
@@ -354,7 +354,8 @@ def run(args: argparse.Namespace) -> int:
         demo.stop_child(signal.SIGINT if exit_code(exc) == 130 else signal.SIGTERM)
         demo.stop_servers()
         print(f"bench demo: stopped by {signal_name(exc)}; servers stopped. Kept: {kept(demo.out)}. "
-              "Run it again to continue: the sweeps resume and run only what is missing.", file=sys.stderr)
+              "Run the demo again to continue (the sweeps resume and run only what is missing; a sweep's own "
+              f"resume command needs the server the demo stopped): {rerun_command('bench')}", file=sys.stderr)
         return exit_code(exc)
     except (cpu_vllm.ServerNotHealthy, StepFailed) as exc:
         demo.stop_servers()

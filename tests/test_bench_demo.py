@@ -129,7 +129,8 @@ def test_a_stop_while_a_server_starts_stops_the_server(fake_venv, tmp_path, sig,
     assert proc.returncode == code, stderr
     assert all(map(gone, servers)), "a vllm serve stand-in is still running"
     assert f"stopped by {name}; servers stopped. Kept: {out}/runs/baseline (nothing yet)" in stderr
-    assert "Run it again to continue" in stderr and "Traceback" not in stderr
+    assert "Run the demo again to continue" in stderr and "Traceback" not in stderr
+    assert stderr.rstrip().endswith(f"python -m bench demo --vllm-venv {fake_venv} --out {out} --server-timeout 120")
     assert "baseline (max-num-seqs 1) on http://127.0.0.1:" in stdout
 
 
