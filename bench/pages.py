@@ -6,8 +6,8 @@ compare.json) plus the facts those leave out (the manifests, the baseline's runs
 
 Self-contained: styles inline, charts as SVG data URIs drawn by matplotlib (bench/charts.py), no
 script, font, style sheet or image to fetch; the page's Content-Security-Policy forbids any, so
-the browser refuses a stray reference instead of loading it. Without matplotlib the page is still
-written, with tables only and a note.
+the browser refuses a stray reference instead of loading it. Without matplotlib, or with the
+command's `--no-charts`, the page is still written, with tables only and a note.
 
 Every figure a table shows carries `data-field`: the JSON path (a list of keys) of the value in
 the page's JSON file, so a reader, and the tests, can check the page against it. Missing data is
@@ -17,6 +17,8 @@ open end reads "at least 3.20x".
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import html
 import json
 import math
@@ -114,8 +116,23 @@ def facts_list(pairs: Iterable[tuple[str, Any]]) -> str:
     return f'<dl class="facts">{items}</dl>'
 
 
+# False while a page is written for a command run with --no-charts: tables only.
+_DRAW = contextvars.ContextVar("vllm_poc_pages_draw", default=True)
+
+
+@contextlib.contextmanager
+def _drawing(draw: bool):
+    token = _DRAW.set(draw)
+    try:
+        yield
+    finally:
+        _DRAW.reset(token)
+
+
 def chart(make, alt: str) -> str:
-    """An <img> of a matplotlib figure (SVG data URI); '' when matplotlib is missing."""
+    """An <img> of a matplotlib figure (SVG data URI); '' when matplotlib is missing or charts are off."""
+    if not _DRAW.get():
+        return ""
     try:
         from bench import charts as C
     except ImportError:
@@ -134,6 +151,8 @@ def charts_available() -> bool:
 def document(title: str, body: str, *, source: str) -> str:
     note = "" if charts_available() else (
         '<p class="note">Charts left out: matplotlib is not installed where this page was written.</p>')
+    if not _DRAW.get():
+        note = '<p class="note">Charts left out (--no-charts): tables only.</p>'
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -543,9 +562,11 @@ def report_page(summary: dict[str, Any], ctx: dict[str, Any], issues: Sequence[s
     return document(title, "\n".join(b for b in body if b), source="bench report")
 
 
-def write_report(out: Path, summary: dict[str, Any], side, base, issues: Sequence[str]) -> Path:
+def write_report(out: Path, summary: dict[str, Any], side, base, issues: Sequence[str], *,
+                 charts: bool = True) -> Path:
     path = out / "report.html"
-    path.write_text(report_page(summary, report_context(side, base, out), issues), encoding="utf-8")
+    with _drawing(charts):
+        path.write_text(report_page(summary, report_context(side, base, out), issues), encoding="utf-8")
     return path
 
 
@@ -589,10 +610,12 @@ def _capacity_basis(basis: str) -> str:
             "reference": "production reference", "stated": "stated load"}.get(basis, basis)
 
 
-def write_plan(out: Path, plan: dict[str, Any], notes: Sequence[str], load_desc: str, candidates) -> Path:
+def write_plan(out: Path, plan: dict[str, Any], notes: Sequence[str], load_desc: str, candidates, *,
+               charts: bool = True) -> Path:
     caps = [(cfg.label, s, c.tok_s, c.req_s, c.basis) for cfg in candidates for s, c in cfg.capacities.items()]
     path = out / "plan.html"
-    path.write_text(plan_page(plan, notes, load_desc, caps), encoding="utf-8")
+    with _drawing(charts):
+        path.write_text(plan_page(plan, notes, load_desc, caps), encoding="utf-8")
     return path
 
 

@@ -422,7 +422,7 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if not getattr(args, "no_html", False):
         from bench import pages
 
-        pages.write_plan(out, plan, notes, desc, candidates)
+        pages.write_plan(out, plan, notes, desc, candidates, charts=not args.no_charts)
     return plan, desc
 
 

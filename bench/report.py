@@ -682,7 +682,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_html:
         from bench import pages
 
-        pages.write_report(out, summary, side, base, issues)
+        pages.write_report(out, summary, side, base, issues, charts=not args.no_charts)
         msg += ", report.html"
     if charts:
         msg += f", {len(charts)} charts"

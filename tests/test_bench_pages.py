@@ -321,3 +321,12 @@ def test_a_page_is_the_same_bytes_for_the_same_data(made, tmp_path):
     before = (made["compare"] / "compare.html").read_bytes()
     assert CMP.main([str(made["base"]), str(made["cand"]), "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "compare.html").read_bytes() == before
+
+
+def test_no_charts_leaves_the_charts_out_of_the_page_too(made, tmp_path):
+    assert REP.main([str(made["cand"]), "--baseline", str(made["base"]), "--out", str(tmp_path / "r"),
+                     "--no-charts"]) == 0
+    for page in (tmp_path / "r" / "report.html", tmp_path / "r" / "plan" / "plan.html"):
+        text = page.read_text()
+        assert "data:image" not in text and "Charts left out (--no-charts)" in text
+        assert 'data-field="[&quot;verdict&quot;, &quot;min_ratio&quot;]"' in text or "plan" in page.name
