@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.fixtures.pod_identity",
     "tests.fixtures.stack_renders",
     "tests.fixtures.browser",
+    "tests.fixtures.bench_pages",
 ]
 
 

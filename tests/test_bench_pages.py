@@ -1,8 +1,5 @@
-"""The report pages (report.html, plan.html, compare.html) on hand-made sweeps.
-
-Two sweeps of the same hardware, the candidate about 3x the baseline, with what a page must show:
-capacity search runs (a bracket), an invalid and a suspect run, a startup record, manifests, and the
-replica plan `report --baseline` writes. Checked here without a browser: nothing external is
+"""The report pages (report.html, plan.html, compare.html) on hand-made sweeps (fixture `made`,
+tests/fixtures/bench_pages.py). Checked here without a browser: nothing external is
 referenced (scanned attribute by attribute, inside the SVG charts too), values are words rather
 than Python reprs, the verdict issue's keys (three states, reasons, intervals with open ends) are
 shown when present, and `--no-html` skips the page. tests/test_bench_pages_browser.py opens them.
@@ -16,86 +13,10 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
-
-from bench import capacity_report as CR
 from bench import compare as CMP
 from bench import pages
 from bench import plan as P
 from bench import report as REP
-from bench import results as R
-from bench import timeline
-from tests.test_bench_plan import result
-
-LENGTHS = {"S1_chat": (256, 128), "S2_summary": (1024, 256)}
-CONCS = (1, 4, 16, 64)
-FLAGS = ["/models/tiny", "--dtype", "float32", "--max-model-len", "1024"]
-
-
-def make_sweep(root: Path, label: str, scale: float, *, seqs: int, invalid=None, suspect=None,
-               startup: bool = False) -> Path:
-    """Throughput grows with concurrency (times `scale`); TTFT p99 90 ms x c; a search bracket on S1."""
-    d = root / label
-    d.mkdir(parents=True)
-    runs = []
-    for s in LENGTHS:
-        for c in CONCS:
-            data = result(s, c, scale * 40.0 * c ** 0.8, ttft=90.0 * c)
-            data[R.META_INPUT_LEN] = str(LENGTHS[s][0])
-            status = "valid"
-            if (s, c) == invalid:
-                data.update(completed=data["num_prompts"] - 3, failed=3)
-                status = "invalid"
-            (d / R.result_filename(s, c)).write_text(json.dumps(data))
-            rec = {"scenario": s, "concurrency": c, "num_prompts": data["num_prompts"],
-                   "output_len": LENGTHS[s][1], "status": status}
-            if (s, c) == suspect:
-                rec.update(status="suspect", suspect="prefix-cache hits 41.0% of prompt tokens (replayed prompts)")
-            runs.append(rec)
-    (d / "search").mkdir()
-    for c, ttft in ((5, 450.0), (6, 540.0)):
-        data = result("S1_chat", c, scale * 40.0 * c ** 0.8, n=200, detail=[ttft] * 200)
-        (d / "search" / CR.search_filename("S1_chat", c, 1)).write_text(json.dumps(data))
-    if startup:
-        (d / "startup").mkdir()
-        record = {"kind": timeline.RECORD_KIND, "version": 1, "server": label, "pod": f"{label}-0",
-                  "marks": {"pod_created": "2026-08-05T10:00:00Z"}, "total_s": 155.0,
-                  "phases": {"node_provisioning_s": 0.0, "image_pull_s": 0.0, "container_start_s": 2.0,
-                             "weight_load_s": 29.0, "compile_s": 60.0, "cuda_graph_s": 20.0, "engine_other_s": 44.0},
-                  "shares_pct": {}}
-        (d / "startup" / f"{label}-0.json").write_text(json.dumps(record))
-    manifest = {
-        "label": label, "gpus": 1, "instance_type": "g6e.2xlarge", "capacity_type": "on-demand",
-        "price_per_hour": 2.76, "image": "vllm/vllm-openai:v0.26.0",
-        "hardware": {"price_source": "price table for on-demand"},
-        "served_flags": " ".join([*FLAGS, "--max-num-seqs", str(seqs)]),
-        "server": {"model": "tiny", "vllm_version": "0.26.0"},
-        "started_at": "2026-08-05T10:00:00+00:00", "finished_at": "2026-08-05T10:40:00+00:00",
-        "config": {"model": "tiny", "seed": 7, "seed_scheme": "sha256 of the sweep seed and the run",
-                   "concurrencies": list(CONCS),
-                   "scenarios": {s: {"input_len": i, "output_len": o} for s, (i, o) in LENGTHS.items()}},
-        "runs": runs,
-    }
-    (d / "manifest.json").write_text(json.dumps(manifest))
-    return d
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pages")
-    base = make_sweep(root, "seqs-4", 1.0, seqs=4)
-    cand = make_sweep(root, "seqs-16", 3.0, seqs=16, invalid=("S2_summary", 64), suspect=("S2_summary", 16),
-                      startup=True)
-    out = root / "report"
-    assert REP.main([str(cand), "--baseline", str(base), "--out", str(out), "--current-replicas", "12"]) == 0
-    alone = root / "alone"
-    assert REP.main([str(base), "--out", str(alone)]) == 0
-    plan = root / "plan"
-    assert P.main([str(cand), "--baseline", str(base), "--current-replicas", "12", "--headroom", "0.2",
-                   "--spares", "1", "--price-per-hour", "seqs-16=4.13/1.50", "--out", str(plan)]) == 0
-    comp = root / "compare"
-    assert CMP.main([str(base), str(cand), "--out", str(comp)]) == 0
-    return {"root": root, "base": base, "cand": cand, "report": out, "alone": alone, "plan": plan, "compare": comp}
 
 
 def pages_of(made) -> dict[str, tuple[Path, Path]]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_bench_pages import made, pages_of  # noqa: F401 - the module fixture builds the sweeps
+from tests.test_bench_pages import pages_of
 
 REPO = Path(__file__).resolve().parents[1]
 SHOTS = REPO / "build" / "screenshots"
@@ -63,7 +63,7 @@ def open_checked(page_browser, page: Path, name: str):
     return view
 
 
-def test_every_page_opens_cleanly_and_its_numbers_are_the_json(made, page_browser):  # noqa: F811
+def test_every_page_opens_cleanly_and_its_numbers_are_the_json(made, page_browser):
     for name, (page, data_path) in pages_of(made).items():
         view = open_checked(page_browser, page, name)
         data = json.loads(data_path.read_text())
@@ -89,7 +89,7 @@ def test_every_page_opens_cleanly_and_its_numbers_are_the_json(made, page_browse
             assert len(cells) == len(data["cells"])
 
 
-def test_a_wrong_number_on_the_page_is_caught(made, page_browser, tmp_path):  # noqa: F811
+def test_a_wrong_number_on_the_page_is_caught(made, page_browser, tmp_path):
     """The comparison itself: one peak altered in the HTML is reported."""
     page = made["report"] / "report.html"
     summary = json.loads((made["report"] / "summary.json").read_text())
@@ -104,7 +104,7 @@ def test_a_wrong_number_on_the_page_is_caught(made, page_browser, tmp_path):  # 
         check_against(view, summary)
 
 
-def test_the_browser_reports_a_stray_load_and_a_script_error(made, page_browser, tmp_path):  # noqa: F811
+def test_the_browser_reports_a_stray_load_and_a_script_error(made, page_browser, tmp_path):
     html = (made["alone"] / "report.html").read_text()
     bad = tmp_path / "bad.html"
     bad.write_text(html.replace("</main>", '<img src="https://cdn.example/x.png"></main>'))
