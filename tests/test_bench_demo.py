@@ -77,7 +77,15 @@ def fake_venv(tmp_path, monkeypatch):
     for exe in ("python", "vllm"):
         (venv / "bin" / exe).chmod(0o755)
     monkeypatch.setenv("FAKE_DIR", str(tmp_path))
-    return venv
+    yield venv
+    # stand-ins a failing test left running; only if they are still ours
+    for name in ("serve.pids", "sweep.pid"):
+        for pid in (tmp_path / name).read_text().split() if (tmp_path / name).exists() else ():
+            try:
+                if "fake_s" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                    os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
 
 
 def made_model(out: Path) -> None:
