@@ -1,5 +1,6 @@
-# Two entry points on a fresh machine (see README):
+# Three entry points on a fresh machine (see README):
 #   make render STACK=dev   set up .venv and render the stack's desired state offline
+#   make demo               set up .venv and .venv-vllm, then benchmark two vLLM CPU servers -> build/demo/
 #   make test               set up .venv, .venv-vllm, .vllm-image and .venv-checkov, then run every test
 PYTHON ?= python3
 VENV := .venv
@@ -8,8 +9,9 @@ VLLM_IMAGE := .vllm-image
 CHECKOV_VENV := .venv-checkov
 STACK ?= dev
 OUT ?= build/render/$(STACK)
+DEMO_OUT ?= build/demo
 
-.PHONY: venv venv-vllm vllm-image venv-checkov render test test-fast clean
+.PHONY: venv venv-vllm vllm-image venv-checkov render demo test test-fast clean
 
 $(VENV)/.installed: pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +52,12 @@ venv-checkov: $(VENV)/.installed $(CHECKOV_VENV)/.installed
 
 render: venv
 	$(VENV)/bin/python -m stacks render $(STACK) --out $(OUT)
+
+# The whole benchmark on this machine: a tiny model on vLLM's CPU build, two server configurations,
+# `bench sweep --capacity-search`, `bench report` (verdict, plan) and `bench compare`; ends with the
+# report page's path. DEMO_ARGS passes more flags (python -m bench demo --help).
+demo: venv venv-vllm
+	$(VENV)/bin/python -m bench demo --vllm-venv $(abspath $(VLLM_VENV)) --out $(DEMO_OUT) $(DEMO_ARGS)
 
 test: venv venv-vllm vllm-image venv-checkov
 	VLLM_POC_VLLM_VENV=$(abspath $(VLLM_VENV)) VLLM_POC_VLLM_IMAGE_DIR=$(abspath $(VLLM_IMAGE)) \

@@ -1,12 +1,12 @@
-"""Entry point: `python -m bench <sweep|report|plan|compare|publish|open|mix-check|startup|fetch|streamer|timeline> ...`."""
+"""Entry point: `python -m bench <sweep|report|plan|compare|publish|open|mix-check|startup|fetch|streamer|timeline|demo> ...`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from bench import (compare, fetch, mixcheck, opener, plan, publish, report, startup, startup_collect, streamer,
-                   sweep)
+from bench import (compare, demo, fetch, mixcheck, opener, plan, publish, report, startup, startup_collect,
+                   streamer, sweep)
 from bench.interrupts import exit_code, quiet_broken_pipe, signal_name
 
 
@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (sweep, report, plan, compare, publish, opener, mixcheck, startup, fetch, streamer,
-                   startup_collect):
+                   startup_collect, demo):
         module.add_parser(sub)
     return parser
 

@@ -15,6 +15,7 @@ server variant. OUT (a folder, or s3://bucket/prefix/: each file uploaded as wri
               "noise_pct": <number>, "noise_source": "repeats" | "default"}],
    "slo_capacity": {"<scenario>": {"<label>": <output tok/s or null>}},
    "incomplete": ["<reason>"]}
+- `compare.html` (unless --no-html): the same as one self-contained page to open in a browser.
 
 Rules
 - Like for like (as `report`): the sweeps may differ in ONE server setting (model, kvCacheDtype,
@@ -440,12 +441,17 @@ def run(args: argparse.Namespace) -> int:
     (out / "compare.md").write_text(render_markdown(sides, data, extra, args.slo_ttft_p99_ms, args.slo_itl_p99_ms),
                                     encoding="utf-8")
     locations.written(out / "compare.md")
+    if not args.no_html:
+        from bench import pages
+
+        pages.write_compare(out, data, extra, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms)
+        locations.written(out / "compare.html")
     winners = sum(1 for c in data["cells"] if c["winner"])
     close = sum(1 for c in data["cells"] if not c["winner"] and c["winner_margin_pct"] is not None)
     state = (f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"]
              else f"{winners} winners, {close} cells without a clear winner (within the noise)")
-    print(f"bench compare: {len(sides)} variants, {len(data['cells'])} cells, {state} -> {locations.display(out / 'compare.md')}, "
-          "compare.json")
+    print(f"bench compare: {len(sides)} variants, {len(data['cells'])} cells, {state} -> "
+          f"{locations.display(out / 'compare.md')}, compare.json" + ("" if args.no_html else ", compare.html"))
     return 0
 
 
@@ -459,6 +465,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
     p.add_argument("--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
     p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
+    p.add_argument("--no-html", action="store_true", help="write no compare.html (the self-contained page)")
     p.set_defaults(func=locations.remote_io(run, command="compare", inputs=("dirs",)))
     return p
 

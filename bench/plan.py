@@ -45,8 +45,9 @@ narrows or settles it), "usd_hour_on_demand", "usd_hour_spot", "usd_month_on_dem
 "usd_month_spot", "usd_per_million_output_tokens", "per_replica_req_s" (with a mix or stated
 loads)}], "current": {"replicas", "usd_month"} | null, "mixed_traffic" (with --mixed-traffic)}.
 
-Writes plan.md, plan.json and plan.png (replicas and monthly cost per configuration; an unknown
-count gets no bar, a range a solid bar to its low end, hatched on to its high end). Folders may be
+Writes plan.md, plan.json, plan.png (replicas and monthly cost per configuration, each bar labelled
+with its value; an unknown count gets no bar, a range a solid bar to its low end, hatched on to its
+high end) and plan.html (the same as one self-contained page; `--no-html` to skip). Folders may be
 s3://bucket/prefix/ (inputs downloaded first, --out uploaded file by file). Exit 0 when written
 (counts, ranges or stated reasons), 1 when some candidate never meets the SLO in a scenario the
 load needs (a measured limit), 2 on bad input.
@@ -582,76 +583,14 @@ def _span(lo: float | None, hi: float | None, cap: Capacity, digits: int = 1) ->
     return f"{lo:,.{digits}f} to {hi:,.{digits}f}"
 
 
-def chart_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """What the chart draws per configuration: replicas low/high (None: unknown, no bar), costs."""
-    rows = []
-    if plan["current"]:
-        rows.append({"name": "current", "low": plan["current"]["replicas"], "high": plan["current"]["replicas"],
-                     "on_demand": plan["current"]["usd_month"], "spot": None})
-    for r in plan["configurations"]:
-        span = r.get("replicas_range") or [None, None]
-        low = r["replicas"] if r["replicas"] is not None else span[0]
-        high = r["replicas"] if r["replicas"] is not None else span[1]
-        rows.append({"name": r["label"], "low": low, "high": high,
-                     "on_demand": r["usd_month_on_demand"], "spot": r["usd_month_spot"]})
-    return rows
-
-
-def draw_chart(plan: dict[str, Any]):
-    """The figure: a bar per known count (solid to the low end of a range, hatched on to its high end,
-    an arrow where it has none), no bar where the count or the cost is unknown."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = chart_rows(plan)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    xs = list(range(len(rows)))
-    top = max([r["high"] or r["low"] or 0 for r in rows] + [1])
-    for x, r in zip(xs, rows):
-        if r["low"] is None:
-            ax1.text(x, top * 0.02, "unknown", ha="center", va="bottom", fontsize=8, rotation=90)
-            continue
-        ax1.bar(x, r["low"], color="tab:blue")
-        if r["high"] is None:
-            ax1.annotate("", xy=(x, top * 1.1), xytext=(x, r["low"]), arrowprops={"arrowstyle": "->"})
-            ax1.text(x, r["low"], f"{r['low']} or more", ha="center", va="bottom", fontsize=8)
-        elif r["high"] != r["low"]:
-            ax1.bar(x, r["high"] - r["low"], bottom=r["low"], color="tab:blue", alpha=0.3, hatch="//")
-            ax1.text(x, r["high"], f"{r['low']}-{r['high']}", ha="center", va="bottom", fontsize=8)
-    ax1.set_title("Replicas")
-    cost_top = max([v for r in rows for v in (r["on_demand"], r["spot"]) if v is not None] + [1])
-    for x, r in zip(xs, rows):
-        for dx, key, color, label in ((-0.2, "on_demand", "tab:orange", "on-demand"),
-                                      (0.2, "spot", "tab:green", "Spot")):
-            if r[key] is None:
-                if key == "on_demand" or r["name"] != "current":
-                    ax2.text(x + dx, cost_top * 0.02, "unknown", ha="center", va="bottom", fontsize=7, rotation=90)
-                continue
-            ax2.bar(x + dx, r[key], width=0.4, color=color, label=label)
-    handles, labels = ax2.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    if unique:
-        ax2.legend(unique.values(), unique.keys(), fontsize=8)
-    for ax in (ax1, ax2):
-        ax.set_xticks(xs)
-        ax.set_xticklabels([r["name"] for r in rows])
-        ax.grid(True, axis="y", alpha=0.3)
-    ax2.set_title("USD per month (high end of a range)")
-    fig.suptitle(f"Replica plan ({plan['basis']} basis, headroom {plan['headroom']:.0%}, spares {plan['spares']})")
-    fig.tight_layout()
-    return fig, (ax1, ax2)
-
-
 def render_chart(plan: dict[str, Any], out: Path) -> str | None:
     try:
-        import matplotlib.pyplot as plt
+        from bench import charts
     except ImportError:
         return None
-    fig, _ = draw_chart(plan)
+    fig = charts.plan_figure(plan)
     fig.savefig(out / "plan.png", dpi=100)
-    plt.close(fig)
+    charts.close(fig)
     locations.written(out / "plan.png")
     return "plan.png"
 
@@ -733,6 +672,11 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
     locations.written(out / "plan.json")
     (out / "plan.md").write_text(render_markdown(plan, notes, desc, candidates, chart, never), encoding="utf-8")
     locations.written(out / "plan.md")
+    if not getattr(args, "no_html", False):
+        from bench import pages
+
+        pages.write_plan(out, plan, notes, desc, candidates, charts=not args.no_charts)
+        locations.written(out / "plan.html")
     return plan, desc, never
 
 
@@ -750,7 +694,8 @@ def run(args: argparse.Namespace) -> int:
         if row["reason"]:
             line += f"; {row['reason']}"
         print(line)
-    print(f"bench plan: -> {locations.display(Path(args.out) / 'plan.md')}, plan.json")
+    print(f"bench plan: -> {locations.display(Path(args.out) / 'plan.md')}, plan.json"
+          + ("" if args.no_html else ", plan.html"))
     return 1 if never else 0
 
 
@@ -783,6 +728,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "whether its scenarios added up at the planned load")
     p.add_argument("--no-charts", action="store_true", help="write no plan.png")
     p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
+    p.add_argument("--no-html", action="store_true", help="write no plan.html (the self-contained page)")
     p.set_defaults(func=locations.remote_io(run, command="plan", inputs=("candidates", "baseline", "mixed_traffic")))
     return p
 

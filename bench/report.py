@@ -47,7 +47,11 @@ is uploaded as it is written):
   `ignored_files` lists every file of the folder (and, prefixed `baseline:`, of the baseline) that
   the report did not use, with why.
 - `chart_<scenario>.png`: output tok/s, TTFT p99 and ITL p99 against concurrency, baseline dashed,
-  SLO limits drawn (needs matplotlib; skipped with a note when it is missing).
+  SLO limits drawn, peak and best run under the SLO marked (needs matplotlib; skipped with a note
+  when it is missing);
+- `report.html` (unless --no-html): the same report as one self-contained page to open in a browser
+  (bench/pages.py): the verdict and its reasons first, the ratio per scenario with its interval, the
+  curves, capacity brackets, startup timeline, replica plan, invalid and suspect runs, manifests.
 
 Definitions
 - Valid run: `bench.results` rules (every prompt completed, none failed, ...), and the server did
@@ -798,7 +802,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             from bench import charts as C
 
-            charts = C.render(side, base, summary["slo"], out)
+            charts = C.render(side, base, summary["slo"], out, summary["scenarios"])
         except ImportError:
             note = "Charts skipped: matplotlib is not installed (`pip install matplotlib`)."
             print(f"bench report: {note}", file=sys.stderr)
@@ -811,6 +815,12 @@ def run(args: argparse.Namespace) -> int:
     locations.written(out / "report.md")
     valid = sum(1 for r in side.runs if r.valid)
     msg = f"bench report: {valid}/{len(side.runs)} valid runs -> {locations.display(out / 'report.md')}, summary.json"
+    if not args.no_html:
+        from bench import pages
+
+        pages.write_report(out, summary, side, base, issues, charts=not args.no_charts)
+        locations.written(out / "report.html")
+        msg += ", report.html"
     if charts:
         msg += f", {len(charts)} charts"
     v = summary["verdict"]
@@ -836,7 +846,8 @@ def write_plan(args: argparse.Namespace, out: Path) -> str | None:
         candidates=[args.dir], out=str(out / "plan"), baseline=args.baseline, current_replicas=args.current_replicas,
         current_gpus_per_replica=1, reference=None, load=None, mix=None, basis=args.verdict_basis, headroom=0.0,
         spares=0, price_per_hour=None, slo_ttft_p99_ms=args.slo_ttft_p99_ms, slo_decode_p99_ms=args.slo_itl_p99_ms,
-        slo_decode_metric=getattr(args, "slo_decode_metric", "itl"), no_charts=args.no_charts)
+        slo_decode_metric=getattr(args, "slo_decode_metric", "itl"), no_charts=args.no_charts,
+        no_html=getattr(args, "no_html", False))
     try:
         P.make_plan(plan_args)
     except P.UsageError as exc:
@@ -887,6 +898,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(no baseline counts as inconclusive); without it a written report exits 0")
     p.add_argument("--no-progress", action="store_true",
                    help="no download progress for s3:// folders (default: a bar on a terminal, else a line every 10 s)")
+    p.add_argument("--no-html", action="store_true",
+                   help="write no report.html (the self-contained page: verdict, ratios, charts, plan, manifests)")
     p.set_defaults(func=locations.remote_io(run, command="report", inputs=("dir", "baseline")))
     return p
 

@@ -9,6 +9,8 @@ pytest_plugins = [
     "tests.fixtures.k8s_schemas",
     "tests.fixtures.pod_identity",
     "tests.fixtures.stack_renders",
+    "tests.fixtures.browser",
+    "tests.fixtures.bench_pages",
 ]
 
 

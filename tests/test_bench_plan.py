@@ -291,7 +291,10 @@ def test_chart_draws_no_bar_for_an_unknown_count(tmp_path):
     assert plan(known, gap, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--out", out,
                 "--price-per-hour", "known=4.13/1.5", "--price-per-hour", "gap=4.13/1.5") == 0
     got = read(out)
-    fig, (replicas, costs) = P.draw_chart(got)
+    from bench import charts
+
+    fig = charts.plan_figure(got)
+    replicas, costs = fig.axes
     try:
         # x = 0 current, 1 known, 2 gap: bars only where a count (and a cost) is known
         assert sorted(round(b.get_x() + b.get_width() / 2) for b in replicas.patches) == [0, 1]

@@ -152,7 +152,8 @@ def test_invalid_runs_are_listed_and_excluded_everywhere(tmp_path):
     # Charts draw valid runs only.
     side = REP.load_side(cand)
     from bench import charts
-    assert charts._series(side, "S1_chat", "output_tok_s") == ([1], [300.0])
+    rows = [REP.run_row(r, side) for r in side.runs]
+    assert charts._series(rows, "S1_chat", "output_tok_s") == ([1], [300.0])
 
 
 def test_missing_scenario_or_mismatched_sweep_blocks_pass(tmp_path):

