@@ -60,9 +60,14 @@ def plan_line(plan: dict[str, Any] | None) -> str | None:
         return None
     parts = []
     for row in plan["configurations"]:
-        replicas = row.get("replicas")
-        parts.append(f"{row.get('label')} {replicas} replicas" if replicas is not None
-                     else f"{row.get('label')} cannot carry the load at the SLO")
+        replicas, span = row.get("replicas"), row.get("replicas_range") or [None, None]
+        if replicas is not None:
+            parts.append(f"{row.get('label')} {replicas} replicas")
+        elif span[0] is not None:  # known only as a range (the grid alone): the range, and how to narrow it
+            count = f"{span[0]}-{span[1]}" if span[1] is not None else f"{span[0]} or more"
+            parts.append(f"{row.get('label')} {count} replicas" + (f" ({row['reason']})" if row.get("reason") else ""))
+        else:
+            parts.append(f"{row.get('label')}: {row.get('reason') or 'cannot carry the load at the SLO'}")
     current = plan.get("current") or {}
     today = f" (today {current['replicas']})" if current.get("replicas") else ""
     return f"Plan on the {plan.get('basis', 'slo')} basis: " + ", ".join(parts) + today + "."

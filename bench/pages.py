@@ -25,6 +25,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from bench import locations
+
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0;
@@ -220,7 +222,9 @@ def report_context(side, base, out: Path) -> dict[str, Any]:
     from bench import startup_report
 
     def facts(s):
-        return side_facts(s.manifest, label=s.label, path=str(s.path), gpus=s.gpus, capacity_type=s.capacity_type,
+        # where the results live, as report.md names them (the S3 prefix the sweep uploaded to)
+        return side_facts(s.manifest, label=s.label, path=locations.origin(s.path, s.manifest), gpus=s.gpus,
+                          capacity_type=s.capacity_type,
                           price=s.price_per_hour)
 
     boots, _ = startup_report.load_records(side.path)
@@ -275,7 +279,8 @@ def verdict_section(summary: dict[str, Any], issues: Sequence[str], ctx: dict[st
              if is_number(v.get("min_ratio")) else "<strong>no finite ratio</strong>")
     threshold = f"{v.get('threshold', 1.5):g}x"
     head = (f"{esc(cand)} against {esc(base)}: the smallest per-scenario {esc(what)} (per GPU) is {ratio}"
-            + (f" (95 % interval {esc(interval)})" if interval else "")
+            + (f" (between {esc(interval)})" if interval and " to " in interval else
+               f" ({esc(interval)})" if interval else "")
             + f' against the threshold <strong data-field="{field(["verdict", "threshold"])}">'
             f'{esc(threshold)}</strong>, on the {esc(v.get("basis") or "peak")} basis.')
     reasons = list(v.get("reasons") or [])
@@ -319,26 +324,33 @@ def ratio_section(summary: dict[str, Any]) -> str:
                    else "no figure on one side")
         source = {"grid": "grid runs", "search": "capacity search", "open_loop": "open-loop rate capacity"}.get(
             c.get("slo_basis_source"), None)
+        # One SLO ratio per scenario (the one the verdict uses on the slo basis), its interval and where
+        # it comes from; the peak ratio beside it (the one the verdict uses on the peak basis).
+        slo_cells = (cell(times(c.get("slo_ratio"), missing), ["comparison", name, "slo_ratio"])
+                     + (f'<td>{esc(words or "unknown")}</td>' if has_interval else "")
+                     + f'<td>{esc(source or "not stated")}</td>')
+        peak_cell = cell(times(c.get("throughput_ratio")), ["comparison", name, "throughput_ratio"])
         rows.append(
             f"<td>{esc(name)}</td>"
-            + cell(times(c.get(key), missing), ["comparison", name, key])
-            + (f'<td>{esc(words or "unknown")}</td>' if has_interval else "")
-            + cell(times(c.get("throughput_ratio")), ["comparison", name, "throughput_ratio"])
-            + cell(times(c.get("slo_ratio"), missing), ["comparison", name, "slo_ratio"])
+            + (slo_cells + peak_cell if key == "slo_ratio" else peak_cell + slo_cells)
             + cell(times(c.get("cost_efficiency_ratio"), "unknown price or capacity type"),
                    ["comparison", name, "cost_efficiency_ratio"])
             + cell(num(c.get("baseline_peak_tok_s")), ["comparison", name, "baseline_peak_tok_s"])
             + cell(num(c.get("peak_tok_s")), ["comparison", name, "peak_tok_s"])
-            + f'<td>{esc(_state_words(c.get("baseline_state")))}{esc(f"; {source}" if source else "")}</td>')
+            + f'<td>{esc(_state_words(c.get("baseline_state")))}</td>')
         chart_rows.append({"scenario": name, "ratio": c.get(key) if is_number(c.get(key)) else None,
                            "interval": interval, "missing": missing})
-    head = ["Scenario", f"Verdict ratio ({what})", *(["95 % interval"] if has_interval else []), "Peak ratio",
-            "SLO ratio",
+    slo_head = ["SLO ratio" + (" (the verdict's)" if key == "slo_ratio" else ""),
+                *(["its interval"] if has_interval else []), "from"]
+    peak_head = ["Peak ratio" + (" (the verdict's)" if key != "slo_ratio" else "")]
+    head = ["Scenario", *(slo_head + peak_head if key == "slo_ratio" else peak_head + slo_head),
             "Cost-efficiency ratio", "Baseline peak tok/s", "Candidate peak tok/s", "Baseline under the SLO"]
     threshold = v.get("threshold") if is_number(v.get("threshold")) else None
     img = chart(lambda C: C.ratio_figure(chart_rows, threshold, what), f"{what} per scenario against the threshold")
     return ("<h2>Ratio per scenario</h2><p class=\"note\">Per GPU: (candidate / its GPUs) / (baseline / its GPUs). "
-            "The verdict uses the first ratio column; a dot right of the dashed line clears the threshold.</p>"
+            "The verdict uses the first ratio column: on the SLO basis its interval decides (pass when the low "
+            "end clears the threshold, fail when the high end is below it); a dot right of the dashed line "
+            "clears the threshold.</p>"
             + img + table(head, rows))
 
 
@@ -477,8 +489,16 @@ def plan_section(plan: dict[str, Any] | None, link: str | None, *, tagged: bool 
     has_range = any("replicas_range" in row for row in plan.get("configurations") or [])
     for i, row in enumerate(plan.get("configurations") or []):
         rng = interval_words(row.get("replicas_range"), "", 0)
-        replicas = (cell(str(row["replicas"]), at("configurations", i, "replicas")) if row.get("replicas") is not None
-                    else f'<td>{esc(row.get("reason") or "cannot meet the load")}</td>')
+        pair = row.get("replicas_range") or [None, None]
+        if row.get("replicas") is not None:
+            replicas = cell(str(row["replicas"]), at("configurations", i, "replicas"))
+        elif pair[0] is not None:  # a range: each end tagged with its place in plan.json
+            high = (span(at("configurations", i, "replicas_range", 1), str(pair[1])) if pair[1] is not None
+                    else esc("no upper bound"))
+            replicas = (f'<td>{span(at("configurations", i, "replicas_range", 0), str(pair[0]))} to {high}'
+                        f'<br><small>{esc(row.get("reason") or "")}</small></td>')
+        else:
+            replicas = f'<td>{esc(row.get("reason") or "cannot meet the load")}</td>'
         rows.append(f"<td>{esc(row['label'])}</td><td>{esc(row.get('instance_type') or 'unknown')}</td>"
                     + replicas + (f"<td>{esc(rng or 'unknown')}</td>" if has_range else "")
                     + "".join(cell(_money(row.get(key), digits), at("configurations", i, key))
@@ -580,15 +600,23 @@ def plan_page(plan: dict[str, Any], notes: Sequence[str], load_desc: str,
     headline = []
     current = plan.get("current")
     for row in plan.get("configurations") or []:
-        if row.get("replicas") is None:
+        span = row.get("replicas_range")
+        if row.get("replicas") is not None:
+            count = str(row["replicas"])
+        elif span and span[0] is not None:
+            count = f"{span[0]}-{span[1]}" if span[1] is not None else f"{span[0]} or more"
+        else:
             headline.append(f"{row['label']}: {row.get('reason') or 'cannot meet the load at the SLO'}")
             continue
         cost = f", {_money(row.get('usd_month_on_demand'))} a month on demand" if is_number(
             row.get("usd_month_on_demand")) else ""
+        if cost and row.get("replicas") is None:
+            cost += " at the high end"
         now = f" (today {current['replicas']})" if current else ""
         if current and is_number(current.get("usd_month")) and cost:
             cost += f" against {_money(current['usd_month'])} today"
-        headline.append(f"{row['label']}: {row['replicas']} replicas{now}{cost}")
+        why = f"; {row['reason']}" if row.get("reason") else ""
+        headline.append(f"{row['label']}: {count} replicas{now}{cost}{why}")
     rows = [f"<td>{esc(c)}</td><td>{esc(s)}</td>" + cell(num(t), None) + cell(num(q, 3), None)
             + f"<td>{esc(_capacity_basis(b))}</td>" for c, s, t, q, b in capacities]
     body = ["<h1>Replica plan</h1>",

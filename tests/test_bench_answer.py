@@ -34,7 +34,12 @@ def test_lines_are_sentences_without_reprs():
     assert answer.verdict_line({"verdict": None}, {"baseline": "matrix/gemma-fp8"}) == (
         "No verdict: matrix/gemma-fp8 was reported without a baseline to compare with.")
     plan = {"basis": "slo", "current": {"replicas": 12, "usd_month": None},
-            "configurations": [{"label": "a", "replicas": 4}, {"label": "b", "replicas": None}]}
-    assert answer.plan_line(plan) == "Plan on the slo basis: a 4 replicas, b cannot carry the load at the SLO (today 12)."
+            "configurations": [{"label": "a", "replicas": 4}, {"label": "b", "replicas": None},
+                               {"label": "c", "replicas": None, "replicas_range": [4, 6],
+                                "reason": "run the capacity search to narrow it"},
+                               {"label": "d", "replicas": None, "replicas_range": [3, None], "reason": None}]}
+    assert answer.plan_line(plan) == ("Plan on the slo basis: a 4 replicas, b: cannot carry the load at the SLO, "
+                                      "c 4-6 replicas (run the capacity search to narrow it), d 3 or more replicas "
+                                      "(today 12).")
     for text in (line, answer.plan_line(plan)):
         assert "None" not in text and "nan" not in text

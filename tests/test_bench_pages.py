@@ -145,11 +145,16 @@ def test_report_page_says_what_a_manager_reads_first(made):
     text = visible(made["report"] / "report.html")
     summary = json.loads((made["report"] / "summary.json").read_text())
     v = summary["verdict"]
-    # The verdict comes first, with its basis, ratio and threshold, and why it cannot pass.
-    first = text.index("FAIL")
+    # The verdict comes first, with its state, basis, ratio and threshold, and why it is not decided.
+    assert v["state"] == "inconclusive"
+    first = text.index("INCONCLUSIVE")
     assert first < text.index("Ratio per scenario") < text.index("Concurrency curves")
     assert f"{v['min_ratio']:.2f}x" in text and "threshold 1.5x" in text
-    assert "Blocks a pass" in text and "invalid" in text and "suspect" in text
+    for reason in v["reasons"]:  # every reason of summary.json, worded as it is there
+        assert " ".join(reason.split()) in text, reason
+    assert "invalid" in text and "suspect" in text
+    # one SLO ratio per scenario, the verdict's, with its interval and source (no second SLO column)
+    assert text.count("SLO ratio (the verdict's)") == 1 and "its interval" in text and "95 % interval 0" not in text
     for section in ("Capacity under the SLO", "Startup", "Replica plan", "Invalid and suspect runs",
                     "What was measured"):
         assert section in text, section
@@ -186,7 +191,7 @@ def test_the_verdict_issue_keys_are_shown_when_present(made):
     assert "INCONCLUSIVE" in text and 'data-state="inconclusive"' in page
     assert "S1_chat: the interval straddles the threshold" in text
     assert "Blocks a pass" not in text  # the summary's own reasons replace the derived ones
-    assert "95 % interval at least 1.20x" in text
+    assert "(at least 1.20x)" in text
     assert "at least 3.20x" in text and "at most 2.50x" in text
     assert not REPR.search(text)
 
@@ -222,7 +227,9 @@ def test_plan_page_labels_every_bar_and_compare_page_names_the_setting(made):
     plan = json.loads((made["plan"] / "plan.json").read_text())
     text = visible(made["plan"] / "plan.html")
     row = plan["configurations"][0]
-    assert f"{row['replicas']} replicas (today 12)" in text
+    lo, hi = row["replicas_range"]  # the grid alone: a range, and the reason says how to narrow it
+    count = str(row["replicas"]) if row["replicas"] is not None else f"{lo}-{hi}"
+    assert f"{count} replicas (today 12)" in text and (row["reason"] is None or row["reason"] in text)
     assert f"${row['usd_month_on_demand']:,.0f}" in text
     # plan.png and the page's chart carry the value on every bar
     from bench import charts
@@ -230,7 +237,7 @@ def test_plan_page_labels_every_bar_and_compare_page_names_the_setting(made):
     fig = charts.plan_figure(plan)
     labels = {t.get_text() for ax in fig.axes for t in ax.texts}
     charts.close(fig)
-    assert {"12", str(row["replicas"]), f"${row['usd_month_on_demand']:,.0f}", f"${row['usd_month_spot']:,.0f}",
+    assert {"12", count, f"${row['usd_month_on_demand']:,.0f}", f"${row['usd_month_spot']:,.0f}",
             f"${plan['current']['usd_month']:,.0f}"} <= labels
     compare = visible(made["compare"] / "compare.html")
     assert "maxNumSeqs" in compare and "COMPARABLE" not in compare  # the invalid run makes it incomplete

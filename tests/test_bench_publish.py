@@ -206,11 +206,11 @@ def test_open_before_and_after_the_report(results, tmp_path, capsys, monkeypatch
     monkeypatch.setattr("sys.stdin", io.StringIO(output))
     assert opener.main(["-", "--out", str(dest), "--no-progress"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1] == str((dest / "report.md").resolve())
+    assert lines[1] == str((dest / "report.html").resolve())  # the page, where the report has one
     assert lines[2].startswith("Verdict PASS for nvfp4-g7e against nvfp4-l40s")
     assert lines[3] == "Plan on the peak basis: nvfp4-g7e 4 replicas (today 12)."
     assert files(dest) == s3_files(client, OUT)
-    assert {"chart_S1_chat.png", "plan.png", "inputs.json"} <= set(files(dest))
+    assert {"chart_S1_chat.png", "plan.png", "inputs.json", "report.html", "plan.html"} <= set(files(dest))
     # Default folder: reports/<stack>/<hash>
     monkeypatch.chdir(tmp_path)
     assert opener.main([f"s3://{BUCKET}/{OUT}", "--no-progress"]) == 0
