@@ -279,8 +279,7 @@ def verdict_section(summary: dict[str, Any], issues: Sequence[str], ctx: dict[st
              if is_number(v.get("min_ratio")) else "<strong>no finite ratio</strong>")
     threshold = f"{v.get('threshold', 1.5):g}x"
     head = (f"{esc(cand)} against {esc(base)}: the smallest per-scenario {esc(what)} (per GPU) is {ratio}"
-            + (f" (between {esc(interval)})" if interval and " to " in interval else
-               f" ({esc(interval)})" if interval else "")
+            + (f" (its interval: {esc(interval)})" if interval else "")
             + f' against the threshold <strong data-field="{field(["verdict", "threshold"])}">'
             f'{esc(threshold)}</strong>, on the {esc(v.get("basis") or "peak")} basis.')
     reasons = list(v.get("reasons") or [])

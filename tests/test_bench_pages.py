@@ -191,7 +191,7 @@ def test_the_verdict_issue_keys_are_shown_when_present(made):
     assert "INCONCLUSIVE" in text and 'data-state="inconclusive"' in page
     assert "S1_chat: the interval straddles the threshold" in text
     assert "Blocks a pass" not in text  # the summary's own reasons replace the derived ones
-    assert "(at least 1.20x)" in text
+    assert "(its interval: at least 1.20x)" in text
     assert "at least 3.20x" in text and "at most 2.50x" in text
     assert not REPR.search(text)
 
