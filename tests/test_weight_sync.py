@@ -295,14 +295,15 @@ def _wait_for_credentials(agent, env_extra=None, *args):
 
 
 def test_the_sync_waits_for_credentials_that_appear_after_a_delay(pod_identity_agent):
-    import time
 
-    pod_identity_agent.refuse_until = time.monotonic() + 1.5
+    # Refused a number of times rather than for a time: a loaded machine may take longer than any
+    # fixed delay just to start the process, which would then never see a refusal.
+    pod_identity_agent.refuse_next = 6
     done = _wait_for_credentials(pod_identity_agent, None, "--wait-s", "20", "--interval-s", "0.2")
     assert done.returncode == 0, done.stderr
     assert "waiting up to 20 s for AWS credentials from the EKS Pod Identity agent" in done.stdout
-    assert "HTTP 500" in done.stdout and "AWS credentials from the EKS Pod Identity agent after" in done.stdout
-    assert len(pod_identity_agent.requests) >= 3  # refused, asked again, then served
+    assert "HTTP 500" in done.stdout and "weights: AWS credentials from the EKS Pod Identity agent" in done.stdout
+    assert len(pod_identity_agent.requests) == 7  # refused six times, asked again, then served
     print(done.stdout)
 
 
