@@ -295,7 +295,6 @@ def _wait_for_credentials(agent, env_extra=None, *args):
 
 
 def test_the_sync_waits_for_credentials_that_appear_after_a_delay(pod_identity_agent):
-
     # Refused a number of times rather than for a time: a loaded machine may take longer than any
     # fixed delay just to start the process, which would then never see a refusal.
     pod_identity_agent.refuse_next = 6
