@@ -156,11 +156,12 @@ def _under(field: str, prefix: str) -> bool:
 def replace_reasons(typ: str, before: dict[str, Any], changes: list[dict[str, Any]]) -> list[str]:
     """Why the changes cannot be applied in place (empty: an update)."""
     fields = [c["field"] for c in changes]
-    prefixes = [p for pattern, paths in FORCE_NEW.items() if fnmatch.fnmatchcase(typ, pattern) for p in paths]
+    prefixes = []
     if _is_k8s_object(typ):
         prefixes += ["metadata.name", "metadata.namespace", "kind", "apiVersion"]
         if (before.get("inputs") or {}).get("immutable") is True:
             prefixes += ["data", "binaryData", "stringData"]
+    prefixes += [p for pattern, paths in FORCE_NEW.items() if fnmatch.fnmatchcase(typ, pattern) for p in paths]
     reasons = []
     for prefix in dict.fromkeys(prefixes):
         if any(_under(f, prefix) for f in fields):
