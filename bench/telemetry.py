@@ -22,13 +22,14 @@ highest engine's.
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 SERVER_COUNTERS: dict[str, tuple[str, ...]] = {
     "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
@@ -56,28 +57,33 @@ GPU_POWER = "DCGM_FI_DEV_POWER_USAGE"  # W
 
 DEFAULT_INTERVAL_S = 1.0
 
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
-def parse(text: str) -> Samples:
-    """Prometheus text exposition -> {metric name: [(labels, value), ...]}; comments skipped."""
+def _samples(text: str) -> Samples:
     out: Samples = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        try:
-            value = float(match["value"])
-        except ValueError:
-            continue
-        labels = dict(_LABEL.findall(match["labels"] or ""))
-        out.setdefault(match["name"], []).append((labels, value))
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
     return out
+
+
+def parse(text: str) -> Samples:
+    """Prometheus text exposition -> {sample name: [(labels, value), ...]} (counters keep `_total`,
+    histograms their `_bucket`/`_sum`/`_count`), read by prometheus_client's parser, which the vLLM
+    image ships. A line it cannot read (a truncated scrape) costs that line, not the whole read."""
+    try:
+        return _samples(text)
+    except ValueError:
+        out: Samples = {}
+        for line in text.splitlines():
+            try:
+                found = _samples(line + "\n")
+            except ValueError:
+                continue
+            for name, points in found.items():
+                out.setdefault(name, []).extend(points)
+        return out
 
 
 def _first(samples: Samples, names: tuple[str, ...]) -> list[tuple[dict[str, str], float]] | None:

@@ -1,7 +1,8 @@
 """The benchmark Job: one scenario sweep against one vLLM server, results streamed to S3.
 
 The Job runs `python3 -m bench sweep` in the server's own image (vLLM, python3 and boto3 are there;
-nothing is built), with the bench package mounted from an immutable ConfigMap. It is created once
+nothing is built), with the bench package mounted from an immutable ConfigMap and the stack's prompt
+set (one ConfigMap every bench Job shares) projected beside it. It is created once
 the server's Deployment is available, and `pulumi up` does not wait for the sweep (skipAwait).
 
 Its name carries a hash of everything that shapes the numbers (server flags and image, sweep
@@ -45,7 +46,8 @@ class BenchJobArgs:
     server_pod_labels: dict[str, str]
     region: str
     code: dict[str, str]  # bench package: file name -> source
-    config_hash: str
+    config_hash: str  # covers the code and the prompt set
+    prompts: k8s.core.v1.ConfigMap | None = None  # the stack's prompt set (bench_pod.prompt_config_map)
     labels: dict[str, str] = field(default_factory=dict)
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     deadline_hours: int = 12
@@ -78,6 +80,22 @@ class BenchNodeAccess(pulumi.ComponentResource):
             subjects=[{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
             opts=child)
         self.register_outputs({"role": self.role.metadata["name"]})
+
+
+class BenchPromptSet(pulumi.ComponentResource):
+    """The stack's prompt set (the Korean marketplace prompts), once: every bench Job projects its
+    ConfigMap beside its own code, so a stack of several targets carries the prompts once."""
+
+    config_map: k8s.core.v1.ConfigMap
+
+    def __init__(self, name: str, namespace: str, files: dict[str, str], labels: dict[str, str] | None = None,
+                 depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-poc:bench:BenchPromptSet", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(depends_on or []))
+        self.config_map = bench_pod.prompt_config_map(
+            f"{name}-config-map", namespace, {"app.kubernetes.io/name": "vllm-bench", **PART_OF, **(labels or {})},
+            files, child)
+        self.register_outputs({"name": self.config_map.metadata["name"]})
 
 
 def job_name(server: str, config_hash: str) -> str:
@@ -139,7 +157,7 @@ class BenchJob(pulumi.ComponentResource):
             # On SIGTERM the sweep stops its client and uploads the manifest before exiting.
             "terminationGracePeriodSeconds": 90,
             "containers": [container],
-            "volumes": bench_pod.volumes(self.code),
+            "volumes": bench_pod.volumes(self.code, args.prompts),
             # On the server's own node: the ~25 GB image is already there, and the client's traffic
             # stays off the network between nodes.
             **bench_pod.on_server_node(args.server_pod_labels),
@@ -177,6 +195,7 @@ class BenchJob(pulumi.ComponentResource):
                     "spec": pod_spec,
                 },
             },
-            opts=child.merge(pulumi.ResourceOptions(depends_on=[self.code, *args.depends_on])),
+            opts=child.merge(pulumi.ResourceOptions(
+                depends_on=[self.code, *([args.prompts] if args.prompts else []), *args.depends_on])),
         )
         self.register_outputs({"jobName": self.job.metadata["name"], "resultsUri": self.results_uri})

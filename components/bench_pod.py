@@ -2,12 +2,15 @@
 environment `python -m bench` expects, a results folder it uploads from, and (for the Jobs that
 work with a server) a place on that server's node.
 
-The bench Job, the start-up timeline Job, the streamer Job and the mixed-traffic check differ in
-command and resources only; these pieces are theirs in common.
+The bench Job, the start-up timeline Job, the streamer Job and the mixed-traffic check differ in command, resources and
+placement only; these pieces are theirs in common. The bench Jobs also read the prompt set (the
+Korean marketplace prompts): it is one ConfigMap per stack, named after its content, that every
+bench Job projects into its code folder beside the modules, where bench.workloads finds it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pulumi
@@ -27,6 +30,22 @@ def code_config_map(resource_name: str, name: str, namespace: str, labels: dict[
         resource_name,
         metadata={"name": name[:63], "namespace": namespace, "labels": labels},
         data=dict(sorted(code.items())),
+        immutable=True,
+        opts=opts,
+    )
+
+
+def prompt_config_map(resource_name: str, namespace: str, labels: dict[str, str], files: dict[str, str],
+                      opts: pulumi.ResourceOptions) -> k8s.core.v1.ConfigMap:
+    """The prompt set as one immutable ConfigMap, `bench-prompts-<hash of its files>`: a changed
+    prompt set is a new ConfigMap (and, through the bench hash, new Jobs), never an edit in place."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(f"{name}\0{hashlib.sha256(files[name].encode()).hexdigest()}\0".encode())
+    return k8s.core.v1.ConfigMap(
+        resource_name,
+        metadata={"name": f"bench-prompts-{digest.hexdigest()[:10]}", "namespace": namespace, "labels": labels},
+        data=dict(sorted(files.items())),
         immutable=True,
         opts=opts,
     )
@@ -53,11 +72,16 @@ def volume_mounts() -> list[dict[str, Any]]:
     ]
 
 
-def volumes(code: k8s.core.v1.ConfigMap) -> list[dict[str, Any]]:
-    return [
-        {"name": "code", "configMap": {"name": code.metadata["name"]}},
-        {"name": "results", "emptyDir": {}},
-    ]
+def volumes(code: k8s.core.v1.ConfigMap, prompts: k8s.core.v1.ConfigMap | None = None) -> list[dict[str, Any]]:
+    """The code folder (with the prompt set projected beside the modules, when given) and results."""
+    if prompts is None:
+        code_volume = {"name": "code", "configMap": {"name": code.metadata["name"]}}
+    else:
+        code_volume = {"name": "code", "projected": {"sources": [
+            {"configMap": {"name": code.metadata["name"]}},
+            {"configMap": {"name": prompts.metadata["name"]}},
+        ]}}
+    return [code_volume, {"name": "results", "emptyDir": {}}]
 
 
 def on_server_node(server_pod_labels: dict[str, str]) -> dict[str, Any]:

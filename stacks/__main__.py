@@ -9,7 +9,7 @@ import sys
 from bench.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_on_signals
 
 # Each module exposes add_parser(subparsers), which sets `func` on its parser.
-COMMAND_MODULES = ("render", "config_reference", "staging", "preflight", "api_access", "teardown")
+COMMAND_MODULES = ("render", "diff", "config_reference", "staging", "preflight", "api_access", "teardown")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from bench import workloads as bench_workloads
-from components.bench_job import BenchJob, BenchJobArgs, BenchNodeAccess
+from components.bench_job import BenchJob, BenchJobArgs, BenchNodeAccess, BenchPromptSet
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
 from components.gpu_telemetry import DcgmExporter, DcgmExporterArgs
@@ -72,11 +72,14 @@ def gpu_pool_specs(settings: StackSettings) -> list[GpuPoolSpec]:
 
 
 def bench_code() -> dict[str, str]:
-    """The bench package as the Job mounts it (every module: `python -m bench` imports them all),
-    plus the data files its scenarios read (the Korean prompt set), flat beside the modules."""
-    code = {path.name: path.read_text() for path in sorted(BENCH_DIR.glob("*.py"))}
-    code.update(bench_workloads.data_files())
-    return code
+    """The bench package as the Job mounts it (every module: `python -m bench` imports them all)."""
+    return {path.name: path.read_text() for path in sorted(BENCH_DIR.glob("*.py"))}
+
+
+def bench_prompts() -> dict[str, str]:
+    """The data files the scenarios read (the Korean prompt set): one ConfigMap per stack, projected
+    beside the modules in every bench Job."""
+    return bench_workloads.data_files()
 
 
 def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str],
@@ -417,11 +420,15 @@ def build(settings: StackSettings) -> dict[str, object]:
                         labels={"app.kubernetes.io/name": "vllm-bench"}, depends_on=[namespace],
                         opts=on_cluster)
         code = bench_code()
+        prompt_files = bench_prompts()
+        prompts = BenchPromptSet("bench-prompts", NAMESPACE, prompt_files, depends_on=[namespace], opts=on_cluster)
         reader = startup_reader_rbac(NAMESPACE, BENCH_SERVICE_ACCOUNT, on_cluster)
         for target in settings.bench.targets:
             server = servers[target]
             spec = server.spec
-            config_hash = bench_config_hash(spec, settings.bench, code, bench_hardware(settings, target, spec))
+            # The prompt set is hashed with the code: a changed prompt file starts new sweeps.
+            config_hash = bench_config_hash(spec, settings.bench, {**code, **prompt_files},
+                                            bench_hardware(settings, target, spec))
             target_results = pulumi.Output.concat(
                 "s3://", store.results_bucket_name, "/", results_prefix(settings.stack), f"{target}/{config_hash[:10]}/")
             # Start-up timeline (and sleep/wake) of the target's pods, before its sweep begins.
@@ -448,6 +455,7 @@ def build(settings: StackSettings) -> dict[str, object]:
                     region=settings.region,
                     code=code,
                     config_hash=config_hash,
+                    prompts=prompts.config_map,
                     api_key_secret=settings.security.api_key_secret,
                     depends_on=[server.deployment, bench_identity.association, bench_identity.service_account,
                                 recorded.job],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
-from stacks import environment, loader
+from stacks import environment, loader, waivers
 from stacks.settings import PROJECT, ConfigError
 
 
@@ -29,6 +29,11 @@ def run() -> None:
         settings = current_settings()
     except ConfigError as err:
         # A RunError is reported by the engine as a plain message, without a Python traceback.
+        raise pulumi.RunError(str(err)) from None
+    try:
+        # The checkov waivers, as checkov's own skip annotations on the objects they name.
+        pulumi.runtime.register_stack_transformation(waivers.checkov_transformation(waivers.checkov_waivers()))
+    except ValueError as err:
         raise pulumi.RunError(str(err)) from None
     try:
         outputs = environment.build(settings)

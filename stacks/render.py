@@ -5,8 +5,9 @@
   kubernetes.yaml  every Kubernetes object as it would be applied, in dependency order
   helm.json        every Helm release: chart, repository, version, namespace, values
   outputs.json     the stack outputs
-  code/            the Python packages the Jobs mount (bench, weights), once each; the ConfigMaps in
-                   kubernetes.yaml and resources.json name each file and its sha256
+  code/            the Python packages the Jobs mount (bench, weights) and the bench's prompt set
+                   (bench/data), once each; the ConfigMaps in kubernetes.yaml and resources.json name
+                   each file and its sha256
 and prints a short summary. Two renders of the same stack are byte-identical, so a change reviews as
 a diff. Bad config exits 2 with every problem of the stack file, before any resource is declared.
 """
@@ -129,21 +130,33 @@ def _code_reference(path: str, text: str) -> str:
     return f"file {CODE_DIR}/{path} sha256:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
+# ConfigMap entries written out as files of the render: Python modules and the prompt set.
+CODE_SUFFIXES = (".py", ".jsonl")
+
+
+def _project_folders() -> list[Path]:
+    """The project's packages, then their sub-folders (bench/data), where ConfigMap files come from."""
+    packages = sorted(p for p in REPO.iterdir() if (p / "__init__.py").is_file())
+    subfolders = sorted(d for p in packages for d in p.iterdir() if d.is_dir() and d.name != "__pycache__")
+    return packages + subfolders
+
+
 def code_package(data: dict[str, str], fallback: str) -> str:
-    """The project package a ConfigMap's modules are (bench, weights): the directory holding exactly
-    these files; else the ConfigMap's name without its hash suffix."""
-    for directory in sorted(p for p in REPO.iterdir() if (p / "__init__.py").is_file()):
+    """Where a ConfigMap's files live in the project (bench, weights, bench/data): the folder holding
+    exactly these files; else the ConfigMap's name without its hash suffix."""
+    for directory in _project_folders():
         if all((directory / key).is_file() and (directory / key).read_text() == text for key, text in data.items()):
-            return directory.name
+            return directory.relative_to(REPO).as_posix()
     return re.sub(r"-[0-9a-f]{8,}$", "", fallback) or "configmap"
 
 
 def externalize_code(data: Any, files: dict[str, str], name: str = "configmap") -> Any:
-    """A ConfigMap's `data` with each Python module replaced by a reference to its file in the render
-    directory, `code/<package>/<module>` (collected into `files`, once per content)."""
+    """A ConfigMap's `data` with each Python module (and prompt file) replaced by a reference to its
+    file in the render directory, `code/<package>/<file>` (collected into `files`, once per content)."""
     if not isinstance(data, dict):
         return data
-    modules = {k: v for k, v in data.items() if isinstance(k, str) and k.endswith(".py") and isinstance(v, str)}
+    modules = {k: v for k, v in data.items()
+               if isinstance(k, str) and k.endswith(CODE_SUFFIXES) and isinstance(v, str)}
     if not modules:
         return data
     package = code_package(modules, name)

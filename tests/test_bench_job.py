@@ -11,9 +11,10 @@ import sys
 import boto3
 import pytest
 
-from bench.workloads import data_files
+from bench.workloads import KOREAN_PROMPTS, WORKLOADS, data_files
 from components import pod_security
 from components.bench_job import FINAL_EXIT_CODES
+from stacks import environment
 from stacks.environment import BENCH_DIR
 from tests.fixtures.pulumi_stack import render_with
 
@@ -106,8 +107,57 @@ def test_results_go_to_the_stack_prefix_of_the_results_bucket(dev):
 def test_config_map_carries_the_whole_bench_package(dev):
     (config_map,) = [c for c in dev.k8s("ConfigMap") if c["metadata"]["name"].startswith("bench-code-")]
     assert config_map["immutable"] is True
-    assert set(config_map["data"]) == {p.name for p in BENCH_DIR.glob("*.py")} | set(data_files())
+    assert set(config_map["data"]) == {p.name for p in BENCH_DIR.glob("*.py")}
     assert config_map["data"]["sweep.py"] == (BENCH_DIR / "sweep.py").read_text()
+
+
+def code_volume_files(rendered, job: dict) -> dict[str, str]:
+    """The files the Job's code volume shows the pod, as the kubelet lays out a ConfigMap or a
+    projected volume of ConfigMaps (every key at the top, later sources never hiding earlier ones)."""
+    config_maps = {c["metadata"]["name"]: c for c in rendered.k8s("ConfigMap")}
+    (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "code"]
+    sources = [s["configMap"] for s in volume["projected"]["sources"]] if "projected" in volume else [volume["configMap"]]
+    files: dict[str, str] = {}
+    for source in sources:
+        for key, text in config_maps[source["name"]]["data"].items():
+            assert key not in files, f"{key} is in two ConfigMaps of the code volume"
+            files[key] = text
+    return files
+
+
+def test_one_prompt_set_per_stack_mounted_beside_every_bench_jobs_code(all_stacks):
+    matrix = all_stacks["matrix"]
+    prompt_maps = [c for c in matrix.k8s("ConfigMap") if data_files().keys() & set(c.get("data") or {})]
+    (prompts,) = prompt_maps  # once per stack, however many targets
+    assert prompts["metadata"]["name"].startswith("bench-prompts-") and prompts["immutable"] is True
+    assert prompts["data"] == data_files()
+    jobs = bench_jobs(matrix)
+    assert len(jobs) >= 2
+    for job in jobs:
+        files = code_volume_files(matrix, job)
+        assert {p.name for p in BENCH_DIR.glob("*.py")} | set(data_files()) == set(files)
+        # bench.workloads looks beside its modules, where the projection puts the prompt set
+        assert files[KOREAN_PROMPTS] == WORKLOADS["K_korean"].data_path().read_text(encoding="utf-8")
+    registration = matrix.one("kubernetes:batch/v1:Job", f"bench-{jobs[0]['metadata']['labels']['app.kubernetes.io/instance']}-job")
+    assert "bench-prompts-config-map" in deps(registration)
+
+
+def test_a_changed_prompt_set_is_a_new_config_map_and_new_sweeps(monkeypatch):
+    before = render_with()
+    job, prompts = job_of(before), prompt_map_of(before)
+    changed = {name: text + '{"id": "ko-999", "category": "rag", "prompt": "x"}\n' for name, text in data_files().items()}
+    monkeypatch.setattr(environment, "bench_prompts", lambda: changed)
+    after = render_with()
+    assert prompt_map_of(after)["metadata"]["name"] != prompts["metadata"]["name"]
+    # the sweep's hash covers the prompt set: a new Job under a new results prefix, nothing resumed
+    assert job_of(after)["metadata"]["name"] != job["metadata"]["name"]
+    code = [c for c in after.k8s("ConfigMap") if c["metadata"]["name"].startswith("bench-code-")]
+    assert code and all(c["data"] for c in code)
+
+
+def prompt_map_of(rendered) -> dict:
+    (config_map,) = [c for c in rendered.k8s("ConfigMap") if c["metadata"]["name"].startswith("bench-prompts-")]
+    return config_map
 
 
 def test_the_job_name_changes_with_what_shapes_the_numbers_and_only_then():
@@ -138,10 +188,9 @@ def test_the_rendered_job_command_sweeps_a_real_server_and_streams_to_s3(aws, ti
     rendered = render_with(bench=SMALL_BENCH)
     job = job_of(rendered)
     container = container_of(job)
-    (config_map,) = [c for c in rendered.k8s("ConfigMap") if c["metadata"]["name"].startswith("bench-code-")]
     code = tmp_path / "code" / "bench"
     code.mkdir(parents=True)
-    for name, text in config_map["data"].items():
+    for name, text in code_volume_files(rendered, job).items():
         (code / name).write_text(text)
 
     env = {e["name"]: e.get("value") for e in container["env"]}

@@ -1,9 +1,13 @@
 """Outside judges over every rendered stack: checkov (Kubernetes objects) and parliament (IAM).
 
 Each finding must be waived in security/waivers.toml with its reason; an unwaived finding fails,
-and so does a waiver that no finding matches any more. checkov runs from its own virtualenv
-(.venv-checkov, built by `make venv-checkov`; its pins conflict with the project's), found through
-VLLM_POC_CHECKOV or at the repository root, as a subprocess; parliament is a library in .venv.
+and so does a waiver that no finding matches any more. checkov waivers reach the manifests as
+checkov's own `checkov.io/skip<N>` annotations (stacks/waivers.py): checkov judges each stack twice
+in one run, as rendered (nothing may fail; every skip carries its reason) and with those annotations
+stripped (every failure must be waived, every waiver must match a failure, and the skips must be
+exactly those failures). checkov runs from its own virtualenv (.venv-checkov, built by
+`make venv-checkov`; its pins conflict with the project's), found through VLLM_POC_CHECKOV or at the
+repository root, as a subprocess; parliament is a library in .venv.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import yaml
 from parliament import analyze_policy_string
 
 from stacks.render import Rendered
+from stacks.waivers import SKIP_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
 WAIVERS = tomllib.loads((REPO / "security" / "waivers.toml").read_text())
@@ -60,13 +65,28 @@ def _canary() -> dict[str, Any]:
             "spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}}
 
 
+BARE = ".bare"  # file suffix of a stack's objects without their skip annotations
+
+
+def strip_skips(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as it would be without the waivers' annotations (checkov judges it unwaived)."""
+    metadata = dict(obj.get("metadata") or {})
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if not k.startswith(SKIP_PREFIX)}
+    if annotations:
+        metadata["annotations"] = annotations
+    else:
+        metadata.pop("annotations", None)
+    return {**obj, "metadata": metadata}
+
+
 @pytest.fixture(scope="module")
 def checkov_report(all_stacks: dict[str, Rendered], tmp_path_factory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("checkov")
     files = []
-    for stack, rendered in [*all_stacks.items(), ("canary", None)]:
+    variants = [(s, r.kubernetes_objects()) for s, r in all_stacks.items()]
+    variants += [(s + BARE, [strip_skips(o) for o in r.kubernetes_objects()]) for s, r in all_stacks.items()]
+    for stack, objects in [*variants, ("canary", [_canary()])]:
         path = out / f"{stack}.yaml"
-        objects = rendered.kubernetes_objects() if rendered else [_canary()]
         path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
         files += ["-f", str(path)]
     proc = subprocess.run(
@@ -92,6 +112,7 @@ def test_checkov_judges_at_all(checkov_report):
 
 
 def test_checkov_has_no_unwaived_failure(checkov_report, all_stacks):
+    """Judged without the skip annotations: every failure has a waiver, every waiver a failure."""
     results = checkov_report["results"]
     assert not checkov_report["summary"].get("parsing_errors")
     figures: dict[str, dict[str, int]] = {s: {"passed": 0, "failed": 0, "waived": 0} for s in all_stacks}
@@ -99,12 +120,12 @@ def test_checkov_has_no_unwaived_failure(checkov_report, all_stacks):
     unwaived: list[str] = []
     waived_checks: dict[str, set[str]] = {s: set() for s in all_stacks}
     for result in results["passed_checks"]:
-        if _stack_of(result) in figures:
-            figures[_stack_of(result)]["passed"] += 1
+        if _stack_of(result).removesuffix(BARE) in figures and _stack_of(result).endswith(BARE):
+            figures[_stack_of(result).removesuffix(BARE)]["passed"] += 1
     for result in results["failed_checks"]:
-        stack = _stack_of(result)
-        if stack == "canary":
-            continue
+        if not _stack_of(result).endswith(BARE):
+            continue  # the rendered files: test_the_rendered_manifests_carry_the_waivers_as_checkov_skips
+        stack = _stack_of(result).removesuffix(BARE)
         finding = Finding(stack, result["check_id"], result["resource"])
         waiver = finding.waiver(WAIVERS["checkov"], "check")
         if waiver is None:
@@ -120,6 +141,26 @@ def test_checkov_has_no_unwaived_failure(checkov_report, all_stacks):
     assert not stale, f"waivers that match no finding any more (remove them): {stale}"
     # The goal the hardening was held to: at most 3 distinct checks waived in any stack.
     assert all(len(checks) <= 3 for checks in waived_checks.values()), waived_checks
+
+
+def test_the_rendered_manifests_carry_the_waivers_as_checkov_skips(checkov_report, all_stacks):
+    """As rendered (what a security team's checkov sees): nothing fails, and each waived finding is
+    reported skipped with the waiver's reason; the skips are exactly the unwaived run's failures."""
+    results = checkov_report["results"]
+    failed = [r for r in results["failed_checks"] if _stack_of(r) in all_stacks]
+    assert not failed, "checkov failures on the rendered manifests:\n" + "\n".join(
+        f"{_stack_of(r)}: {r['check_id']} {r['resource']}" for r in failed)
+    skipped = {(_stack_of(r), r["check_id"], r["resource"]): r for r in results.get("skipped_checks", [])
+               if _stack_of(r) in all_stacks}
+    bare_failures = {(_stack_of(r).removesuffix(BARE), r["check_id"], r["resource"]) for r in results["failed_checks"]
+                     if _stack_of(r).endswith(BARE)}
+    assert bare_failures, "no waived finding at all: the unwaived run judged nothing"
+    assert set(skipped) == bare_failures, {"skipped, would pass": sorted(set(skipped) - bare_failures),
+                                           "failing, not skipped": sorted(bare_failures - set(skipped))}
+    for (stack, check, resource), result in skipped.items():
+        waiver = Finding(stack, check, resource).waiver(WAIVERS["checkov"], "check")
+        assert waiver is not None and result["check_result"]["suppress_comment"] == " ".join(waiver["reason"].split()), resource
+    print("checkov skips per stack:", json.dumps({s: sum(1 for k in skipped if k[0] == s) for s in all_stacks}))
 
 
 def test_every_waiver_gives_a_reason():
@@ -183,3 +224,34 @@ def test_parliament_has_no_unwaived_finding(all_stacks):
     assert not unwaived, "parliament findings without a waiver in security/waivers.toml:\n" + "\n".join(unwaived)
     stale = [f"{w['issue']} {w['resource']}" for w in WAIVERS["parliament"] if id(w) not in used]
     assert not stale, f"waivers that match no finding any more (remove them): {stale}"
+
+
+# -- the waivers as checkov annotations --------------------------------------------------------------
+
+
+def test_waived_objects_carry_numbered_one_line_skips_and_others_none(dev):
+    annotated = {}
+    for obj in dev.kubernetes_objects():
+        skips = {k: v for k, v in (obj["metadata"].get("annotations") or {}).items() if k.startswith(SKIP_PREFIX)}
+        if skips:
+            annotated[f"{obj['kind']}.{obj['metadata'].get('namespace')}.{obj['metadata']['name']}"] = skips
+    (server,) = [v for k, v in annotated.items() if k.startswith("Deployment.vllm.")]
+    reason = " ".join(next(w for w in WAIVERS["checkov"] if w["resource"] == "Deployment.vllm.*")["reason"].split())
+    assert server == {"checkov.io/skip1": f"CKV_K8S_11={reason}"}
+    (bench,) = [v for k, v in annotated.items() if k.startswith("Job.vllm.bench-")]
+    assert sorted(bench) == ["checkov.io/skip1", "checkov.io/skip2"]
+    assert [v.split("=", 1)[0] for _, v in sorted(bench.items())] == ["CKV_K8S_11", "CKV_K8S_38"]
+    assert all("\n" not in v and v.count("=") == 1 for skips in annotated.values() for v in skips.values())
+    assert len(annotated) == 3  # server, bench Job, start-up Job; nothing else is waived
+
+
+def test_a_reason_checkov_cannot_read_stops_the_render(tmp_path, monkeypatch):
+    from stacks import waivers
+    from tests.fixtures.pulumi_stack import render_with
+
+    bad = tmp_path / "waivers.toml"
+    bad.write_text('[[checkov]]\ncheck = "CKV_K8S_11"\nresource = "Deployment.vllm.*"\n'
+                   'reason = "requests = limits would throttle the server"\n')
+    monkeypatch.setattr(waivers, "WAIVERS_FILE", bad)
+    with pytest.raises(Exception, match=r"waivers.toml: checkov entry 1 \(CKV_K8S_11\): the reason holds '='"):
+        render_with()

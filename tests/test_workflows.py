@@ -188,6 +188,25 @@ def test_preview_comments_the_diff_per_stack_after_the_tests():
     assert "upsert" not in options  # previews never create stacks
 
 
+def test_preview_posts_the_offline_render_diff_beside_the_pulumi_preview():
+    job = load("preview")["jobs"]["preview"]
+    checkout = next(s for s in job["steps"] if uses(s) == "actions/checkout")
+    assert checkout["with"]["fetch-depth"] == 0  # the base branch is there to render
+    diff = step_index(job, lambda s: "python -m stacks diff" in s.get("run", ""))
+    step = job["steps"][diff]
+    assert '"$STACK" --against "origin/$BASE_REF"' in step["run"] and "gh pr comment" in step["run"]
+    assert step["env"]["STACK"] == "${{ matrix.stack }}" and step["env"]["BASE_REF"] == "${{ github.base_ref }}"
+    assert step["env"]["GH_TOKEN"] == "${{ github.token }}"
+    # before the cloud steps: posted even when preflight or the preview fails, and needs no credentials
+    aws = step_index(job, lambda s: uses(s) == "aws-actions/configure-aws-credentials")
+    assert diff < aws < job["steps"].index(pulumi_step(job))
+    flags = set(re.findall(r"(--[a-z-]+)", step["run"].split("python -m stacks diff", 1)[1].splitlines()[0]))
+    from stacks.__main__ import build_parser
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    assert flags and flags <= {o for a in sub.choices["diff"]._actions for o in a.option_strings}
+
+
 def test_deploy_runs_up_per_stack_in_a_protected_environment():
     workflow = load("deploy")
     assert workflow["on"] == {"push": {"branches": ["main"]}}
