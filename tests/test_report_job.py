@@ -230,7 +230,9 @@ def test_the_rendered_command_waits_for_late_sweeps_then_reports(aws, all_stacks
         (code / name).write_text(text)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python").symlink_to(sys.executable)
+    # a wrapper, not a symlink: a symlinked venv python outside its venv runs as the base interpreter
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "python").chmod(0o755)
     script = container(job)["command"][2].splitlines()[-1]
     argv = container(job)["args"]
     bucket = g7e.outputs["resultsBucket"]
