@@ -102,7 +102,8 @@ class MixCheckJob(pulumi.ComponentResource):
                                                            "values": [FINAL_EXIT_CODE]}},
                 ]},
                 "activeDeadlineSeconds": (args.wait_hours + 1) * 3600,
-                "ttlSecondsAfterFinished": 7 * 24 * 3600,
+                # No ttlSecondsAfterFinished: Pulumi manages the Job, and one that deleted itself would be
+                # created again by the next `pulumi up --refresh` (a new run nobody asked for).
                 "template": {
                     "metadata": {"labels": labels,
                                  # The candidate's node stays while the check runs, as during its sweep.

@@ -218,7 +218,8 @@ def job_manifest(args: ReportJobArgs, name: str, code_config_map: str, bucket: p
                                                        "values": [FINAL_EXIT_CODE]}},
             ]},
             "activeDeadlineSeconds": deadline_hours(args) * 3600,
-            "ttlSecondsAfterFinished": 7 * 24 * 3600,
+            # No ttlSecondsAfterFinished: Pulumi manages the Job, and one that deleted itself would be
+            # created again by the next `pulumi up --refresh` (a new run nobody asked for).
             # PyPI for its requirements: HTTPS to public addresses (components/network_policy.py).
             "template": {"metadata": {"labels": {**labels, INTERNET_EGRESS_LABEL[0]: INTERNET_EGRESS_LABEL[1]}},
                          "spec": pod_spec},

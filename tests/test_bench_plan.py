@@ -62,7 +62,7 @@ def read(out):
     return json.loads((out / "plan.json").read_text())
 
 
-def test_seeds_peak_plan_twelve_to_four(tmp_path):
+def test_poc_peaks_plan_twelve_to_four(tmp_path):
     base = sweep_dir(tmp_path, "l40s", {s: v for s, (v, _) in L40S.items()}, instance_type="g6e.2xlarge")
     cand = sweep_dir(tmp_path, "g7e", G7E, instance_type="g7e.2xlarge")
     out = tmp_path / "plan"

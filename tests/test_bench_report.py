@@ -100,7 +100,7 @@ def test_ratios_are_per_gpu(tmp_path):
 
 def test_peak_and_slo_selection(tmp_path):
     d = tmp_path / "run"
-    # Table 4 shape: throughput climbs to c=64 while TTFT explodes past c=16.
+    # The PoC's L40S S1_chat curve: throughput climbs to c=64 while TTFT explodes past c=16.
     write_result(d, "S1_chat", 1, 21.6, ttft99=120, itl99=46)
     write_result(d, "S1_chat", 8, 155.8, ttft99=200, itl99=49)
     write_result(d, "S1_chat", 16, 284.2, ttft99=500, itl99=50)    # exactly at both limits: meets

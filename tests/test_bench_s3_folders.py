@@ -85,7 +85,7 @@ def test_report_from_s3_to_s3_matches_the_local_run_byte_for_byte(two_sweeps, tm
     assert f"Results: `{cand_uri}`" in text and f"Results: `{base_uri}`" in text
     assert "/tmp" not in text
     summary = json.loads(got["summary.json"])
-    # The seeds' S1 peaks: 1871 / 536 tok/s per GPU.
+    # The PoC's S1 peaks: 1871 / 536 tok/s per GPU.
     assert summary["comparison"]["S1_chat"]["throughput_ratio"] == pytest.approx(3.49, abs=0.01)
     head = client.head_object(Bucket=BUCKET, Key="runs/g7e/report/abc/summary.json")
     assert head["ContentType"] == "application/json"
@@ -96,7 +96,7 @@ def test_plan_and_compare_read_and_write_s3(two_sweeps, tmp_path):
     assert P.main([cand_uri, "--baseline", base_uri, "--current-replicas", "12", "--basis", "peak",
                    "--out", f"s3://{BUCKET}/runs/g7e/report/p/", "--no-progress"]) == 0
     plan = json.loads(s3_files(client, "runs/g7e/report/p/")["plan.json"])
-    assert plan["configurations"][0]["replicas"] == 4  # the seeds' 12 L40S -> 4 g7e on the peak basis
+    assert plan["configurations"][0]["replicas"] == 4  # the PoC's 12 L40S -> 4 g7e on the peak basis
 
     local = tmp_path / "cmp"
     assert CMP.main([cand_uri, base_uri, "--out", str(local), "--no-progress"]) == 0

@@ -1,7 +1,7 @@
 """Startup-log parser on hand-written logs in the vLLM 0.26 and 0.32/0.33 formats.
 
 The real log of a vLLM CPU server is parsed in test_bench_e2e.py. The lines below follow the
-format strings listed in the project's vLLM reference (section 3); the numbers are the PoC's.
+format strings vLLM 0.26 and 0.32 log; the numbers are the PoC's.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from bench import sweep as S
 
 REPO = Path(__file__).resolve().parents[1]
 
-# `vllm bench serve` flags of vLLM 0.26.0 that the sweep uses (reference: vllm.md section 2.1,
-# read from the 0.26.0 wheel). The e2e test proves them against the local 0.32 build by running.
+# `vllm bench serve` flags of vLLM 0.26.0 that the sweep uses (read from
+# the 0.26.0 wheel's parser). The e2e test proves them against the local 0.32 build by running.
 FLAGS_026 = {
     "--backend", "--endpoint", "--base-url", "--model", "--tokenizer", "--dataset-name",
     "--random-input-len", "--random-output-len", "--random-range-ratio", "--ignore-eos",

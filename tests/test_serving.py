@@ -172,7 +172,7 @@ def test_model_prefixes_do_not_nest():
 
 @pytest.mark.parametrize("instance,concurrency,memory_gib", [
     (L40S, 64, 24),      # the PoC's measured loader settings
-    (L40S_X4, 128, 64),  # PoC 4.2
+    (L40S_X4, 128, 64),  # the PoC's g6e.12xlarge loader settings
     (G7E, 64, 24),       # chosen: 50 Gbps NIC, 64 GiB host
 ])
 def test_runai_loader_settings_per_instance(instance, concurrency, memory_gib):
@@ -181,7 +181,7 @@ def test_runai_loader_settings_per_instance(instance, concurrency, memory_gib):
 
 
 def test_seed_recommended_loader_config_exactly():
-    # PoC section 7 command, verbatim value.
+    # the PoC's recommended command, verbatim value.
     assert flag(spec(server()).args, "--model-loader-extra-config") == \
         '{"concurrency":64,"memory_limit":25769803776}'
 
@@ -249,7 +249,7 @@ def test_sleep_mode_needs_dev_mode():
 def test_probe_budgets_cover_a_cold_start():
     s = spec(server())
     assert s.startup_probe.path == "/health"
-    # PoC 4: 537 s cold start; allow ~30 min.
+    # the PoC measured a 537 s cold start; allow ~30 min.
     assert s.startup_probe.budget_s >= 1800
     # The engine times out (with a log line) before the kubelet kills the container.
     assert int(s.env["VLLM_ENGINE_READY_TIMEOUT_S"]) < s.startup_probe.budget_s

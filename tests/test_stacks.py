@@ -1,4 +1,4 @@
-"""Both stack files, rendered whole: valid objects, no policy violations, the seeds' configurations."""
+"""Both stack files, rendered whole: valid objects, no policy violations, the PoC's configurations."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Scenario table: the dataset flags each scenario hands `vllm bench serve`, scaling, identity,
-natural-end validation, and the spec-decode helpers (acceptance gate, /metrics parser, Table 7)."""
+natural-end validation, and the spec-decode helpers (acceptance gate, /metrics parser, the Korean acceptance columns)."""
 
 from __future__ import annotations
 
