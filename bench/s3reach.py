@@ -69,7 +69,12 @@ def check(bucket: str, region: str | None, ranges_text: str | None, *, endpoint_
            "ranges since, and traffic to them is dropped. `python -m stacks preflight "
            f"{stack_name}` shows the difference; `pulumi up -s {stack_name}` rewrites the policy.")
     if len(outside) == len(addresses):
-        return Reach(True, f"S3 reach: {why} Stopping before the sweep: nothing could be uploaded.")
+        # A failed bench Job is not replaced by the next `pulumi up` (it has no replaceUnready): say so.
+        pod = os.environ.get("HOSTNAME", "")
+        job = pod.rsplit("-", 1)[0] if pod.count("-") >= 2 else "<this bench Job>"
+        return Reach(True, f"S3 reach: {why} Stopping before the sweep: nothing could be uploaded. After the `up`, "
+                           f"delete this Job (`kubectl -n vllm delete job {job}`) and run `pulumi up -s {stack_name}` "
+                           "again to create it anew; the sweep resumes from what is already in S3.")
     return Reach(False, f"S3 reach: warning: {why} Some uploads may fail and be retried.")
 
 

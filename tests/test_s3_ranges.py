@@ -86,7 +86,8 @@ def test_a_range_aws_added_since_the_last_up_is_named_with_the_up_that_fixes_it(
 # -- the bench Job's start check -----------------------------------------------------------------------
 
 
-def test_the_check_compares_where_s3_resolves_with_the_allowed_ranges():
+def test_the_check_compares_where_s3_resolves_with_the_allowed_ranges(monkeypatch):
+    monkeypatch.delenv("HOSTNAME", raising=False)  # not in a pod: the message names no Job
     resolver = lambda host: {"b.s3.ap-northeast-2.amazonaws.com": ["52.219.60.10"]}[host]  # noqa: E731
     inside = s3reach.check("b", SEOUL, "52.219.56.0/21", resolver=resolver)
     assert inside == s3reach.Reach(False, None)
@@ -94,6 +95,8 @@ def test_the_check_compares_where_s3_resolves_with_the_allowed_ranges():
     assert outside.blocked
     assert "resolves to 52.219.60.10, outside the S3 ranges" in outside.message
     assert "python -m stacks preflight dev" in outside.message and "pulumi up -s dev" in outside.message
+    # a failed bench Job is not replaced by `pulumi up` on its own: the message says how to get a new one
+    assert "delete this Job (`kubectl -n vllm delete job <this bench Job>`)" in outside.message
     some = s3reach.check("b", SEOUL, "52.219.56.0/21", resolver=lambda h: ["52.219.60.10", "16.12.1.1"])
     assert not some.blocked and "warning" in some.message
     # no ranges given (a laptop): nothing is checked
@@ -104,11 +107,13 @@ def test_a_sweep_stops_before_it_starts_when_s3_is_outside_the_allowed_ranges(
         bench_stub_server, fake_bench, bucket, tmp_path, monkeypatch, capsys):  # noqa: F811
     # The uploads go to moto on 127.0.0.1: ranges without it are what a stale policy looks like.
     monkeypatch.setenv(s3reach.RANGES_ENV, "52.216.0.0/15,54.231.0.0/16")
+    monkeypatch.setenv("HOSTNAME", "bench-gemma-fp8-0123456789-x7k2q")  # the pod's name, as in the cluster
     uri = f"s3://{BUCKET}/{PREFIX}"
     assert S.main(sweep_args(bench_stub_server, tmp_path / "out", fake_bench, "--upload", uri,
                              "--label", "dev/gemma-fp8")) == S.EXIT_UPLOAD
     err = capsys.readouterr().err
     assert "resolves to 127.0.0.1, outside the S3 ranges" in err and "pulumi up -s dev" in err
+    assert "kubectl -n vllm delete job bench-gemma-fp8-0123456789`" in err
     assert fake_bench.keys() == [], "no run started"
 
     monkeypatch.setenv(s3reach.RANGES_ENV, "52.216.0.0/15,127.0.0.0/8")
