@@ -24,6 +24,13 @@ DEST = f"s3://{BUCKET}/models/org/model"
 KEY = "models/org/model/model.safetensors"
 
 
+# A stop takes well under a second on an idle machine (printed by _stop); the bound is generous so a
+# loaded 2-core CI machine, where starting and tearing down a Python process alone can take seconds,
+# does not fail it. What proves the stop is the exit code: every operation here hangs for good or
+# would finish with 0 (and the files complete) had it not been stopped.
+STOP_BOUND_S = 30
+
+
 def _wait_for(predicate, timeout: float, proc: subprocess.Popen, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -38,11 +45,13 @@ def _stop(proc: subprocess.Popen, sig: int) -> tuple[str, str, float]:
     started = time.monotonic()
     proc.send_signal(sig)
     try:
-        out, err = proc.communicate(timeout=15)
+        out, err = proc.communicate(timeout=STOP_BOUND_S + 15)
     finally:
         if proc.poll() is None:
             proc.kill()
-    return out, err, time.monotonic() - started
+    seconds = time.monotonic() - started
+    print(f"stopped {seconds:.2f} s after the signal")
+    return out, err, seconds
 
 
 def _snapshot(tmp_path: Path) -> tuple[Path, bytes]:
@@ -74,7 +83,7 @@ def test_stage_weights_stops_mid_multipart_and_a_rerun_resumes(aws, tmp_path, ca
         _wait_for(lambda: parts_in_s3() >= 1, 60, proc, "the first part in S3")
         out, err, seconds = _stop(proc, sig)
     assert proc.returncode == code, err
-    assert seconds < 5, f"took {seconds:.1f} s to stop"
+    assert seconds < STOP_BOUND_S, f"took {seconds:.1f} s to stop"
     assert f"stopped by {name}" in err and "Traceback" not in err, err
     assert "unfinished multipart upload(s) kept for the rerun: models/org/model/model.safetensors" in err, err
     assert "to resume" in err and "python -m stacks stage-weights" in err, err
@@ -100,7 +109,7 @@ def test_preflight_stops_mid_call_on_a_hanging_endpoint(aws):
         time.sleep(0.3)  # inside the call, waiting for an answer that never comes
         out, err, seconds = _stop(proc, signal.SIGINT)
     assert proc.returncode == 130, err
-    assert seconds < 5, f"took {seconds:.1f} s to stop"
+    assert seconds < STOP_BOUND_S, f"took {seconds:.1f} s to stop"
     assert "stopped by Ctrl-C; preflight only reads, nothing was changed" in err, err
     assert "Rerun: python -m stacks preflight dev" in err and "Traceback" not in err
 
@@ -112,7 +121,7 @@ def test_preflight_sigterm_exits_143(aws):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _wait_for(lambda: silent.accepted >= 1, 60, proc, "the first AWS call")
         out, err, seconds = _stop(proc, signal.SIGTERM)
-    assert proc.returncode == 143 and seconds < 5, err
+    assert proc.returncode == 143 and seconds < STOP_BOUND_S, err
     assert "stopped by SIGTERM" in err and "Traceback" not in err
 
 
@@ -129,7 +138,7 @@ def test_bench_fetch_stops_and_says_how_to_fetch_the_rest(aws, tmp_path):
                                 stderr=subprocess.PIPE, text=True)
         _wait_for(lambda: (dest / "r0.json").exists(), 60, proc, "the first file")
         out, err, seconds = _stop(proc, signal.SIGINT)
-    assert proc.returncode == 130 and seconds < 5, err
+    assert proc.returncode == 130 and seconds < STOP_BOUND_S, err
     assert "stopped by Ctrl-C" in err and "--skip-existing" in err and "Traceback" not in err
     assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in dest.iterdir() if p.suffix == ".json")
     done = {p.name for p in dest.iterdir()}
@@ -178,7 +187,7 @@ def test_bench_sweep_ctrl_c_mid_run_stops_and_resume_finishes(bench_stub_server,
     time.sleep(0.3)
     out_text, err, seconds = _stop(proc, signal.SIGINT)
     assert proc.returncode == 130, err
-    assert seconds < 5, f"took {seconds:.1f} s to stop"
+    assert seconds < STOP_BOUND_S, f"took {seconds:.1f} s to stop"
     assert "stopped by Ctrl-C; 2 valid run(s) kept" in err and "Resume with: python -m bench sweep" in err, err
     assert "--resume" in err and "Traceback" not in err
     status = {r["file"]: r["status"] for r in manifest(out)["runs"]}
