@@ -35,7 +35,7 @@ $(VLLM_IMAGE)/.installed: pyproject.toml $(VENV)/.installed $(VLLM_VENV)/.instal
 	rm -rf $(VLLM_IMAGE)
 	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --target $(VLLM_IMAGE) \
 		$$($(VENV)/bin/python -m stacks.versions image-vllm)
-	$(VENV)/bin/python -m stacks.vllm_flags shim $(VLLM_IMAGE)
+	$(VENV)/bin/python -m stacks.ops.vllm_flags shim $(VLLM_IMAGE)
 	touch $@
 
 # checkov pins boto3 and packaging below the project's pins: its own environment, run as a process.

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from pulumi.errors import RunError
 
-from stacks import mocks
+from stacks.ops import mocks
 from stacks.identity import admin_role_problems, caller_role_arn
-from stacks.render import Rendered, is_secret, render_stack
+from stacks.ops.render import Rendered, is_secret, render_stack
 from stacks.settings import REPO, load_stack_settings
 from stacks.serving import server_model_ids
 from stacks.zones import choose_zones

@@ -14,7 +14,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from stacks import staging
+from stacks.ops import staging
 from tests.fixtures.slow_tcp import SilentEndpoint, ThrottledProxy
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 
 from bench import startup
 from bench.progress import Progress, human_bytes
-from stacks import staging
+from stacks.ops import staging
 from stacks.__main__ import build_parser
 
 

@@ -21,8 +21,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from stacks import api_access, preflight
-from stacks.preflight import Pool
+from stacks.ops import api_access, preflight
+from stacks.ops.preflight import Pool
 from stacks.loader import load_settings
 from stacks.settings import REPO
 from stacks.versions import pins

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks.render import CODE_DIR, render_stack
+from stacks.ops.render import CODE_DIR, render_stack
 from stacks.settings import REPO
 
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in REPO.glob("Pulumi.*.yaml"))

@@ -15,7 +15,7 @@ import pytest
 
 from components import pod_security
 from components.report_job import FINAL_EXIT_CODE
-from stacks import mocks
+from stacks.ops import mocks
 from stacks.settings import ConfigError, settings_from_config
 from stacks.versions import extra, pins
 from tests.fixtures.pulumi_stack import render_with, stack_config

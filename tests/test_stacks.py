@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policy import policies
-from stacks.render import _plain, render_stack
+from stacks.ops.render import _plain, render_stack
 from stacks.settings import load_stack_settings
 from tests.fixtures.k8s_schemas import validate_object
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import boto3
 import pytest
 
-from stacks import teardown
+from stacks.ops import teardown
 
 CLUSTER = "vllm-poc-dev"
 OTHER = "someone-elses-cluster"

@@ -16,7 +16,7 @@ from components.workload_identity import (
     statement_problems,
 )
 from policy import policies
-from stacks import mocks as mocks_module
+from stacks.ops import mocks as mocks_module
 from stacks import serving
 
 K8S_VERSION = "1.34.0"

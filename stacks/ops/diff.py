@@ -40,8 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pulumi
+
 from bench.interrupts import exit_code, signal_name, stop_process_group
-from stacks.settings import REPO
+from stacks.loader import stack_path
+from stacks.ops.render import render_stack
+from stacks.settings import REPO, ConfigError
 
 KINDS = ("create", "update", "replace", "delete")
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -336,10 +340,6 @@ class Diff:
 
 def run_diff(stack: str, against: str | None, project: Path = REPO) -> Diff:
     """Render the stack from the working tree and from the ref, and compare them."""
-    import pulumi
-
-    from stacks.render import render_stack  # the Pulumi runtime: loaded only once the arguments hold
-
     root = repository_root(project)
     commit, chosen = resolve_ref(root, against)
     relative = project.resolve().relative_to(root.resolve())
@@ -392,9 +392,6 @@ def add_parser(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from stacks.loader import stack_path
-    from stacks.settings import ConfigError
-
     try:
         stack_path(args.stack)  # an unknown stack fails before git and the renders
         diff = run_diff(args.stack, args.against)

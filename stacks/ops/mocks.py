@@ -2,7 +2,7 @@
 
 `RecordingMocks` answers the engine's calls with plausible cloud outputs (ids, ARNs, a kubeconfig)
 and `RecordingMonitor` keeps what the engine would receive for each resource: its type, name,
-parent, inputs, explicit dependencies and options. The offline render (`stacks.render`) and the
+parent, inputs, explicit dependencies and options. The offline render (`stacks.ops.render`) and the
 tests read the same records, so what the tests assert is what a render shows.
 
 Remote components (pulumi-eks `eks:index:*`) are answered in one call with no children, as

@@ -32,7 +32,7 @@ from pulumi.runtime import config as runtime_config
 from pulumi.runtime import settings as runtime_settings
 
 from stacks import loader
-from stacks import mocks as mocks_module
+from stacks.ops import mocks as mocks_module
 from stacks.settings import PROJECT, REPO, ConfigError
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -312,6 +312,8 @@ def render_config(values: dict[str, Any], *, stack: str = "test") -> Rendered:
 
     Raises ConfigError before anything is declared when the config is invalid.
     """
+    # local import: the program loads the provider SDKs (pulumi_aws, pulumi_kubernetes, pulumi_eks, about
+    # two seconds); every command's --help and a bad stack file answer before that
     from stacks import program
 
     settings = loader.settings_from_values(values, stack=stack)  # fail fast, outside the runtime

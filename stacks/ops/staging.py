@@ -37,6 +37,8 @@ from typing import Callable
 
 from bench.interrupts import exit_code, quiet_broken_pipe, rerun_command, signal_name, stop_on_signals
 from bench.progress import Progress, human_bytes
+from stacks.loader import load_settings
+from stacks.settings import ConfigError
 from weights.store import (  # noqa: F401 - the shared S3 side; re-exported for callers and tests
     INDEX_SUFFIX, MiB, S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART, SHA256_META, Action, LocalFile, StageConfig,
     StagingError, Stopped, Summary, _Counter, _list_all, _part_matches, _part_ranges, _reusable_parts,
@@ -334,9 +336,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stack_region(stack: str) -> str:
-    from stacks.loader import load_settings
-    from stacks.settings import ConfigError
-
     try:
         return load_settings(stack, scope="cluster").region
     except ConfigError as err:

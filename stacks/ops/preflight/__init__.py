@@ -19,7 +19,7 @@ region:
 * S3 ranges: those the NetworkPolicy allows (recorded at the last `up`) against the region's S3
   prefix list now (stacks.s3_ranges): a range AWS added since is a warning naming the `up` that
   fixes it;
-* the way to the Kubernetes API from this machine (stacks.api_access): the shipped placeholder
+* the way to the Kubernetes API from this machine (stacks/ops/api_access.py): the shipped placeholder
   address, an egress address missing from publicAccessCidrs, or `--inside-vpc` without private
   sources are blockers, each with the command that fixes it;
 * prices: the latest Spot price per AZ against the on-demand price (AWS Price List API, else the
@@ -40,7 +40,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from stacks import api_access, catalog, s3_ranges
+from bench.interrupts import exit_code, rerun_command, signal_name
+from stacks import catalog, s3_ranges
+from stacks.identity import admin_role_problems, caller_role_arn
+from stacks.loader import load_settings
+from stacks.ops import api_access
+from stacks.settings import REPO, is_commit
+from stacks.versions import pins
+from stacks.zones import choose_zones
 
 COMMAND = "preflight"
 
@@ -589,8 +596,6 @@ def run_preflight(
 def new_vpc_azs(ec2, pools: list[Pool], offers: dict[str, list[str]], count: int,
                 override: list[str] | None) -> list[str]:
     """The zones the stack will create its VPC in: the same choice as the program (stacks.zones)."""
-    from stacks.zones import choose_zones
-
     zones = ec2.describe_availability_zones(Filters=[{"Name": "state", "Values": ["available"]}])
     available = sorted(z["ZoneName"] for z in zones["AvailabilityZones"])
     chosen, _ = choose_zones(available, {t: set(azs) for t, azs in offers.items()},
@@ -689,9 +694,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _load_settings(stack: str, directory: str | None = None):
-    from stacks.loader import load_settings
-    from stacks.settings import REPO
-
     return load_settings(stack, Path(directory) if directory else REPO)
 
 
@@ -719,8 +721,6 @@ def system_nodes_from_settings(settings) -> SystemNodes | None:
 
 def session_findings(iam, caller_arn: str) -> list[Finding]:
     """The caller role's maximum session against a first `up`; nothing for users (long-term keys)."""
-    from stacks.identity import caller_role_arn
-
     role_arn = caller_role_arn(caller_arn)
     if role_arn is None or iam is None:
         return []
@@ -745,10 +745,6 @@ def session_findings(iam, caller_arn: str) -> list[Finding]:
 def stack_findings(settings, clients: dict[str, Any], strict: bool = False,
                    inside_vpc: bool = False) -> list[Finding]:
     """Checks of the stack itself against the account: AMI, caller role, API exposure, pinned revisions."""
-    from stacks.identity import admin_role_problems
-    from stacks.settings import is_commit
-    from stacks.versions import pins
-
     findings: list[Finding] = []
     unknown = "blocker" if strict else "warning"
     if settings.gpu_pools and clients.get("ssm") is not None:
@@ -846,8 +842,6 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
         report.findings += stack_findings(settings, clients, strict=getattr(args, "strict", False),
                                           inside_vpc=getattr(args, "inside_vpc", False))
     except KeyboardInterrupt as exc:
-        from bench.interrupts import exit_code, rerun_command, signal_name
-
         print(f"{COMMAND}: stopped by {signal_name(exc)}; preflight only reads, nothing was changed. "
               f"Rerun: {rerun_command('stacks')}", file=sys.stderr)
         return exit_code(exc)
@@ -865,6 +859,3 @@ def main(argv: list[str] | argparse.Namespace | None = None) -> int:
     add_parser(parser.add_subparsers(dest="command", required=True))
     return run(parser.parse_args([COMMAND, *(sys.argv[1:] if argv is None else argv)]))
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,6 +19,7 @@ nothing terminates the instances it launched (aws/karpenter-provider-aws #1955, 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -27,9 +28,13 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from bench.interrupts import exit_code, rerun_command, signal_name
 from components.labels import PART_OF_SELECTOR
+from stacks.loader import load_settings
+from stacks.settings import REPO
 
 PRE_DESTROY = "pre-destroy"
 TEARDOWN_CHECK = "teardown-check"
@@ -458,11 +463,6 @@ def format_leftovers(leftovers: list[Leftover], cluster: str, region: str) -> st
 def _load_settings(stack: str, directory: str | None = None):
     # Only what teardown needs (region, cluster, network, storage): a serving setting that no longer
     # validates must never block cleaning up.
-    from pathlib import Path
-
-    from stacks.loader import load_settings
-    from stacks.settings import REPO
-
     return load_settings(stack, Path(directory) if directory else REPO, scope="cluster")
 
 
@@ -505,10 +505,6 @@ def add_parser(subparsers) -> None:
 
 def _on_interrupt(command: str, kept: str) -> Callable:
     """Ctrl-C or SIGTERM: say what stays done and how to go on, exit 130 or 143, no traceback."""
-    import functools
-
-    from bench.interrupts import exit_code, rerun_command, signal_name
-
     def wrap(func: Callable[..., int]) -> Callable[..., int]:
         @functools.wraps(func)
         def run(*args, **kwargs) -> int:
@@ -606,7 +602,7 @@ def run_teardown_check(args: argparse.Namespace, clients: dict[str, Any] | None 
 
 
 def main(argv: list[str] | argparse.Namespace | None = None) -> int:
-    """`python -m stacks.teardown pre-destroy|teardown-check <stack> ...`"""
+    """`pre-destroy|teardown-check <stack> ...` as `python -m stacks` reads them."""
     if isinstance(argv, argparse.Namespace):
         return argv.func(argv)
     parser = argparse.ArgumentParser(prog="python -m stacks")
@@ -614,6 +610,3 @@ def main(argv: list[str] | argparse.Namespace | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     return args.func(args)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
