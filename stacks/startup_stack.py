@@ -15,11 +15,12 @@ from components.image_cache import ImageCacheSpec
 from components.labels import PART_OF
 from components.startup_job import StartupJob, StartupJobArgs, StartupReaderRbac
 from components.streamer_job import StreamerJob, StreamerJobArgs, streamer_statements
+from components.vllm_server import selector_labels
 from components.weight_store import model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 from stacks.serving import MODELS
 from stacks.settings import GpuPoolSettings, StackSettings
-from stacks.startup_settings import streamer_model
+from stacks.settings.startup import streamer_model
 
 STREAMER_SERVICE_ACCOUNT = "vllm-streamer"
 # The bench modules each Job runs (`python -m bench.<module>`); kube.py is the in-cluster API client.
@@ -121,8 +122,6 @@ def startup_job(settings: StackSettings, target: str, server: Any, *, namespace:
                 results_uri: pulumi.Input[str], code: dict[str, str], config_hash: str,
                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> StartupJob:
     """The timeline of a bench target's pods, recorded before its sweep starts."""
-    from components.vllm_server import selector_labels
-
     spec = server.spec
     sleep = settings.server(target).sleep_mode
     return StartupJob(

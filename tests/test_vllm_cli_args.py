@@ -77,11 +77,11 @@ def _matrix() -> dict[str, tuple[serving.ServerSettings, str]]:
 def _stack_servers() -> dict[str, tuple[serving.ServerSettings, str]]:
     """Servers of the repository's Pulumi.<stack>.yaml files as the stack builds them (variants
     expanded into their own servers), on their pools."""
-    from stacks.settings import load_stack_settings
+    from stacks.loader import load_settings
 
     cases: dict[str, tuple[serving.ServerSettings, str]] = {}
     for path in sorted(REPO.glob("Pulumi.*.yaml")):
-        settings = load_stack_settings(path.name.removeprefix("Pulumi.").removesuffix(".yaml"))
+        settings = load_settings(path.name.removeprefix("Pulumi.").removesuffix(".yaml"))
         for server in settings.servers:
             cases[f"{path.name}:{server.name}"] = (server, settings.pool(server.pool).instance_type)
     return cases

@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator
 
 from stacks import catalog
 from stacks.serving import MODELS
+from stacks.settings.base import SettingsModel
 
 _SNAPSHOT = re.compile(r"^snap-[0-9a-f]{8}([0-9a-f]{9})?$")
 # Host memory the streamer process needs beside its buffer (Python, torch, boto3).
 STREAMER_OVERHEAD_GIB = 6
 
 
-class _Settings(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
-
-
-class StreamerJobSettings(_Settings):
+class StreamerJobSettings(SettingsModel):
     model: str | None = Field(
         None, description="Model profile to stream (its weights must be staged); default: the model of the "
         "first server on the pool.")
@@ -60,7 +56,7 @@ class StreamerJobSettings(_Settings):
         return max(self.memory_limit_gib) + STREAMER_OVERHEAD_GIB
 
 
-class ImageCacheSettings(_Settings):
+class ImageCacheSettings(SettingsModel):
     snapshot_id: str = Field(description="EBS snapshot holding containerd's data with the vLLM image pulled.")
     volume_gib: int = Field(150, ge=20, le=4000, description="Size of the volume made from the snapshot.")
     initialization_rate: int | None = Field(
