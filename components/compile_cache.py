@@ -1,5 +1,7 @@
-"""A server's compile cache through S3: which servers share one (the key), the pod's pull and push
-steps, and the one write grant the server's role gets.
+"""A server's compile cache through S3: which servers share one (the key) and the pod's pull and push
+steps. The one write grant the server's role gets is components/workload_identity.py's
+(`compile_cache_write_statements`); the bucket policy that keeps everyone else out is
+components/weight_store.py's.
 
 A new pod on a new Spot node starts with an empty cache volume and compiles its model; the PoC
 measured torch.compile at 73 s without a cache and 8.5 s with one (engine init 93 s and 25 s). The
@@ -31,9 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pulumi
-
-from components.weight_store import COMPILE_CACHE_PREFIX
+from components.weight_store import cache_prefix
 
 PULL_CONTAINER = "compile-cache-pull"
 PUSH_CONTAINER = "compile-cache-push"
@@ -88,10 +88,6 @@ class CompileCache:
     def prefix(self) -> str:
         """The key's prefix in the weights bucket, with its trailing slash (what the role may write)."""
         return cache_prefix(self.key)
-
-
-def cache_prefix(key: str) -> str:
-    return f"{COMPILE_CACHE_PREFIX}{key}/"
 
 
 def _flags(args: Sequence[str]) -> list[str]:
@@ -214,55 +210,3 @@ def volumes(server: str, cache: CompileCache) -> list[dict[str, Any]]:
 
 def annotations(cache: CompileCache) -> dict[str, str]:
     return {KEY_ANNOTATION: cache.key, INPUTS_ANNOTATION: json.dumps(cache.inputs, sort_keys=True)}
-
-
-def write_statements(weights_bucket_arn: pulumi.Input[str], key: str) -> list[dict[str, Any]]:
-    """Write the server's own key and nothing else: objects (and the parts of a large one), and the
-    listing of unfinished multipart uploads a rerun resumes (upload names only; S3 cannot scope it
-    to a prefix)."""
-    from components.workload_identity import _objects
-
-    return [
-        {
-            "Sid": "WriteOwnCompileCache",
-            "Effect": "Allow",
-            "Action": ["s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
-            "Resource": _objects(weights_bucket_arn, f"{cache_prefix(key)}*"),
-        },
-        {
-            "Sid": "ResumeCompileCacheUploads",
-            "Effect": "Allow",
-            "Action": ["s3:ListBucketMultipartUploads"],
-            "Resource": [weights_bucket_arn],
-        },
-    ]
-
-
-def writers_policy_statements(bucket_arn: str, cluster_arn: str | None, namespace: str | None,
-                              service_accounts: Sequence[str]) -> list[dict[str, Any]]:
-    """Bucket policy: nobody but this cluster's server service accounts writes under compile-cache/.
-
-    EKS Pod Identity tags every session with the cluster, namespace and service account
-    (aws:PrincipalTag/...); a principal without those tags (a person, a CI role with s3:*, another
-    cluster's pods) matches StringNotEquals and is denied, whatever its own policies allow. One
-    statement per tag, because the conditions of one statement must all hold for it to apply.
-    Without servers that push, nobody writes there.
-    """
-    resource = f"{bucket_arn}/{COMPILE_CACHE_PREFIX}*"
-    actions = ["s3:PutObject", "s3:AbortMultipartUpload"]
-    if not service_accounts or cluster_arn is None or namespace is None:
-        return [{"Sid": "CompileCacheWritersOnly", "Effect": "Deny", "Principal": "*", "Action": actions,
-                 "Resource": resource}]
-    checks = (("Cluster", "eks-cluster-arn", [cluster_arn]), ("Namespace", "kubernetes-namespace", [namespace]),
-              ("ServiceAccount", "kubernetes-service-account", sorted(service_accounts)))
-    return [
-        {
-            "Sid": f"CompileCacheWritersOnly{name}",
-            "Effect": "Deny",
-            "Principal": "*",
-            "Action": actions,
-            "Resource": resource,
-            "Condition": {"StringNotEquals": {f"aws:PrincipalTag/{tag}": values}},
-        }
-        for name, tag, values in checks
-    ]

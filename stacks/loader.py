@@ -13,7 +13,7 @@ and, where the file is known, its line:
 * `secure:` values: only settings typed as secrets (the Hugging Face token) take one; anywhere else
   (names, tags and ARNs are visible in the AWS console anyway) a secret is refused with that
   explanation rather than failing inside Pulumi;
-* values: the settings models (stacks/settings.py), the region against botocore's partition data,
+* values: the settings models (stacks/settings/), the region against botocore's partition data,
   tags against AWS's tag rules.
 
 `scope="cluster"` checks only what pre-destroy and teardown-check need (region, cluster, network,

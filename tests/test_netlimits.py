@@ -1,6 +1,6 @@
 """Weight-load throughput against the instance's network, on the PoC's own numbers.
 
-The FP8-dynamic checkpoint is 31.6 GiB (stacks/serving.py) and loaded in 29-32 s on g6e.2xlarge
+The FP8-dynamic checkpoint is 31.6 GiB (stacks/serving/profiles.py) and loaded in 29-32 s on g6e.2xlarge
 (5 Gbps baseline, up to 20 Gbps burst); NVFP4 (31.0 GiB) loaded in 18 s on g7e.2xlarge (50 Gbps).
 """
 
