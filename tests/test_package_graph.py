@@ -97,8 +97,11 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def _note(lines: list[str], node: ast.stmt) -> str | None:
-    """The `# local import: <reason>` on the import's lines or on the line just above."""
-    for text in lines[max(0, node.lineno - 2):node.end_lineno or node.lineno]:
+    """The `# local import: <reason>` on the import's lines or in the comment just above it."""
+    start = node.lineno - 1
+    while start > 0 and lines[start - 1].strip().startswith("#"):
+        start -= 1
+    for text in lines[start:node.end_lineno or node.lineno]:
         if LOCAL_IMPORT_NOTE in text:
             reason = text.split(LOCAL_IMPORT_NOTE, 1)[1].strip()
             return reason or None
@@ -173,7 +176,7 @@ def build_graph(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> Grap
 
 
 def cycles(graph: Graph) -> list[list[str]]:
-    """One loop per strongly connected component of two or more modules (Tarjan), as a path."""
+    """The modules that import each other: each strongly connected component of two or more (Tarjan)."""
     edges = graph.edges()
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -216,7 +219,7 @@ def cycles(graph: Graph) -> list[list[str]]:
     for node in sorted(edges):
         if node not in index:
             connect(node)
-    return [_loop(component, edges) for component in sorted(components)]
+    return sorted(components)
 
 
 def _loop(component: list[str], edges: dict[str, set[str]]) -> list[str]:
@@ -235,9 +238,13 @@ def _loop(component: list[str], edges: dict[str, set[str]]) -> list[str]:
     return component  # not reached: a component of two or more has a loop
 
 
-def describe_cycle(graph: Graph, loop: list[str]) -> str:
-    steps = [f"{a} -> {b} ({graph.where(a, b)})" for a, b in zip(loop, loop[1:])]
-    return "import cycle: " + "; ".join(steps)
+def describe_cycle(graph: Graph, component: list[str]) -> str:
+    """One loop through the component, then every arrow among its modules (each one to undo or keep)."""
+    edges = graph.edges()
+    inside = set(component)
+    arrows = [f"{a} -> {b} ({graph.where(a, b)})" for a in component for b in sorted(edges[a] & inside)]
+    return (f"import cycle {' -> '.join(_loop(component, edges))}; arrows among its {len(component)} modules: "
+            + "; ".join(arrows))
 
 
 def _package(module: str) -> str:
@@ -277,8 +284,7 @@ def local_import_problems(graph: Graph) -> list[str]:
         if not imp.local or imp.reason or imp.target.split(".")[0] in HEAVY_OPTIONAL:
             continue
         problems.append(f"{graph.modules[imp.source].as_posix()}:{imp.line}: {imp.source} imports {imp.target} "
-                        f"inside a function; import it at the top of the module, or say why it must wait "
-                        f"({LOCAL_IMPORT_NOTE} <reason>) if it keeps a heavy optional dependency out of start-up")
+                        f"inside a function; import it at the top, or say why it waits ({LOCAL_IMPORT_NOTE} <reason>)")
     return problems
 
 
@@ -343,10 +349,10 @@ def test_a_planted_cycle_is_found_through_a_function_local_import(tmp_path):
         "stacks/c.py": "import stacks.a\n",
     })
     found = cycles(graph)
-    assert found == [["stacks.a", "stacks.b", "stacks.c", "stacks.a"]]
+    assert found == [["stacks.a", "stacks.b", "stacks.c"]]
     assert _relative([describe_cycle(graph, found[0])], tmp_path) == [
-        "import cycle: stacks.a -> stacks.b (stacks/a.py:1); stacks.b -> stacks.c (stacks/b.py:2); "
-        "stacks.c -> stacks.a (stacks/c.py:1)"]
+        "import cycle stacks.a -> stacks.b -> stacks.c -> stacks.a; arrows among its 3 modules: "
+        "stacks.a -> stacks.b (stacks/a.py:1); stacks.b -> stacks.c (stacks/b.py:2); stacks.c -> stacks.a (stacks/c.py:1)"]
     # a package importing its own modules is no loop
     assert not any("stacks.settings" in loop for loop in found)
 
@@ -357,7 +363,7 @@ def test_a_planted_cycle_under_type_checking_and_relative_imports_is_found(tmp_p
         "policy/rules/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n",
         "policy/rules/b.py": "from . import a\n",
     })
-    assert cycles(graph) == [["policy.rules.a", "policy.rules.b", "policy.rules.a"]]
+    assert cycles(graph) == [["policy.rules.a", "policy.rules.b"]]
 
 
 def test_the_policy_entry_point_imports_its_sibling_by_bare_name(tmp_path):
