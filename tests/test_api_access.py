@@ -13,10 +13,10 @@ import pytest
 import yaml
 from pulumi.errors import RunError
 
-from stacks.api_path import api_path_problems
-from stacks.ops import api_access, mocks
 from stacks.__main__ import main as stacks_main
+from stacks.api_path import api_path_problems
 from stacks.loader import load_settings
+from stacks.ops import api_access, mocks
 from stacks.settings import REPO, ConfigError
 from tests.fixtures.pulumi_stack import render_with
 

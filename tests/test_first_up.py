@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from pulumi.errors import RunError
 
-from stacks.ops import mocks
 from stacks.identity import admin_role_problems, caller_role_arn
-from stacks.ops.render import Rendered, is_secret, render_stack
 from stacks.loader import load_settings
-from stacks.settings import REPO
+from stacks.ops import mocks
+from stacks.ops.render import Rendered, is_secret, render_stack
 from stacks.serving import server_model_ids
+from stacks.settings import REPO
 from stacks.zones import choose_zones
 from tests.fixtures.pulumi_stack import render_with
 

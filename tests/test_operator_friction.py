@@ -10,8 +10,8 @@ import pytest
 
 from bench import startup
 from bench.progress import Progress, human_bytes
-from stacks.ops import staging
 from stacks.__main__ import build_parser
+from stacks.ops import staging
 
 
 def test_render_help_lists_every_output(capsys):

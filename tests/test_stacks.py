@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from policy import policies
-from stacks.ops.render import _plain, render_stack
 from stacks.loader import load_settings
+from stacks.ops.render import _plain, render_stack
 from tests.fixtures.k8s_schemas import validate_object
 
 STACKS = ("dev", "g7e", "matrix", "tp")
