@@ -41,7 +41,6 @@ HEAVY_OPTIONAL = frozenset({
     "huggingface_hub",  # the weight sync Job alone
     "matplotlib",  # charts: the report pages alone
     "playwright",  # the page checks in a browser
-    "pulumi",  # the Pulumi runtime (grpc, protobuf): commands load it once their arguments hold
     "runai_model_streamer",  # in the vLLM image only
     "tokenizers", "torch", "transformers", "vllm",  # the vLLM stack: .venv-vllm and the images only
     "tqdm",  # progress bars: only on a terminal
