@@ -17,7 +17,7 @@ stacks <command>`) are in ops/; the program imports nothing from there.
   weight_plan      the weight syncs and GPU node checks that come before the servers
   startup_stack    the per-pool streamer Jobs and image cache
   report_stack     the report Job and the stack output `report`
-  code_mounts      the project's Python as pods mount it (weights package, bench helpers)
+  job_code         the project's Python as the Jobs and pods mount it
   s3_ranges        the S3 ranges the NetworkPolicy allows, and telling when they went stale
   waivers          security/waivers.toml as checkov's own skip annotations on the objects
 

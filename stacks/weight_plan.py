@@ -19,7 +19,7 @@ from components.weight_store import WeightStore, model_prefix
 from components.weight_sync import WeightSync, WeightSyncArgs, token_secret, weight_sync_statements
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 from stacks import serving
-from stacks.code_mounts import weights_code
+from stacks.job_code import weights_code
 from stacks.settings import StackSettings
 from stacks.versions import extra, pins
 

@@ -16,8 +16,7 @@ from components import compile_cache as cc
 from components.vllm_server import Probe, ServeSpec, selector_labels
 from components.weight_store import cache_prefix
 from components.workload_identity import WorkloadIdentityArgs, server_statements
-from stacks import catalog
-from stacks.code_mounts import compile_cache_code
+from stacks import catalog, job_code
 from stacks.serving.profiles import LOADER_PROFILES, MTP_DRAFT, loader_profile
 from stacks.serving.server import (MEASURED_KV_CACHE_DTYPES, ModelUris, ServerSettings, measures_kv_cache_dtype,
                                    server_model_ids, server_model_prefixes)
@@ -207,6 +206,11 @@ def server_notes(server: ServerSettings, pool_instance_type: str) -> list[str]:
 # The compile cache may fill at most this share of the cache volume; the rest is for the assets and
 # whatever the server compiles beyond it.
 _CACHE_SHARE_OF_VOLUME = 0.5
+
+
+def compile_cache_code() -> tuple[dict[str, str], dict[str, str]]:
+    """(the weights package, the bench modules it imports) as the server pod mounts them."""
+    return job_code.weights_code(), job_code.weights_helpers()
 
 def with_compile_cache(spec: ServeSpec, server: ServerSettings, instance: catalog.InstanceType, *,
                        weights_bucket: str, revisions: dict[str, str], region: str) -> ServeSpec:
