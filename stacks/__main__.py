@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from bench.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_on_signals
+from bench.common.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_on_signals
 
 # Each module exposes add_parser(subparsers), which sets `func` on its parser.
 COMMAND_MODULES = ("render", "diff", "config_reference", "staging", "preflight", "api_access", "teardown")

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.interrupts import exit_code, signal_name, stop_process_group
+from bench.common.interrupts import exit_code, signal_name, stop_process_group
 from stacks.settings import REPO
 
 KINDS = ("create", "update", "replace", "delete")

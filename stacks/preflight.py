@@ -846,7 +846,7 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
         report.findings += stack_findings(settings, clients, strict=getattr(args, "strict", False),
                                           inside_vpc=getattr(args, "inside_vpc", False))
     except KeyboardInterrupt as exc:
-        from bench.interrupts import exit_code, rerun_command, signal_name
+        from bench.common.interrupts import exit_code, rerun_command, signal_name
 
         print(f"{COMMAND}: stopped by {signal_name(exc)}; preflight only reads, nothing was changed. "
               f"Rerun: {rerun_command('stacks')}", file=sys.stderr)

@@ -22,7 +22,6 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
@@ -35,7 +34,7 @@ from components import compile_cache as cc
 from components.vllm_server import Probe, ServeSpec, selector_labels
 from components.weight_store import model_prefix
 from components.workload_identity import WorkloadIdentityArgs, server_statements
-from stacks import catalog
+from stacks import catalog, job_code
 from stacks.versions import pins
 
 GIB = 1024**3
@@ -711,16 +710,11 @@ def build_serve_spec(
 # The compile cache may fill at most this share of the cache volume; the rest is for the assets and
 # whatever the server compiles beyond it.
 _CACHE_SHARE_OF_VOLUME = 0.5
-# What the pull and push steps run besides the weights package (weights/compile_cache.py imports them).
-CACHE_STEP_HELPERS = ("__init__.py", "interrupts.py", "progress.py")
 
 
 def compile_cache_code() -> tuple[dict[str, str], dict[str, str]]:
-    """(the weights package, the bench helpers it uses) as the server pod mounts them."""
-    from stacks.weight_plan import weights_code
-
-    bench = Path(__file__).resolve().parent.parent / "bench"
-    return weights_code(), {name: (bench / name).read_text() for name in CACHE_STEP_HELPERS}
+    """(the weights package, the bench modules it imports) as the server pod mounts them."""
+    return job_code.weights_code(), job_code.weights_helpers()
 
 
 def with_compile_cache(spec: ServeSpec, server: ServerSettings, instance: catalog.InstanceType, *,

@@ -507,7 +507,7 @@ def _on_interrupt(command: str, kept: str) -> Callable:
     """Ctrl-C or SIGTERM: say what stays done and how to go on, exit 130 or 143, no traceback."""
     import functools
 
-    from bench.interrupts import exit_code, rerun_command, signal_name
+    from bench.common.interrupts import exit_code, rerun_command, signal_name
 
     def wrap(func: Callable[..., int]) -> Callable[..., int]:
         @functools.wraps(func)

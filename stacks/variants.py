@@ -176,7 +176,7 @@ def expand_config(data: Any, server_model) -> Any:
 
 def served_settings(server, instance) -> dict[str, str]:
     """What the server's `vllm serve` flags set (bench.compare's reading), plus its hardware."""
-    from bench.compare import server_settings
+    from bench.analysis.compare import server_settings
     from stacks.serving import ModelUris, build_serve_spec
 
     spec = build_serve_spec(server, instance, ModelUris.for_bucket("weights", server), region="unused")

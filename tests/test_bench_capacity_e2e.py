@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import capacity_report as CR
-from bench import report as RP
+from bench.analysis import capacity_report as CR
+from bench.analysis import report as RP
 
 pytestmark = pytest.mark.vllm
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from bench import capacity_report as CR
-from bench import report as RP
-from bench import sweep as S
+from bench.analysis import capacity_report as CR
+from bench.analysis import report as RP
+from bench.run import sweep as S
 
 GRID = "1,2,4,8,16,32,64"
 

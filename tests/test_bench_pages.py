@@ -13,10 +13,10 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-from bench import compare as CMP
-from bench import pages
-from bench import plan as P
-from bench import report as REP
+from bench.analysis import compare as CMP
+from bench.analysis import pages
+from bench.analysis import plan as P
+from bench.analysis import report as REP
 
 
 def pages_of(made) -> dict[str, tuple[Path, Path]]:
@@ -232,7 +232,7 @@ def test_plan_page_labels_every_bar_and_compare_page_names_the_setting(made):
     assert f"{count} replicas (today 12)" in text and (row["reason"] is None or row["reason"] in text)
     assert f"${row['usd_month_on_demand']:,.0f}" in text
     # plan.png and the page's chart carry the value on every bar
-    from bench import charts
+    from bench.analysis import charts
 
     fig = charts.plan_figure(plan)
     labels = {t.get_text() for ax in fig.axes for t in ax.texts}

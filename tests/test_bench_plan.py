@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import capacity_report as CR
-from bench import plan as P
-from bench import results as R
+from bench.analysis import capacity_report as CR
+from bench.analysis import plan as P
+from bench.analysis import results as R
 
 LENGTHS = {"S1_chat": (256, 128), "S2_summary": (1024, 256), "S3_moderation": (512, 16), "S4_rag": (4096, 256)}
 # The PoC's measured peaks: L40S (output tok/s, concurrency at the peak) and g7e.
@@ -291,7 +291,7 @@ def test_chart_draws_no_bar_for_an_unknown_count(tmp_path):
     assert plan(known, gap, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--out", out,
                 "--price-per-hour", "known=4.13/1.5", "--price-per-hour", "gap=4.13/1.5") == 0
     got = read(out)
-    from bench import charts
+    from bench.analysis import charts
 
     fig = charts.plan_figure(got)
     replicas, costs = fig.axes

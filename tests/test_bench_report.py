@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import report as REP
-from bench import results as R
+from bench.analysis import report as REP
+from bench.analysis import results as R
 
 LENGTHS = {"S1_chat": (256, 128), "S2_summary": (1024, 256), "S3_moderation": (512, 16), "S4_rag": (4096, 256)}
 L40S_PEAK = {"S1_chat": 536.0, "S2_summary": 226.0, "S3_moderation": 81.7, "S4_rag": 98.6}
@@ -151,7 +151,7 @@ def test_invalid_runs_are_listed_and_excluded_everywhere(tmp_path):
     assert any("invalid" in i for i in issues) and any("S3_moderation" in i for i in issues)
     # Charts draw valid runs only.
     side = REP.load_side(cand)
-    from bench import charts
+    from bench.analysis import charts
     rows = [REP.run_row(r, side) for r in side.runs]
     assert charts._series(rows, "S1_chat", "output_tok_s") == ([1], [300.0])
 
@@ -249,13 +249,13 @@ def test_report_without_matplotlib_still_writes_tables(tmp_path, monkeypatch):
     real_import = builtins.__import__
 
     def no_mpl(name, *args, **kwargs):
-        if name.startswith("matplotlib") or name == "bench.charts" or (name == "bench" and args and
-                                                                      "charts" in (args[2] or ())):
+        if name.startswith("matplotlib") or name == "bench.analysis.charts" or (
+                name == "bench.analysis" and args and "charts" in (args[2] or ())):
             raise ImportError("no matplotlib here")
         return real_import(name, *args, **kwargs)
 
     write_curve(tmp_path / "a", {"S1_chat": 10.0}, concs=(1,))
-    monkeypatch.delitem(__import__("sys").modules, "bench.charts", raising=False)
+    monkeypatch.delitem(__import__("sys").modules, "bench.analysis.charts", raising=False)
     monkeypatch.setattr(builtins, "__import__", no_mpl)
     assert REP.main([str(tmp_path / "a"), "--out", str(tmp_path / "r")]) == 0
     assert "Charts skipped" in (tmp_path / "r" / "report.md").read_text()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench import checks
-from bench import report as REP
+from bench.analysis import checks
+from bench.analysis import report as REP
 from tests.test_bench_report import write_curve, write_result
 
 PEAKS = {"S1_chat": 500.0}

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import results as R
-from bench import sweep as S
+from bench.analysis import results as R
+from bench.run import sweep as S
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import scenarios as SC
-from bench import sweep as S
-from bench import telemetry as T
+from bench.common import scenarios as SC
+from bench.run import sweep as S
+from bench.run import telemetry as T
 from tests.fixtures.bench_fake_metrics import dcgm_text, vllm_text
 
 CAPTURED = Path(__file__).parent / "fixtures" / "metrics" / "vllm-0.32.0-cpu.txt"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import telemetry as T
+from bench.run import telemetry as T
 
 pytestmark = pytest.mark.vllm
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import capacity_report as CR
-from bench import report as REP
-from bench import results as R
-from bench import verdict as V
+from bench.analysis import capacity_report as CR
+from bench.analysis import report as REP
+from bench.analysis import results as R
+from bench.analysis import verdict as V
 from tests.test_bench_plan import result as detailed_result
 
 OUT_LEN = {"S1_chat": 128, "S2_summary": 256}

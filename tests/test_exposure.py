@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from bench import sweep
+from bench.run import sweep
 from components.cluster import ADDON_CONFIGURATION
 from stacks.settings import ConfigError, settings_from_config
 from tests.fixtures.pulumi_stack import render_with, stack_config

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from bench import netlimits, startup
+from bench.startup import netlimits
+from bench.startup import phases
 from stacks import catalog
 from stacks.serving import MODELS
 
@@ -72,19 +73,19 @@ def test_unknown_instance_or_bytes_give_null_shares():
 def test_startup_json_adds_the_contract_keys(tmp_path, capsys):
     log = tmp_path / "server.log"
     log.write_text(_log("31.6 GiB", 29.0))
-    assert startup.main([str(log), "--json", "--instance-type", "g6e.2xlarge"]) == 0
+    assert phases.main([str(log), "--json", "--instance-type", "g6e.2xlarge"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["weight_load_gbps"] == 9.36
     assert out["weight_load_share_of_baseline_pct"] == 187.2
     assert out["weight_load_share_of_burst_pct"] == 46.8
     assert out["weight_bytes"] == round(31.6 * 2**30) and out["instance_type"] == "g6e.2xlarge"
 
-    assert startup.main([str(log), "--json"]) == 0
+    assert phases.main([str(log), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["weight_load_gbps"] == 9.36
     assert out["weight_load_share_of_baseline_pct"] is None and out["weight_load_share_of_burst_pct"] is None
 
-    assert startup.main([str(log), "--instance-type", "g7e.2xlarge"]) == 0
+    assert phases.main([str(log), "--instance-type", "g7e.2xlarge"]) == 0
     table = capsys.readouterr().out
     assert "Weight load rate" in table and "18.70 %" in table
 
@@ -92,7 +93,7 @@ def test_startup_json_adds_the_contract_keys(tmp_path, capsys):
 def test_default_loader_has_no_bytes(tmp_path, capsys):
     log = tmp_path / "server.log"
     log.write_text("(EngineCore pid=9) INFO 08-05 10:00:52 [default_loader.py:501] Loading weights took 149.00 seconds\n")
-    assert startup.main([str(log), "--json", "--instance-type", "g6e.2xlarge"]) == 0
+    assert phases.main([str(log), "--json", "--instance-type", "g6e.2xlarge"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["weight_load_s"] == 149.0
     for key in ("weight_load_gbps", "weight_load_share_of_baseline_pct", "weight_load_share_of_burst_pct"):
@@ -102,5 +103,5 @@ def test_default_loader_has_no_bytes(tmp_path, capsys):
 def test_unknown_instance_type_is_a_clear_error(tmp_path, capsys):
     log = tmp_path / "server.log"
     log.write_text(_log("1 GiB", 1.0))
-    assert startup.main([str(log), "--json", "--instance-type", "g6e.3xlarge"]) == 2
+    assert phases.main([str(log), "--json", "--instance-type", "g6e.3xlarge"]) == 2
     assert "g6e.2xlarge" in capsys.readouterr().err

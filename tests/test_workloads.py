@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import results as R
-from bench import spec as SPEC
-from bench import workloads as W
+from bench.analysis import results as R
+from bench.analysis import spec as SPEC
+from bench.common import workloads as W
 
 # Captured from `vllm serve` (CPU build 0.32.0, ngram k=4) before and after a short run: the
 # counters `vllm bench serve` and the sweep's telemetry read (plus the `_created` gauges next to them).
@@ -130,7 +130,7 @@ def test_table7_row_from_korean_runs():
 
 
 def test_report_gives_table7_and_flags_the_gate(tmp_path):
-    from bench import report as REP
+    from bench.analysis import report as REP
 
     rows = {1: dict(spec_decode_acceptance_rate=4.0, output_throughput=48.5, p50_e2el_ms=2690.0,
                     spec_decode_per_position_acceptance_rates=[0.1, 0.05, 0.0, 0.0]),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import sweep as S
-from bench import workloads as W
+from bench.run import sweep as S
+from bench.common import workloads as W
 from tests.test_bench_sweep import FLAGS_026, manifest, plan_for
 
 # Dataset flags of the two scenarios; in vLLM since 0.9.2 (custom output length) or earlier, and

@@ -264,7 +264,7 @@ def _write_state(directory: Path, result: Result, manifest_sha: str | None) -> N
 def _progress(total: int, desc: str, enabled: bool):
     # bench.progress and bench.interrupts travel with this module into the server pod (their own
     # ConfigMap); imported here so that the weight-sync Job, which has only weights/, never needs them.
-    from bench.progress import Progress
+    from bench.common.progress import Progress
 
     return Progress(total, desc, enabled=enabled)
 
@@ -627,7 +627,7 @@ def _emit(result: Result) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.interrupts import exit_code, signal_name, stop_on_signals
+    from bench.common.interrupts import exit_code, signal_name, stop_on_signals
 
     log = lambda text: print(text, flush=True)  # noqa: E731
     stop = threading.Event()
@@ -686,7 +686,7 @@ def _stay(log: Callable[[str], None]) -> int:
 
 
 def _stopped_message(args: argparse.Namespace, exc: BaseException) -> str:
-    from bench.interrupts import rerun_command, signal_name
+    from bench.common.interrupts import rerun_command, signal_name
 
     if args.cache_command == "pull":
         kept = (f"files already verified stay in {args.dir / STAGING} and are not downloaded again; "

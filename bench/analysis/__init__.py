@@ -1,0 +1,1 @@
+"""Reading sweeps: result files, capacity statistics, the verdict, report, plan, compare and pages."""
