@@ -23,8 +23,8 @@ from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, 
                       model_validator)
 from pydantic.alias_generators import to_camel
 
-from bench.run.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
 from bench.common.workloads import WORKLOADS
+from bench.run.grid import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
 from stacks import catalog, variants
 from stacks.serving import ServerSettings, check_server, server_model_ids
 from stacks.startup_settings import ImageCacheSettings, StreamerJobSettings, check_pool, streamer_model

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from bench.analysis import compare as C
-from bench.analysis import report as REP
 from bench.analysis import results as R
 
 REPO = Path(__file__).resolve().parents[1]

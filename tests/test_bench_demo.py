@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.demo import cpu_vllm
 from bench.demo import command as demo
+from bench.demo import cpu_vllm
 
 REPO = Path(__file__).resolve().parents[1]
 

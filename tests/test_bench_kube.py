@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench.run import hardware as H
 from bench.common import kube as K
+from bench.run import hardware as H
 
 NODE = {"kind": "Node", "metadata": {"name": "ip-10-40-12-7.ap-northeast-2.compute.internal", "labels": {
     "karpenter.sh/capacity-type": "on-demand", "node.kubernetes.io/instance-type": "g7e.2xlarge",

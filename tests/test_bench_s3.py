@@ -12,9 +12,9 @@ import json
 import boto3
 import pytest
 
-from bench.run import fetch as F
 from bench.analysis import report as REP
 from bench.common import s3
+from bench.run import fetch as F
 from bench.run import sweep as S
 
 BUCKET = "vllm-poc-results"

@@ -13,9 +13,9 @@ import boto3
 import pytest
 
 from bench.analysis import compare as CMP
-from bench.common import locations
 from bench.analysis import plan as P
 from bench.analysis import report as REP
+from bench.common import locations
 from bench.common import s3
 from tests.test_bench_plan import G7E, L40S, sweep_dir
 

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from bench.startup import netlimits
-from bench.startup import phases
+from bench.common import instances
+from bench.startup import netlimits, phases
 from stacks import catalog
 from stacks.serving import MODELS
 
@@ -22,13 +22,15 @@ def _log(size: str, seconds: float) -> str:
 
 
 def test_catalog_and_bench_network_columns_agree():
+    # one table, read by the Pulumi program and the bench alike (no copy to keep in step)
+    assert catalog.GPU_INSTANCE_TYPES is instances.GPU_INSTANCE_TYPES
     assert set(netlimits.NETWORK) == set(catalog.GPU_INSTANCE_TYPES)
     for name, it in catalog.GPU_INSTANCE_TYPES.items():
         assert (it.network_gbps, it.network_burst_gbps) == (
             netlimits.NETWORK[name].baseline_gbps, netlimits.NETWORK[name].burst_gbps)
         assert it.network_burst_gbps >= it.network_gbps
     assert catalog.GPU_INSTANCE_TYPES["g6e.2xlarge"].network_burst_gbps == 20
-    assert "Karpenter" in netlimits.SOURCE and "up to 20 Gbps" in netlimits.SOURCE
+    assert "Karpenter" in instances.NETWORK_SOURCE and "up to 20 Gbps" in instances.NETWORK_SOURCE
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -8,8 +8,8 @@ import io
 import boto3
 import pytest
 
-from bench.startup import phases
 from bench.common.progress import Progress, human_bytes
+from bench.startup import phases
 from stacks import staging
 from stacks.__main__ import build_parser
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from bench.startup import phases
 from bench.startup import collect as startup_collect
 from bench.startup import model as startup_model
+from bench.startup import phases
 from bench.startup import report as startup_report
 from bench.startup import timeline
 from components import compile_cache as component

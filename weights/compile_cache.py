@@ -262,8 +262,8 @@ def _write_state(directory: Path, result: Result, manifest_sha: str | None) -> N
 
 
 def _progress(total: int, desc: str, enabled: bool):
-    # bench.progress and bench.interrupts travel with this module into the server pod (their own
-    # ConfigMap); imported here so that the weight-sync Job, which has only weights/, never needs them.
+    # bench.common's progress and interrupts travel with this module into the server pod (their own
+    # ConfigMap); imported where used, so the weight-sync Job, which mounts only weights/, never needs them.
     from bench.common.progress import Progress
 
     return Progress(total, desc, enabled=enabled)
@@ -627,6 +627,7 @@ def _emit(result: Result) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Not at the top: the weight-sync Job imports this module without the bench package (see _progress).
     from bench.common.interrupts import exit_code, signal_name, stop_on_signals
 
     log = lambda text: print(text, flush=True)  # noqa: E731
@@ -686,6 +687,7 @@ def _stay(log: Callable[[str], None]) -> int:
 
 
 def _stopped_message(args: argparse.Namespace, exc: BaseException) -> str:
+    # Not at the top: the weight-sync Job imports this module without the bench package (see _progress).
     from bench.common.interrupts import rerun_command, signal_name
 
     if args.cache_command == "pull":

@@ -20,17 +20,15 @@ import base64
 import io
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench.analysis.side import Side, run_row  # noqa: E402
 from bench.common import locations  # noqa: E402
-
-if TYPE_CHECKING:
-    from bench.analysis.report import Side
 
 # Deterministic SVG ids, so a page is byte-stable for the same data.
 matplotlib.rcParams["svg.hashsalt"] = "vllm-poc"
@@ -123,11 +121,9 @@ def _mark_points(ax, entry: dict[str, Any]) -> None:
                    label=f"best under SLO {best['output_tok_s']:,.0f} (c={best['concurrency']})")
 
 
-def render(side: "Side", base: "Side | None", slo: dict[str, Any], out: Path,
+def render(side: Side, base: Side | None, slo: dict[str, Any], out: Path,
            scenarios: dict[str, Any] | None = None) -> list[str]:
     """chart_<scenario>.png for each scenario of the candidate (report.md links them)."""
-    from bench.analysis.report import run_row
-
     rows = [run_row(r, side) for r in side.runs]
     base_rows = [run_row(r, base) for r in base.runs] if base else None
     written = []

@@ -52,11 +52,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import capacity_report as CR
-from bench.common import locations
-from bench.analysis import report as REP
-from bench.analysis import results as R
+from bench.analysis import pages
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
+from bench.analysis.side import Side, load_side
+from bench.common import locations
 from bench.common import workloads as W
 
 # Two variants closer than this (in percent) name no winner where no repeats measured the noise.
@@ -153,7 +153,7 @@ def _parse_flags(served: Any) -> list[str] | None:
     return shlex.split(served)
 
 
-def facts_of(side: REP.Side) -> tuple[dict[str, str], dict[str, str], list[str]]:
+def facts_of(side: Side) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """(server settings, benchmark facts, problems) of one sweep, every value as text."""
     m = side.manifest or {}
     problems = []
@@ -182,7 +182,7 @@ def facts_of(side: REP.Side) -> tuple[dict[str, str], dict[str, str], list[str]]
     return server, bench, problems
 
 
-def declared_cross(side: REP.Side) -> bool:
+def declared_cross(side: Side) -> bool:
     variant = (side.manifest or {}).get("variant") or {}
     return bool(isinstance(variant, dict) and variant.get("cross"))
 
@@ -190,7 +190,7 @@ def declared_cross(side: REP.Side) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def build(sides: list[REP.Side], *, ttft_ms: float, itl_ms: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def build(sides: list[Side], *, ttft_ms: float, itl_ms: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """(compare.json, extra facts for the markdown)."""
     incomplete: list[str] = []
     facts = [facts_of(s) for s in sides]
@@ -280,7 +280,7 @@ def build(sides: list[REP.Side], *, ttft_ms: float, itl_ms: float) -> tuple[dict
     return data, extra
 
 
-def repeat_spread(side: REP.Side, scenario: str) -> float | None:
+def repeat_spread(side: Side, scenario: str) -> float | None:
     """The largest run-to-run spread (max - min over the mean, in %) of output tok/s among the points
     of a scenario measured more than once (the grid run and the capacity search's runs at the same
     concurrency); None when no point was repeated."""
@@ -319,7 +319,7 @@ def _n(v: float | None) -> str:
     return "-" if v is None else f"{v:,.1f}"
 
 
-def render_markdown(sides: list[REP.Side], data: dict[str, Any], extra: dict[str, Any],
+def render_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, Any],
                     ttft_ms: float, itl_ms: float) -> str:
     labels = [v["label"] for v in data["variants"]]
     lines = ["# Variant comparison: " + " vs ".join(labels), ""]
@@ -404,7 +404,7 @@ def _margin_text(cell: dict[str, Any]) -> str:
 # -- command ----------------------------------------------------------------------------------
 
 
-def load_sides(dirs: list[str], labels: list[str] | None) -> list[REP.Side]:
+def load_sides(dirs: list[str], labels: list[str] | None) -> list[Side]:
     if len(dirs) < 2:
         raise UsageError("give at least two sweep folders to compare")
     if labels is not None and len(labels) != len(dirs):
@@ -414,7 +414,7 @@ def load_sides(dirs: list[str], labels: list[str] | None) -> list[REP.Side]:
         path = Path(d)
         if not path.is_dir():
             raise UsageError(f"no such folder: {path}")
-        side = REP.load_side(path, label=labels[i] if labels else None)
+        side = load_side(path, label=labels[i] if labels else None)
         if not side.runs:
             raise UsageError(f"no results or manifest in {path}")
         sides.append(side)
@@ -442,8 +442,6 @@ def run(args: argparse.Namespace) -> int:
                                     encoding="utf-8")
     locations.written(out / "compare.md")
     if not args.no_html:
-        from bench.analysis import pages
-
         pages.write_compare(out, data, extra, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms)
         locations.written(out / "compare.html")
     winners = sum(1 for c in data["cells"] if c["winner"])

@@ -44,16 +44,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from bench.analysis import answer
-from bench.common import locations
-from bench.common import s3
+from bench.analysis import answer, compare, plan, report
+from bench.analysis import mixed_traffic as MT
+from bench.common import locations, s3
 from bench.common.interrupts import Interrupted, exit_code, signal_name, stop_on_signals
 from bench.common.progress import human_seconds
 
 MANIFEST = "manifest.json"
 STATUS = "status.json"
 INPUTS = "inputs.json"
-MIXED = "mixed_traffic.json"
 # How often the same written report is re-checked against sweeps that change while it is written.
 MAX_ROUNDS = 3
 
@@ -134,26 +133,6 @@ def _iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def put_json(client: Any, out: s3.S3Location, name: str, data: dict[str, Any]) -> None:
-    client.put_object(Bucket=out.bucket, Key=out.key(name), ContentType="application/json",
-                      Body=(json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
-
-
-def get_json(client: Any, out: s3.S3Location, name: str) -> dict[str, Any] | None:
-    try:
-        body = client.get_object(Bucket=out.bucket, Key=out.key(name))["Body"].read()
-    except Exception as exc:
-        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-        if code in ("NoSuchKey", "404", "NotFound"):
-            return None
-        raise
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def status(state: str, sweeps: list[Sweep], deadline: datetime, note: str | None = None) -> dict[str, Any]:
     rows = []
     for sweep in sweeps:
@@ -179,7 +158,7 @@ def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: 
         waited = time.monotonic() - started
         changed = seen != last_seen
         if changed:
-            put_json(client, out, STATUS, status("writing" if finished else "waiting", sweeps, deadline))
+            s3.put_json(client, out, STATUS, status("writing" if finished else "waiting", sweeps, deadline))
             interval = args.poll_seconds
         else:
             interval = min(args.max_poll_seconds, interval * 2)
@@ -203,10 +182,6 @@ def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: 
 def _commands(args: argparse.Namespace, local: dict[str, str], out: str
               ) -> list[tuple[str, list[str], Callable[[list[str]], int]]]:
     """The report, plan and compare runs, as `python -m bench` argument lists."""
-    from bench.analysis import compare
-    from bench.analysis import plan
-    from bench.analysis import report
-
     steps = []
     subject = local.get("candidate") or local["baseline"]
     report_args = [subject, "--out", out, "--threshold", f"{args.threshold:g}", "--verdict-basis",
@@ -265,7 +240,7 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) 
         "mixed_traffic": mixed,
         "written_at": _iso(_now()),
     }
-    put_json(s3.client(), out, INPUTS, inputs)
+    s3.put_json(s3.client(), out, INPUTS, inputs)
     return 0
 
 
@@ -273,10 +248,10 @@ def mixed_traffic(args: argparse.Namespace, sweeps: list[Sweep], out: s3.S3Locat
                   steps: list[tuple[str, list[str], Callable[[list[str]], int]]], done: list[dict[str, Any]]) -> str:
     """Wait for `bench mix-check` (its Job reads the plan just written) and plan again with its finding."""
     client = s3.client()
-    put_json(client, out, STATUS, status("waiting for the mixed-traffic check", sweeps,
+    s3.put_json(client, out, STATUS, status("waiting for the mixed-traffic check", sweeps,
                                          _now() + timedelta(hours=args.mixed_traffic_wait_hours)))
     started, interval, said = time.monotonic(), args.poll_seconds, None
-    while get_json(client, out, MIXED) is None:
+    while s3.get_json(client, out, MT.CHECK_FILE) is None:
         waited = time.monotonic() - started
         if waited >= args.mixed_traffic_wait_hours * 3600:
             print(f"bench publish: no mixed-traffic check in {out.uri} after {human_seconds(waited)}; the plan "
@@ -302,16 +277,14 @@ def labels(sweeps: list[Sweep]) -> dict[str, str]:
 
 
 def say_answer(client: Any, out: s3.S3Location, sweeps: list[Sweep]) -> None:
-    summary = get_json(client, out, "summary.json")
-    plan = get_json(client, out, "plan.json")
+    summary = s3.get_json(client, out, "summary.json")
+    plan = s3.get_json(client, out, "plan.json")
     print(f"bench publish: {answer.verdict_line(summary, labels(sweeps))}", flush=True)
     line = answer.plan_line(plan)
     if line:
         print(f"bench publish: {line}", flush=True)
     if plan and plan.get("mixed_traffic"):
-        from bench.run import mixcheck
-
-        print(f"bench publish: mixed traffic: {mixcheck.finding(plan['mixed_traffic'])}", flush=True)
+        print(f"bench publish: mixed traffic: {MT.finding(plan['mixed_traffic'])}", flush=True)
     print(f"bench publish: report in {out.uri} (python -m bench open {out.uri})", flush=True)
 
 
@@ -353,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
             for round_no in range(1, MAX_ROUNDS + 1):
                 complete = wait_for_sweeps(client, out, sweeps, args)
                 before = [s.digest for s in sweeps]
-                recorded = get_json(client, out, INPUTS)
+                recorded = s3.get_json(client, out, INPUTS)
                 if recorded and [r.get("manifest_sha256") for r in recorded.get("sweeps") or []] == before \
                         and recorded.get("complete") == complete \
                         and (args.mixed_traffic_wait_hours <= 0 or recorded.get("mixed_traffic") == "included"):
@@ -362,12 +335,12 @@ def run(args: argparse.Namespace) -> int:
                     return 0
                 rc = write_report(args, sweeps, complete)
                 if rc:
-                    put_json(client, out, STATUS, status("failed", sweeps, _now(), "a report step failed; see the Job log"))
+                    s3.put_json(client, out, STATUS, status("failed", sweeps, _now(), "a report step failed; see the Job log"))
                     return rc
                 for sweep in sweeps:
                     sweep.manifest = read_manifest(client, sweep)
                 if [s.digest for s in sweeps] == before:
-                    put_json(client, out, STATUS, status("written", sweeps, _now(), None if complete else
+                    s3.put_json(client, out, STATUS, status("written", sweeps, _now(), None if complete else
                                                          "written before every sweep finished: see inputs.json"))
                     say_answer(client, out, sweeps)
                     return 0

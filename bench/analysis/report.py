@@ -50,11 +50,11 @@ is uploaded as it is written):
   SLO limits drawn, peak and best run under the SLO marked (needs matplotlib; skipped with a note
   when it is missing);
 - `report.html` (unless --no-html): the same report as one self-contained page to open in a browser
-  (bench/pages.py): the verdict and its reasons first, the ratio per scenario with its interval, the
+  (bench/analysis/pages.py): the verdict and its reasons first, the ratio per scenario with its interval, the
   curves, capacity brackets, startup timeline, replica plan, invalid and suspect runs, manifests.
 
 Definitions
-- Valid run: `bench.results` rules (every prompt completed, none failed, ...), and the server did
+- Valid run: `bench.analysis.results` rules (every prompt completed, none failed, ...), and the server did
   not restart during it. Invalid runs are listed and appear in no figure, peak, SLO or ratio.
 - Suspect run: valid, but a random-prompt scenario got more than 5 % of its prompt tokens from
   the prefix cache (replayed prompts); excluded like an invalid run.
@@ -85,7 +85,7 @@ Definitions
   otherwise. On the peak basis (the PoC report's method): the smallest per-scenario peak ratio
   against the threshold. Missing data is never a fail. Complete means every scenario on both
   sides, no invalid or suspect run, the same concurrencies and input/output lengths, and like for
-  like (`bench.checks`: the same dataset, seed, prompts, warm-ups, bench arguments, max model
+  like (`bench.analysis.checks`: the same dataset, seed, prompts, warm-ups, bench arguments, max model
   length, prefix caching and speculative settings, except those named with --vary); sides that
   are not like for like (or whose manifest cannot be read) never pass nor fail. `min_ratio` is the
   smallest lower end, `min_ratio_interval` the interval of the smallest ratio, `pass` is true in
@@ -100,403 +100,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.analysis import capacity_report as CR
-from bench.analysis import checks
-from bench.common import locations
+from bench.analysis import checks, pages
+from bench.analysis import plan as P
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
-from bench.common import scenarios as SC
-from bench.run import telemetry as T
 from bench.analysis import verdict as V
-
-MANIFEST = "manifest.json"
-DEFAULT_ORDER = ("S1_chat", "S2_summary", "S3_moderation", "S4_rag")
-
-
-@dataclass
-class Side:
-    label: str
-    path: Path
-    manifest: dict[str, Any] | None
-    runs: list[R.RunResult]
-    gpus: int
-    price_per_hour: float | None
-    lengths: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
-    capacity_type: str | None = None
-    suspects: dict[tuple[str, int], str] = field(default_factory=dict)
-    telemetry: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
-    used: set[Path] = field(default_factory=set)
-    # Why manifest.json could not be read (None: read, or not there)
-    manifest_error: str | None = None
-    # Where the price comes from: "given" (--price-per-hour here or at sweep time) or "looked up"
-    # (a price table or catalog by capacity type); None without a price.
-    price_source: str | None = None
-
-    def cost_price(self) -> float | None:
-        """The price a cost ratio may use: one given explicitly, or one looked up for a known
-        capacity type (a looked-up price for an unknown capacity type is a guess)."""
-        if not self.price_per_hour:
-            return None
-        if self.price_source == "given" or self.capacity_type:
-            return self.price_per_hour
-        return None
-
-    def suspect(self, run: R.RunResult) -> str | None:
-        return self.suspects.get((run.scenario, run.concurrency)) if run.valid else None
-
-    def usable(self, run: R.RunResult) -> bool:
-        """Valid and not suspect: the runs that make figures."""
-        return run.valid and not self.suspect(run)
-
-    @property
-    def scenarios(self) -> list[str]:
-        seen: list[str] = []
-        for run in self.runs:
-            if run.scenario not in seen:
-                seen.append(run.scenario)
-        return seen
-
-    def valid(self, scenario: str) -> list[R.RunResult]:
-        """The usable runs of a scenario (valid and not suspect)."""
-        return [r for r in self.runs if r.scenario == scenario and self.usable(r)]
-
-    def invalid(self) -> list[R.RunResult]:
-        return [r for r in self.runs if not r.valid]
-
-    def suspect_runs(self) -> list[R.RunResult]:
-        return [r for r in self.runs if self.suspect(r)]
-
-
-def _load_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def read_manifest(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(manifest, None), (None, None) when there is none, or (None, why it cannot be read)."""
-    if not path.exists():
-        return None, None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        return None, f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-    except json.JSONDecodeError as exc:
-        return None, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}; truncated?)"
-    except OSError as exc:
-        return None, f"cannot be read ({exc.strerror or exc})"
-    if not isinstance(data, dict):
-        return None, "not a JSON object"
-    return data, None
-
-
-def _order_key(order: list[str]):
-    def key(run: R.RunResult):
-        idx = order.index(run.scenario) if run.scenario in order else len(order)
-        return (idx, run.scenario, run.concurrency)
-    return key
-
-
-def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
-              price_per_hour: float | None = None, capacity_type: str | None = None) -> Side:
-    """Every combination of a sweep folder: planned ones (manifest) and any result file found."""
-    manifest, manifest_error = read_manifest(path / MANIFEST)
-    used: set[Path] = {path / MANIFEST} if manifest is not None else set()
-    runs: dict[tuple[str, int], R.RunResult] = {}
-    suspects: dict[tuple[str, int], str] = {}
-    telemetry: dict[tuple[str, int], dict[str, Any]] = {}
-    config = (manifest or {}).get("config") or {}
-    limit = (config.get("telemetry") or {}).get("suspect_prefix_cache_pct", T.SUSPECT_PREFIX_CACHE_PCT)
-    planned = (manifest or {}).get("runs") or []
-    for rec in planned:
-        try:
-            scenario, conc = str(rec["scenario"]), int(rec["concurrency"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        expect = R.Expectation(
-            scenario=scenario,
-            concurrency=conc,
-            num_prompts=rec.get("num_prompts"),
-            output_len=rec.get("output_len"),
-            run_hash=rec.get("run_hash"),
-        )
-        result = R.load_result(path / R.result_filename(scenario, conc), expect)
-        if result.path:
-            used.add(Path(result.path))
-        tele = rec.get("telemetry")
-        if isinstance(tele, dict):
-            telemetry[(scenario, conc)] = tele
-            restart = T.restart_problem(tele)
-            if restart and result.valid:
-                result = result.with_problems(restart)
-            checked = SC.prefix_cache_checked(scenario, (config.get("scenarios") or {}).get(scenario))
-            why = T.suspect_reason(tele, checked, limit)
-            if why:
-                suspects[(scenario, conc)] = why
-        if rec.get("status") == "suspect" and rec.get("suspect"):
-            suspects.setdefault((scenario, conc), str(rec["suspect"]))
-        if not result.valid and result.path is None:
-            status = rec.get("status")
-            why = {"invalid": rec.get("reason"), "valid": "result file missing (manifest says valid)"}.get(
-                status, f"not run (status {status})")
-            result = R.missing_result(scenario, conc, why or "no result file")
-            last = _last_invalid_file(path, scenario, conc)
-            if last is not None:
-                used.add(last)
-                numbers = R.load_result(last, expect)
-                result = R.RunResult(scenario, conc, str(last), result.problems,
-                                     num_prompts=numbers.num_prompts, completed=numbers.completed,
-                                     failed=numbers.failed)
-        runs[(scenario, conc)] = result
-    for file in sorted(path.glob("*.json")):
-        parsed = R.parse_result_filename(file.name)
-        if parsed and parsed not in runs:
-            runs[parsed] = R.load_result(file)
-            used.add(file)
-
-    order = list(((manifest or {}).get("config") or {}).get("scenarios") or {})
-    order += [s for s in DEFAULT_ORDER if s not in order]
-    ordered = sorted(runs.values(), key=_order_key(order))
-
-    lengths: dict[str, tuple[int | None, int | None]] = {}
-    for name, spec in (((manifest or {}).get("config") or {}).get("scenarios") or {}).items():
-        lengths[name] = (spec.get("input_len"), spec.get("output_len"))
-    for run in ordered:
-        if run.scenario not in lengths and (run.input_len or run.output_len):
-            lengths[run.scenario] = (run.input_len, run.output_len)
-
-    m_gpus = (manifest or {}).get("gpus")
-    m_price = (manifest or {}).get("price_per_hour")
-    m_capacity = (manifest or {}).get("capacity_type")
-    name = label or (manifest or {}).get("label") or path.resolve().name
-    hw = (manifest or {}).get("hardware")
-    m_source = hw.get("price_source") if isinstance(hw, dict) else None
-    price = price_per_hour if price_per_hour is not None else m_price
-    if price is None:
-        price_source = None
-    elif price_per_hour is not None or m_source == "--price-per-hour":
-        price_source = "given"
-    else:
-        price_source = "looked up"
-    return Side(
-        label=str(name),
-        path=path,
-        manifest=manifest,
-        runs=ordered,
-        gpus=int(gpus or m_gpus or 1),
-        price_per_hour=price,
-        lengths=lengths,
-        capacity_type=capacity_type or m_capacity,
-        suspects=suspects,
-        telemetry=telemetry,
-        used=used,
-        manifest_error=manifest_error,
-        price_source=price_source,
-    )
-
-
-def _last_invalid_file(path: Path, scenario: str, conc: int) -> Path | None:
-    best: tuple[int, Path] | None = None
-    prefix = f"{scenario}_c{conc}.attempt"
-    for file in path.glob(f"{scenario}_c{conc}.attempt*.invalid.json"):
-        try:
-            n = int(file.name[len(prefix):].split(".", 1)[0])
-        except ValueError:
-            continue
-        if best is None or n > best[0]:
-            best = (n, file)
-    return best[1] if best else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Math
-
-
-DECODE_METRICS = ("itl", "tpot")
-
-
-def decode_p99(run: R.RunResult, metric: str) -> float | None:
-    return run.tpot_p99_ms if metric == "tpot" else run.itl_p99_ms
-
-
-def meets_slo(run: R.RunResult, ttft_ms: float, decode_ms: float, metric: str = "itl") -> bool:
-    """TTFT p99 and the decode metric's p99 (ITL per chunk, or TPOT per token) within the limits."""
-    decode = decode_p99(run, metric)
-    return (run.valid and run.ttft_p99_ms is not None and decode is not None
-            and run.ttft_p99_ms <= ttft_ms and decode <= decode_ms)
-
-
-def peak(runs: list[R.RunResult]) -> R.RunResult | None:
-    valid = [r for r in runs if r.valid and r.output_tok_s is not None]
-    # Ties go to the lower concurrency: the same throughput with less queueing.
-    return max(valid, key=lambda r: (r.output_tok_s, -r.concurrency), default=None)
-
-
-def slo_best(runs: list[R.RunResult], ttft_ms: float, decode_ms: float, metric: str = "itl") -> R.RunResult | None:
-    return peak([r for r in runs if meets_slo(r, ttft_ms, decode_ms, metric)])
-
-
-TELEMETRY_KEYS = ("prefix_cache_hit_pct", "preemptions", "kv_cache_usage_max_pct", "requests_waiting_max",
-                  "gpu_util_mean_pct", "gpu_mem_used_max_gib", "gpu_power_mean_w", "spec_acceptance_by_position")
-
-
-def run_row(run: R.RunResult, side: "Side | None" = None) -> dict[str, Any]:
-    ok = run.valid
-    tele = (side.telemetry.get((run.scenario, run.concurrency)) if side else None) or {}
-    return {
-        "scenario": run.scenario,
-        "concurrency": run.concurrency,
-        "valid": ok,
-        "reason": run.reason or (side.suspect(run) if side else None),
-        "completed": run.completed,
-        "failed": run.failed,
-        "output_tok_s": run.output_tok_s if ok else None,
-        "req_s": run.req_s if ok else None,
-        "ttft_p50_ms": run.ttft_p50_ms if ok else None,
-        "ttft_p99_ms": run.ttft_p99_ms if ok else None,
-        "itl_p50_ms": run.itl_p50_ms if ok else None,
-        "itl_p99_ms": run.itl_p99_ms if ok else None,
-        "spec_acceptance": run.spec_acceptance_rate_pct if ok else None,
-        "suspect": bool(side and side.suspect(run)),
-        "tpot_p50_ms": run.tpot_p50_ms if ok else None,
-        "tpot_p99_ms": run.tpot_p99_ms if ok else None,
-        **{key: tele.get(key) for key in TELEMETRY_KEYS},
-    }
-
-
-def scenario_summary(side: Side, ttft_ms: float, decode_ms: float, metric: str = "itl") -> dict[str, Any]:
-    out = {}
-    for name in side.scenarios:
-        runs = side.valid(name)
-        top = peak(runs)
-        best = slo_best(runs, ttft_ms, decode_ms, metric)
-        tested = max((r.concurrency for r in side.runs if r.scenario == name), default=None)
-        out[name] = {
-            "peak": ({"concurrency": top.concurrency, "output_tok_s": top.output_tok_s, "req_s": top.req_s}
-                     if top else None),
-            "slo": {"concurrency": best.concurrency, "output_tok_s": best.output_tok_s} if best else None,
-            # the peak sits at the highest concurrency tested: the test, not the server, set it
-            "peak_at_edge": (top.concurrency == tested) if top else None,
-        }
-    return out
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b <= 0:
-        return None
-    return round(a / b, 4)
-
-
-def compare(side: Side, base: Side) -> dict[str, dict[str, Any]]:
-    out = {}
-    names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
-    for name in names:
-        top, btop = peak(side.valid(name)), peak(base.valid(name))
-        cand = top.output_tok_s if top else None
-        ref = btop.output_tok_s if btop else None
-        per_gpu = _ratio(cand / side.gpus if cand is not None else None,
-                         ref / base.gpus if ref is not None else None)
-        cost = None
-        # A looked-up price follows the capacity the run landed on; with that unknown there is no
-        # cost ratio. A price given explicitly is used as given.
-        if side.cost_price() and base.cost_price() and cand is not None and ref is not None:
-            cost = _ratio(cand / side.cost_price(), ref / base.cost_price())
-        out[name] = {
-            "baseline_peak_tok_s": ref,
-            "peak_tok_s": cand,
-            "throughput_ratio": per_gpu,
-            "cost_efficiency_ratio": cost,
-        }
-    return out
-
-
-def completeness_issues(side: Side, base: Side) -> list[str]:
-    """What is missing from a comparison, each with the command that completes it; any issue
-    blocks a passing verdict."""
-    issues = []
-    for who, s in (("candidate", side), ("baseline", base)):
-        bad = s.invalid()
-        if bad:
-            listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in bad)
-            runs = "run" if len(bad) == 1 else "runs"
-            issues.append(f"the {who} ({s.label}) has {len(bad)} invalid or missing {runs} ({listed}): run "
-                          f"{'it' if len(bad) == 1 else 'them'} again (`bench sweep --resume` on that side runs "
-                          "only what is missing or invalid)")
-        doubtful = s.suspect_runs()
-        if doubtful:
-            listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in doubtful)
-            runs = "run" if len(doubtful) == 1 else "runs"
-            issues.append(f"the {who} ({s.label}) has {len(doubtful)} suspect {runs} (prompts served from the "
-                          f"prefix cache: {listed}): run {'it' if len(doubtful) == 1 else 'them'} again "
-                          "(`bench sweep --resume`)")
-    names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
-    for name in names:
-        if name not in side.scenarios or not side.valid(name):
-            issues.append(f"scenario {name}: no usable run in the candidate ({side.label}): run it "
-                          f"(`bench sweep --scenarios {name} --resume` against the candidate)")
-            continue
-        if name not in base.scenarios or not base.valid(name):
-            issues.append(f"scenario {name}: no usable run in the baseline ({base.label}): run it "
-                          f"(`bench sweep --scenarios {name} --resume` against the baseline)")
-            continue
-        cc = sorted(r.concurrency for r in side.runs if r.scenario == name)
-        bc = sorted(r.concurrency for r in base.runs if r.scenario == name)
-        if cc != bc:
-            issues.append(f"scenario {name}: the concurrencies differ ({', '.join(map(str, cc))} vs baseline "
-                          f"{', '.join(map(str, bc))}): sweep both sides at the same --concurrencies")
-    return issues
-
-
-def comparability_issues(side: Side, base: Side, vary: tuple[str, ...] = ()) -> list[str]:
-    """Why the two sides did not measure the same thing; these block a pass and a fail alike."""
-    issues = []
-    for who, s in (("candidate", side), ("baseline", base)):
-        if s.manifest_error:
-            issues.append(f"the {who}'s manifest.json ({s.path / MANIFEST}) is {s.manifest_error}, so its "
-                          "sweep settings cannot be checked against the other side: fetch the folder again "
-                          "(`bench fetch`) or restore the file")
-    for name in side.scenarios:
-        la, lb = side.lengths.get(name), base.lengths.get(name)
-        if la and lb and None not in la and None not in lb and la != lb:
-            issues.append(f"scenario {name}: the input/output lengths differ ({la[0]}/{la[1]} tokens vs baseline "
-                          f"{lb[0]}/{lb[1]}): sweep both sides with the same scenario lengths")
-    issues += checks.like_for_like(side.manifest, base.manifest, vary)[0]
-    return issues
-
-
-def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
-                  threshold: float, decode_metric: str = "itl",
-                  vary: tuple[str, ...] = (), basis: str = "peak") -> tuple[dict[str, Any], list[str]]:
-    """summary.json, and the issues that make a comparison incomplete. The decode limit `itl_ms`
-    applies to the p99 of `decode_metric`."""
-    decode_ms = itl_ms
-    comparison = compare(side, base) if base else None
-    incomparable = comparability_issues(side, base, vary) if base else []
-    issues = (completeness_issues(side, base) + incomparable) if base else []
-    summary = {
-        "slo": {"ttft_p99_ms": ttft_ms, "itl_p99_ms": itl_ms, "decode_metric": decode_metric},
-        "runs": [run_row(r, side) for r in side.runs],
-        "scenarios": scenario_summary(side, ttft_ms, decode_ms, decode_metric),
-        "comparison": comparison,
-        "verdict": None,
-        "ignored_files": [],
-    }
-    # Capacity under the SLO (grid, search and open-loop files), SLO ratios, the verdict.
-    side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
-                                      decode_metric=decode_metric, basis=basis, threshold=threshold,
-                                      issues=issues, incomparable=incomparable)
-    summary["ignored_files"] = checks.unused_files(side.path, side.used, side.manifest_error)
-    if base:
-        summary["ignored_files"] += [{"file": f"baseline:{f['file']}", "reason": f["reason"]}
-                                     for f in checks.unused_files(base.path, base.used, base.manifest_error)]
-    return summary, issues
-
+from bench.analysis.side import DECODE_METRICS, Side, load_side, meets_slo
+from bench.analysis.summary import build_summary
+from bench.common import locations
+from bench.startup import report as startup_report
 
 # ---------------------------------------------------------------------------------------------
 # Markdown
@@ -614,7 +230,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         f"both limits. The decode limit applies to {metric.upper()} (`--slo-decode-metric`): ITL is "
         "measured per streamed chunk, TPOT per output token.",
         "- A run is **suspect** when its prompts were served from the prefix cache (hits above "
-        f"{T.SUSPECT_PREFIX_CACHE_PCT:g}% of prompt tokens in a random-prompt scenario): it measured the "
+        f"{R.SUSPECT_PREFIX_CACHE_PCT:g}% of prompt tokens in a random-prompt scenario): it measured the "
         "cache, not the hardware, and is left out of peaks, SLO figures, ratios, charts and the verdict.",
         "- A run during which the server restarted is invalid.",
     ]
@@ -799,7 +415,7 @@ def run(args: argparse.Namespace) -> int:
     if args.no_charts:
         note = None
     else:
-        try:
+        try:  # matplotlib is imported only when charts are drawn (bench/analysis/charts.py)
             from bench.analysis import charts as C
 
             charts = C.render(side, base, summary["slo"], out, summary["scenarios"])
@@ -808,16 +424,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"bench report: {note}", file=sys.stderr)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     locations.written(out / "summary.json")
-    from bench.startup import report as startup_report
-
     text = render_markdown(side, base, summary, issues, charts, note) + startup_report.markdown(path)
     (out / "report.md").write_text(text, encoding="utf-8")
     locations.written(out / "report.md")
     valid = sum(1 for r in side.runs if r.valid)
     msg = f"bench report: {valid}/{len(side.runs)} valid runs -> {locations.display(out / 'report.md')}, summary.json"
     if not args.no_html:
-        from bench.analysis import pages
-
         pages.write_report(out, summary, side, base, issues, charts=not args.no_charts)
         locations.written(out / "report.html")
         msg += ", report.html"
@@ -840,8 +452,6 @@ def run(args: argparse.Namespace) -> int:
 
 def write_plan(args: argparse.Namespace, out: Path) -> str | None:
     """The replica plan next to the report (plan/plan.md), on the verdict's basis."""
-    from bench.analysis import plan as P
-
     plan_args = argparse.Namespace(
         candidates=[args.dir], out=str(out / "plan"), baseline=args.baseline, current_replicas=args.current_replicas,
         current_gpus_per_replica=1, reference=None, load=None, mix=None, basis=args.verdict_basis, headroom=0.0,

@@ -8,9 +8,13 @@ or invalid by the same rules everywhere. A result is VALID only when:
   and writes a file with zeros in every metric when every request failed, e.g. a wrong model name);
 - throughput is positive and, when the output length is known, every request produced that many
   tokens (the random dataset runs with ignore-eos, so anything shorter means the server cut it);
-  scenarios whose answers end naturally (`bench.workloads`, K_korean) only cap the output;
+  scenarios whose answers end naturally (`bench.common.workloads`, K_korean) only cap the output;
 - where the caller knows what was planned (`Expectation`), the file's scenario, concurrency, prompt
   count and run hash match the plan (a result recorded with other parameters is stale).
+
+A run's telemetry (bench/run/telemetry.py) is judged here too: a run during which the server
+restarted is invalid (`restart_problem`), and a random-prompt run that took more than
+`SUSPECT_PREFIX_CACHE_PCT` of its prompt tokens from the prefix cache is suspect (`suspect_reason`).
 
 Keys written by vLLM differ between releases (0.33 adds `latencies`, `queue_times`, client queue
 times); only the keys below are read, extra keys are ignored.
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,9 +134,7 @@ class RunResult:
     def reason(self) -> str | None:
         return "; ".join(self.problems) if self.problems else None
 
-    def with_problems(self, *extra: str) -> "RunResult":
-        from dataclasses import replace
-
+    def with_problems(self, *extra: str) -> RunResult:
         return replace(self, problems=self.problems + tuple(p for p in extra if p))
 
 
@@ -257,3 +259,28 @@ def from_dict(
         spec_acceptance_length=spec_len,
         raw=data,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# A run's telemetry, judged (the sweep judges each run so; the report judges it again)
+
+
+SUSPECT_PREFIX_CACHE_PCT = 5.0
+
+
+def suspect_reason(summary: dict[str, Any] | None, checked: bool,
+                   limit_pct: float = SUSPECT_PREFIX_CACHE_PCT) -> str | None:
+    """Why a run's numbers are suspect, or None: a random-prompt run served from the prefix cache."""
+    if not summary or not checked:
+        return None
+    pct = summary.get("prefix_cache_hit_pct")
+    if pct is not None and pct > limit_pct:
+        return (f"prefix-cache hits {pct:.1f}% of prompt tokens (> {limit_pct:g}%): prompts were served "
+                "from the cache, so the run measures the cache, not the hardware")
+    return None
+
+
+def restart_problem(summary: dict[str, Any] | None) -> str | None:
+    if summary and summary.get("restart_evidence"):
+        return f"server restarted during the run: {summary['restart_evidence']}"
+    return None

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.analysis import results as R
-from bench.run import telemetry as T
+from bench.common import prometheus
 from bench.common import workloads as W
-
 
 
 def per_position(run: R.RunResult) -> list[float] | None:
@@ -114,7 +113,7 @@ def table7_markdown(rows: list[tuple[str, Table7Row | None]]) -> list[str]:
 
 def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
     """(name, labels, value) of every sample, parsed as the sweep's telemetry parses /metrics."""
-    return [(name, labels, value) for name, points in T.parse(text).items() for labels, value in points]
+    return [(name, labels, value) for name, points in prometheus.parse(text).items() for labels, value in points]
 
 
 def spec_counters(text: str) -> dict[str, Any] | None:

@@ -61,8 +61,6 @@ def rerun_command(prefix: str) -> str:
 
 def quiet_broken_pipe() -> None:
     """Output piped into `head` and closed early: stop without a BrokenPipeError traceback."""
-    import os
-
     try:
         sys.stdout.flush()
     except (BrokenPipeError, ValueError):

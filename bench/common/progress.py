@@ -50,6 +50,7 @@ class Progress:
         if not enabled:
             return
         if bar if bar is not None else _isatty(self.stream):
+            # tqdm only for a bar on a terminal: the Jobs' images need not have it for their lines.
             from tqdm import tqdm
 
             # unit "iB" with a 1024 divisor reads KiB, MiB, GiB; the counts get the same suffix.

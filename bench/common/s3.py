@@ -8,10 +8,13 @@ AWS_ENDPOINT_URL), which covers EKS Pod Identity in the cluster and a local S3 s
 from __future__ import annotations
 
 import fnmatch
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
+
+from bench.common.progress import Progress
 
 # What a tokenizer needs from a Hugging Face style model folder; weights are never downloaded.
 TOKENIZER_PATTERNS = ("*.json", "*.model", "tokenizer*", "*.tiktoken", "*.txt", "*.jinja")
@@ -82,8 +85,6 @@ def download_prefix(loc: S3Location, dest: Path, *, only_missing: bool = False, 
     `copied` (if given) is filled as files complete, so that a caller interrupted midway knows what is
     there; boto3 writes each file under a temporary name first, so no half-written file is left.
     """
-    from bench.common.progress import Progress
-
     s3 = client()
     dest.mkdir(parents=True, exist_ok=True)
     copied = [] if copied is None else copied
@@ -150,3 +151,25 @@ class Uploader:
             else:
                 self.failed.pop(rel)
         return not self.failed
+
+
+def put_json(client: Any, out: S3Location, name: str, data: dict[str, Any]) -> None:
+    """`name` under the prefix `out`, as indented JSON."""
+    client.put_object(Bucket=out.bucket, Key=out.key(name), ContentType="application/json",
+                      Body=(json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def get_json(client: Any, out: S3Location, name: str) -> dict[str, Any] | None:
+    """The JSON object `name` under the prefix `out`; None when there is none (or it is not an object)."""
+    try:
+        body = client.get_object(Bucket=out.bucket, Key=out.key(name))["Body"].read()
+    except Exception as exc:
+        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        if code in ("NoSuchKey", "404", "NotFound"):
+            return None
+        raise
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -23,8 +23,9 @@ applies there). Every flag used exists in vLLM 0.26 and 0.32 (`custom`, `prefix_
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,6 @@ class Workload:
         """Lengths multiplied by `scale` (tests); a custom dataset keeps its prompts, only its cap."""
         if scale == 1:
             return self
-        from dataclasses import replace
-
         out = max(2, round(self.output_len * scale))  # 1 token has no inter-token gap
         if self.dataset == "custom":
             return replace(self, output_len=out)
@@ -170,8 +169,6 @@ def workload(name: str) -> Workload:
 
 def custom_dataset_available() -> bool:
     """vLLM's custom dataset reads JSONL with pandas, which vLLM only installs with its `bench` extra."""
-    import importlib.util
-
     return importlib.util.find_spec("pandas") is not None
 
 

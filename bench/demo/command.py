@@ -38,14 +38,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.demo import cpu_vllm
+from bench.analysis import compare, report
 from bench.common import scenarios as SC
-from bench.startup import timeline
 from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals, stop_process_group
 from bench.common.progress import human_seconds
+from bench.demo import cpu_vllm
+from bench.startup import phases, timeline
 
 DEFAULT_OUT = "build/demo"
 DEFAULT_SCENARIOS = "S1_chat,S2_summary"
@@ -149,10 +151,6 @@ def sweep_argv(args: argparse.Namespace, *, url: str, model: Path, out: Path, la
 def local_startup_record(log: Path, launched: float, healthy: float, server: str) -> dict[str, Any]:
     """The startup timeline of a local `vllm serve`: launched -> /health OK, with the phases its own log
     names (weight load, compile, the rest). The process stands in for the pod: no node or image phases."""
-    from datetime import datetime, timezone
-
-    from bench.startup import phases
-
     def stamp(t: float) -> str:
         return datetime.fromtimestamp(t, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -287,18 +285,16 @@ class Demo:
             pass
 
     def reports(self) -> Path:
-        from bench.__main__ import main as bench_main
-
         runs = self.out / "runs"
         slo = ["--slo-ttft-p99-ms", f"{self.args.slo_ttft_p99_ms:g}", "--slo-itl-p99-ms", f"{self.args.slo_itl_p99_ms:g}"]
         _say("[5/5] bench report (candidate against baseline, verdict, replica plan) and bench compare")
         t0 = time.monotonic()
-        rc = bench_main(["report", str(runs / "candidate"), "--baseline", str(runs / "baseline"),
-                         "--out", str(self.out / "report"), "--current-replicas", "12", *slo])
+        rc = report.main([str(runs / "candidate"), "--baseline", str(runs / "baseline"),
+                          "--out", str(self.out / "report"), "--current-replicas", "12", *slo])
         if rc != 0:
             raise StepFailed(f"bench report exited {rc}")
-        rc = bench_main(["compare", str(runs / "baseline"), str(runs / "candidate"), "--out",
-                         str(self.out / "compare"), *slo])
+        rc = compare.main([str(runs / "baseline"), str(runs / "candidate"), "--out",
+                           str(self.out / "compare"), *slo])
         if rc != 0:
             raise StepFailed(f"bench compare exited {rc}")
         self.timing.add("report", time.monotonic() - t0)

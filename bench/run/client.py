@@ -16,14 +16,24 @@ and 2 point at its log file, so vLLM's prints and logs land where a process run'
 
 from __future__ import annotations
 
+import argparse
 import functools
+import importlib.util
 import json
 import os
+import queue
+import shlex
+import subprocess
 import sys
+import threading
 import traceback
+from pathlib import Path
+
+from bench.common.interrupts import stop_process_group
 
 
 def _load():
+    # vLLM only in the driver process that runs the benchmarks: the sweep imports this module without it.
     from vllm.benchmarks import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -102,10 +112,6 @@ class Driver:
         self.starts = 0
 
     def _start(self) -> None:
-        import queue
-        import subprocess
-        import threading
-
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, env=self.env,
                                      start_new_session=True)
@@ -125,8 +131,6 @@ class Driver:
             raise RuntimeError(f"bench client did not start: {hello.get('error') if hello else 'no answer'}")
 
     def _answer(self, timeout: float) -> dict | None:
-        import queue
-
         try:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
@@ -151,8 +155,6 @@ class Driver:
         return int(answer.get("rc", 1)), False
 
     def stop(self) -> None:
-        from bench.common.interrupts import stop_process_group
-
         proc, self.proc = self.proc, None
         stop_process_group(proc, grace_s=10)
 
@@ -165,21 +167,11 @@ def add_arguments(p) -> None:
                         "auto: library when `vllm` is importable and no --vllm-bin is given "
                         "(env VLLM_POC_BENCH_CLIENT, default auto)")
     p.add_argument("--bench-client-cmd", default=os.environ.get("VLLM_POC_BENCH_CLIENT_CMD"),
-                   help=argparse_suppress())
-
-
-def argparse_suppress():
-    import argparse
-
-    return argparse.SUPPRESS
+                   help=argparse.SUPPRESS)
 
 
 def driver_command(mode: str, vllm: list[str], vllm_bin_given: bool, custom: str | None) -> list[str] | None:
     """The driver command for `--bench-client`, or None for a process per run."""
-    import importlib.util
-    import shlex
-    from pathlib import Path
-
     if custom:
         return shlex.split(custom)
     if mode == "process":
@@ -206,8 +198,6 @@ def driver_command(mode: str, vllm: list[str], vllm_bin_given: bool, custom: str
 
 
 def driver_env() -> dict[str, str]:
-    from pathlib import Path
-
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])  # the folder holding the bench package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)

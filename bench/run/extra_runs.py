@@ -27,6 +27,7 @@ loop's requests per rate are sized to the budget left (between --open-loop-min-r
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import time
@@ -35,6 +36,7 @@ from typing import Any
 from bench.analysis import capacity as C
 from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
+from bench.run import grid
 
 KIND_SEARCH, KIND_OPEN = "search", "open_loop"
 META_KIND = "bench_kind"
@@ -109,8 +111,6 @@ def _set_flag(cmd: list[str], flag: str, *values: str) -> list[str]:
 
 
 def _derived_seed(*parts: Any) -> int:
-    import hashlib
-
     blob = json.dumps(parts, separators=(",", ":")).encode()
     return int(hashlib.sha256(blob).hexdigest()[:8], 16) % (2**31 - 1)
 
@@ -134,15 +134,13 @@ class ExtraRuns:
     # -- one run -------------------------------------------------------------------------------
     def _run(self, kind: str, grid_spec, *, concurrency: int, num_prompts: int, name: str,
              seed_parts: tuple, rate: float | None = None) -> tuple[R.RunResult, dict[str, Any] | None]:
-        from bench.run import sweep as S
-
         sweep, args = self.sweep, self.args
         folder = sweep.out / (CR.SEARCH_DIR if kind == KIND_SEARCH else CR.OPEN_LOOP_DIR)
         folder.mkdir(exist_ok=True)
-        run_hash = S._hash({"grid": grid_spec.run_hash, "kind": kind, "c": concurrency, "n": num_prompts,
+        run_hash = grid.short_hash({"grid": grid_spec.run_hash, "kind": kind, "c": concurrency, "n": num_prompts,
                             "rate": rate, "name": name, "slo": self.record["settings"]["slo"]})
-        spec = S.RunSpec(grid_spec.scenario, grid_spec.input_len, grid_spec.output_len, concurrency, num_prompts,
-                         S.warmups_for(args.warmups, concurrency), run_hash)
+        spec = grid.RunSpec(grid_spec.scenario, grid_spec.input_len, grid_spec.output_len, concurrency, num_prompts,
+                            grid.warmups_for(args.warmups, concurrency), run_hash)
         expect = spec.expectation()
         final = folder / name
         existing = R.load_result(final, expect)
@@ -158,10 +156,7 @@ class ExtraRuns:
             sweep.partial.mkdir(exist_ok=True)
             partial = sweep.partial / name
             partial.unlink(missing_ok=True)
-            try:  # the sweep's own per-run seed parameter where it has one
-                cmd = S.bench_command(sweep.vllm, args, spec, self.tokenizer, sweep.partial, seed=seed + attempt - 1)
-            except TypeError:
-                cmd = S.bench_command(sweep.vllm, args, spec, self.tokenizer, sweep.partial)
+            cmd = grid.bench_command(sweep.vllm, args, spec, self.tokenizer, sweep.partial, seed=seed + attempt - 1)
             cmd = _set_flag(cmd, "--result-filename", name)
             cmd = _set_flag(cmd, "--seed", str(seed + attempt - 1))
             cmd = _set_flag(cmd, "--save-detailed")

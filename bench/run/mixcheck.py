@@ -41,15 +41,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import locations
-from bench.common import s3
 from bench.analysis import results as R
-from bench.run import seeds
+from bench.analysis.mixed_traffic import CHECK_FILE, finding, read_json
+from bench.common import locations, s3
 from bench.common import workloads as W
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals, stop_process_group
 from bench.common.progress import human_seconds
+from bench.run import grid, seeds
 
-CHECK_FILE = "mixed_traffic.json"
 RUN_DIR = "mixed"
 
 
@@ -57,21 +56,11 @@ class UsageError(ValueError):
     pass
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not readable JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise UsageError(f"{path}: expected a JSON object")
-    return value
-
-
 def load_plan(path: Path) -> dict[str, Any]:
     path = path / "plan.json" if path.is_dir() else path
     if not path.is_file():
         raise UsageError(f"--plan: no plan.json at {locations.display(path)} (the --out of `bench plan`)")
-    return _json(path)
+    return read_json(path)
 
 
 def wait_for_plan(value: str, wait_hours: float, scratch: Path, poll_seconds: float = 15.0) -> Path:
@@ -79,14 +68,12 @@ def wait_for_plan(value: str, wait_hours: float, scratch: Path, poll_seconds: fl
     while the report Job has not written it yet (up to `wait_hours`)."""
     if not s3.is_s3_uri(value):
         return Path(value)
-    from bench.analysis.publish import get_json
-
     loc = s3.S3Location.parse(value, option="--plan")
     client = s3.client()
     started = time.monotonic()
     interval, said = poll_seconds, None
     while True:
-        plan = get_json(client, loc, "plan.json")
+        plan = s3.get_json(client, loc, "plan.json")
         if plan is not None:
             (scratch / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
             return scratch / "plan.json"
@@ -123,13 +110,11 @@ def requests_for(rate: float, duration_s: float, minimum: int) -> int:
 def command(vllm: list[str], args: argparse.Namespace, scenario: str, rate: float, n: int, seed: int,
             tokenizer: str, result_dir: Path) -> list[str]:
     """One open-loop `vllm bench serve` of a scenario (the sweep's own command line, at a rate)."""
-    from bench.run import sweep as S
-
     workload = W.WORKLOADS[scenario]
-    spec = S.RunSpec(scenario, workload.input_len, workload.output_len, args.max_concurrency, n, 0,
+    spec = grid.RunSpec(scenario, workload.input_len, workload.output_len, args.max_concurrency, n, 0,
                      run_hash=f"mixed-{scenario}", workload=workload,
                      prompt_format=W.prompt_format(workload, "auto"))
-    cmd = S.bench_command(vllm, args, spec, tokenizer, result_dir, seed=seed, filename=f"{scenario}.json")
+    cmd = grid.bench_command(vllm, args, spec, tokenizer, result_dir, seed=seed, filename=f"{scenario}.json")
     at = cmd.index("--request-rate")
     cmd[at + 1] = f"{rate:g}"
     at = cmd.index("--metadata")
@@ -197,8 +182,6 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.run import sweep as S
-
     if not args.duration_s > 0 or args.min_requests < 1 or args.max_concurrency < 1 or not args.timeout_s > 0 \
             or args.wait_hours < 0 or not args.poll_seconds > 0:
         print("bench mix-check: --duration-s and --timeout-s must be positive, --min-requests and --max-concurrency "
@@ -214,9 +197,9 @@ def run(args: argparse.Namespace) -> int:
                 if unknown:
                     raise UsageError(f"the plan's scenarios {', '.join(unknown)} are not bench scenarios "
                                      f"({', '.join(W.WORKLOADS)})")
-                vllm = S.resolve_vllm(args.vllm_bin)
-                tokenizer = S.prepare_tokenizer(args.tokenizer, Path(scratch))
-            except (UsageError, S.UsageError, s3.S3Error, ValueError) as exc:
+                vllm = grid.resolve_vllm(args.vllm_bin)
+                tokenizer = grid.prepare_tokenizer(args.tokenizer, Path(scratch))
+            except (UsageError, grid.UsageError, s3.S3Error, ValueError) as exc:
                 print(f"bench mix-check: {exc}", file=sys.stderr)
                 return 2
             out.mkdir(parents=True, exist_ok=True)
@@ -238,63 +221,6 @@ def run(args: argparse.Namespace) -> int:
     locations.written(out / CHECK_FILE)
     print(f"bench mix-check: {finding(check)} -> {locations.display(out / CHECK_FILE)}")
     return 0 if check["held"] else 1
-
-
-# ---------------------------------------------------------------------------------------------
-# In the plan
-
-
-def load_check(path: Path) -> dict[str, Any]:
-    """mixed_traffic.json (a file, or the folder holding it), for `bench plan --mixed-traffic`."""
-    from bench.analysis.plan import UsageError as PlanUsageError
-
-    file = path / CHECK_FILE if path.is_dir() else path
-    try:
-        check = _json(file)
-    except UsageError as exc:
-        raise PlanUsageError(f"--mixed-traffic: {exc}") from None
-    if not isinstance(check.get("scenarios"), dict) or "held" not in check:
-        raise PlanUsageError(f"--mixed-traffic: {locations.display(file)} is not a `bench mix-check` result")
-    return check
-
-
-def finding(check: dict[str, Any]) -> str:
-    rows = check.get("scenarios") or {}
-    load = " + ".join(f"{s} {r['offered_req_s']:g} req/s" for s, r in sorted(rows.items()))
-    slo = check.get("slo") or {}
-    metric = str(slo.get("decode_metric", "itl")).upper()
-    if check.get("held") is None:
-        bad = "; ".join(f"{s}: {r['reason']}" for s, r in sorted(rows.items()) if not r.get("valid"))
-        return f"could not tell whether the scenarios add up at {load}: {bad or 'no valid run'}"
-    if check["held"]:
-        return f"the scenarios add up: at {load} at once, every scenario met the SLO"
-    missed = []
-    for s, r in sorted(rows.items()):
-        if r.get("meets_slo") is False:
-            missed.append(f"{s} TTFT p99 {r['ttft_p99_ms']:,.0f} ms, {metric} p99 {r['decode_p99_ms']:,.1f} ms")
-    return (f"the scenarios do not add up: at {load} at once, {'; '.join(missed)} (limits "
-            f"{slo.get('ttft_p99_ms', 500):g} ms and {slo.get('decode_p99_ms', 50):g} ms)")
-
-
-def plan_section(check: dict[str, Any], configurations: list[dict[str, Any]]) -> list[str]:
-    """The plan's words on the check: held or not, and whether it tested this plan's load."""
-    lines = ["", "## Mixed traffic", ""]
-    state = {True: "held", False: "did not hold", None: "could not be checked"}[check.get("held")]
-    lines.append(f"The plan assumes the scenarios add up on one replica. Checked on {check.get('configuration')} "
-                 f"with every scenario at once (open loop, Poisson arrivals): the assumption {state}; "
-                 f"{finding(check)}.")
-    row = next((r for r in configurations if r.get("label") == check.get("configuration")), None)
-    planned = (row or {}).get("per_replica_req_s") or {}
-    tested = check.get("per_replica_req_s") or {}
-    if planned and (set(planned) != set(tested)
-                    or any(abs(planned[s] - tested[s]) > 0.01 * max(planned[s], 1e-9) for s in planned)):
-        lines += ["", "That check ran at another load than this plan puts on a replica ("
-                  + ", ".join(f"{s} {v:g} req/s" for s, v in sorted(planned.items()))
-                  + "): run `bench mix-check` on this plan again."]
-    if check.get("held") is False:
-        lines += ["", "Size the fleet with more headroom (`--headroom`) or plan the scenarios on separate "
-                  "replicas, and check again."]
-    return lines
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

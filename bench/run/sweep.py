@@ -3,9 +3,9 @@
 For every (scenario, concurrency) the sweep runs a warm-up `vllm bench serve` (one wave at the
 run's concurrency, prompts of its own) and then the measured one with the random dataset (fixed
 input/output lengths, ignore-eos, request rate inf, client concurrency cap), TTFT, TPOT, ITL and
-E2EL at percentiles 50/90/99. Each process draws prompts with its own seed (`bench.seeds`), so no
+E2EL at percentiles 50/90/99. Each process draws prompts with its own seed (`bench.run.seeds`), so no
 run replays another's prompts into the server's prefix cache. Around the measured process the
-server's /metrics and the GPU exporter are read (`bench.telemetry`). Files:
+server's /metrics and the GPU exporter are read (`bench.run.telemetry`). Files:
 
     <out>/<scenario>_c<concurrency>.json      raw vLLM result of the valid (or last suspect) attempt
     <out>/<scenario>_c<c>.attempt<n>.invalid.json   raw result of an invalid attempt (kept)
@@ -17,7 +17,7 @@ server's /metrics and the GPU exporter are read (`bench.telemetry`). Files:
                                                side's capacity under the SLO per scenario
                                                (`capacity`, intervals as in `bench report`)
 
-A run is valid only by `bench.results.load_result`'s rules (all prompts completed, none failed,
+A run is valid only by `bench.analysis.results.load_result`'s rules (all prompts completed, none failed,
 ...): `vllm bench serve` exits 0 and writes a file even when every request failed. An invalid run
 is retried once (`--attempts`), recorded with its reason, and the sweep goes on; the exit code is
 1 when any combination stays invalid or suspect. A run is invalid as well when the server restarted
@@ -49,514 +49,39 @@ the server does not serve);
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import math
 import os
-import shlex
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.run import client as bench_client
-from bench.run import extra_runs
-from bench.run import hardware
+from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
+from bench.analysis import side as SIDE
+from bench.analysis import verdict as V
 from bench.common import s3
-from bench.run import s3reach
-from bench.common import scenarios as SC
-from bench.run import seeds
+from bench.common.interrupts import rerun_command
+from bench.run import client as bench_client
+from bench.run import extra_runs, hardware, s3reach, seeds
 from bench.run import telemetry as T
-from bench.common import workloads as W
-from bench.common.interrupts import rerun_command, stop_process_group
+from bench.run.grid import (DEFAULT_CONCURRENCIES, RunSpec, UsageError, bench_command, build_plan, config_of,
+                            new_run_record, prepare_tokenizer, resolve_vllm, short_hash)
+from bench.run.runner import MANIFEST, Runner, fmt_s, load_manifest, log_errors, log_tail, now, write_json
+from bench.run.server import probe_server, wait_for_health
 from bench.run.sweep_options import add_measurement_options
 
-# {name: (input tokens, output tokens)} of the default scenarios (bench/scenarios.py, a view of
-# bench/workloads.py, which also defines S5_shared_prefix and K_korean, run when named)
-DEFAULT_SCENARIOS: dict[str, tuple[int, int]] = SC.lengths()
-DEFAULT_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
-PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
-METRIC_PERCENTILES = "50,90,99"
-MANIFEST = "manifest.json"
-# Each process draws prompts with its own seed (bench.seeds); warm-ups run as a separate process.
-SEED_SCHEME = "sha256(sweep seed, scenario, concurrency, attempt, purpose) v1"
-LOGS = "logs"
-PARTIAL = ".partial"
 SCHEMA = 1
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_UNHEALTHY, EXIT_UPLOAD, EXIT_TERMINATED = 0, 1, 2, 3, 4, 143
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 
-class UsageError(ValueError):
-    pass
-
-
 class Terminated(Exception):
     pass
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    input_len: int
-    output_len: int
-    prefix_cache_check: bool = True  # random prompts: prefix-cache hits mean replayed prompts
-    workload: W.Workload | None = None
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    scenario: str
-    input_len: int
-    output_len: int
-    concurrency: int
-    num_prompts: int
-    warmups: int
-    run_hash: str
-    prefix_cache_check: bool = True
-    workload: W.Workload | None = None
-    prompt_format: str | None = None  # real-text scenarios: custom or chat (bench.workloads)
-
-    @property
-    def filename(self) -> str:
-        return R.result_filename(self.scenario, self.concurrency)
-
-    @property
-    def label(self) -> str:
-        return f"{self.scenario} c={self.concurrency}"
-
-    def expectation(self) -> R.Expectation:
-        return R.Expectation(
-            scenario=self.scenario,
-            concurrency=self.concurrency,
-            num_prompts=self.num_prompts,
-            output_len=self.output_len,
-            run_hash=self.run_hash,
-        )
-
-    def cost(self) -> float:
-        """Rough relative run time (token-steps per client slot) used for the ETA."""
-        waves = math.ceil(self.num_prompts / self.concurrency)
-        return waves * (self.output_len + self.input_len / 32.0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Plan
-
-
-def parse_scenarios(
-    selected: str | None, overrides: list[str], length_scale: float
-) -> list[Scenario]:
-    table: dict[str, W.Workload] = dict(W.WORKLOADS)
-    added: list[str] = []
-    for item in overrides:
-        name, sep, lengths = item.partition("=")
-        inp, sep2, out = lengths.partition("/")
-        try:
-            if not (sep and sep2 and name):
-                raise ValueError
-            pair = (int(inp), int(out))
-            custom = name in table and table[name].dataset == "custom"
-            if pair[1] < 1 or pair[0] < (0 if custom else 1):
-                raise ValueError
-        except ValueError:
-            raise UsageError(
-                f"--scenario {item!r}: expected NAME=INPUT/OUTPUT with positive token counts, "
-                "e.g. S1_chat=256/128 (K_korean=0/64 sets the output cap of the prompt set)"
-            ) from None
-        if R.parse_result_filename(R.result_filename(name, 1)) != (name, 1):
-            raise UsageError(f"--scenario {item!r}: name may hold letters, digits, '_' and '-'")
-        if name not in table:
-            added.append(name)
-            table[name] = W.Workload(name, "random", pair[0], pair[1])
-        else:
-            table[name] = _with_lengths(table[name], *pair)
-    if selected:
-        names = [n.strip() for n in selected.split(",") if n.strip()]
-        unknown = [n for n in names if n not in table]
-        if unknown:
-            raise UsageError(
-                f"--scenarios: unknown {', '.join(unknown)}; known: {', '.join(table)} "
-                "(define others with --scenario NAME=INPUT/OUTPUT)"
-            )
-    else:
-        names = list(DEFAULT_SCENARIOS) + added
-    if not length_scale > 0:
-        raise UsageError(f"--length-scale must be > 0, got {length_scale}")
-    scenarios = []
-    for name in names:
-        workload = table[name].scaled(length_scale)
-        known = SC.definition(name)
-        scenarios.append(Scenario(name, workload.input_len, workload.output_len,
-                                  known.prefix_cache_check if known else True, workload))
-    return scenarios
-
-
-def _with_lengths(workload: W.Workload, inp: int, out: int) -> W.Workload:
-    """A named scenario with other lengths; a shared-prefix scenario keeps its prefix share."""
-    from dataclasses import replace
-
-    if workload.dataset == "custom":
-        return replace(workload, output_len=out)
-    if workload.dataset == "prefix_repetition":
-        prefix = min(inp - 1, max(1, round(inp * workload.prefix_len / workload.input_len)))
-        return replace(workload, input_len=inp, prefix_len=prefix, output_len=out)
-    return replace(workload, input_len=inp, output_len=out)
-
-
-def parse_scenario_concurrencies(items: list[str]) -> dict[str, list[int]]:
-    """--scenario-concurrencies NAME=1,8,64: a scenario's own concurrencies (repeatable)."""
-    out = {}
-    for item in items:
-        name, sep, values = item.partition("=")
-        if not sep or not name:
-            raise UsageError(f"--scenario-concurrencies {item!r}: expected NAME=C1,C2,..., e.g. K_korean=1,8,64")
-        out[name] = parse_concurrencies(values)
-    return out
-
-
-def parse_concurrencies(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"--concurrencies: expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise UsageError(f"--concurrencies: need positive integers, got {text!r}")
-    return sorted(set(values))
-
-
-def warmups_for(setting: str, concurrency: int) -> int:
-    if setting == "auto":
-        # One warm-up wave at the run's own concurrency, capped: it exercises that batch size.
-        return min(concurrency, 8)
-    try:
-        value = int(setting)
-    except ValueError:
-        raise UsageError(f"--warmups: expected an integer or 'auto', got {setting!r}") from None
-    if value < 0:
-        raise UsageError(f"--warmups: must be >= 0, got {value}")
-    return value
-
-
-def _hash(payload: Any) -> str:
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]
-
-
-def build_plan(args: argparse.Namespace) -> list[RunSpec]:
-    scenarios = parse_scenarios(args.scenarios, args.scenario or [], args.length_scale)
-    concurrencies = parse_concurrencies(args.concurrencies)
-    own = parse_scenario_concurrencies(getattr(args, "scenario_concurrencies", None) or [])
-    unknown = sorted(set(own) - {sc.name for sc in scenarios})
-    if unknown:
-        raise UsageError(f"--scenario-concurrencies: {', '.join(unknown)} not among the scenarios to run")
-    if args.min_prompts < 1 or args.prompts_per_concurrency < 0:
-        raise UsageError("--min-prompts must be >= 1 and --prompts-per-concurrency >= 0")
-    if args.attempts < 1:
-        raise UsageError(f"--attempts must be >= 1, got {args.attempts}")
-    plan = []
-    for sc in scenarios:
-        workload = sc.workload or W.Workload(sc.name, "random", sc.input_len, sc.output_len)
-        try:
-            fmt = W.prompt_format(workload, getattr(args, "prompt_format", "auto") or "auto")
-            identity = workload.identity() if workload.dataset != "random" else None
-        except (ValueError, FileNotFoundError) as exc:
-            raise UsageError(str(exc)) from None
-        sc_concurrencies = own.get(sc.name) or (
-            sorted(workload.concurrencies) if workload.concurrencies else concurrencies)
-        for conc in sc_concurrencies:
-            num_prompts = max(args.min_prompts, args.prompts_per_concurrency * conc)
-            if workload.num_prefixes:
-                # prefix_repetition makes num_prompts // num_prefixes prompts per prefix: round up
-                num_prompts = -(-num_prompts // workload.num_prefixes) * workload.num_prefixes
-            warmups = warmups_for(args.warmups, conc)
-            if workload.num_prefixes and warmups:
-                warmups = -(-warmups // workload.num_prefixes) * workload.num_prefixes
-            extra_identity = {"workload": identity, "prompt_format": fmt} if identity else {}
-            run_hash = _hash(
-                {
-                    **extra_identity,
-                    "model": args.model,
-                    "scenario": sc.name,
-                    "input_len": sc.input_len,
-                    "output_len": sc.output_len,
-                    "concurrency": conc,
-                    "num_prompts": num_prompts,
-                    "warmups": warmups,
-                    "seed": args.seed,
-                    "seed_scheme": SEED_SCHEME,
-                    "extra": args.bench_args or "",
-                    # the hardware and server: a result from another pool or image is not this run
-                    "instance_type": args.instance_type,
-                    "gpus": args.gpus,
-                    "image": args.image,
-                    "server_args": args.server_args or "",
-                }
-            )
-            plan.append(RunSpec(sc.name, sc.input_len, sc.output_len, conc, num_prompts, warmups, run_hash,
-                                sc.prefix_cache_check, workload, fmt))
-    return plan
-
-
-def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, tokenizer: str,
-                  result_dir: Path, *, seed: int, num_prompts: int | None = None, filename: str | None = None,
-                  phase: str = seeds.MEASURE) -> list[str]:
-    """The `vllm bench serve` command line; every flag exists in vLLM 0.26 and 0.32.
-
-    `--num-warmups` is 0: vLLM's warm-up repeats the run's first prompt, which would then be served
-    from the prefix cache. The sweep warms up with a separate process and prompts of their own.
-    The dataset flags are the scenario's (bench.workloads).
-    """
-    workload = spec.workload or W.Workload(spec.scenario, "random", spec.input_len, spec.output_len)
-    cmd = [
-        *vllm, "bench", "serve",
-        *W.request_args(workload, fmt=spec.prompt_format, scratch=result_dir),
-        "--base-url", args.base_url,
-        "--model", args.model,
-        "--tokenizer", tokenizer,
-        "--num-prompts", str(num_prompts or spec.num_prompts),
-        "--max-concurrency", str(spec.concurrency),
-        "--request-rate", "inf",
-        "--num-warmups", "0",
-        "--percentile-metrics", PERCENTILE_METRICS,
-        "--metric-percentiles", METRIC_PERCENTILES,
-        "--seed", str(seed),
-        "--disable-tqdm",
-        "--save-result",
-        "--result-dir", str(result_dir),
-        "--result-filename", filename or spec.filename,
-    ]
-    cmd += shlex.split(args.bench_args or "")
-    cmd += [
-        "--metadata",
-        f"{R.META_SCENARIO}={spec.scenario}",
-        f"{R.META_CONCURRENCY}={spec.concurrency}",
-        f"{R.META_INPUT_LEN}={spec.input_len}",
-        f"{R.META_OUTPUT_LEN}={spec.output_len}",
-        f"{R.META_RUN_HASH}={spec.run_hash}",
-        f"{R.META_SEED}={seed}",
-        f"{R.META_PHASE}={phase}",
-    ]
-    return cmd
-
-
-def resolve_vllm(value: str | None) -> list[str]:
-    if value:
-        parts = shlex.split(value)
-        if len(parts) == 1 and not shutil.which(parts[0]) and not Path(parts[0]).is_file():
-            raise UsageError(f"--vllm-bin: {value!r} is not an executable")
-        return parts
-    found = shutil.which("vllm")
-    if found:
-        return [found]
-    raise UsageError("no `vllm` on PATH: pass --vllm-bin (or set VLLM_POC_VLLM_BIN)")
-
-
-# ---------------------------------------------------------------------------------------------
-# Server
-
-
-def _get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
-    # A server started with an API key answers /v1 only with it; `vllm bench serve` sends the same
-    # OPENAI_API_KEY as a bearer token.
-    key = os.environ.get("OPENAI_API_KEY")
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read() if exc.fp else b""
-
-
-def health_problem(exc: BaseException) -> str:
-    """Why GET /health did not answer, in words."""
-    reason = getattr(exc, "reason", exc)
-    if isinstance(reason, ConnectionRefusedError):
-        return ("connection refused (nothing listens at that address yet: the server is not started, or the port "
-                "is wrong)")
-    if isinstance(reason, (TimeoutError, socket.timeout)):
-        return "no answer in time (the connection or the reply timed out)"
-    if isinstance(reason, socket.gaierror):
-        return "the host name does not resolve (DNS)"
-    if isinstance(reason, ConnectionResetError):
-        return "connection reset by the server"
-    text = str(reason) or reason.__class__.__name__
-    return text
-
-
-def wait_for_health(base_url: str, timeout_s: float, interval_s: float = 5.0, say_every_s: float = 10.0,
-                    say=None) -> float:
-    """Poll GET /health until 200; returns the seconds waited, raises TimeoutError.
-
-    Every `say_every_s` seconds it says why it is still waiting (connection refused, the HTTP
-    status, a timeout)."""
-    say = say or (lambda line: print(line, flush=True))
-    start = time.monotonic()
-    last = "no answer yet"
-    said = start
-    while True:
-        try:
-            status, _ = _get(f"{base_url}/health", timeout=min(10.0, max(timeout_s, 1.0)))
-            if status == 200:
-                return time.monotonic() - start
-            last = f"HTTP {status}" + (" (the server is up but not ready: vLLM answers 503 while it loads the model)"
-                                       if status == 503 else "")
-        except (OSError, urllib.error.URLError) as exc:
-            last = health_problem(exc)
-        now = time.monotonic()
-        elapsed = now - start
-        if elapsed >= timeout_s:
-            raise TimeoutError(f"{base_url}/health did not answer 200 within {elapsed:.0f} s (last: {last}); check "
-                               "--base-url and the server's log, or wait longer with --health-timeout")
-        if now - said >= say_every_s:
-            said = now
-            say(f"bench sweep: still waiting for {base_url}/health after {elapsed:.0f} s: {last} "
-                f"(giving up after {timeout_s:.0f} s)")
-        time.sleep(min(interval_s, max(0.1, timeout_s - elapsed), max(0.1, say_every_s - (now - said))))
-
-
-def probe_server(base_url: str, model: str) -> dict[str, Any]:
-    """What the server says about itself; every probe is optional."""
-    info: dict[str, Any] = {"base_url": base_url, "model": model}
-    for name, path in (("version", "/version"), ("models", "/v1/models"), ("server_info", "/server_info")):
-        try:
-            status, body = _get(base_url + path)
-            if status == 200:
-                info[name] = json.loads(body)
-        except (OSError, ValueError, urllib.error.URLError):
-            pass
-    version = info.get("version")
-    info["vllm_version"] = version.get("version") if isinstance(version, dict) else None
-    models = info.get("models")
-    data = [m for m in (models.get("data") or [] if isinstance(models, dict) else []) if isinstance(m, dict)]
-    info["served_models"] = [m.get("id") for m in data]
-    entry = next((m for m in data if m.get("id") == model), None)
-    info["max_model_len"] = entry.get("max_model_len") if entry else None
-    info["root"] = entry.get("root") if entry else None
-    info.pop("version", None)
-    info.pop("models", None)
-    if "server_info" in info and len(json.dumps(info["server_info"])) > 200_000:
-        info["server_info"] = "(omitted: larger than 200 kB)"
-    return info
-
-
-# ---------------------------------------------------------------------------------------------
-# Manifest
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def config_of(args: argparse.Namespace, plan: list[RunSpec]) -> dict[str, Any]:
-    scenarios = {}
-    for spec in plan:
-        known = SC.definition(spec.scenario)
-        scenarios[spec.scenario] = {"input_len": spec.input_len, "output_len": spec.output_len,
-                                    "dataset": known.dataset if known else "random",
-                                    "prefix_cache_check": spec.prefix_cache_check}
-        if spec.workload and spec.workload.dataset != "random":
-            scenarios[spec.scenario].update(spec.workload.identity(), prompt_format=spec.prompt_format)
-    return {
-        "model": args.model,
-        "scenarios": scenarios,
-        "concurrencies": sorted({s.concurrency for s in plan}),
-        "min_prompts": args.min_prompts,
-        "prompts_per_concurrency": args.prompts_per_concurrency,
-        "warmups": args.warmups,
-        "seed": args.seed,
-        "seed_scheme": SEED_SCHEME,
-        "warmup_mode": "separate process, own prompts (--num-warmups 0 in the measured run)",
-        "length_scale": args.length_scale,
-        "bench_args": args.bench_args or "",
-        "percentile_metrics": PERCENTILE_METRICS,
-        "metric_percentiles": METRIC_PERCENTILES,
-        "attempts": args.attempts,
-        "telemetry": {"metrics_url": args.metrics_url, "gpu_metrics_url": args.gpu_metrics_url,
-                      "interval_s": args.telemetry_interval,
-                      "suspect_prefix_cache_pct": args.suspect_prefix_cache_pct},
-    }
-
-
-def new_run_record(spec: RunSpec) -> dict[str, Any]:
-    return {
-        "scenario": spec.scenario,
-        "concurrency": spec.concurrency,
-        "input_len": spec.input_len,
-        "output_len": spec.output_len,
-        "num_prompts": spec.num_prompts,
-        "warmups": spec.warmups,
-        "run_hash": spec.run_hash,
-        "file": spec.filename,
-        "status": "pending",
-        "reason": None,
-        "prefix_cache_check": spec.prefix_cache_check,
-        "suspect": None,
-        "telemetry": None,
-        "duration_s": None,
-        "attempts": [],
-    }
-
-
-def load_manifest(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Running
-
-
-def _fmt_s(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
-
-
-def _log_errors(log: Path, limit: int = 3) -> list[str]:
-    """Request errors that `vllm bench serve` prints ("Error 0: Not Found"); first distinct ones."""
-    seen: list[str] = []
-    try:
-        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("Error ") and ": " in line:
-                msg = line.split(": ", 1)[1].strip()[:200]
-                if msg and msg not in seen:
-                    seen.append(msg)
-                    if len(seen) >= limit:
-                        break
-    except OSError:
-        pass
-    return seen
-
-
-def _tail(log: Path, lines: int = 3) -> str:
-    try:
-        text = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    useful = [l for l in text if l.strip() and "leaked" not in l and not l.startswith((" - ", "$ "))]
-    return " | ".join(useful[-lines:])[:400]
 
 
 class EtaModel:
@@ -588,85 +113,12 @@ class EtaModel:
         return sum(fixed + rate * spec.cost() for spec in remaining)
 
 
-class Sweep:
+class Sweep(Runner):
+    """The grid: each (scenario, concurrency) run with its warm-up, validated, retried, recorded."""
+
     def __init__(self, args: argparse.Namespace, plan: list[RunSpec], vllm: list[str]):
-        self.args = args
+        super().__init__(args, vllm)
         self.plan = plan
-        self.vllm = vllm
-        self.out = Path(args.out)
-        self.logs = self.out / LOGS
-        self.partial = self.out / PARTIAL
-        self.uploader: s3.Uploader | None = None
-        self.proc: subprocess.Popen | None = None
-        self.manifest: dict[str, Any] = {}
-        self.session: dict[str, Any] = {}
-        self.t0 = time.monotonic()
-        self.started_at = _now()
-        self.bench_seconds = 0.0
-        self.bench_window_seconds = 0.0
-        self.health_seconds = 0.0
-        self.driver: bench_client.Driver | None = None
-        # [end time, GPU-busy seconds, measured?] per bench launch (warm-ups busy, not measured)
-        self.launches: list[list[Any]] = []
-        self.first_launch: float | None = None
-        self.hardware: dict[str, Any] = {}
-
-    # -- files -----------------------------------------------------------------------------
-    def publish(self, path: Path) -> None:
-        if self.uploader and path.exists():
-            self.uploader.upload(path)
-
-    def save_manifest(self) -> None:
-        self.session["timing"] = self.timing()
-        self.manifest["finished_at"] = self.session.get("finished_at")
-        runs = self.manifest["runs"]
-        self.manifest["counts"] = {
-            status: sum(1 for r in runs if r["status"] == status)
-            for status in ("valid", "suspect", "invalid", "pending")
-        }
-        if self.uploader:
-            self.manifest["upload"] = {"uri": self.uploader.loc.uri, "failed": dict(self.uploader.failed)}
-        _write_json(self.out / MANIFEST, self.manifest)
-        self.publish(self.out / MANIFEST)
-
-    def note_window(self, seconds: float) -> None:
-        """A valid run's measured window (vLLM's duration), for the GPU time and the busy share."""
-        self.bench_window_seconds += seconds
-        if self.launches:
-            self.launches[-1][1:] = [seconds, True]
-
-    def busy(self) -> dict[str, Any]:
-        """Measured windows / wall time of the runs, and the idle time between two windows."""
-        marks = self.launches
-        span = marks[-1][0] - self.first_launch if marks and self.first_launch is not None else 0.0
-        # Idle between two measured windows: the time since the previous measured run ended that no
-        # launch kept the GPU busy (a warm-up's own requests count as busy, not as measured).
-        gaps, last, busy = [], None, 0.0
-        for k, (end, seconds, measured) in enumerate(marks):
-            busy += seconds
-            if measured:
-                if last is not None:
-                    gaps.append(end - marks[last][0] - busy)
-                last, busy = k, 0.0
-        return {
-            "bench_client": "library" if self.driver else "process",
-            "runs_wall_s": round(span, 3),
-            "busy_share_pct": round(100 * self.bench_window_seconds / span, 1) if span > 0 else None,
-            "idle_between_windows_s": round(sum(gaps) / len(gaps), 3) if gaps else None,
-        }
-
-    def timing(self) -> dict[str, float]:
-        wall = time.monotonic() - self.t0
-        overhead = wall - self.health_seconds - self.bench_seconds
-        return {
-            **self.busy(),
-            "wall_s": round(wall, 3),
-            "health_wait_s": round(self.health_seconds, 3),
-            "bench_processes_s": round(self.bench_seconds, 3),
-            "bench_windows_s": round(self.bench_window_seconds, 3),
-            "orchestration_overhead_s": round(overhead, 3),
-            "orchestration_overhead_pct": round(100 * overhead / wall, 3) if wall > 0 else 0.0,
-        }
 
     # -- setup -----------------------------------------------------------------------------
     def prepare(self, tokenizer_source: str, server: dict[str, Any]) -> None:
@@ -693,7 +145,7 @@ class Sweep:
         self.manifest = {
             "schema": SCHEMA,
             "kind": "vllm-poc bench sweep",
-            "config_hash": _hash(config),
+            "config_hash": short_hash(config),
             "config": config,
             "label": args.label,
             "tokenizer": tokenizer_source,
@@ -716,55 +168,6 @@ class Sweep:
             self.manifest["previous_config_hash"] = previous.get("config_hash")
 
     # -- one combination ---------------------------------------------------------------------
-    def _process(self, cmd: list[str], fh) -> tuple[int | None, bool, float]:
-        """Run one `vllm bench serve` with its output in `fh`: (exit code, timed out, seconds).
-
-        With a bench client (bench.client) the run executes in that one long-lived process, its
-        output appended to the same log; otherwise in a process of its own.
-        """
-        fh.write("$ " + shlex.join(cmd) + ("  (in the bench client)" if self.driver else "") + "\n")
-        fh.flush()
-        started = time.monotonic()
-        if self.first_launch is None:
-            self.first_launch = started
-        rc: int | None = None
-        timed_out = False
-        if self.driver is not None:
-            try:
-                rc, timed_out = self.driver.run(cmd[cmd.index("serve") + 1:], fh.name, self.args.run_timeout)
-            except RuntimeError as exc:
-                print(f"bench sweep: WARNING: {exc}; falling back to a process per run", file=sys.stderr, flush=True)
-                self.driver = None
-            else:
-                fh.seek(0, os.SEEK_END)  # the client appended to the log
-                duration = time.monotonic() - started
-                self.bench_seconds += duration
-                self.launches.append([time.monotonic(), 0.0, False])
-                return rc, timed_out, duration
-        try:
-            self.proc = subprocess.Popen(
-                cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        except OSError as exc:
-            fh.write(f"could not start: {exc}\n")
-            self.proc = None
-        if self.proc is not None:
-            try:
-                rc = self.proc.wait(timeout=self.args.run_timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                self._kill()
-                rc = self.proc.returncode
-            except BaseException:  # SIGTERM/Ctrl-C: the bench runs in its own session
-                self._kill()
-                raise
-            finally:
-                self.proc = None
-        duration = time.monotonic() - started
-        self.bench_seconds += duration
-        self.launches.append([time.monotonic(), 0.0, False])
-        return rc, timed_out, duration
-
     def _warm_up(self, spec: RunSpec, tokenizer: str, attempt: int, fh) -> dict[str, Any] | None:
         """One wave of warm-up requests at the run's concurrency, with prompts of their own."""
         if spec.warmups <= 0:
@@ -773,7 +176,7 @@ class Sweep:
         name = f"{spec.scenario}_c{spec.concurrency}.warmup.json"
         cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial, seed=seed,
                             num_prompts=spec.warmups, filename=name, phase=seeds.WARMUP)
-        rc, timed_out, duration = self._process(cmd, fh)
+        rc, timed_out, duration = self.run_command(cmd, fh)
         warm = R.load_result(self.partial / name)
         if self.launches and warm.duration_s:
             self.launches[-1][1] = warm.duration_s  # the warm-up's requests keep the GPU busy
@@ -791,18 +194,18 @@ class Sweep:
         log = self.logs / f"{stem}.log"
         seed = seeds.run_seed(self.args.seed, spec.scenario, spec.concurrency, attempt)
         cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial, seed=seed)
-        started_at = _now()
+        started_at = now()
         window = T.Window(self.args.metrics_url, self.args.gpu_metrics_url, self.args.telemetry_interval)
         with log.open("w", encoding="utf-8") as fh:
             warmup = self._warm_up(spec, tokenizer, attempt, fh)
             window.start()
             try:
-                rc, timed_out, duration = self._process(cmd, fh)
+                rc, timed_out, duration = self.run_command(cmd, fh)
             finally:
                 window.stop()
         tele = window.summary()
         tele_file = self.logs / f"{stem}.telemetry.json"
-        _write_json(tele_file, window.record())
+        write_json(tele_file, window.record())
 
         result = R.load_result(partial_file, spec.expectation())
         extra = []
@@ -813,16 +216,16 @@ class Sweep:
         elif rc != 0:
             extra.append(f"vllm bench serve exited {rc}")
         if extra or not result.valid:
-            errors = _log_errors(log)
+            errors = log_errors(log)
             if errors:
                 extra.append("request errors: " + " / ".join(errors))
             elif not partial_file.exists():
-                tail = _tail(log)
+                tail = log_tail(log)
                 if tail:
                     extra.append(f"log: {tail}")
-        extra.append(T.restart_problem(tele))
+        extra.append(R.restart_problem(tele))
         result = result.with_problems(*extra)
-        suspect = T.suspect_reason(tele, spec.prefix_cache_check, self.args.suspect_prefix_cache_pct) \
+        suspect = R.suspect_reason(tele, spec.prefix_cache_check, self.args.suspect_prefix_cache_pct) \
             if result.valid else None
 
         last = attempt >= self.args.attempts
@@ -861,18 +264,6 @@ class Sweep:
             if path:
                 self.publish(path)
         return result, record
-
-    def launch(self, cmd: list[str], log: Path) -> tuple[int | None, bool]:
-        """Run one `vllm bench serve` command, output to `log`; (exit code or None, timed out)."""
-        with log.open("w", encoding="utf-8") as fh:
-            rc, timed_out, _ = self._process(cmd, fh)
-        return rc, timed_out
-
-    def _kill(self) -> None:
-        if self.driver is not None:
-            self.driver.stop()
-        # A stop must take seconds: the bench gets 3 s to end on SIGTERM, then it is killed.
-        stop_process_group(self.proc, grace_s=3)
 
     # -- the loop ----------------------------------------------------------------------------
     def execute(self, tokenizer: str) -> int:
@@ -942,23 +333,13 @@ class Sweep:
         else:
             body = f"INVALID ({rec['duration_s']:.1f} s, attempt {tries}): {result.reason}"
         elapsed = time.monotonic() - self.t0
-        return f"{head} {body} | elapsed {_fmt_s(elapsed)}, ETA {_fmt_s(eta)}"
-
+        return f"{head} {body} | elapsed {fmt_s(elapsed)}, ETA {fmt_s(eta)}"
 
 def _on_sigterm(signum, _frame):
     # Kubernetes stops a pod (eviction, Spot interruption) with SIGTERM; as PID 1 without a
     # handler Python would ignore it until SIGKILL. Unwind instead: the running bench process is
     # stopped, its combination marked pending, the manifest written and uploaded.
     raise Terminated(f"signal {signum}")
-
-
-def prepare_tokenizer(source: str, scratch: Path) -> str:
-    if s3.is_s3_uri(source):
-        loc = s3.S3Location.parse(source, option="--tokenizer")
-        files = s3.download_tokenizer(loc, scratch)
-        print(f"bench sweep: tokenizer: {len(files)} files from {loc.uri}", flush=True)
-        return str(scratch)
-    return source
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1001,9 +382,9 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-tokenizer-") as scratch:
             return _run(sweep, upload, Path(scratch))
     except (Terminated, KeyboardInterrupt) as exc:
-        sweep._kill()
+        sweep.stop()
         if sweep.manifest:
-            sweep.session["finished_at"] = _now()
+            sweep.session["finished_at"] = now()
             sweep.session["interrupted"] = str(exc) or "interrupted"
             for rec in sweep.manifest["runs"]:
                 if rec["status"] == "running":
@@ -1077,7 +458,7 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     invalid = sweep.execute(tokenizer)
     extra_runs.run_after_grid(sweep, tokenizer)
 
-    sweep.session["finished_at"] = _now()
+    sweep.session["finished_at"] = now()
     if sweep.uploader:
         sweep.uploader.retry_failed()
     sweep.save_manifest()
@@ -1085,7 +466,7 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     t = sweep.timing()
     runs = sweep.manifest["runs"]
     print(
-        f"bench sweep: {len(runs) - invalid}/{len(runs)} valid; wall {_fmt_s(t['wall_s'])}, "
+        f"bench sweep: {len(runs) - invalid}/{len(runs)} valid; wall {fmt_s(t['wall_s'])}, "
         f"vllm bench serve processes {t['bench_processes_s']:.1f} s, health wait {t['health_wait_s']:.1f} s, "
         f"orchestration overhead {t['orchestration_overhead_s']:.1f} s ({t['orchestration_overhead_pct']:.2f}%), "
         f"measured benchmark windows {t['bench_windows_s']:.1f} s",
@@ -1106,16 +487,12 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     return EXIT_INVALID if invalid else EXIT_OK
 
 
-def record_capacity(sweep: "Sweep") -> None:
+def record_capacity(sweep: Sweep) -> None:
     """This side's half of a verdict, recorded where the results are (manifest `capacity`, uploaded):
-    per scenario its capacity under the sweep's SLO as an interval (bench.verdict), so a sweep
-    Job leaves its state in S3 whatever a later report decides. `bench report` recomputes it."""
-    from bench.analysis import capacity_report as CR
-    from bench.analysis import report as RP
-    from bench.analysis import verdict as V
-
+    per scenario its capacity under the sweep's SLO as an interval (bench.analysis.verdict), so a
+    sweep Job leaves its state in S3 whatever a later report decides. `bench report` recomputes it."""
     args = sweep.args
-    side = RP.load_side(sweep.out)
+    side = SIDE.load_side(sweep.out)
     caps = CR.scenario_capacity(sweep.out, [r for r in side.runs if side.usable(r)], ttft_ms=args.slo_ttft_p99_ms,
                                 decode_ms=args.slo_itl_p99_ms, decode_metric=args.slo_decode_metric)
     scenarios = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from bench.analysis import results as R
 from bench.run import telemetry as T
 
 
@@ -35,7 +36,7 @@ def add_measurement_options(p: argparse.ArgumentParser) -> None:
                         "(default: none; the Job sets it; env VLLM_POC_GPU_METRICS_URL)")
     p.add_argument("--telemetry-interval", type=float, default=T.DEFAULT_INTERVAL_S,
                    help="seconds between telemetry samples during a run (default: %(default)s)")
-    p.add_argument("--suspect-prefix-cache-pct", type=float, default=T.SUSPECT_PREFIX_CACHE_PCT,
+    p.add_argument("--suspect-prefix-cache-pct", type=float, default=R.SUSPECT_PREFIX_CACHE_PCT,
                    help="a random-prompt run with more prefix-cache hits than this percent of its "
                         "prompt tokens is suspect: retried, and left out of the report's figures "
                         "(default: %(default)s)")

@@ -29,7 +29,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
+from bench.common.prometheus import Samples, parse
 
 SERVER_COUNTERS: dict[str, tuple[str, ...]] = {
     "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
@@ -56,34 +56,6 @@ GPU_FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
 GPU_POWER = "DCGM_FI_DEV_POWER_USAGE"  # W
 
 DEFAULT_INTERVAL_S = 1.0
-
-Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-
-def _samples(text: str) -> Samples:
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
-    return out
-
-
-def parse(text: str) -> Samples:
-    """Prometheus text exposition -> {sample name: [(labels, value), ...]} (counters keep `_total`,
-    histograms their `_bucket`/`_sum`/`_count`), read by prometheus_client's parser, which the vLLM
-    image ships. A line it cannot read (a truncated scrape) costs that line, not the whole read."""
-    try:
-        return _samples(text)
-    except ValueError:
-        out: Samples = {}
-        for line in text.splitlines():
-            try:
-                found = _samples(line + "\n")
-            except ValueError:
-                continue
-            for name, points in found.items():
-                out.setdefault(name, []).extend(points)
-        return out
 
 
 def _first(samples: Samples, names: tuple[str, ...]) -> list[tuple[dict[str, str], float]] | None:
@@ -285,27 +257,3 @@ class Window:
         return {"summary": self.summary(), "before": plain(self.before), "after": plain(self.after),
                 "samples": self.samples, "gpu_samples": self.gpu_samples}
 
-
-# ---------------------------------------------------------------------------------------------
-# Checks
-
-
-SUSPECT_PREFIX_CACHE_PCT = 5.0
-
-
-def suspect_reason(summary: dict[str, Any] | None, checked: bool,
-                   limit_pct: float = SUSPECT_PREFIX_CACHE_PCT) -> str | None:
-    """Why a run's numbers are suspect, or None: a random-prompt run served from the prefix cache."""
-    if not summary or not checked:
-        return None
-    pct = summary.get("prefix_cache_hit_pct")
-    if pct is not None and pct > limit_pct:
-        return (f"prefix-cache hits {pct:.1f}% of prompt tokens (> {limit_pct:g}%): prompts were served "
-                "from the cache, so the run measures the cache, not the hardware")
-    return None
-
-
-def restart_problem(summary: dict[str, Any] | None) -> str | None:
-    if summary and summary.get("restart_evidence"):
-        return f"server restarted during the run: {summary['restart_evidence']}"
-    return None

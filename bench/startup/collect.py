@@ -26,9 +26,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.startup import phases
+from bench.common import kube
+from bench.startup import phases, sleepwake, timeline
 from bench.startup import report as startup_report
-from bench.startup import timeline
+from bench.startup.streamer import upload
 
 LOG_LIMIT_BYTES = 16 * 2**20
 _NOMINATED = re.compile(r"nodeclaim/(?P<name>[a-z0-9][-a-z0-9.]*)")
@@ -125,19 +126,11 @@ def write(record: dict[str, Any], out: Path, name: str | None = None) -> Path:
 def _upload(paths: list[Path], out: Path, uri: str | None) -> bool:
     if not uri:
         return True
-    from bench.startup.streamer import upload
-
     return all([upload(path, out, uri) for path in paths])
 
 
 def in_cluster_client() -> Any:
     """The bench's in-cluster client (service-account token), or None outside a pod."""
-    try:
-        from bench.common import kube
-    except ImportError:  # the client module ships with the bench package; without it nothing can be read
-        print("bench timeline: bench/kube.py (the in-cluster API client) is missing from this bench package",
-              file=sys.stderr)
-        return None
     return kube.InCluster.from_environment()
 
 
@@ -163,8 +156,6 @@ def run(args: argparse.Namespace, client: Any = None) -> int:
         path = write(record, out)
         written.append(path)
         if args.sleep_wake_port and record.get("pod_ip"):
-            from bench.startup import sleepwake
-
             host = f"[{record['pod_ip']}]" if ":" in record["pod_ip"] else record["pod_ip"]
             timing = sleepwake.measure(f"http://{host}:{args.sleep_wake_port}", level=args.sleep_level,
                                        model=args.model)

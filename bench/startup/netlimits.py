@@ -1,7 +1,7 @@
 """Network limits of the GPU instance types, and weight-load throughput held against them.
 
-Plain data the bench can import without Pulumi; `stacks/catalog.py` carries the same figures as
-its `network_gbps` / `network_burst_gbps` columns and a test keeps the two equal.
+The limits are the network columns of the instance table (bench/common/instances.py, which the
+Pulumi program reads too): a baseline, and the burst AWS states above it for the smaller sizes.
 
 Units: Gbps is 10^9 bits per second, as AWS states NIC bandwidth. Byte counts come from the Run:ai
 streamer's own totals (binary units, e.g. `31.6 GiB`), converted to bytes before anything is divided.
@@ -12,11 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-SOURCE = (
-    "baseline: Karpenter v1.14 generated instance-types table (karpenter.k8s.aws/instance-network-bandwidth, "
-    "from EC2 DescribeInstanceTypes); burst: AWS EC2 accelerated-computing specifications, which list the "
-    "smaller g6e sizes as 'up to 20 Gbps' (other sizes have no burst above their baseline)"
-)
+from bench.common.instances import GPU_INSTANCE_TYPES
 
 
 @dataclass(frozen=True)
@@ -26,20 +22,7 @@ class NetworkLimit:
 
 
 NETWORK: dict[str, NetworkLimit] = {
-    "g6e.xlarge": NetworkLimit(2.5, 20),
-    "g6e.2xlarge": NetworkLimit(5, 20),
-    "g6e.4xlarge": NetworkLimit(20, 20),
-    "g6e.8xlarge": NetworkLimit(25, 25),
-    "g6e.16xlarge": NetworkLimit(35, 35),
-    "g6e.12xlarge": NetworkLimit(100, 100),
-    "g6e.24xlarge": NetworkLimit(200, 200),
-    "g6e.48xlarge": NetworkLimit(400, 400),
-    "g7e.2xlarge": NetworkLimit(50, 50),
-    "g7e.4xlarge": NetworkLimit(50, 50),
-    "g7e.8xlarge": NetworkLimit(100, 100),
-    "g7e.12xlarge": NetworkLimit(400, 400),
-    "g7e.24xlarge": NetworkLimit(800, 800),
-    "g7e.48xlarge": NetworkLimit(1600, 1600),
+    name: NetworkLimit(it.network_gbps, it.network_burst_gbps) for name, it in GPU_INSTANCE_TYPES.items()
 }
 
 _UNITS = {"b": 1, "bytes": 1, "byte": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

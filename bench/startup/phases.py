@@ -38,7 +38,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from bench.startup import netlimits
+from bench.startup import netlimits, timeline
+from bench.startup import report as startup_report
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _K8S_TS = re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?)(?:Z|[+-]\d{2}:?\d{2})?\s+")
@@ -302,8 +303,6 @@ def load(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
             data = json.loads(text)
         except ValueError:
             data = None
-        from bench.startup import timeline
-
         if timeline.is_record(data):
             return dict(data.get("log") or {}), data
     return parse_log(text.splitlines()), None
@@ -333,8 +332,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(out))
         if record is not None:
-            from bench.startup import report as startup_report
-
             print()
             print(startup_report.timeline_table(record))
     return 0

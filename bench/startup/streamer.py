@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import s3
+from bench.startup import netlimits
+
 GIB = 2**30
 DEFAULT_CONCURRENCY = (8, 16, 32, 64)
 DEFAULT_MEMORY_LIMIT_GIB = (8, 24)
@@ -103,8 +106,6 @@ def recommend(points: list[dict[str, Any]], tolerance_pct: float) -> dict[str, i
 
 def sweep(uri: str, concurrencies: list[int], memory_limits_gib: list[int], instance_type: str | None, *,
           repeats: int = 1, tolerance_pct: float = 5.0, runner=run_point, log=print) -> dict[str, Any]:
-    from bench.startup import netlimits
-
     limit = netlimits.limit(instance_type)
     points: list[dict[str, Any]] = []
     total_bytes = None
@@ -138,8 +139,6 @@ def sweep(uri: str, concurrencies: list[int], memory_limits_gib: list[int], inst
 
 def upload(path: Path, root: Path, uri: str) -> bool:
     """Store a result file under the results prefix (same relative key), like the sweep does."""
-    from bench.common import s3
-
     try:
         uploader = s3.Uploader(s3.S3Location.parse(uri, option="--upload"), root)
     except Exception as exc:  # noqa: BLE001 - a bad URI or no boto3: say so, keep the local file
@@ -149,8 +148,6 @@ def upload(path: Path, root: Path, uri: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.startup import netlimits
-
     if not args.uri.startswith("s3://") or len(args.uri) <= len("s3://"):
         print(f"bench streamer: {args.uri!r} is not an s3:// URI of a staged model "
               "(e.g. s3://<weights bucket>/models/<hf id>/)", file=sys.stderr)
