@@ -19,6 +19,7 @@ import pytest
 
 from bench.analysis import results as R
 from bench.run import grid as G
+from bench.run import runner
 from bench.run import sweep as S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -305,7 +306,7 @@ def test_overhead_is_recorded_and_adds_up(bench_stub_server, fake_bench, tmp_pat
 def test_eta_model_separates_fixed_and_proportional_time():
     _, plan = plan_for("--scenarios", "S1_chat,S4_rag", "--concurrencies", "1")
     s1, s4 = plan
-    eta = S.EtaModel()
+    eta = runner.EtaModel()
     eta.observe(s1, process_s=20.0, window_s=10.0)
     # fixed 10 s; rate = 10 s / cost(S1): S4 costs more per prompt, so its estimate is larger
     assert eta.estimate([s1]) == pytest.approx(20.0)

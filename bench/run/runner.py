@@ -5,7 +5,8 @@ A `Runner` runs one `vllm bench serve` at a time: in the long-lived bench client
 stop (a timeout, Ctrl-C, SIGTERM) ends it within seconds. It counts the GPU time of what it runs
 (the measured windows vLLM reports, the busy share of the wall time, the idle time between two
 windows), and it uploads every file it is given as soon as it is written, the manifest included.
-The grid (bench/run/sweep.py) and the extra runs (bench/run/extra_runs.py) decide what to run.
+`EtaModel` estimates the time the runs left will take. The grid (bench/run/sweep.py) and the extra
+runs (bench/run/extra_runs.py) decide what to run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from bench.common import s3
 from bench.common.interrupts import stop_process_group
 from bench.run import client as bench_client
+from bench.run.grid import RunSpec
 
 MANIFEST = "manifest.json"
 LOGS = "logs"
@@ -78,6 +80,35 @@ def log_tail(log: Path, lines: int = 3) -> str:
         return ""
     useful = [l for l in text if l.strip() and "leaked" not in l and not l.startswith((" - ", "$ "))]
     return " | ".join(useful[-lines:])[:400]
+
+
+class EtaModel:
+    """Run time = fixed part (CLI start-up, tokenizer load, warm-ups) + rate x `RunSpec.cost()`.
+
+    The fixed part is each process's wall time minus the benchmark window vLLM reports; the rate
+    comes from the windows of valid runs. On a GPU the windows dominate; on small test runs the
+    fixed start-up does, and a single proportional factor would be far off for either.
+    """
+
+    def __init__(self) -> None:
+        self.fixed: list[float] = []
+        self.window = 0.0
+        self.cost = 0.0
+
+    def observe(self, spec: RunSpec, process_s: float, window_s: float | None) -> None:
+        if window_s is not None:
+            self.fixed.append(max(0.0, process_s - window_s))
+            self.window += window_s
+            self.cost += spec.cost()
+        else:
+            self.fixed.append(process_s)
+
+    def estimate(self, remaining: list[RunSpec]) -> float:
+        if not self.fixed:
+            return 0.0
+        fixed = sum(self.fixed) / len(self.fixed)
+        rate = self.window / self.cost if self.cost else 0.0
+        return sum(fixed + rate * spec.cost() for spec in remaining)
 
 
 class Runner:

@@ -70,7 +70,8 @@ from bench.run import extra_runs, hardware, s3reach, seeds
 from bench.run import telemetry as T
 from bench.run.grid import (DEFAULT_CONCURRENCIES, RunSpec, UsageError, bench_command, build_plan, config_of,
                             new_run_record, prepare_tokenizer, resolve_vllm, short_hash)
-from bench.run.runner import MANIFEST, Runner, fmt_s, load_manifest, log_errors, log_tail, now, write_json
+from bench.run.runner import (MANIFEST, EtaModel, Runner, fmt_s, load_manifest, log_errors, log_tail, now,
+                              write_json)
 from bench.run.server import probe_server, wait_for_health
 from bench.run.sweep_options import add_measurement_options
 
@@ -82,35 +83,6 @@ EXIT_INTERRUPTED = 130  # Ctrl-C
 
 class Terminated(Exception):
     pass
-
-
-class EtaModel:
-    """Run time = fixed part (CLI start-up, tokenizer load, warm-ups) + rate x `RunSpec.cost()`.
-
-    The fixed part is each process's wall time minus the benchmark window vLLM reports; the rate
-    comes from the windows of valid runs. On a GPU the windows dominate; on small test runs the
-    fixed start-up does, and a single proportional factor would be far off for either.
-    """
-
-    def __init__(self) -> None:
-        self.fixed: list[float] = []
-        self.window = 0.0
-        self.cost = 0.0
-
-    def observe(self, spec: RunSpec, process_s: float, window_s: float | None) -> None:
-        if window_s is not None:
-            self.fixed.append(max(0.0, process_s - window_s))
-            self.window += window_s
-            self.cost += spec.cost()
-        else:
-            self.fixed.append(process_s)
-
-    def estimate(self, remaining: list[RunSpec]) -> float:
-        if not self.fixed:
-            return 0.0
-        fixed = sum(self.fixed) / len(self.fixed)
-        rate = self.window / self.cost if self.cost else 0.0
-        return sum(fixed + rate * spec.cost() for spec in remaining)
 
 
 class Sweep(Runner):
