@@ -1,7 +1,7 @@
 """Capacity figures of one sweep folder, recomputed from its files (report, plan).
 
 The sweep stores the SLO capacity search's runs under `search/` and the open-loop runs under
-`open_loop/` (see bench/extra_runs.py); nothing here trusts the manifest's own conclusions.
+`open_loop/` (see bench/run/extra_runs.py); nothing here trusts the manifest's own conclusions.
 
 Per scenario:
 - `slo_capacity`: the closed-loop bracket `[concurrency_pass, concurrency_fail)` whose pass end
@@ -147,7 +147,7 @@ def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, 
                       decode_metric: str = "itl", min_requests: int | None = None,
                       repeats: int | None = None) -> dict[str, dict[str, Any]]:
     """{scenario: {"slo_capacity", "rate_capacity", "open_loop", "closed", "open"}} for every
-    scenario of the grid. `closed` and `open` are the capacity intervals (bench.verdict.Capacity)
+    scenario of the grid. `closed` and `open` are the capacity intervals (bench.analysis.verdict.Capacity)
     of the closed loop (grid and search) and of the open loop (None without open-loop runs).
     Pass the usable grid runs (valid, not suspect)."""
     swept_requests, swept_repeats = search_settings(folder)
@@ -185,7 +185,7 @@ def capacity_files(folder: Path) -> set[Path]:
 
 
 # ---------------------------------------------------------------------------------------------
-# summary.json and report.md (called by bench.report)
+# summary.json and report.md (called by bench.analysis.report)
 
 
 def _usable(side) -> list[R.RunResult]:
@@ -196,7 +196,7 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
                    decode_metric: str, basis: str, threshold: float, issues: list[str],
                    incomparable: list[str] | None = None) -> dict[str, Any]:
     """Adds per scenario slo_capacity / rate_capacity and their intervals, per comparison the SLO
-    ratio with its interval and source, and the verdict (bench.verdict) on the chosen basis."""
+    ratio with its interval and source, and the verdict (bench.analysis.verdict) on the chosen basis."""
     mine = scenario_capacity(side.path, _usable(side), ttft_ms=ttft_ms, decode_ms=decode_ms,
                              decode_metric=decode_metric)
     side.used |= capacity_files(side.path)

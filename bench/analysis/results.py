@@ -52,7 +52,7 @@ META_CONCURRENCY = "concurrency"
 META_INPUT_LEN = "scenario_input_len"
 META_OUTPUT_LEN = "scenario_output_len"
 META_RUN_HASH = "bench_run_hash"
-META_SEED = "bench_seed"  # the seed this process drew its prompts with (bench.seeds)
+META_SEED = "bench_seed"  # the seed this process drew its prompts with (bench.run.seeds)
 META_PHASE = "bench_phase"  # "measure" or "warmup"
 
 _RESULT_NAME = re.compile(r"^(?P<scenario>[A-Za-z0-9][A-Za-z0-9_-]*)_c(?P<concurrency>[0-9]+)\.json$")

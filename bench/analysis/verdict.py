@@ -9,7 +9,7 @@ Capacity of one side in one scenario (output tok/s per replica; per GPU for the 
   misses it); the throughput between two tested loads lies between theirs.
 - search (`sweep --capacity-search`): the same bracket from the grid and the search's extra points
   together, so it is tighter; a point the search could not confirm with confidence counts as
-  missing the SLO (bench.capacity).
+  missing the SLO (bench.analysis.capacity).
 - open loop (Poisson arrivals at offered rates): [output tok/s at the rate capacity, at the next
   offered rate, which misses the SLO).
 - open upper end: the highest load tested still meets the SLO, so the capacity is at least the

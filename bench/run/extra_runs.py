@@ -3,7 +3,7 @@
 Per scenario, once its grid runs are done:
 
 1. Search (closed loop): integer bisection between the highest passing and the lowest failing
-   grid concurrency (bench.capacity.Search), running only extra points. Every run stores
+   grid concurrency (bench.analysis.capacity.Search), running only extra points. Every run stores
    per-request detail (`--save-detailed`) so the report can put a 95 % bootstrap interval on its
    p99s; a point is screened with the grid's request count, topped up to `--search-requests`
    (default 200) before a pass counts, and repeated (`--search-repeats`, default 2) while its

@@ -59,7 +59,7 @@ class RunSpec:
     run_hash: str
     prefix_cache_check: bool = True
     workload: W.Workload | None = None
-    prompt_format: str | None = None  # real-text scenarios: custom or chat (bench.workloads)
+    prompt_format: str | None = None  # real-text scenarios: custom or chat (bench.common.workloads)
 
     @property
     def filename(self) -> str:
@@ -244,7 +244,7 @@ def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, toke
 
     `--num-warmups` is 0: vLLM's warm-up repeats the run's first prompt, which would then be served
     from the prefix cache. The sweep warms up with a separate process and prompts of their own.
-    The dataset flags are the scenario's (bench.workloads).
+    The dataset flags are the scenario's (bench.common.workloads).
     """
     workload = spec.workload or W.Workload(spec.scenario, "random", spec.input_len, spec.output_len)
     cmd = [

@@ -2,7 +2,7 @@
 
 The price of a run is that of the capacity it actually landed on: a Spot pool with an on-demand
 fallback may run on either, at very different prices. The sweep reads its node's
-`karpenter.sh/capacity-type` (through `bench.kube`), then takes the price for that capacity type
+`karpenter.sh/capacity-type` (through `bench.common.kube`), then takes the price for that capacity type
 from the table it was given (`--prices spot=1.50,on-demand=4.13`: config, else the catalog). An
 explicit `--price-per-hour` wins; with no known capacity type and no explicit price the price is
 unknown, and the report refuses a cost ratio rather than guess.

@@ -1,1 +1,3 @@
-"""A server's start-up: log phases, pod timelines, the start-up model, the streamer grid, sleep/wake."""
+"""A server's start-up: `bench startup` (phases: a vLLM log's phases), `bench timeline` (collect:
+pod timelines read in the cluster; timeline), the start-up model and the report's start-up section
+(model, report), `bench streamer`, network limits, sleep/wake. Imports common/ only."""

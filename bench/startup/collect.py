@@ -4,10 +4,10 @@ For every pod matching --selector in --namespace it reads, with the bench Job's 
 (read-only): the pod, its Events, its Node, the Karpenter NodeClaim behind the node (named by the
 node's owner reference, else by Karpenter's `Nominated` event) and the server container's log
 (`timestamps=true`, the first --log-limit-bytes), and, where the pod has them, the logs of its
-compile-cache pull and push steps (their last line says what was restored or pushed). bench/timeline.py
+compile-cache pull and push steps (their last line says what was restored or pushed). bench/startup/timeline.py
 turns them into a record,
 written to OUT/startup/<pod>.json beside the sweep's results. Optionally it times sleep mode on
-the server first (bench/sleepwake.py) into OUT/startup/sleep-<pod>.json.
+the server first (bench/startup/sleepwake.py) into OUT/startup/sleep-<pod>.json.
 
 RBAC it needs (components/startup_job.py grants exactly these): get/list pods and get pods/log and
 list events in the servers' namespace; get nodes; get karpenter.sh nodeclaims.
@@ -191,7 +191,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.startup_collect ...` = `python -m bench timeline ...` with only the modules it needs."""
+    """`python -m bench.startup.collect ...` = `python -m bench timeline ...` with only the modules it needs."""
     parser = argparse.ArgumentParser(prog="python -m bench")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["timeline", *(sys.argv[1:] if argv is None else argv)])

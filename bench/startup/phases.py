@@ -1,9 +1,9 @@
 """`python -m bench startup <log or record> [--json] [--instance-type T]`: startup phases.
 
 The input is a vLLM server log or a startup record that the bench stored with its results
-(`startup/*.json`, see bench/timeline.py: Kubernetes marks plus the parsed log). With an instance
+(`startup/*.json`, see bench/startup/timeline.py: Kubernetes marks plus the parsed log). With an instance
 type (given, or the record's node's), the weight-load rate is held against the instance's baseline
-and burst network bandwidth (bench/netlimits.py): `weight_load_gbps` (10^9 bits/s, from the Run:ai
+and burst network bandwidth (bench/startup/netlimits.py): `weight_load_gbps` (10^9 bits/s, from the Run:ai
 streamer's own byte and second totals), `weight_load_share_of_baseline_pct`,
 `weight_load_share_of_burst_pct`; null where the instance type or the bytes are unknown.
 

@@ -2,13 +2,13 @@
 
 Layout follows the PoC's start-up breakdown (total from pod creation to /health OK, then the phases),
 with each phase's share of the total, the weight-load rate against the instance's network
-(bench/netlimits.py), the image pull against the image's size, what the compile cache's pull step
+(bench/startup/netlimits.py), the image pull against the image's size, what the compile cache's pull step
 restored, and warnings for boots whose KV cache came out smaller than an earlier boot of the same
-configuration. Then the start-up model of each pool (bench/startup_model.py): every phase measured
+configuration. Then the start-up model of each pool (bench/startup/model.py): every phase measured
 where a record measured it, the PoC's figure or an estimate where not, and the 150 s target.
 
-Records live in a results folder under `startup/`: `<pod>.json` (bench/timeline.py) and
-`sleep-<pod>.json` (bench/sleepwake.py).
+Records live in a results folder under `startup/`: `<pod>.json` (bench/startup/timeline.py) and
+`sleep-<pod>.json` (bench/startup/sleepwake.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Streams a staged model's safetensors from S3 to host memory with the Run:ai mode
 loader behind vLLM's `--load-format runai_streamer`; no GPU needed) once per point of a grid of
 concurrency (RUNAI_STREAMER_CONCURRENCY: S3 clients) x memory limit (RUNAI_STREAMER_MEMORY_LIMIT:
 the CPU buffer), and prints each point's rate and its share of the instance's baseline network
-bandwidth (bench/netlimits.py). Each point runs in a fresh process, because the streamer reads its
+bandwidth (bench/startup/netlimits.py). Each point runs in a fresh process, because the streamer reads its
 settings from the environment when it starts, so one point cannot leak into the next.
 
 Recommendation: the fastest point, unless a point with fewer S3 clients, then a smaller buffer,

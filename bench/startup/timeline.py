@@ -1,8 +1,8 @@
 """A server pod's cold start as a timeline: Kubernetes API objects plus the server's own log.
 
 Pure functions over the API's JSON as `GET` returns it (core/v1 Pod, Node and Event lists,
-karpenter.sh/v1 NodeClaim) and over the parsed vLLM log (`bench.startup.parse_log`). Nothing here
-talks to a cluster; `bench.startup_collect` fetches the inputs.
+karpenter.sh/v1 NodeClaim) and over the parsed vLLM log (`bench.startup.phases.parse_log`). Nothing here
+talks to a cluster; `bench.startup.collect` fetches the inputs.
 
 Marks (UTC, ISO 8601):
   pod_created        pod metadata.creationTimestamp
