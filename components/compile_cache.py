@@ -15,8 +15,8 @@ pod carries the cache through the weights bucket instead (`python -m weights com
                        once if the key has no cache yet or the local one completes it, then idles.
 
 Both run in the server's own image, already on the node (python3 and boto3 come with it: the Run:ai
-streamer's S3 backend uses boto3), with the `weights` package and the two `bench` helpers it uses
-(progress, interrupts) from immutable ConfigMaps, the way the weight-sync Job gets its code.
+streamer's S3 backend uses boto3), with the `weights` package and the `bench` modules it imports
+(bench/common/: progress, interrupts) from immutable ConfigMaps, the way the weight-sync Job gets its code.
 
 The key: a short hash over what decides whether a compiled cache applies. `cache_key` says which
 inputs and why. vLLM keeps its own hash of the compile inputs inside the cache (a cache that does not
@@ -33,7 +33,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.weight_store import cache_prefix
+import pulumi
+
+from components import code_volume
+from components.weight_store import COMPILE_CACHE_PREFIX
 
 PULL_CONTAINER = "compile-cache-pull"
 PUSH_CONTAINER = "compile-cache-push"
@@ -82,7 +85,7 @@ class CompileCache:
     region: str
     max_gib: float  # the cache volume minus room for the server's other files
     code: dict[str, str] = field(repr=False, compare=False)  # the weights package: file -> source
-    helpers: dict[str, str] = field(repr=False, compare=False)  # bench/__init__, interrupts, progress
+    helpers: dict[str, str] = field(repr=False, compare=False)  # the bench modules it imports: path -> source
 
     @property
     def prefix(self) -> str:
@@ -204,7 +207,7 @@ def volumes(server: str, cache: CompileCache) -> list[dict[str, Any]]:
     code, helpers = config_map_names(server, cache)
     return [
         {"name": CODE_VOLUME, "configMap": {"name": code}},
-        {"name": HELPERS_VOLUME, "configMap": {"name": helpers}},
+        {"name": HELPERS_VOLUME, "configMap": {"name": helpers, "items": code_volume.items(cache.helpers)}},
     ]
 
 

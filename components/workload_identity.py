@@ -29,7 +29,7 @@ from components.weight_store import ASSETS_PREFIX, COMPILE_CACHE_PREFIX, cache_p
 
 Statement = Mapping[str, Any]
 
-# What bench/s3.py downloads from a model folder to build the tokenizer (never weights).
+# What bench/common/s3.py downloads from a model folder to build the tokenizer (never weights).
 TOKENIZER_OBJECT_PATTERNS = ("*.json", "*.model", "tokenizer*", "*.tiktoken", "*.txt", "*.jinja")
 
 
@@ -242,7 +242,7 @@ def bench_statements(
                                  *(f"{p}{pattern}" for p in prefixes for pattern in TOKENIZER_OBJECT_PATTERNS)),
         },
         {
-            # bench/s3.py lists the model folder to find which tokenizer files exist.
+            # bench/common/s3.py lists the model folder to find which tokenizer files exist.
             "Sid": "ListModelFolders",
             "Effect": "Allow",
             "Action": ["s3:ListBucket"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_on_signals
+from bench.common.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_on_signals
 from stacks.ops import api_access, config_reference, diff, preflight, render, staging, teardown
 
 # Each module exposes add_parser(subparsers), which sets `func` on its parser; --help lists them in this order.

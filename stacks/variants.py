@@ -39,7 +39,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from bench.compare import server_settings
+from bench.analysis.compare import server_settings
 from stacks.serving import ModelUris, build_serve_spec
 
 VARIANT_OF = "variantOf"

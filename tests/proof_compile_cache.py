@@ -38,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import startup  # noqa: E402
+from bench.startup import phases  # noqa: E402
 
 BUCKET = "weights-proof"
 URI = f"s3://{BUCKET}/compile-cache/proof/"
@@ -109,8 +109,8 @@ def stop(proc: subprocess.Popen | None, grace_s: float = 30, *, group: bool = Tr
 
 def figures(log: Path) -> dict[str, object]:
     lines = log.read_text(errors="replace").splitlines()
-    parsed = startup.parse_log(lines)
-    stamps = startup.parse_lines(lines)
+    parsed = phases.parse_log(lines)
+    stamps = phases.parse_lines(lines)
     begin = next((l.ts for l in stamps if _WARM_START.search(l.msg)), None)
     end = next((l.ts for l in stamps if _WARM_DONE.search(l.msg)), None)
     return {

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import cpu_vllm, demo
+from bench.demo import command as demo
+from bench.demo import cpu_vllm
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import compare as CMP
-from bench import pages
+from bench.analysis import compare as CMP
+from bench.analysis import pages
 from tests.test_bench_pages import external_references
 from tests.test_bench_pages_browser import check_against, open_checked
 

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from bench import capacity_report as CR
-from bench import report as REP
-from bench import results as R
-from bench import verdict as V
+from bench.analysis import capacity_report as CR
+from bench.analysis import report as REP
+from bench.analysis import results as R
+from bench.analysis import side as SIDE
+from bench.analysis import summary as SUMMARY
+from bench.analysis import verdict as V
 from tests.test_bench_plan import result as detailed_result
 
 OUT_LEN = {"S1_chat": 128, "S2_summary": 256}
@@ -46,9 +48,9 @@ def doubling(per_c: float, meets_up_to: int, concs=(1, 2, 4, 8, 16, 32, 64)) -> 
 
 def summarize(cand, base, **kw):
     kw.setdefault("basis", "slo")
-    side = REP.load_side(cand, price_per_hour=kw.pop("price", None))
-    other = REP.load_side(base, price_per_hour=kw.pop("base_price", None))
-    return REP.build_summary(side, other, ttft_ms=500.0, itl_ms=50.0, threshold=kw.pop("threshold", 1.5), **kw)
+    side = SIDE.load_side(cand, price_per_hour=kw.pop("price", None))
+    other = SIDE.load_side(base, price_per_hour=kw.pop("base_price", None))
+    return SUMMARY.build_summary(side, other, ttft_ms=500.0, itl_ms=50.0, threshold=kw.pop("threshold", 1.5), **kw)
 
 
 def report(tmp_path, cand, base, *argv):
@@ -83,7 +85,7 @@ def test_grid_capacity_interval_open_end_and_never(tmp_path):
     grid(tmp_path / "d", "S1_chat", doubling(100.0, 0, concs=(4, 8)))
     caps = {}
     for name in "abcd":
-        side = REP.load_side(tmp_path / name)
+        side = SIDE.load_side(tmp_path / name)
         caps[name] = CR.scenario_capacity(side.path, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["closed"]
     a, b, c, d = caps["a"], caps["b"], caps["c"], caps["d"]
     assert (a.state, a.lo, a.hi, a.load_pass, a.load_fail, a.source) == (V.MEETS, 800.0, 1600.0, 8, 16, V.GRID)

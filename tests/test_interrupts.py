@@ -175,7 +175,7 @@ def test_progress_lines_when_not_a_terminal(aws, tmp_path):
 
 
 def test_bench_sweep_ctrl_c_mid_run_stops_and_resume_finishes(bench_stub_server, fake_bench, tmp_path):
-    from bench import sweep as S
+    from bench.run import sweep as S
     from tests.test_bench_sweep import manifest, sweep_args
 
     out = tmp_path / "out"

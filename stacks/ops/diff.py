@@ -42,7 +42,7 @@ from typing import Any
 
 import pulumi
 
-from bench.interrupts import exit_code, signal_name, stop_process_group
+from bench.common.interrupts import exit_code, signal_name, stop_process_group
 from stacks.loader import stack_path
 from stacks.ops.render import render_stack
 from stacks.settings import REPO, ConfigError

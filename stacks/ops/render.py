@@ -31,6 +31,7 @@ import yaml
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import settings as runtime_settings
 
+from components import code_volume
 from stacks import loader
 from stacks.ops import mocks as mocks_module
 from stacks.settings import PROJECT, REPO, ConfigError
@@ -141,31 +142,34 @@ def _project_folders() -> list[Path]:
     return packages + subfolders
 
 
-def code_package(data: dict[str, str], fallback: str) -> str:
-    """Where a ConfigMap's files live in the project (bench, weights, bench/data): the folder holding
-    exactly these files; else the ConfigMap's name without its hash suffix."""
+def code_package(files: dict[str, str], fallback: str) -> str:
+    """Where a ConfigMap's files ({path in the package: text}) live in the project (bench, weights,
+    bench/data): the folder holding exactly these files; else the ConfigMap's name without its hash
+    suffix."""
     for directory in _project_folders():
-        if all((directory / key).is_file() and (directory / key).read_text() == text for key, text in data.items()):
+        if all((directory / rel).is_file() and (directory / rel).read_text() == text for rel, text in files.items()):
             return directory.relative_to(REPO).as_posix()
     return re.sub(r"-[0-9a-f]{8,}$", "", fallback) or "configmap"
 
 
 def externalize_code(data: Any, files: dict[str, str], name: str = "configmap") -> Any:
     """A ConfigMap's `data` with each Python module (and prompt file) replaced by a reference to its
-    file in the render directory, `code/<package>/<file>` (collected into `files`, once per content)."""
+    file in the render directory, `code/<package>/<path in the package>` (collected into `files`,
+    once per content); a key names its path as components/code_volume.py says (run.sweep.py:
+    run/sweep.py)."""
     if not isinstance(data, dict):
         return data
     modules = {k: v for k, v in data.items()
                if isinstance(k, str) and k.endswith(CODE_SUFFIXES) and isinstance(v, str)}
     if not modules:
         return data
-    package = code_package(modules, name)
+    package = code_package({code_volume.path(k): v for k, v in modules.items()}, name)
     out = {}
     for key, text in data.items():
         if key in modules:
-            path = f"{package}/{key}"
+            path = f"{package}/{code_volume.path(key)}"
             if files.get(path, text) != text:  # another ConfigMap, other code under the same name
-                path = f"{package}-{hashlib.sha256(text.encode()).hexdigest()[:8]}/{key}"
+                path = f"{package}-{hashlib.sha256(text.encode()).hexdigest()[:8]}/{code_volume.path(key)}"
             files[path] = text
             out[key] = _code_reference(path, text)
         else:

@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.interrupts import exit_code, quiet_broken_pipe, rerun_command, signal_name, stop_on_signals
-from bench.progress import Progress, human_bytes
+from bench.common.interrupts import exit_code, quiet_broken_pipe, rerun_command, signal_name, stop_on_signals
+from bench.common.progress import Progress, human_bytes
 from stacks.loader import load_settings
 from stacks.settings import ConfigError
 from weights.store import (  # noqa: F401 - the shared S3 side; re-exported for callers and tests

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from bench.sweep import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
-from bench.workloads import WORKLOADS
+from bench.run.grid import DEFAULT_CONCURRENCIES, DEFAULT_SCENARIOS
+from bench.common.workloads import WORKLOADS
 from stacks.settings.base import SettingsModel
 
 

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.interrupts import exit_code, rerun_command, signal_name
+from bench.common.interrupts import exit_code, rerun_command, signal_name
 from stacks.loader import load_settings
 from stacks.ops import api_access
 from stacks.ops.preflight.account import stack_findings

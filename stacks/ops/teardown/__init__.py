@@ -35,7 +35,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.interrupts import exit_code, rerun_command, signal_name
+from bench.common.interrupts import exit_code, rerun_command, signal_name
 from components.labels import PART_OF_SELECTOR
 from stacks.loader import load_settings
 from stacks.ops.teardown.leftovers import delete_leftovers, find_leftovers, format_leftovers, unexpected
