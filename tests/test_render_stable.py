@@ -17,7 +17,7 @@ import yaml
 
 from components import code_volume
 from stacks.job_code import bench_code
-from stacks.render import CODE_DIR, render_stack
+from stacks.ops.render import CODE_DIR, render_stack
 from stacks.settings import REPO
 
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in REPO.glob("Pulumi.*.yaml"))

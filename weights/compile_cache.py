@@ -159,7 +159,7 @@ def _write_state(directory: Path, result: Result, manifest_sha: str | None) -> N
 def _progress(total: int, desc: str, enabled: bool):
     # bench.common's progress and interrupts travel with this module into the server pod (their own
     # ConfigMap); imported where used, so the weight-sync Job, which mounts only weights/, never needs them.
-    from bench.common.progress import Progress
+    from bench.common.progress import Progress  # local import: the sync Job mounts no bench
 
     return Progress(total, desc, enabled=enabled)
 
@@ -523,7 +523,7 @@ def _emit(result: Result) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Not at the top: the weight-sync Job imports this module without the bench package (see _progress).
-    from bench.common.interrupts import exit_code, signal_name, stop_on_signals
+    from bench.common.interrupts import exit_code, signal_name, stop_on_signals  # local import: the sync Job mounts no bench
 
     log = lambda text: print(text, flush=True)  # noqa: E731
     stop = threading.Event()
@@ -583,7 +583,7 @@ def _stay(log: Callable[[str], None]) -> int:
 
 def _stopped_message(args: argparse.Namespace, exc: BaseException) -> str:
     # Not at the top: the weight-sync Job imports this module without the bench package (see _progress).
-    from bench.common.interrupts import rerun_command, signal_name
+    from bench.common.interrupts import rerun_command, signal_name  # local import: the sync Job mounts no bench
 
     if args.cache_command == "pull":
         kept = (f"files already verified stay in {args.dir / STAGING} and are not downloaded again; "

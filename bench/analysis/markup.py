@@ -126,7 +126,7 @@ def chart(make, alt: str) -> str:
     if not _DRAW.get():
         return ""
     try:
-        from bench.analysis import charts as C
+        from bench.analysis import charts as C  # local import: charts loads matplotlib
     except ImportError:
         return ""
     return f'<img class="chart" alt="{esc(alt)}" src="{C.svg_data_uri(make(C))}">'

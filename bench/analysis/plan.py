@@ -292,7 +292,7 @@ def _span(lo: float | None, hi: float | None, cap: Capacity, digits: int = 1) ->
 
 def render_chart(plan: dict[str, Any], out: Path) -> str | None:
     try:  # matplotlib is imported only when charts are drawn (bench/analysis/charts.py)
-        from bench.analysis import charts
+        from bench.analysis import charts  # local import: charts loads matplotlib
     except ImportError:
         return None
     fig = charts.plan_figure(plan)

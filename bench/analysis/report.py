@@ -416,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
         note = None
     else:
         try:  # matplotlib is imported only when charts are drawn (bench/analysis/charts.py)
-            from bench.analysis import charts as C
+            from bench.analysis import charts as C  # local import: charts loads matplotlib
 
             charts = C.render(side, base, summary["slo"], out, summary["scenarios"])
         except ImportError:
