@@ -68,7 +68,7 @@ def test_pulumi_project_uses_the_pinned_virtualenv():
     assert (REPO / "requirements.txt").read_text().strip().endswith("-e .")
 
 
-# --- every flag the README shows exists in that command's --help ------------------------------
+# --- every flag the README and docs/ show exists in that command's --help -----------------------
 
 _CLI = re.compile(r"(?:python3?|\.venv/bin/python) -m (bench|stacks|weights) ([a-z][a-z-]*)")
 _INLINE = re.compile(r"`(?:(?:python3?|\.venv/bin/python) -m )?(bench|stacks|weights) ([a-z][a-z-]*)((?: [^`]*)?)`")
@@ -76,7 +76,7 @@ _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 
 def _logical_lines(text: str) -> list[str]:
-    """The README's code blocks, continuation lines (ending in a backslash) joined."""
+    """A page's code blocks, continuation lines (ending in a backslash) joined."""
     out, block, pending = [], False, ""
     for line in text.splitlines():
         if line.strip().startswith("```"):
@@ -133,7 +133,7 @@ def test_every_flag_the_docs_show_is_in_that_commands_help():
     commands = [(package, command, flags, f"{page.relative_to(REPO)}: {where}")
                 for page in PAGES for package, command, flags, where in readme_commands(page.read_text())]
     assert {p for p, _, _, _ in commands} == {"bench", "stacks", "weights"}
-    assert sum(len(flags) for _, _, flags, _ in commands) > 100  # the parse found the README's flags
+    assert sum(len(flags) for _, _, flags, _ in commands) > 100  # the parse found the docs' flags
     missing = []
     for package, command, flags, where in commands:
         text = _help(package, command)
@@ -227,7 +227,8 @@ def missing_paths(page: Path, text: str | None = None) -> list[str]:
 
 def test_readme_fits_a_few_screens():
     lines = README.count("\n")
-    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into docs/ (at most {README_MAX_LINES})"
+    assert lines <= README_MAX_LINES, \
+        f"README.md has {lines} lines; move detail into docs/ (at most {README_MAX_LINES})"
 
 
 def test_every_relative_link_in_the_docs_resolves():
