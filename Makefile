@@ -1,4 +1,4 @@
-# Three entry points on a fresh machine (see README):
+# Three entry points on a fresh machine (see README.md; what the tests need: docs/verification.md):
 #   make render STACK=dev   set up .venv and render the stack's desired state offline
 #   make demo               set up .venv and .venv-vllm, then benchmark two vLLM CPU servers -> build/demo/
 #   make test               set up .venv, .venv-vllm, .vllm-image and .venv-checkov, then run every test

@@ -47,7 +47,7 @@ FILE_KEYS = ("config", "secretsprovider", "encryptedkey", "encryptionsalt", "env
 AWS_KEYS = ("region",)
 CLUSTER_SCOPE_KEYS = ("cluster", "network", "storage", "tags")
 MAX_VALUES = 100_000  # a stack file holds hundreds
-CONFIG_REFERENCE = "the config reference in README.md (section \"Config reference\")"
+CONFIG_REFERENCE = "the config reference in docs/configuration.md (section \"Config reference\")"
 
 # AWS tag rules (Tagging AWS resources, "Tag naming limits and requirements").
 TAG_KEY_MAX, TAG_VALUE_MAX = 128, 256

@@ -284,7 +284,7 @@ def test_did_you_mean_and_where_the_reference_lives(tmp_path, capsys):
     assert "did you mean 'kubernetesVersion'?" in err
     assert "did you mean 'vllm-poc:bench'?" in err
     assert "did you mean 'aws:region'?" in err
-    assert "README.md" in err and "Pulumi.yaml" not in err
+    assert "docs/configuration.md" in err and "Pulumi.yaml" not in err
 
 
 def test_teardown_needs_only_the_cluster_settings(tmp_path, capsys):

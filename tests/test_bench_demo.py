@@ -209,22 +209,22 @@ def test_sweep_arguments_run_the_capacity_search_on_the_demo_slo():
 
 def test_readme_opens_with_render_demo_test_and_what_the_demo_prints():
     readme = (REPO / "README.md").read_text()
-    first = readme[:readme.index("## Real use")]
+    first = readme[:readme.index("## A first real run")]
     at = [first.index(command) for command in ("make render STACK=dev", "make demo", "make test")]
     assert at == sorted(at)
     assert "bench demo: report page: " in first and "verdict" in first and "report.html" in first
     assert re.search(r"^demo: venv venv-vllm$", (REPO / "Makefile").read_text(), re.M)
 
 
-def test_every_flag_the_readme_shows_for_the_pages_and_the_demo_exists():
+def test_every_flag_the_docs_show_for_the_pages_and_the_demo_exists():
     from bench.__main__ import build_parser
 
-    readme = (REPO / "README.md").read_text()
+    method = (REPO / "docs" / "benchmark.md").read_text()
     sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")  # noqa: SLF001
-    block = readme[readme.index("python -m bench demo ["):]
+    block = method[method.index("python -m bench demo ["):]
     block = block[:block.index("```")]
     shown = set(re.findall(r"(--[a-z][a-z0-9-]*)", block))
     assert shown and shown <= set(sub.choices["demo"]._option_string_actions)  # noqa: SLF001
     for command in ("report", "plan", "compare"):
         assert "--no-html" in sub.choices[command]._option_string_actions  # noqa: SLF001
-    assert readme.count("[--no-html]") >= 3
+    assert method.count("[--no-html]") >= 3

@@ -234,7 +234,7 @@ def test_chart_written(tmp_path):
 
 
 def test_default_slo_plan_on_grids_is_a_range_not_a_hardware_limit(tmp_path, capsys):
-    """The README's plan command on two default sweeps (no capacity search): a range with its reason."""
+    """The plan command docs/benchmark.md shows on two default sweeps (no capacity search): a range with its reason."""
     base = sweep_dir(tmp_path, "l40s", {s: v for s, (v, _) in L40S.items()}, instance_type="g6e.2xlarge")
     cand = sweep_dir(tmp_path, "g7e", G7E, instance_type="g7e.2xlarge")
     out = tmp_path / "p"

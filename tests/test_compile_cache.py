@@ -434,12 +434,12 @@ def test_sigterm_while_waiting_for_health_stops_at_once_and_a_sidecar_idles_afte
     assert "uploaded 5 file(s)" in out and '"outcome": "pushed"' in out
 
 
-def test_every_flag_the_readme_shows_for_the_cache_commands_is_in_their_help():
+def test_every_flag_the_docs_show_for_the_cache_commands_is_in_their_help():
     import re
 
     from weights.__main__ import build_parser
 
-    readme = (REPO / "README.md").read_text()
+    readme = "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
     shown: dict[str, set[str]] = {"pull": set(), "push": set()}
     for verb in shown:
         for match in re.finditer(rf"python -m weights compile-cache {verb}(.*?)(?:\n(?!\s{{4,}})|$)", readme, re.S):
@@ -450,4 +450,4 @@ def test_every_flag_the_readme_shows_for_the_cache_commands_is_in_their_help():
     cache = next(a for a in sub.choices["compile-cache"]._actions if a.__class__.__name__ == "_SubParsersAction")
     for verb, flags in shown.items():
         known = {o for a in cache.choices[verb]._actions for o in a.option_strings}
-        assert flags <= known, f"{verb}: {sorted(flags - known)} shown in the README but not in --help"
+        assert flags <= known, f"{verb}: {sorted(flags - known)} shown in the docs but not in --help"

@@ -1,4 +1,4 @@
-"""The README and Pulumi.yaml say what the code does: config table, commands, project settings."""
+"""The README, docs/ and Pulumi.yaml say what the code does: config table, commands, flags, links, paths."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from stacks.ops.config_reference import embedded, markdown
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
+# Every page a reader is sent to: the README first, then docs/ (and any other Markdown the repository keeps).
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+CONFIG_PAGE = REPO / "docs" / "configuration.md"
 
 
 def subcommands(parser) -> set[str]:
@@ -20,8 +23,18 @@ def subcommands(parser) -> set[str]:
     return set(action.choices)
 
 
-def test_readme_config_table_is_generated_from_the_settings():
-    assert embedded(REPO / "README.md") == markdown()
+def test_config_table_in_the_docs_is_generated_from_the_settings():
+    assert embedded(CONFIG_PAGE) == markdown()
+
+
+def test_config_reference_check_reads_the_docs_page_by_default(tmp_path, capsys):
+    from stacks.__main__ import main as stacks_main
+
+    assert stacks_main(["config-reference", "--check"]) == 0
+    stale = tmp_path / "configuration.md"
+    stale.write_text(CONFIG_PAGE.read_text().replace("| `aws:region` |", "| `aws:regions` |"))
+    assert stacks_main(["config-reference", "--check", str(stale)]) == 1
+    assert "out of date" in capsys.readouterr().out
 
 
 def test_config_table_documents_every_key_with_its_default():
@@ -32,9 +45,10 @@ def test_config_table_documents_every_key_with_its_default():
     assert all(line.count("|") >= 5 for line in table.splitlines())
 
 
-def test_every_command_the_readme_names_exists():
-    stacks_commands = set(re.findall(r"python -m stacks ([a-z-]+)", README))
-    bench_commands = set(re.findall(r"python3? -m bench ([a-z-]+)", README))
+def test_every_command_the_docs_name_exists():
+    text = "\n".join(page.read_text() for page in PAGES)
+    stacks_commands = set(re.findall(r"python -m stacks ([a-z-]+)", text))
+    bench_commands = set(re.findall(r"python3? -m bench ([a-z-]+)", text))
     assert stacks_commands and bench_commands
     assert stacks_commands <= subcommands(stacks_parser())
     assert bench_commands <= subcommands(bench_parser())
@@ -54,7 +68,7 @@ def test_pulumi_project_uses_the_pinned_virtualenv():
     assert (REPO / "requirements.txt").read_text().strip().endswith("-e .")
 
 
-# --- every flag the README shows exists in that command's --help ------------------------------
+# --- every flag the README and docs/ show exists in that command's --help -----------------------
 
 _CLI = re.compile(r"(?:python3?|\.venv/bin/python) -m (bench|stacks|weights) ([a-z][a-z-]*)")
 _INLINE = re.compile(r"`(?:(?:python3?|\.venv/bin/python) -m )?(bench|stacks|weights) ([a-z][a-z-]*)((?: [^`]*)?)`")
@@ -62,7 +76,7 @@ _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 
 def _logical_lines(text: str) -> list[str]:
-    """The README's code blocks, continuation lines (ending in a backslash) joined."""
+    """A page's code blocks, continuation lines (ending in a backslash) joined."""
     out, block, pending = [], False, ""
     for line in text.splitlines():
         if line.strip().startswith("```"):
@@ -115,10 +129,11 @@ def _help(package: str, command: str) -> str | None:
     return buffer.getvalue()
 
 
-def test_every_flag_the_readme_shows_is_in_that_commands_help():
-    commands = readme_commands()
+def test_every_flag_the_docs_show_is_in_that_commands_help():
+    commands = [(package, command, flags, f"{page.relative_to(REPO)}: {where}")
+                for page in PAGES for package, command, flags, where in readme_commands(page.read_text())]
     assert {p for p, _, _, _ in commands} == {"bench", "stacks", "weights"}
-    assert sum(len(flags) for _, _, flags, _ in commands) > 100  # the parse found the README's flags
+    assert sum(len(flags) for _, _, flags, _ in commands) > 100  # the parse found the docs' flags
     missing = []
     for package, command, flags, where in commands:
         text = _help(package, command)
@@ -138,3 +153,119 @@ def test_the_readme_flag_check_can_fail():
     assert ("bench", "report", {"--no-such-flag", "--out"}) in [(p, c, f) for p, c, f, _ in commands]
     assert ("bench", "timeline", {"--sleep-wake-url"}) in [(p, c, f) for p, c, f, _ in commands]
     assert "--no-such-flag" not in _help("bench", "report") and "--out" in _help("bench", "report")
+
+
+# --- the README stays short; every link and every repository path the docs name resolves ----------
+
+README_MAX_LINES = 300
+# Folders of this repository: a backticked path starting with one of them names a file or folder here.
+REPO_FOLDERS = ("bench", "stacks", "components", "weights", "policy", "tests", "security", "docs", ".ci", ".github")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_PATH = re.compile(rf"`((?:{'|'.join(re.escape(f) for f in REPO_FOLDERS)})/[^`\s]*)`")
+
+
+def _prose(text: str) -> list[str]:
+    """The lines outside fenced code blocks."""
+    lines, block = [], False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            block = not block
+        elif not block:
+            lines.append(line)
+    return lines
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: its text lower-cased, punctuation dropped, each space a hyphen."""
+    text = re.sub(r"\[((?:[^\[\]]|\[[^\]]*\])*)\]\([^)]*\)", r"\1", heading)  # a link reads as its text
+    text = re.sub(r"<[^>]+>", "", text)  # inline HTML adds no text
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """Every heading's anchor; a repeated one gets -1, -2, ... as on GitHub."""
+    seen: dict[str, int] = {}
+    found = set()
+    for line in _prose(text):
+        m = re.match(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        slug = github_anchor(m[1])
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        found.add(slug if n == 0 else f"{slug}-{n}")
+    return found
+
+
+def broken_links(page: Path, text: str | None = None) -> list[str]:
+    """Relative links of one page whose file or #anchor does not exist, as 'page: target (why)'."""
+    text = page.read_text() if text is None else text
+    broken = []
+    for line in _prose(text):
+        line = _CODE_SPAN.sub("", line)  # `[text](target)` in code is no link
+        for target in _LINK.findall(line):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # https:, mailto: ...: not this repository's
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(REPO)}: {target}"
+            if not dest.exists():
+                broken.append(f"{where} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text()):
+                broken.append(f"{where} (no heading with that anchor in {dest.relative_to(REPO)})")
+    return broken
+
+
+def missing_paths(page: Path, text: str | None = None) -> list[str]:
+    """Repository paths a page names in backticks (`bench/sweep.py`) that do not exist."""
+    text = page.read_text() if text is None else text
+    return [f"{page.relative_to(REPO)}: {path}" for path in _PATH.findall(text)
+            if not re.search(r"[<>*{}]|\.\.\.", path) and not (REPO / path).exists()]
+
+
+def test_readme_fits_a_few_screens():
+    lines = README.count("\n")
+    assert lines <= README_MAX_LINES, \
+        f"README.md has {lines} lines; move detail into docs/ (at most {README_MAX_LINES})"
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    others = (p for folder in REPO_FOLDERS if folder != "docs" for p in (REPO / folder).rglob("*.md"))
+    pages = PAGES + sorted(others)
+    assert len(PAGES) >= 8  # README and the docs it points to
+    assert sum(len(_LINK.findall("\n".join(_prose(p.read_text())))) for p in pages) > 40  # the parse found links
+    assert [b for page in pages for b in broken_links(page)] == []
+
+
+def test_every_page_in_docs_is_linked_from_the_readme():
+    linked = {(REPO / t.partition("#")[0]).resolve() for t in _LINK.findall(README)}
+    assert [p.name for p in PAGES[1:] if p.resolve() not in linked] == []
+
+
+def test_every_repository_path_the_docs_name_exists():
+    assert sum(len(_PATH.findall(p.read_text())) for p in PAGES) > 20
+    assert [m for page in PAGES for m in missing_paths(page)] == []
+
+
+def test_github_anchors_follow_githubs_rules():
+    assert github_anchor("From `pulumi up` to the answer") == "from-pulumi-up-to-the-answer"
+    assert github_anchor("Image pre-caching (`gpuPools[].imageCache`, off by default)") == \
+        "image-pre-caching-gpupoolsimagecache-off-by-default"
+    assert github_anchor("Compile cache: no hostPath, S3 with hashes") == "compile-cache-no-hostpath-s3-with-hashes"
+    assert github_anchor("S1_chat and [the plan](plan.md)") == "s1_chat-and-the-plan"
+    assert anchors("# Notes\n## Notes\n```\n# not a heading\n```\n## Notes\n") == {"notes", "notes-1", "notes-2"}
+
+
+def test_the_link_and_path_checks_can_fail():
+    page = REPO / "docs" / "architecture.md"
+    sample = ("See [ops](operations.md#no-such-heading), [gone](missing.md), [top](#the-packages), "
+              "[web](https://example.com/x.md) and `[not a link](nowhere.md)`.\n"
+              "```\n[in a block](nowhere.md)\n```\n"
+              "Code lives in `bench/no_such_module.py` and `bench/`; `runs/<stack>/` is S3.\n")
+    assert broken_links(page, sample) == [
+        "docs/architecture.md: operations.md#no-such-heading (no heading with that anchor in docs/operations.md)",
+        "docs/architecture.md: missing.md (no such file)",
+    ]
+    assert missing_paths(page, sample) == ["docs/architecture.md: bench/no_such_module.py"]

@@ -251,7 +251,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
             f"- **Verdict** on the {v['basis']} basis against {v['threshold']:g}x: PASS when "
             + ("the lower end of the SLO ratio clears the threshold in every scenario, FAIL when its upper end "
                "is below it in some scenario, INCONCLUSIVE otherwise (an interval across the threshold, "
-               "missing or invalid runs, sides that differ); see How the verdict is decided in the README."
+               "missing or invalid runs, sides that differ); see How the verdict is decided in docs/benchmark.md."
                if v["basis"] == "slo" else
                "the smallest per-scenario peak ratio clears it, FAIL when some scenario's peak ratio is "
                "below it, INCONCLUSIVE when a scenario has no peak on a side or the comparison is incomplete."),

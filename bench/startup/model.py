@@ -220,7 +220,7 @@ def section(records: list[dict], instance_types: Iterable[str] = ()) -> list[str
     lines = ["", "### Start-up model per pool", "",
              "Each phase as measured by this folder's start-up records where a boot ran under the scenario's "
              "conditions (the median, with the number of boots), else the PoC's own measurement on that "
-             "instance type, else an estimate; the README's Startup section says how each estimate is made.", ""]
+             "instance type, else an estimate; docs/startup.md (Phase model) says how each estimate is made.", ""]
     for pool in pools:
         mine = [r for r in records if _pool(r) == pool]
         models = {s.key: model(pool, mine, s) for s in SCENARIOS}

@@ -277,7 +277,7 @@ def run_allow(args: argparse.Namespace) -> int:
     if dropped:
         print(f"  removed the documentation placeholder {', '.join(dropped)}")
     print("  commit the stack file; a CI runner that deploys needs its own address there, or a private path "
-          "(README, \"A way to the Kubernetes API\")")
+          "(docs/operations.md, \"A way to the Kubernetes API\")")
     return 0
 
 

@@ -1,6 +1,6 @@
 """The config reference, generated from the settings models so that it cannot drift from them.
 
-`python -m stacks config-reference` prints the Markdown table the README embeds between
+`python -m stacks config-reference` prints the Markdown table docs/configuration.md embeds between
 `<!-- config-reference:start -->` and `<!-- config-reference:end -->`; a test keeps the two equal.
 """
 
@@ -95,8 +95,8 @@ def embedded(path: Path) -> str | None:
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("config-reference", help="print every config key with its default (Markdown)")
-    parser.add_argument("--check", type=Path, nargs="?", const=REPO / "README.md",
-                        help="exit 1 if the README's embedded table differs")
+    parser.add_argument("--check", type=Path, nargs="?", const=REPO / "docs" / "configuration.md",
+                        help="exit 1 if the table embedded in this file (default: docs/configuration.md) differs")
     parser.set_defaults(func=main)
 
 

@@ -74,13 +74,13 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
 def _unknown_key_message(loc: tuple[Any, ...]) -> str:
     model = _model_at(loc)
     if model is None:
-        return "unknown key (misspelt?); see the config reference in README.md"
+        return "unknown key (misspelt?); see the config reference in docs/configuration.md"
     known = [f.alias or name for name, f in model.model_fields.items() if not f.exclude]
     word = str(loc[-1])
     close = difflib.get_close_matches(word, known, n=1, cutoff=0.6) or [
         k for k in known if k.lower() == word.lower().replace("_", "").replace("-", "")]
     hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown key; {hint}known here: {', '.join(known)} (config reference in README.md)"
+    return f"unknown key; {hint}known here: {', '.join(known)} (config reference in docs/configuration.md)"
 
 
 def _format(error: ValidationError) -> list[str]:

@@ -3,7 +3,7 @@
 Both are off by default. `gpuPools[].streamerJob` runs `python -m bench streamer` once on a node of
 the pool and stores streamer.json under the stack's results prefix (`streamer/<pool>/`);
 `gpuPools[].imageCache` mounts an EBS volume restored from a snapshot that already holds the vLLM
-image as the node's containerd data (README: "Image pre-caching" gives the commands to build it).
+image as the node's containerd data (docs/startup.md: "Image pre-caching" gives the commands to build it).
 """
 
 from __future__ import annotations
