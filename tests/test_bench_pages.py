@@ -211,6 +211,10 @@ def test_interval_words():
     assert markup.interval_words([2.9, float("inf")]) == "at least 2.90x"
     assert markup.interval_words([2.9, 1e308]) == "at least 2.90x"
     assert markup.interval_words([None, 3.6]) == "at most 3.60x"
+    assert markup.ratio_interval_words([0.0, None]) == "no bound either way (the capacities it is made of are open)"
+    assert markup.ratio_interval_words([0.0, 8.0]) == "8.00x or less (no lower bound)"
+    assert markup.ratio_interval_words([0.0, 0.0]) == "0x (only the baseline meets the SLO)"
+    assert markup.ratio_interval_words([2.9, None]) == "at least 2.90x"
     assert markup.interval_words([float("nan"), None]) is None
     assert markup.interval_words(None) is None
     assert markup.interval_words([450.0, 512.5], " ms", 1) == "450.0 ms to 512.5 ms"

@@ -76,6 +76,9 @@ def test_ratio_interval_ends():
     assert V.interval_text(only_candidate) == "unbounded (only the candidate meets the SLO)"
     assert V.interval_text((2.0, math.inf)) == "2.00x or more (no upper bound)"
     assert V.interval_text([2.0, None]) == "2.00x or more (no upper bound)"
+    assert V.interval_text((0.0, 8.0)) == "8.00x or less (no lower bound)"
+    assert V.interval_text((0.0, 0.0)) == "0x (only the baseline meets the SLO)"
+    assert V.interval_text([0.0, None]) == "no bound either way (the capacities it is made of are open)"
 
 
 def test_grid_capacity_interval_open_end_and_never(tmp_path):
@@ -148,7 +151,9 @@ def test_open_upper_end_of_the_baseline_asks_for_higher_loads(tmp_path):
     v = summary["verdict"]
     assert summary["comparison"]["S1_chat"]["slo_ratio_interval"] == [0.0, None]
     assert v["state"] == "inconclusive" and "still meets the SLO at its highest load (c=64)" in v["reasons"][0]
-    assert "the SLO ratio per GPU, 0.00x or more (no upper bound), spans the 1.5x threshold" in v["reasons"][0]
+    assert ("the SLO ratio per GPU, no bound either way (the capacities it is made of are open), spans "
+            "the 1.5x threshold") in v["reasons"][0]
+    assert "0.00x" not in " ".join(v["reasons"])
 
 
 def test_only_the_candidate_meets_the_slo(tmp_path):

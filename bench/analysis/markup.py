@@ -83,6 +83,22 @@ def interval_words(interval: Any, unit: str = "x", digits: int = 2) -> str | Non
     return None
 
 
+def ratio_interval_words(interval: Any) -> str | None:
+    """A ratio's interval as the verdict words it: a lower end of 0 comes from a baseline capacity
+    that is open above, so it is no bound rather than a measured 0x; None when there is none."""
+    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+        return None
+    lo, hi = interval
+    open_hi = not is_number(hi) or abs(hi) >= 1e9
+    if is_number(lo) and abs(lo) >= 1e9:
+        return "unbounded (only the candidate meets the SLO)"
+    if is_number(lo) and lo <= 0:
+        if open_hi:
+            return "no bound either way (the capacities it is made of are open)"
+        return "0x (only the baseline meets the SLO)" if hi <= 0 else f"{hi:.2f}x or less (no lower bound)"
+    return interval_words(interval)
+
+
 def field(path: Sequence[Any]) -> str:
     return esc(json.dumps(list(path), ensure_ascii=False))
 

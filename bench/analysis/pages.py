@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.analysis.markup import (cell, chart, document, drawing, esc, facts_list, field, interval_words, is_number,
-                                   num, table, times)
+                                   num, ratio_interval_words, table, times)
 from bench.analysis.side import run_row
 from bench.common import locations
 from bench.startup import report as startup_report
@@ -135,7 +135,7 @@ def verdict_section(summary: dict[str, Any], issues: Sequence[str], ctx: dict[st
     key, what = _basis_ratio(summary)
     base = (ctx.get("baseline") or {}).get("label", "the baseline")
     cand = (ctx.get("candidate") or {}).get("label", "the candidate")
-    interval = interval_words(v.get("min_ratio_interval"))
+    interval = ratio_interval_words(v.get("min_ratio_interval"))
     ratio = (f'<strong data-field="{field(["verdict", "min_ratio"])}">{esc(times(v.get("min_ratio")))}</strong>'
              if is_number(v.get("min_ratio")) else "<strong>no finite ratio</strong>")
     threshold = f"{v.get('threshold', 1.5):g}x"
@@ -179,7 +179,7 @@ def ratio_section(summary: dict[str, Any]) -> str:
     has_interval = any(ikey in c for c in comparison.values())
     for name, c in comparison.items():
         interval = c.get(ikey)
-        words = interval_words(interval)
+        words = ratio_interval_words(interval)
         missing = ("baseline never meets the SLO" if c.get("baseline_state") == "never_meets_slo"
                    else "no figure on one side")
         source = {"grid": "grid runs", "search": "capacity search", "open_loop": "open-loop rate capacity"}.get(

@@ -18,7 +18,7 @@ Everything lands under OUT (default build/demo):
     OUT/compare/compare.html         the two configurations side by side
     OUT/timing.json                  how long each step took, the CPUs and the load
 
-The SLO is sized for a CPU (TTFT p99 <= 2000 ms, ITL p99 <= 200 ms by default) and each server
+The SLO is sized for a CPU (TTFT p99 <= 500 ms, ITL p99 <= 100 ms by default) and each server
 is priced at an illustrative $1.00 an hour (a CPU has no GPU price): the method is the one the
 cluster runs, the figures are this machine's. Sweeps always run with `--resume`, so a demo stopped
 with Ctrl-C continues where it stopped when run again; delete OUT for a fresh one.
@@ -317,7 +317,12 @@ def verdict_line(summary_path: Path) -> str | None:
     text = f"verdict {state.upper()}"
     if isinstance(ratio, (int, float)):
         text += f": the smallest per-scenario ratio is {ratio:.2f}x against the threshold {verdict.get('threshold', 1.5):g}x"
-    return text + f" ({verdict.get('basis', 'slo')} basis)"
+    text += f" ({verdict.get('basis', 'slo')} basis)"
+    reasons = [r for r in verdict.get("reasons") or [] if isinstance(r, str) and r]
+    if state != "pass" and reasons:
+        more = f" (and {len(reasons) - 1} more in the report)" if len(reasons) > 1 else ""
+        text += f"; first reason: {reasons[0]}{more}"
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -382,9 +387,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--concurrencies", default=DEFAULT_CONCURRENCIES, help="the grid (default: %(default)s)")
     p.add_argument("--length-scale", type=float, default=DEFAULT_LENGTH_SCALE,
                    help="factor on the scenarios' input/output lengths (default: %(default)s)")
-    p.add_argument("--slo-ttft-p99-ms", type=float, default=2000.0,
+    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0,
                    help="SLO TTFT p99 limit, sized for a CPU (default: %(default)s)")
-    p.add_argument("--slo-itl-p99-ms", type=float, default=200.0,
+    p.add_argument("--slo-itl-p99-ms", type=float, default=100.0,
                    help="SLO ITL p99 limit, sized for a CPU (default: %(default)s)")
     p.add_argument("--price-per-hour", type=float, default=1.0,
                    help="illustrative hourly price of each server, for the plan's costs (default: %(default)s)")
