@@ -3,7 +3,7 @@
 A ConfigMap key holds no '/', so a file's key is its path in the package with '.' for each '/'
 (`run/sweep.py` -> `run.sweep.py`; a top-level `__init__.py` keeps its name). The volume lists
 every key in `items` with its path, so the pod sees the package's folders exactly as the repository
-holds them, and only the files named there. `stacks/render.py` writes the same files out as
+holds them, and only the files named there. `stacks/ops/render.py` writes the same files out as
 `code/<package>/<path>`, reading each key's path back with `path()`.
 """
 

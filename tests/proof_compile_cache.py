@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     env = vllm_env(venv, work / "shim")
     model = work / "model"
-    subprocess.run([str(venv / "bin/python"), str(REPO / "tests/fixtures/bench_tiny_model.py"), str(model)],
+    subprocess.run([str(venv / "bin/python"), str(REPO / "bench/demo/tiny_model.py"), str(model)],
                    env=env, check=True, capture_output=True)
 
     from moto.server import ThreadedMotoServer

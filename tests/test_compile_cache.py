@@ -1,7 +1,8 @@
 """`python -m weights compile-cache push|pull` against a moto S3 server over HTTP.
 
 The cache stands in for vLLM's: nested folders, an executable shared object, an empty file, and one
-file large enough to go up in parts. The real engine's cache travels in tests/test_compile_cache_vllm.py.
+file large enough to go up in parts. The real engine's cache is tried in tests/proof_compile_cache.py
+(not in the suite: it takes 3-6 minutes).
 """
 
 from __future__ import annotations

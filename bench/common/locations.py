@@ -6,7 +6,7 @@ commands themselves keep working on local folders:
 
 - an input given as `s3://...` is downloaded first into a temporary folder named after the
   prefix's last part (the name a local copy from `bench fetch` would have), through the same
-  client, retries and progress as `bench fetch` (bench/s3.py);
+  client, retries and progress as `bench fetch` (bench/common/s3.py);
 - an `--out s3://...` is a temporary local folder whose files are uploaded one by one as the
   command writes them (`written(path)`, called right after each write), and once more at the end
   for anything written without that call; each object gets the content type of its file name

@@ -378,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
     args, out, plan = sweep.args, sweep.out, sweep.plan
     if upload:
-        # In the cluster: does S3 resolve inside the ranges the NetworkPolicy allows? (bench/s3reach.py)
+        # In the cluster: does S3 resolve inside the ranges the NetworkPolicy allows? (bench/run/s3reach.py)
         reach = s3reach.check_from_env(upload.bucket, stack=(args.label or "").split("/", 1)[0] or None)
         if reach.message:
             print(f"bench sweep: {reach.message}", file=sys.stderr, flush=True)

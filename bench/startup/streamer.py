@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     line = loader_profile_line(result, args.upload.rstrip("/") + "/streamer.json" if args.upload
                                else str(out / "streamer.json"))
     if line:
-        print(f"bench streamer: to adopt it, in stacks/serving.py LOADER_PROFILES: {line}")
+        print(f"bench streamer: to adopt it, in stacks/serving/profiles.py LOADER_PROFILES: {line}")
     return 0
 
 
