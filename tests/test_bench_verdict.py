@@ -96,6 +96,8 @@ def test_grid_capacity_interval_open_end_and_never(tmp_path):
     assert (c.state, c.lo, c.hi, c.load_fail) == (V.NEVER, 0.0, 0.0, 1)  # misses at one request at a time
     assert (d.state, d.lo, d.hi, d.load_fail) == (V.NEVER, 0.0, 400.0, 4)  # below the lowest load tested
     assert V.capacity_text(a) == "800.0 to 1,600.0 tok/s (meets the SLO at c=8, misses it at c=16)"
+    flat = V.Capacity(V.GRID, V.MEETS, lo=394.7, hi=394.7, load_pass=7, load_fail=8)  # a saturated server
+    assert V.capacity_text(flat) == "394.7 tok/s (meets the SLO at c=7, misses it at c=8)"
     assert "or more" in V.capacity_text(b) and "no upper bound" in V.capacity_text(b)
     assert V.capacity_text(d).startswith("below 400.0 tok/s: never meets the SLO")
 

@@ -447,7 +447,8 @@ def run(args: argparse.Namespace) -> int:
     winners = sum(1 for c in data["cells"] if c["winner"])
     close = sum(1 for c in data["cells"] if not c["winner"] and c["winner_margin_pct"] is not None)
     state = (f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"]
-             else f"{winners} winners, {close} cells without a clear winner (within the noise)")
+             else f"{winners} {'winner' if winners == 1 else 'winners'}, {close} {'cell' if close == 1 else 'cells'} "
+                  "without a clear winner (within the noise)")
     print(f"bench compare: {len(sides)} variants, {len(data['cells'])} cells, {state} -> "
           f"{locations.display(out / 'compare.md')}, compare.json" + ("" if args.no_html else ", compare.html"))
     return 0

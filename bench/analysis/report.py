@@ -437,8 +437,8 @@ def run(args: argparse.Namespace) -> int:
         msg += f", {len(charts)} charts"
     v = summary["verdict"]
     if v:
-        msg += (f"; verdict {V.STATE_WORDS[v['state']]} on the {v['basis']} basis (threshold {v['threshold']:g}x, "
-                f"smallest ratio {V.interval_text(v['min_ratio_interval'])})")
+        msg += (f"; verdict {V.STATE_WORDS[v['state']]} on the {v['basis']} basis: smallest ratio "
+                f"{V.interval_text(v['min_ratio_interval'])}, threshold {v['threshold']:g}x")
         if v["reasons"]:
             msg += f"; {len(v['reasons'])} reason(s) in report.md"
     print(msg)

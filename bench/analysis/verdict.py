@@ -286,7 +286,8 @@ def capacity_text(cap: Capacity) -> str:
     if cap.hi is None or math.isinf(cap.hi):
         return (f"{_n(cap.lo)} tok/s or more (still meets the SLO at {load_text(cap.unit, cap.load_pass)}, "
                 "the highest load tested: no upper bound)")
-    return (f"{_n(cap.lo)} to {_n(cap.hi)} tok/s (meets the SLO at {load_text(cap.unit, cap.load_pass)}, "
+    span = _n(cap.lo) if _n(cap.lo) == _n(cap.hi) else f"{_n(cap.lo)} to {_n(cap.hi)}"
+    return (f"{span} tok/s (meets the SLO at {load_text(cap.unit, cap.load_pass)}, "
             f"misses it at {load_text(cap.unit, cap.load_fail)})")
 
 
