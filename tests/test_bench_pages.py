@@ -207,6 +207,7 @@ def test_the_verdict_issue_keys_are_shown_when_present(made):
 
 def test_interval_words():
     assert markup.interval_words([2.9, 3.6]) == "2.90x to 3.60x"
+    assert markup.interval_words([4.99, 4.99]) == "4.99x"  # both ends of the bracket at one figure
     assert markup.interval_words([2.9, None]) == "at least 2.90x"
     assert markup.interval_words([2.9, float("inf")]) == "at least 2.90x"
     assert markup.interval_words([2.9, 1e308]) == "at least 2.90x"

@@ -75,7 +75,7 @@ def interval_words(interval: Any, unit: str = "x", digits: int = 2) -> str | Non
     lo, hi = bound(interval[0]), bound(interval[1])
     fmt = (lambda v: f"{v:.{digits}f}{unit}") if unit == "x" else (lambda v: f"{v:,.{digits}f}{unit}")
     if lo is not None and hi is not None:
-        return f"{fmt(lo)} to {fmt(hi)}"
+        return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)} to {fmt(hi)}"
     if lo is not None:
         return f"at least {fmt(lo)}"
     if hi is not None:
