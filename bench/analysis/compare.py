@@ -58,6 +58,7 @@ from bench.analysis import verdict as V
 from bench.analysis.side import Side, load_side
 from bench.common import locations
 from bench.common import workloads as W
+from bench.common.cli import run_one
 
 # Two variants closer than this (in percent) name no winner where no repeats measured the noise.
 DEFAULT_NOISE_PCT = 5.0
@@ -470,7 +471,4 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["compare", *argv])
-    return args.func(args)
+    return run_one(add_parser, "compare", argv)

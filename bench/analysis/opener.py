@@ -26,6 +26,7 @@ from typing import Any
 
 from bench.analysis import answer
 from bench.common import s3
+from bench.common.cli import run_one
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals
 
 PAGES = ("report.html", "report.md")
@@ -132,7 +133,4 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["open", *argv])
-    return args.func(args)
+    return run_one(add_parser, "open", argv)

@@ -70,6 +70,7 @@ from bench.analysis.side import Side, load_side, peak
 from bench.analysis.sizing import (Capacity, Config, UsageError, build_plan, fleet_load, reference_load,
                                    replicas_text)
 from bench.common import locations
+from bench.common.cli import run_one
 from bench.common.instances import GPU_INSTANCE_TYPES
 
 MIX_TOLERANCE = 0.001
@@ -440,7 +441,4 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["plan", *argv])
-    return args.func(args)
+    return run_one(add_parser, "plan", argv)

@@ -47,6 +47,7 @@ from typing import Any
 from bench.analysis import answer, compare, plan, report
 from bench.analysis import mixed_traffic as MT
 from bench.common import locations, s3
+from bench.common.cli import run_one
 from bench.common.interrupts import Interrupted, exit_code, signal_name, stop_on_signals
 from bench.common.progress import human_seconds
 
@@ -395,10 +396,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["publish", *argv])
-    return args.func(args)
+    return run_one(add_parser, "publish", argv)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ from bench.analysis import verdict as V
 from bench.analysis.side import DECODE_METRICS, Side, load_side, meets_slo
 from bench.analysis.summary import build_summary
 from bench.common import locations
+from bench.common.cli import run_one
 from bench.startup import report as startup_report
 
 # ---------------------------------------------------------------------------------------------
@@ -515,7 +516,4 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["report", *argv])
-    return args.func(args)
+    return run_one(add_parser, "report", argv)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from bench.common import s3
+from bench.common.cli import run_one
 from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals
 
 
@@ -57,7 +58,4 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["fetch", *argv])
-    return args.func(args)
+    return run_one(add_parser, "fetch", argv)

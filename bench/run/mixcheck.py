@@ -45,6 +45,7 @@ from bench.analysis import results as R
 from bench.analysis.mixed_traffic import CHECK_FILE, finding, read_json
 from bench.common import locations, s3
 from bench.common import workloads as W
+from bench.common.cli import run_one
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals, stop_process_group
 from bench.common.progress import human_seconds
 from bench.run import grid, seeds
@@ -257,7 +258,4 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["mix-check", *argv])
-    return args.func(args)
+    return run_one(add_parser, "mix-check", argv)

@@ -64,6 +64,7 @@ from bench.analysis import results as R
 from bench.analysis import side as SIDE
 from bench.analysis import verdict as V
 from bench.common import s3
+from bench.common.cli import run_one
 from bench.common.interrupts import rerun_command
 from bench.run import client as bench_client
 from bench.run import extra_runs, hardware, s3reach, seeds
@@ -576,7 +577,4 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["sweep", *argv])
-    return args.func(args)
+    return run_one(add_parser, "sweep", argv)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.common import kube
+from bench.common.cli import run_one
 from bench.startup import phases, sleepwake, timeline
 from bench.startup import report as startup_report
 from bench.startup.streamer import upload
@@ -192,10 +193,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench.startup.collect ...` = `python -m bench timeline ...` with only the modules it needs."""
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["timeline", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
+    return run_one(add_parser, "timeline", argv)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from bench.common.cli import run_one
 from bench.startup import netlimits, timeline
 from bench.startup import report as startup_report
 
@@ -353,7 +354,4 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["startup", *argv])
-    return args.func(args)
+    return run_one(add_parser, "startup", argv)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import s3
+from bench.common.cli import run_one
 from bench.startup import netlimits
 
 GIB = 2**30
@@ -223,10 +224,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench.startup.streamer ...` = `python -m bench streamer ...` with only the modules it needs."""
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["streamer", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
+    return run_one(add_parser, "streamer", argv)
 
 
 if __name__ == "__main__":
