@@ -10,6 +10,8 @@ CHECKOV_VENV := .venv-checkov
 STACK ?= dev
 OUT ?= build/render/$(STACK)
 DEMO_OUT ?= build/demo
+# pytest-xdist workers; the tests that run vLLM stay on one of them (tests/conftest.py)
+TEST_WORKERS ?= 2
 
 .PHONY: venv venv-vllm vllm-image venv-checkov render demo test test-fast clean
 
@@ -35,7 +37,7 @@ $(VLLM_IMAGE)/.installed: pyproject.toml $(VENV)/.installed $(VLLM_VENV)/.instal
 	rm -rf $(VLLM_IMAGE)
 	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --target $(VLLM_IMAGE) \
 		$$($(VENV)/bin/python -m stacks.versions image-vllm)
-	$(VENV)/bin/python -m stacks.vllm_flags shim $(VLLM_IMAGE)
+	$(VENV)/bin/python -m stacks.ops.vllm_flags shim $(VLLM_IMAGE)
 	touch $@
 
 # checkov pins boto3 and packaging below the project's pins: its own environment, run as a process.
@@ -62,11 +64,11 @@ demo: venv venv-vllm
 test: venv venv-vllm vllm-image venv-checkov
 	VLLM_POC_VLLM_VENV=$(abspath $(VLLM_VENV)) VLLM_POC_VLLM_IMAGE_DIR=$(abspath $(VLLM_IMAGE)) \
 	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov \
-		$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+		$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Everything that needs no vLLM process (quick loop while editing).
 test-fast: venv venv-checkov
-	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov $(VENV)/bin/python -m pytest -m "not vllm" $(PYTEST_ARGS)
+	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_IMAGE) $(CHECKOV_VENV) build

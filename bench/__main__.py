@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import (compare, demo, fetch, mixcheck, opener, plan, publish, report, startup, startup_collect,
-                   streamer, sweep)
-from bench.interrupts import exit_code, quiet_broken_pipe, signal_name
+from bench.analysis import compare, opener, plan, publish, report
+from bench.common.interrupts import exit_code, quiet_broken_pipe, signal_name
+from bench.demo import command as demo
+from bench.run import fetch, mixcheck, sweep
+from bench.startup import collect, phases, streamer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,8 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark a vLLM server: sweep scenarios x concurrencies, report, startup phases.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (sweep, report, plan, compare, publish, opener, mixcheck, startup, fetch, streamer,
-                   startup_collect, demo):
+    for module in (sweep, report, plan, compare, publish, opener, mixcheck, phases, fetch, streamer, collect,
+                   demo):
         module.add_parser(sub)
     return parser
 

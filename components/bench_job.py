@@ -28,7 +28,7 @@ from components.labels import PART_OF
 from components.pod_security import harden
 from components.vllm_server import api_key_env
 
-# `python -m bench sweep` exit codes that end the Job (see bench.sweep)
+# `python -m bench sweep` exit codes that end the Job (see bench.run.sweep)
 FINAL_EXIT_CODES = (1, 2)
 
 
@@ -45,9 +45,9 @@ class BenchJobArgs:
     sweep_args: list[str]  # scenarios, concurrencies, prompts, metadata for the manifest
     server_pod_labels: dict[str, str]
     region: str
-    code: dict[str, str]  # bench package: file name -> source
+    code: dict[str, str]  # bench package: path in the package -> source
     config_hash: str  # covers the code and the prompt set
-    prompts: k8s.core.v1.ConfigMap | None = None  # the stack's prompt set (bench_pod.prompt_config_map)
+    prompts: BenchPromptSet | None = None  # the stack's prompt set
     labels: dict[str, str] = field(default_factory=dict)
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     deadline_hours: int = 12
@@ -84,14 +84,16 @@ class BenchNodeAccess(pulumi.ComponentResource):
 
 class BenchPromptSet(pulumi.ComponentResource):
     """The stack's prompt set (the Korean marketplace prompts), once: every bench Job projects its
-    ConfigMap beside its own code, so a stack of several targets carries the prompts once."""
+    ConfigMap into its code's data/ folder, so a stack of several targets carries the prompts once."""
 
     config_map: k8s.core.v1.ConfigMap
+    files: list[str]  # the ConfigMap's keys, the prompt files' names
 
     def __init__(self, name: str, namespace: str, files: dict[str, str], labels: dict[str, str] | None = None,
                  depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__("vllm-poc:bench:BenchPromptSet", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, depends_on=list(depends_on or []))
+        self.files = sorted(files)
         self.config_map = bench_pod.prompt_config_map(
             f"{name}-config-map", namespace, {"app.kubernetes.io/name": "vllm-bench", **PART_OF, **(labels or {})},
             files, child)
@@ -157,7 +159,8 @@ class BenchJob(pulumi.ComponentResource):
             # On SIGTERM the sweep stops its client and uploads the manifest before exiting.
             "terminationGracePeriodSeconds": 90,
             "containers": [container],
-            "volumes": bench_pod.volumes(self.code, args.prompts),
+            "volumes": bench_pod.volumes(self.code, args.code, *((args.prompts.config_map, args.prompts.files)
+                                                                 if args.prompts else ())),
             # On the server's own node: the ~25 GB image is already there, and the client's traffic
             # stays off the network between nodes.
             **bench_pod.on_server_node(args.server_pod_labels),
@@ -196,6 +199,6 @@ class BenchJob(pulumi.ComponentResource):
                 },
             },
             opts=child.merge(pulumi.ResourceOptions(
-                depends_on=[self.code, *([args.prompts] if args.prompts else []), *args.depends_on])),
+                depends_on=[self.code, *([args.prompts.config_map] if args.prompts else []), *args.depends_on])),
         )
         self.register_outputs({"jobName": self.job.metadata["name"], "resultsUri": self.results_uri})

@@ -3,33 +3,39 @@ environment `python -m bench` expects, a results folder it uploads from, and (fo
 work with a server) a place on that server's node.
 
 The bench Job, the start-up timeline Job, the streamer Job and the mixed-traffic check differ in command, resources and
-placement only; these pieces are theirs in common. The bench Jobs also read the prompt set (the
-Korean marketplace prompts): it is one ConfigMap per stack, named after its content, that every
-bench Job projects into its code folder beside the modules, where bench.workloads finds it.
+placement only; these pieces are theirs in common. The code volume lays the package out as its
+tree (components/code_volume.py). The bench Jobs also read the prompt set (the Korean marketplace
+prompts): it is one ConfigMap per stack, named after its content, that every bench Job projects
+into the package's data/ folder, where bench.common.workloads reads it.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import code_volume
 from components.network_policy import S3_RANGES_CONFIG_MAP
 
 # Where the bench package is mounted (as $CODE_DIR/bench) and where results are written before upload.
 CODE_DIR = "/opt/vllm-poc"
 RESULTS_DIR = "/results"
+# The package folder the prompt set is projected into (bench/data/, as in the repository).
+PROMPTS_FOLDER = "data/"
 
 
 def code_config_map(resource_name: str, name: str, namespace: str, labels: dict[str, str],
                     code: dict[str, str], opts: pulumi.ResourceOptions) -> k8s.core.v1.ConfigMap:
-    """The bench package as an immutable ConfigMap (`name` is cut to Kubernetes' 63 characters)."""
+    """The bench package ({path in the package: source}) as an immutable ConfigMap (`name` is cut to
+    Kubernetes' 63 characters), keyed as components/code_volume.py says."""
     return k8s.core.v1.ConfigMap(
         resource_name,
         metadata={"name": name[:63], "namespace": namespace, "labels": labels},
-        data=dict(sorted(code.items())),
+        data=code_volume.data(code),
         immutable=True,
         opts=opts,
     )
@@ -53,7 +59,7 @@ def prompt_config_map(resource_name: str, namespace: str, labels: dict[str, str]
 
 def env(region: str, results_uri: Any) -> list[dict[str, Any]]:
     """PYTHONPATH to the package, unbuffered logs, the region, where results go in S3, and the S3
-    ranges the namespace's NetworkPolicy allows (read when the pod starts; see bench/s3reach.py)."""
+    ranges the namespace's NetworkPolicy allows (read when the pod starts; see bench/run/s3reach.py)."""
     return [
         {"name": "PYTHONPATH", "value": CODE_DIR},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
@@ -72,16 +78,20 @@ def volume_mounts() -> list[dict[str, Any]]:
     ]
 
 
-def volumes(code: k8s.core.v1.ConfigMap, prompts: k8s.core.v1.ConfigMap | None = None) -> list[dict[str, Any]]:
-    """The code folder (with the prompt set projected beside the modules, when given) and results."""
+def volumes(code: k8s.core.v1.ConfigMap, files: Iterable[str], prompts: k8s.core.v1.ConfigMap | None = None,
+            prompt_files: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The code folder, the package's `files` at their paths (with the prompt set projected into its
+    data/ folder, when given), and results."""
+    code_source = {"name": code.metadata["name"], "items": code_volume.items(files)}
     if prompts is None:
-        code_volume = {"name": "code", "configMap": {"name": code.metadata["name"]}}
+        volume = {"name": "code", "configMap": code_source}
     else:
-        code_volume = {"name": "code", "projected": {"sources": [
-            {"configMap": {"name": code.metadata["name"]}},
-            {"configMap": {"name": prompts.metadata["name"]}},
+        volume = {"name": "code", "projected": {"sources": [
+            {"configMap": code_source},
+            {"configMap": {"name": prompts.metadata["name"],
+                           "items": code_volume.items(prompt_files, PROMPTS_FOLDER)}},
         ]}}
-    return [code_volume, {"name": "results", "emptyDir": {}}]
+    return [volume, {"name": "results", "emptyDir": {}}]
 
 
 def on_server_node(server_pod_labels: dict[str, str]) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""A server's compile cache through S3: which servers share one (the key), the pod's pull and push
-steps, and the one write grant the server's role gets.
+"""A server's compile cache through S3: which servers share one (the key) and the pod's pull and push
+steps. The one write grant the server's role gets is components/workload_identity.py's
+(`compile_cache_write_statements`); the bucket policy that keeps everyone else out is
+components/weight_store.py's.
 
 A new pod on a new Spot node starts with an empty cache volume and compiles its model; the PoC
 measured torch.compile at 73 s without a cache and 8.5 s with one (engine init 93 s and 25 s). The
@@ -13,8 +15,8 @@ pod carries the cache through the weights bucket instead (`python -m weights com
                        once if the key has no cache yet or the local one completes it, then idles.
 
 Both run in the server's own image, already on the node (python3 and boto3 come with it: the Run:ai
-streamer's S3 backend uses boto3), with the `weights` package and the two `bench` helpers it uses
-(progress, interrupts) from immutable ConfigMaps, the way the weight-sync Job gets its code.
+streamer's S3 backend uses boto3), with the `weights` package and the `bench` modules it imports
+(bench/common/: progress, interrupts) from immutable ConfigMaps, the way the weight-sync Job gets its code.
 
 The key: a short hash over what decides whether a compiled cache applies. `cache_key` says which
 inputs and why. vLLM keeps its own hash of the compile inputs inside the cache (a cache that does not
@@ -33,6 +35,7 @@ from typing import Any
 
 import pulumi
 
+from components import code_volume
 from components.weight_store import COMPILE_CACHE_PREFIX
 
 PULL_CONTAINER = "compile-cache-pull"
@@ -82,16 +85,12 @@ class CompileCache:
     region: str
     max_gib: float  # the cache volume minus room for the server's other files
     code: dict[str, str] = field(repr=False, compare=False)  # the weights package: file -> source
-    helpers: dict[str, str] = field(repr=False, compare=False)  # bench/__init__, interrupts, progress
+    helpers: dict[str, str] = field(repr=False, compare=False)  # the bench modules it imports: path -> source
 
     @property
     def prefix(self) -> str:
         """The key's prefix in the weights bucket, with its trailing slash (what the role may write)."""
         return cache_prefix(self.key)
-
-
-def cache_prefix(key: str) -> str:
-    return f"{COMPILE_CACHE_PREFIX}{key}/"
 
 
 def _flags(args: Sequence[str]) -> list[str]:
@@ -208,61 +207,9 @@ def volumes(server: str, cache: CompileCache) -> list[dict[str, Any]]:
     code, helpers = config_map_names(server, cache)
     return [
         {"name": CODE_VOLUME, "configMap": {"name": code}},
-        {"name": HELPERS_VOLUME, "configMap": {"name": helpers}},
+        {"name": HELPERS_VOLUME, "configMap": {"name": helpers, "items": code_volume.items(cache.helpers)}},
     ]
 
 
 def annotations(cache: CompileCache) -> dict[str, str]:
     return {KEY_ANNOTATION: cache.key, INPUTS_ANNOTATION: json.dumps(cache.inputs, sort_keys=True)}
-
-
-def write_statements(weights_bucket_arn: pulumi.Input[str], key: str) -> list[dict[str, Any]]:
-    """Write the server's own key and nothing else: objects (and the parts of a large one), and the
-    listing of unfinished multipart uploads a rerun resumes (upload names only; S3 cannot scope it
-    to a prefix)."""
-    from components.workload_identity import _objects
-
-    return [
-        {
-            "Sid": "WriteOwnCompileCache",
-            "Effect": "Allow",
-            "Action": ["s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
-            "Resource": _objects(weights_bucket_arn, f"{cache_prefix(key)}*"),
-        },
-        {
-            "Sid": "ResumeCompileCacheUploads",
-            "Effect": "Allow",
-            "Action": ["s3:ListBucketMultipartUploads"],
-            "Resource": [weights_bucket_arn],
-        },
-    ]
-
-
-def writers_policy_statements(bucket_arn: str, cluster_arn: str | None, namespace: str | None,
-                              service_accounts: Sequence[str]) -> list[dict[str, Any]]:
-    """Bucket policy: nobody but this cluster's server service accounts writes under compile-cache/.
-
-    EKS Pod Identity tags every session with the cluster, namespace and service account
-    (aws:PrincipalTag/...); a principal without those tags (a person, a CI role with s3:*, another
-    cluster's pods) matches StringNotEquals and is denied, whatever its own policies allow. One
-    statement per tag, because the conditions of one statement must all hold for it to apply.
-    Without servers that push, nobody writes there.
-    """
-    resource = f"{bucket_arn}/{COMPILE_CACHE_PREFIX}*"
-    actions = ["s3:PutObject", "s3:AbortMultipartUpload"]
-    if not service_accounts or cluster_arn is None or namespace is None:
-        return [{"Sid": "CompileCacheWritersOnly", "Effect": "Deny", "Principal": "*", "Action": actions,
-                 "Resource": resource}]
-    checks = (("Cluster", "eks-cluster-arn", [cluster_arn]), ("Namespace", "kubernetes-namespace", [namespace]),
-              ("ServiceAccount", "kubernetes-service-account", sorted(service_accounts)))
-    return [
-        {
-            "Sid": f"CompileCacheWritersOnly{name}",
-            "Effect": "Deny",
-            "Principal": "*",
-            "Action": actions,
-            "Resource": resource,
-            "Condition": {"StringNotEquals": {f"aws:PrincipalTag/{tag}": values}},
-        }
-        for name, tag, values in checks
-    ]

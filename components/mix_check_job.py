@@ -1,7 +1,7 @@
 """The mixed-traffic check Job: the plan's scenarios at once on the candidate's server.
 
 With `bench.compare.mixedTraffic`, `pulumi up` also creates this Job beside the report Job. It runs
-`python3 -m bench mix-check` (bench/mixcheck.py) in the candidate server's image on the server's
+`python3 -m bench mix-check` (bench/run/mixcheck.py) in the candidate server's image on the server's
 node (no GPU requested; the image is already there), with the bench's service account (tokenizer
 files, the stack's results prefix). It waits for the report Job's plan.json in S3, runs one
 open-loop `vllm bench serve` per scenario at the same time, at the plan's per-replica rates, and
@@ -113,7 +113,7 @@ class MixCheckJob(pulumi.ComponentResource):
                         "restartPolicy": "Never",
                         "terminationGracePeriodSeconds": 30,
                         "containers": [container],
-                        "volumes": bench_pod.volumes(code),
+                        "volumes": bench_pod.volumes(code, args.code),
                         **bench_pod.on_server_node(args.server_pod_labels),
                     }),
                 },

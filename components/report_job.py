@@ -1,7 +1,7 @@
 """The report Job: from the stack's bench sweeps in S3 to the answer, written beside them in S3.
 
 One Job per stack that names a comparison (`bench.compare`). It runs `python -m bench publish`
-(bench/publish.py): it waits in the cluster until every sweep it reads has finished (it polls their
+(bench/analysis/publish.py): it waits in the cluster until every sweep it reads has finished (it polls their
 manifests in S3; `pulumi up` never waits for it, `pulumi.com/skipAwait`), then runs `bench report`,
 `bench plan` and, for variants, `bench compare` on those sweeps with the prices and capacity types
 they recorded, and uploads every file as it is written to `runs/<stack>/report/<hash>/`.
@@ -35,7 +35,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import bench_pod
+from components import bench_pod, code_volume
 from components.cluster import SYSTEM_LABEL, SYSTEM_TAINT_KEY
 from components.labels import PART_OF
 from components.network_policy import INTERNET_EGRESS_LABEL
@@ -195,7 +195,8 @@ def job_manifest(args: ReportJobArgs, name: str, code_config_map: str, bucket: p
         "tolerations": [{"key": SYSTEM_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [container],
         "volumes": [
-            {"name": "code", "configMap": {"name": code_config_map}},
+            {"name": "code", "configMap": {"name": code_config_map,
+                                           "items": code_volume.items([*args.code, REQUIREMENTS])}},
             {"name": "deps", "emptyDir": {"sizeLimit": "1Gi"}},
         ],
     })

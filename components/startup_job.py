@@ -1,6 +1,6 @@
 """Records a benchmarked server's start-up timeline right after its Deployment becomes available.
 
-A short Job runs `python3 -m bench timeline` (bench/startup_collect.py) in the server's image on the
+A short Job runs `python3 -m bench timeline` (bench/startup/collect.py) in the server's image on the
 server's node, with the bench's service account: it reads the server pods, their Events, Nodes and
 Karpenter NodeClaims and the servers' logs, and stores one record per pod under the sweep's results
 prefix (`startup/<pod>.json`), where `bench report` finds them. With sleep mode on it first times
@@ -64,7 +64,7 @@ def job_name(server: str, config_hash: str) -> str:
 
 def command(args: StartupJobArgs) -> list[str]:
     selector = ",".join(f"{k}={v}" for k, v in sorted(args.server_pod_labels.items()))
-    argv = ["python3", "-m", "bench.startup_collect", "--namespace", args.namespace, "--selector", selector,
+    argv = ["python3", "-m", "bench.startup.collect", "--namespace", args.namespace, "--selector", selector,
             "--out", bench_pod.RESULTS_DIR, "--container", args.container, "--server", args.server,
             "--config-hash", args.config_hash]
     if args.sleep_wake_port:
@@ -132,7 +132,7 @@ class StartupJob(pulumi.ComponentResource):
                         "serviceAccountName": args.service_account,
                         "restartPolicy": "Never",
                         "containers": [container],
-                        "volumes": bench_pod.volumes(code),
+                        "volumes": bench_pod.volumes(code, args.code),
                         # On the server's node, where its image already is.
                         **bench_pod.on_server_node(args.server_pod_labels),
                     }, kubernetes_api=True),

@@ -47,7 +47,7 @@ def job_name(pool: str, config_hash: str) -> str:
 
 def command(args: StreamerJobArgs) -> list[str]:
     return [
-        "python3", "-m", "bench.streamer", args.model_uri,
+        "python3", "-m", "bench.startup.streamer", args.model_uri,
         "--concurrency", ",".join(map(str, args.concurrencies)),
         "--memory-limit-gib", ",".join(map(str, args.memory_limit_gib)),
         "--repeats", str(args.repeats),
@@ -85,7 +85,7 @@ class StreamerJob(pulumi.ComponentResource):
             "serviceAccountName": args.service_account,
             "restartPolicy": "Never",
             "containers": [container],
-            "volumes": bench_pod.volumes(self.code),
+            "volumes": bench_pod.volumes(self.code, args.code),
             # On the pool's instance type: the measurement is of that NIC.
             "nodeSelector": {POOL_LABEL: args.pool},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],

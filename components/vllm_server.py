@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import compile_cache
+from components import code_volume, compile_cache
 from components.compile_cache import CompileCache
 from components.gpu_capacity import GPU_TAINT, POOL_LABEL
 from components.labels import PART_OF
@@ -277,7 +277,7 @@ class VllmServer(pulumi.ComponentResource):
                 self.cache_code.append(k8s.core.v1.ConfigMap(
                     f"{name}-cache-{suffix}",
                     metadata={"name": config_map, "namespace": args.namespace, "labels": labels},
-                    data=dict(sorted(files.items())),
+                    data=code_volume.data(files),
                     immutable=True,
                     opts=child.merge(pulumi.ResourceOptions(depends_on=list(args.depends_on))),
                 ))

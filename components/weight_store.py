@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -45,6 +45,11 @@ def model_prefix(hf_id: str) -> str:
 def bucket_name(name_prefix: str, role: str, account_id: str, region: str) -> str:
     """`<prefix>-<role>-<account>-<region>`: stable, so a retained bucket can be imported again."""
     return f"{name_prefix}-{role}-{account_id}-{region}"
+
+
+def cache_prefix(key: str) -> str:
+    """A compile cache's prefix in the weights bucket, with its trailing slash (components/compile_cache.py)."""
+    return f"{COMPILE_CACHE_PREFIX}{key}/"
 
 
 def results_prefix(stack: str) -> str:
@@ -203,10 +208,38 @@ class WeightStore(pulumi.ComponentResource):
         return bucket
 
 
+def writers_policy_statements(bucket_arn: str, cluster_arn: str | None, namespace: str | None,
+                              service_accounts: Sequence[str]) -> list[dict[str, Any]]:
+    """Bucket policy: nobody but this cluster's server service accounts writes under compile-cache/.
+
+    EKS Pod Identity tags every session with the cluster, namespace and service account
+    (aws:PrincipalTag/...); a principal without those tags (a person, a CI role with s3:*, another
+    cluster's pods) matches StringNotEquals and is denied, whatever its own policies allow. One
+    statement per tag, because the conditions of one statement must all hold for it to apply.
+    Without servers that push, nobody writes there.
+    """
+    resource = f"{bucket_arn}/{COMPILE_CACHE_PREFIX}*"
+    actions = ["s3:PutObject", "s3:AbortMultipartUpload"]
+    if not service_accounts or cluster_arn is None or namespace is None:
+        return [{"Sid": "CompileCacheWritersOnly", "Effect": "Deny", "Principal": "*", "Action": actions,
+                 "Resource": resource}]
+    checks = (("Cluster", "eks-cluster-arn", [cluster_arn]), ("Namespace", "kubernetes-namespace", [namespace]),
+              ("ServiceAccount", "kubernetes-service-account", sorted(service_accounts)))
+    return [
+        {
+            "Sid": f"CompileCacheWritersOnly{name}",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": actions,
+            "Resource": resource,
+            "Condition": {"StringNotEquals": {f"aws:PrincipalTag/{tag}": values}},
+        }
+        for name, tag, values in checks
+    ]
+
+
 def compile_cache_policy(bucket_arn: pulumi.Input[str], writers: CompileCacheWriters | None) -> pulumi.Output[dict]:
     """The weights bucket's policy: TLS only, and compile-cache/ written by the servers alone."""
-    from components.compile_cache import writers_policy_statements
-
     if writers is None:
         return pulumi.Output.from_input(bucket_arn).apply(
             lambda arn: tls_only_policy(arn, writers_policy_statements(arn, None, None, [])))

@@ -24,12 +24,12 @@ import pulumi_kubernetes as k8s
 
 from components.iam import scoped_pod_identity_trust
 from components.labels import PART_OF
-from components.weight_store import ASSETS_PREFIX, COMPILE_CACHE_PREFIX, model_prefix
+from components.weight_store import ASSETS_PREFIX, COMPILE_CACHE_PREFIX, cache_prefix, model_prefix
 
 
 Statement = Mapping[str, Any]
 
-# What bench/s3.py downloads from a model folder to build the tokenizer (never weights).
+# What bench/common/s3.py downloads from a model folder to build the tokenizer (never weights).
 TOKENIZER_OBJECT_PATTERNS = ("*.json", "*.model", "tokenizer*", "*.tiktoken", "*.txt", "*.jinja")
 
 
@@ -173,6 +173,26 @@ def _kms(kms_key_arn: str | None, actions: list[str]) -> list[dict]:
     return [{"Sid": "UseBucketKey", "Effect": "Allow", "Action": actions, "Resource": [kms_key_arn]}]
 
 
+def compile_cache_write_statements(weights_bucket_arn: pulumi.Input[str], key: str) -> list[dict[str, Any]]:
+    """Write the server's own key and nothing else: objects (and the parts of a large one), and the
+    listing of unfinished multipart uploads a rerun resumes (upload names only; S3 cannot scope it
+    to a prefix)."""
+    return [
+        {
+            "Sid": "WriteOwnCompileCache",
+            "Effect": "Allow",
+            "Action": ["s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+            "Resource": _objects(weights_bucket_arn, f"{cache_prefix(key)}*"),
+        },
+        {
+            "Sid": "ResumeCompileCacheUploads",
+            "Effect": "Allow",
+            "Action": ["s3:ListBucketMultipartUploads"],
+            "Resource": [weights_bucket_arn],
+        },
+    ]
+
+
 def server_statements(
     weights_bucket_arn: pulumi.Input[str],
     model_prefixes: Sequence[str],
@@ -181,10 +201,8 @@ def server_statements(
 ) -> list[dict]:
     """Read the server's model prefixes (target and draft) and the caches; with a compile-cache key,
     write that key's prefix (components/compile_cache.py) and nothing else."""
-    from components.compile_cache import write_statements
-
     prefixes = [*model_prefixes, COMPILE_CACHE_PREFIX, ASSETS_PREFIX]
-    writes = write_statements(weights_bucket_arn, compile_cache_key) if compile_cache_key else []
+    writes = compile_cache_write_statements(weights_bucket_arn, compile_cache_key) if compile_cache_key else []
     return [
         {
             "Sid": "ReadModelAndCaches",
@@ -224,7 +242,7 @@ def bench_statements(
                                  *(f"{p}{pattern}" for p in prefixes for pattern in TOKENIZER_OBJECT_PATTERNS)),
         },
         {
-            # bench/s3.py lists the model folder to find which tokenizer files exist.
+            # bench/common/s3.py lists the model folder to find which tokenizer files exist.
             "Sid": "ListModelFolders",
             "Effect": "Allow",
             "Action": ["s3:ListBucket"],

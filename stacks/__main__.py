@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-from bench.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_on_signals
+from bench.common.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_on_signals
+from stacks.ops import api_access, config_reference, diff, preflight, render, staging, teardown
 
-# Each module exposes add_parser(subparsers), which sets `func` on its parser.
-COMMAND_MODULES = ("render", "diff", "config_reference", "staging", "preflight", "api_access", "teardown")
+# Each module exposes add_parser(subparsers), which sets `func` on its parser; --help lists them in this order.
+COMMAND_MODULES = (render, diff, config_reference, staging, preflight, api_access, teardown)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m stacks", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="<command>")
     for module in COMMAND_MODULES:
-        importlib.import_module(f"stacks.{module}").add_parser(subparsers)
+        module.add_parser(subparsers)
     return parser
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
+from stacks.api_path import DOCUMENTATION_ACCOUNT, placeholder_problem
 from stacks.identity import admin_role_problems
 from stacks.settings import ConfigError, StackSettings
 from stacks.versions import pins
@@ -27,8 +28,6 @@ def check_caller(settings: StackSettings, caller_arn: str) -> None:
 def check_api_placeholder(settings: StackSettings, account_id: str) -> None:
     """A shipped placeholder address reaches no API: fine offline (the mocks' documentation account), refused
     in every real account before anything is created."""
-    from stacks.api_access import DOCUMENTATION_ACCOUNT, placeholder_problem
-
     problem = placeholder_problem(settings)
     if problem and account_id != DOCUMENTATION_ACCOUNT:
         raise ConfigError([problem])

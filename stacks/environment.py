@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from bench import workloads as bench_workloads
+from bench.common import workloads as bench_workloads
 from components.bench_job import BenchJob, BenchJobArgs, BenchNodeAccess, BenchPromptSet
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
@@ -30,6 +29,7 @@ from components.weight_store import (CompileCacheWriters, WeightStore, WeightSto
                                      results_prefix)
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import s3_ranges, serving, variants
+from stacks.job_code import bench_code
 from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
 from stacks.report_stack import report_job
 from stacks.settings import BenchSettings, StackSettings
@@ -39,7 +39,6 @@ from stacks.weight_plan import gpu_node_checks, weight_syncs
 
 NAMESPACE = "vllm"
 BENCH_SERVICE_ACCOUNT = "vllm-bench"
-BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
 
 
 def stack_tags(settings: StackSettings) -> dict[str, str]:
@@ -71,14 +70,9 @@ def gpu_pool_specs(settings: StackSettings) -> list[GpuPoolSpec]:
     ]
 
 
-def bench_code() -> dict[str, str]:
-    """The bench package as the Job mounts it (every module: `python -m bench` imports them all)."""
-    return {path.name: path.read_text() for path in sorted(BENCH_DIR.glob("*.py"))}
-
-
 def bench_prompts() -> dict[str, str]:
     """The data files the scenarios read (the Korean prompt set): one ConfigMap per stack, projected
-    beside the modules in every bench Job."""
+    into the package's data/ folder in every bench Job."""
     return bench_workloads.data_files()
 
 
@@ -455,7 +449,7 @@ def build(settings: StackSettings) -> dict[str, object]:
                     region=settings.region,
                     code=code,
                     config_hash=config_hash,
-                    prompts=prompts.config_map,
+                    prompts=prompts,
                     api_key_secret=settings.security.api_key_secret,
                     depends_on=[server.deployment, bench_identity.association, bench_identity.service_account,
                                 recorded.job],

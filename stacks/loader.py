@@ -13,12 +13,12 @@ and, where the file is known, its line:
 * `secure:` values: only settings typed as secrets (the Hugging Face token) take one; anywhere else
   (names, tags and ARNs are visible in the AWS console anyway) a secret is refused with that
   explanation rather than failing inside Pulumi;
-* values: the settings models (stacks/settings.py), the region against botocore's partition data,
+* values: the settings models (stacks/settings/), the region against botocore's partition data,
   tags against AWS's tag rules.
 
 `scope="cluster"` checks only what pre-destroy and teardown-check need (region, cluster, network,
 storage, tags), so a teardown is never blocked by a serving setting that stopped validating. The full
-scope also refuses a stack with no way to its Kubernetes API (stacks.api_access).
+scope also refuses a stack with no way to its Kubernetes API (stacks.api_path).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pydantic import SecretStr
 
+from stacks.api_path import api_path_problems
 from stacks.settings import PROJECT, REPO, TOP_LEVEL_KEYS, ConfigError, StackSettings, settings_from_config
 
 Scope = Literal["full", "cluster"]
@@ -235,8 +237,6 @@ def _secure_paths(value: Any, path: str) -> list[str]:
 
 def secret_settings(project: str = PROJECT) -> frozenset[str]:
     """Top-level keys whose value may be a Pulumi secret: the settings fields typed SecretStr."""
-    from pydantic import SecretStr
-
     found = set()
     for name, info in StackSettings.model_fields.items():
         kinds = [info.annotation, *typing.get_args(info.annotation)]
@@ -393,8 +393,6 @@ def settings_from_values(values: dict[str, Any], *, stack: str, project: str = P
     else:
         if scope == "full":
             # A deploy needs a way to the Kubernetes API; a teardown-check does not (and is never blocked).
-            from stacks.api_access import api_path_problems
-
             problems += api_path_problems(settings)
         if not problems:
             return settings

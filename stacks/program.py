@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pulumi
+from pulumi.runtime import config as runtime_config
 
 from stacks import environment, loader, waivers
 from stacks.settings import PROJECT, ConfigError
@@ -14,8 +15,6 @@ def current_settings():
     The same checks as every command's (stacks.loader): unknown namespaces and keys, secrets,
     region, tags, values and the keys between them, all reported at once.
     """
-    from pulumi.runtime import config as runtime_config
-
     # The language host hands the stack's config to the program as strings (JSON for objects).
     values = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     secret_keys = frozenset(runtime_config.get_config_secret_keys_env() or []) | frozenset(

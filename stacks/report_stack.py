@@ -17,7 +17,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from bench import answer
+from bench.analysis import answer
 from components.cluster import Cluster
 from components.labels import PART_OF
 from components.mix_check_job import MixCheckJob, MixCheckJobArgs

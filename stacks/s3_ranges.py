@@ -9,7 +9,7 @@ in the cluster would say why; two checks do:
 * `python -m stacks preflight` compares the recorded list with the prefix list as it is now and names
   the `pulumi up` that fixes it;
 * the bench Job, before its sweep, compares the addresses S3 resolves to with the ranges it was given
-  (bench/s3reach.py) and stops with the same explanation instead of timing out on its first upload.
+  (bench/run/s3reach.py) and stops with the same explanation instead of timing out on its first upload.
 
 Rules that do not depend on today's addresses were the other choice (0.0.0.0/0 on 443 for every pod,
 or an S3 interface endpoint whose addresses are the VPC's own): the first gives every pod the whole

@@ -15,21 +15,18 @@ from components.image_cache import ImageCacheSpec
 from components.labels import PART_OF
 from components.startup_job import StartupJob, StartupJobArgs, StartupReaderRbac
 from components.streamer_job import StreamerJob, StreamerJobArgs, streamer_statements
+from components.vllm_server import selector_labels
 from components.weight_store import model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
+from stacks.job_code import module_code
 from stacks.serving import MODELS
 from stacks.settings import GpuPoolSettings, StackSettings
-from stacks.startup_settings import streamer_model
+from stacks.settings.startup import streamer_model
 
 STREAMER_SERVICE_ACCOUNT = "vllm-streamer"
-# The bench modules each Job runs (`python -m bench.<module>`); kube.py is the in-cluster API client.
-TIMELINE_MODULES = ("__init__.py", "startup_collect.py", "startup.py", "timeline.py", "netlimits.py",
-                    "sleepwake.py", "streamer.py", "s3.py", "progress.py", "kube.py")
-STREAMER_MODULES = ("__init__.py", "streamer.py", "netlimits.py", "s3.py", "progress.py")
-
-
-def code_subset(code: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
-    return {name: code[name] for name in names if name in code}
+# The module each Job runs (`python -m <module>`); it mounts that module and what it imports.
+TIMELINE_MODULE = "bench.startup.collect"
+STREAMER_MODULE = "bench.startup.streamer"
 
 
 def image_cache_spec(pool: GpuPoolSettings) -> ImageCacheSpec | None:
@@ -88,7 +85,7 @@ def streamer_jobs(settings: StackSettings, *, image: str, code: dict[str, str], 
         opts=opts,
     )
     results: dict[str, pulumi.Output[str]] = {}
-    code = code_subset(code, STREAMER_MODULES)
+    code = module_code(code, STREAMER_MODULE)
     for pool_name, model in plan.items():
         pool = settings.pool(pool_name)
         job_settings = pool.streamer_job
@@ -121,8 +118,6 @@ def startup_job(settings: StackSettings, target: str, server: Any, *, namespace:
                 results_uri: pulumi.Input[str], code: dict[str, str], config_hash: str,
                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> StartupJob:
     """The timeline of a bench target's pods, recorded before its sweep starts."""
-    from components.vllm_server import selector_labels
-
     spec = server.spec
     sleep = settings.server(target).sleep_mode
     return StartupJob(
@@ -130,7 +125,7 @@ def startup_job(settings: StackSettings, target: str, server: Any, *, namespace:
         StartupJobArgs(
             server=target, namespace=namespace, image=spec.image, service_account=service_account,
             server_pod_labels=selector_labels(spec), results_uri=results_uri, region=settings.region,
-            code=code_subset(code, TIMELINE_MODULES), config_hash=config_hash,
+            code=module_code(code, TIMELINE_MODULE), config_hash=config_hash,
             sleep_wake_port=spec.port if sleep else None,
             served_model=spec.served_model_name if sleep else None, depends_on=depends_on,
         ),

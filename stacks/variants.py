@@ -39,6 +39,9 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from bench.analysis.compare import server_settings
+from stacks.serving import ModelUris, build_serve_spec
+
 VARIANT_OF = "variantOf"
 # Config key -> how its value reads in a variant's name.
 VARIANT_NAMES: dict[str, Callable[[Any], str]] = {
@@ -176,9 +179,6 @@ def expand_config(data: Any, server_model) -> Any:
 
 def served_settings(server, instance) -> dict[str, str]:
     """What the server's `vllm serve` flags set (bench.compare's reading), plus its hardware."""
-    from bench.compare import server_settings
-    from stacks.serving import ModelUris, build_serve_spec
-
     spec = build_serve_spec(server, instance, ModelUris.for_bucket("weights", server), region="unused")
     settings = server_settings(list(spec.args))
     settings["instanceType"] = instance.name

@@ -8,7 +8,6 @@ then the servers, which depend on both.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,17 +19,12 @@ from components.weight_store import WeightStore, model_prefix
 from components.weight_sync import WeightSync, WeightSyncArgs, token_secret, weight_sync_statements
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 from stacks import serving
+from stacks.job_code import weights_code
 from stacks.settings import StackSettings
 from stacks.versions import extra, pins
 
-WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 WEIGHT_SYNC_SERVICE_ACCOUNT = "vllm-weight-sync"
 HF_TOKEN_SECRET = "hf-token"
-
-
-def weights_code() -> dict[str, str]:
-    """The weights package as the sync Job mounts it."""
-    return {path.name: path.read_text() for path in sorted(WEIGHTS_DIR.glob("*.py"))}
 
 
 def weight_syncs(settings: StackSettings, namespace_name: str, cluster: Cluster, store: WeightStore,

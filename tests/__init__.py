@@ -1,0 +1,40 @@
+"""The suite: `make test` runs all of it, `make test-fast` what needs no vLLM process.
+
+One flat folder on purpose: pytest finds a test by its file name, `pytest tests/test_bench_*` or
+`-k` picks a room, and many files test across rooms (a render test reads what stacks/ composed from
+components/; an end-to-end sweep drives bench/ against a server the stack would run), so a tree by
+package would file them arbitrarily. The names say the room instead; this is the index.
+
+  the program and its stacks     test_settings, test_bad_stacks, test_stacks, test_serving,
+                                 test_variants, test_vllm_flags, test_vllm_cli_args, test_first_up,
+                                 test_api_access, test_s3_ranges, test_render, test_render_stable
+  the components, as rendered    test_network, test_cluster, test_karpenter, test_gpu_capacity,
+                                 test_weight_store, test_weight_sync, test_vllm_server,
+                                 test_compile_cache_render, test_workload_identity, test_pod_identity,
+                                 test_network_policy, test_pod_security, test_exposure,
+                                 test_job_lifetimes, test_bench_job, test_report_job,
+                                 test_bench_hardware_render, test_startup_render, test_prompt_set
+  outside judges of the renders  test_k8s_schemas, test_schema_source, test_scanners, test_policies,
+                                 test_policies_workloads, test_image_provenance
+  operator commands              test_preflight, test_teardown, test_staging, test_stacks_diff,
+                                 test_operator_friction, test_interrupts, test_workflows
+  weights                        test_weight_sync (the Job), test_compile_cache, test_model_loading_s3
+  bench: running a sweep         test_bench_sweep, test_bench_e2e, test_bench_extra_runs,
+                                 test_bench_seeds, test_bench_telemetry, test_bench_telemetry_vllm,
+                                 test_bench_kube, test_bench_s3, test_bench_s3_folders,
+                                 test_bench_mixcheck, test_workloads, test_workloads_sweep,
+                                 test_workloads_vllm
+  bench: analysis                test_bench_verdict, test_bench_capacity, test_bench_capacity_e2e,
+                                 test_bench_report, test_bench_report_checks, test_bench_compare,
+                                 test_bench_plan, test_bench_answer, test_bench_pages,
+                                 test_bench_pages_browser, test_bench_publish
+  bench: start-up                test_bench_startup, test_startup_collect, test_startup_timeline,
+                                 test_startup_timeline_vllm, test_startup_compile_cache,
+                                 test_bench_streamer, test_netlimits, test_pod_security_vllm
+  bench: the demo                test_bench_demo, test_bench_demo_vllm
+  the house                      test_package_graph, test_bench_wings, test_layout, test_docs
+
+Shared set-up is in tests/fixtures/, one module per concern (moto, the vLLM environments, the fake
+Pod Identity agent, schemas, renders, the browser); tests/benchmarks/ prints figures and asserts
+none; tests/proof_compile_cache.py is a longer experiment outside the suite.
+"""

@@ -32,13 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import startup  # noqa: E402
+from bench.demo.cpu_vllm import wait_healthy  # noqa: E402
+from bench.startup import phases  # noqa: E402
 
 BUCKET = "weights-proof"
 URI = f"s3://{BUCKET}/compile-cache/proof/"
@@ -77,21 +77,6 @@ def start_server(venv: Path, env: dict[str, str], model: Path, cache: Path, log:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def wait_healthy(proc: subprocess.Popen, url: str, log: Path, budget_s: float = 900) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < budget_s:
-        if proc.poll() is not None:
-            raise SystemExit(f"vllm serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as resp:
-                if resp.status == 200:
-                    return time.monotonic() - started
-        except OSError:
-            pass
-        time.sleep(1)
-    raise SystemExit(f"vllm serve not healthy after {budget_s:.0f} s:\n{log.read_text()[-3000:]}")
-
-
 def stop(proc: subprocess.Popen | None, grace_s: float = 30, *, group: bool = True) -> None:
     """SIGTERM (to the process group the server started), SIGKILL after `grace_s`."""
     if proc is None or proc.poll() is not None:
@@ -109,8 +94,8 @@ def stop(proc: subprocess.Popen | None, grace_s: float = 30, *, group: bool = Tr
 
 def figures(log: Path) -> dict[str, object]:
     lines = log.read_text(errors="replace").splitlines()
-    parsed = startup.parse_log(lines)
-    stamps = startup.parse_lines(lines)
+    parsed = phases.parse_log(lines)
+    stamps = phases.parse_lines(lines)
     begin = next((l.ts for l in stamps if _WARM_START.search(l.msg)), None)
     end = next((l.ts for l in stamps if _WARM_DONE.search(l.msg)), None)
     return {
@@ -145,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     env = vllm_env(venv, work / "shim")
     model = work / "model"
-    subprocess.run([str(venv / "bin/python"), str(REPO / "tests/fixtures/bench_tiny_model.py"), str(model)],
+    subprocess.run([str(venv / "bin/python"), str(REPO / "bench/demo/tiny_model.py"), str(model)],
                    env=env, check=True, capture_output=True)
 
     from moto.server import ThreadedMotoServer
@@ -167,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         server, url = start_server(venv, env, model, cache_a, work / "server-a.log")
         sidecar = weights_cli("push", "--dir", str(cache_a), "--uri", URI, "--exclude", "assets", "--wait-for",
                               f"{url}/health", "--poll-s", "1", "--stay", env=env)
-        out["A: seconds to /health (empty cache)"] = round(wait_healthy(server, url, work / "server-a.log"), 1)
+        healthy_s = wait_healthy(server, url, work / "server-a.log", budget_s=900)
+        out["A: seconds to /health (empty cache)"] = round(healthy_s, 1)
         deadline = time.monotonic() + 120
         manifest_seen = False
         while time.monotonic() < deadline and not manifest_seen:
@@ -188,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         restored = sorted(p.relative_to(cache_b).as_posix() for p in cache_b.rglob("*")
                           if p.is_file() and not p.name.startswith(".compile-cache"))
         server, url = start_server(venv, env, model, cache_b, work / "server-b.log")
-        out["B: seconds to /health (restored cache)"] = round(wait_healthy(server, url, work / "server-b.log"), 1)
+        healthy_s = wait_healthy(server, url, work / "server-b.log", budget_s=900)
+        out["B: seconds to /health (restored cache)"] = round(healthy_s, 1)
         stop(server)
         server = None
         out["B"] = figures(work / "server-b.log")
@@ -200,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             cache_c = work / "cache-c"
             cache_c.mkdir()
             server, url = start_server(venv, env, model, cache_c, work / "server-c.log")
-            out["C: seconds to /health (empty cache, control)"] = round(wait_healthy(server, url, work / "server-c.log"), 1)
+            healthy_s = wait_healthy(server, url, work / "server-c.log", budget_s=900)
+            out["C: seconds to /health (empty cache, control)"] = round(healthy_s, 1)
             stop(server)
             server = None
             out["C"] = figures(work / "server-c.log")

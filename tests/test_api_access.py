@@ -13,9 +13,10 @@ import pytest
 import yaml
 from pulumi.errors import RunError
 
-from stacks import api_access, mocks
 from stacks.__main__ import main as stacks_main
+from stacks.api_path import api_path_problems
 from stacks.loader import load_settings
+from stacks.ops import api_access, mocks
 from stacks.settings import REPO, ConfigError
 from tests.fixtures.pulumi_stack import render_with
 
@@ -62,7 +63,7 @@ def stack_dir(tmp_path) -> Path:
 def test_every_shipped_stack_names_a_path_and_renders(all_stacks):
     for stack, rendered in all_stacks.items():
         settings = load_settings(stack)
-        assert api_access.api_path_problems(settings) == [], stack
+        assert api_path_problems(settings) == [], stack
         cluster = rendered.one("eks:index:Cluster").inputs
         assert cluster["endpointPublicAccess"] is True
         assert cluster["publicAccessCidrs"] == ["203.0.113.10/32"], stack

@@ -331,7 +331,8 @@ def test_the_pulumi_program_applies_the_same_checks():
     """`pulumi up` hands the program its config itself; the program refuses what the commands refuse."""
     from pulumi.runtime import config as runtime_config
 
-    from stacks import mocks, program
+    from stacks import program
+    from stacks.ops import mocks
 
     runtime_config.set_all_config({"aws:region": "ap-northeast-2", "vllm_poc:bench": "{}",
                                    "vllm-poc:tags": '{"Owner": "me"}'}, secret_keys=["vllm-poc:tags"])

@@ -1,11 +1,11 @@
-"""The answer's state and sentences (bench/answer.py), as `bench publish`, `bench open` and the stack
+"""The answer's state and sentences (bench/analysis/answer.py), as `bench publish`, `bench open` and the stack
 output `report` give them."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import answer
+from bench.analysis import answer
 
 
 @pytest.mark.parametrize("verdict, state", [

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from bench import capacity as C
+from bench.analysis import capacity as C
 
 LIMITS = {"ttft_ms": 500.0, "decode_ms": 50.0}
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import capacity_report as CR
-from bench import report as RP
+from bench.analysis import capacity_report as CR
+from bench.analysis import side as SIDE
 
 pytestmark = pytest.mark.vllm
 
@@ -63,7 +63,7 @@ def test_capacity_search_and_poisson_goodput_on_a_real_server(tiny_vllm_server, 
         assert data["request_rate"] == pytest.approx(float(f.name.split("rate")[1][:-5]))
         assert data["burstiness"] == 1.0 and data["max_concurrency"] == 2
         assert data["request_goodput"] is not None and data["request_goodput"] > 0
-    caps = CR.scenario_capacity(out, RP.load_side(out).runs, ttft_ms=5000, decode_ms=2000)["S1_chat"]
+    caps = CR.scenario_capacity(out, SIDE.load_side(out).runs, ttft_ms=5000, decode_ms=2000)["S1_chat"]
     points = caps["open_loop"]
     assert len(points) == 2 and all(p["meets"] for p in points)
     assert all(0 < p["attainment_pct"] <= 100.0 + 1e-6 and p["goodput_req_s"] > 0 for p in points)

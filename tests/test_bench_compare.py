@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import compare as C
-from bench import report as REP
-from bench import results as R
+from bench.analysis import compare as C
+from bench.analysis import results as R
 
 REPO = Path(__file__).resolve().parents[1]
 LENGTHS = {"S1_chat": (256, 128), "S2_summary": (1024, 256), "S4_rag": (4096, 256), "K_korean": (0, 256)}
@@ -207,7 +206,7 @@ def test_low_acceptance_on_random_tokens_is_not_a_configuration_problem(tmp_path
 
 
 def _search_run(folder: Path, scenario: str, conc: int, k: int, tok_s: float, ttft_ms: float) -> None:
-    from bench import capacity_report as CR
+    from bench.analysis import capacity_report as CR
     from tests.test_bench_plan import result
 
     (folder / "search").mkdir(exist_ok=True)

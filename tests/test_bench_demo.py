@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import cpu_vllm, demo
+from bench.demo import command as demo
+from bench.demo import cpu_vllm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -204,6 +205,26 @@ def test_sweep_arguments_run_the_capacity_search_on_the_demo_slo():
     assert argv[0] == "sweep" and "--resume" in argv and "--capacity-search" in argv
     assert flags["--slo-ttft-p99-ms"] == "1500" and flags["--concurrencies"] == "1,2"
     assert flags["--model"] == cpu_vllm.SERVED_NAME and flags["--server-args"] == "/m --max-num-seqs 1"
+
+
+def test_the_demo_slo_defaults_are_tight_enough_to_separate_the_two_servers():
+    args = demo.add_parser(__import__("argparse").ArgumentParser().add_subparsers()).parse_args([])
+    assert (args.slo_ttft_p99_ms, args.slo_itl_p99_ms) == (500.0, 100.0)
+
+
+def test_the_closing_verdict_line_gives_the_first_reason_unless_it_passes(tmp_path):
+    summary = tmp_path / "summary.json"
+    reasons = ["S1_chat: the SLO ratio per GPU, 1.20x to 2.10x, spans the 1.5x threshold; rerun it", "S2: later"]
+    summary.write_text(json.dumps({"verdict": {"state": "inconclusive", "basis": "slo", "threshold": 1.5,
+                                               "min_ratio": None, "reasons": reasons}}))
+    line = demo.verdict_line(summary)
+    assert line == f"verdict INCONCLUSIVE (slo basis); first reason: {reasons[0]} (and 1 more in the report)"
+    summary.write_text(json.dumps({"verdict": {"state": "pass", "basis": "slo", "threshold": 1.5, "min_ratio": 2.54,
+                                               "reasons": []}}))
+    assert demo.verdict_line(summary) == (
+        "verdict PASS: the smallest per-scenario ratio is 2.54x against the threshold 1.5x (slo basis)")
+    summary.write_text("{")
+    assert demo.verdict_line(summary) is None
 
 
 def test_readme_opens_with_render_demo_test_and_what_the_demo_prints():

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import results as R
+from bench.analysis import results as R
 
 pytestmark = pytest.mark.vllm
 

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from bench import capacity_report as CR
-from bench import report as RP
-from bench import sweep as S
+from bench.analysis import capacity_report as CR
+from bench.analysis import report as RP
+from bench.analysis import side as SIDE
+from bench.run import sweep as S
 
 GRID = "1,2,4,8,16,32,64"
 
@@ -59,7 +60,7 @@ def test_search_converges_on_the_known_capacity(bench_stub_server, fake_bench, t
     grid_seeds = {a[a.index("--seed") + 1] for k in ("S1_chat_c4", "S1_chat_c8") for a in argv_of(fake_bench, k)[:1]}
     assert len(seeds) == 3 and not seeds & grid_seeds
     # The report recomputes the same bracket from the files, with intervals.
-    side = RP.load_side(out)
+    side = SIDE.load_side(out)
     cap = CR.scenario_capacity(out, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["slo_capacity"]
     assert cap["concurrency_pass"] == 5 and cap["concurrency_fail"] == 6
     lo, hi = cap["ttft_p99_ci_ms"]
@@ -104,7 +105,7 @@ def test_open_loop_rates_goodput_and_rate_capacity(bench_stub_server, fake_bench
                  if a[a.index("--request-rate") + 1] != "inf"]:
         assert argv[argv.index("--burstiness") + 1] == "1.0"
         assert argv[argv.index("--max-concurrency") + 1] == "64"  # only a safety cap
-    points = CR.scenario_capacity(out, RP.load_side(out).runs, ttft_ms=500, decode_ms=50)["S1_chat"]
+    points = CR.scenario_capacity(out, SIDE.load_side(out).runs, ttft_ms=500, decode_ms=50)["S1_chat"]
     rates = [p["rate"] for p in points["open_loop"]]
     assert rates == sorted(ol["rates"])
     assert all(p["goodput_req_s"] is not None and 0 <= p["attainment_pct"] <= 100 for p in points["open_loop"])
@@ -166,7 +167,7 @@ def test_report_slo_basis_verdict_and_plan(bench_stub_server, fake_bench, tmp_pa
     comp = summary["comparison"]["S1_chat"]
     assert comp["baseline_state"] == "meets_slo" and comp["slo_ratio"] > 1.5
     # Both sides have open-loop rate capacities: the ratio is of those, never mixed with closed loop.
-    base_rate = json.loads(json.dumps(CR.scenario_capacity(base, RP.load_side(base).runs, ttft_ms=500,
+    base_rate = json.loads(json.dumps(CR.scenario_capacity(base, SIDE.load_side(base).runs, ttft_ms=500,
                                                            decode_ms=50)["S1_chat"]["rate_capacity"]))
     assert comp["slo_ratio"] == pytest.approx(sc["rate_capacity"]["output_tok_s"] / base_rate["output_tok_s"], rel=1e-3)
     assert summary["verdict"]["basis"] == "slo" and summary["verdict"]["pass"] is True
@@ -196,7 +197,7 @@ def test_baseline_that_never_meets_the_slo_is_a_state(bench_stub_server, fake_be
     summary = json.loads((out / "summary.json").read_text())
     comp = summary["comparison"]["S1_chat"]
     assert comp["baseline_state"] == "never_meets_slo" and comp["slo_ratio"] is None
-    base_summary = CR.scenario_capacity(base, RP.load_side(base).runs, ttft_ms=500, decode_ms=50)
+    base_summary = CR.scenario_capacity(base, SIDE.load_side(base).runs, ttft_ms=500, decode_ms=50)
     assert base_summary["S1_chat"]["slo_capacity"] == {"state": "never_meets_slo"}
     # The candidate meets the SLO where the baseline never does: that clears any threshold.
     assert summary["verdict"] == {"threshold": 1.5, "min_ratio": None, "pass": True, "basis": "slo",

@@ -11,11 +11,12 @@ import sys
 import boto3
 import pytest
 
-from bench.workloads import KOREAN_PROMPTS, WORKLOADS, data_files
+from bench.common.workloads import KOREAN_PROMPTS, WORKLOADS, data_files
 from components import pod_security
 from components.bench_job import FINAL_EXIT_CODES
 from stacks import environment
-from stacks.environment import BENCH_DIR
+from stacks.job_code import BENCH_DIR, bench_code
+from tests.fixtures.code_volumes import config_maps, volume_files, write_files
 from tests.fixtures.pulumi_stack import render_with
 
 SMALL_BENCH = {"targets": ["gemma-fp8"], "scenarios": ["S1_chat", "S3_moderation"], "concurrencies": [1, 2],
@@ -107,22 +108,18 @@ def test_results_go_to_the_stack_prefix_of_the_results_bucket(dev):
 def test_config_map_carries_the_whole_bench_package(dev):
     (config_map,) = [c for c in dev.k8s("ConfigMap") if c["metadata"]["name"].startswith("bench-code-")]
     assert config_map["immutable"] is True
-    assert set(config_map["data"]) == {p.name for p in BENCH_DIR.glob("*.py")}
-    assert config_map["data"]["sweep.py"] == (BENCH_DIR / "sweep.py").read_text()
+    (job,) = bench_jobs(dev)
+    files = code_volume_files(dev, job)
+    package = {p.relative_to(BENCH_DIR).as_posix() for p in BENCH_DIR.rglob("*.py") if "__pycache__" not in p.parts}
+    assert {name for name in files if name.endswith(".py")} == package == set(bench_code())
+    assert files["run/sweep.py"] == (BENCH_DIR / "run" / "sweep.py").read_text()
+    assert config_map["data"]["run.sweep.py"] == files["run/sweep.py"]  # a key holds no '/'
 
 
 def code_volume_files(rendered, job: dict) -> dict[str, str]:
-    """The files the Job's code volume shows the pod, as the kubelet lays out a ConfigMap or a
-    projected volume of ConfigMaps (every key at the top, later sources never hiding earlier ones)."""
-    config_maps = {c["metadata"]["name"]: c for c in rendered.k8s("ConfigMap")}
+    """The files the Job's code volume shows the pod ({path under the mount: text})."""
     (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "code"]
-    sources = [s["configMap"] for s in volume["projected"]["sources"]] if "projected" in volume else [volume["configMap"]]
-    files: dict[str, str] = {}
-    for source in sources:
-        for key, text in config_maps[source["name"]]["data"].items():
-            assert key not in files, f"{key} is in two ConfigMaps of the code volume"
-            files[key] = text
-    return files
+    return volume_files(config_maps(rendered), volume)
 
 
 def test_one_prompt_set_per_stack_mounted_beside_every_bench_jobs_code(all_stacks):
@@ -135,9 +132,9 @@ def test_one_prompt_set_per_stack_mounted_beside_every_bench_jobs_code(all_stack
     assert len(jobs) >= 2
     for job in jobs:
         files = code_volume_files(matrix, job)
-        assert {p.name for p in BENCH_DIR.glob("*.py")} | set(data_files()) == set(files)
-        # bench.workloads looks beside its modules, where the projection puts the prompt set
-        assert files[KOREAN_PROMPTS] == WORKLOADS["K_korean"].data_path().read_text(encoding="utf-8")
+        assert set(bench_code()) | {f"data/{name}" for name in data_files()} == set(files)
+        # bench.common.workloads reads bench/data/, where the projection puts the prompt set
+        assert files[f"data/{KOREAN_PROMPTS}"] == WORKLOADS["K_korean"].data_path().read_text(encoding="utf-8")
     registration = matrix.one("kubernetes:batch/v1:Job", f"bench-{jobs[0]['metadata']['labels']['app.kubernetes.io/instance']}-job")
     assert "bench-prompts-config-map" in deps(registration)
 
@@ -188,10 +185,7 @@ def test_the_rendered_job_command_sweeps_a_real_server_and_streams_to_s3(aws, ti
     rendered = render_with(bench=SMALL_BENCH)
     job = job_of(rendered)
     container = container_of(job)
-    code = tmp_path / "code" / "bench"
-    code.mkdir(parents=True)
-    for name, text in code_volume_files(rendered, job).items():
-        (code / name).write_text(text)
+    code = write_files(code_volume_files(rendered, job), tmp_path / "code" / "bench")
 
     env = {e["name"]: e.get("value") for e in container["env"]}
     # The pod's writable volumes (HOME, /tmp and the caches below HOME) become folders here.

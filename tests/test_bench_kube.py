@@ -1,4 +1,4 @@
-"""bench.kube (in-cluster API reads with the service-account token) and bench.hardware (capacity
+"""bench.common.kube (in-cluster API reads with the service-account token) and bench.run.hardware (capacity
 type, instance type and the price that follows), against a loopback fake of the Kubernetes API."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench import hardware as H
-from bench import kube as K
+from bench.common import kube as K
+from bench.run import hardware as H
 
 NODE = {"kind": "Node", "metadata": {"name": "ip-10-40-12-7.ap-northeast-2.compute.internal", "labels": {
     "karpenter.sh/capacity-type": "on-demand", "node.kubernetes.io/instance-type": "g7e.2xlarge",

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from bench import mixcheck as MIX
-from bench import plan as P
+from bench.analysis import plan as P
+from bench.run import mixcheck as MIX
 from tests.test_bench_plan import sweep_dir
 
 # 10 req/s of S1 (128 out) and 1 req/s of S4 (256 out) at the peak, per replica

@@ -13,10 +13,13 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-from bench import compare as CMP
-from bench import pages
-from bench import plan as P
-from bench import report as REP
+from bench.analysis import compare as CMP
+from bench.analysis import markup
+from bench.analysis import pages
+from bench.analysis import plan as P
+from bench.analysis import report as REP
+from bench.analysis import side as SIDE
+from bench.analysis import summary as SUMMARY
 
 
 def pages_of(made) -> dict[str, tuple[Path, Path]]:
@@ -104,7 +107,7 @@ def test_pages_reference_nothing_outside_themselves(made):
     for name, (page, _) in pages_of(made).items():
         assert external_references(page) == [], name
         text = page.read_text()
-        assert pages.CSP in text  # and the browser is told to refuse anything else
+        assert markup.CSP in text  # and the browser is told to refuse anything else
         assert text.count("data:image/svg+xml;base64,") >= 1, f"{name}: no chart"
 
 
@@ -177,9 +180,9 @@ def test_report_without_a_baseline_has_no_verdict_and_says_so(made):
 def test_the_verdict_issue_keys_are_shown_when_present(made):
     """Three states, reasons and intervals (an open end in words); none of them exists on this branch's
     summary.json yet, so they are put in by hand."""
-    side = REP.load_side(made["cand"])
-    base = REP.load_side(made["base"])
-    summary, issues = REP.build_summary(side, base, ttft_ms=500, itl_ms=50, threshold=1.5, basis="slo")
+    side = SIDE.load_side(made["cand"])
+    base = SIDE.load_side(made["base"])
+    summary, issues = SUMMARY.build_summary(side, base, ttft_ms=500, itl_ms=50, threshold=1.5, basis="slo")
     summary["verdict"].update(state="inconclusive", reasons=["S1_chat: the interval straddles the threshold"],
                               min_ratio_interval=[1.2, None])
     summary["comparison"]["S1_chat"]["slo_ratio_interval"] = [3.2, float("inf")]
@@ -203,14 +206,19 @@ def test_the_verdict_issue_keys_are_shown_when_present(made):
 
 
 def test_interval_words():
-    assert pages.interval_words([2.9, 3.6]) == "2.90x to 3.60x"
-    assert pages.interval_words([2.9, None]) == "at least 2.90x"
-    assert pages.interval_words([2.9, float("inf")]) == "at least 2.90x"
-    assert pages.interval_words([2.9, 1e308]) == "at least 2.90x"
-    assert pages.interval_words([None, 3.6]) == "at most 3.60x"
-    assert pages.interval_words([float("nan"), None]) is None
-    assert pages.interval_words(None) is None
-    assert pages.interval_words([450.0, 512.5], " ms", 1) == "450.0 ms to 512.5 ms"
+    assert markup.interval_words([2.9, 3.6]) == "2.90x to 3.60x"
+    assert markup.interval_words([4.99, 4.99]) == "4.99x"  # both ends of the bracket at one figure
+    assert markup.interval_words([2.9, None]) == "at least 2.90x"
+    assert markup.interval_words([2.9, float("inf")]) == "at least 2.90x"
+    assert markup.interval_words([2.9, 1e308]) == "at least 2.90x"
+    assert markup.interval_words([None, 3.6]) == "at most 3.60x"
+    assert markup.ratio_interval_words([0.0, None]) == "no bound either way (the capacities it is made of are open)"
+    assert markup.ratio_interval_words([0.0, 8.0]) == "8.00x or less (no lower bound)"
+    assert markup.ratio_interval_words([0.0, 0.0]) == "0x (only the baseline meets the SLO)"
+    assert markup.ratio_interval_words([2.9, None]) == "at least 2.90x"
+    assert markup.interval_words([float("nan"), None]) is None
+    assert markup.interval_words(None) is None
+    assert markup.interval_words([450.0, 512.5], " ms", 1) == "450.0 ms to 512.5 ms"
 
 
 def test_no_html_writes_no_page(made, tmp_path):
@@ -232,7 +240,7 @@ def test_plan_page_labels_every_bar_and_compare_page_names_the_setting(made):
     assert f"{count} replicas (today 12)" in text and (row["reason"] is None or row["reason"] in text)
     assert f"${row['usd_month_on_demand']:,.0f}" in text
     # plan.png and the page's chart carry the value on every bar
-    from bench import charts
+    from bench.analysis import charts
 
     fig = charts.plan_figure(plan)
     labels = {t.get_text() for ax in fig.axes for t in ax.texts}

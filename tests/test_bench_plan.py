@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import capacity_report as CR
-from bench import plan as P
-from bench import results as R
+from bench.analysis import capacity_report as CR
+from bench.analysis import plan as P
+from bench.analysis import results as R
+from bench.analysis import side as SIDE
 
 LENGTHS = {"S1_chat": (256, 128), "S2_summary": (1024, 256), "S3_moderation": (512, 16), "S4_rag": (4096, 256)}
 # The PoC's measured peaks: L40S (output tok/s, concurrency at the peak) and g7e.
@@ -134,7 +135,7 @@ def test_baseline_that_never_meets_the_slo(tmp_path):
     base = sweep_dir(tmp_path, "base", {"S1_chat": 1, "S2_summary": 1},
                      curve=lambda s, c: slow(s, c) if s == "S1_chat" else fine(s, c))
     cand = sweep_dir(tmp_path, "cand", {"S1_chat": 1, "S2_summary": 1}, curve=fine)
-    side = P.RP.load_side(base)
+    side = SIDE.load_side(base)
     caps = CR.scenario_capacity(base, side.runs, ttft_ms=500, decode_ms=50)
     assert caps["S1_chat"]["slo_capacity"] == {"state": "never_meets_slo"}
     assert caps["S2_summary"]["slo_capacity"] is None  # grid passes, but no search confirmed it
@@ -186,7 +187,7 @@ def test_candidate_slo_capacity_from_search_runs(tmp_path):
         for c, ttft in ((6, 540.0), (5, 450.0)):
             data = result("S1_chat", c, tok * c, n=200, detail=[ttft] * 200)
             (d / "search" / CR.search_filename("S1_chat", c, 1)).write_text(json.dumps(data))
-    side = P.RP.load_side(cand)
+    side = SIDE.load_side(cand)
     cap = CR.scenario_capacity(cand, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["slo_capacity"]
     assert cap["concurrency_pass"] == 5 and cap["concurrency_fail"] == 6
     assert cap["output_tok_s"] == 1500.0 and cap["ttft_p99_ci_ms"] == [450.0, 450.0]
@@ -291,7 +292,7 @@ def test_chart_draws_no_bar_for_an_unknown_count(tmp_path):
     assert plan(known, gap, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--out", out,
                 "--price-per-hour", "known=4.13/1.5", "--price-per-hour", "gap=4.13/1.5") == 0
     got = read(out)
-    from bench import charts
+    from bench.analysis import charts
 
     fig = charts.plan_figure(got)
     replicas, costs = fig.axes

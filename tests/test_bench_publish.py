@@ -16,8 +16,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from bench import opener
-from bench import publish as PUB
+from bench.analysis import opener
+from bench.analysis import publish as PUB
 from tests.test_bench_plan import G7E, L40S
 from tests.test_bench_s3_folders import BUCKET, files, recorded_sweep, s3_files
 
@@ -228,7 +228,7 @@ def test_the_plan_waits_for_the_mixed_traffic_check_and_says_whether_it_held(res
                                                                               capsys):
     """Both Jobs' entry points at once: publish writes the plan, mix-check waits for it, runs the mix on
     the (fake) server and writes its finding beside it, publish plans again with it."""
-    from bench import mixcheck
+    from bench.run import mixcheck
 
     client, cand, base = results
     for folder, prefix in ((cand, CAND), (base, BASE)):

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import report as REP
-from bench import results as R
+from bench.analysis import report as REP
+from bench.analysis import results as R
+from bench.analysis import side as SIDE
+from bench.analysis import summary as SUMMARY
 
 LENGTHS = {"S1_chat": (256, 128), "S2_summary": (1024, 256), "S3_moderation": (512, 16), "S4_rag": (4096, 256)}
 L40S_PEAK = {"S1_chat": 536.0, "S2_summary": 226.0, "S3_moderation": 81.7, "S4_rag": 98.6}
@@ -62,10 +64,10 @@ def write_curve(folder: Path, peaks: dict[str, float], concs=(1, 8, 32, 64)):
 
 def summarize(side_dir, base_dir=None, *, threshold=1.5, gpus=None, base_gpus=None, price=None,
               base_price=None, ttft=500.0, itl=50.0, capacity="spot", base_capacity="on-demand", **kw):
-    side = REP.load_side(side_dir, gpus=gpus, price_per_hour=price, capacity_type=capacity)
-    base = (REP.load_side(base_dir, gpus=base_gpus, price_per_hour=base_price, capacity_type=base_capacity)
+    side = SIDE.load_side(side_dir, gpus=gpus, price_per_hour=price, capacity_type=capacity)
+    base = (SIDE.load_side(base_dir, gpus=base_gpus, price_per_hour=base_price, capacity_type=base_capacity)
             if base_dir else None)
-    return REP.build_summary(side, base, ttft_ms=ttft, itl_ms=itl, threshold=threshold, **kw)
+    return SUMMARY.build_summary(side, base, ttft_ms=ttft, itl_ms=itl, threshold=threshold, **kw)
 
 
 def test_table8_ratios_cost_efficiency_and_verdict(tmp_path):
@@ -150,9 +152,9 @@ def test_invalid_runs_are_listed_and_excluded_everywhere(tmp_path):
     assert summary["verdict"]["pass"] is False
     assert any("invalid" in i for i in issues) and any("S3_moderation" in i for i in issues)
     # Charts draw valid runs only.
-    side = REP.load_side(cand)
-    from bench import charts
-    rows = [REP.run_row(r, side) for r in side.runs]
+    side = SIDE.load_side(cand)
+    from bench.analysis import charts
+    rows = [SIDE.run_row(r, side) for r in side.runs]
     assert charts._series(rows, "S1_chat", "output_tok_s") == ([1], [300.0])
 
 
@@ -249,13 +251,13 @@ def test_report_without_matplotlib_still_writes_tables(tmp_path, monkeypatch):
     real_import = builtins.__import__
 
     def no_mpl(name, *args, **kwargs):
-        if name.startswith("matplotlib") or name == "bench.charts" or (name == "bench" and args and
-                                                                      "charts" in (args[2] or ())):
+        if name.startswith("matplotlib") or name == "bench.analysis.charts" or (
+                name == "bench.analysis" and args and "charts" in (args[2] or ())):
             raise ImportError("no matplotlib here")
         return real_import(name, *args, **kwargs)
 
     write_curve(tmp_path / "a", {"S1_chat": 10.0}, concs=(1,))
-    monkeypatch.delitem(__import__("sys").modules, "bench.charts", raising=False)
+    monkeypatch.delitem(__import__("sys").modules, "bench.analysis.charts", raising=False)
     monkeypatch.setattr(builtins, "__import__", no_mpl)
     assert REP.main([str(tmp_path / "a"), "--out", str(tmp_path / "r")]) == 0
     assert "Charts skipped" in (tmp_path / "r" / "report.md").read_text()

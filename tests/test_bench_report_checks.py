@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench import checks
-from bench import report as REP
+from bench.analysis import checks
+from bench.analysis import report as REP
+from bench.analysis import side as SIDE
+from bench.analysis import summary as SUMMARY
 from tests.test_bench_report import write_curve, write_result
 
 PEAKS = {"S1_chat": 500.0}
@@ -35,9 +37,9 @@ def manifest(folder: Path, *, seed=0, telemetry=None, capacity="on-demand", flag
 
 
 def summarize(side, base=None, **kw):
-    s = REP.load_side(side)
-    b = REP.load_side(base) if base else None
-    return REP.build_summary(s, b, ttft_ms=kw.pop("ttft", 1e9), itl_ms=kw.pop("itl", 1e9), threshold=0.5, **kw)
+    s = SIDE.load_side(side)
+    b = SIDE.load_side(base) if base else None
+    return SUMMARY.build_summary(s, b, ttft_ms=kw.pop("ttft", 1e9), itl_ms=kw.pop("itl", 1e9), threshold=0.5, **kw)
 
 
 def test_every_file_not_used_is_listed_with_its_reason(tmp_path):
@@ -122,7 +124,7 @@ def test_mismatched_seeds_and_settings_make_the_comparison_incomplete(tmp_path):
     manifest(b, seed=0, version="0.32.0")
     summary, issues = summarize(a, b)
     assert issues == [] and summary["verdict"]["pass"] is True
-    assert checks.like_for_like(REP.load_side(a).manifest, REP.load_side(b).manifest)[1] == [
+    assert checks.like_for_like(SIDE.load_side(a).manifest, SIDE.load_side(b).manifest)[1] == [
         "vLLM versions differ: 0.26.0 vs baseline 0.32.0"]
     manifest(b, flags=["--no-enable-prefix-caching"], max_model_len=4096, warmups="0")
     _, issues = summarize(a, b)

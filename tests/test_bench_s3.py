@@ -12,10 +12,10 @@ import json
 import boto3
 import pytest
 
-from bench import fetch as F
-from bench import report as REP
-from bench import s3
-from bench import sweep as S
+from bench.analysis import report as REP
+from bench.common import s3
+from bench.run import fetch as F
+from bench.run import sweep as S
 
 BUCKET = "vllm-poc-results"
 PREFIX = "runs/dev/gemma-fp8/20260805-1000"

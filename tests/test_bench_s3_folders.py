@@ -1,4 +1,4 @@
-"""`bench report|plan|compare` on s3:// folders (bench/locations.py), against a real moto server.
+"""`bench report|plan|compare` on s3:// folders (bench/common/locations.py), against a real moto server.
 
 The S3 run must write the same files, byte for byte, as the local run on the same sweeps: nothing in
 an output may depend on where the inputs were read or the outputs staged.
@@ -12,11 +12,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from bench import compare as CMP
-from bench import locations
-from bench import plan as P
-from bench import report as REP
-from bench import s3
+from bench.analysis import compare as CMP
+from bench.analysis import plan as P
+from bench.analysis import report as REP
+from bench.common import locations
+from bench.common import s3
 from tests.test_bench_plan import G7E, L40S, sweep_dir
 
 BUCKET = "vllm-poc-g7e-results-123456789012-ap-northeast-2"

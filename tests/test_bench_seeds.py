@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from bench import seeds
-from bench import sweep as S
+from bench.run import seeds
+from bench.run import sweep as S
 
 
 def args(server, out, fake, *extra):

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bench import startup
+from bench.startup import phases
 
 # vLLM 0.26: Run:ai streamer, two-line KV report, torch.compile cache miss, CUDA graphs.
 LOG_026 = """\
@@ -32,7 +32,7 @@ Loading safetensors using Runai Model Streamer: 100%|##########| 7/7 [00:29<00:0
 (EngineCore pid=178) INFO 08-05 10:02:31 [core.py:210] init engine (profile, create kv cache, warmup model) took 93.40 s (compilation: 64.02 s)
 (APIServer pid=1) INFO 08-05 10:02:35 [api_server.py:1950] Starting vLLM API server 0 on http://0.0.0.0:8000
 (APIServer pid=1) INFO:     Started server process [1]
-(APIServer pid=1) INFO:     Waiting for application startup.
+(APIServer pid=1) INFO:     Waiting for application phases.
 (APIServer pid=1) INFO:     Application startup complete.
 """
 
@@ -57,13 +57,13 @@ LOG_033 = """\
 (EngineCore pid=200) INFO 01-01 00:00:36 [core.py:402] init engine (profile, create kv cache, warmup model) took 25.10 s (compilation: 8.50 s)
 (APIServer pid=7) INFO 01-01 00:00:40 [entry.py:140] Starting vLLM server on http://0.0.0.0:8000
 INFO:     Started server process [7]
-INFO:     Waiting for application startup.
+INFO:     Waiting for application phases.
 INFO:     Application startup complete.
 """
 
 
 def test_v026_format():
-    p = startup.parse_log(LOG_026.splitlines())
+    p = phases.parse_log(LOG_026.splitlines())
     assert p["vllm_version"] == "0.26.0"
     assert p["model"] == "s3://weights/models/RedHatAI/gemma-4-31B-it-FP8-dynamic"
     assert (p["weight_load_s"], p["weight_loader"]) == (29.12, "runai_streamer")
@@ -80,7 +80,7 @@ def test_v026_format():
 
 
 def test_v033_format_tensor_parallel_and_new_year():
-    p = startup.parse_log(LOG_033.splitlines())
+    p = phases.parse_log(LOG_033.splitlines())
     assert p["vllm_version"] == "0.33.0" and p["model"] == "nvidia/Gemma-4-31B-IT-NVFP4"
     # per worker: TP0 loads target 10.0 s + draft 1.5 s = 11.5 s, TP1 12.0 s; workers run in parallel
     assert (p["weight_load_s"], p["weight_loader"]) == (12.0, "default")
@@ -101,7 +101,7 @@ def test_kubectl_timestamps_give_the_ready_line_its_own_time():
         "2026-08-05T10:00:52.000000000Z (EngineCore pid=9) INFO 08-05 10:00:52 [default_loader.py:501] Loading weights took 7.44 seconds",
         "2026-08-05T10:02:27.750000000Z (APIServer pid=1) INFO:     Application startup complete.",
     ]
-    p = startup.parse_log(lines)
+    p = phases.parse_log(lines)
     assert p["time_to_ready_s"] == 147.5
     assert p["weight_load_s"] == 7.44
 
@@ -110,18 +110,18 @@ def test_incomplete_log_is_not_ready(capsys, tmp_path):
     cut = "\n".join(LOG_026.splitlines()[:8]) + "\n"
     log = tmp_path / "server.log"
     log.write_text(cut)
-    p = startup.parse_file(log)
+    p = phases.parse_file(log)
     assert p["ready"] is False and p["time_to_ready_s"] is None
-    assert startup.main([str(log)]) == 0
+    assert phases.main([str(log)]) == 0
     table = capsys.readouterr().out
     assert "did not finish starting" in table
-    assert startup.main([str(log), "--json"]) == 0
+    assert phases.main([str(log), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["weight_load_s"] == 29.12
 
 
 @pytest.mark.parametrize("log", [LOG_026, LOG_033])
 def test_table_lists_every_phase(log):
-    table = startup.format_table(startup.parse_log(log.splitlines()))
+    table = phases.format_table(phases.parse_log(log.splitlines()))
     for label in ("Weight load", "torch.compile total", "CUDA graph capture", "Engine init", "KV cache tokens",
                   "Max concurrency", "First log line to startup complete"):
         assert label in table

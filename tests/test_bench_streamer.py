@@ -15,7 +15,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from bench import streamer
+from bench.startup import streamer
 from tests.fixtures.vllm_env import _venv_dir
 
 REPO = Path(__file__).resolve().parents[1]

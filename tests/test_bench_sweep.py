@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import results as R
-from bench import sweep as S
+from bench.analysis import results as R
+from bench.run import grid as G
+from bench.run import runner
+from bench.run import sweep as S
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,7 +56,7 @@ def plan_for(*argv):
     S.add_parser(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args(["sweep", "--base-url", "http://x", "--model", "m", "--tokenizer", "t",
                               "--out", "o", *argv])
-    return args, S.build_plan(args)
+    return args, G.build_plan(args)
 
 
 def test_default_plan_is_the_seed_matrix():
@@ -84,7 +86,7 @@ def test_overrides_scale_and_warmups():
     (["--warmups", "many"], "--warmups"),
 ])
 def test_bad_inputs_name_the_option(argv, needle):
-    with pytest.raises(S.UsageError, match=needle):
+    with pytest.raises(G.UsageError, match=needle):
         plan_for(*argv)
 
 
@@ -98,7 +100,7 @@ def test_run_hash_changes_with_parameters():
 
 def test_command_uses_only_flags_known_in_vllm_026():
     args, plan = plan_for("--bench-args", "--temperature 0")
-    cmd = S.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=123)
+    cmd = G.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=123)
     assert cmd[:3] == ["vllm", "bench", "serve"]
     flags = {c for c in cmd if c.startswith("--")}
     assert flags - {"--temperature"} <= FLAGS_026
@@ -304,7 +306,7 @@ def test_overhead_is_recorded_and_adds_up(bench_stub_server, fake_bench, tmp_pat
 def test_eta_model_separates_fixed_and_proportional_time():
     _, plan = plan_for("--scenarios", "S1_chat,S4_rag", "--concurrencies", "1")
     s1, s4 = plan
-    eta = S.EtaModel()
+    eta = runner.EtaModel()
     eta.observe(s1, process_s=20.0, window_s=10.0)
     # fixed 10 s; rate = 10 s / cost(S1): S4 costs more per prompt, so its estimate is larger
     assert eta.estimate([s1]) == pytest.approx(20.0)

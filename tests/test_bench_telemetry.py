@@ -13,16 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from bench import scenarios as SC
-from bench import sweep as S
-from bench import telemetry as T
+from bench.analysis import results as R
+from bench.common import prometheus
+from bench.common import scenarios as SC
+from bench.run import sweep as S
+from bench.run import telemetry as T
 from tests.fixtures.bench_fake_metrics import dcgm_text, vllm_text
 
 CAPTURED = Path(__file__).parent / "fixtures" / "metrics" / "vllm-0.32.0-cpu.txt"
 
 
 def test_real_vllm_metrics_text_has_every_name_the_bench_reads():
-    samples = T.parse(CAPTURED.read_text())
+    samples = prometheus.parse(CAPTURED.read_text())
     values = T.server_values(samples)
     for key in ("prefix_cache_queries", "prefix_cache_hits", "preemptions", "prompt_tokens", "generation_tokens",
                 "kv_cache_usage", "requests_waiting", "requests_running"):
@@ -39,7 +41,7 @@ def test_real_vllm_metrics_text_has_every_name_the_bench_reads():
 def test_parse_handles_labels_with_commas_escapes_and_timestamps():
     text = ('# HELP x y\nm{a="1,2",b="q\\"x"} 3.5 1700000000000\nm{a="z"} NaN\nbad line\n'
             'process_start_time_seconds 1.7e9\n')
-    samples = T.parse(text)
+    samples = prometheus.parse(text)
     # label values unescaped, as the exposition format means them; the bad line costs only itself
     assert samples["m"][0] == ({"a": "1,2", "b": 'q"x'}, 3.5)
     assert samples["process_start_time_seconds"] == [({}, 1.7e9)]
@@ -47,9 +49,9 @@ def test_parse_handles_labels_with_commas_escapes_and_timestamps():
 
 def window(before: str, after: str, during: list[str] = ()) -> T.Window:
     w = T.Window(metrics_url="http://unused")
-    w.before = T.server_values(T.parse(before))
-    w.after = T.server_values(T.parse(after))
-    w.samples = [{"t": i, **{k: v for k, v in T.server_values(T.parse(t)).items()
+    w.before = T.server_values(prometheus.parse(before))
+    w.after = T.server_values(prometheus.parse(after))
+    w.samples = [{"t": i, **{k: v for k, v in T.server_values(prometheus.parse(t)).items()
                              if k in (*T.SERVER_GAUGES, "process_start")}} for i, t in enumerate(during)]
     return w
 
@@ -64,7 +66,7 @@ def test_window_figures_are_differences_and_maxima():
     assert s["prompt_tokens"] == 2000 and s["generation_tokens"] == 500
     assert s["kv_cache_usage_max_pct"] == 61.0 and s["requests_waiting_max"] == 3 and s["requests_running_max"] == 8
     assert s["server_restarted"] is False and s["restart_evidence"] is None
-    assert T.suspect_reason(s, checked=True) is None  # 5.0 % is not above 5 %
+    assert R.suspect_reason(s, checked=True) is None  # 5.0 % is not above 5 %
 
 
 def test_spec_decode_acceptance_by_position():
@@ -78,14 +80,14 @@ def test_restart_is_seen_in_start_time_or_counters_going_backwards():
     assert "start time changed" in moved.summary()["restart_evidence"]
     assert moved.summary()["prefix_cache_hit_pct"] is None  # differences across a restart mean nothing
     reset = window(vllm_text(queries=5000, prompt=5000), vllm_text(queries=200, prompt=200))
-    assert "went backwards" in T.restart_problem(reset.summary())
+    assert "went backwards" in R.restart_problem(reset.summary())
 
 
 def test_suspect_needs_a_random_prompt_scenario():
     s = window(vllm_text(queries=100, hits=0), vllm_text(queries=1100, hits=600)).summary()
     assert s["prefix_cache_hit_pct"] == 60.0
-    assert "prefix-cache hits 60.0%" in T.suspect_reason(s, checked=True)
-    assert T.suspect_reason(s, checked=False) is None
+    assert "prefix-cache hits 60.0%" in R.suspect_reason(s, checked=True)
+    assert R.suspect_reason(s, checked=False) is None
     # the exemption is a property of the scenario definition, not of its name
     shared = SC.ScenarioDef(2048, 128, shared_prefix=True)
     assert shared.prefix_cache_check is False and SC.ScenarioDef(10, 2).prefix_cache_check is True
@@ -97,8 +99,8 @@ def test_suspect_needs_a_random_prompt_scenario():
 def test_gpu_values_from_dcgm_text():
     text = dcgm_text([(90, 40000, 300.5), (70, 42000, 280.0)])
     w = T.Window(metrics_url=None, gpu_metrics_url="http://unused")
-    w.gpu_samples = [{"t": 0, **T.gpu_values(T.parse(text))},
-                     {"t": 1, **T.gpu_values(T.parse(dcgm_text([(50, 41000, 200.0), (30, 43008, 199.5)])))}]
+    w.gpu_samples = [{"t": 0, **T.gpu_values(prometheus.parse(text))},
+                     {"t": 1, **T.gpu_values(prometheus.parse(dcgm_text([(50, 41000, 200.0), (30, 43008, 199.5)])))}]
     s = w.summary()
     assert s["gpus_seen"] == 2 and s["gpu_util_mean_pct"] == 60.0
     assert s["gpu_mem_used_max_gib"] == 42.0 and s["gpu_power_mean_w"] == 245.0

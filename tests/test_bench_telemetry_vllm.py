@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import telemetry as T
+from bench.common import prometheus
+from bench.run import telemetry as T
 
 pytestmark = pytest.mark.vllm
 
@@ -40,7 +41,7 @@ def sweep(server, out: Path, concurrencies: str, *extra: str) -> subprocess.Comp
 
 
 def test_real_metrics_distinct_prompts_and_replay_flagged(tiny_vllm_server, tmp_path):
-    values = T.server_values(T.parse(metrics_text(tiny_vllm_server)))
+    values = T.server_values(prometheus.parse(metrics_text(tiny_vllm_server)))
     # every figure the bench reads has a name this vLLM exposes
     for key in ("prefix_cache_queries", "prefix_cache_hits", "preemptions", "prompt_tokens",
                 "generation_tokens", "kv_cache_usage", "requests_waiting", "requests_running"):

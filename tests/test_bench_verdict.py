@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from bench import capacity_report as CR
-from bench import report as REP
-from bench import results as R
-from bench import verdict as V
+from bench.analysis import capacity_report as CR
+from bench.analysis import report as REP
+from bench.analysis import results as R
+from bench.analysis import side as SIDE
+from bench.analysis import summary as SUMMARY
+from bench.analysis import verdict as V
 from tests.test_bench_plan import result as detailed_result
 
 OUT_LEN = {"S1_chat": 128, "S2_summary": 256}
@@ -46,9 +48,9 @@ def doubling(per_c: float, meets_up_to: int, concs=(1, 2, 4, 8, 16, 32, 64)) -> 
 
 def summarize(cand, base, **kw):
     kw.setdefault("basis", "slo")
-    side = REP.load_side(cand, price_per_hour=kw.pop("price", None))
-    other = REP.load_side(base, price_per_hour=kw.pop("base_price", None))
-    return REP.build_summary(side, other, ttft_ms=500.0, itl_ms=50.0, threshold=kw.pop("threshold", 1.5), **kw)
+    side = SIDE.load_side(cand, price_per_hour=kw.pop("price", None))
+    other = SIDE.load_side(base, price_per_hour=kw.pop("base_price", None))
+    return SUMMARY.build_summary(side, other, ttft_ms=500.0, itl_ms=50.0, threshold=kw.pop("threshold", 1.5), **kw)
 
 
 def report(tmp_path, cand, base, *argv):
@@ -74,6 +76,9 @@ def test_ratio_interval_ends():
     assert V.interval_text(only_candidate) == "unbounded (only the candidate meets the SLO)"
     assert V.interval_text((2.0, math.inf)) == "2.00x or more (no upper bound)"
     assert V.interval_text([2.0, None]) == "2.00x or more (no upper bound)"
+    assert V.interval_text((0.0, 8.0)) == "8.00x or less (no lower bound)"
+    assert V.interval_text((0.0, 0.0)) == "0x (only the baseline meets the SLO)"
+    assert V.interval_text([0.0, None]) == "no bound either way (the capacities it is made of are open)"
 
 
 def test_grid_capacity_interval_open_end_and_never(tmp_path):
@@ -83,7 +88,7 @@ def test_grid_capacity_interval_open_end_and_never(tmp_path):
     grid(tmp_path / "d", "S1_chat", doubling(100.0, 0, concs=(4, 8)))
     caps = {}
     for name in "abcd":
-        side = REP.load_side(tmp_path / name)
+        side = SIDE.load_side(tmp_path / name)
         caps[name] = CR.scenario_capacity(side.path, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["closed"]
     a, b, c, d = caps["a"], caps["b"], caps["c"], caps["d"]
     assert (a.state, a.lo, a.hi, a.load_pass, a.load_fail, a.source) == (V.MEETS, 800.0, 1600.0, 8, 16, V.GRID)
@@ -91,6 +96,8 @@ def test_grid_capacity_interval_open_end_and_never(tmp_path):
     assert (c.state, c.lo, c.hi, c.load_fail) == (V.NEVER, 0.0, 0.0, 1)  # misses at one request at a time
     assert (d.state, d.lo, d.hi, d.load_fail) == (V.NEVER, 0.0, 400.0, 4)  # below the lowest load tested
     assert V.capacity_text(a) == "800.0 to 1,600.0 tok/s (meets the SLO at c=8, misses it at c=16)"
+    flat = V.Capacity(V.GRID, V.MEETS, lo=394.7, hi=394.7, load_pass=7, load_fail=8)  # a saturated server
+    assert V.capacity_text(flat) == "394.7 tok/s (meets the SLO at c=7, misses it at c=8)"
     assert "or more" in V.capacity_text(b) and "no upper bound" in V.capacity_text(b)
     assert V.capacity_text(d).startswith("below 400.0 tok/s: never meets the SLO")
 
@@ -146,7 +153,9 @@ def test_open_upper_end_of_the_baseline_asks_for_higher_loads(tmp_path):
     v = summary["verdict"]
     assert summary["comparison"]["S1_chat"]["slo_ratio_interval"] == [0.0, None]
     assert v["state"] == "inconclusive" and "still meets the SLO at its highest load (c=64)" in v["reasons"][0]
-    assert "the SLO ratio per GPU, 0.00x or more (no upper bound), spans the 1.5x threshold" in v["reasons"][0]
+    assert ("the SLO ratio per GPU, no bound either way (the capacities it is made of are open), spans "
+            "the 1.5x threshold") in v["reasons"][0]
+    assert "0.00x" not in " ".join(v["reasons"])
 
 
 def test_only_the_candidate_meets_the_slo(tmp_path):

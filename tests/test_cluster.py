@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from components.cluster import ADDONS
-from stacks.render import is_secret, unsecret
+from stacks.ops.render import is_secret, unsecret
 from tests.fixtures.pulumi_stack import render_with
 
 ADMIN = "arn:aws:iam::123456789012:role/ci-deploy"

@@ -1,7 +1,8 @@
 """`python -m weights compile-cache push|pull` against a moto S3 server over HTTP.
 
 The cache stands in for vLLM's: nested folders, an executable shared object, an empty file, and one
-file large enough to go up in parts. The real engine's cache travels in tests/test_compile_cache_vllm.py.
+file large enough to go up in parts. The real engine's cache is tried in tests/proof_compile_cache.py
+(not in the suite: it takes 3-6 minutes).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from weights import cache_manifest as CM
 from weights import compile_cache as cc
 from weights.__main__ import main as weights_main
 
@@ -54,7 +56,7 @@ def _write(root: Path, files: dict[str, bytes]) -> Path:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {f.rel: f.path.read_bytes() for f in cc.scan(root)}
+    return {f.rel: f.path.read_bytes() for f in CM.scan(root)}
 
 
 def obj(data: bytes) -> str:
@@ -105,7 +107,7 @@ class CountingClient:
         self.gets.append(kwargs["Key"])
         if self._error_for and kwargs["Key"].endswith(self._error_for):
             raise ClientError({"Error": {"Code": "InternalError", "Message": "simulated S3 failure"}}, "GetObject")
-        if self._delay and not kwargs["Key"].endswith(cc.MANIFEST):
+        if self._delay and not kwargs["Key"].endswith(CM.MANIFEST):
             time.sleep(self._delay)
         return self._client.get_object(**kwargs)
 
@@ -132,7 +134,7 @@ def test_push_then_pull_restores_the_cache_byte_for_byte(s3, tmp_path):
     assert _tree(target) == CACHE
     assert os.access(target / EXECUTABLE, os.X_OK)
     assert not os.access(target / "modelinfos/empty.json", os.X_OK)
-    assert not (target / cc.STAGING).exists()
+    assert not (target / CM.STAGING).exists()
     # The result line the timeline reads, and the one people read.
     record = json.loads(pulled.record().removeprefix(cc.RESULT_MARK))
     assert record["outcome"] == "restored" and record["bytes"] == pushed.bytes and record["uri"].endswith("/")
@@ -167,7 +169,7 @@ def test_a_tampered_file_is_not_restored_and_the_pull_says_which(s3, tmp_path):
     assert "the start goes on cold" in result.line()
     # Nothing of a cache that fails its manifest is left in the folder vLLM reads, not even the good files.
     assert _tree(target) == {}
-    assert not (target / cc.STAGING).exists()
+    assert not (target / CM.STAGING).exists()
 
 
 def test_a_file_of_another_size_or_missing_is_rejected(s3, tmp_path):
@@ -187,12 +189,12 @@ def test_a_file_of_another_size_or_missing_is_rejected(s3, tmp_path):
 def test_a_manifest_naming_a_path_outside_the_folder_restores_nothing(s3, tmp_path, path):
     files = [{"path": path, "size": 1, "sha256": hashlib.sha256(b"x").hexdigest()}]
     s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/manifest.json",
-                  Body=json.dumps({"kind": cc.KIND, "version": cc.VERSION, "files": files}).encode())
+                  Body=json.dumps({"kind": CM.KIND, "version": CM.VERSION, "files": files}).encode())
     target = tmp_path / "deep" / "b"
     target.mkdir(parents=True)
     result = _pull(s3, target)
     assert result.outcome == "rejected" and "unsafe path" in result.reason
-    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["b", "deep", cc.STATE])
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["b", "deep", CM.STATE])
 
 
 def test_a_cache_larger_than_the_volume_allows_is_not_restored(s3, tmp_path):
@@ -233,7 +235,7 @@ def test_an_s3_error_restores_nothing_keeps_verified_files_and_a_rerun_resumes(s
     assert result.outcome == "error" and "simulated S3 failure" in result.reason
     assert "the start goes on cold" in result.line()
     assert _tree(target) == {}
-    assert len(list((target / cc.STAGING).iterdir())) == len(CACHE) - 1  # verified, waiting
+    assert len(list((target / CM.STAGING).iterdir())) == len(CACHE) - 1  # verified, waiting
     rerun = CountingClient(s3)
     assert cc.pull(rerun, target, URI, progress=False).outcome == "restored"
     assert _tree(target) == CACHE

@@ -18,6 +18,7 @@ import pytest
 
 from components import compile_cache as cc
 from components.vllm_server import CACHE_VOLUME
+from tests.fixtures.code_volumes import volume_files, write_files
 from tests.fixtures.pulumi_stack import render_with
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +95,9 @@ def test_every_server_pulls_before_vllm_and_pushes_beside_it(all_stacks):
                 helpers = maps[volumes[mounts["/opt/vllm-poc/bench"]]["configMap"]["name"]]
                 assert code["immutable"] and helpers["immutable"]
                 assert set(code["data"]) == {p.name for p in (REPO / "weights").glob("*.py")}
-                assert set(helpers["data"]) == {"__init__.py", "interrupts.py", "progress.py"}
+                # the bench modules weights/ imports, as the package's tree (components/code_volume.py)
+                assert set(volume_files(maps, volumes[mounts["/opt/vllm-poc/bench"]])) == {
+                    "__init__.py", "common/__init__.py", "common/interrupts.py", "common/progress.py"}
             port = vllm["ports"][0]["containerPort"]
             assert push["args"][push["args"].index("--wait-for") + 1] == f"http://127.0.0.1:{port}/health"
             assert "--stay" in push["args"]
@@ -264,11 +267,7 @@ def test_the_rendered_steps_carry_a_cache_from_one_pod_to_the_next_with_code_fro
     volumes = {v["name"]: v for v in spec["volumes"]}
     for mount in pull["volumeMounts"]:
         if mount["mountPath"].startswith(cc.CODE_DIR):
-            folder = code_root / Path(mount["mountPath"]).name
-            folder.mkdir(parents=True)
-            data = config_maps(dev)[volumes[mount["name"]]["configMap"]["name"]]["data"]
-            for name, text in data.items():
-                (folder / name).write_text(text)
+            write_files(volume_files(config_maps(dev), volumes[mount["name"]]), code_root / Path(mount["mountPath"]).name)
     env = {**os.environ, "PYTHONPATH": str(code_root)}
 
     first = tmp_path / "first-pod"
@@ -333,10 +332,7 @@ def test_the_rendered_steps_run_as_the_pod_user_on_a_read_only_root(dev, aws, tm
         maps, by_name = config_maps(dev), {v["name"]: v for v in spec["volumes"]}
         for mount in pull["volumeMounts"]:
             if mount["mountPath"].startswith(cc.CODE_DIR):
-                folder = code / Path(mount["mountPath"]).name
-                folder.mkdir(parents=True)
-                for name, text in maps[by_name[mount["name"]]["configMap"]["name"]]["data"].items():
-                    (folder / name).write_text(text)
+                write_files(volume_files(maps, by_name[mount["name"]]), code / Path(mount["mountPath"]).name)
         _readable_tree(code)
         bucket = weights_bucket(dev)
         s3 = boto3.client("s3")

@@ -9,7 +9,7 @@ import yaml
 
 from bench.__main__ import build_parser as bench_parser
 from stacks.__main__ import build_parser as stacks_parser
-from stacks.config_reference import embedded, markdown
+from stacks.ops.config_reference import embedded, markdown
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

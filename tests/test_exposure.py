@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from bench import sweep
+from bench.run import server as bench_server
 from components.cluster import ADDON_CONFIGURATION
 from stacks.settings import ConfigError, settings_from_config
 from tests.fixtures.pulumi_stack import render_with, stack_config
@@ -125,9 +125,9 @@ def test_bench_probes_send_the_api_key(monkeypatch):
     url = f"http://127.0.0.1:{server.server_port}"
     try:
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-        assert sweep._get(url + "/v1/models")[0] == 401
+        assert bench_server._get(url + "/v1/models")[0] == 401
         monkeypatch.setenv("OPENAI_API_KEY", "s3cret")
-        assert sweep._get(url + "/v1/models")[0] == 200
-        assert sweep.probe_server(url, "m")["served_models"] == ["m"]
+        assert bench_server._get(url + "/v1/models")[0] == 200
+        assert bench_server.probe_server(url, "m")["served_models"] == ["m"]
     finally:
         server.shutdown()

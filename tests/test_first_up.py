@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from pulumi.errors import RunError
 
-from stacks import mocks
 from stacks.identity import admin_role_problems, caller_role_arn
-from stacks.render import Rendered, is_secret, render_stack
-from stacks.settings import REPO, load_stack_settings
+from stacks.loader import load_settings
+from stacks.ops import mocks
+from stacks.ops.render import Rendered, is_secret, render_stack
 from stacks.serving import server_model_ids
+from stacks.settings import REPO
 from stacks.zones import choose_zones
 from tests.fixtures.pulumi_stack import render_with
 
@@ -50,7 +51,7 @@ def test_object_names_are_unique_per_kind_and_namespace(stack):
 
 def test_every_server_waits_for_the_syncs_of_its_models(stack):
     name, rendered = stack
-    settings = load_stack_settings(name)
+    settings = load_settings(name)
     syncs = {r.inputs["spec"]["template"]["spec"]["containers"][0]["args"][2]: r.name
              for r in rendered.of_type("kubernetes:batch/v1:Job")
              if r.inputs["metadata"]["labels"]["app.kubernetes.io/name"] == "vllm-weight-sync"}
@@ -70,7 +71,7 @@ def test_no_access_entry_for_the_identity_running_pulumi_up(stack):
 
 def test_the_control_plane_log_group_exists_before_the_cluster(stack):
     name, rendered = stack
-    cluster_name = load_stack_settings(name).cluster.name
+    cluster_name = load_settings(name).cluster.name
     group = rendered.one("aws:cloudwatch/logGroup:LogGroup")
     assert group.inputs["name"] == f"/aws/eks/{cluster_name}/cluster"
     assert group.inputs["retentionInDays"] == 14
@@ -217,7 +218,7 @@ def test_a_missing_nvidia_ami_fails_before_anything_is_created(monkeypatch):
 
 def test_each_pool_with_servers_gets_a_node_check_after_its_syncs_and_before_its_servers(stack):
     name, rendered = stack
-    settings = load_stack_settings(name)
+    settings = load_settings(name)
     checks = {r.inputs["metadata"]["labels"]["app.kubernetes.io/instance"]: r
               for r in rendered.of_type("kubernetes:batch/v1:Job")
               if r.inputs["metadata"]["labels"]["app.kubernetes.io/name"] == "vllm-gpu-node-check"}

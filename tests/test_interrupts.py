@@ -14,7 +14,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from stacks import staging
+from stacks.ops import staging
 from tests.fixtures.slow_tcp import SilentEndpoint, ThrottledProxy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +131,8 @@ def test_bench_fetch_stops_and_says_how_to_fetch_the_rest(aws, tmp_path):
     for i in range(3):
         s3.put_object(Bucket="results-interrupt", Key=f"sweep/r{i}.json", Body=os.urandom(6 * MiB))
     dest = tmp_path / "fetched"
-    with ThrottledProxy(int(aws.rsplit(":", 1)[1]), bytes_per_s=4 * MiB) as slow:
+    # The downloads are throttled (18 MiB at 4 MiB/s): the signal comes while files are still arriving.
+    with ThrottledProxy(int(aws.rsplit(":", 1)[1]), bytes_per_s=4 * MiB, down_bytes_per_s=4 * MiB) as slow:
         env = dict(os.environ, AWS_ENDPOINT_URL=slow.url, PYTHONPATH=str(REPO))
         proc = subprocess.Popen([sys.executable, "-m", "bench", "fetch", "s3://results-interrupt/sweep", str(dest),
                                  "--no-progress"], cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -142,6 +143,7 @@ def test_bench_fetch_stops_and_says_how_to_fetch_the_rest(aws, tmp_path):
     assert "stopped by Ctrl-C" in err and "--skip-existing" in err and "Traceback" not in err
     assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in dest.iterdir() if p.suffix == ".json")
     done = {p.name for p in dest.iterdir()}
+    assert "r0.json" in done and len(done) < 3, "the stop came after the fetch had finished"
     proc = subprocess.run([sys.executable, "-m", "bench", "fetch", "s3://results-interrupt/sweep", str(dest),
                            "--skip-existing", "--no-progress"], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
                           capture_output=True, text=True, timeout=60)
@@ -175,7 +177,7 @@ def test_progress_lines_when_not_a_terminal(aws, tmp_path):
 
 
 def test_bench_sweep_ctrl_c_mid_run_stops_and_resume_finishes(bench_stub_server, fake_bench, tmp_path):
-    from bench import sweep as S
+    from bench.run import sweep as S
     from tests.test_bench_sweep import manifest, sweep_args
 
     out = tmp_path / "out"

@@ -1,6 +1,6 @@
 """Weight-load throughput against the instance's network, on the PoC's own numbers.
 
-The FP8-dynamic checkpoint is 31.6 GiB (stacks/serving.py) and loaded in 29-32 s on g6e.2xlarge
+The FP8-dynamic checkpoint is 31.6 GiB (stacks/serving/profiles.py) and loaded in 29-32 s on g6e.2xlarge
 (5 Gbps baseline, up to 20 Gbps burst); NVFP4 (31.0 GiB) loaded in 18 s on g7e.2xlarge (50 Gbps).
 """
 
@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from bench import netlimits, startup
+from bench.common import instances
+from bench.startup import netlimits, phases
 from stacks import catalog
 from stacks.serving import MODELS
 
@@ -21,13 +22,15 @@ def _log(size: str, seconds: float) -> str:
 
 
 def test_catalog_and_bench_network_columns_agree():
+    # one table, read by the Pulumi program and the bench alike (no copy to keep in step)
+    assert catalog.GPU_INSTANCE_TYPES is instances.GPU_INSTANCE_TYPES
     assert set(netlimits.NETWORK) == set(catalog.GPU_INSTANCE_TYPES)
     for name, it in catalog.GPU_INSTANCE_TYPES.items():
         assert (it.network_gbps, it.network_burst_gbps) == (
             netlimits.NETWORK[name].baseline_gbps, netlimits.NETWORK[name].burst_gbps)
         assert it.network_burst_gbps >= it.network_gbps
     assert catalog.GPU_INSTANCE_TYPES["g6e.2xlarge"].network_burst_gbps == 20
-    assert "Karpenter" in netlimits.SOURCE and "up to 20 Gbps" in netlimits.SOURCE
+    assert "Karpenter" in instances.NETWORK_SOURCE and "up to 20 Gbps" in instances.NETWORK_SOURCE
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -72,19 +75,19 @@ def test_unknown_instance_or_bytes_give_null_shares():
 def test_startup_json_adds_the_contract_keys(tmp_path, capsys):
     log = tmp_path / "server.log"
     log.write_text(_log("31.6 GiB", 29.0))
-    assert startup.main([str(log), "--json", "--instance-type", "g6e.2xlarge"]) == 0
+    assert phases.main([str(log), "--json", "--instance-type", "g6e.2xlarge"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["weight_load_gbps"] == 9.36
     assert out["weight_load_share_of_baseline_pct"] == 187.2
     assert out["weight_load_share_of_burst_pct"] == 46.8
     assert out["weight_bytes"] == round(31.6 * 2**30) and out["instance_type"] == "g6e.2xlarge"
 
-    assert startup.main([str(log), "--json"]) == 0
+    assert phases.main([str(log), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["weight_load_gbps"] == 9.36
     assert out["weight_load_share_of_baseline_pct"] is None and out["weight_load_share_of_burst_pct"] is None
 
-    assert startup.main([str(log), "--instance-type", "g7e.2xlarge"]) == 0
+    assert phases.main([str(log), "--instance-type", "g7e.2xlarge"]) == 0
     table = capsys.readouterr().out
     assert "Weight load rate" in table and "18.70 %" in table
 
@@ -92,7 +95,7 @@ def test_startup_json_adds_the_contract_keys(tmp_path, capsys):
 def test_default_loader_has_no_bytes(tmp_path, capsys):
     log = tmp_path / "server.log"
     log.write_text("(EngineCore pid=9) INFO 08-05 10:00:52 [default_loader.py:501] Loading weights took 149.00 seconds\n")
-    assert startup.main([str(log), "--json", "--instance-type", "g6e.2xlarge"]) == 0
+    assert phases.main([str(log), "--json", "--instance-type", "g6e.2xlarge"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["weight_load_s"] == 149.0
     for key in ("weight_load_gbps", "weight_load_share_of_baseline_pct", "weight_load_share_of_burst_pct"):
@@ -102,5 +105,5 @@ def test_default_loader_has_no_bytes(tmp_path, capsys):
 def test_unknown_instance_type_is_a_clear_error(tmp_path, capsys):
     log = tmp_path / "server.log"
     log.write_text(_log("1 GiB", 1.0))
-    assert startup.main([str(log), "--json", "--instance-type", "g6e.3xlarge"]) == 2
+    assert phases.main([str(log), "--json", "--instance-type", "g6e.3xlarge"]) == 2
     assert "g6e.2xlarge" in capsys.readouterr().err

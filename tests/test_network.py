@@ -22,7 +22,7 @@ def test_subnets_never_overlap_and_stay_inside_the_vpc():
 def test_new_vpc_spans_two_zones_with_public_and_private_subnets(dev):
     subnets = dev.of_type(SUBNET)
     zones = {s.inputs["availabilityZone"] for s in subnets}
-    # the mocks offer g7e in zones b-d only (stacks/mocks.py OFFERED_ZONES): both zones offer every pool
+    # the mocks offer g7e in zones b-d only (stacks/ops/mocks.py OFFERED_ZONES): both zones offer every pool
     assert zones == {"ap-northeast-2b", "ap-northeast-2c"}
     private = [s for s in subnets if "private" in s.name]
     public = [s for s in subnets if "public" in s.name]

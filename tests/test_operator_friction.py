@@ -8,10 +8,10 @@ import io
 import boto3
 import pytest
 
-from bench import startup
-from bench.progress import Progress, human_bytes
-from stacks import staging
+from bench.startup import phases
+from bench.common.progress import Progress, human_bytes
 from stacks.__main__ import build_parser
+from stacks.ops import staging
 
 
 def test_render_help_lists_every_output(capsys):
@@ -43,7 +43,7 @@ def test_dry_run_says_what_it_would_do(aws, tmp_path, capsys):
 def test_bench_startup_refuses_a_log_that_is_not_vllms(tmp_path, capsys):
     log = tmp_path / "app.log"
     log.write_text("GET /healthz 200\nsomething else entirely\n")
-    assert startup.main([str(log)]) == 2  # bad input, like a missing file
+    assert phases.main([str(log)]) == 2  # bad input, like a missing file
     err = capsys.readouterr().err
     assert "does not look like a vLLM server log" in err and "Traceback" not in err
 

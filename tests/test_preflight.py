@@ -21,9 +21,12 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from stacks import api_access, preflight
-from stacks.preflight import Pool
 from stacks.loader import load_settings
+from stacks.ops import api_access, preflight
+from stacks.ops.preflight.account import session_findings
+from stacks.ops.preflight.aws import latest_by_az, on_demand_price
+from stacks.ops.preflight.capacity import evaluate, run_preflight
+from stacks.ops.preflight.report import Pool, PoolReport, SystemNodes, format_report
 from stacks.settings import REPO
 from stacks.versions import pins
 
@@ -83,7 +86,7 @@ def _ec2(region: str = SEOUL):
 
 
 def _run(region=SEOUL, pools=(L40S, L40S_X4, G7E_SPOT), quotas=None, pricing=None, **kw):
-    return preflight.run_preflight(
+    return run_preflight(
         region, "vllm-poc-dev", list(pools), ec2=_ec2(region),
         quotas=quotas or FakeQuotas({"L-DB2E81BA": 128, "L-3819A6DF": 32}),
         pricing=pricing or FakePricing(SEOUL_PRICES), **kw,
@@ -131,7 +134,7 @@ def test_low_on_demand_quota_is_a_blocker_with_the_exact_fix(aws):
         "raise L-DB2E81BA in ap-northeast-2 from 8 to 16 vCPUs: aws service-quotas request-service-quota-increase "
         "--service-code ec2 --quota-code L-DB2E81BA --desired-value 16 --region ap-northeast-2"
     )
-    text = preflight.format_report(report)
+    text = format_report(report)
     assert "TOO LOW" in text and "RESULT: 1 blocker(s)" in text
 
 
@@ -141,7 +144,7 @@ def test_unreadable_quota_is_unknown_and_fails_under_strict(aws):
     assert not report.blockers
     assert {f.subject for f in _levels(report, "warning")} >= {"L-DB2E81BA", "L-3819A6DF"}
     assert all(q.applied_vcpus is None and "AccessDenied" in q.error and q.status == "unknown" for q in report.quotas)
-    assert "unknown" in preflight.format_report(report)
+    assert "unknown" in format_report(report)
 
     strict = _run(pools=servers, quotas=FakeQuotas(deny=True), strict=True)
     [blocker] = strict.blockers  # the quota the servers need; the Spot pool has none, so it stays a warning
@@ -204,9 +207,9 @@ def test_subnet_azs_limit_where_pools_can_launch(aws):
 def test_pricing_falls_back_when_the_price_list_api_fails(aws):
     # Against moto the Price List endpoint errors out, as it would without pricing:GetProducts.
     moto_pricing = boto3.client("pricing", region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
-    price, source, err = preflight.on_demand_price(moto_pricing, SEOUL, "g6e.2xlarge")
+    price, source, err = on_demand_price(moto_pricing, SEOUL, "g6e.2xlarge")
     assert (price, source) == (2.76, "catalog") and err
-    assert preflight.on_demand_price(None, SEOUL, "g6e.12xlarge")[1] == "unavailable"
+    assert on_demand_price(None, SEOUL, "g6e.12xlarge")[1] == "unavailable"
 
 
 def test_latest_spot_price_per_az_and_dear_spot_warning():
@@ -216,20 +219,20 @@ def test_latest_spot_price_per_az_and_dear_spot_warning():
         {"AvailabilityZone": "a", "Timestamp": now, "SpotPrice": "1.5"},
         {"AvailabilityZone": "b", "Timestamp": now - timedelta(hours=1), "SpotPrice": "5.0"},
     ]
-    assert preflight.latest_by_az(history) == {"a": 1.5, "b": 5.0}
+    assert latest_by_az(history) == {"a": 1.5, "b": 5.0}
 
-    pool = preflight.PoolReport(
+    pool = PoolReport(
         "g7e-spot", "g7e.2xlarge", ["spot"], 4, 1, 8, 4, 32, ["a", "b"], None, ["a", "b"],
         4.13, "price-list-api", {"a": 1.5, "b": 5.0},
     )
-    findings = preflight.evaluate(SEOUL, "c", [pool], [])
+    findings = evaluate(SEOUL, "c", [pool], [])
     assert any("at or above on-demand" in f.message and f.message.endswith("in b") for f in findings)
     assert pool.cost_at_limit_usd_hour == 6.0
 
 
 def test_gpu_limit_below_one_instance_blocks():
-    pool = preflight.PoolReport("x4", "g6e.12xlarge", ["on-demand"], 2, 4, 48, 0, 0, ["a"], None, ["a"], 12.9, "catalog")
-    [blocker] = [f for f in preflight.evaluate(SEOUL, "c", [pool], []) if f.level == "blocker"]
+    pool = PoolReport("x4", "g6e.12xlarge", ["on-demand"], 2, 4, 48, 0, 0, ["a"], None, ["a"], 12.9, "catalog")
+    [blocker] = [f for f in evaluate(SEOUL, "c", [pool], []) if f.level == "blocker"]
     assert "multiple of 4" in blocker.fix
 
 
@@ -386,7 +389,7 @@ def test_cli_reports_settings_errors(monkeypatch, capsys):
     assert "Pulumi.nope.yaml" in capsys.readouterr().err
 
 
-SYSTEM = preflight.SystemNodes(("m7i.xlarge",), desired_size=2, max_size=3)
+SYSTEM = SystemNodes(("m7i.xlarge",), desired_size=2, max_size=3)
 
 
 def test_system_nodes_need_the_standard_on_demand_quota(aws):
@@ -401,7 +404,7 @@ def test_system_nodes_need_the_standard_on_demand_quota(aws):
     assert std.name.startswith("Running On-Demand Standard") and std.status == "OK (no headroom)"
     in_use = next(f for f in _levels(report, "warning") if f.subject == "L-1216C47A" and "in use" in f.message)
     assert "system node group (2 x m7i.xlarge)" in in_use.message and "--desired-value 14" in in_use.fix
-    text = preflight.format_report(report)
+    text = format_report(report)
     [row] = [line for line in text.splitlines() if line.startswith("L-1216C47A")]
     # applied, in use, required, at limits, for, status
     assert re.search(r"instances\s+10\s+6\s+8\s+12\s+system\s+OK \(no headroom\)$", row), row
@@ -432,14 +435,14 @@ def test_a_deploy_role_with_short_sessions_is_named_with_the_fix(aws, capsys, _a
     iam = boto3.client("iam")
     for name, seconds in (("deploy-1h", 3600), ("deploy-3h", 10800)):
         iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}", MaxSessionDuration=seconds)
-    short = preflight.session_findings(iam, "arn:aws:sts::123456789012:assumed-role/deploy-1h/gh-1")
+    short = session_findings(iam, "arn:aws:sts::123456789012:assumed-role/deploy-1h/gh-1")
     [warning] = short
     assert warning.level == "warning" and "60 min" in warning.message and "3 h" in warning.message
     assert "--role-name deploy-1h --max-session-duration 10800" in warning.fix
-    assert preflight.session_findings(iam, "arn:aws:sts::123456789012:assumed-role/deploy-3h/gh-1") == []
+    assert session_findings(iam, "arn:aws:sts::123456789012:assumed-role/deploy-3h/gh-1") == []
     # a user's long-term keys have no session to run out; a role that cannot be read is a note
-    assert preflight.session_findings(iam, "arn:aws:iam::123456789012:user/alice") == []
-    [note] = preflight.session_findings(iam, "arn:aws:sts::123456789012:assumed-role/gone/gh-1")
+    assert session_findings(iam, "arn:aws:iam::123456789012:user/alice") == []
+    [note] = session_findings(iam, "arn:aws:sts::123456789012:assumed-role/gone/gh-1")
     assert note.level == "note" and "aws iam get-role --role-name gone" in note.fix
 
     clients = {**_clients(), "iam": iam,

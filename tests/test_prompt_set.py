@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from bench import workloads as W
+from bench.common import workloads as W
 
 ROWS = W.load_prompt_set()
 # Gemma's tokenizer is a SentencePiece model with byte fallback: a piece covers one or more

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks.render import CODE_DIR, render_stack
+from components import code_volume
+from stacks.job_code import bench_code
+from stacks.ops.render import CODE_DIR, render_stack
 from stacks.settings import REPO
 
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in REPO.glob("Pulumi.*.yaml"))
@@ -48,15 +50,16 @@ def test_job_code_is_written_once_and_referenced_by_hash(tmp_path):
     stack = "g7e"  # two bench targets and the report Job: three ConfigMaps carrying the same bench code
     rendered = render_stack(stack)
     rendered.write(tmp_path)
-    bench_files = sorted(p.name for p in (tmp_path / CODE_DIR / "bench").iterdir() if p.is_file())
-    assert bench_files == sorted(p.name for p in (REPO / "bench").glob("*.py"))
+    written = tmp_path / CODE_DIR / "bench"
+    bench_files = sorted(p.relative_to(written).as_posix() for p in written.rglob("*.py"))
+    assert bench_files == sorted(bench_code())  # the package's tree, sub-packages included
     # the prompt set, once, where it lives in the repository
     prompt_files = sorted(p.name for p in (tmp_path / CODE_DIR / "bench" / "data").iterdir())
     assert prompt_files == ["korean_marketplace.jsonl"]
     objects = list(yaml.safe_load_all((tmp_path / "kubernetes.yaml").read_text()))
     maps = [o for o in objects if o["kind"] == "ConfigMap"
             and any(k.endswith((".py", ".jsonl")) for k in o.get("data", {}))]
-    bench_maps = [m for m in maps if "sweep.py" in m["data"]]
+    bench_maps = [m for m in maps if "run.sweep.py" in m["data"]]
     assert sorted(m["metadata"]["name"].split("-")[0] for m in bench_maps) == ["bench", "bench", "report"]
     # the prompt set, once per stack: only the bench Jobs read it (not in the report Job's code)
     assert len([m for m in maps if "korean_marketplace.jsonl" in m["data"]]) == 1
@@ -67,16 +70,18 @@ def test_job_code_is_written_once_and_referenced_by_hash(tmp_path):
             path = reference.split()[1]
             digest = hashlib.sha256((tmp_path / path).read_bytes()).hexdigest()
             assert reference == f"file {path} sha256:{digest}"
-            folder = path.split("/", 1)[1].rsplit("/", 1)[0]
-            assert (tmp_path / path).read_text() == (REPO / folder / name).read_text()
+            # code/<folder of the project>/<path in it>, the key naming that path (run.sweep.py: run/sweep.py)
+            rel = path.split("/", 1)[1]
+            assert rel.endswith("/" + code_volume.path(name))
+            assert (tmp_path / path).read_text() == (REPO / rel).read_text()
     assert {p.name for p in (tmp_path / CODE_DIR).iterdir()} <= {"bench", "weights"}
     for rendered_file in ("kubernetes.yaml", "resources.json"):
         text = (tmp_path / rendered_file).read_text()
         assert "def main(" not in text and "ko-001" not in text, rendered_file
     # in memory (what the tests and the Job read) the ConfigMap still holds the code itself
-    live = [c for c in rendered.k8s("ConfigMap") if "sweep.py" in c.get("data", {})]
+    live = [c for c in rendered.k8s("ConfigMap") if "run.sweep.py" in c.get("data", {})]
     assert len(live) == 3
-    assert all(c["data"]["sweep.py"] == (REPO / "bench" / "sweep.py").read_text() for c in live)
+    assert all(c["data"]["run.sweep.py"] == (REPO / "bench" / "run" / "sweep.py").read_text() for c in live)
 
 
 def test_objects_come_in_dependency_order_then_by_kind_and_name(dev):

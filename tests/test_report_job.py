@@ -15,9 +15,11 @@ import pytest
 
 from components import pod_security
 from components.report_job import FINAL_EXIT_CODE
-from stacks import mocks
+from stacks.ops import mocks
 from stacks.settings import ConfigError, settings_from_config
 from stacks.versions import extra, pins
+from stacks.job_code import bench_code
+from tests.fixtures.code_volumes import config_maps, volume_files, write_files
 from tests.fixtures.pulumi_stack import render_with, stack_config
 from tests.test_bench_plan import G7E, L40S
 from tests.test_bench_publish import finish, upload
@@ -104,9 +106,12 @@ def test_image_code_and_requirements(all_stacks):
     assert "nvidia.com/gpu" not in json.dumps(container(job)["resources"])
     (code,) = [c for c in g7e.k8s("ConfigMap") if c["metadata"]["name"] == job["metadata"]["name"]]
     assert code["immutable"] is True
-    assert code["data"]["requirements-report.txt"].split() == extra("report")
-    assert {"publish.py", "report.py", "plan.py", "compare.py", "locations.py", "__main__.py"} <= set(code["data"])
-    assert spec["volumes"][0] == {"name": "code", "configMap": {"name": code["metadata"]["name"]}}
+    assert spec["volumes"][0]["name"] == "code" and spec["volumes"][0]["configMap"]["name"] == code["metadata"]["name"]
+    files = volume_files(config_maps(g7e), spec["volumes"][0])
+    assert files["requirements-report.txt"].split() == extra("report")
+    assert {"analysis/publish.py", "analysis/report.py", "analysis/plan.py", "analysis/compare.py",
+            "common/locations.py", "__main__.py"} <= set(files)
+    assert set(files) == set(bench_code()) | {"requirements-report.txt"}  # the whole package, as its tree
 
 
 def test_its_role_reads_only_its_sweeps_and_writes_only_its_report(all_stacks):
@@ -223,11 +228,8 @@ def test_the_rendered_command_waits_for_late_sweeps_then_reports(aws, all_stacks
     the manifests every 0.3 s instead of every minute."""
     g7e = all_stacks["g7e"]
     job = report_job(g7e)
-    (code_map,) = [c for c in g7e.k8s("ConfigMap") if c["metadata"]["name"] == job["metadata"]["name"]]
-    code = tmp_path / "code" / "bench"
-    code.mkdir(parents=True)
-    for name, text in code_map["data"].items():
-        (code / name).write_text(text)
+    volume = job["spec"]["template"]["spec"]["volumes"][0]
+    code = write_files(volume_files(config_maps(g7e), volume), tmp_path / "code" / "bench")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # a wrapper, not a symlink: a symlinked venv python outside its venv runs as the base interpreter

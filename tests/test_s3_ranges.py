@@ -8,8 +8,8 @@ from __future__ import annotations
 import boto3
 from botocore.exceptions import ClientError
 
-from bench import s3reach
-from bench import sweep as S
+from bench.run import s3reach
+from bench.run import sweep as S
 from stacks import s3_ranges
 from tests.test_bench_s3 import BUCKET, PREFIX, bucket, sweep_args  # noqa: F401 - fixture
 

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from parliament import analyze_policy_string
 
-from stacks.render import Rendered
+from stacks.ops.render import Rendered
 from stacks.waivers import SKIP_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]

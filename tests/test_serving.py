@@ -1,4 +1,4 @@
-"""Model profiles, traffic classes and the serve spec (stacks/serving.py), without vLLM or Pulumi."""
+"""Model profiles, traffic classes and the serve spec (stacks/serving/), without vLLM or Pulumi."""
 
 from __future__ import annotations
 

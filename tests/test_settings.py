@@ -8,7 +8,8 @@ import re
 import pytest
 
 from stacks import catalog
-from stacks.settings import ConfigError, load_stack_settings, settings_from_config
+from stacks.loader import load_settings
+from stacks.settings import ConfigError, settings_from_config
 
 POOL = {"name": "l40s", "instanceType": "g6e.2xlarge", "gpuLimit": 4}
 
@@ -26,7 +27,7 @@ def problems(**values) -> list[str]:
 
 
 def test_dev_stack_file_is_valid_and_in_seoul():
-    dev = load_stack_settings("dev")
+    dev = load_settings("dev")
     assert dev.region == "ap-northeast-2"
     assert dev.cluster.kubernetes_version in catalog.EKS_VERSIONS
     assert {p.instance_type for p in dev.gpu_pools} >= {"g6e.2xlarge", "g6e.12xlarge", "g7e.2xlarge"}

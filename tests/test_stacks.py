@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from policy import policies
-from stacks.render import _plain, render_stack
-from stacks.settings import load_stack_settings
+from stacks.loader import load_settings
+from stacks.ops.render import _plain, render_stack
 from tests.fixtures.k8s_schemas import validate_object
 
 STACKS = ("dev", "g7e", "matrix", "tp")
@@ -18,7 +18,7 @@ def rendered(request):
 
 
 def test_every_kubernetes_object_is_schema_valid(rendered, karpenter_crds):
-    version = load_stack_settings(rendered.stack).cluster.kubernetes_version
+    version = load_settings(rendered.stack).cluster.kubernetes_version
     objects = rendered.kubernetes_objects()
     assert {"Deployment", "Service", "ServiceAccount", "Job", "ConfigMap", "Namespace", "NodePool",
             "EC2NodeClass"} <= {o["kind"] for o in objects}
@@ -29,7 +29,7 @@ def test_every_kubernetes_object_is_schema_valid(rendered, karpenter_crds):
 
 
 def test_policy_pack_finds_nothing(rendered):
-    settings = load_stack_settings(rendered.stack)
+    settings = load_settings(rendered.stack)
     resources = [(r.type, r.name, {**_plain(r.outputs), **_plain(r.inputs)}, r.outputs.get("id"))
                  for r in rendered.registrations]
     config = {"vllm-max-num-seqs": {"benchMaxConcurrency": settings.bench.max_concurrency}}

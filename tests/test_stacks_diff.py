@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks import diff as D
+from stacks.ops import diff as D
 
 REPO = Path(__file__).resolve().parents[1]
 

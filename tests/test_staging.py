@@ -11,8 +11,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from stacks import staging
-from stacks.staging import MiB, StageConfig, StagingError
+from stacks.ops import staging
+from stacks.ops.staging import MiB, StageConfig, StagingError
 
 BUCKET = "weights-test"
 PREFIX = "models/RedHatAI/gemma-4-31B-it-FP8-dynamic"

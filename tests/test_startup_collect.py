@@ -11,7 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench import sleepwake, startup_collect, startup_report
+from bench.startup import collect as startup_collect
+from bench.startup import report as startup_report
+from bench.startup import sleepwake
 from tests.fixtures import kube_objects as K
 from tests.test_bench_startup import LOG_026
 

@@ -7,7 +7,11 @@ import json
 
 import pytest
 
-from bench import startup, startup_collect, startup_model, startup_report, timeline
+from bench.startup import collect as startup_collect
+from bench.startup import model as startup_model
+from bench.startup import phases
+from bench.startup import report as startup_report
+from bench.startup import timeline
 from components import compile_cache as component
 from tests.fixtures import kube_objects as K
 from tests.test_bench_startup import LOG_026
@@ -19,7 +23,7 @@ POD = "gemma-fp8-7d9f-abcde"
 
 @pytest.fixture
 def log026():
-    return startup.parse_log(LOG_026.splitlines())
+    return phases.parse_log(LOG_026.splitlines())
 
 
 def cached_cold_boot(pulled_by_step: bool = True) -> dict:

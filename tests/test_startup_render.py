@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 
 import pytest
 
 from components import image_cache
 from stacks.settings import ConfigError, settings_from_config
+from tests.fixtures.code_volumes import config_maps, volume_files, write_files
 from tests.fixtures.k8s_schemas import validate_object
 from tests.fixtures.pulumi_stack import render_with, stack_config
 
@@ -47,7 +50,7 @@ def test_streamer_job_per_enabled_pool(startup_render):
     l40s = jobs["l40s"]["spec"]["template"]["spec"]
     (container,) = l40s["containers"]
     assert container["command"] == [
-        "python3", "-m", "bench.streamer", container["command"][3],
+        "python3", "-m", "bench.startup.streamer", container["command"][3],
         "--concurrency", "16,64", "--memory-limit-gib", "8,24", "--repeats", "2",
         "--instance-type", "g6e.2xlarge", "--out", "/results"]
     assert container["command"][3].startswith("s3://vllm-poc-dev-test-weights-")
@@ -152,7 +155,7 @@ def test_startup_job_records_each_target_before_its_sweep(dev):
     (container,) = pod["containers"]
     assert container["command"][:2] == ["sh", "-c"]
     script = container["command"][2]
-    assert script.startswith("python3 -m bench.startup_collect --namespace vllm --selector "
+    assert script.startswith("python3 -m bench.startup.collect --namespace vllm --selector "
                              "app.kubernetes.io/instance=gemma-fp8,app.kubernetes.io/name=vllm --out /results ")
     assert "--sleep-wake-port" not in script and script.endswith("; exit 0")
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
@@ -200,12 +203,40 @@ def test_streamer_job_waits_for_its_model_weights(startup_render):
     assert "weights-redhatai-gemma-4-31b-it-fp8-dynamic-job" in deps, deps
 
 
+def _code_files(rendered, job: dict) -> dict[str, str]:
+    (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "code"]
+    return volume_files(config_maps(rendered), volume)
+
+
+def _module_run(job: dict) -> str:
+    """The module a Job runs: `python3 -m <module> ...` (as its command, or inside its sh -c script)."""
+    argv = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    argv = argv[2].split() if argv[:2] == ["sh", "-c"] else argv
+    return argv[argv.index("-m") + 1]
+
+
 def test_jobs_mount_only_the_modules_they_run(startup_render):
-    maps = {m["metadata"]["name"].split("-code-")[0]: m for m in startup_render.k8s("ConfigMap")
-            if "-code-" in m["metadata"]["name"]}
-    streamer_maps = [m for name, m in maps.items() if name == "streamer"]
-    assert streamer_maps and set(streamer_maps[0]["data"]) == {"__init__.py", "streamer.py", "netlimits.py", "s3.py",
-                                                               "progress.py"}
-    startup = maps["startup"]["data"]
-    assert {"startup_collect.py", "timeline.py", "startup.py", "sleepwake.py"} <= set(startup)
-    assert "sweep.py" not in startup and "report.py" not in startup
+    (streamer,) = _by_name(startup_render, "Job", "streamer-l40s-")
+    (startup,) = _by_name(startup_render, "Job", "startup-gemma-fp8-")
+    assert _module_run(streamer) == "bench.startup.streamer" and _module_run(startup) == "bench.startup.collect"
+    assert set(_code_files(startup_render, streamer)) == {
+        "__init__.py", "startup/__init__.py", "startup/streamer.py", "startup/netlimits.py",
+        "common/__init__.py", "common/cli.py", "common/s3.py", "common/progress.py", "common/instances.py"}
+    files = set(_code_files(startup_render, startup))
+    assert {"startup/collect.py", "startup/timeline.py", "startup/phases.py", "startup/sleepwake.py",
+            "common/kube.py"} <= files
+    assert not [f for f in files if f.startswith(("run/", "analysis/", "demo/"))] and "__main__.py" not in files
+
+
+def test_each_job_imports_what_it_runs_from_its_own_code_volume(startup_render, tmp_path):
+    """The module each Job runs, imported from nothing but its volume (no site-packages, so no
+    installed copy of the project can stand in for a module the volume lacks)."""
+    jobs = _by_name(startup_render, "Job", "streamer-") + _by_name(startup_render, "Job", "startup-")
+    assert len(jobs) == 3
+    for job in jobs:
+        root = tmp_path / job["metadata"]["name"]
+        write_files(_code_files(startup_render, job), root / "bench")
+        module = _module_run(job)
+        done = subprocess.run([sys.executable, "-S", "-c", f"import {module}"], cwd=root, capture_output=True,
+                              text=True, env={"PYTHONPATH": str(root)}, timeout=60)
+        assert done.returncode == 0, f"{job['metadata']['name']}: {module}: {done.stderr}"

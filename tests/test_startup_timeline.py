@@ -11,14 +11,16 @@ import json
 
 import pytest
 
-from bench import startup, startup_report, timeline
+from bench.startup import phases
+from bench.startup import report as startup_report
+from bench.startup import timeline
 from tests.fixtures import kube_objects as K
 from tests.test_bench_startup import LOG_026
 
 
 @pytest.fixture
 def log026():
-    return startup.parse_log(LOG_026.splitlines())
+    return phases.parse_log(LOG_026.splitlines())
 
 
 def _build(objs, log, **kw):
@@ -105,15 +107,15 @@ def test_startup_accepts_the_stored_record(tmp_path, capsys, log026):
     path = tmp_path / "startup" / "pod.json"
     path.parent.mkdir()
     path.write_text(json.dumps(_build(K.cold_boot(), log026)))
-    assert startup.main([str(path), "--json"]) == 0
+    assert phases.main([str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["instance_type"] == "g6e.2xlarge"  # taken from the record's node
     assert (out["weight_load_gbps"], out["weight_load_share_of_baseline_pct"]) == (9.26, 185.2)
     assert out["kv_cache_tokens"] == 31344 and out["weight_load_s"] == 29.12
     assert out["timeline"]["total_s"] == 537.0 and out["timeline"]["new_node"] is True
-    assert startup.main([str(path), "--json", "--instance-type", "g7e.2xlarge"]) == 0
+    assert phases.main([str(path), "--json", "--instance-type", "g7e.2xlarge"]) == 0
     assert json.loads(capsys.readouterr().out)["weight_load_share_of_baseline_pct"] == 18.5
-    assert startup.main([str(path)]) == 0
+    assert phases.main([str(path)]) == 0
     table = capsys.readouterr().out
     assert "Weight load rate" in table and "Node provisioning (pod created -> scheduled)" in table
     assert "48.0 s (9%)" in table and "yes" in table

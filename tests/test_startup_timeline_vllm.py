@@ -11,14 +11,15 @@ import subprocess
 
 import pytest
 
-from bench import startup, timeline
+from bench.startup import phases
+from bench.startup import timeline
 from tests.fixtures import kube_objects as K
 
 pytestmark = pytest.mark.vllm
 
 
 def test_timeline_from_the_real_server_log(tiny_vllm_server, tmp_path):
-    log = startup.parse_file(tiny_vllm_server.log)
+    log = phases.parse_file(tiny_vllm_server.log)
     assert log["ready"] and log["kv_cache_tokens"] > 0
     ready_after = log["time_to_ready_s"] + 2.0
     for boot, started in (("cold", 131.0), ("warm", 3602.0)):

@@ -10,7 +10,10 @@ from types import SimpleNamespace
 import boto3
 import pytest
 
-from stacks import teardown
+from stacks.ops import teardown
+from stacks.ops.teardown.leftovers import find_leftovers, find_log_groups
+from stacks.ops.teardown.ownership import karpenter_owned
+from stacks.ops.teardown.pre_destroy import delete_steps, run_steps, update_kubeconfig_step, wait_for_instances_gone
 
 CLUSTER = "vllm-poc-dev"
 OTHER = "someone-elses-cluster"
@@ -64,7 +67,7 @@ def _state(ec2, instance_id: str) -> str:
 
 
 def test_delete_commands_follow_the_stack_labels_in_order():
-    steps = teardown.delete_steps("/tmp/kc", None)
+    steps = delete_steps("/tmp/kc", None)
     assert [s.argv for s in steps] == [
         ["kubectl", "--kubeconfig", "/tmp/kc", "delete", "jobs.batch", "--all-namespaces", "--cascade=foreground",
          "--selector", "app.kubernetes.io/part-of=vllm-poc", "--ignore-not-found", "--wait", "--timeout=15m"],
@@ -75,9 +78,9 @@ def test_delete_commands_follow_the_stack_labels_in_order():
         ["kubectl", "--kubeconfig", "/tmp/kc", "delete", "ec2nodeclasses.karpenter.k8s.aws",
          "--selector", "app.kubernetes.io/part-of=vllm-poc", "--ignore-not-found", "--wait", "--timeout=15m"],
     ]
-    with_context = teardown.delete_steps(None, "admin@dev", wait_minutes=5)[2].argv
+    with_context = delete_steps(None, "admin@dev", wait_minutes=5)[2].argv
     assert with_context[:3] == ["kubectl", "--context", "admin@dev"] and "--timeout=5m" in with_context
-    assert teardown.update_kubeconfig_step(CLUSTER, REGION, "/tmp/kc").argv == [
+    assert update_kubeconfig_step(CLUSTER, REGION, "/tmp/kc").argv == [
         "aws", "eks", "update-kubeconfig", "--name", CLUSTER, "--region", REGION, "--kubeconfig", "/tmp/kc"]
 
 
@@ -108,13 +111,13 @@ class FakeRunner:
 
 
 def test_run_steps_tolerates_a_missing_crd_and_stops_on_failure():
-    steps = teardown.delete_steps("/kc", None)
+    steps = delete_steps("/kc", None)
     missing = FakeRunner({"nodepools.karpenter.sh": (1, 'error: the server doesn\'t have a resource type "nodepools"')})
-    assert teardown.run_steps(steps, missing, log=lambda m: None)
+    assert run_steps(steps, missing, log=lambda m: None)
     assert len(missing.calls) == 4
 
     broken = FakeRunner({"jobs.batch": (1, "error: You must be logged in to the server (Unauthorized)")})
-    assert not teardown.run_steps(steps, broken, log=lambda m: None)
+    assert not run_steps(steps, broken, log=lambda m: None)
     assert len(broken.calls) == 1  # Deployments and NodePools are not touched after a failure
 
 
@@ -136,7 +139,7 @@ def test_wait_returns_once_karpenter_instances_are_terminated(ec2, ami):
         assert seconds == 15
         ec2.terminate_instances(InstanceIds=ours + [only_eks_tag])
 
-    left = teardown.wait_for_instances_gone(ec2, CLUSTER, timeout_s=600, sleep=sleep, log=logs.append)
+    left = wait_for_instances_gone(ec2, CLUSTER, timeout_s=600, sleep=sleep, log=logs.append)
     assert left == []
     assert logs[0].startswith("waiting for 3 Karpenter instance(s)") and "nodepool g7e" in logs[0]
     assert all(_state(ec2, i) == "running" for i in decoys)
@@ -150,7 +153,7 @@ def test_wait_is_bounded(ec2, ami):
         now[0] += seconds
 
     logs: list[str] = []
-    left = teardown.wait_for_instances_gone(ec2, CLUSTER, timeout_s=40, interval_s=15, sleep=sleep,
+    left = wait_for_instances_gone(ec2, CLUSTER, timeout_s=40, interval_s=15, sleep=sleep,
                                             clock=lambda: now[0], log=logs.append)
     assert [i["InstanceId"] for i in left] == [stuck]
     assert now[0] == 40 and logs[-1].startswith("timed out: 1 Karpenter instance(s)")
@@ -259,7 +262,7 @@ def _check(args_extra: dict | None = None, confirm=input):
 
 def _found(ec2, ids, storage="destroy", vpc=True):
     clients = {n: boto3.client(n) for n in ("iam", "elbv2", "elb", "s3")}
-    return teardown.find_leftovers(CLUSTER, "dev", ec2=ec2, vpc_id=ids["vpc"] if vpc else None, teardown=storage, **clients)
+    return find_leftovers(CLUSTER, "dev", ec2=ec2, vpc_id=ids["vpc"] if vpc else None, teardown=storage, **clients)
 
 
 def test_check_lists_orphans_and_leaves_decoys_out(ec2, ami, monkeypatch, capsys):
@@ -351,18 +354,18 @@ def test_delete_needs_confirmation(ec2, ami, monkeypatch, capsys):
 
 def test_ownership_predicates():
     ours = karpenter_node_tags(CLUSTER)
-    assert teardown.karpenter_owned(ours, CLUSTER)
-    assert not teardown.karpenter_owned(ours, OTHER)
-    assert not teardown.karpenter_owned({f"kubernetes.io/cluster/{CLUSTER}": "owned"}, CLUSTER)  # not Karpenter's
-    assert not teardown.karpenter_owned({"karpenter.sh/discovery": CLUSTER}, CLUSTER)  # our subnet/SG discovery tag
-    assert teardown.karpenter_owned({"karpenter.k8s.aws/cluster": CLUSTER}, CLUSTER)
+    assert karpenter_owned(ours, CLUSTER)
+    assert not karpenter_owned(ours, OTHER)
+    assert not karpenter_owned({f"kubernetes.io/cluster/{CLUSTER}": "owned"}, CLUSTER)  # not Karpenter's
+    assert not karpenter_owned({"karpenter.sh/discovery": CLUSTER}, CLUSTER)  # our subnet/SG discovery tag
+    assert karpenter_owned({"karpenter.k8s.aws/cluster": CLUSTER}, CLUSTER)
 
 
 def test_leftover_control_plane_log_group_is_listed(ec2, monkeypatch, capsys):
     logs = boto3.client("logs")
     logs.create_log_group(logGroupName=f"/aws/eks/{CLUSTER}/cluster")
     logs.create_log_group(logGroupName="/aws/eks/another-cluster/cluster")  # not ours
-    found = teardown.find_log_groups(logs, CLUSTER)
+    found = find_log_groups(logs, CLUSTER)
     assert [(x.kind, x.id, x.deletable) for x in found] == [("log-group", f"/aws/eks/{CLUSTER}/cluster", False)]
     assert "no retention" in found[0].detail and "delete-log-group" in found[0].note
 

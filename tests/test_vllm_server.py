@@ -10,7 +10,8 @@ import pytest
 from components.vllm_server import VllmServer, VllmServerArgs, deployment_manifest, service_manifest
 from components.weight_store import WeightStore, WeightStoreArgs
 from policy import policies
-from stacks import catalog, mocks as mocks_module, serving
+from stacks import catalog, serving
+from stacks.ops import mocks as mocks_module
 from tests.fixtures.k8s_schemas import validate_object
 
 K8S = "1.34"

@@ -13,7 +13,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from components.weight_store import WeightStore, WeightStoreArgs, results_prefix
 from policy import policies
-from stacks import mocks as mocks_module
+from stacks.ops import mocks as mocks_module
 
 KMS = "arn:aws:kms:ap-northeast-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 MODELS = ["RedHatAI/gemma-4-31B-it-FP8-dynamic", "google/gemma-4-31B-it-assistant"]

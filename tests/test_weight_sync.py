@@ -13,7 +13,7 @@ import threading
 import boto3
 import pytest
 
-from stacks import staging
+from stacks.ops import staging
 from tests.fixtures.fake_hub import FakeHub, FakeRepo, start
 from weights import hub
 from weights.__main__ import main as weights_main
@@ -170,7 +170,7 @@ def test_the_rendered_job_command_syncs_with_code_from_its_config_map(fake_hub, 
     import subprocess
     import sys
 
-    from stacks.render import render_stack
+    from stacks.ops.render import render_stack
     from stacks.versions import extra
 
     rendered = render_stack("dev")

@@ -16,8 +16,8 @@ from components.workload_identity import (
     statement_problems,
 )
 from policy import policies
-from stacks import mocks as mocks_module
 from stacks import serving
+from stacks.ops import mocks as mocks_module
 
 K8S_VERSION = "1.34.0"
 WEIGHTS_ARN = "arn:aws:s3:::vllm-poc-test-weights-123456789012-ap-northeast-2"

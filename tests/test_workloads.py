@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import results as R
-from bench import spec as SPEC
-from bench import workloads as W
+from bench.analysis import results as R
+from bench.analysis import side as SIDE
+from bench.analysis import spec as SPEC
+from bench.analysis import summary as SUMMARY
+from bench.common import workloads as W
 
 # Captured from `vllm serve` (CPU build 0.32.0, ngram k=4) before and after a short run: the
 # counters `vllm bench serve` and the sweep's telemetry read (plus the `_created` gauges next to them).
@@ -130,7 +132,7 @@ def test_table7_row_from_korean_runs():
 
 
 def test_report_gives_table7_and_flags_the_gate(tmp_path):
-    from bench import report as REP
+    from bench.analysis import report as REP
 
     rows = {1: dict(spec_decode_acceptance_rate=4.0, output_throughput=48.5, p50_e2el_ms=2690.0,
                     spec_decode_per_position_acceptance_rates=[0.1, 0.05, 0.0, 0.0]),
@@ -138,8 +140,8 @@ def test_report_gives_table7_and_flags_the_gate(tmp_path):
     for c, extra in rows.items():
         data = {**_result("K_korean", 300, max_concurrency=c, **extra), "scenario": "K_korean", "concurrency": str(c)}
         (tmp_path / R.result_filename("K_korean", c)).write_text(json.dumps(data))
-    side = REP.load_side(tmp_path, label="fp8-mtp")
-    summary, issues = REP.build_summary(side, None, ttft_ms=500, itl_ms=50, threshold=1.5)
+    side = SIDE.load_side(tmp_path, label="fp8-mtp")
+    summary, issues = SUMMARY.build_summary(side, None, ttft_ms=500, itl_ms=50, threshold=1.5)
     md = REP.render_markdown(side, None, summary, issues, [], None)
     assert "## Korean prompt set (acceptance, c1 tok/s, c1 E2E p50, c8 tok/s)" in md
     assert "| fp8-mtp | 3.0-4.0% | 0.10 / 0.05 / 0.00 / 0.00 | 48.5 | 2.69 s | 281.5 |" in md

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import sweep as S
-from bench import workloads as W
+from bench.common import workloads as W
+from bench.run import grid as G
+from bench.run import sweep as S
 from tests.test_bench_sweep import FLAGS_026, manifest, plan_for
 
 # Dataset flags of the two scenarios; in vLLM since 0.9.2 (custom output length) or earlier, and
@@ -25,13 +26,13 @@ def test_korean_runs_at_its_own_concurrencies_unless_told():
         ("S1_chat", 1), ("S1_chat", 4), ("S1_chat", 64), ("K_korean", 1), ("K_korean", 8)]
     _, plan = plan_for("--scenarios", "K_korean", "--scenario-concurrencies", "K_korean=64,1,8")
     assert [p.concurrency for p in plan] == [1, 8, 64]
-    with pytest.raises(S.UsageError, match="S5_shared_prefix not among the scenarios"):
+    with pytest.raises(G.UsageError, match="S5_shared_prefix not among the scenarios"):
         plan_for("--scenarios", "K_korean", "--scenario-concurrencies", "S5_shared_prefix=1")
 
 
 def test_korean_command_custom_dataset_chat_template_no_ignore_eos():
     args, plan = plan_for("--scenarios", "K_korean", "--prompt-format", "custom")
-    cmd = S.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=0)
+    cmd = G.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=0)
     flags = {c for c in cmd if c.startswith("--")}
     assert flags <= FLAGS_026 | DATASET_FLAGS
     assert "--ignore-eos" not in flags and "--skip-chat-template" not in flags
@@ -42,7 +43,7 @@ def test_korean_command_custom_dataset_chat_template_no_ignore_eos():
 
 def test_korean_chat_path_sends_the_same_prompts_to_the_chat_endpoint(tmp_path):
     args, plan = plan_for("--scenarios", "K_korean", "--prompt-format", "chat")
-    cmd = S.bench_command(["vllm"], args, plan[0], "/tok", tmp_path, seed=0)
+    cmd = G.bench_command(["vllm"], args, plan[0], "/tok", tmp_path, seed=0)
     joined = " ".join(cmd)
     assert "--backend openai-chat --endpoint /v1/chat/completions --dataset-name sharegpt" in joined
     assert "--sharegpt-output-len 256" in joined and "--ignore-eos" not in joined
@@ -67,7 +68,7 @@ def test_shared_prefix_rounds_prompts_to_whole_prefix_groups_and_keeps_its_share
     assert [(p.concurrency, p.num_prompts) for p in plan] == [(1, 8), (3, 8)]  # 4 prefixes
     args, plan = plan_for("--scenarios", "S5_shared_prefix", "--scenario", "S5_shared_prefix=320/8",
                           "--concurrencies", "1")
-    cmd = S.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=0)
+    cmd = G.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=0)
     value = {cmd[i]: cmd[i + 1] for i in range(len(cmd) - 1)}
     assert value["--dataset-name"] == "prefix_repetition"
     assert (value["--prefix-repetition-prefix-len"], value["--prefix-repetition-suffix-len"]) == ("288", "32")

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import results as R
-from bench import spec as SPEC
+from bench.analysis import results as R
+from bench.analysis import spec as SPEC
 from tests.fixtures.bench_env import SERVE_FLAGS, TINY_MODEL, _free_port, _stop, wait_healthy
 
 pytestmark = pytest.mark.vllm

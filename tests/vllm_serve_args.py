@@ -12,7 +12,7 @@ vLLM does not know fails here rather than on a GPU node. Abbreviated flags are r
 accepts any unique prefix, and a prefix that is unique in one vLLM version need not be in another.
 
 With `--flags`, the output is {"vllm": version, "results": [...], "flags": {...}}, the flag table
-of stacks/vllm_flags_dump.py (what `python -m stacks.vllm_flags generate` writes) from the same
+of stacks/ops/vllm_flags_dump.py (what `python -m stacks.ops.vllm_flags generate` writes) from the same
 parser, so the checked-in list is compared without a second vLLM import.
 """
 
@@ -128,7 +128,7 @@ def _dump_module():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "stacks" / "vllm_flags_dump.py"
+    path = Path(__file__).resolve().parents[1] / "stacks" / "ops" / "vllm_flags_dump.py"
     spec = importlib.util.spec_from_file_location("vllm_flags_dump", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,0 +1,351 @@
+"""Capacity figures of one sweep folder, recomputed from its files (report, plan).
+
+The sweep stores the SLO capacity search's runs under `search/` and the open-loop runs under
+`open_loop/` (see bench/run/extra_runs.py); nothing here trusts the manifest's own conclusions.
+
+Per scenario:
+- `slo_capacity`: the closed-loop bracket `[concurrency_pass, concurrency_fail)` whose pass end
+  passed with confidence (95 % bootstrap intervals of the pooled repeats), its output tok/s and
+  req/s (mean of the repeats) and the intervals; `{"state": "never_meets_slo"}` when no tested
+  concurrency meets the SLO; None when the search did not run (or did not confirm a pass end).
+- `rate_capacity`: the highest offered Poisson rate whose p99s meet the SLO (point estimates,
+  every lower rate meeting it too), its output tok/s and goodput; None without open-loop runs.
+- `open_loop`: every open-loop point (offered rate, achieved req/s, goodput, attainment, p99s).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from bench.analysis import capacity as C
+from bench.analysis import results as R
+from bench.analysis import verdict as V
+
+SEARCH_DIR = "search"
+OPEN_LOOP_DIR = "open_loop"
+_SEARCH_NAME = re.compile(r"^(?P<scenario>[A-Za-z0-9][A-Za-z0-9_-]*)_c(?P<c>[0-9]+)\.run(?P<k>[0-9]+)\.json$")
+_OPEN_NAME = re.compile(r"^(?P<scenario>[A-Za-z0-9][A-Za-z0-9_-]*)_rate(?P<rate>[0-9.]+)\.json$")
+
+
+def search_filename(scenario: str, concurrency: int, run: int) -> str:
+    return f"{scenario}_c{concurrency}.run{run}.json"
+
+
+def open_loop_filename(scenario: str, rate: float) -> str:
+    return f"{scenario}_rate{rate:g}.json"
+
+
+def _load(path: Path, scenario: str, concurrency: int) -> tuple[R.RunResult, dict[str, Any]] | None:
+    result = R.load_result(path, R.Expectation(scenario=scenario, concurrency=concurrency))
+    return (result, result.raw) if result.valid else None
+
+
+def search_runs(folder: Path) -> dict[str, dict[int, list[tuple[R.RunResult, dict[str, Any]]]]]:
+    """Valid search runs per scenario and concurrency, repeats in run order."""
+    out: dict[str, dict[int, list[tuple[int, R.RunResult, dict[str, Any]]]]] = {}
+    for file in sorted((folder / SEARCH_DIR).glob("*.json")) if (folder / SEARCH_DIR).is_dir() else []:
+        m = _SEARCH_NAME.match(file.name)
+        if not m:
+            continue
+        got = _load(file, m["scenario"], int(m["c"]))
+        if got:
+            out.setdefault(m["scenario"], {}).setdefault(int(m["c"]), []).append((int(m["k"]), *got))
+    return {s: {c: [(r, d) for _, r, d in sorted(v, key=lambda x: x[0])] for c, v in by_c.items()}
+            for s, by_c in out.items()}
+
+
+def open_loop_runs(folder: Path) -> dict[str, list[tuple[float, R.RunResult, dict[str, Any]]]]:
+    out: dict[str, list[tuple[float, R.RunResult, dict[str, Any]]]] = {}
+    for file in sorted((folder / OPEN_LOOP_DIR).glob("*.json")) if (folder / OPEN_LOOP_DIR).is_dir() else []:
+        m = _OPEN_NAME.match(file.name)
+        if not m:
+            continue
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        cap = data.get("max_concurrency") if isinstance(data, dict) else None
+        got = _load(file, m["scenario"], int(cap) if isinstance(cap, int) else 0)
+        if got:
+            out.setdefault(m["scenario"], []).append((float(m["rate"]), *got))
+    return {s: sorted(v, key=lambda x: x[0]) for s, v in out.items()}
+
+
+def grid_judgements(runs: list[R.RunResult], *, ttft_ms: float, decode_ms: float,
+                    decode_metric: str) -> dict[int, C.Judgement]:
+    return {r.concurrency: C.judge_results([r.raw], ttft_ms=ttft_ms, decode_ms=decode_ms,
+                                           decode_metric=decode_metric)
+            for r in runs if r.valid and r.raw}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known), 3) if known else None
+
+
+def slo_capacity(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]], *,
+                 ttft_ms: float, decode_ms: float, decode_metric: str = "itl",
+                 min_requests: int = C.DEFAULT_SEARCH_REQUESTS, repeats: int = C.DEFAULT_REPEATS
+                 ) -> dict[str, Any] | None:
+    judged = grid_judgements(grid, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+    if not judged:
+        return None
+    state = C.Search(judged, min_requests=min_requests, repeats=repeats)
+    for c, runs in search.items():
+        state.extra[c] = C.judge_results([d for _, d in runs], ttft_ms=ttft_ms, decode_ms=decode_ms,
+                                         decode_metric=decode_metric)
+        state.run_requests[c] = [r.completed or 0 for r, _ in runs]
+    lo, hi = state.bounds()
+    if lo is None:
+        return {"state": C.NEVER_MEETS_SLO}
+    if state._passes(lo) is not True:  # noqa: SLF001 - the search never confirmed its pass end
+        return None
+    judgement = state.extra.get(lo) or judged[lo]
+    source = [r for r, _ in search.get(lo, [])] or [r for r in grid if r.concurrency == lo]
+    return {
+        "concurrency_pass": lo,
+        "concurrency_fail": hi,
+        "output_tok_s": _mean([r.output_tok_s for r in source]),
+        "req_s": _mean([r.req_s for r in source]),
+        "ttft_p99_ci_ms": C._ci(judgement.ttft.ci_ms),  # noqa: SLF001
+        "decode_p99_ci_ms": C._ci(judgement.decode.ci_ms),  # noqa: SLF001
+    }
+
+
+def open_loop_points(runs: list[tuple[float, R.RunResult, dict[str, Any]]], *, ttft_ms: float,
+                     decode_ms: float, decode_metric: str = "itl") -> list[dict[str, Any]]:
+    points = []
+    for rate, result, data in runs:
+        j = C.judge_results([data], ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+        goodput = C._num(data.get("request_goodput"))  # noqa: SLF001
+        points.append({
+            "rate": rate,
+            "req_s": result.req_s,
+            "output_tok_s": result.output_tok_s,
+            "goodput_req_s": goodput,
+            "attainment_pct": (round(100 * goodput / result.req_s, 2)
+                               if goodput is not None and result.req_s else None),
+            "meets": j.point_pass,
+            **{k: v for k, v in j.as_dict().items() if k not in ("state", "runs", "detailed")},
+        })
+    return points
+
+
+def search_settings(folder: Path) -> tuple[int, int]:
+    """(requests behind a pass, repeats) the sweep searched with (manifest), else the defaults."""
+    try:
+        settings = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["extra"]["settings"]
+        return int(settings["search_requests"]), int(settings["search_repeats"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return C.DEFAULT_SEARCH_REQUESTS, C.DEFAULT_REPEATS
+
+
+def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, decode_ms: float,
+                      decode_metric: str = "itl", min_requests: int | None = None,
+                      repeats: int | None = None) -> dict[str, dict[str, Any]]:
+    """{scenario: {"slo_capacity", "rate_capacity", "open_loop", "closed", "open"}} for every
+    scenario of the grid. `closed` and `open` are the capacity intervals (bench.analysis.verdict.Capacity)
+    of the closed loop (grid and search) and of the open loop (None without open-loop runs).
+    Pass the usable grid runs (valid, not suspect)."""
+    swept_requests, swept_repeats = search_settings(folder)
+    min_requests = swept_requests if min_requests is None else min_requests
+    repeats = swept_repeats if repeats is None else repeats
+    searched = search_runs(folder)
+    opened = open_loop_runs(folder)
+    out = {}
+    names = []
+    for r in grid:
+        if r.scenario not in names:
+            names.append(r.scenario)
+    for name in names:
+        runs = [r for r in grid if r.scenario == name]
+        points = open_loop_points(opened.get(name, []), ttft_ms=ttft_ms, decode_ms=decode_ms,
+                                  decode_metric=decode_metric)
+        out[name] = {
+            "slo_capacity": slo_capacity(runs, searched.get(name, {}), ttft_ms=ttft_ms, decode_ms=decode_ms,
+                                         decode_metric=decode_metric, min_requests=min_requests,
+                                         repeats=repeats),
+            "rate_capacity": C.rate_capacity(points),
+            "open_loop": points,
+            "closed": V.closed_loop(runs, searched.get(name, {}), ttft_ms=ttft_ms, decode_ms=decode_ms,
+                                    decode_metric=decode_metric, min_requests=min_requests, repeats=repeats),
+            "open": V.open_loop(points),
+        }
+    return out
+
+
+def capacity_files(folder: Path) -> set[Path]:
+    """The search and open-loop files the capacity figures read (valid runs with the sweep's names)."""
+    used = {Path(r.path) for by_c in search_runs(folder).values() for runs in by_c.values() for r, _ in runs}
+    used |= {Path(r.path) for runs in open_loop_runs(folder).values() for _, r, _ in runs}
+    return used
+
+
+# ---------------------------------------------------------------------------------------------
+# summary.json and report.md (called by bench.analysis.report)
+
+
+def _usable(side) -> list[R.RunResult]:
+    return [r for r in side.runs if side.usable(r)]
+
+
+def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decode_ms: float,
+                   decode_metric: str, basis: str, threshold: float, issues: list[str],
+                   incomparable: list[str] | None = None) -> dict[str, Any]:
+    """Adds per scenario slo_capacity / rate_capacity and their intervals, per comparison the SLO
+    ratio with its interval and source, and the verdict (bench.analysis.verdict) on the chosen basis."""
+    mine = scenario_capacity(side.path, _usable(side), ttft_ms=ttft_ms, decode_ms=decode_ms,
+                             decode_metric=decode_metric)
+    side.used |= capacity_files(side.path)
+    for name, entry in summary["scenarios"].items():
+        got = mine.get(name, {})
+        entry["slo_capacity"] = got.get("slo_capacity")
+        entry["rate_capacity"] = got.get("rate_capacity")
+        closed, opened = got.get("closed") or V.Capacity(V.GRID, V.NO_DATA), got.get("open")
+        entry["slo_capacity_interval"] = closed.as_dict()
+        entry["rate_capacity_interval"] = opened.as_dict() if opened else None
+    extra: dict[str, Any] = {"candidate": mine}
+    if base is None or summary["comparison"] is None:
+        return extra
+    theirs = scenario_capacity(base.path, _usable(base), ttft_ms=ttft_ms, decode_ms=decode_ms,
+                               decode_metric=decode_metric)
+    base.used |= capacity_files(base.path)
+    extra["baseline"] = theirs
+    labels = (side.label, base.label)
+    calls, peak_calls = [], []
+    priced = side.cost_price() is not None and base.cost_price() is not None
+    for name, comp in summary["comparison"].items():
+        a, b, source = V.pair(mine.get(name), theirs.get(name))
+        call = V.slo_call(name, a, b, source, a_gpus=side.gpus, b_gpus=base.gpus, threshold=threshold,
+                          labels=labels)
+        cost = None
+        if priced and a.known and b.known and b.lo:
+            cost = V.point_ratio(a.lo / side.cost_price(), b.lo / base.cost_price())
+        comp["slo_ratio"] = call.point
+        comp["slo_cost_efficiency_ratio"] = cost
+        comp["baseline_state"] = b.state
+        comp["slo_ratio_interval"] = ([V._end(call.interval[0]), V._end(call.interval[1])]  # noqa: SLF001
+                                      if call.interval else None)
+        comp["slo_basis_source"] = source
+        comp["slo_state"] = call.state
+        extra.setdefault("comparison", {})[name] = {"candidate": a, "baseline": b, "call": call}
+        calls.append(call)
+        missing = [f"the {w} ({label})" for w, label, peak in (("candidate", side.label, comp["peak_tok_s"]),
+                                                               ("baseline", base.label, comp["baseline_peak_tok_s"]))
+                   if peak is None]
+        peak_calls.append(V.peak_call(name, comp["throughput_ratio"], threshold=threshold, labels=labels,
+                                      missing=missing))
+    summary["verdict"] = V.decide(calls if basis == "slo" else peak_calls, basis=basis, threshold=threshold,
+                                  issues=issues, incomparable=incomparable or [])
+    return extra
+
+
+def _n(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _ci(v: list[float] | None) -> str:
+    return "-" if not v else f"[{v[0]:,.1f}, {v[1]:,.1f}]"
+
+
+def _source_text(cap: V.Capacity) -> str:
+    if cap.source == V.SEARCH:
+        return "capacity search" + ("" if cap.confirmed or cap.state != V.MEETS else " (pass end not confirmed)")
+    return V.SOURCE_WORDS.get(cap.source, cap.source)
+
+
+def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str, Any] | None,
+             decode_metric: str) -> list[str]:
+    lines = ["", "## Capacity under the SLO", "",
+             "Capacity is known between two tested loads: from the highest load that meets the SLO (its output "
+             "tok/s is the lower end) to the lowest load above it that misses it (the upper end, not reached). "
+             "Grid: the sweep's concurrencies. Capacity search (`sweep --capacity-search`): extra concurrencies "
+             "between those two, until the bracket is narrow; its pass end must pass with confidence (upper end "
+             "of the 95 % bootstrap interval of each p99 within its limit, enough requests, repeats pooled). "
+             "Open loop: Poisson arrivals at offered rates around that capacity; the rate capacity is the "
+             "highest offered rate whose p99s meet the SLO (every lower rate meeting it too). Closed-loop and "
+             "open-loop figures are never mixed in one number.", "",
+             f"| Scenario | SLO capacity, closed loop | From | Search bracket [pass, fail) | TTFT p99 95 % CI (ms) "
+             f"| {decode_metric.upper()} p99 95 % CI (ms) | Rate capacity (req/s) | Output tok/s at it "
+             "| Goodput (req/s) |",
+             "|---|---|---|---|---|---|---:|---:|---:|"]
+    mine = extra.get("candidate") or {}
+    for name, s in summary["scenarios"].items():
+        cap, rate = s.get("slo_capacity"), s.get("rate_capacity")
+        interval = (mine.get(name) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
+        if cap is None:
+            searched = ["not run" if interval.source == V.GRID else "no confirmed pass end", "-", "-"]
+        elif "state" in cap:
+            searched = ["never meets the SLO", "-", "-"]
+        else:
+            fail = cap["concurrency_fail"] if cap["concurrency_fail"] is not None else "none above (highest tested)"
+            searched = [f"[{cap['concurrency_pass']}, {fail})", _ci(cap["ttft_p99_ci_ms"]),
+                        _ci(cap["decode_p99_ci_ms"])]
+        opened = ([_n(rate["req_s"], 3), _n(rate["output_tok_s"]), _n(rate["goodput_req_s"], 3)] if rate
+                  else ["-", "-", "-"])
+        lines.append(f"| {name} | {V.capacity_text(interval)} | {_source_text(interval)} | "
+                     + " | ".join(searched + opened) + " |")
+    points = {n: e.get("open_loop") or [] for n, e in (extra.get("candidate") or {}).items()}
+    if any(points.values()):
+        lines += ["", "### Open loop: goodput and SLO attainment against offered rate", "",
+                  f"| Scenario | Offered req/s | Achieved req/s | Output tok/s | Goodput req/s | Attainment "
+                  f"| TTFT p99 (ms) | {decode_metric.upper()} p99 (ms) | Meets SLO |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for name, pts in points.items():
+            for p in pts:
+                att = f"{p['attainment_pct']:.1f}%" if p["attainment_pct"] is not None else "-"
+                lines.append(f"| {name} | {p['rate']:g} | {_n(p['req_s'], 3)} | {_n(p['output_tok_s'])} "
+                             f"| {_n(p['goodput_req_s'], 3)} | {att} | {_n(p['ttft_p99_ms'])} "
+                             f"| {_n(p['decode_p99_ms'])} | {'yes' if p['meets'] else 'no'} |")
+    sessions = (manifest or {}).get("sessions") or []
+    timing = (sessions[-1].get("timing") or {}) if sessions and isinstance(sessions[-1], dict) else {}
+    if timing.get("busy_share_pct") is not None:
+        idle = timing.get("idle_between_windows_s")
+        lines += ["", f"GPU busy share of the last sweep session: {timing['busy_share_pct']:.1f}% (measured "
+                      f"windows / wall of the runs, {timing.get('bench_client') or 'unknown'} client); idle "
+                      "between two "
+                      f"measured windows {'-' if idle is None else f'{idle:.2f} s'} per run."]
+    ext = (manifest or {}).get("extra") or {}
+    totals = ext.get("totals")
+    if totals:
+        share = (f"{totals['added_pct']}% of the grid's {totals['grid_gpu_s']:.1f} s"
+                 if totals.get("added_pct") is not None else "the grid's GPU time is unknown")
+        lines += ["", f"Extra runs (search and open loop): {totals['runs']} ({totals['search_runs']} search, "
+                      f"{totals['open_loop_runs']} open loop), GPU time {totals['gpu_s']:.1f} s = {share}."]
+        for name, info in (ext.get("scenarios") or {}).items():
+            if info.get("stopped"):
+                lines.append(f"- {name}: {info['stopped']}")
+    return lines
+
+
+def comparison_markdown(summary: dict[str, Any], labels: tuple[str, str], extra: dict[str, Any]) -> list[str]:
+    """The one SLO ratio per scenario, with its interval and where it comes from (what the verdict uses)."""
+    comp = summary.get("comparison") or {}
+    details = extra.get("comparison") or {}
+    if not comp:
+        return []
+    cand, base = labels
+    lines = ["", f"### Under the SLO against {base}", "",
+             "Per GPU, the ratio of the two capacities: its lower end divides the candidate's lower end by the "
+             "baseline's upper end, its upper end the other way round. The point value divides the two lower "
+             "ends (the highest load each side met the SLO at).", "",
+             f"| Scenario | {cand} capacity (output tok/s) | {base} capacity (output tok/s) | SLO ratio (per GPU) "
+             "| Interval | From | SLO cost-efficiency ratio | Scenario decides |",
+             "|---|---|---|---:|---|---|---:|---|"]
+    for name, c in comp.items():
+        d = details.get(name) or {}
+        a = d.get("candidate") or V.Capacity(V.GRID, V.NO_DATA)
+        b = d.get("baseline") or V.Capacity(V.GRID, V.NO_DATA)
+        cost = "-" if c.get("slo_cost_efficiency_ratio") is None else f"{c['slo_cost_efficiency_ratio']:.2f}x"
+        ratio = c.get("slo_ratio")
+        point = "-" if ratio is None else f"{ratio:.2f}x"
+        if ratio is None and c.get("slo_ratio_interval") and c["slo_ratio_interval"][0] is None:
+            point = "no finite value"
+        lines.append(f"| {name} | {V.capacity_text(a)} | {V.capacity_text(b)} | {point} "
+                     f"| {V.interval_text(c.get('slo_ratio_interval'))} "
+                     f"| {V.SOURCE_WORDS.get(c.get('slo_basis_source'), '-')} | {cost} "
+                     f"| {V.STATE_WORDS.get(c.get('slo_state'), '-').lower()} |")
+    return lines

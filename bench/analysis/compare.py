@@ -1,0 +1,474 @@
+"""`python -m bench compare DIR... [--labels a,b,...] --out OUT`: one report over N sweeps.
+
+Each DIR is one sweep (as `sweep --out` or `fetch` leave it, or its s3://bucket/prefix/) of one
+server variant. OUT (a folder, or s3://bucket/prefix/: each file uploaded as written) gets:
+
+- `compare.md`: per scenario and concurrency the output tok/s of each variant and the winner
+  where there is a clear one (variants side by side, as the PoC report laid out its precision
+  and KV-cache comparison), the SLO capacity of each variant, spec-decode acceptance where present
+  (for K_korean: acceptance, c1 tok/s, c1 E2E p50, c8 tok/s), what differs between the variants'
+  manifests, and why the comparison is incomplete when it is;
+- `compare.json` with exactly these keys:
+  {"variants": [{"label", "dir", "differs": {"<setting>": "<value>"}}],
+   "cells": [{"scenario", "concurrency", "output_tok_s": {"<label>": <number or null>},
+              "winner": "<label>" | null, "winner_margin_pct": <number or null>,
+              "noise_pct": <number>, "noise_source": "repeats" | "default"}],
+   "slo_capacity": {"<scenario>": {"<label>": <output tok/s or null>}},
+   "incomplete": ["<reason>"]}
+- `compare.html` (unless --no-html): the same as one self-contained page to open in a browser.
+
+Rules
+- Like for like (as `report`): the sweeps may differ in ONE server setting (model, kvCacheDtype,
+  speculative, tensorParallelSize, instanceType, maxNumSeqs, ...), the variant's own. The settings
+  are read from each manifest's recorded server flags, GPUs and instance type; a setting's
+  consequences belong to it (tensorParallelSize brings its GPU count and loader split with it).
+  A second differing setting (unless the manifests declare a cross product), any difference in the
+  benchmark itself (scenario lengths, prompts, seed, warm-ups, extra bench args, concurrencies,
+  vLLM version), an invalid, suspect or missing run, or a sweep without a manifest makes the comparison
+  incomplete: every reason is listed under `incomplete` and no cell names a winner.
+- `differs` lists, per variant, the value of every setting that is not the same in all sweeps.
+- Winner of a cell: the variant with the highest output tok/s, but only when it leads the next one
+  by more than the noise: `winner_margin_pct` = (first - second) / second in percent; `noise_pct`
+  = the run-to-run spread measured from repeats ((max - min) / mean of the output tok/s of one
+  point measured more than once: a grid point the capacity search ran again, or the search's
+  repeats), the largest of the variants' in that scenario (`noise_source` "repeats"), else a
+  default band of 5 % (`noise_source` "default"). Within the noise the cell says "no clear winner"
+  with both figures. A variant whose speculative decoding accepted < 10 % of drafts on a real-text
+  scenario (K_korean) is a configuration problem (flagged in compare.md) and never a winner.
+- SLO capacity: the lower end of each variant's capacity under the SLO, as `report` computes it
+  (the output tok/s at the highest load meeting TTFT p99 and ITL p99 within the limits, default
+  500 ms and 50 ms, from the grid and the capacity search's runs); null when no load meets it.
+
+Exit codes: 0 written (also when incomplete); 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.analysis import capacity_report as CR
+from bench.analysis import pages
+from bench.analysis import spec as SPEC
+from bench.analysis import verdict as V
+from bench.analysis.side import Side, load_side
+from bench.common import locations
+from bench.common import workloads as W
+from bench.common.cli import run_one
+
+# Two variants closer than this (in percent) name no winner where no repeats measured the noise.
+DEFAULT_NOISE_PCT = 5.0
+
+# Server flags that shape loading or addressing only, never the numbers.
+_IGNORED_FLAGS = {"--host", "--port", "--served-model-name", "--model-loader-extra-config", "--load-format",
+                  "--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice"}
+# Flag -> setting name as the stack config spells it.
+_SETTING_OF_FLAG = {
+    "--kv-cache-dtype": "kvCacheDtype",
+    "--tensor-parallel-size": "tensorParallelSize",
+    "-tp": "tensorParallelSize",
+    "--max-num-seqs": "maxNumSeqs",
+    "--max-model-len": "maxModelLen",
+    "--gpu-memory-utilization": "gpuMemoryUtilization",
+    "--speculative-config": "speculative",
+    "--enable-sleep-mode": "sleepMode",
+    "--scheduling-policy": "schedulingPolicy",
+    "--limit-mm-per-prompt": "limitMmPerPrompt",
+}
+# Facts that follow from a setting: they may differ whenever that setting differs.
+_CONSEQUENCES = {"tensorParallelSize": {"gpus"}}
+# Benchmark facts: never a variant's setting.
+_BENCH_FACTS = ("scenarios", "model_name", "min_prompts", "prompts_per_concurrency", "warmups", "seed",
+                "length_scale", "bench_args", "percentile_metrics", "metric_percentiles", "vllm_version", "image")
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _short_model(uri: str) -> str:
+    """s3://<bucket>/models/RedHatAI/x/ -> RedHatAI/x: the bucket differs between stacks, not the model."""
+    text = uri.rstrip("/")
+    if "/models/" in text:
+        return text.split("/models/", 1)[1]
+    return text.rsplit("/", 1)[-1] if text.startswith(("s3://", "/")) else text
+
+
+def _speculative(value: str) -> str:
+    try:
+        cfg = json.loads(value)
+    except ValueError:
+        return value
+    if not isinstance(cfg, dict):
+        return value
+    parts = [str(cfg.get("method") or "draft")]
+    if cfg.get("model"):
+        parts.append(_short_model(str(cfg["model"])))
+    if cfg.get("num_speculative_tokens") is not None:
+        parts.append(f"k={cfg['num_speculative_tokens']}")
+    return " ".join(parts)
+
+
+def server_settings(flags: list[str]) -> dict[str, str]:
+    """The settings a `vllm serve` argument list expresses, by stack-config name."""
+    settings: dict[str, str] = {"speculative": "off"}
+    i = 0
+    if flags and not flags[0].startswith("-"):
+        settings["model"] = _short_model(flags[0])
+        i = 1
+    while i < len(flags):
+        arg = flags[i]
+        if not arg.startswith("-"):
+            i += 1
+            continue
+        name, eq, inline = arg.partition("=")
+        has_value = bool(eq) or (i + 1 < len(flags) and not flags[i + 1].startswith("--"))
+        value = inline if eq else (flags[i + 1] if has_value else "on")
+        i += 1 if eq or not has_value else 2
+        if name in _IGNORED_FLAGS:
+            continue
+        if name == "--model":
+            settings["model"] = _short_model(value)
+            continue
+        key = _SETTING_OF_FLAG.get(name, name)
+        settings[key] = _speculative(value) if key == "speculative" else value
+    settings.setdefault("tensorParallelSize", "1")
+    return settings
+
+
+def _parse_flags(served: Any) -> list[str] | None:
+    if isinstance(served, list):
+        return [str(a) for a in served]
+    if not isinstance(served, str) or not served.strip():
+        return None
+    try:
+        parsed = json.loads(served)
+        if isinstance(parsed, list):
+            return [str(a) for a in parsed]
+    except ValueError:
+        pass
+    return shlex.split(served)
+
+
+def facts_of(side: Side) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """(server settings, benchmark facts, problems) of one sweep, every value as text."""
+    m = side.manifest or {}
+    problems = []
+    if not m:
+        problems.append(f"{side.label}: no manifest.json: its server and benchmark settings are unknown")
+    flags = _parse_flags(m.get("served_flags"))
+    server: dict[str, str] = server_settings(flags) if flags is not None else {}
+    if m and flags is None:
+        problems.append(f"{side.label}: the manifest records no server flags (sweep --server-args)")
+    if m.get("instance_type"):
+        server["instanceType"] = str(m["instance_type"])
+    server["gpus"] = str(side.gpus)
+    config = m.get("config") or {}
+    bench: dict[str, str] = {}
+    for key in _BENCH_FACTS:
+        if key == "vllm_version":
+            value = (m.get("server") or {}).get("vllm_version")
+        elif key == "image":
+            value = m.get("image")
+        elif key == "model_name":
+            value = None  # the served name follows the model setting
+        else:
+            value = config.get(key)
+        if value is not None:
+            bench[key] = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+    return server, bench, problems
+
+
+def declared_cross(side: Side) -> bool:
+    variant = (side.manifest or {}).get("variant") or {}
+    return bool(isinstance(variant, dict) and variant.get("cross"))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def build(sides: list[Side], *, ttft_ms: float, itl_ms: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(compare.json, extra facts for the markdown)."""
+    incomplete: list[str] = []
+    facts = [facts_of(s) for s in sides]
+    for _, _, problems in facts:
+        incomplete += problems
+
+    # What differs: server settings (the variant's) and benchmark facts (never allowed).
+    keys = sorted({k for server, _, _ in facts for k in server})
+    differing = [k for k in keys if len({server.get(k, "-") for server, _, _ in facts}) > 1]
+    owned = set()
+    for k in differing:
+        owned |= _CONSEQUENCES.get(k, set())
+    settings = [k for k in differing if k not in owned]
+    if len(settings) > 1 and not all(declared_cross(s) for s in sides):
+        incomplete.append(
+            f"the sweeps differ in {len(settings)} settings ({', '.join(settings)}); a comparison "
+            "changes one at a time (declare a cross product explicitly to compare several)")
+    bench_keys = sorted({k for _, bench, _ in facts for k in bench})
+    for k in bench_keys:
+        values = [bench.get(k, "-") for _, bench, _ in facts]
+        if len(set(values)) > 1:
+            listed = ", ".join(f"{s.label}: {v}" for s, v in zip(sides, values))
+            incomplete.append(f"benchmark setting {k} differs ({listed})")
+
+    variants = [
+        {"label": s.label, "dir": locations.display(s.path),
+         "differs": {k: server.get(k, "-") for k in differing}}
+        for s, (server, _, _) in zip(sides, facts)
+    ]
+
+    # Runs: every invalid or missing one, and the cells.
+    for s in sides:
+        bad = s.invalid()
+        if bad:
+            incomplete.append(f"{s.label}: {len(bad)} invalid or missing runs: "
+                              + ", ".join(f"{r.scenario} c={r.concurrency} ({r.reason})" for r in bad))
+        suspect = s.suspect_runs()
+        if suspect:
+            incomplete.append(f"{s.label}: {len(suspect)} suspect runs: "
+                              + ", ".join(f"{r.scenario} c={r.concurrency} ({s.suspect(r)})" for r in suspect))
+    order = list(W.WORKLOADS)
+    cells_keys: list[tuple[str, int]] = []
+    for s in sides:
+        for r in s.runs:
+            if (r.scenario, r.concurrency) not in cells_keys:
+                cells_keys.append((r.scenario, r.concurrency))
+    cells_keys.sort(key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[0], k[1]))
+    for scenario in dict.fromkeys(k[0] for k in cells_keys):
+        have = [sorted(r.concurrency for r in s.runs if r.scenario == scenario) for s in sides]
+        if any(h != have[0] for h in have):
+            incomplete.append(f"scenario {scenario}: concurrencies differ ("
+                              + "; ".join(f"{s.label}: {h or 'none'}" for s, h in zip(sides, have)) + ")")
+
+    gated: dict[str, list[str]] = {}
+    for s in sides:
+        problems = SPEC.gate_problems(s.runs)
+        if problems:
+            gated[s.label] = problems
+
+    spreads = {s.label: {scenario: repeat_spread(s, scenario) for scenario in dict.fromkeys(k[0] for k in cells_keys)}
+               for s in sides}
+    cells = []
+    for scenario, conc in cells_keys:
+        values: dict[str, float | None] = {}
+        for s in sides:
+            run = next((r for r in s.runs if r.scenario == scenario and r.concurrency == conc), None)
+            values[s.label] = run.output_tok_s if run is not None and s.usable(run) else None
+        measured = [spreads[s.label][scenario] for s in sides if spreads[s.label][scenario] is not None]
+        noise = round(max(measured), 2) if measured else DEFAULT_NOISE_PCT
+        winner, margin = _winner(values, set(gated), noise)
+        cells.append({"scenario": scenario, "concurrency": conc, "output_tok_s": values,
+                      "winner": None if incomplete else winner, "winner_margin_pct": margin,
+                      "noise_pct": noise, "noise_source": "repeats" if measured else "default"})
+
+    slo_capacity: dict[str, dict[str, float | None]] = {}
+    intervals: dict[str, dict[str, V.Capacity]] = {}
+    for s in sides:
+        caps = CR.scenario_capacity(s.path, [r for r in s.runs if s.usable(r)], ttft_ms=ttft_ms, decode_ms=itl_ms)
+        for scenario in dict.fromkeys(k[0] for k in cells_keys):
+            cap = (caps.get(scenario) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
+            intervals.setdefault(scenario, {})[s.label] = cap
+            slo_capacity.setdefault(scenario, {})[s.label] = (
+                round(cap.lo, 3) if cap.state == V.MEETS and cap.lo is not None else None)
+
+    data = {"variants": variants, "cells": cells, "slo_capacity": slo_capacity, "incomplete": incomplete}
+    extra = {"gated": gated, "settings": settings, "facts": facts, "intervals": intervals}
+    return data, extra
+
+
+def repeat_spread(side: Side, scenario: str) -> float | None:
+    """The largest run-to-run spread (max - min over the mean, in %) of output tok/s among the points
+    of a scenario measured more than once (the grid run and the capacity search's runs at the same
+    concurrency); None when no point was repeated."""
+    spreads = []
+    for c, runs in CR.search_runs(side.path).get(scenario, {}).items():
+        values = [r.output_tok_s for r, _ in runs if r.output_tok_s]
+        grid = next((r for r in side.valid(scenario) if r.concurrency == c and r.output_tok_s), None)
+        if grid is not None:
+            values.append(grid.output_tok_s)
+        if len(values) >= 2:
+            mean = sum(values) / len(values)
+            spreads.append(100.0 * (max(values) - min(values)) / mean)
+    return max(spreads) if spreads else None
+
+
+def _winner(values: dict[str, float | None], excluded: set[str], noise_pct: float
+            ) -> tuple[str | None, float | None]:
+    """(winner or None within the noise, margin of the first over the second in %)."""
+    ranked = sorted(((v, label) for label, v in values.items() if v is not None and label not in excluded),
+                    reverse=True)
+    if not ranked:
+        return None, None
+    if len(ranked) == 1:
+        return ranked[0][1], None
+    (first, label), (second, _) = ranked[0], ranked[1]
+    margin = round(100.0 * (first - second) / second, 2) if second > 0 else None
+    if margin is None or margin > noise_pct:
+        return label, margin
+    return None, margin
+
+
+# -- markdown ---------------------------------------------------------------------------------
+
+
+def _n(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def render_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, Any],
+                    ttft_ms: float, itl_ms: float) -> str:
+    labels = [v["label"] for v in data["variants"]]
+    lines = ["# Variant comparison: " + " vs ".join(labels), ""]
+    lines += ["| Variant | Sweep | " + " | ".join(extra["settings"] or ["(no server setting differs)"]) + " |",
+              "|---|---|" + "---|" * max(1, len(extra["settings"]))]
+    for v in data["variants"]:
+        cols = [v["differs"].get(k, "-") for k in extra["settings"]] or ["-"]
+        lines.append(f"| {v['label']} | `{v['dir']}` | " + " | ".join(f"`{c}`" for c in cols) + " |")
+    owned = [k for k in data["variants"][0]["differs"] if k not in extra["settings"]] if data["variants"] else []
+    if owned:
+        lines += ["", "Follows from the setting above: " + ", ".join(
+            f"{k} ({', '.join(v['label'] + ' ' + v['differs'][k] for v in data['variants'])})" for k in owned)]
+    if data["incomplete"]:
+        lines += ["", "## Incomplete: no winner is named", ""]
+        lines += [f"- {reason}" for reason in data["incomplete"]]
+    if extra["gated"]:
+        lines += ["", "## Configuration problems (never a winner)", ""]
+        for label, problems in extra["gated"].items():
+            lines += [f"- **{label}**: {p}" for p in problems]
+
+    lines += ["", "## Output tok/s per scenario and concurrency", "",
+              "A cell names a winner only when the first variant leads the second by more than the noise: the "
+              "run-to-run spread measured from repeated points (the capacity search runs some concurrencies "
+              f"again), else a default band of {DEFAULT_NOISE_PCT:g} %.", "",
+              "| Scenario / concurrency | " + " | ".join(labels) + " | Winner | Margin (noise band) |",
+              "|---|" + "---|" * (len(labels) + 2)]
+    for cell in data["cells"]:
+        vals = [_n(cell["output_tok_s"][label]) for label in labels]
+        if cell["winner"]:
+            vals = [f"**{v}**" if label == cell["winner"] else v for v, label in zip(vals, labels)]
+        lines.append(f"| {cell['scenario']} / {cell['concurrency']} | " + " | ".join(vals)
+                     + f" | {_winner_text(cell, bool(data['incomplete']))} | {_margin_text(cell)} |")
+
+    lines += ["", f"## SLO capacity (output tok/s; TTFT p99 <= {ttft_ms:g} ms and ITL p99 <= {itl_ms:g} ms; "
+              "grid, or the capacity search's bracket where it ran)", "",
+              "| Scenario | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    for scenario in data["slo_capacity"]:
+        per = extra.get("intervals", {}).get(scenario, {})
+        lines.append(f"| {scenario} | " + " | ".join(
+            V.capacity_text(per[label]) if label in per else "-" for label in labels) + " |")
+
+    spec_rows = []
+    for s in sides:
+        for r in s.runs:
+            if r.valid and r.spec_acceptance_rate_pct is not None:
+                spec_rows.append((s.label, r))
+    if spec_rows:
+        lines += ["", "## Speculative decoding acceptance", "",
+                  "| Variant | Scenario / concurrency | Acceptance | Per position | Mean acceptance length |",
+                  "|---|---|---|---|---|"]
+        for label, r in spec_rows:
+            pos = SPEC.per_position(r)
+            lines.append(f"| {label} | {r.scenario} / {r.concurrency} | {r.spec_acceptance_rate_pct:.1f}% | "
+                         f"{' / '.join(f'{p:.2f}' for p in pos) if pos else '-'} | "
+                         f"{f'{r.spec_acceptance_length:.2f}' if r.spec_acceptance_length is not None else '-'} |")
+        lines += ["", "Acceptance on random-token scenarios (S1-S5) says nothing about real text; judge "
+                  "speculative decoding on K_korean."]
+    if any(r.scenario == "K_korean" for s in sides for r in s.runs):
+        lines += ["", "## Korean prompt set (acceptance, c1 tok/s, c1 E2E p50, c8 tok/s)", ""]
+        lines += SPEC.table7_markdown([(s.label, SPEC.table7_row(s.runs)) for s in sides])
+    return "\n".join(lines) + "\n"
+
+
+def _winner_text(cell: dict[str, Any], incomplete: bool) -> str:
+    if cell["winner"]:
+        return cell["winner"]
+    if incomplete:
+        return "none (incomplete)"
+    if cell["winner_margin_pct"] is not None:
+        return "no clear winner"
+    return "-"
+
+
+def _margin_text(cell: dict[str, Any]) -> str:
+    band = f"{cell['noise_pct']:g} % {'measured' if cell['noise_source'] == 'repeats' else 'default'}"
+    if cell["winner_margin_pct"] is None:
+        return f"- ({band})"
+    within = "" if cell["winner_margin_pct"] > cell["noise_pct"] else ", within it"
+    return f"{cell['winner_margin_pct']:.1f} % ({band}{within})"
+
+
+# -- command ----------------------------------------------------------------------------------
+
+
+def load_sides(dirs: list[str], labels: list[str] | None) -> list[Side]:
+    if len(dirs) < 2:
+        raise UsageError("give at least two sweep folders to compare")
+    if labels is not None and len(labels) != len(dirs):
+        raise UsageError(f"--labels: {len(labels)} labels for {len(dirs)} folders; give one per folder")
+    sides = []
+    for i, d in enumerate(dirs):
+        path = Path(d)
+        if not path.is_dir():
+            raise UsageError(f"no such folder: {path}")
+        side = load_side(path, label=labels[i] if labels else None)
+        if not side.runs:
+            raise UsageError(f"no results or manifest in {path}")
+        sides.append(side)
+    names = [s.label for s in sides]
+    if len(set(names)) != len(names):
+        raise UsageError(f"variant labels are not unique ({', '.join(names)}); name them with --labels")
+    return sides
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
+        if labels is not None and not all(labels):
+            raise UsageError("--labels: empty label")
+        sides = load_sides(args.dirs, labels)
+    except UsageError as exc:
+        print(f"bench compare: {exc}", file=sys.stderr)
+        return 2
+    data, extra = build(sides, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    locations.written(out / "compare.json")
+    (out / "compare.md").write_text(render_markdown(sides, data, extra, args.slo_ttft_p99_ms, args.slo_itl_p99_ms),
+                                    encoding="utf-8")
+    locations.written(out / "compare.md")
+    if not args.no_html:
+        pages.write_compare(out, data, extra, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms)
+        locations.written(out / "compare.html")
+    winners = sum(1 for c in data["cells"] if c["winner"])
+    close = sum(1 for c in data["cells"] if not c["winner"] and c["winner_margin_pct"] is not None)
+    state = (f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"]
+             else f"{winners} {'winner' if winners == 1 else 'winners'}, {close} {'cell' if close == 1 else 'cells'} "
+                  "without a clear winner (within the noise)")
+    print(f"bench compare: {len(sides)} variants, {len(data['cells'])} cells, {state} -> "
+          f"{locations.display(out / 'compare.md')}, compare.json" + ("" if args.no_html else ", compare.html"))
+    return 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("compare", help="compare N sweeps of server variants side by side",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep folders (or s3://bucket/prefix/), one per variant")
+    p.add_argument("--labels", help="comma-separated names, one per folder (default: manifest label or folder name)")
+    p.add_argument("--out", required=True,
+                   help="folder for compare.md and compare.json, or s3://bucket/prefix/ (uploaded as written)")
+    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
+    p.add_argument("--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
+    p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
+    p.add_argument("--no-html", action="store_true", help="write no compare.html (the self-contained page)")
+    p.set_defaults(func=locations.remote_io(run, command="compare", inputs=("dirs",)))
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run_one(add_parser, "compare", argv)

@@ -1,0 +1,171 @@
+"""The HTML the report pages are made of: one inline style, words for values, table cells that name
+their JSON field, charts as SVG data URIs, and the self-contained document around them.
+
+Missing data is worded ("not measured", "no ratio"), never shown as zero, `None` or `nan`; an
+interval with an open end reads "at least 3.20x". A cell's `data-field` is the JSON path (a list of
+keys) of its value in the page's JSON file. The Content-Security-Policy forbids every fetch: the
+page carries its styles and charts, and a stray reference is refused rather than loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import html
+import json
+import math
+from typing import Any, Iterable, Sequence
+
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0;
+       color: #1d1d1f; background: #fafafa; line-height: 1.45; }
+main { max-width: 1200px; margin: 0 auto; padding: 24px 32px 64px; }
+h1 { font-size: 1.7em; margin: 0.2em 0; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+h3 { margin-top: 1.4em; }
+.sub { color: #555; margin: 0 0 1em; }
+.verdict { border-radius: 10px; padding: 16px 22px; margin: 18px 0; border: 2px solid; background: #fff; }
+.verdict .state { font-size: 2em; font-weight: 700; letter-spacing: 0.04em; }
+.state-pass { border-color: #2e7d32; } .state-pass .state { color: #2e7d32; }
+.state-fail { border-color: #c62828; } .state-fail .state { color: #c62828; }
+.state-inconclusive, .state-incomplete { border-color: #b26a00; }
+.state-inconclusive .state, .state-incomplete .state { color: #b26a00; }
+.state-none { border-color: #888; } .state-none .state { color: #555; }
+table { border-collapse: collapse; margin: 10px 0 6px; background: #fff; font-size: 0.92em; }
+th, td { border: 1px solid #ddd; padding: 4px 9px; text-align: left; vertical-align: top; }
+th { background: #f0f0f3; } td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.bad td { background: #fdecea; } tr.warn td { background: #fff6e0; } td.win { font-weight: 700; }
+img.chart { max-width: 100%; height: auto; background: #fff; border: 1px solid #e3e3e3; margin: 8px 0; }
+.note { color: #555; font-size: 0.92em; } code { font-size: 0.92em; background: #f0f0f3; padding: 0 3px; }
+dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; margin: 8px 0; }
+dl.facts dt { color: #555; } dl.facts dd { margin: 0; word-break: break-word; }
+.cols { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 8px 32px; }
+footer { margin-top: 3em; color: #777; font-size: 0.85em; }
+"""
+
+# ---------------------------------------------------------------------------------------------
+# Words for values
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def num(value: Any, digits: int = 1, missing: str = "not measured") -> str:
+    return f"{value:,.{digits}f}" if is_number(value) else missing
+
+
+def times(value: Any, missing: str = "no ratio") -> str:
+    return f"{value:.2f}x" if is_number(value) else missing
+
+
+def interval_words(interval: Any, unit: str = "x", digits: int = 2) -> str | None:
+    """`[lo, hi]` in words: "2.90x to 3.60x", "at least 2.90x", "at most 3.60x"; None when unknown.
+    A bound that is null, infinite or beyond 1e9 is open."""
+    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+        return None
+
+    def bound(v: Any) -> float | None:
+        return float(v) if is_number(v) and abs(v) < 1e9 else None
+
+    lo, hi = bound(interval[0]), bound(interval[1])
+    fmt = (lambda v: f"{v:.{digits}f}{unit}") if unit == "x" else (lambda v: f"{v:,.{digits}f}{unit}")
+    if lo is not None and hi is not None:
+        return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)} to {fmt(hi)}"
+    if lo is not None:
+        return f"at least {fmt(lo)}"
+    if hi is not None:
+        return f"at most {fmt(hi)}"
+    return None
+
+
+def ratio_interval_words(interval: Any) -> str | None:
+    """A ratio's interval as the verdict words it: a lower end of 0 comes from a baseline capacity
+    that is open above, so it is no bound rather than a measured 0x; None when there is none."""
+    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+        return None
+    lo, hi = interval
+    open_hi = not is_number(hi) or abs(hi) >= 1e9
+    if is_number(lo) and abs(lo) >= 1e9:
+        return "unbounded (only the candidate meets the SLO)"
+    if is_number(lo) and lo <= 0:
+        if open_hi:
+            return "no bound either way (the capacities it is made of are open)"
+        return "0x (only the baseline meets the SLO)" if hi <= 0 else f"{hi:.2f}x or less (no lower bound)"
+    return interval_words(interval)
+
+
+def field(path: Sequence[Any]) -> str:
+    return esc(json.dumps(list(path), ensure_ascii=False))
+
+
+def cell(text: str, path: Sequence[Any] | None = None, *, numeric: bool = True, cls: str = "") -> str:
+    classes = " ".join(c for c in ("n" if numeric else "", cls) if c)
+    attrs = (f' class="{classes}"' if classes else "") + (f' data-field="{field(path)}"' if path is not None else "")
+    return f"<td{attrs}>{esc(text)}</td>"
+
+
+def table(head: Sequence[str], rows: Iterable[str], row_classes: Sequence[str] | None = None) -> str:
+    body = []
+    for i, row in enumerate(rows):
+        cls = (row_classes or [""] * (i + 1))[i] if row_classes and i < len(row_classes) else ""
+        body.append(f"<tr{f' class={chr(34)}{cls}{chr(34)}' if cls else ''}>{row}</tr>")
+    return ("<table><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"
+            + "".join(body) + "</tbody></table>")
+
+
+def facts_list(pairs: Iterable[tuple[str, Any]]) -> str:
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs if v not in (None, ""))
+    return f'<dl class="facts">{items}</dl>'
+
+
+# False while a page is written for a command run with --no-charts: tables only.
+_DRAW = contextvars.ContextVar("vllm_poc_pages_draw", default=True)
+
+
+@contextlib.contextmanager
+def drawing(draw: bool):
+    """Charts on or off (--no-charts) while a page is written."""
+    token = _DRAW.set(draw)
+    try:
+        yield
+    finally:
+        _DRAW.reset(token)
+
+
+def chart(make, alt: str) -> str:
+    """An <img> of a matplotlib figure (SVG data URI); '' when matplotlib is missing or charts are off."""
+    if not _DRAW.get():
+        return ""
+    try:
+        from bench.analysis import charts as C  # local import: charts loads matplotlib
+    except ImportError:
+        return ""
+    return f'<img class="chart" alt="{esc(alt)}" src="{C.svg_data_uri(make(C))}">'
+
+
+def charts_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def document(title: str, body: str, *, source: str) -> str:
+    note = "" if charts_available() else (
+        '<p class="note">Charts left out: matplotlib is not installed where this page was written.</p>')
+    if not _DRAW.get():
+        note = '<p class="note">Charts left out (--no-charts): tables only.</p>'
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{esc(title)}</title><style>{STYLE}</style></head>\n<body><main>\n{note}{body}\n"
+            f"<footer>Written by vllm-poc ({esc(source)}); self-contained: it loads nothing from anywhere. "
+            f"Every figure in a table is the value of the JSON file beside this page.</footer>\n"
+            "</main></body></html>\n")
+

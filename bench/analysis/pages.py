@@ -1,0 +1,570 @@
+"""Report pages: `report.html`, `plan.html` and `compare.html`, one self-contained file each.
+
+`bench report`, `bench plan` and `bench compare` write a page beside their Markdown (`--no-html` to
+skip), built from the same dictionaries as the Markdown and the JSON (summary.json, plan.json,
+compare.json) plus the facts those leave out (the manifests, the baseline's runs, startup records).
+
+Self-contained: styles inline, charts as SVG data URIs drawn by matplotlib (bench/analysis/charts.py), no
+script, font, style sheet or image to fetch; the page's Content-Security-Policy forbids any, so
+the browser refuses a stray reference instead of loading it. Without matplotlib, or with the
+command's `--no-charts`, the page is still written, with tables only and a note.
+
+Every figure a table shows carries `data-field`: the JSON path (a list of keys) of the value in
+the page's JSON file, so a reader, and the tests, can check the page against it. Missing data is
+worded ("not measured", "no baseline"), never shown as zero, `None` or `nan`; an interval with an
+open end reads "at least 3.20x".
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from bench.analysis.markup import (cell, chart, document, drawing, esc, facts_list, field, interval_words, is_number,
+                                   num, ratio_interval_words, table, times)
+from bench.analysis.side import run_row
+from bench.common import locations
+from bench.startup import report as startup_report
+from bench.startup import timeline
+
+# ---------------------------------------------------------------------------------------------
+# Report page
+
+
+def side_facts(manifest: dict[str, Any] | None, *, label: str, path: str, gpus: int,
+               capacity_type: str | None, price: float | None) -> dict[str, Any]:
+    """What the page says about one sweep: where it ran, what served it, how it was measured."""
+    m = manifest or {}
+    server, config, hw = m.get("server") or {}, m.get("config") or {}, m.get("hardware") or {}
+    flags = m.get("served_flags")
+    return {
+        "label": label, "results": path,
+        "model": server.get("model") or config.get("model"),
+        "vllm": server.get("vllm_version"),
+        "image": m.get("image") or "none recorded",
+        "flags": flags if isinstance(flags, str) else (" ".join(map(str, flags)) if flags else "none recorded"),
+        "instance": m.get("instance_type") or "unknown",
+        "gpus": gpus,
+        "capacity_type": capacity_type or "unknown",
+        "price": (f"${price:,.2f} per hour" if is_number(price) else "unknown")
+        + (f" ({hw['price_source']})" if hw.get("price_source") else ""),
+        "seed": config.get("seed"),
+        "seed_scheme": config.get("seed_scheme"),
+        "lengths": ", ".join(f"{k} {v.get('input_len')}/{v.get('output_len')}"
+                             for k, v in (config.get("scenarios") or {}).items() if isinstance(v, dict)) or None,
+        "concurrencies": ", ".join(map(str, config.get("concurrencies") or [])) or None,
+        "sweep": _span(m.get("started_at"), m.get("finished_at")),
+        "config_hash": m.get("config_hash"),
+        "manifest": bool(m),
+    }
+
+
+def _span(start: Any, end: Any) -> str | None:
+    """`2026-12-01 14:54 to 14:55 UTC` from two ISO 8601 times (the date once when it is the same)."""
+    def parse(v: Any):
+        try:
+            t = datetime.fromisoformat(str(v).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+
+    a, b = parse(start) if start else None, parse(end) if end else None
+    if a is None:
+        return None
+    if b is None:
+        return f"{a:%Y-%m-%d %H:%M:%S} UTC, not finished"
+    return f"{a:%Y-%m-%d %H:%M:%S} to {b:%H:%M:%S} UTC" if a.date() == b.date() else \
+        f"{a:%Y-%m-%d %H:%M:%S} to {b:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def report_context(side, base, out: Path) -> dict[str, Any]:
+    """The facts the report page needs beyond summary.json, from the loaded sides (bench.analysis.side.Side)."""
+
+    def facts(s):
+        # where the results live, as report.md names them (the S3 prefix the sweep uploaded to)
+        return side_facts(s.manifest, label=s.label, path=locations.origin(s.path, s.manifest), gpus=s.gpus,
+                          capacity_type=s.capacity_type,
+                          price=s.price_per_hour)
+
+    boots, _ = startup_report.load_records(side.path)
+    if base is not None:
+        boots += [{**b, "server": f"{b.get('server') or b.get('pod') or 'boot'} (baseline)"}
+                  for b in startup_report.load_records(base.path)[0]]
+    plan = None
+    if base is not None and getattr(base, "plan_link", None):
+        try:
+            plan = json.loads((out / "plan" / "plan.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            plan = None
+    return {
+        "candidate": facts(side),
+        "baseline": facts(base) if base else None,
+        "baseline_runs": [run_row(r, base) for r in base.runs] if base else None,
+        "lengths": {k: list(v) for k, v in side.lengths.items()},
+        "startup": boots,
+        "plan": plan,
+        "plan_page": "plan/plan.html" if plan is not None else None,
+    }
+
+
+def verdict_state(verdict: dict[str, Any] | None) -> str:
+    if not verdict:
+        return "none"
+    state = verdict.get("state")
+    if state in ("pass", "fail", "inconclusive"):
+        return state
+    return "pass" if verdict.get("pass") else "fail"
+
+
+def _basis_ratio(summary: dict[str, Any]) -> tuple[str, str]:
+    basis = (summary.get("verdict") or {}).get("basis") or "peak"
+    if basis == "slo":
+        return "slo_ratio", "throughput under the SLO ratio"
+    return "throughput_ratio", "peak throughput ratio"
+
+
+def verdict_section(summary: dict[str, Any], issues: Sequence[str], ctx: dict[str, Any]) -> str:
+    v = summary.get("verdict")
+    if not v:
+        return ('<section class="verdict state-none"><div class="state">NO VERDICT</div>'
+                "<p>This report has no baseline, so there is nothing to hold the threshold against. "
+                "Give <code>--baseline DIR</code> to compare two sweeps.</p></section>")
+    state = verdict_state(v)
+    key, what = _basis_ratio(summary)
+    base = (ctx.get("baseline") or {}).get("label", "the baseline")
+    cand = (ctx.get("candidate") or {}).get("label", "the candidate")
+    interval = ratio_interval_words(v.get("min_ratio_interval"))
+    ratio = (f'<strong data-field="{field(["verdict", "min_ratio"])}">{esc(times(v.get("min_ratio")))}</strong>'
+             if is_number(v.get("min_ratio")) else "<strong>no finite ratio</strong>")
+    threshold = f"{v.get('threshold', 1.5):g}x"
+    head = (f"{esc(cand)} against {esc(base)}: the smallest per-scenario {esc(what)} (per GPU) is {ratio}"
+            + (f" (its interval: {esc(interval)})" if interval else "")
+            + f' against the threshold <strong data-field="{field(["verdict", "threshold"])}">'
+            f'{esc(threshold)}</strong>, on the {esc(v.get("basis") or "peak")} basis.')
+    reasons = list(v.get("reasons") or [])
+    if not reasons:
+        reasons = _derived_reasons(summary, issues, key)
+    items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
+    return (f'<section class="verdict state-{state}" id="verdict"><div class="state" data-state="{state}">'
+            f"{state.upper()}</div><p>{head}</p>" + (f"<ul>{items}</ul>" if items else "") + "</section>")
+
+
+def _derived_reasons(summary: dict[str, Any], issues: Sequence[str], key: str) -> list[str]:
+    """Reasons in words when summary.json has none of its own: blocking issues, then each scenario's
+    ratio against the threshold."""
+    v = summary["verdict"]
+    threshold = v.get("threshold", 1.5)
+    out = [f"Blocks a pass: {i}" for i in issues]
+    for name, c in (summary.get("comparison") or {}).items():
+        r = c.get(key)
+        if is_number(r):
+            out.append(f"{name}: {r:.2f}x, {'at or above' if r >= threshold else 'below'} the threshold")
+        elif key == "slo_ratio" and c.get("baseline_state") == "never_meets_slo":
+            out.append(f"{name}: the baseline never meets the SLO; no finite ratio")
+        else:
+            out.append(f"{name}: no ratio on this basis (a side has no figure)")
+    return out
+
+
+def ratio_section(summary: dict[str, Any]) -> str:
+    comparison = summary.get("comparison")
+    if not comparison:
+        return ""
+    v = summary.get("verdict") or {}
+    key, what = _basis_ratio(summary)
+    rows, chart_rows = [], []
+    ikey = "slo_ratio_interval" if key == "slo_ratio" else "throughput_ratio_interval"
+    has_interval = any(ikey in c for c in comparison.values())
+    for name, c in comparison.items():
+        interval = c.get(ikey)
+        words = ratio_interval_words(interval)
+        missing = ("baseline never meets the SLO" if c.get("baseline_state") == "never_meets_slo"
+                   else "no figure on one side")
+        source = {"grid": "grid runs", "search": "capacity search", "open_loop": "open-loop rate capacity"}.get(
+            c.get("slo_basis_source"), None)
+        # One SLO ratio per scenario (the one the verdict uses on the slo basis), its interval and where
+        # it comes from; the peak ratio beside it (the one the verdict uses on the peak basis).
+        slo_cells = (cell(times(c.get("slo_ratio"), missing), ["comparison", name, "slo_ratio"])
+                     + (f'<td>{esc(words or "unknown")}</td>' if has_interval else "")
+                     + f'<td>{esc(source or "not stated")}</td>')
+        peak_cell = cell(times(c.get("throughput_ratio")), ["comparison", name, "throughput_ratio"])
+        rows.append(
+            f"<td>{esc(name)}</td>"
+            + (slo_cells + peak_cell if key == "slo_ratio" else peak_cell + slo_cells)
+            + cell(times(c.get("cost_efficiency_ratio"), "unknown price or capacity type"),
+                   ["comparison", name, "cost_efficiency_ratio"])
+            + cell(num(c.get("baseline_peak_tok_s")), ["comparison", name, "baseline_peak_tok_s"])
+            + cell(num(c.get("peak_tok_s")), ["comparison", name, "peak_tok_s"])
+            + f'<td>{esc(_state_words(c.get("baseline_state")))}</td>')
+        chart_rows.append({"scenario": name, "ratio": c.get(key) if is_number(c.get(key)) else None,
+                           "interval": interval, "missing": missing})
+    slo_head = ["SLO ratio" + (" (the verdict's)" if key == "slo_ratio" else ""),
+                *(["its interval"] if has_interval else []), "from"]
+    peak_head = ["Peak ratio" + (" (the verdict's)" if key != "slo_ratio" else "")]
+    head = ["Scenario", *(slo_head + peak_head if key == "slo_ratio" else peak_head + slo_head),
+            "Cost-efficiency ratio", "Baseline peak tok/s", "Candidate peak tok/s", "Baseline under the SLO"]
+    threshold = v.get("threshold") if is_number(v.get("threshold")) else None
+    img = chart(lambda C: C.ratio_figure(chart_rows, threshold, what), f"{what} per scenario against the threshold")
+    return ("<h2>Ratio per scenario</h2><p class=\"note\">Per GPU: (candidate / its GPUs) / (baseline / its GPUs). "
+            "The verdict uses the first ratio column: on the SLO basis its interval decides (pass when the low "
+            "end clears the threshold, fail when the high end is below it); a dot right of the dashed line "
+            "clears the threshold.</p>"
+            + img + table(head, rows))
+
+
+def _state_words(state: Any) -> str:
+    return {"meets_slo": "meets the SLO", "never_meets_slo": "never meets the SLO",
+            "not_searched": "not searched (no --capacity-search)"}.get(state, "unknown")
+
+
+def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
+    slo = summary["slo"]
+    metric = slo.get("decode_metric", "itl")
+    cand, base = ctx.get("candidate") or {}, ctx.get("baseline") or {}
+    ttft, decode = f"{slo['ttft_p99_ms']:g}", f"{slo['itl_p99_ms']:g}"
+    parts = [f"<h2>Concurrency curves</h2><p class=\"note\">SLO: TTFT p99 &le; {esc(ttft)} ms "
+             f"and {esc(metric.upper())} p99 &le; {esc(decode)} ms (dotted red lines). "
+             "The circle marks the peak, the star the best run under the SLO, the green band the capacity "
+             "search's bracket [pass, fail). Only valid, non-suspect runs are drawn.</p>"]
+    runs = summary.get("runs") or []
+    for name, entry in (summary.get("scenarios") or {}).items():
+        lengths = (ctx.get("lengths") or {}).get(name)
+        title = name + (f" ({lengths[0]}/{lengths[1]} tokens)" if lengths and None not in lengths else "")
+        parts.append(f"<h3 id=\"curve-{esc(name)}\">{esc(title)}</h3>")
+        parts.append(chart(lambda C, n=name, e=entry, ln=lengths: C.curves_figure(
+            runs, ctx.get("baseline_runs"), slo, n, label=cand.get("label", "candidate"),
+            base_label=base.get("label"), lengths=tuple(ln) if ln else None, entry=e, grid=True),
+            f"{name}: output tok/s, TTFT p99, ITL p99 and TPOT p99 against concurrency"))
+        peak, best = entry.get("peak") or {}, entry.get("slo") or {}
+        summary_line = (
+            "<p>Peak "
+            + (f'<span data-field="{field(["scenarios", name, "peak", "output_tok_s"])}">{esc(num(peak.get("output_tok_s")))}'
+               f'</span> output tok/s at concurrency <span data-field="{field(["scenarios", name, "peak", "concurrency"])}">'
+               f'{esc(peak.get("concurrency"))}</span>' if peak else "not measured (no valid run)")
+            + ("; the highest concurrency tested, so the test set it, not the server" if entry.get("peak_at_edge") else "")
+            + ". Best under the SLO: "
+            + (f'<span data-field="{field(["scenarios", name, "slo", "output_tok_s"])}">{esc(num(best.get("output_tok_s")))}'
+               f"</span> tok/s at concurrency {esc(best.get('concurrency'))}." if best else "no run meets the SLO.")
+            + "</p>")
+        parts.append(summary_line)
+        rows, classes = [], []
+        for i, r in enumerate(runs):
+            if r["scenario"] != name:
+                continue
+            if not r.get("valid"):
+                rows.append(cell(str(r["concurrency"]), ["runs", i, "concurrency"])
+                            + f'<td colspan="6">invalid: {esc(r.get("reason") or "no reason recorded")}</td>')
+                classes.append("bad")
+                continue
+            met = _meets(r, slo)
+            status = "suspect, excluded: " + str(r.get("reason")) if r.get("suspect") else ("met" if met else "missed")
+            rows.append(cell(str(r["concurrency"]), ["runs", i, "concurrency"])
+                        + cell(num(r.get("req_s"), 2), ["runs", i, "req_s"])
+                        + cell(num(r.get("output_tok_s")), ["runs", i, "output_tok_s"])
+                        + cell(num(r.get("ttft_p99_ms")), ["runs", i, "ttft_p99_ms"])
+                        + cell(num(r.get("itl_p99_ms")), ["runs", i, "itl_p99_ms"])
+                        + cell(num(r.get("tpot_p99_ms")), ["runs", i, "tpot_p99_ms"])
+                        + f"<td>{esc(status)}</td>")
+            classes.append("warn" if r.get("suspect") else "")
+        parts.append(table(["Concurrency", "req/s", "Output tok/s", "TTFT p99 (ms)", "ITL p99 (ms)",
+                            "TPOT p99 (ms)", "SLO"], rows, classes))
+    return "".join(parts)
+
+
+def _meets(row: dict[str, Any], slo: dict[str, Any]) -> bool:
+    decode = row.get("tpot_p99_ms") if slo.get("decode_metric") == "tpot" else row.get("itl_p99_ms")
+    return (is_number(row.get("ttft_p99_ms")) and is_number(decode) and row["ttft_p99_ms"] <= slo["ttft_p99_ms"]
+            and decode <= slo["itl_p99_ms"])
+
+
+def capacity_section(summary: dict[str, Any]) -> str:
+    metric = summary["slo"].get("decode_metric", "itl").upper()
+    rows = []
+    for name, s in (summary.get("scenarios") or {}).items():
+        cap, rate = s.get("slo_capacity"), s.get("rate_capacity")
+        base = ["scenarios", name, "slo_capacity"]
+        if cap is None:
+            closed = ['<td colspan="5">not searched (run the sweep with --capacity-search)</td>']
+        elif "state" in cap:
+            closed = ['<td colspan="5">never meets the SLO at any concurrency tested</td>']
+        else:
+            fail = cap.get("concurrency_fail")
+            bracket = (f"[{cap['concurrency_pass']}, {fail})" if fail is not None
+                       else f"at least {cap['concurrency_pass']} (nothing higher tested)")
+            closed = [cell(bracket, None, numeric=False),
+                      cell(num(cap.get("output_tok_s")), [*base, "output_tok_s"]),
+                      cell(num(cap.get("req_s"), 3), [*base, "req_s"]),
+                      f"<td>{esc(interval_words(cap.get('ttft_p99_ci_ms'), ' ms', 1) or 'not computed')}</td>",
+                      f"<td>{esc(interval_words(cap.get('decode_p99_ci_ms'), ' ms', 1) or 'not computed')}</td>"]
+        rbase = ["scenarios", name, "rate_capacity"]
+        opened = ([cell(num(rate.get("req_s"), 3), [*rbase, "req_s"]),
+                   cell(num(rate.get("output_tok_s")), [*rbase, "output_tok_s"]),
+                   cell(num(rate.get("goodput_req_s"), 3), [*rbase, "goodput_req_s"])] if rate
+                  else ['<td colspan="3">no open-loop runs</td>'])
+        rows.append(f"<td>{esc(name)}</td>" + "".join(closed + opened))
+    return ("<h2>Capacity under the SLO</h2><p class=\"note\">Closed loop: the concurrency bracket [pass, fail) "
+            "of the capacity search; the pass end passed with confidence (the upper end of each p99's 95 % "
+            "bootstrap interval within its limit). Open loop: Poisson arrivals at offered rates around it; the "
+            "rate capacity is the highest offered rate whose p99s meet the SLO. The two are never mixed.</p>"
+            + table(["Scenario", "Bracket [pass, fail)", "Output tok/s", "req/s", "TTFT p99 95 % interval",
+                     f"{metric} p99 95 % interval", "Rate capacity (req/s)", "Output tok/s at it",
+                     "Goodput (req/s)"], rows))
+
+
+def startup_section(records: Sequence[dict[str, Any]]) -> str:
+    if not records:
+        return ""
+    rows = []
+    for r in records:
+        phases = r.get("phases") or {}
+        rows.append(f"<td>{esc(r.get('server') or r.get('pod') or 'boot')}</td>"
+                    + cell(num(r.get("total_s")) + " s" if is_number(r.get("total_s")) else "not measured")
+                    + "".join(cell(f"{num(phases.get(k))} s" if is_number(phases.get(k)) else "none")
+                              for k, _ in timeline.PHASES))
+    img = chart(lambda C: C.startup_figure(records, timeline.PHASES), "start-up phases per boot")
+    return ("<h2>Startup</h2><p class=\"note\">From start (pod created) to <code>/health</code> OK, each phase "
+            "stacked in order; the log phases come from the server's own log.</p>" + img
+            + table(["Boot", "Total", *[label for _, label in timeline.PHASES]], rows))
+
+
+def plan_section(plan: dict[str, Any] | None, link: str | None, *, tagged: bool = True,
+                 heading: str = "Replica plan") -> str:
+    """The plan's table and chart; `tagged`: its cells carry their plan.json paths (not on the report
+    page, whose paths point into summary.json)."""
+    if not plan:
+        return ""
+
+    def at(*path: Any) -> list[Any] | None:
+        return list(path) if tagged else None
+
+    def span(path: list[Any] | None, text: str, tag: str = "span") -> str:
+        attr = f' data-field="{field(path)}"' if path is not None else ""
+        return f"<{tag}{attr}>{esc(text)}</{tag}>"
+
+    rows = []
+    has_range = any("replicas_range" in row for row in plan.get("configurations") or [])
+    for i, row in enumerate(plan.get("configurations") or []):
+        rng = interval_words(row.get("replicas_range"), "", 0)
+        pair = row.get("replicas_range") or [None, None]
+        if row.get("replicas") is not None:
+            replicas = cell(str(row["replicas"]), at("configurations", i, "replicas"))
+        elif pair[0] is not None:  # a range: each end tagged with its place in plan.json
+            high = (span(at("configurations", i, "replicas_range", 1), str(pair[1])) if pair[1] is not None
+                    else esc("no upper bound"))
+            replicas = (f'<td>{span(at("configurations", i, "replicas_range", 0), str(pair[0]))} to {high}'
+                        f'<br><small>{esc(row.get("reason") or "")}</small></td>')
+        else:
+            replicas = f'<td>{esc(row.get("reason") or "cannot meet the load")}</td>'
+        rows.append(f"<td>{esc(row['label'])}</td><td>{esc(row.get('instance_type') or 'unknown')}</td>"
+                    + replicas + (f"<td>{esc(rng or 'unknown')}</td>" if has_range else "")
+                    + "".join(cell(_money(row.get(key), digits), at("configurations", i, key))
+                              for key, digits in (("usd_hour_on_demand", 2), ("usd_month_on_demand", 0),
+                                                  ("usd_month_spot", 0), ("usd_per_million_output_tokens", 3))))
+    current = plan.get("current")
+    lead = ""
+    if current:
+        cost = (", " + span(at("current", "usd_month"), _money(current["usd_month"])) + " a month"
+                if is_number(current.get("usd_month")) else ", cost unknown")
+        lead = f"<p>Today: {span(at('current', 'replicas'), str(current['replicas']), 'strong')} replicas{cost}.</p>"
+    img = chart(lambda C: C.plan_figure(plan), "replicas and monthly cost per configuration")
+    more = f' Details: <a href="{esc(link)}">{esc(link)}</a>.' if link else ""
+    headroom = f"{plan.get('headroom', 0):.0%}"
+    return (f"<h2>{esc(heading)}</h2><p class=\"note\">{esc(plan.get('basis'))} basis, headroom "
+            f"{esc(headroom)}, spares {esc(plan.get('spares'))}; a month is 730 hours.{more}</p>"
+            + lead + img
+            + table(["Configuration", "Instance type", "Replicas", *(["Replica range"] if has_range else []),
+                     "On-demand $/h", "On-demand $/month", "Spot $/month", "$ per million output tokens"], rows))
+
+
+def _money(value: Any, digits: int = 0) -> str:
+    return f"${value:,.{digits}f}" if is_number(value) else "unknown"
+
+
+def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]] | None, ctx: dict[str, Any]) -> str:
+    cand = (ctx.get("candidate") or {}).get("label", "candidate")
+    base = (ctx.get("baseline") or {}).get("label", "baseline")
+    rows, classes = [], []
+    for who, runs, prefix in ((cand, summary.get("runs") or [], ["runs"]), (base, base_runs or [], None)):
+        for i, r in enumerate(runs):
+            if r.get("valid") and not r.get("suspect"):
+                continue
+            kind = "invalid" if not r.get("valid") else "suspect"
+            rows.append(f"<td>{esc(who)}</td><td>{esc(r['scenario'])}</td>"
+                        + cell(str(r["concurrency"]), [*prefix, i, "concurrency"] if prefix else None)
+                        + f"<td>{kind}</td><td>{esc(r.get('reason') or 'no reason recorded')}</td>")
+            classes.append("bad" if kind == "invalid" else "warn")
+    if not rows:
+        return ("<h2>Invalid and suspect runs</h2><p>There are none: every run completed all of its prompts without "
+                "a failed request, and none was served from the prefix cache.</p>")
+    return ("<h2>Invalid and suspect runs</h2><p class=\"note\">Excluded from every figure, ratio and chart; "
+            "a comparison with any of them cannot pass.</p>"
+            + table(["Sweep", "Scenario", "Concurrency", "Kind", "Why"], rows, classes))
+
+
+def manifest_section(ctx: dict[str, Any]) -> str:
+    cols = []
+    for role in ("candidate", "baseline"):
+        f = ctx.get(role)
+        if not f:
+            continue
+        pairs = [("Results", f["results"]), ("Model", f["model"]), ("vLLM", f["vllm"]), ("Image", f["image"]),
+                 ("Served flags", f["flags"]), ("Instance type", f["instance"]), ("GPUs", f["gpus"]),
+                 ("Capacity type", f["capacity_type"]), ("Price", f["price"]),
+                 ("Seed", f"{f['seed']} ({f['seed_scheme']})" if f.get("seed_scheme") else f.get("seed")),
+                 ("Scenario lengths (in/out)", f["lengths"]), ("Concurrencies", f["concurrencies"]),
+                 ("Sweep", f["sweep"]), ("Config hash", f["config_hash"])]
+        if not f.get("manifest"):
+            pairs.append(("Manifest", "none (hand-collected results: server facts unknown)"))
+        cols.append(f"<div><h3>{esc(role.capitalize())}: {esc(f['label'])}</h3>{facts_list(pairs)}</div>")
+    return "<h2>What was measured</h2><div class=\"cols\">" + "".join(cols) + "</div>"
+
+
+def report_page(summary: dict[str, Any], ctx: dict[str, Any], issues: Sequence[str] = ()) -> str:
+    cand = (ctx.get("candidate") or {}).get("label", "candidate")
+    base = (ctx.get("baseline") or {}).get("label")
+    title = f"Benchmark report: {cand}" + (f" against {base}" if base else "")
+    valid = sum(1 for r in summary.get("runs") or [] if r.get("valid"))
+    body = [f"<h1>{esc(title)}</h1>",
+            f'<p class="sub">{valid} of {len(summary.get("runs") or [])} runs valid; the numbers are those of '
+            f"<code>summary.json</code> beside this page (<code>report.md</code> has every table).</p>",
+            verdict_section(summary, issues, ctx),
+            ratio_section(summary),
+            curves_section(summary, ctx),
+            capacity_section(summary),
+            startup_section(ctx.get("startup") or []),
+            plan_section(ctx.get("plan"), ctx.get("plan_page"), tagged=False),
+            problems_section(summary, ctx.get("baseline_runs"), ctx),
+            manifest_section(ctx)]
+    return document(title, "\n".join(b for b in body if b), source="bench report")
+
+
+def write_report(out: Path, summary: dict[str, Any], side, base, issues: Sequence[str], *,
+                 charts: bool = True) -> Path:
+    path = out / "report.html"
+    with drawing(charts):
+        path.write_text(report_page(summary, report_context(side, base, out), issues), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan page
+
+
+def plan_page(plan: dict[str, Any], notes: Sequence[str], load_desc: str,
+              capacities: Sequence[tuple[str, str, Any, Any, str]]) -> str:
+    """capacities: (configuration, scenario, output tok/s, req/s, basis) per replica."""
+    headline = []
+    current = plan.get("current")
+    for row in plan.get("configurations") or []:
+        span = row.get("replicas_range")
+        if row.get("replicas") is not None:
+            count = str(row["replicas"])
+        elif span and span[0] is not None:
+            count = f"{span[0]}-{span[1]}" if span[1] is not None else f"{span[0]} or more"
+        else:
+            headline.append(f"{row['label']}: {row.get('reason') or 'cannot meet the load at the SLO'}")
+            continue
+        cost = f", {_money(row.get('usd_month_on_demand'))} a month on demand" if is_number(
+            row.get("usd_month_on_demand")) else ""
+        if cost and row.get("replicas") is None:
+            cost += " at the high end"
+        now = f" (today {current['replicas']})" if current else ""
+        if current and is_number(current.get("usd_month")) and cost:
+            cost += f" against {_money(current['usd_month'])} today"
+        why = f"; {row['reason']}" if row.get("reason") else ""
+        headline.append(f"{row['label']}: {count} replicas{now}{cost}{why}")
+    rows = [f"<td>{esc(c)}</td><td>{esc(s)}</td>" + cell(num(t), None) + cell(num(q, 3), None)
+            + f"<td>{esc(_capacity_basis(b))}</td>" for c, s, t, q, b in capacities]
+    body = ["<h1>Replica plan</h1>",
+            f'<section class="verdict state-none"><ul>{"".join(f"<li>{esc(h)}</li>" for h in headline)}</ul></section>',
+            facts_list([("Load", load_desc),
+                        ("Replicas", "ceil(needed replica-loads / (1 - headroom)) + spares"),
+                        ("Cost per million output tokens", "at the planned load, on-demand price (Spot where "
+                         "on-demand is unknown)")]),
+            plan_section(plan, None, heading="Replicas and cost"),
+            "<h2>Capacity per replica</h2>" + table(["Configuration", "Scenario", "Output tok/s", "req/s", "Basis"], rows)]
+    if notes:
+        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+    return document("Replica plan", "\n".join(body), source="bench plan")
+
+
+def _capacity_basis(basis: str) -> str:
+    return {"rate_capacity": "open-loop rate capacity", "slo_capacity": "closed-loop SLO capacity",
+            "peak": "peak throughput", "never_meets_slo": "never meets the SLO", "unknown": "not measured",
+            "reference": "production reference", "stated": "stated load"}.get(basis, basis)
+
+
+def write_plan(out: Path, plan: dict[str, Any], notes: Sequence[str], load_desc: str, candidates, *,
+               charts: bool = True) -> Path:
+    caps = [(cfg.label, s, c.tok_s, c.req_s, c.basis) for cfg in candidates for s, c in cfg.capacities.items()]
+    path = out / "plan.html"
+    with drawing(charts):
+        path.write_text(plan_page(plan, notes, load_desc, caps), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Compare page
+
+
+def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> str:
+    labels = [v["label"] for v in data.get("variants") or []]
+    settings = extra.get("settings") or []
+    title = "Variant comparison: " + " vs ".join(labels)
+    incomplete = data.get("incomplete") or []
+    winners = sum(1 for c in data.get("cells") or [] if c.get("winner"))
+    if incomplete:
+        state = ('<section class="verdict state-incomplete"><div class="state">INCOMPLETE</div><p>No winner is '
+                 "named: the sweeps are not like for like.</p><ul>"
+                 + "".join(f"<li>{esc(r)}</li>" for r in incomplete) + "</ul></section>")
+    else:
+        by = {label: sum(1 for c in data["cells"] if c.get("winner") == label) for label in labels}
+        state = ('<section class="verdict state-none"><div class="state">COMPARABLE</div><p>The sweeps differ in '
+                 + esc(", ".join(settings) or "no server setting") + f"; {winners} of {len(data['cells'])} cells have "
+                 "a winner: " + esc(", ".join(f"{k} {v}" for k, v in by.items())) + ".</p></section>")
+    variant_rows = [f"<td>{esc(v['label'])}</td><td><code>{esc(v['dir'])}</code></td>"
+                    + "".join(f"<td><code>{esc(v['differs'].get(k, 'not set'))}</code></td>" for k in settings)
+                    for v in data.get("variants") or []]
+    body = [f"<h1>{esc(title)}</h1>", state,
+            "<h2>Variants</h2>" + table(["Variant", "Sweep", *(settings or [])], variant_rows)]
+    if extra.get("gated"):
+        body.append("<h2>Configuration problems (never a winner)</h2><ul>" + "".join(
+            f"<li><strong>{esc(label)}</strong>: {esc(p)}</li>" for label, ps in extra["gated"].items() for p in ps)
+            + "</ul>")
+    body.append("<h2>Output tok/s per scenario and concurrency</h2>"
+                + chart(lambda C: C.compare_figure(data.get("cells") or [], labels),
+                        "output tok/s per variant against concurrency"))
+    has_margin = any("winner_margin_pct" in c for c in data.get("cells") or [])
+    rows, classes = [], []
+    for i, c in enumerate(data.get("cells") or []):
+        row = f"<td>{esc(c['scenario'])}</td>" + cell(str(c["concurrency"]), ["cells", i, "concurrency"])
+        for label in labels:
+            value = c["output_tok_s"].get(label)
+            row += cell(num(value, 1, "no usable run"), ["cells", i, "output_tok_s", label],
+                        cls="win" if c.get("winner") == label else "")
+        row += f"<td>{esc(c.get('winner') or 'none')}</td>"
+        if has_margin:
+            margin, noise = c.get("winner_margin_pct"), c.get("noise_pct")
+            row += (cell(f"{margin:.1f}%" if is_number(margin) else "none", ["cells", i, "winner_margin_pct"]
+                         if is_number(margin) else None)
+                    + cell(f"{noise:.1f}%" if is_number(noise) else "unknown", ["cells", i, "noise_pct"]
+                           if is_number(noise) else None))
+        rows.append(row)
+        classes.append("")
+    head = ["Scenario", "Concurrency", *labels, "Winner"] + (["Winner's margin", "Noise band"] if has_margin else [])
+    body.append(table(head, rows, classes))
+    cap_rows = [f"<td>{esc(s)}</td>" + "".join(cell(num(per.get(label), 1, "no run meets the SLO"),
+                                                    ["slo_capacity", s, label]) for label in labels)
+                for s, per in (data.get("slo_capacity") or {}).items()]
+    body.append(f"<h2>SLO capacity (output tok/s)</h2><p class=\"note\">The capacity search's answer where the "
+                f"sweep has one, else the best run with TTFT p99 &le; {esc(f'{ttft_ms:g}')} ms and ITL p99 &le; "
+                f"{esc(f'{itl_ms:g}')} ms.</p>" + table(["Scenario", *labels], cap_rows))
+    return document(title, "\n".join(body), source="bench compare")
+
+
+def write_compare(out: Path, data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> Path:
+    path = out / "compare.html"
+    path.write_text(compare_page(data, extra, ttft_ms=ttft_ms, itl_ms=itl_ms), encoding="utf-8")
+    return path

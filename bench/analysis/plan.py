@@ -1,0 +1,444 @@
+"""`python -m bench plan CANDIDATE_DIR... --out OUT`: how many replicas serve the load, at what cost.
+
+The question behind the benchmark is a fleet size: can 12 replicas become 8, or 4, with users
+still inside the SLO? The plan answers it from sweep folders (the same files `bench report` reads):
+
+    python -m bench plan results/g7e --baseline results/l40s --current-replicas 12 --out plan/
+    python -m bench plan results/g7e --reference S1_chat=420,S2_summary=180 --current-replicas 12 --out plan/
+    python -m bench plan results/g7e --load S1_chat=20,S4_rag=2 --headroom 0.2 --spares 1 --out plan/
+
+Load, per scenario:
+- `--baseline DIR --current-replicas N`: what N replicas of the baseline serve (its capacity per
+  replica times N);
+- `--reference S=TOK_S,...` (the output tok/s per GPU that production serves today, which a
+  benchmark cannot measure) with `--current-replicas N` and `--current-gpus-per-replica G`:
+  N x G x reference;
+- `--load S=REQ_S,...`: a stated request rate per scenario (or one total with `--mix`).
+Scenario names are checked against the sweeps (a misspelt name exits 2 with the closest match).
+
+Capacity per replica of each configuration (basis `--basis`): `slo` = the capacity under the SLO
+as `bench report` computes it: an interval between the highest load meeting the SLO and the lowest
+load above it missing it (grid, or the capacity search's tighter bracket; the open loop's offered
+rates where every configuration ran it and bracketed its rate capacity: the same kind for all,
+never mixed); `peak` = the peak
+output tok/s (the PoC report's method).
+
+Replicas = ceil(needed / (1 - headroom)) + spares, where needed is, without `--mix`, the largest
+per-scenario need for a fleet-derived load (the fleet may be busy with any one scenario) and the
+sum for stated loads; with `--mix S=share,...` (shares of requests, adding up to 1) the scenarios
+share replicas in proportion (assuming they add up). With a mix (or stated loads) each
+configuration lists `per_replica_req_s`, the load one working replica carries at the planned count;
+`bench mix-check` runs that load on a server, all scenarios at once, and `--mixed-traffic` puts
+its finding in the plan (did the scenarios add up?). Where a capacity is an interval, so is the
+replica count: the low end divides the smallest possible load by the highest possible capacity,
+the high end the largest load by the lowest capacity ("4-6 replicas"; the capacity search narrows
+it); an open end of the baseline's capacity leaves the count without an upper bound. Costs:
+replicas x the hourly price (on-demand and Spot; `--price-per-hour [LABEL=]ON_DEMAND[/SPOT]`, else
+the manifest, else the instance catalog), a month = 730 hours, at the high end of a range (the
+count that carries the load whatever the true capacity); cost per million output tokens at the
+planned load, on-demand.
+
+plan.json: {"basis", "headroom", "spares", "configurations": [{"label", "instance_type", "gpus",
+"replicas" (int, or null unless known exactly), "replicas_range" ([lo, hi], hi null = no upper
+bound; null when it cannot be computed), "reason" (null when replicas is known; else why, and what
+narrows or settles it), "usd_hour_on_demand", "usd_hour_spot", "usd_month_on_demand",
+"usd_month_spot", "usd_per_million_output_tokens", "per_replica_req_s" (with a mix or stated
+loads)}], "current": {"replicas", "usd_month"} | null, "mixed_traffic" (with --mixed-traffic)}.
+
+Writes plan.md, plan.json, plan.png (replicas and monthly cost per configuration, each bar labelled
+with its value; an unknown count gets no bar, a range a solid bar to its low end, hatched on to its
+high end) and plan.html (the same as one self-contained page; `--no-html` to skip). Folders may be
+s3://bucket/prefix/ (inputs downloaded first, --out uploaded file by file). Exit 0 when written
+(counts, ranges or stated reasons), 1 when some candidate never meets the SLO in a scenario the
+load needs (a measured limit), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.analysis import capacity_report as CR
+from bench.analysis import mixed_traffic, pages
+from bench.analysis import verdict as V
+from bench.analysis.side import Side, load_side, peak
+from bench.analysis.sizing import (Capacity, Config, UsageError, build_plan, fleet_load, reference_load,
+                                   replicas_text)
+from bench.common import locations
+from bench.common.cli import run_one
+from bench.common.instances import GPU_INSTANCE_TYPES
+
+MIX_TOLERANCE = 0.001
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def parse_pairs(text: str | None, option: str, *, allow_total: bool = False) -> dict[str, float]:
+    if not text:
+        return {}
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        if not sep and allow_total:
+            name, value = "*", name
+        try:
+            number = float(value)
+            if not name or not math.isfinite(number) or number < 0:
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"{option} {item}: expected SCENARIO=NUMBER (non-negative), e.g. S1_chat=4.2") from None
+        out[name.strip()] = number
+    return out
+
+
+def parse_prices(items: list[str] | None) -> dict[str | None, tuple[float | None, float | None]]:
+    out: dict[str | None, tuple[float | None, float | None]] = {}
+    for item in items or []:
+        label, sep, value = item.rpartition("=")
+        od, _, spot = value.partition("/")
+        try:
+            pair = (float(od) if od else None, float(spot) if spot else None)
+            if any(p is not None and p < 0 for p in pair) or pair == (None, None):
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"--price-per-hour {item}: expected [LABEL=]ON_DEMAND[/SPOT] in USD, "
+                             "e.g. g7e=4.13/1.50") from None
+        out[label if sep else None] = pair
+    return out
+
+
+def catalog_prices(instance_type: str | None) -> tuple[float | None, float | None]:
+    """(on-demand, Spot) USD per hour of an instance type from the instance table, None where unset."""
+    entry = GPU_INSTANCE_TYPES.get(instance_type) if instance_type else None
+    return (entry.on_demand_usd_hour, entry.spot_usd_hour) if entry else (None, None)
+
+
+def side_prices(side: Side, given: dict[str | None, tuple[float | None, float | None]]
+                ) -> tuple[float | None, float | None]:
+    if side.label in given:
+        return given[side.label]
+    m = side.manifest or {}
+    cat_od, cat_spot = catalog_prices(m.get("instance_type"))
+    hardware = m.get("hardware") if isinstance(m.get("hardware"), dict) else {}
+    prices = hardware.get("prices") if isinstance(hardware.get("prices"), dict) else {}
+    od = prices.get("on-demand", prices.get("on_demand"))
+    spot = prices.get("spot")
+    if od is None and spot is None and m.get("price_per_hour") is not None:
+        if m.get("capacity_type") == "spot":
+            spot = m.get("price_per_hour")
+        else:
+            od = m.get("price_per_hour")
+    if None in given and (od is None and spot is None):
+        od, spot = given[None]
+    return (od if od is not None else cat_od), (spot if spot is not None else cat_spot)
+
+
+def _from_interval(cap: V.Capacity, out_len: int | None) -> Capacity:
+    if not cap.known:
+        return Capacity(None, None, cap.source, out_len, state=V.NO_DATA, words=V.capacity_text(cap))
+    req_lo, req_hi = cap.req_lo, cap.req_hi
+    if req_lo is None and out_len:
+        req_lo = cap.lo / out_len
+    if req_hi is None and out_len:
+        req_hi = cap.hi / out_len
+    return Capacity(cap.lo, req_lo, cap.source, out_len, cap.hi, req_hi, cap.state, V.capacity_text(cap))
+
+
+def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, Capacity], dict[str, Any]]:
+    """(peak capacities on the peak basis, else {}; the SLO intervals per scenario on the slo basis)."""
+    out: dict[str, Capacity] = {}
+    intervals: dict[str, Any] = {}
+    if basis == "slo":
+        usable = [r for r in side.runs if side.usable(r)]
+        intervals = CR.scenario_capacity(side.path, usable, ttft_ms=slo["ttft_p99_ms"],
+                                         decode_ms=slo["decode_p99_ms"], decode_metric=slo["decode_metric"])
+        for name in side.scenarios:
+            intervals.setdefault(name, {"closed": V.Capacity(V.GRID, V.NO_DATA), "open": None})
+        return out, intervals
+    for name in side.scenarios:
+        out_len = side.lengths.get(name, (None, None))[1]
+        top = peak(side.valid(name))
+        out[name] = (Capacity(top.output_tok_s, top.req_s, "peak", out_len) if top
+                     else Capacity(None, None, "peak", out_len, state=V.NO_DATA, words="no usable run"))
+    return out, intervals
+
+
+def settle_slo_kind(configs: list[Config]) -> None:
+    """SLO capacities of the same kind in every configuration: open loop per scenario where all of
+    them ran it and bracketed their rate capacity (as `bench report` pairs them), else closed loop
+    (never one kind against the other)."""
+    names: list[str] = []
+    for cfg in configs:
+        names += [n for n in cfg.intervals if n not in names]
+    for name in names:
+        entries = [cfg.intervals.get(name) for cfg in configs]
+        kind = "open" if all(e and V.bounded(e.get("open")) for e in entries) else "closed"
+        for cfg in configs:
+            entry = cfg.intervals.get(name)
+            if entry is not None:
+                cfg.capacities[name] = _from_interval(entry[kind], cfg.lengths.get(name))
+
+
+def load_config(path: Path, basis: str, slo: dict[str, Any], prices) -> Config:
+    if not path.is_dir():
+        raise UsageError(f"no such sweep folder: {path}")
+    side = load_side(path)
+    if not side.runs:
+        raise UsageError(f"{path}: no results or manifest (a `bench sweep --out` or `bench fetch` folder)")
+    od, spot = side_prices(side, prices)
+    caps, intervals = capacities(side, basis, slo)
+    lengths = {name: side.lengths.get(name, (None, None))[1] for name in side.scenarios}
+    return Config(side.label, (side.manifest or {}).get("instance_type"), side.gpus, od, spot, caps, intervals,
+                  lengths)
+
+
+def check_names(given: dict[str, Any], known: list[str], option: str) -> None:
+    """Exit 2 on a scenario name the sweeps do not have, with the closest match."""
+    for name in given:
+        if name == "*" or name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UsageError(f"{option}: no scenario named {name} in the sweeps{hint}; they have "
+                         f"{', '.join(known) or 'no scenario'}")
+
+
+def check_mix(mix: dict[str, float]) -> None:
+    total = sum(mix.values())
+    if mix and abs(total - 1.0) > MIX_TOLERANCE:
+        raise UsageError(f"--mix: the shares add up to {total:g}, not 1; give each scenario's share of the "
+                         "requests, e.g. S1_chat=0.4,S2_summary=0.6")
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+BASIS_WORDS = {
+    "slo": "capacity under the SLO, an interval per configuration between two tested loads (grid or capacity "
+           "search; open-loop rate capacity where every configuration ran it and bracketed it; never mixed)",
+    "peak": "peak output tok/s (the PoC report's method)",
+}
+
+
+def render_markdown(plan: dict[str, Any], notes: list[str], load_desc: str, candidates: list[Config],
+                    chart: str | None, never: list[str] | tuple[str, ...] = ()) -> str:
+    lines = ["# Replica plan", "",
+             f"- Basis: {BASIS_WORDS[plan['basis']]}",
+             f"- Load: {load_desc}",
+             f"- Headroom: {plan['headroom']:.0%} (replicas run at most at {1 - plan['headroom']:.0%} of capacity); "
+             f"spares: {plan['spares']} (Spot interruptions, rollouts)",
+             "- Replicas = ceil(needed replica-loads / (1 - headroom)) + spares. Where a capacity is an interval, "
+             "the count is a range: its low end puts the smallest possible load on the highest possible capacity, "
+             "its high end the largest load on the lowest capacity. Costs are for the high end of a range (the "
+             "count that carries the load whatever the true capacity); a month is 730 hours; cost per million "
+             "output tokens at the planned load, on-demand price (Spot where on-demand is unknown).",
+             ""]
+    if plan["current"]:
+        c = plan["current"]
+        usd = f"${c['usd_month']:,.0f}/month" if c["usd_month"] is not None else "cost unknown"
+        lines += [f"Current fleet: {c['replicas']} replicas ({usd}).", ""]
+    lines += ["| Configuration | Instance type | GPUs | Replicas | On-demand $/h | Spot $/h | On-demand $/month "
+              "| Spot $/month | $ per million output tokens |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def money(v, digits=2):
+        return "-" if v is None else f"{v:,.{digits}f}"
+
+    for row in plan["configurations"]:
+        lines.append(f"| {row['label']} | {row['instance_type'] or 'unknown'} | {row['gpus']} "
+                     f"| {replicas_text(row, never)} "
+                     f"| {money(row['usd_hour_on_demand'])} | {money(row['usd_hour_spot'])} "
+                     f"| {money(row['usd_month_on_demand'], 0)} | {money(row['usd_month_spot'], 0)} "
+                     f"| {money(row['usd_per_million_output_tokens'], 3)} |")
+    reasons = [row for row in plan["configurations"] if row["reason"]]
+    if reasons:
+        lines += ["", "Where the count is not a single number:", ""]
+        lines += [f"- {row['label']} ({replicas_text(row, never)}): {row['reason']}" for row in reasons]
+    lines += ["", "## Capacity per replica", "", "| Configuration | Scenario | Output tok/s | req/s | Basis |",
+              "|---|---|---|---|---|"]
+    for cfg in candidates:
+        for s, c in cfg.capacities.items():
+            lines.append(f"| {cfg.label} | {s} | {_span(c.tok_s, c.tok_hi, c)} | {_span(c.req_s, c.req_hi, c, 3)} "
+                         f"| {V.SOURCE_WORDS.get(c.basis, c.basis)} |")
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    if plan.get("mixed_traffic"):
+        lines += mixed_traffic.plan_section(plan["mixed_traffic"], plan["configurations"])
+    if chart:
+        lines += ["", f"![replicas and monthly cost]({chart})"]
+    return "\n".join(lines) + "\n"
+
+
+def _span(lo: float | None, hi: float | None, cap: Capacity, digits: int = 1) -> str:
+    if cap.state == V.NO_DATA or lo is None:
+        return "unknown (no usable run)" if cap.state == V.NO_DATA else "unknown"
+    if cap.state == V.NEVER and not hi:
+        return "0 (never meets the SLO)"
+    if hi is None or hi == lo:
+        return f"{lo:,.{digits}f}"
+    if math.isinf(hi):
+        return f"{lo:,.{digits}f} or more"
+    return f"{lo:,.{digits}f} to {hi:,.{digits}f}"
+
+
+def render_chart(plan: dict[str, Any], out: Path) -> str | None:
+    try:  # matplotlib is imported only when charts are drawn (bench/analysis/charts.py)
+        from bench.analysis import charts  # local import: charts loads matplotlib
+    except ImportError:
+        return None
+    fig = charts.plan_figure(plan)
+    fig.savefig(out / "plan.png", dpi=100)
+    charts.close(fig)
+    locations.written(out / "plan.png")
+    return "plan.png"
+
+
+# ---------------------------------------------------------------------------------------------
+# Command
+
+
+def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]:
+    if args.basis not in ("slo", "peak"):
+        raise UsageError(f"--basis must be slo or peak, got {args.basis}")
+    if not 0 <= args.headroom < 1:
+        raise UsageError(f"--headroom must be in [0, 1), got {args.headroom}")
+    if args.spares < 0:
+        raise UsageError(f"--spares must be >= 0, got {args.spares}")
+    sources = [bool(args.baseline), bool(args.reference), bool(args.load)]
+    if sum(sources) != 1:
+        raise UsageError("give exactly one load: --baseline DIR --current-replicas N, --reference "
+                         "S=TOK_S,... --current-replicas N, or --load S=REQ_S,...")
+    if (args.baseline or args.reference) and not args.current_replicas:
+        raise UsageError("--baseline and --reference need --current-replicas (the fleet they serve today)")
+    if args.current_replicas is not None and args.current_replicas < 1:
+        raise UsageError(f"--current-replicas must be >= 1, got {args.current_replicas}")
+    slo = {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_decode_p99_ms,
+           "decode_metric": args.slo_decode_metric}
+    prices = parse_prices(args.price_per_hour)
+    mix = parse_pairs(args.mix, "--mix")
+    ref = parse_pairs(args.reference, "--reference") if args.reference else {}
+    given = parse_pairs(args.load, "--load", allow_total=True) if args.load else {}
+    check_mix(mix)
+    candidates = [load_config(Path(d), args.basis, slo, prices) for d in args.candidates]
+    current_config = load_config(Path(args.baseline), args.basis, slo, prices) if args.baseline else None
+    known: list[str] = []
+    for cfg in candidates + ([current_config] if current_config else []):
+        known += [n for n in cfg.lengths if n not in known]
+    check_names(ref, known, "--reference")
+    check_names(given, known, "--load")
+    check_names(mix, known, "--mix")
+    if args.basis == "slo":
+        settle_slo_kind(candidates + ([current_config] if current_config else []))
+    lengths: dict[str, int | None] = {}
+    for cfg in candidates:
+        for s, n in cfg.lengths.items():
+            lengths.setdefault(s, n)
+    stated = False
+    if args.baseline:
+        load = fleet_load(args.current_replicas, current_config.capacities)
+        desc = (f"what {args.current_replicas} replicas of {current_config.label} serve at the same basis")
+    elif args.reference:
+        load = reference_load(args.current_replicas, args.current_gpus_per_replica, ref, lengths)
+        desc = (f"{args.current_replicas} replicas x {args.current_gpus_per_replica} GPU(s) x the production "
+                f"per-GPU throughput ({', '.join(f'{k} {v:g} tok/s' for k, v in ref.items())})")
+        if prices.get("current"):
+            od, spot = prices["current"]
+            current_config = Config("current", None, args.current_gpus_per_replica, od, spot, {})
+    else:
+        stated = True
+        if "*" in given:
+            if not mix or len(given) > 1:
+                raise UsageError("--load with one total rate needs --mix S=share,... and no per-scenario rates")
+            total = given.pop("*")
+            given = {s: total * f for s, f in mix.items()}
+        load = {s: Capacity(None, r, "stated", lengths.get(s)) for s, r in given.items()}
+        desc = "stated: " + ", ".join(f"{k} {v:g} req/s" for k, v in given.items())
+    if mix:
+        desc += "; mix " + ", ".join(f"{k} {v:g}" for k, v in mix.items())
+    plan, notes, never = build_plan(candidates, basis=args.basis, headroom=args.headroom, spares=args.spares,
+                                    load=load, stated=stated, mix={} if stated else mix,
+                                    current=args.current_replicas if not stated or args.current_replicas else None,
+                                    current_config=current_config)
+    if getattr(args, "mixed_traffic", None):
+        try:
+            plan["mixed_traffic"] = mixed_traffic.load_check(Path(args.mixed_traffic))
+        except mixed_traffic.CheckError as exc:
+            raise UsageError(str(exc)) from None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    chart = None if args.no_charts else render_chart(plan, out)
+    (out / "plan.json").write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    locations.written(out / "plan.json")
+    (out / "plan.md").write_text(render_markdown(plan, notes, desc, candidates, chart, never), encoding="utf-8")
+    locations.written(out / "plan.md")
+    if not getattr(args, "no_html", False):
+        pages.write_plan(out, plan, notes, desc, candidates, charts=not args.no_charts)
+        locations.written(out / "plan.html")
+    return plan, desc, never
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        plan, _, never = make_plan(args)
+    except UsageError as exc:
+        print(f"bench plan: {exc}", file=sys.stderr)
+        return 2
+    for row in plan["configurations"]:
+        count = replicas_text(row, never)
+        line = f"bench plan: {row['label']}: {count}"
+        line += " replicas" if row["replicas_range"] else ""
+        line += f" ({plan['basis']} basis)"
+        if row["reason"]:
+            line += f"; {row['reason']}"
+        print(line)
+    print(f"bench plan: -> {locations.display(Path(args.out) / 'plan.md')}, plan.json"
+          + ("" if args.no_html else ", plan.html"))
+    return 1 if never else 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("plan", help="replicas and cost that serve a load at the SLO",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("candidates", nargs="+", metavar="CANDIDATE_DIR",
+                   help="sweep folder(s) of the candidate(s), or their s3://bucket/prefix/")
+    p.add_argument("--out", required=True,
+                   help="folder for plan.md, plan.json and plan.png, or s3://bucket/prefix/ (uploaded as written)")
+    p.add_argument("--baseline", help="sweep folder (or s3://bucket/prefix/) of the hardware serving today")
+    p.add_argument("--current-replicas", type=int, help="replicas serving today (e.g. 12)")
+    p.add_argument("--current-gpus-per-replica", type=int, default=1,
+                   help="GPUs per current replica, for --reference (default: %(default)s)")
+    p.add_argument("--reference", help="production output tok/s per GPU per scenario, e.g. S1_chat=420,S4_rag=80")
+    p.add_argument("--load", help="request rate per scenario, e.g. S1_chat=20,S4_rag=2 (or one total with --mix)")
+    p.add_argument("--mix", help="shares of requests per scenario, adding up to 1, e.g. S1_chat=0.4,S2_summary=0.6")
+    p.add_argument("--basis", default="slo", help="slo (default) or peak")
+    p.add_argument("--headroom", type=float, default=0.0,
+                   help="share of capacity kept free, e.g. 0.2 (default: %(default)s)")
+    p.add_argument("--spares", type=int, default=0, help="replicas added on top (default: %(default)s)")
+    p.add_argument("--price-per-hour", action="append", metavar="[LABEL=]OD[/SPOT]",
+                   help="hourly price per replica (repeatable; LABEL 'current' prices the current fleet for "
+                        "--reference); default: the manifest, else the instance catalog")
+    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
+    p.add_argument("--slo-decode-p99-ms", "--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
+    p.add_argument("--slo-decode-metric", default="itl", choices=("itl", "tpot"), help="default: %(default)s")
+    p.add_argument("--mixed-traffic", metavar="FILE_OR_DIR",
+                   help="mixed_traffic.json of `bench mix-check` (or its folder, or s3:// prefix): the plan says "
+                        "whether its scenarios added up at the planned load")
+    p.add_argument("--no-charts", action="store_true", help="write no plan.png")
+    p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
+    p.add_argument("--no-html", action="store_true", help="write no plan.html (the self-contained page)")
+    p.set_defaults(func=locations.remote_io(run, command="plan", inputs=("candidates", "baseline", "mixed_traffic")))
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run_one(add_parser, "plan", argv)

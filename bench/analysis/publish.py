@@ -1,0 +1,403 @@
+"""`python -m bench publish`: wait for the sweeps in S3, then write the report, the plan and the compare.
+
+The report Job of a stack runs this (components/report_job.py); it runs on a laptop just as well:
+
+    python -m bench publish --candidate s3://RESULTS/runs/g7e/nvfp4-g7e/HASH/ \\
+        --baseline s3://RESULTS/runs/g7e/nvfp4-l40s/HASH/ --current-replicas 12 \\
+        --out s3://RESULTS/runs/g7e/report/HASH/
+
+1. Wait. Every sweep named (`--candidate`, `--baseline`, each `--variant`) must be finished: its
+   manifest.json says the sweep ended (`finished_at`) with no combination pending or running. A
+   sweep stopped by a Spot interruption uploads a manifest with pending runs and is resumed by its
+   Job's next pod, so it is waited for, never reported half done. The manifests are read every
+   `--poll-seconds`, backing off to `--max-poll-seconds` while nothing changes; a line says where
+   each sweep stands at least every `--log-seconds`, and `status.json` under --out says the same
+   for `bench open`. After `--wait-hours` the report is written from what is there, saying which
+   sweeps did not finish (a verdict never passes on missing runs).
+2. Write, with the prices and capacity types the sweeps recorded in their manifests:
+   `bench report CANDIDATE --baseline BASELINE` (report.md, summary.json, charts, plan/),
+   `bench plan` of the candidate (or the variants) against the baseline's current fleet (plan.md,
+   plan.json, plan.png) and, with variants, `bench compare` (compare.md, compare.json), every file
+   uploaded as it is written. Without --candidate the report covers the baseline alone. With
+   `--mixed-traffic-wait-hours`, it then waits for `bench mix-check` (the stack's mix-check Job
+   reads the plan just written and runs its mix on the candidate's server) to put
+   mixed_traffic.json under --out, and plans again with it: the plan says whether its scenarios
+   added up.
+3. Record `inputs.json`: each sweep's address and the SHA-256 of the manifest it was read at, the
+   settings, and whether every sweep had finished. A rerun whose sweeps are unchanged writes
+   nothing; a sweep that changed while the report was written (or since the last run) is reported
+   again, so the files never describe a sweep older than its manifest.
+
+Exit codes: 0 written (or already up to date); 1 S3 or a report step failed; 2 bad arguments;
+130 Ctrl-C; 143 SIGTERM (nothing is lost: the next run starts over from S3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from bench.analysis import answer, compare, plan, report
+from bench.analysis import mixed_traffic as MT
+from bench.common import locations, s3
+from bench.common.cli import run_one
+from bench.common.interrupts import Interrupted, exit_code, signal_name, stop_on_signals
+from bench.common.progress import human_seconds
+
+MANIFEST = "manifest.json"
+STATUS = "status.json"
+INPUTS = "inputs.json"
+# How often the same written report is re-checked against sweeps that change while it is written.
+MAX_ROUNDS = 3
+
+
+class UsageError(ValueError):
+    pass
+
+
+@dataclass
+class Sweep:
+    role: str  # candidate, baseline, variant
+    loc: s3.S3Location
+    manifest: bytes | None = None
+
+    @property
+    def data(self) -> dict[str, Any] | None:
+        if self.manifest is None:
+            return None
+        try:
+            value = json.loads(self.manifest)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    @property
+    def label(self) -> str:
+        """The manifest's label; before there is one, `<stack>/<server>` from a bench Job's results
+        prefix (runs/<stack>/<server>/<hash>/), as the Job labels its sweep."""
+        parts = self.loc.prefix.rstrip("/").split("/")
+        fallback = "/".join(parts[1:3]) if len(parts) == 4 and parts[0] == "runs" else locations.folder_name(self.loc)
+        return str((self.data or {}).get("label") or fallback)
+
+    @property
+    def digest(self) -> str | None:
+        return hashlib.sha256(self.manifest).hexdigest() if self.manifest is not None else None
+
+    def state(self) -> tuple[str, int, int]:
+        """(state, combinations done, combinations planned); state is one of "not started",
+        "running", "interrupted", "finished"."""
+        data = self.data
+        if data is None:
+            return ("not started" if self.manifest is None else "running"), 0, 0
+        runs = [r for r in data.get("runs") or [] if isinstance(r, dict)]
+        done = sum(1 for r in runs if r.get("status") in ("valid", "invalid", "suspect"))
+        open_runs = any(r.get("status") in ("pending", "running") for r in runs)
+        sessions = [s for s in data.get("sessions") or [] if isinstance(s, dict)]
+        if sessions and sessions[-1].get("interrupted"):
+            return "interrupted", done, len(runs)
+        if open_runs or not data.get("finished_at"):
+            return "running", done, len(runs)
+        return "finished", done, len(runs)
+
+    def describe(self) -> str:
+        state, done, total = self.state()
+        if state == "not started":
+            return f"{self.label}: no results yet"
+        counts = f" ({done} of {total} combinations)" if total else ""
+        if state == "interrupted":
+            return f"{self.label}: interrupted{counts}, waiting for its Job to resume it"
+        return f"{self.label}: {state}{counts}"
+
+
+def read_manifest(client: Any, sweep: Sweep) -> bytes | None:
+    try:
+        return client.get_object(Bucket=sweep.loc.bucket, Key=sweep.loc.key(MANIFEST))["Body"].read()
+    except Exception as exc:  # a missing key is normal before the sweep starts
+        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        if code in ("NoSuchKey", "404", "NotFound"):
+            return None
+        raise
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status(state: str, sweeps: list[Sweep], deadline: datetime, note: str | None = None) -> dict[str, Any]:
+    rows = []
+    for sweep in sweeps:
+        st, done, total = sweep.state()
+        rows.append({"role": sweep.role, "label": sweep.label, "uri": sweep.loc.uri, "state": st,
+                     "combinations_done": done, "combinations_planned": total})
+    return {"state": state, "updated_at": _iso(_now()), "waits_until": _iso(deadline), "sweeps": rows,
+            "note": note}
+
+
+def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: argparse.Namespace) -> bool:
+    """Poll the manifests until every sweep has finished (True) or the wait ends (False)."""
+    started = time.monotonic()
+    deadline = _now() + timedelta(hours=args.wait_hours)
+    interval = args.poll_seconds
+    last_line = None
+    last_seen: list[tuple[str, int]] | None = None
+    while True:
+        for sweep in sweeps:
+            sweep.manifest = read_manifest(client, sweep)
+        seen = [(sweep.state()[0], sweep.state()[1]) for sweep in sweeps]
+        finished = all(state == "finished" for state, _ in seen)
+        waited = time.monotonic() - started
+        changed = seen != last_seen
+        if changed:
+            s3.put_json(client, out, STATUS, status("writing" if finished else "waiting", sweeps, deadline))
+            interval = args.poll_seconds
+        else:
+            interval = min(args.max_poll_seconds, interval * 2)
+        if finished:
+            print(f"bench publish: every sweep has finished after {human_seconds(waited)}: "
+                  + "; ".join(s.describe() for s in sweeps), flush=True)
+            return True
+        if waited >= args.wait_hours * 3600:
+            print(f"bench publish: gave up waiting after {human_seconds(waited)}; writing the report from what is "
+                  "there: " + "; ".join(s.describe() for s in sweeps), flush=True)
+            return False
+        if changed or last_line is None or time.monotonic() - last_line >= args.log_seconds:
+            print(f"bench publish: waiting ({human_seconds(waited)} so far): "
+                  + "; ".join(s.describe() for s in sweeps)
+                  + f"; next look in {human_seconds(interval)}", flush=True)
+            last_line = time.monotonic()
+        last_seen = seen
+        time.sleep(min(interval, max(1.0, args.wait_hours * 3600 - waited)))
+
+
+def _commands(args: argparse.Namespace, local: dict[str, str], out: str
+              ) -> list[tuple[str, list[str], Callable[[list[str]], int]]]:
+    """The report, plan and compare runs, as `python -m bench` argument lists."""
+    steps = []
+    subject = local.get("candidate") or local["baseline"]
+    report_args = [subject, "--out", out, "--threshold", f"{args.threshold:g}", "--verdict-basis",
+                   args.verdict_basis, "--current-replicas", str(args.current_replicas), "--no-progress"]
+    if local.get("candidate"):
+        report_args += ["--baseline", local["baseline"]]
+    if args.no_charts:
+        report_args.append("--no-charts")
+    steps.append(("report", report_args, report.main))
+    candidates = [local[k] for k in sorted(local) if k.startswith("variant:")] or [subject]
+    plan_args = [*candidates, "--baseline", local["baseline"], "--current-replicas", str(args.current_replicas),
+                 "--basis", args.verdict_basis, "--headroom", f"{args.headroom:g}", "--spares", str(args.spares),
+                 "--out", out, "--no-progress"]
+    if args.mix:
+        plan_args += ["--mix", args.mix]
+    if args.no_charts:
+        plan_args.append("--no-charts")
+    steps.append(("plan", plan_args, plan.main))
+    variants = [local[k] for k in sorted(local) if k.startswith("variant:")]
+    if variants:
+        steps.append(("compare", [*variants, "--out", out, "--no-progress"], compare.main))
+    return steps
+
+
+def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) -> int:
+    """Download the sweeps once, run report, plan and compare on them into --out; record inputs.json."""
+    out = s3.S3Location.parse(args.out, option="--out")
+    with locations.session("bench-publish-", progress=False) as current:
+        local: dict[str, str] = {}
+        for index, sweep in enumerate(sweeps):
+            key = sweep.role if sweep.role != "variant" else f"variant:{index:02d}"
+            local[key] = current.fetch(sweep.loc.uri, f"--{sweep.role}")
+        done = []
+        for name, argv, main in _commands(args, local, out.uri):
+            print(f"bench publish: bench {name} -> {out.uri}", flush=True)
+            rc = main(argv)
+            if rc in (130, 143):  # the step was stopped (and said what it kept): stop with its code
+                raise Interrupted(rc - 128)
+            # plan exits 1 when a candidate cannot carry the load at the SLO: that is an answer, not a failure
+            if rc not in (0, 1) or (rc == 1 and name != "plan"):
+                print(f"bench publish: bench {name} failed (exit {rc})", file=sys.stderr)
+                return 1
+            done.append({"command": name, "exit": rc,
+                         "argv": [locations.display(a) if a.startswith(str(current.scratch)) else a for a in argv]})
+        mixed = None
+        if args.mixed_traffic_wait_hours > 0:
+            mixed = mixed_traffic(args, sweeps, out, _commands(args, local, out.uri), done)
+    inputs = {
+        "sweeps": [{"role": s.role, "label": s.label, "uri": s.loc.uri, "manifest_sha256": s.digest,
+                    "state": s.state()[0]} for s in sweeps],
+        "complete": complete,
+        "settings": {"current_replicas": args.current_replicas, "threshold": args.threshold,
+                     "verdict_basis": args.verdict_basis, "headroom": args.headroom, "spares": args.spares,
+                     "mix": args.mix},
+        "commands": done,
+        "mixed_traffic": mixed,
+        "written_at": _iso(_now()),
+    }
+    s3.put_json(s3.client(), out, INPUTS, inputs)
+    return 0
+
+
+def mixed_traffic(args: argparse.Namespace, sweeps: list[Sweep], out: s3.S3Location,
+                  steps: list[tuple[str, list[str], Callable[[list[str]], int]]], done: list[dict[str, Any]]) -> str:
+    """Wait for `bench mix-check` (its Job reads the plan just written) and plan again with its finding."""
+    client = s3.client()
+    s3.put_json(client, out, STATUS, status("waiting for the mixed-traffic check", sweeps,
+                                         _now() + timedelta(hours=args.mixed_traffic_wait_hours)))
+    started, interval, said = time.monotonic(), args.poll_seconds, None
+    while s3.get_json(client, out, MT.CHECK_FILE) is None:
+        waited = time.monotonic() - started
+        if waited >= args.mixed_traffic_wait_hours * 3600:
+            print(f"bench publish: no mixed-traffic check in {out.uri} after {human_seconds(waited)}; the plan "
+                  "stands without it", flush=True)
+            return "not received"
+        if said is None or time.monotonic() - said >= args.log_seconds:
+            print(f"bench publish: waiting for the mixed-traffic check ({human_seconds(waited)} so far)", flush=True)
+            said = time.monotonic()
+        time.sleep(interval)
+        interval = min(args.max_poll_seconds, interval * 2)
+    (name, argv, main), = [step for step in steps if step[0] == "plan"]
+    argv = [*argv, "--mixed-traffic", out.uri]
+    print(f"bench publish: bench plan with the mixed-traffic check -> {out.uri}", flush=True)
+    rc = main(argv)
+    if rc in (130, 143):
+        raise Interrupted(rc - 128)
+    done.append({"command": name, "exit": rc, "argv": [locations.display(a) if a.startswith("/") else a for a in argv]})
+    return "included" if rc in (0, 1) else "failed"
+
+
+def labels(sweeps: list[Sweep]) -> dict[str, str]:
+    return {s.role: s.label for s in sweeps if s.role in ("candidate", "baseline")}
+
+
+def say_answer(client: Any, out: s3.S3Location, sweeps: list[Sweep]) -> None:
+    summary = s3.get_json(client, out, "summary.json")
+    plan = s3.get_json(client, out, "plan.json")
+    print(f"bench publish: {answer.verdict_line(summary, labels(sweeps))}", flush=True)
+    line = answer.plan_line(plan)
+    if line:
+        print(f"bench publish: {line}", flush=True)
+    if plan and plan.get("mixed_traffic"):
+        print(f"bench publish: mixed traffic: {MT.finding(plan['mixed_traffic'])}", flush=True)
+    print(f"bench publish: report in {out.uri} (python -m bench open {out.uri})", flush=True)
+
+
+def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep]]:
+    if not args.candidate and not args.variant:
+        raise UsageError("give --candidate (the sweep the verdict is about) or --variant (two or more)")
+    if args.variant and len(args.variant) < 2:
+        raise UsageError("--variant: give at least two sweeps to compare")
+    out = s3.S3Location.parse(args.out, option="--out")
+    if not out.prefix:
+        raise UsageError(f"--out: {out.uri} has no prefix; use s3://<results>/runs/<stack>/report/<hash>/")
+    sweeps = [Sweep("baseline", s3.S3Location.parse(args.baseline, option="--baseline"))]
+    if args.candidate:
+        sweeps.insert(0, Sweep("candidate", s3.S3Location.parse(args.candidate, option="--candidate")))
+    sweeps += [Sweep("variant", s3.S3Location.parse(v, option="--variant")) for v in args.variant or []]
+    for option, value in (("--poll-seconds", args.poll_seconds), ("--max-poll-seconds", args.max_poll_seconds),
+                          ("--log-seconds", args.log_seconds), ("--wait-hours", args.wait_hours),
+                          ("--current-replicas", args.current_replicas)):
+        if not value > 0:
+            raise UsageError(f"{option} must be positive, got {value:g}")
+    if args.mixed_traffic_wait_hours < 0:
+        raise UsageError("--mixed-traffic-wait-hours must be >= 0")
+    if args.mixed_traffic_wait_hours > 0 and not args.mix:
+        raise UsageError("--mixed-traffic-wait-hours needs --mix: the check runs the plan's mix")
+    if args.spares < 0 or not 0 <= args.headroom < 1:
+        raise UsageError("--spares must be >= 0 and --headroom in [0, 1)")
+    return out, sweeps
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        out, sweeps = parse(args)
+    except (UsageError, ValueError) as exc:
+        print(f"bench publish: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with stop_on_signals():
+            client = s3.client()
+            for round_no in range(1, MAX_ROUNDS + 1):
+                complete = wait_for_sweeps(client, out, sweeps, args)
+                before = [s.digest for s in sweeps]
+                recorded = s3.get_json(client, out, INPUTS)
+                if recorded and [r.get("manifest_sha256") for r in recorded.get("sweeps") or []] == before \
+                        and recorded.get("complete") == complete \
+                        and (args.mixed_traffic_wait_hours <= 0 or recorded.get("mixed_traffic") == "included"):
+                    print(f"bench publish: {out.uri} already holds the report of these sweeps", flush=True)
+                    say_answer(client, out, sweeps)
+                    return 0
+                rc = write_report(args, sweeps, complete)
+                if rc:
+                    s3.put_json(client, out, STATUS, status("failed", sweeps, _now(), "a report step failed; see the Job log"))
+                    return rc
+                for sweep in sweeps:
+                    sweep.manifest = read_manifest(client, sweep)
+                if [s.digest for s in sweeps] == before:
+                    s3.put_json(client, out, STATUS, status("written", sweeps, _now(), None if complete else
+                                                         "written before every sweep finished: see inputs.json"))
+                    say_answer(client, out, sweeps)
+                    return 0
+                print(f"bench publish: a sweep changed while its report was written (round {round_no}); "
+                      "writing it again", flush=True)
+            print(f"bench publish: the sweeps kept changing over {MAX_ROUNDS} rounds; the report in {out.uri} "
+                  "is from the last one (inputs.json says which manifests)", file=sys.stderr)
+            return 0
+    except KeyboardInterrupt as exc:
+        print(f"bench publish: stopped by {signal_name(exc)}; whatever is in {out.uri} stays (inputs.json is "
+              "written last, so a rerun writes the report again). Rerun the same command to finish.", file=sys.stderr)
+        return exit_code(exc)
+    except (s3.S3Error, ValueError) as exc:
+        print(f"bench publish: {exc}", file=sys.stderr)
+        return 2
+    except locations.botocore_errors() as exc:  # credentials, endpoint, permissions: the Job retries
+        print(f"bench publish: S3: {exc}", file=sys.stderr)
+        return 1
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("publish", help="wait for sweeps in S3, then write report, plan and compare to S3",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--candidate", help="s3:// prefix of the sweep the verdict is about")
+    p.add_argument("--baseline", required=True, help="s3:// prefix of the sweep of the hardware serving today")
+    p.add_argument("--variant", action="append", metavar="URI",
+                   help="s3:// prefix of a variant's sweep, compared side by side (repeat; two or more)")
+    p.add_argument("--out", required=True, help="s3://bucket/prefix/ for the report, plan and compare files")
+    p.add_argument("--current-replicas", type=int, default=12,
+                   help="replicas of the baseline serving today, for the plan (default: %(default)s)")
+    p.add_argument("--threshold", type=float, default=1.5, help="verdict threshold per GPU (default: %(default)s)")
+    p.add_argument("--verdict-basis", choices=("slo", "peak"), default="slo",
+                   help="slo (throughput under the SLO, default) or peak, for the verdict and the plan")
+    p.add_argument("--headroom", type=float, default=0.0, help="plan headroom, e.g. 0.2 (default: %(default)s)")
+    p.add_argument("--spares", type=int, default=0, help="plan spares (default: %(default)s)")
+    p.add_argument("--mix", help="plan mix, shares of requests per scenario, e.g. S1_chat=0.4,S2_summary=0.6")
+    p.add_argument("--mixed-traffic-wait-hours", type=float, default=0.0,
+                   help="after the plan, wait up to this long for `bench mix-check` to write mixed_traffic.json "
+                        "under --out, then plan again with its finding (default: %(default)s, no check)")
+    p.add_argument("--no-charts", action="store_true", help="write no PNG charts (report and plan)")
+    p.add_argument("--poll-seconds", type=float, default=60.0,
+                   help="first wait between two looks at the manifests (default: %(default)s)")
+    p.add_argument("--max-poll-seconds", type=float, default=600.0,
+                   help="longest wait between two looks while nothing changes (default: %(default)s)")
+    p.add_argument("--log-seconds", type=float, default=900.0,
+                   help="print where the sweeps stand at least this often (default: %(default)s)")
+    p.add_argument("--wait-hours", type=float, default=13.0,
+                   help="write the report from what is there after this long (default: %(default)s, past the "
+                        "bench Jobs' 12 h deadline)")
+    p.set_defaults(func=run)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run_one(add_parser, "publish", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

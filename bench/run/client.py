@@ -1,0 +1,204 @@
+"""`python -m bench.run.client`: one long-lived `vllm bench serve`, driven run after run by the sweep.
+
+A fresh `vllm bench serve` process per run spends about 11 s importing vLLM and loading the
+tokenizer before its measured window; on a GPU that is idle accelerator time, multiplied by the
+capacity search and the open-loop runs. This driver imports vLLM's benchmark code once
+(`vllm.benchmarks.serve`: `add_cli_args` and `main`, the functions behind `vllm bench serve` in
+0.26 and 0.32) and runs each request with exactly the command-line arguments the sweep would have
+passed to `vllm bench serve`: same code, same result file. The tokenizer is loaded once per
+(tokenizer, mode) and reused.
+
+Protocol (the sweep is the only caller): one JSON object per line on stdin,
+`{"argv": [<vllm bench serve arguments>], "log": "<path>"}`; the answer is one JSON line on the
+original stdout, `{"rc": <int>, "error": <str or null>}`. While a run executes, file descriptors 1
+and 2 point at its log file, so vLLM's prints and logs land where a process run's would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import os
+import queue
+import shlex
+import subprocess
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+from bench.common.interrupts import stop_process_group
+
+
+def _load():
+    # vLLM only in the driver process that runs the benchmarks: the sweep imports this module without it.
+    from vllm.benchmarks import serve
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cached = functools.lru_cache(maxsize=4)(serve.get_tokenizer)
+    serve.get_tokenizer = cached
+
+    def parse(argv: list[str]):
+        parser = FlexibleArgumentParser(prog="vllm bench serve")
+        serve.add_cli_args(parser)
+        return parser.parse_args(argv)
+
+    return parse, serve.main
+
+
+def serve_forever(parse, bench_main, inp, out) -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    for line in inp:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        rc, error = 0, None
+        fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        try:
+            bench_main(parse(request["argv"]))
+        except SystemExit as exc:  # argparse errors
+            rc = exc.code if isinstance(exc.code, int) else 2
+            error = f"exit {exc.code}"
+        except BaseException as exc:  # noqa: BLE001 - one failed run must not end the driver
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            traceback.print_exc()
+            rc, error = 1, f"{type(exc).__name__}: {exc}"
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            os.close(fd)
+        out.write(json.dumps({"rc": rc, "error": error}) + "\n")
+        out.flush()
+
+
+def main() -> int:
+    out = os.fdopen(os.dup(1), "w", buffering=1)  # the answer channel survives the redirects
+    try:
+        parse, bench_main = _load()
+    except Exception as exc:  # noqa: BLE001
+        out.write(json.dumps({"rc": 2, "error": f"cannot import vLLM's benchmark code: {exc}"}) + "\n")
+        return 2
+    out.write(json.dumps({"ready": True}) + "\n")
+    serve_forever(parse, bench_main, sys.stdin, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep's side
+
+
+class Driver:
+    """The sweep's handle on a long-lived `python -m bench.run.client` (started on first use)."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str] | None = None, start_timeout: float = 600.0):
+        self.cmd = cmd
+        self.env = env
+        self.start_timeout = start_timeout
+        self.proc = None
+        self.lines = None
+        self.starts = 0
+
+    def _start(self) -> None:
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, env=self.env,
+                                     start_new_session=True)
+        self.starts += 1
+        self.lines = queue.Queue()
+        proc, lines = self.proc, self.lines
+
+        def pump():
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        hello = self._answer(self.start_timeout)
+        if not hello or not hello.get("ready"):
+            self.stop()
+            raise RuntimeError(f"bench client did not start: {hello.get('error') if hello else 'no answer'}")
+
+    def _answer(self, timeout: float) -> dict | None:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        return json.loads(line) if line else None
+
+    def run(self, argv: list[str], log: str, timeout: float) -> tuple[int | None, bool]:
+        """(exit code, timed out); a timed-out or dead driver is stopped and restarted next time."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        try:
+            self.proc.stdin.write(json.dumps({"argv": argv, "log": log}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.stop()
+            return None, False
+        answer = self._answer(timeout)
+        if answer is None:
+            timed_out = self.proc.poll() is None
+            self.stop()
+            return None, timed_out
+        return int(answer.get("rc", 1)), False
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        stop_process_group(proc, grace_s=10)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--bench-client", choices=("auto", "library", "process"),
+                   default=os.environ.get("VLLM_POC_BENCH_CLIENT") or "auto",
+                   help="library: one long-lived driver runs vLLM's benchmark code for every run (no "
+                        "start-up between measured windows); process: a `vllm bench serve` process per run; "
+                        "auto: library when `vllm` is importable and no --vllm-bin is given "
+                        "(env VLLM_POC_BENCH_CLIENT, default auto)")
+    p.add_argument("--bench-client-cmd", default=os.environ.get("VLLM_POC_BENCH_CLIENT_CMD"),
+                   help=argparse.SUPPRESS)
+
+
+def driver_command(mode: str, vllm: list[str], vllm_bin_given: bool, custom: str | None) -> list[str] | None:
+    """The driver command for `--bench-client`, or None for a process per run."""
+    if custom:
+        return shlex.split(custom)
+    if mode == "process":
+        return None
+    python = sys.executable
+    if vllm_bin_given:
+        # The python that runs the given `vllm` script (its shebang) has vLLM installed.
+        try:
+            first = Path(vllm[0]).read_text(errors="replace").splitlines()[0]
+        except (OSError, IndexError):
+            first = ""
+        if len(vllm) == 1 and first.startswith("#!") and "python" in first:
+            python = first[2:].strip().split()[0]
+        elif mode == "auto":
+            return None
+        else:
+            raise ValueError("--bench-client library: cannot tell which python runs --vllm-bin; "
+                             "pass --bench-client-cmd 'PYTHON -m bench.run.client'")
+    elif mode == "auto" and importlib.util.find_spec("vllm") is None:
+        return None
+    if mode == "auto" and vllm_bin_given:
+        return None  # an explicit --vllm-bin keeps its process per run unless asked otherwise
+    return [python, "-m", "bench.run.client"]
+
+
+def driver_env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding the bench package
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env

@@ -1,0 +1,261 @@
+"""`python -m bench mix-check`: do the plan's scenarios add up on one replica?
+
+A plan made with `--mix` (or stated loads) sizes the fleet as if each scenario used its own share of
+a replica: S1 at 40 % of its capacity and S4 at 50 % of its own fit on one replica together. That
+holds only if the scenarios do not slow each other down (long S4 prefills stall S1's decode, for
+instance). This command tests it on a real server: every scenario at once, each as one open-loop
+`vllm bench serve` process (Poisson arrivals, `--request-rate` = the scenario's share of the planned
+per-replica load, burstiness 1), all started together. Poisson streams added together are a Poisson
+stream at the total rate with the plan's mix, so the server sees the mixed traffic one replica of
+the planned fleet would see. The assumption held when every scenario met the SLO (TTFT p99 and
+decode p99 within their limits) under the mix.
+
+    python -m bench mix-check --plan report/plan --base-url http://SERVER:8000 --model NAME \\
+        --tokenizer DIR|s3://weights/models/ORG/NAME/ --out mixed/ [--configuration LABEL] [--duration-s 120]
+    python -m bench plan ... --mix S1_chat=0.6,S4_rag=0.4 --mixed-traffic mixed/ --out report/plan
+
+--plan is the folder (or plan.json, or an s3:// prefix, waited for up to --wait-hours) of a plan made
+with a mix: its configuration (default: the first) lists `per_replica_req_s`. Each scenario runs max(--min-requests, rate x
+--duration-s) requests. --out (a folder or s3://bucket/prefix/) gets `mixed/<scenario>.json`
+(vLLM's results), `mixed/<scenario>.log` and `mixed_traffic.json`:
+
+  {"configuration", "per_replica_req_s": {"<scenario>": req/s}, "duration_s", "slo": {...},
+   "scenarios": {"<scenario>": {"offered_req_s", "achieved_req_s", "requests", "valid", "reason",
+                                "ttft_p99_ms", "decode_p99_ms", "meets_slo"}},
+   "held": true | false | null}
+
+`held` is null when a run was invalid (the check could not tell). Exit codes: 0 held; 1 did not
+hold or could not tell; 2 bad arguments; 130/143 stopped (the processes are stopped too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.analysis import results as R
+from bench.analysis.mixed_traffic import CHECK_FILE, finding, read_json
+from bench.common import locations, s3
+from bench.common import workloads as W
+from bench.common.cli import run_one
+from bench.common.interrupts import exit_code, signal_name, stop_on_signals, stop_process_group
+from bench.common.progress import human_seconds
+from bench.run import grid, seeds
+
+RUN_DIR = "mixed"
+
+
+class UsageError(ValueError):
+    pass
+
+
+def load_plan(path: Path) -> dict[str, Any]:
+    path = path / "plan.json" if path.is_dir() else path
+    if not path.is_file():
+        raise UsageError(f"--plan: no plan.json at {locations.display(path)} (the --out of `bench plan`)")
+    return read_json(path)
+
+
+def wait_for_plan(value: str, wait_hours: float, scratch: Path, poll_seconds: float = 15.0) -> Path:
+    """A local plan.json for --plan: the path itself, or the one under an s3:// prefix, waited for
+    while the report Job has not written it yet (up to `wait_hours`)."""
+    if not s3.is_s3_uri(value):
+        return Path(value)
+    loc = s3.S3Location.parse(value, option="--plan")
+    client = s3.client()
+    started = time.monotonic()
+    interval, said = poll_seconds, None
+    while True:
+        plan = s3.get_json(client, loc, "plan.json")
+        if plan is not None:
+            (scratch / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+            return scratch / "plan.json"
+        waited = time.monotonic() - started
+        if waited >= wait_hours * 3600:
+            raise UsageError(f"--plan: no plan.json under {loc.uri}" + (f" after {human_seconds(waited)}"
+                                                                         if wait_hours else ""))
+        if said is None or time.monotonic() - said >= 900:
+            print(f"bench mix-check: waiting for the plan in {loc.uri} ({human_seconds(waited)} so far)", flush=True)
+            said = time.monotonic()
+        time.sleep(min(interval, max(1.0, wait_hours * 3600 - waited)))
+        interval = min(300.0, interval * 2)
+
+
+def per_replica(plan: dict[str, Any], label: str | None) -> tuple[str, dict[str, float]]:
+    rows = [r for r in plan.get("configurations") or [] if isinstance(r, dict)]
+    if label:
+        rows = [r for r in rows if r.get("label") == label]
+        if not rows:
+            known = ", ".join(str(r.get("label")) for r in plan.get("configurations") or [])
+            raise UsageError(f"--configuration: no {label!r} in the plan (it has {known or 'none'})")
+    for row in rows:
+        rates = row.get("per_replica_req_s")
+        if isinstance(rates, dict) and rates:
+            return str(row.get("label")), {str(k): float(v) for k, v in rates.items()}
+    raise UsageError("--plan: no configuration lists per_replica_req_s; make the plan with --mix (or stated "
+                     "--load rates), the traffic this check mixes")
+
+
+def requests_for(rate: float, duration_s: float, minimum: int) -> int:
+    return max(minimum, math.ceil(rate * duration_s))
+
+
+def command(vllm: list[str], args: argparse.Namespace, scenario: str, rate: float, n: int, seed: int,
+            tokenizer: str, result_dir: Path) -> list[str]:
+    """One open-loop `vllm bench serve` of a scenario (the sweep's own command line, at a rate)."""
+    workload = W.WORKLOADS[scenario]
+    spec = grid.RunSpec(scenario, workload.input_len, workload.output_len, args.max_concurrency, n, 0,
+                     run_hash=f"mixed-{scenario}", workload=workload,
+                     prompt_format=W.prompt_format(workload, "auto"))
+    cmd = grid.bench_command(vllm, args, spec, tokenizer, result_dir, seed=seed, filename=f"{scenario}.json")
+    at = cmd.index("--request-rate")
+    cmd[at + 1] = f"{rate:g}"
+    at = cmd.index("--metadata")
+    return [*cmd[:at], "--burstiness", "1.0", "--goodput", f"ttft:{args.slo_ttft_p99_ms:g}",
+            f"tpot:{args.slo_itl_p99_ms:g}", *cmd[at:], "bench_kind=mixed"]
+
+
+def judge(result: R.RunResult, rate: float, args: argparse.Namespace) -> dict[str, Any]:
+    decode = result.tpot_p99_ms if args.slo_decode_metric == "tpot" else result.itl_p99_ms
+    ok = (result.valid and result.ttft_p99_ms is not None and decode is not None
+          and result.ttft_p99_ms <= args.slo_ttft_p99_ms and decode <= args.slo_itl_p99_ms)
+    return {"offered_req_s": round(rate, 4), "achieved_req_s": result.req_s if result.valid else None,
+            "requests": result.num_prompts, "valid": result.valid, "reason": result.reason,
+            "ttft_p99_ms": result.ttft_p99_ms if result.valid else None,
+            "decode_p99_ms": decode if result.valid else None, "meets_slo": ok if result.valid else None}
+
+
+def held(scenarios: dict[str, dict[str, Any]]) -> bool | None:
+    if any(not row["valid"] for row in scenarios.values()):
+        return None
+    return all(row["meets_slo"] for row in scenarios.values())
+
+
+def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: dict[str, float],
+            out: Path) -> dict[str, dict[str, Any]]:
+    folder = out / RUN_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    procs: dict[str, tuple[subprocess.Popen, Any, int]] = {}
+    try:
+        for scenario, rate in sorted(rates.items()):
+            n = requests_for(rate, args.duration_s, args.min_requests)
+            seed = seeds.run_seed(args.seed, scenario, 0, 1, purpose="mixed")
+            cmd = command(vllm, args, scenario, rate, n, seed, tokenizer, folder)
+            log = (folder / f"{scenario}.log").open("w")
+            log.write("$ " + " ".join(cmd) + "\n")
+            log.flush()
+            procs[scenario] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                start_new_session=True), log, n)
+        print(f"bench mix-check: {len(procs)} scenarios at once: "
+              + ", ".join(f"{s} {r:g} req/s" for s, r in sorted(rates.items())), flush=True)
+        deadline = time.monotonic() + args.timeout_s
+        for scenario, (proc, log, _n) in procs.items():
+            try:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stop_process_group(proc, 5)
+                log.write(f"stopped after {args.timeout_s:g} s\n")
+    finally:
+        for proc, log, _n in procs.values():
+            stop_process_group(proc, 5)
+            log.close()
+    rows = {}
+    for scenario, (proc, _log, n) in procs.items():
+        workload = W.WORKLOADS[scenario]
+        expect = R.Expectation(scenario=scenario, concurrency=args.max_concurrency, num_prompts=n,
+                               output_len=workload.output_len)
+        result = R.load_result(folder / f"{scenario}.json", expect)
+        if proc.returncode not in (0, None) and result.valid:
+            result = result.with_problems(f"vllm bench serve exited {proc.returncode}")
+        rows[scenario] = judge(result, rates[scenario], args)
+        for name in (f"{scenario}.json", f"{scenario}.log"):
+            if (folder / name).exists():
+                locations.written(folder / name)
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.duration_s > 0 or args.min_requests < 1 or args.max_concurrency < 1 or not args.timeout_s > 0 \
+            or args.wait_hours < 0 or not args.poll_seconds > 0:
+        print("bench mix-check: --duration-s and --timeout-s must be positive, --min-requests and --max-concurrency "
+              ">= 1, --wait-hours >= 0, --poll-seconds > 0", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    try:
+        with stop_on_signals(), tempfile.TemporaryDirectory(prefix="bench-mix-") as scratch:
+            try:
+                plan = load_plan(wait_for_plan(args.plan, args.wait_hours, Path(scratch), args.poll_seconds))
+                label, rates = per_replica(plan, args.configuration)
+                unknown = [s for s in rates if s not in W.WORKLOADS]
+                if unknown:
+                    raise UsageError(f"the plan's scenarios {', '.join(unknown)} are not bench scenarios "
+                                     f"({', '.join(W.WORKLOADS)})")
+                vllm = grid.resolve_vllm(args.vllm_bin)
+                tokenizer = grid.prepare_tokenizer(args.tokenizer, Path(scratch))
+            except (UsageError, grid.UsageError, s3.S3Error, ValueError) as exc:
+                print(f"bench mix-check: {exc}", file=sys.stderr)
+                return 2
+            out.mkdir(parents=True, exist_ok=True)
+            rows = run_mix(args, vllm, tokenizer, rates, out)
+    except KeyboardInterrupt as exc:
+        print(f"bench mix-check: stopped by {signal_name(exc)}; the runs were stopped, nothing was judged. "
+              "Run the same command again.", file=sys.stderr)
+        return exit_code(exc)
+    check = {
+        "configuration": label,
+        "per_replica_req_s": dict(sorted(rates.items())),
+        "duration_s": args.duration_s,
+        "slo": {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
+                "decode_metric": args.slo_decode_metric},
+        "scenarios": rows,
+        "held": held(rows),
+    }
+    (out / CHECK_FILE).write_text(json.dumps(check, indent=2) + "\n", encoding="utf-8")
+    locations.written(out / CHECK_FILE)
+    print(f"bench mix-check: {finding(check)} -> {locations.display(out / CHECK_FILE)}")
+    return 0 if check["held"] else 1
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("mix-check", help="run the plan's scenarios at once on a server: do they add up?",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--plan", required=True, help="plan.json, or its folder or s3:// prefix (`bench plan --mix`)")
+    p.add_argument("--wait-hours", type=float, default=0.0,
+                   help="with an s3:// --plan: wait up to this long for plan.json to appear, as the report Job "
+                        "writes it once the sweeps finish (default: %(default)s, no waiting)")
+    p.add_argument("--poll-seconds", type=float, default=15.0,
+                   help="first wait between two looks for the plan, doubling up to 5 min (default: %(default)s)")
+    p.add_argument("--configuration", help="plan configuration to check (default: the first with a per-replica mix)")
+    p.add_argument("--base-url", required=True, help="the server, e.g. http://SERVER:8000")
+    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--tokenizer", required=True, help="tokenizer folder or s3:// model prefix")
+    p.add_argument("--out", required=True, help="folder (or s3://bucket/prefix/) for mixed_traffic.json and mixed/")
+    p.add_argument("--duration-s", type=float, default=120.0,
+                   help="how long the mix runs: requests per scenario = rate x this (default: %(default)s)")
+    p.add_argument("--min-requests", type=int, default=50, help="fewest requests per scenario (default: %(default)s)")
+    p.add_argument("--max-concurrency", type=int, default=64,
+                   help="safety cap on in-flight requests per scenario (default: %(default)s)")
+    p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the runs after this (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="prompt seed (default: %(default)s)")
+    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
+    p.add_argument("--slo-itl-p99-ms", type=float, default=50.0, help="decode limit (default: %(default)s)")
+    p.add_argument("--slo-decode-metric", choices=("itl", "tpot"), default="itl", help="default: %(default)s")
+    p.add_argument("--bench-args", default=os.environ.get("VLLM_POC_BENCH_ARGS"),
+                   help="extra `vllm bench serve` arguments, one shell-quoted string")
+    p.add_argument("--vllm-bin", default=os.environ.get("VLLM_POC_VLLM_BIN") or None,
+                   help="vllm executable or command (default: `vllm` on PATH; env VLLM_POC_VLLM_BIN)")
+    p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
+    p.set_defaults(func=locations.remote_io(run, command="mix-check", inputs=()))
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run_one(add_parser, "mix-check", argv)

@@ -1,0 +1,580 @@
+"""`python -m bench sweep`: run `vllm bench serve` over scenarios x concurrencies against a server.
+
+For every (scenario, concurrency) the sweep runs a warm-up `vllm bench serve` (one wave at the
+run's concurrency, prompts of its own) and then the measured one with the random dataset (fixed
+input/output lengths, ignore-eos, request rate inf, client concurrency cap), TTFT, TPOT, ITL and
+E2EL at percentiles 50/90/99. Each process draws prompts with its own seed (`bench.run.seeds`), so no
+run replays another's prompts into the server's prefix cache. Around the measured process the
+server's /metrics and the GPU exporter are read (`bench.run.telemetry`). Files:
+
+    <out>/<scenario>_c<concurrency>.json      raw vLLM result of the valid (or last suspect) attempt
+    <out>/<scenario>_c<c>.attempt<n>.invalid.json   raw result of an invalid attempt (kept)
+    <out>/<scenario>_c<c>.attempt<n>.suspect.json   raw result of a suspect attempt that was retried
+    <out>/logs/<scenario>_c<c>.attempt<n>.log      stdout+stderr of that attempt (warm-up first)
+    <out>/logs/<scenario>_c<c>.attempt<n>.telemetry.json   /metrics before/after, samples, GPU
+    <out>/manifest.json                        inputs, hardware, server facts, per-run status,
+                                               telemetry summary, timing, and at the end this
+                                               side's capacity under the SLO per scenario
+                                               (`capacity`, intervals as in `bench report`)
+
+A run is valid only by `bench.analysis.results.load_result`'s rules (all prompts completed, none failed,
+...): `vllm bench serve` exits 0 and writes a file even when every request failed. An invalid run
+is retried once (`--attempts`), recorded with its reason, and the sweep goes on; the exit code is
+1 when any combination stays invalid or suspect. A run is invalid as well when the server restarted
+during it, and suspect when a random-prompt scenario got more than 5 % of its prompt tokens from the
+prefix cache (prompts were replayed): a suspect attempt is retried with new prompts.
+
+`--resume` keeps every combination whose result file re-validates against the current plan
+(same scenario lengths, prompts, seed, model, hardware, image, server flags: the run hash) and
+runs the rest, suspect runs included. With
+`--upload s3://bucket/prefix` every file is uploaded as soon as it is written, and `--resume` first
+downloads what is already there: a Kubernetes Job restarted after a pod failure or a Spot
+interruption continues where it stopped.
+
+Example (inside the vllm/vllm-openai image):
+
+    python3 -m bench sweep --base-url http://gemma-fp8:8000 --model gemma-fp8 \\
+        --tokenizer s3://weights/models/RedHatAI/gemma-4-31B-it-FP8-dynamic/ \\
+        --out /results --upload s3://results/runs/dev/gemma-fp8/<run id>/ --resume \\
+        --instance-type g6e.2xlarge --gpus 1
+
+While it waits for the server, the sweep says every 10 s why (connection refused, the HTTP status,
+a timeout). A --model the server does not serve (GET /v1/models) stops it before any run.
+
+Exit codes: 0 every combination valid; 1 some combination invalid; 2 bad arguments (also a --model
+the server does not serve);
+3 server not healthy in time; 4 results could not be uploaded; 130 stopped by Ctrl-C; 143 terminated (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.analysis import capacity_report as CR
+from bench.analysis import results as R
+from bench.analysis import side as SIDE
+from bench.analysis import verdict as V
+from bench.common import s3
+from bench.common.cli import run_one
+from bench.common.interrupts import rerun_command
+from bench.run import client as bench_client
+from bench.run import extra_runs, hardware, s3reach, seeds
+from bench.run import telemetry as T
+from bench.run.grid import (DEFAULT_CONCURRENCIES, RunSpec, UsageError, bench_command, build_plan, config_of,
+                            new_run_record, prepare_tokenizer, resolve_vllm, short_hash)
+from bench.run.runner import (MANIFEST, EtaModel, Runner, fmt_s, load_manifest, log_errors, log_tail, now,
+                              write_json)
+from bench.run.server import probe_server, wait_for_health
+from bench.run.sweep_options import add_measurement_options
+
+SCHEMA = 1
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_UNHEALTHY, EXIT_UPLOAD, EXIT_TERMINATED = 0, 1, 2, 3, 4, 143
+EXIT_INTERRUPTED = 130  # Ctrl-C
+
+
+class Terminated(Exception):
+    pass
+
+
+class Sweep(Runner):
+    """The grid: each (scenario, concurrency) run with its warm-up, validated, retried, recorded."""
+
+    def __init__(self, args: argparse.Namespace, plan: list[RunSpec], vllm: list[str]):
+        super().__init__(args, vllm)
+        self.plan = plan
+
+    # -- setup -----------------------------------------------------------------------------
+    def prepare(self, tokenizer_source: str, server: dict[str, Any]) -> None:
+        args = self.args
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        previous = load_manifest(self.out / MANIFEST) if args.resume else None
+        config = config_of(args, self.plan)
+        records = {}
+        if previous:
+            for rec in previous.get("runs", []):
+                records[(rec.get("scenario"), rec.get("concurrency"))] = rec
+        runs = []
+        for spec in self.plan:
+            rec = records.get((spec.scenario, spec.concurrency))
+            if not rec or rec.get("run_hash") != spec.run_hash:
+                fresh = new_run_record(spec)
+                if rec:
+                    fresh["previous"] = {k: rec.get(k) for k in ("run_hash", "status", "reason")}
+                rec = fresh
+            runs.append(rec)
+        self.session = {"started_at": self.started_at, "finished_at": None, "resume": bool(args.resume),
+                        "executed": [], "skipped_valid": []}
+        self.manifest = {
+            "schema": SCHEMA,
+            "kind": "vllm-poc bench sweep",
+            "config_hash": short_hash(config),
+            "config": config,
+            "label": args.label,
+            "tokenizer": tokenizer_source,
+            "server": server,
+            "served_flags": args.server_args,
+            "instance_type": self.hardware.get("instance_type") or args.instance_type,
+            "gpus": args.gpus,
+            "image": args.image,
+            "capacity_type": self.hardware.get("capacity_type"),
+            "price_per_hour": self.hardware.get("price_per_hour"),
+            "hardware": self.hardware,
+            "variant": _variant(args),
+            "client": {"vllm_bin": " ".join(self.vllm), "python": sys.version.split()[0]},
+            "started_at": (previous or {}).get("started_at") or self.session["started_at"],
+            "finished_at": None,
+            "sessions": list((previous or {}).get("sessions", [])) + [self.session],
+            "runs": runs,
+        }
+        if previous and previous.get("config_hash") != self.manifest["config_hash"]:
+            self.manifest["previous_config_hash"] = previous.get("config_hash")
+
+    # -- one combination ---------------------------------------------------------------------
+    def _warm_up(self, spec: RunSpec, tokenizer: str, attempt: int, fh) -> dict[str, Any] | None:
+        """One wave of warm-up requests at the run's concurrency, with prompts of their own."""
+        if spec.warmups <= 0:
+            return None
+        seed = seeds.run_seed(self.args.seed, spec.scenario, spec.concurrency, attempt, seeds.WARMUP)
+        name = f"{spec.scenario}_c{spec.concurrency}.warmup.json"
+        cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial, seed=seed,
+                            num_prompts=spec.warmups, filename=name, phase=seeds.WARMUP)
+        rc, timed_out, duration = self.run_command(cmd, fh)
+        warm = R.load_result(self.partial / name)
+        if self.launches and warm.duration_s:
+            self.launches[-1][1] = warm.duration_s  # the warm-up's requests keep the GPU busy
+        (self.partial / name).unlink(missing_ok=True)
+        fh.write(f"--- warm-up done (exit {rc}); measured run follows\n")
+        fh.flush()
+        return {"seed": seed, "requests": spec.warmups, "rc": rc, "timed_out": timed_out,
+                "duration_s": round(duration, 3)}
+
+    def run_once(self, spec: RunSpec, tokenizer: str, attempt: int) -> tuple[R.RunResult, dict[str, Any]]:
+        self.partial.mkdir(exist_ok=True)
+        partial_file = self.partial / spec.filename
+        partial_file.unlink(missing_ok=True)
+        stem = f"{spec.scenario}_c{spec.concurrency}.attempt{attempt}"
+        log = self.logs / f"{stem}.log"
+        seed = seeds.run_seed(self.args.seed, spec.scenario, spec.concurrency, attempt)
+        cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial, seed=seed)
+        started_at = now()
+        window = T.Window(self.args.metrics_url, self.args.gpu_metrics_url, self.args.telemetry_interval)
+        with log.open("w", encoding="utf-8") as fh:
+            warmup = self._warm_up(spec, tokenizer, attempt, fh)
+            window.start()
+            try:
+                rc, timed_out, duration = self.run_command(cmd, fh)
+            finally:
+                window.stop()
+        tele = window.summary()
+        tele_file = self.logs / f"{stem}.telemetry.json"
+        write_json(tele_file, window.record())
+
+        result = R.load_result(partial_file, spec.expectation())
+        extra = []
+        if timed_out:
+            extra.append(f"timed out after {self.args.run_timeout:.0f} s")
+        elif rc is None:
+            extra.append("vllm bench serve could not be started")
+        elif rc != 0:
+            extra.append(f"vllm bench serve exited {rc}")
+        if extra or not result.valid:
+            errors = log_errors(log)
+            if errors:
+                extra.append("request errors: " + " / ".join(errors))
+            elif not partial_file.exists():
+                tail = log_tail(log)
+                if tail:
+                    extra.append(f"log: {tail}")
+        extra.append(R.restart_problem(tele))
+        result = result.with_problems(*extra)
+        suspect = R.suspect_reason(tele, spec.prefix_cache_check, self.args.suspect_prefix_cache_pct) \
+            if result.valid else None
+
+        last = attempt >= self.args.attempts
+        if result.valid and (not suspect or last):
+            # a suspect last attempt keeps the result's name: the report shows it, flagged, and
+            # leaves it out of every figure; `--resume` runs it again
+            final = self.out / spec.filename
+            os.replace(partial_file, final)
+            kept = final
+        elif result.valid:
+            kept = self.out / R.suspect_filename(spec.scenario, spec.concurrency, attempt)
+            os.replace(partial_file, kept)
+        elif partial_file.exists():
+            kept = self.out / R.invalid_filename(spec.scenario, spec.concurrency, attempt)
+            os.replace(partial_file, kept)
+        else:
+            kept = None
+        if result.valid:
+            self.note_window(result.duration_s or 0.0)
+        record = {
+            "n": attempt,
+            "started_at": started_at,
+            "seed": seed,
+            "warmup": warmup,
+            "rc": rc,
+            "duration_s": round(duration, 3),
+            "valid": result.valid,
+            "suspect": suspect,
+            "reason": result.reason,
+            "file": kept.name if kept else None,
+            "log": log.relative_to(self.out).as_posix(),
+            "telemetry_file": tele_file.relative_to(self.out).as_posix(),
+            "telemetry": tele,
+        }
+        for path in (kept, log, tele_file):
+            if path:
+                self.publish(path)
+        return result, record
+
+    # -- the loop ----------------------------------------------------------------------------
+    def execute(self, tokenizer: str) -> int:
+        runs = self.manifest["runs"]
+        todo: list[tuple[RunSpec, dict[str, Any]]] = []
+        for spec, rec in zip(self.plan, runs):
+            if self.args.resume:
+                existing = R.load_result(self.out / spec.filename, spec.expectation())
+                if existing.valid and rec.get("status") == "suspect":
+                    existing = existing.with_problems(f"suspect: {rec.get('reason')}")
+                if existing.valid:
+                    rec.update(status="valid", reason=None)
+                    self.session["skipped_valid"].append(spec.filename)
+                    continue
+                if existing.path:  # present but not valid for this plan: keep it aside
+                    n = len(rec.get("stale_files", [])) + 1
+                    stale = self.out / R.stale_filename(spec.scenario, spec.concurrency, n)
+                    os.replace(self.out / spec.filename, stale)
+                    rec.setdefault("stale_files", []).append({"file": stale.name, "reason": existing.reason})
+                    self.publish(stale)
+            todo.append((spec, rec))
+        if self.args.resume:
+            print(f"bench sweep: resume: {len(runs) - len(todo)} of {len(runs)} combinations already "
+                  f"valid, {len(todo)} to run", flush=True)
+        self.save_manifest()
+
+        eta = EtaModel()
+        for index, (spec, rec) in enumerate(todo, 1):
+            rec["status"] = "running"
+            started = time.monotonic()
+            result: R.RunResult | None = None
+            attempt_rec: dict[str, Any] = {}
+            for _ in range(self.args.attempts):
+                attempt = len(rec["attempts"]) + 1
+                result, attempt_rec = self.run_once(spec, tokenizer, attempt)
+                rec["attempts"].append(attempt_rec)
+                eta.observe(spec, attempt_rec["duration_s"], result.duration_s if result.valid else None)
+                if result.valid and not attempt_rec["suspect"]:
+                    break
+            assert result is not None
+            elapsed_run = time.monotonic() - started
+            suspect = attempt_rec["suspect"] if result.valid else None
+            rec.update(
+                status="suspect" if suspect else ("valid" if result.valid else "invalid"),
+                reason=suspect or result.reason,
+                suspect=suspect,
+                telemetry=attempt_rec["telemetry"],
+                duration_s=round(elapsed_run, 3),
+            )
+            self.session["executed"].append(spec.filename)
+            self.save_manifest()
+            remaining = eta.estimate([s for s, _ in todo[index:]])
+            print(self.progress_line(index, len(todo), spec, rec, result, remaining), flush=True)
+        return sum(1 for r in runs if r["status"] != "valid")  # invalid, suspect or not run
+
+    def progress_line(self, index: int, total: int, spec: RunSpec, rec: dict[str, Any],
+                      result: R.RunResult, eta: float) -> str:
+        tries = rec["attempts"][-1]["n"] if rec["attempts"] else 0
+        head = f"[{index}/{total}] {spec.label} in={spec.input_len} out={spec.output_len} n={spec.num_prompts}"
+        tele = rec.get("telemetry") or {}
+        hits = tele.get("prefix_cache_hit_pct")
+        if result.valid:
+            body = (f"{rec['status'].upper() if rec['suspect'] else 'valid'} ({rec['duration_s']:.1f} s, "
+                    f"attempt {tries}): {result.output_tok_s:.1f} out tok/s, {result.req_s:.2f} req/s, "
+                    f"TTFT p99 {result.ttft_p99_ms:.0f} ms, ITL p99 {result.itl_p99_ms:.1f} ms"
+                    + (f", prefix-cache hits {hits:.1f}%" if hits is not None else ""))
+        else:
+            body = f"INVALID ({rec['duration_s']:.1f} s, attempt {tries}): {result.reason}"
+        elapsed = time.monotonic() - self.t0
+        return f"{head} {body} | elapsed {fmt_s(elapsed)}, ETA {fmt_s(eta)}"
+
+def _on_sigterm(signum, _frame):
+    # Kubernetes stops a pod (eviction, Spot interruption) with SIGTERM; as PID 1 without a
+    # handler Python would ignore it until SIGKILL. Unwind instead: the running bench process is
+    # stopped, its combination marked pending, the manifest written and uploaded.
+    raise Terminated(f"signal {signum}")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        args.prices_table = hardware.parse_prices(args.prices)
+        args.allowed_capacity_types = hardware.parse_capacity_types(args.capacity_types)
+        if args.capacity_type and args.capacity_type not in hardware.CAPACITY_TYPES:
+            raise UsageError(f"--capacity-type: {args.capacity_type!r} is not one of "
+                             f"{', '.join(hardware.CAPACITY_TYPES)}")
+        if args.telemetry_interval <= 0:
+            raise UsageError(f"--telemetry-interval must be > 0, got {args.telemetry_interval}")
+        plan = build_plan(args)
+        extra_runs.validate(args)
+        vllm = resolve_vllm(args.vllm_bin)
+        upload = s3.S3Location.parse(args.upload, option="--upload") if args.upload else None
+    except (UsageError, ValueError) as exc:
+        print(f"bench sweep: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    args.base_url = args.base_url.rstrip("/")
+    if args.metrics_url is None:
+        args.metrics_url = f"{args.base_url}/metrics"
+    elif args.metrics_url.lower() in ("", "none"):
+        args.metrics_url = None
+    out = Path(args.out)
+    if not args.resume and _has_results(out):
+        print(f"bench sweep: {out} already holds a sweep; pass --resume to continue it or choose "
+              "another --out", file=sys.stderr)
+        return EXIT_USAGE
+    out.mkdir(parents=True, exist_ok=True)
+    sweep = Sweep(args, plan, vllm)
+    try:
+        driver_cmd = bench_client.driver_command(args.bench_client, vllm, bool(args.vllm_bin), args.bench_client_cmd)
+    except ValueError as exc:
+        print(f"bench sweep: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if driver_cmd:
+        sweep.driver = bench_client.Driver(driver_cmd, bench_client.driver_env())
+    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-tokenizer-") as scratch:
+            return _run(sweep, upload, Path(scratch))
+    except (Terminated, KeyboardInterrupt) as exc:
+        sweep.stop()
+        if sweep.manifest:
+            sweep.session["finished_at"] = now()
+            sweep.session["interrupted"] = str(exc) or "interrupted"
+            for rec in sweep.manifest["runs"]:
+                if rec["status"] == "running":
+                    rec["status"] = "pending"
+            sweep.save_manifest()
+        again = rerun_command("bench") + ("" if "--resume" in sys.argv else " --resume")
+        kept = sum(rec["status"] == "valid" for rec in sweep.manifest["runs"]) if sweep.manifest else 0
+        print(f"bench sweep: stopped by {'SIGTERM' if isinstance(exc, Terminated) else 'Ctrl-C'}; "
+              f"{kept} valid run(s) kept in {out}, unfinished runs marked pending. Resume with: {again}",
+              file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        if sweep.driver is not None:
+            sweep.driver.stop()
+        shutil.rmtree(sweep.partial, ignore_errors=True)
+
+
+def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
+    args, out, plan = sweep.args, sweep.out, sweep.plan
+    if upload:
+        # In the cluster: does S3 resolve inside the ranges the NetworkPolicy allows? (bench/run/s3reach.py)
+        reach = s3reach.check_from_env(upload.bucket, stack=(args.label or "").split("/", 1)[0] or None)
+        if reach.message:
+            print(f"bench sweep: {reach.message}", file=sys.stderr, flush=True)
+        if reach.blocked:
+            return EXIT_UPLOAD
+        try:
+            sweep.uploader = s3.Uploader(upload, out)
+            remote = next(s3.iter_objects(upload), None)
+            if remote and not args.resume:
+                print(f"bench sweep: {upload.uri} already holds files; pass --resume to continue that "
+                      "sweep or choose another prefix", file=sys.stderr)
+                return EXIT_USAGE
+            if args.resume:
+                got = s3.download_prefix(upload, out, only_missing=True)
+                print(f"bench sweep: resume: {len(got)} files downloaded from {upload.uri}", flush=True)
+        except (s3.S3Error, Exception) as exc:  # credentials, endpoint, missing bucket
+            print(f"bench sweep: --upload {upload.uri}: {exc}", file=sys.stderr)
+            return EXIT_UPLOAD
+
+    try:
+        tokenizer = prepare_tokenizer(args.tokenizer, scratch)
+    except (s3.S3Error, ValueError) as exc:
+        print(f"bench sweep: --tokenizer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"bench sweep: {len(plan)} combinations -> {out}; waiting for {args.base_url}/health "
+          f"(up to {args.health_timeout:.0f} s)", flush=True)
+    try:
+        sweep.health_seconds = wait_for_health(args.base_url, args.health_timeout, args.health_interval,
+                                               args.health_say_every)
+    except TimeoutError as exc:
+        print(f"bench sweep: {exc}", file=sys.stderr)
+        return EXIT_UNHEALTHY
+    server = probe_server(args.base_url, args.model)
+    served = [str(m) for m in server["served_models"] if m]
+    if served and args.model not in served:
+        print(f"bench sweep: --model {args.model}: the server at {args.base_url} does not serve it; it serves "
+              f"{', '.join(served)} (GET /v1/models). Pass one of them; no run was started.", file=sys.stderr)
+        return EXIT_USAGE
+    sweep.hardware = hardware.resolve(
+        node_name=args.node_name, configured_instance_type=args.instance_type, gpus=args.gpus,
+        capacity_type=args.capacity_type, allowed_capacity_types=args.allowed_capacity_types,
+        prices=args.prices_table, price_per_hour=args.price_per_hour, image=args.image)
+    hw = sweep.hardware
+    print(f"bench sweep: hardware: {hw['instance_type'] or 'instance type unknown'} x {hw['gpus']} GPU, "
+          f"capacity {hw['capacity_type'] or 'unknown'}, price "
+          f"{'$%.4f/h' % hw['price_per_hour'] if hw['price_per_hour'] else 'unknown'}"
+          + "".join(f"; {n}" for n in hw["notes"]), flush=True)
+    sweep.prepare(args.tokenizer, server)
+    invalid = sweep.execute(tokenizer)
+    extra_runs.run_after_grid(sweep, tokenizer)
+
+    sweep.session["finished_at"] = now()
+    if sweep.uploader:
+        sweep.uploader.retry_failed()
+    sweep.save_manifest()
+    record_capacity(sweep)
+    t = sweep.timing()
+    runs = sweep.manifest["runs"]
+    print(
+        f"bench sweep: {len(runs) - invalid}/{len(runs)} valid; wall {fmt_s(t['wall_s'])}, "
+        f"vllm bench serve processes {t['bench_processes_s']:.1f} s, health wait {t['health_wait_s']:.1f} s, "
+        f"orchestration overhead {t['orchestration_overhead_s']:.1f} s ({t['orchestration_overhead_pct']:.2f}%), "
+        f"measured benchmark windows {t['bench_windows_s']:.1f} s",
+        flush=True,
+    )
+    if t["busy_share_pct"] is not None:
+        idle = t["idle_between_windows_s"]
+        print(f"bench sweep: busy share {t['busy_share_pct']:.1f}% (measured windows / wall of the runs, "
+              f"{t['bench_client']} client); idle between two measured windows "
+              f"{'-' if idle is None else f'{idle:.2f} s'} per run", flush=True)
+    for rec in runs:
+        if rec["status"] != "valid":
+            print(f"bench sweep: {rec['status'].upper()} {rec['scenario']} c={rec['concurrency']}: {rec['reason']}",
+                  file=sys.stderr)
+    if sweep.uploader and not sweep.uploader.retry_failed():
+        print(f"bench sweep: not uploaded to {upload.uri}: {', '.join(sweep.uploader.failed)}", file=sys.stderr)
+        return EXIT_UPLOAD
+    return EXIT_INVALID if invalid else EXIT_OK
+
+
+def record_capacity(sweep: Sweep) -> None:
+    """This side's half of a verdict, recorded where the results are (manifest `capacity`, uploaded):
+    per scenario its capacity under the sweep's SLO as an interval (bench.analysis.verdict), so a
+    sweep Job leaves its state in S3 whatever a later report decides. `bench report` recomputes it."""
+    args = sweep.args
+    side = SIDE.load_side(sweep.out)
+    caps = CR.scenario_capacity(sweep.out, [r for r in side.runs if side.usable(r)], ttft_ms=args.slo_ttft_p99_ms,
+                                decode_ms=args.slo_itl_p99_ms, decode_metric=args.slo_decode_metric)
+    scenarios = {}
+    for name in side.scenarios:
+        got = caps.get(name) or {}
+        closed = got.get("closed") or V.Capacity(V.GRID, V.NO_DATA)
+        scenarios[name] = {"slo_capacity_interval": closed.as_dict(),
+                           "rate_capacity_interval": got["open"].as_dict() if got.get("open") else None}
+        print(f"bench sweep: {name} under the SLO: {V.capacity_text(closed)}", flush=True)
+    sweep.manifest["capacity"] = {
+        "slo": {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
+                "decode_metric": args.slo_decode_metric},
+        "scenarios": scenarios,
+    }
+    sweep.save_manifest()
+
+
+def _variant(args: argparse.Namespace) -> dict[str, Any] | None:
+    """--variant: what this server changes from its base (recorded for `bench compare`)."""
+    text = getattr(args, "variant", None)
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"raw": text}
+    return value if isinstance(value, dict) else {"raw": value}
+
+
+def _has_results(out: Path) -> bool:
+    if not out.is_dir():
+        return False
+    return (out / MANIFEST).exists() or any(R.parse_result_filename(p.name) for p in out.iterdir())
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name) or default
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "sweep",
+        help="run vllm bench serve over scenarios x concurrencies",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--base-url", required=True, help="server URL, e.g. http://gemma-fp8:8000")
+    p.add_argument("--model", required=True, help="served model name (as in GET /v1/models)")
+    p.add_argument("--tokenizer", required=True,
+                   help="local tokenizer folder, or s3://bucket/prefix of the model folder "
+                        "(tokenizer files are downloaded, weights are not)")
+    p.add_argument("--out", required=True, help="output folder for results, logs and manifest.json")
+    p.add_argument("--scenarios", help="comma-separated scenario names to run (default: S1_chat, "
+                   "S2_summary, S3_moderation, S4_rag and any added with --scenario)")
+    p.add_argument("--scenario", action="append", metavar="NAME=IN/OUT",
+                   help="set or add a scenario's input/output tokens, e.g. S1_chat=32/8 (repeatable)")
+    p.add_argument("--scenario-concurrencies", action="append", metavar="NAME=C1,C2",
+                   help="a scenario's own concurrencies, e.g. K_korean=1,8,64 (repeatable; default: the "
+                        "scenario's own, K_korean 1,8, else --concurrencies)")
+    p.add_argument("--prompt-format", choices=("auto", "custom", "chat"), default="auto",
+                   help="how K_korean's prompts are sent: custom (vLLM custom dataset, client-side chat "
+                        "template; needs pandas), chat (/v1/chat/completions, server-side template) or "
+                        "auto (custom where pandas is installed) (default: auto)")
+    p.add_argument("--variant", default=_env("VLLM_POC_VARIANT"),
+                   help="JSON: what this server changes from its base (recorded for `bench compare`)")
+    p.add_argument("--length-scale", type=float, default=1.0,
+                   help="multiply every scenario length (tests; outputs stay >= 2 tokens)")
+    p.add_argument("--concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)),
+                   help="comma-separated client concurrencies (default: %(default)s)")
+    p.add_argument("--prompts-per-concurrency", type=int, default=8,
+                   help="prompts per run = max(--min-prompts, this x concurrency) (default: %(default)s)")
+    p.add_argument("--min-prompts", type=int, default=32,
+                   help="lower bound of prompts per run; p99 needs samples (default: %(default)s)")
+    p.add_argument("--warmups", default="auto",
+                   help="warm-up requests per run, or 'auto' = min(concurrency, 8) (default: auto)")
+    p.add_argument("--seed", type=int, default=0, help="dataset seed (default: %(default)s)")
+    p.add_argument("--bench-args", default=_env("VLLM_POC_BENCH_ARGS"),
+                   help="extra `vllm bench serve` arguments, one shell-quoted string "
+                        "(env VLLM_POC_BENCH_ARGS), e.g. '--temperature 0'")
+    p.add_argument("--attempts", type=int, default=2,
+                   help="attempts per combination before it is recorded invalid (default: %(default)s)")
+    p.add_argument("--run-timeout", type=float, default=3600.0,
+                   help="seconds one vllm bench serve may run (default: %(default)s)")
+    p.add_argument("--health-timeout", type=float, default=1800.0,
+                   help="seconds to wait for GET /health = 200 (default: %(default)s)")
+    p.add_argument("--health-interval", type=float, default=5.0, help=argparse.SUPPRESS)
+    p.add_argument("--health-say-every", type=float, default=10.0, help=argparse.SUPPRESS)
+    p.add_argument("--resume", action="store_true",
+                   help="skip combinations whose result file re-validates against this plan")
+    p.add_argument("--upload", default=_env("VLLM_POC_RESULTS_URI"),
+                   help="s3://bucket/prefix to upload every file to as it is written "
+                        "(env VLLM_POC_RESULTS_URI); with --resume, download from there first")
+    p.add_argument("--vllm-bin", default=_env("VLLM_POC_VLLM_BIN"),
+                   help="vllm executable or command (default: `vllm` on PATH; env VLLM_POC_VLLM_BIN)")
+    p.add_argument("--label", default=_env("VLLM_POC_LABEL"),
+                   help="name of this configuration in reports (env VLLM_POC_LABEL)")
+    p.add_argument("--instance-type", default=_env("VLLM_POC_INSTANCE_TYPE"),
+                   help="recorded in the manifest (env VLLM_POC_INSTANCE_TYPE)")
+    p.add_argument("--gpus", type=int, default=_env("VLLM_POC_GPUS", "1"),
+                   help="GPUs behind the server, for per-GPU ratios (env VLLM_POC_GPUS, default 1)")
+    p.add_argument("--price-per-hour", type=float, default=_env("VLLM_POC_PRICE_PER_HOUR"),
+                   help="hourly price of those GPUs whatever the capacity type; wins over --prices "
+                        "(env VLLM_POC_PRICE_PER_HOUR)")
+    add_measurement_options(p)
+    extra_runs.add_arguments(p)
+    bench_client.add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run_one(add_parser, "sweep", argv)

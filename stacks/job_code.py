@@ -1,0 +1,85 @@
+"""The Python code the Jobs mount, read from the repository as {path in its package: source}.
+
+The bench Jobs, the report Job and the mixed-traffic check run `python -m bench ...`, which imports
+every command: they mount the whole bench package. A Job that runs one module
+(`python -m bench.startup.collect`, `python -m bench.startup.streamer`), and the compile-cache
+steps (the weights package, which imports two modules of bench/common/), mount only what they
+import: the modules reached from there through every import of the bench package, function-local
+ones included, with the `__init__.py` of each package on the way. A module that moves, or that
+starts importing another, takes what it needs along without a list to keep up to date.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH_DIR = REPO / "bench"
+WEIGHTS_DIR = REPO / "weights"
+
+
+def package_code(folder: Path) -> dict[str, str]:
+    """Every module of a package, sub-packages included: {path in the package: source}."""
+    return {path.relative_to(folder).as_posix(): path.read_text()
+            for path in sorted(folder.rglob("*.py")) if "__pycache__" not in path.parts}
+
+
+def bench_code() -> dict[str, str]:
+    """The whole bench package, as `python -m bench` needs it."""
+    return package_code(BENCH_DIR)
+
+
+def weights_code() -> dict[str, str]:
+    """The weights package, as the weight-sync Job and the compile-cache steps mount it."""
+    return package_code(WEIGHTS_DIR)
+
+
+def _module_path(code: dict[str, str], module: str) -> str | None:
+    """`bench.startup.collect` -> `startup/collect.py` (or a package's `__init__.py`), if in `code`."""
+    parts = module.split(".")[1:]
+    for path in ("/".join(parts) + ".py" if parts else None, "/".join([*parts, "__init__.py"])):
+        if path in code:
+            return path
+    return None
+
+
+def _imported(source: str, package: str) -> set[str]:
+    """The modules of `package` that a module's source imports (anywhere in it), as dotted names."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == package}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == package:
+            # `from bench.startup import phases` imports a module; `from bench.common.s3 import x` a name.
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def imported_code(code: dict[str, str], sources: Iterable[str], package: str = "bench") -> dict[str, str]:
+    """The files of `code` (a package's, {path: source}) that the given sources need: the modules
+    they import from `package`, what those import in turn, and each package's `__init__.py`."""
+    paths: set[str] = set()
+    todo = [module for source in sources for module in _imported(source, package)]
+    while todo:
+        module = todo.pop()
+        path = _module_path(code, module)
+        if path is None or path in paths:
+            continue  # a name imported from a module, not a module; or one already taken
+        paths.add(path)
+        todo.extend(_imported(code[path], package))
+        parents = module.split(".")[:-1]
+        todo.extend(".".join(parents[:n]) for n in range(1, len(parents) + 1))
+    return {path: code[path] for path in sorted(paths)}
+
+
+def module_code(code: dict[str, str], module: str) -> dict[str, str]:
+    """What `python -m <module>` needs of the bench package `code`: the module and what it imports."""
+    return imported_code(code, [f"import {module}"])
+
+
+def weights_helpers() -> dict[str, str]:
+    """The bench modules the weights package imports (the compile-cache steps mount them beside it)."""
+    return imported_code(bench_code(), weights_code().values())

@@ -1,0 +1,51 @@
+"""A server pod's share of its node (CPU, memory, GPU memory, disk) and its start-up budget."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from stacks import catalog
+from stacks.serving.profiles import MTP_DRAFT
+
+if TYPE_CHECKING:
+    from stacks.serving.server import ServerSettings
+
+# Share of a GPU's slice of the host that a server pod requests; the rest covers kubelet/system
+# reservations, Karpenter's VM overhead estimate and daemonsets.
+_CPU_SHARE = 0.75
+_MEMORY_SHARE = 0.80
+# Host memory a loading process needs beside the streamer buffer (engine, tokenizer, CUDA context,
+# /dev/shm pages); the streamer buffer is capped so that both fit the pod's memory limit.
+PROCESS_OVERHEAD_GIB = 12
+# Minimum GPU memory left after weights for activations, CUDA graphs and a usable KV cache.
+GPU_HEADROOM_GIB = 4.0
+# Ephemeral storage per pod: logs, HOME, /tmp and the compile/asset cache volume (an emptyDir,
+# counted by the kubelet). The cache is larger where the pool stripes instance-store NVMe.
+EPHEMERAL_GIB_RAID0 = 50
+EPHEMERAL_GIB_ROOT = 30
+CACHE_GIB_RAID0 = 36
+CACHE_GIB_ROOT = 16
+SHM_GIB_PER_RANK = 4
+
+# Startup: the PoC's worst measured case is a 537 s cold start (node, image pull, load, compile);
+# a first TP=4 compile or a slow S3 day can exceed it several times. The engine gives up first,
+# with a log line, instead of being killed silently by the kubelet.
+STARTUP_BUDGET_S = 1800
+ENGINE_READY_TIMEOUT_S = 1500
+# Pulumi waits for the Deployment to become available: node provisioning and image pull
+# (48 + 82 s measured) come before the startup probe's own budget.
+DEPLOY_TIMEOUT_S = STARTUP_BUDGET_S + 900
+
+
+def per_gpu(instance: catalog.InstanceType) -> tuple[int, int]:
+    cpu = max(1, math.floor(instance.vcpus * _CPU_SHARE / instance.gpus))
+    memory = math.floor(instance.memory_gib * _MEMORY_SHARE / instance.gpus)
+    return cpu, memory
+
+
+def required_gpu_memory_gib(server: ServerSettings, tensor_parallel_size: int | None = None) -> float:
+    """Weights per GPU (target plus draft, split over the TP ranks) plus minimum headroom."""
+    tp = tensor_parallel_size or server.tensor_parallel_size
+    weights = server.profile.weights_gib + (MTP_DRAFT.weights_gib if server.uses_speculative else 0)
+    return weights / tp + GPU_HEADROOM_GIB
