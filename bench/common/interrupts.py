@@ -8,6 +8,7 @@ same way: stop promptly, say what was kept and how to resume, exit 130 (Ctrl-C) 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shlex
 import signal
@@ -37,21 +38,52 @@ def signal_name(exc: BaseException) -> str:
     return "SIGTERM" if exit_code(exc) == 143 else "Ctrl-C"
 
 
+_stop_requested = threading.Event()
+
+
 def _raise(signum, _frame):
+    _stop_requested.set()
     raise Interrupted(signum)
+
+
+class _QuietAfterStop(logging.Filter):
+    """Drops asyncio's "Exception in callback" report of the task step a stop cut through.
+
+    A signal's exception may land inside an asyncio task's step (the Pulumi runtime of a render runs
+    one), between entering and leaving the task; asyncio then logs a RuntimeError about the task it
+    cannot leave, with a traceback, before the command reports the stop. Once a stop was requested
+    that report is only noise; before it, nothing is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (_stop_requested.is_set() and isinstance(exc, RuntimeError)
+                    and str(exc).startswith(("Leaving task", "Cannot enter into task")))
+
+
+_QUIET = _QuietAfterStop()
 
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Within the block, SIGTERM raises Interrupted in the main thread (Ctrl-C raises KeyboardInterrupt)."""
+    """Within the block, SIGTERM raises Interrupted in the main thread, and so does Ctrl-C (a
+    KeyboardInterrupt too, exit 130) unless it is ignored; asyncio's report of a task step the stop
+    cut through is kept off the terminal (_QuietAfterStop)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _raise)
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_log.addFilter(_QUIET)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)
+        asyncio_log.removeFilter(_QUIET)
 
 
 def rerun_command(prefix: str) -> str:
