@@ -16,6 +16,8 @@ import json
 import math
 from typing import Any, Iterable, Sequence
 
+from bench.analysis.verdict import unbounded_ratio_text
+
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0;
@@ -84,19 +86,15 @@ def interval_words(interval: Any, unit: str = "x", digits: int = 2) -> str | Non
 
 
 def ratio_interval_words(interval: Any) -> str | None:
-    """A ratio's interval as the verdict words it: a lower end of 0 comes from a baseline capacity
-    that is open above, so it is no bound rather than a measured 0x; None when there is none."""
+    """A ratio's interval on a page: the verdict's words where a measured end does not close it
+    (verdict.unbounded_ratio_text), interval_words otherwise; None when there is none."""
     if not isinstance(interval, (list, tuple)) or len(interval) != 2:
         return None
     lo, hi = interval
-    open_hi = not is_number(hi) or abs(hi) >= 1e9
-    if is_number(lo) and abs(lo) >= 1e9:
-        return "unbounded (only the candidate meets the SLO)"
-    if is_number(lo) and lo <= 0:
-        if open_hi:
-            return "no bound either way (the capacities it is made of are open)"
-        return "0x (only the baseline meets the SLO)" if hi <= 0 else f"{hi:.2f}x or less (no lower bound)"
-    return interval_words(interval)
+    if not is_number(lo):
+        return interval_words(interval)
+    lo, hi = (float(v) if is_number(v) and abs(v) < 1e9 else math.inf for v in (lo, hi))
+    return unbounded_ratio_text(lo, hi) or interval_words(interval)
 
 
 def field(path: Sequence[Any]) -> str:

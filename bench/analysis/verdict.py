@@ -242,23 +242,33 @@ def ratio_text(value: float | None) -> str:
     return f"{value:.2f}x"
 
 
-def interval_text(interval: tuple[float, float] | list | None) -> str:
-    """'1.80x to 2.40x', '1.80x or more (no upper bound)', '8.00x or less (no lower bound)', or why
-    there is none. A lower end of 0 comes from a capacity that is open above (the baseline still met
-    the SLO at its highest load), so it is worded as no bound, never as a measured 0x."""
-    if interval is None:
-        return "no interval"
-    lo, hi = (INF if v is None else v for v in interval)
+def unbounded_ratio_text(lo: float, hi: float) -> str | None:
+    """The words for a ratio interval that a measured end does not close, or None for one that two
+    measured ends bound. A lower end of 0 comes from a capacity that is open above (the baseline
+    still met the SLO at its highest load), so it is worded as no bound, never as a measured 0x;
+    the pages word their other intervals themselves and share these cases."""
     if math.isinf(lo):
         return "unbounded (only the candidate meets the SLO)"
     if lo <= 0 and math.isinf(hi):
         return "no bound either way (the capacities it is made of are open)"
-    if math.isinf(hi):
-        return f"{lo:.2f}x or more (no upper bound)"
     if lo <= 0 < hi:
         return f"{hi:.2f}x or less (no lower bound)"
     if hi <= 0:
         return "0x (only the baseline meets the SLO)"
+    return None
+
+
+def interval_text(interval: tuple[float, float] | list | None) -> str:
+    """'1.80x to 2.40x', '1.80x or more (no upper bound)', '8.00x or less (no lower bound)', or why
+    there is none (unbounded_ratio_text)."""
+    if interval is None:
+        return "no interval"
+    lo, hi = (INF if v is None else v for v in interval)
+    unbounded = unbounded_ratio_text(lo, hi)
+    if unbounded:
+        return unbounded
+    if math.isinf(hi):
+        return f"{lo:.2f}x or more (no upper bound)"
     if lo == hi:
         return f"{lo:.2f}x"
     return f"{lo:.2f}x to {hi:.2f}x"
