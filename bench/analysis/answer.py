@@ -1,8 +1,18 @@
-"""The answer in one line: the verdict state and sentence of a published report.
+"""The answer in words: the verdict's state and sentence, each capacity with the run it came from,
+each ratio with the two capacities it divides, and what the answer means for today's fleet.
 
-`bench publish` prints it when it has written a report, `bench open` when it has downloaded one, and
-the stack output `report` carries the state. Read from the report's own files (summary.json,
-plan.json, inputs.json), so all three say the same thing.
+`bench publish` prints the verdict line when it has written a report, `bench open` when it has
+downloaded one, and the stack output `report` carries the state. report.md and report.html word
+their capacities, ratios and fleet with the functions below. Everything is read from the report's
+own files (summary.json, plan.json): the figures are computed once, by the analysis, and only
+worded here, so every page says the same thing.
+
+A capacity is summary.json's INTERVAL (`slo_capacity_interval`, and per comparison
+`candidate_slo_capacity` / `baseline_slo_capacity`): output tok/s [lo, hi) between the highest load
+meeting the SLO and the lowest load above it missing it. Its figure is the lower end, named with the
+run it came from (`source_run` where the analysis records it, else the load `load_pass`), the kind
+of load (closed loop: concurrency; open loop: offered req/s), and, where recorded, the repeats and
+the run-to-run spread the interval allowed for.
 """
 
 from __future__ import annotations
@@ -71,3 +81,154 @@ def plan_line(plan: dict[str, Any] | None) -> str | None:
     current = plan.get("current") or {}
     today = f" (today {current['replicas']})" if current.get("replicas") else ""
     return f"Plan on the {plan.get('basis', 'slo')} basis: " + ", ".join(parts) + today + "."
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacities, ratios and the fleet, in words (report.md and report.html)
+
+
+def _tok(value: Any) -> str:
+    return f"{value:,.1f}"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+        and abs(value) != float("inf")
+
+
+def load_words(unit: str | None, value: Any) -> str | None:
+    if not _finite(value):
+        return None
+    return f"{value:g} req/s" if unit == "req/s" else f"c={value:g}"
+
+
+def loop_words(interval: dict[str, Any]) -> str:
+    return "open loop" if interval.get("source") == "open_loop" or interval.get("load_unit") == "req/s" \
+        else "closed loop"
+
+
+def source_run(interval: dict[str, Any]) -> tuple[Any, str | None]:
+    """(load, file) of the run the capacity's figure came from: `source_run` as the analysis records it
+    (a file name, or {"file", "load"}), with `source_load`, else `load_pass`, as its load."""
+    run = interval.get("source_run")
+    file, load = None, None
+    if isinstance(run, dict):
+        file = run.get("file") or run.get("path")
+        load = next((run[k] for k in ("load", "concurrency", "rate") if _finite(run.get(k))), None)
+    elif isinstance(run, str) and run:
+        file = run
+    if load is None:
+        load = interval.get("source_load") if _finite(interval.get("source_load")) else interval.get("load_pass")
+    return load, file
+
+
+def span_words(pair: Any, unit: str = "tok/s") -> str:
+    """[lo, hi] of a capacity: "2,836.4 to 3,010.2 tok/s", "2,836.4 tok/s or more", "unknown"."""
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not _finite(pair[0]):
+        return "unknown"
+    lo, hi = pair
+    if not _finite(hi):
+        return f"{_tok(lo)} {unit} or more"
+    if _tok(lo) == _tok(hi):
+        return f"{_tok(lo)} {unit}"
+    return f"{_tok(lo)} to {_tok(hi)} {unit}"
+
+
+def bracket_words(interval: dict[str, Any]) -> str:
+    """Where the SLO holds: "meets the SLO at c=28, misses it at c=32", and the open and never cases."""
+    unit, state = interval.get("load_unit"), interval.get("state")
+    passed, failed = load_words(unit, interval.get("load_pass")), load_words(unit, interval.get("load_fail"))
+    if state == "no_data":
+        return "no usable run"
+    if state == "never_meets_slo":
+        lowest = failed or "the lowest load tested"
+        return (f"never meets the SLO: misses it from {lowest}"
+                + (", one request at a time" if interval.get("load_fail") in (1, 1.0) and unit != "req/s" else ""))
+    if failed is None:
+        return f"still meets the SLO at {passed}, the highest load tested: no upper bound"
+    return f"meets the SLO at {passed}, misses it at {failed}"
+
+
+def from_words(interval: dict[str, Any]) -> str:
+    """The run a capacity's figure came from: "c=28, closed loop, S1_chat_c28.json; 2 repeats, 12% spread"."""
+    if interval.get("state") != "meets_slo":
+        return loop_words(interval)
+    load, file = source_run(interval)
+    parts = [load_words(interval.get("load_unit"), load) or "load unknown", loop_words(interval)]
+    if file:
+        parts.append(str(file))
+    text = ", ".join(parts)
+    extra = []
+    if isinstance(interval.get("repeats"), int):
+        extra.append(f"{interval['repeats']} repeat{'s' if interval['repeats'] != 1 else ''}")
+    if _finite(interval.get("noise_pct")):
+        extra.append(f"run-to-run spread {interval['noise_pct']:g}%"
+                     + (" (assumed)" if interval.get("noise_source") in ("default", "assumed") else ""))
+    return text + ("; " + ", ".join(extra) if extra else "")
+
+
+def capacity_words(interval: dict[str, Any] | None, per_gpu: Any = None) -> str:
+    """One capacity in words: the figure (per GPU when `per_gpu` is given), its run, its bracket."""
+    if not interval or interval.get("state") in (None, "no_data"):
+        return "unknown (no usable run)"
+    pair = per_gpu if per_gpu is not None else interval.get("output_tok_s")
+    figure = span_words(pair, "tok/s per GPU" if per_gpu is not None else "tok/s")
+    if interval.get("state") == "never_meets_slo":
+        hi = (pair or [None, None])[1]
+        figure = "0 tok/s" if hi in (0, 0.0) else (f"below {_tok(hi)} tok/s" if _finite(hi) else "0 tok/s")
+        return f"{figure} ({bracket_words(interval)})"
+    return f"{figure} (from {from_words(interval)}; {bracket_words(interval)})"
+
+
+def ratio_rebuilt(comparison: dict[str, Any]) -> str | None:
+    """How the SLO ratio's interval divides the capacities per GPU shown beside it."""
+    per = comparison.get("slo_capacity_per_gpu") or {}
+    a, b = per.get("candidate"), per.get("baseline")
+    if not (isinstance(a, list) and isinstance(b, list)):
+        return None
+    hi_b = _tok(b[1]) if _finite(b[1]) else "no bound"
+    hi_a = _tok(a[1]) if _finite(a[1]) else "no bound"
+    return (f"low end {_tok(a[0])} / {hi_b}, high end {hi_a} / {_tok(b[0])} "
+            "(candidate / baseline, tok/s per GPU)") if _finite(a[0]) and _finite(b[0]) else None
+
+
+def fleet_words(fleet: dict[str, Any] | None) -> list[str]:
+    """What the verdict means for today's fleet (summary.json `verdict.fleet`), as sentences."""
+    if not isinstance(fleet, dict) or not fleet.get("current"):
+        return []
+    now = fleet["current"]
+    span = fleet.get("replicas_range")
+    who = fleet.get("candidate") or "the candidate"
+    if isinstance(span, list) and span and span[0] is not None:
+        count = (f"{span[0]}" if span[1] == span[0] else
+                 f"{span[0]} to {span[1]}" if span[1] is not None else f"{span[0]} or more")
+        answer = f"Today {now} replicas: {count} on {who} carry the same load"
+    else:
+        answer = f"Today {now} replicas: the count on {who} is unknown ({fleet.get('reason') or 'no plan'})"
+    how = []
+    if fleet.get("basis"):
+        how.append(f"{fleet['basis']} basis")
+    if _finite(fleet.get("headroom")):
+        how.append(f"headroom {fleet['headroom']:.0%}")
+    if isinstance(fleet.get("spares"), int):
+        how.append(f"spares {fleet['spares']}")
+    lines = [answer + (f" ({', '.join(how)})" if how else "") + "."]
+    needs = [f"{t['replicas']} need {t['needs_ratio_per_gpu']:g}x" for t in fleet.get("targets") or []
+             if _finite(t.get("needs_ratio_per_gpu"))]
+    if needs:
+        lines.append("Per GPU, " + ", ".join(needs) + " (today's replicas / the smaller fleet).")
+    ran = fleet.get("baseline") or {}
+    facts = [f for f in (ran.get("instance_type"), f"{ran['gpus']} GPU per replica" if ran.get("gpus") else None,
+                         ran.get("model"), f"vLLM {ran['vllm_version']}" if ran.get("vllm_version") else None,
+                         ran.get("image"), f"flags {ran['served_flags']}" if ran.get("served_flags") else None) if f]
+    lines.append(f"\"Today\" is {now} replicas running what the baseline {ran.get('label') or ''} ran"
+                 + (f" ({'; '.join(map(str, facts))})" if facts else " (not recorded)")
+                 + "; it holds only if today's fleet runs the same.")
+    return lines
+
+
+def decides_words(state: str | None, threshold: Any) -> str:
+    """What one scenario's interval says against the threshold."""
+    thr = f"{threshold:g}x" if _finite(threshold) else "the threshold"
+    return {"pass": f"clears {thr} even at its low end", "fail": f"below {thr} even at its high end",
+            "inconclusive": f"spans {thr} or is incomplete: undecided"}.get(state or "", "undecided")

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bench.analysis import answer
 from bench.analysis import capacity as C
 from bench.analysis import results as R
 from bench.analysis import verdict as V
@@ -231,6 +232,11 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
                                       if call.interval else None)
         comp["slo_basis_source"] = source
         comp["slo_state"] = call.state
+        # The two capacities behind the ratio (the kind the pair used), per replica with their runs
+        # and per GPU, so that every page can show them beside it and a reader can rebuild it.
+        comp["candidate_slo_capacity"] = a.as_dict()
+        comp["baseline_slo_capacity"] = b.as_dict()
+        comp["slo_capacity_per_gpu"] = {"candidate": _per_gpu(a, side.gpus), "baseline": _per_gpu(b, base.gpus)}
         extra.setdefault("comparison", {})[name] = {"candidate": a, "baseline": b, "call": call}
         calls.append(call)
         missing = [f"the {w} ({label})" for w, label, peak in (("candidate", side.label, comp["peak_tok_s"]),
@@ -243,6 +249,13 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
     return extra
 
 
+def _per_gpu(cap: V.Capacity, gpus: int) -> list[float | None] | None:
+    """[lo, hi] output tok/s per GPU of a capacity (null hi: no upper bound); None when unknown."""
+    if not cap.known or cap.lo is None:
+        return None
+    return [V._end(cap.lo / gpus), V._end(cap.hi / gpus if cap.hi is not None else None)]  # noqa: SLF001
+
+
 def _n(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
@@ -251,43 +264,39 @@ def _ci(v: list[float] | None) -> str:
     return "-" if not v else f"[{v[0]:,.1f}, {v[1]:,.1f}]"
 
 
-def _source_text(cap: V.Capacity) -> str:
-    if cap.source == V.SEARCH:
-        return "capacity search" + ("" if cap.confirmed or cap.state != V.MEETS else " (pass end not confirmed)")
-    return V.SOURCE_WORDS.get(cap.source, cap.source)
+def _source_text(interval: dict[str, Any]) -> str:
+    if interval.get("source") == V.SEARCH:
+        return "capacity search" + ("" if interval.get("confirmed") or interval.get("state") != V.MEETS
+                                    else " (pass end not confirmed)")
+    return V.SOURCE_WORDS.get(interval.get("source"), str(interval.get("source")))
 
 
 def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str, Any] | None,
              decode_metric: str) -> list[str]:
     lines = ["", "## Capacity under the SLO", "",
-             "Capacity is known between two tested loads: from the highest load that meets the SLO (its output "
-             "tok/s is the lower end) to the lowest load above it that misses it (the upper end, not reached). "
+             "Capacity is known between two tested loads: from the throughput of the run at the highest load that "
+             "meets the SLO (the figure, with the run it came from) to that at the lowest load above it that "
+             "misses it (the upper end, not reached). "
              "Grid: the sweep's concurrencies. Capacity search (`sweep --capacity-search`): extra concurrencies "
              "between those two, until the bracket is narrow; its pass end must pass with confidence (upper end "
              "of the 95 % bootstrap interval of each p99 within its limit, enough requests, repeats pooled). "
              "Open loop: Poisson arrivals at offered rates around that capacity; the rate capacity is the "
              "highest offered rate whose p99s meet the SLO (every lower rate meeting it too). Closed-loop and "
              "open-loop figures are never mixed in one number.", "",
-             f"| Scenario | SLO capacity, closed loop | From | Search bracket [pass, fail) | TTFT p99 95 % CI (ms) "
-             f"| {decode_metric.upper()} p99 95 % CI (ms) | Rate capacity (req/s) | Output tok/s at it "
-             "| Goodput (req/s) |",
-             "|---|---|---|---|---|---|---:|---:|---:|"]
-    mine = extra.get("candidate") or {}
+             f"| Scenario | Capacity under the SLO, closed loop | From the run | Where the SLO holds | Bracket from "
+             f"| TTFT p99 95 % CI at the pass end (ms) | {decode_metric.upper()} p99 95 % CI (ms) "
+             "| Rate capacity (req/s) | Output tok/s at it | Goodput (req/s) |",
+             "|---|---|---|---|---|---|---|---:|---:|---:|"]
     for name, s in summary["scenarios"].items():
         cap, rate = s.get("slo_capacity"), s.get("rate_capacity")
-        interval = (mine.get(name) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
-        if cap is None:
-            searched = ["not run" if interval.source == V.GRID else "no confirmed pass end", "-", "-"]
-        elif "state" in cap:
-            searched = ["never meets the SLO", "-", "-"]
-        else:
-            fail = cap["concurrency_fail"] if cap["concurrency_fail"] is not None else "none above (highest tested)"
-            searched = [f"[{cap['concurrency_pass']}, {fail})", _ci(cap["ttft_p99_ci_ms"]),
-                        _ci(cap["decode_p99_ci_ms"])]
+        interval = s.get("slo_capacity_interval") or V.Capacity(V.GRID, V.NO_DATA).as_dict()
+        cis = [_ci(cap["ttft_p99_ci_ms"]), _ci(cap["decode_p99_ci_ms"])] if cap and "state" not in cap else ["-", "-"]
+        figure = (answer.span_words(interval.get("output_tok_s")) if interval.get("state") == V.MEETS
+                  else answer.capacity_words(interval).split(" (")[0])
         opened = ([_n(rate["req_s"], 3), _n(rate["output_tok_s"]), _n(rate["goodput_req_s"], 3)] if rate
                   else ["-", "-", "-"])
-        lines.append(f"| {name} | {V.capacity_text(interval)} | {_source_text(interval)} | "
-                     + " | ".join(searched + opened) + " |")
+        lines.append(f"| {name} | {figure} | {answer.from_words(interval)} | {answer.bracket_words(interval)} "
+                     f"| {_source_text(interval)} | " + " | ".join(cis + opened) + " |")
     points = {n: e.get("open_loop") or [] for n, e in (extra.get("candidate") or {}).items()}
     if any(points.values()):
         lines += ["", "### Open loop: goodput and SLO attainment against offered rate", "",
@@ -322,30 +331,27 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
 
 
 def comparison_markdown(summary: dict[str, Any], labels: tuple[str, str], extra: dict[str, Any]) -> list[str]:
-    """The one SLO ratio per scenario, with its interval and where it comes from (what the verdict uses)."""
+    """The one SLO ratio per scenario: its interval (what the verdict uses) beside the two capacities
+    per GPU it divides, each with the run it came from."""
     comp = summary.get("comparison") or {}
-    details = extra.get("comparison") or {}
     if not comp:
         return []
     cand, base = labels
     lines = ["", f"### Under the SLO against {base}", "",
-             "Per GPU, the ratio of the two capacities: its lower end divides the candidate's lower end by the "
-             "baseline's upper end, its upper end the other way round. The point value divides the two lower "
-             "ends (the highest load each side met the SLO at).", "",
-             f"| Scenario | {cand} capacity (output tok/s) | {base} capacity (output tok/s) | SLO ratio (per GPU) "
-             "| Interval | From | SLO cost-efficiency ratio | Scenario decides |",
-             "|---|---|---|---:|---|---|---:|---|"]
+             "Per GPU, the ratio of the two capacities under the SLO: its low end divides the candidate's low end "
+             "by the baseline's high end, its high end the other way round; both capacities are beside it, so "
+             "each end can be rebuilt.", "",
+             f"| Scenario | SLO ratio per GPU (the verdict's interval) | {cand} capacity per GPU "
+             f"| {base} capacity per GPU | Rebuilt | From | SLO cost-efficiency ratio | Scenario decides |",
+             "|---|---|---|---|---|---|---:|---|"]
     for name, c in comp.items():
-        d = details.get(name) or {}
-        a = d.get("candidate") or V.Capacity(V.GRID, V.NO_DATA)
-        b = d.get("baseline") or V.Capacity(V.GRID, V.NO_DATA)
+        per = c.get("slo_capacity_per_gpu") or {}
+        a = c.get("candidate_slo_capacity") or V.Capacity(V.GRID, V.NO_DATA).as_dict()
+        b = c.get("baseline_slo_capacity") or V.Capacity(V.GRID, V.NO_DATA).as_dict()
         cost = "-" if c.get("slo_cost_efficiency_ratio") is None else f"{c['slo_cost_efficiency_ratio']:.2f}x"
-        ratio = c.get("slo_ratio")
-        point = "-" if ratio is None else f"{ratio:.2f}x"
-        if ratio is None and c.get("slo_ratio_interval") and c["slo_ratio_interval"][0] is None:
-            point = "no finite value"
-        lines.append(f"| {name} | {V.capacity_text(a)} | {V.capacity_text(b)} | {point} "
-                     f"| {V.interval_text(c.get('slo_ratio_interval'))} "
+        lines.append(f"| {name} | {V.interval_text(c.get('slo_ratio_interval'))} "
+                     f"| {answer.capacity_words(a, per.get('candidate'))} "
+                     f"| {answer.capacity_words(b, per.get('baseline'))} | {answer.ratio_rebuilt(c) or '-'} "
                      f"| {V.SOURCE_WORDS.get(c.get('slo_basis_source'), '-')} | {cost} "
                      f"| {V.STATE_WORDS.get(c.get('slo_state'), '-').lower()} |")
     return lines

@@ -318,10 +318,11 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
     if sum(sources) != 1:
         raise UsageError("give exactly one load: --baseline DIR --current-replicas N, --reference "
                          "S=TOK_S,... --current-replicas N, or --load S=REQ_S,...")
-    if (args.baseline or args.reference) and not args.current_replicas:
-        raise UsageError("--baseline and --reference need --current-replicas (the fleet they serve today)")
     if args.current_replicas is not None and args.current_replicas < 1:
-        raise UsageError(f"--current-replicas must be >= 1, got {args.current_replicas}")
+        raise UsageError(f"--current-replicas must be 1 or more (the replicas serving today), got "
+                         f"{args.current_replicas}")
+    if (args.baseline or args.reference) and args.current_replicas is None:
+        raise UsageError("--baseline and --reference need --current-replicas (the fleet they serve today)")
     slo = {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_decode_p99_ms,
            "decode_metric": args.slo_decode_metric}
     prices = parse_prices(args.price_per_hour)

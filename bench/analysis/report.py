@@ -103,14 +103,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.analysis import answer, checks, pages
 from bench.analysis import capacity_report as CR
-from bench.analysis import checks, pages
 from bench.analysis import plan as P
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
 from bench.analysis.side import DECODE_METRICS, Side, load_side, meets_slo
-from bench.analysis.summary import build_summary
+from bench.analysis.summary import build_summary, fleet
 from bench.common import locations
 from bench.common.cli import run_one
 from bench.startup import report as startup_report
@@ -172,17 +172,41 @@ BASIS_WORDS = {
 }
 
 
+def scenario_lines(summary: dict[str, Any]) -> list[str]:
+    """Per scenario, the verdict's own interval and the two capacities it divides (per GPU)."""
+    v = summary.get("verdict") or {}
+    out = []
+    for name, c in (summary.get("comparison") or {}).items():
+        if v.get("basis") == "slo":
+            per = c.get("slo_capacity_per_gpu") or {}
+            cand, base = c.get("candidate_slo_capacity"), c.get("baseline_slo_capacity")
+            out.append(f"{name}: {V.interval_text(c.get('slo_ratio_interval'))}, "
+                       f"{answer.decides_words(c.get('slo_state'), v.get('threshold'))}. Candidate "
+                       f"{answer.capacity_words(cand, per.get('candidate'))}; baseline "
+                       f"{answer.capacity_words(base, per.get('baseline'))}.")
+        else:
+            per = c.get("peak_per_gpu_tok_s") or {}
+            out.append(f"{name}: {_x(c.get('throughput_ratio'))}: candidate peak {_n(per.get('candidate'))} tok/s "
+                       f"per GPU, baseline {_n(per.get('baseline'))} tok/s per GPU")
+    return out
+
+
 def verdict_markdown(v: dict[str, Any], label: str, base_label: str, plan_link: str | None = None,
-                     issues: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """The answer first: state, basis, the figure that decided, and what settles an open question."""
+                     issues: list[str] | tuple[str, ...] = (), summary: dict[str, Any] | None = None) -> list[str]:
+    """The answer first: state, basis, each scenario's interval with the capacities it divides, what
+    it means for today's fleet, and what settles an open question."""
     state = v.get("state") or ("pass" if v.get("pass") else "inconclusive")
     basis = BASIS_WORDS.get(v.get("basis"), f"the {v.get('basis')} basis")
     thr = f"{v['threshold']:g}x"
-    smallest = V.interval_text(v.get("min_ratio_interval"))
     lines = ["", "## Verdict", "", f"**{V.STATE_WORDS[state]}**: {label} against {base_label} on {basis}, "
              f"threshold {thr}."]
-    if v.get("min_ratio_interval") is not None:
-        lines += ["", f"Smallest per-scenario ratio: {smallest}."]
+    per_scenario = scenario_lines(summary or {"verdict": v})
+    if per_scenario:
+        lines += ["", "Per scenario, the ratio per GPU (the verdict's interval) and the two capacities it divides:", ""]
+        lines += [f"- {line}" for line in per_scenario]
+    fleet = answer.fleet_words(v.get("fleet"))
+    if fleet:
+        lines += ["", "**Fleet**: " + " ".join(fleet)]
     if state == V.PASS:
         at_lower_end = " even at the lower end of its interval." if v.get("basis") == "slo" else "."
         lines += ["", f"Every scenario clears {thr}{at_lower_end}"]
@@ -218,7 +242,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         lines += ["", f"Baseline: {base.label}", ""] + _describe(base)
     if base and summary["verdict"] is not None:
         lines += verdict_markdown(summary["verdict"], side.label, base.label, getattr(base, "plan_link", None),
-                                  issues)
+                                  issues, summary)
     has_spec = any(r.spec_acceptance_rate_pct is not None for r in side.runs if r.valid)
     lines += [
         "",
@@ -227,9 +251,12 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         "- A run is **valid** only when every prompt completed and none failed (plus file checks); "
         "invalid runs are listed below and excluded from every table figure, peak, ratio and chart.",
         "- **Peak**: the valid run with the highest output tok/s in the scenario.",
-        f"- **Throughput under the SLO** ({lim}): the highest output tok/s among valid runs meeting "
-        f"both limits. The decode limit applies to {metric.upper()} (`--slo-decode-metric`): ITL is "
-        "measured per streamed chunk, TPOT per output token.",
+        f"- **Capacity under the SLO** ({lim}): output tok/s known between two tested loads, from the "
+        "throughput of the run at the highest load meeting both limits (the figure, named with its run: "
+        "load, closed or open loop, file) to that at the lowest load above it missing them. It is the one "
+        "capacity figure of this report: its tables, charts, ratios, verdict and replica plan all use it. "
+        f"The decode limit applies to {metric.upper()} (`--slo-decode-metric`): ITL is measured per "
+        "streamed chunk, TPOT per output token.",
         "- A run is **suspect** when its prompts were served from the prefix cache (hits above "
         f"{R.SUSPECT_PREFIX_CACHE_PCT:g}% of prompt tokens in a random-prompt scenario): it measured the "
         "cache, not the hardware, and is left out of peaks, SLO figures, ratios, charts and the verdict.",
@@ -245,10 +272,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
             "- **Peak ratio** (per GPU) = (peak / GPUs) / (baseline peak / baseline GPUs).",
             "- **Cost-efficiency ratio** = (tok/s / price per hour) / (baseline tok/s / baseline price "
             "per hour), each price being that of the hardware that served the sweep.",
-            "- **SLO capacity**: known between two tested loads, from the output tok/s at the highest load "
-            "meeting the SLO to that at the lowest load above it missing it (see Capacity under the SLO).",
-            "- **SLO ratio** (per GPU): the ratio of the two SLO capacities, an interval from (candidate low / "
-            "baseline high) to (candidate high / baseline low).",
+            "- **SLO ratio** (per GPU): the ratio of the two capacities under the SLO, per GPU, an interval "
+            "from (candidate low / baseline high) to (candidate high / baseline low); both capacities are shown "
+            "beside it.",
             f"- **Verdict** on the {v['basis']} basis against {v['threshold']:g}x: PASS when "
             + ("the lower end of the SLO ratio clears the threshold in every scenario, FAIL when its upper end "
                "is below it in some scenario, INCONCLUSIVE otherwise (an interval across the threshold, "
@@ -260,15 +286,14 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
 
     lines += ["", "## Peak throughput per scenario", "",
               "| Scenario | In/out tokens | Peak output tok/s | req/s | Concurrency at peak "
-              "| Best run meeting the SLO, output tok/s (concurrency) |",
-              "|---|---|---:|---:|---:|---:|"]
+              "| Capacity under the SLO (from the run) |",
+              "|---|---|---:|---:|---:|---|"]
     edges = [name for name, s in summary["scenarios"].items() if s.get("peak_at_edge")]
     for name, s in summary["scenarios"].items():
-        p, q = s["peak"], s["slo"]
+        p = s["peak"]
         lines.append(
             f"| {name} | {_lengths(side, name)} | {_n(p and p['output_tok_s'])} | {_n(p and p['req_s'], 2)} "
-            f"| {p['concurrency'] if p else '-'} "
-            f"| {(_n(q['output_tok_s']) + ' (c=' + str(q['concurrency']) + ')') if q else 'none meets the SLO'} |"
+            f"| {p['concurrency'] if p else '-'} | {answer.capacity_words(s.get('slo_capacity_interval'))} |"
         )
 
     if edges:
@@ -335,12 +360,14 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         lines += ["", f"## Comparison with {base.label}", "",
                   f"GPUs: {side.gpus} vs baseline {base.gpus}. Prices per hour: {_price(side)} vs baseline "
                   f"{_price(base)}.", "",
-                  "| Scenario | Baseline peak tok/s | Peak tok/s | Peak ratio (per GPU) "
-                  "| Cost-efficiency ratio (peak) |",
-                  "|---|---:|---:|---:|---:|"]
+                  "| Scenario | Baseline peak tok/s | Peak tok/s | Peak ratio (per GPU) | = candidate peak per GPU "
+                  "| / baseline peak per GPU | Cost-efficiency ratio (peak) |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for name, c in summary["comparison"].items():
+            per = c.get("peak_per_gpu_tok_s") or {}
             lines.append(f"| {name} | {_n(c['baseline_peak_tok_s'])} | {_n(c['peak_tok_s'])} "
-                         f"| {_x(c['throughput_ratio'])} | {_x(c['cost_efficiency_ratio'])} |")
+                         f"| {_x(c['throughput_ratio'])} | {_n(per.get('candidate'))} | {_n(per.get('baseline'))} "
+                         f"| {_x(c['cost_efficiency_ratio'])} |")
         lines += CR.comparison_markdown(summary, (side.label, base.label), getattr(side, "capacity", {}))
         if not side.price_per_hour or not base.price_per_hour:
             lines += ["", "No cost-efficiency ratio: it needs a price per hour on both sides "
@@ -404,6 +431,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench report: --vary: unknown {', '.join(bad_vary)}; known: {', '.join(checks.VARIABLE)}",
               file=sys.stderr)
         return 2
+    if args.current_replicas is not None and args.current_replicas < 1:
+        print(f"bench report: --current-replicas must be 1 or more (the replicas of the baseline serving today), "
+              f"got {args.current_replicas}", file=sys.stderr)
+        return 2
     summary, issues = build_summary(side, base, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms,
                                     threshold=args.threshold, decode_metric=args.slo_decode_metric,
                                     vary=tuple(args.vary or ()), basis=args.verdict_basis)
@@ -411,6 +442,10 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if base is not None:
         base.plan_link = write_plan(args, out)
+        if summary["verdict"] is not None and args.current_replicas:
+            summary["verdict"]["fleet"] = fleet(_read_json(out / "plan" / "plan.json") if base.plan_link else None,
+                                                current=args.current_replicas, threshold=args.threshold,
+                                                candidate=side, baseline=base)
     charts: list[str] = []
     note = None
     if args.no_charts:
@@ -449,6 +484,13 @@ def run(args: argparse.Namespace) -> int:
             return V.EXIT_CODES[V.INCONCLUSIVE]
         return V.EXIT_CODES[v["state"]]
     return 0
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def write_plan(args: argparse.Namespace, out: Path) -> str | None:

@@ -39,6 +39,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 4)
 
 
+def _per(value: float | None, gpus: int) -> float | None:
+    return None if value is None else round(value / gpus, 4)
+
+
 def compare(side: Side, base: Side) -> dict[str, dict[str, Any]]:
     out = {}
     names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
@@ -58,6 +62,9 @@ def compare(side: Side, base: Side) -> dict[str, dict[str, Any]]:
             "peak_tok_s": cand,
             "throughput_ratio": per_gpu,
             "cost_efficiency_ratio": cost,
+            # what the ratios divide: GPUs per side and the peaks per GPU
+            "gpus": {"candidate": side.gpus, "baseline": base.gpus},
+            "peak_per_gpu_tok_s": {"candidate": _per(cand, side.gpus), "baseline": _per(ref, base.gpus)},
         }
     return out
 
@@ -142,3 +149,38 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
         summary["ignored_files"] += [{"file": f"baseline:{f['file']}", "reason": f["reason"]}
                                      for f in checks.unused_files(base.path, base.used, base.manifest_error)]
     return summary, issues
+
+
+def fleet(plan: dict[str, Any] | None, *, current: int, threshold: float, candidate: Side,
+          baseline: Side) -> dict[str, Any]:
+    """summary.json `verdict.fleet`: what the answer means for today's fleet, from the replica plan
+    `bench report` writes beside it (never recomputed): the candidate's replicas for the load
+    `current` replicas of the baseline serve, on the plan's basis and headroom; what the baseline
+    ran (today's fleet must run the same for "today" to hold); and the per-GPU ratio each smaller
+    fleet needs (threshold and twice the threshold: 12 replicas -> 8 need 1.5x, 4 need 3x)."""
+    row = ((plan or {}).get("configurations") or [None])[0] or {}
+    span = row.get("replicas_range")
+    if row.get("replicas") is not None:
+        span = [row["replicas"], row["replicas"]]
+    m = baseline.manifest or {}
+    ran = {"label": baseline.label, "instance_type": m.get("instance_type"), "gpus": baseline.gpus,
+           "model": (m.get("server") or {}).get("model") or (m.get("config") or {}).get("model"),
+           "vllm_version": (m.get("server") or {}).get("vllm_version"), "image": m.get("image"),
+           "served_flags": m.get("served_flags") if isinstance(m.get("served_flags"), str) else
+           (" ".join(map(str, m["served_flags"])) if m.get("served_flags") else None)}
+    targets = []
+    for factor in (threshold, 2 * threshold):
+        k = int(current // factor) if factor > 0 else 0
+        if 1 <= k < current and k not in [t["replicas"] for t in targets]:
+            targets.append({"replicas": k, "needs_ratio_per_gpu": round(current / k * baseline.gpus / candidate.gpus, 4)})
+    return {
+        "current": current,
+        "replicas_range": list(span) if span else None,
+        "basis": (plan or {}).get("basis"),
+        "headroom": (plan or {}).get("headroom"),
+        "spares": (plan or {}).get("spares"),
+        "candidate": candidate.label,
+        "reason": row.get("reason") if plan else "no replica plan was written",
+        "baseline": ran,
+        "targets": targets,
+    }
