@@ -40,7 +40,11 @@ PANELS = (
     ("itl_p99_ms", "ITL p99 (ms, per chunk)", "itl"),
     ("tpot_p99_ms", "TPOT p99 (ms, per token)", "tpot"),
 )
-PASS, FAIL, NEUTRAL = "#2e7d32", "#c62828", "#6d6d6d"
+PASS, FAIL, NEUTRAL, UNDECIDED = "#2e7d32", "#c62828", "#6d6d6d", "#b26a00"
+# One colour per side on every chart: the baseline (today's fleet; listed first in `bench compare`)
+# blue, the candidate orange; further compare variants take the next colours of the cycle.
+BASELINE, CANDIDATE = "tab:blue", "tab:orange"
+VARIANT_COLORS = (BASELINE, CANDIDATE, "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
 
 
 def usable(row: dict[str, Any]) -> bool:
@@ -70,11 +74,11 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
     for ax, (attr, title, slo_key) in zip(axes, PANELS):
         xs, ys = _series(rows, scenario, attr)
         if xs:
-            ax.plot(xs, ys, marker="o", label=label)
+            ax.plot(xs, ys, marker="o", color=CANDIDATE, label=label)
         if base_rows:
             bx, by = _series(base_rows, scenario, attr)
             if bx:
-                ax.plot(bx, by, marker="s", linestyle="--", label=f"{base_label} (baseline)")
+                ax.plot(bx, by, marker="s", linestyle="--", color=BASELINE, label=f"{base_label} (baseline)")
         limit = slo["ttft_p99_ms"] if slo_key == "ttft" else (
             slo["itl_p99_ms"] if slo_key == slo.get("decode_metric", "itl") else None)
         if limit is not None:
@@ -104,21 +108,35 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
     return fig
 
 
+def capacity_mark(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """What the curves mark for the capacity under the SLO, from one figure (the scenario's
+    `slo_capacity_interval`): the star at the run its figure came from, the band [pass, fail) of the
+    same interval. None when the interval has no figure."""
+    interval = entry.get("slo_capacity_interval") or {}
+    ends = interval.get("output_tok_s")
+    if interval.get("state") != "meets_slo" or not ends or ends[0] is None:
+        return None
+    from bench.analysis.answer import source_run  # words and charts read the interval the same way
+
+    load, _ = source_run(interval)
+    return {"load": load, "tok_s": ends[0], "pass": interval.get("load_pass"), "fail": interval.get("load_fail")}
+
+
 def _mark_points(ax, entry: dict[str, Any]) -> None:
-    top, best, cap = entry.get("peak"), entry.get("slo"), entry.get("slo_capacity")
-    if cap and "state" not in cap and cap.get("concurrency_pass"):
-        lo, hi = cap["concurrency_pass"], cap.get("concurrency_fail")
+    top, mark = entry.get("peak"), capacity_mark(entry)
+    if mark and mark["pass"]:
+        lo, hi = mark["pass"], mark["fail"]
         if hi:
-            ax.axvspan(lo, hi, color="tab:green", alpha=0.15, label=f"SLO capacity bracket [{lo}, {hi})")
+            ax.axvspan(lo, hi, color="tab:green", alpha=0.15, label=f"SLO capacity bracket [c={lo:g}, c={hi:g})")
         else:
             ax.axvline(lo, color="tab:green", linewidth=2, alpha=0.5,
-                       label=f"SLO capacity: at least c={lo} (nothing higher tested)")
+                       label=f"SLO capacity: at least c={lo:g} (nothing higher tested)")
     if top:
         ax.scatter([top["concurrency"]], [top["output_tok_s"]], s=160, facecolors="none", edgecolors="black",
                    linewidths=1.5, zorder=5, label=f"peak {top['output_tok_s']:,.0f} (c={top['concurrency']})")
-    if best:
-        ax.scatter([best["concurrency"]], [best["output_tok_s"]], s=70, marker="*", color=PASS, zorder=6,
-                   label=f"best under SLO {best['output_tok_s']:,.0f} (c={best['concurrency']})")
+    if mark and mark["load"] is not None:
+        ax.scatter([mark["load"]], [mark["tok_s"]], s=90, marker="*", color=PASS, zorder=6,
+                   label=f"capacity under the SLO {mark['tok_s']:,.0f} (c={mark['load']:g})")
 
 
 def render(side: Side, base: Side | None, slo: dict[str, Any], out: Path,
@@ -150,28 +168,33 @@ def interval_bounds(interval: Any) -> tuple[float | None, float | None]:
 
 
 def ratio_figure(rows: Sequence[dict[str, Any]], threshold: float | None, basis_label: str):
-    """Per scenario: the ratio as a dot, its interval as a whisker (an open end runs to the edge with
-    an arrow), the threshold as a vertical line; green at or above the threshold, red below."""
+    """Per scenario: the ratio's interval as a bar with both ends labelled (an open end runs to the
+    edge with an arrow; a single value is a dot), the threshold as a vertical line; green when the
+    scenario clears the threshold, red when it falls short, amber when undecided. Rows carry
+    `interval` and `state` as summary.json has them: the chart draws what the verdict decided on."""
     fig, ax = plt.subplots(figsize=(9, 0.6 * max(2, len(rows)) + 1.2))
-    known = [v for r in rows for v in (r["ratio"], *interval_bounds(r.get("interval"))) if v is not None]
+    known = [v for r in rows for v in interval_bounds(r.get("interval")) if v is not None]
     right = max(known + [threshold or 1.0]) * 1.25 if known else (threshold or 1.0) * 2
+    colors = {"pass": PASS, "fail": FAIL, "inconclusive": UNDECIDED}
     for y, r in enumerate(rows):
         lo, hi = interval_bounds(r.get("interval"))
-        value = r["ratio"]
-        color = NEUTRAL if value is None or threshold is None else (PASS if value >= threshold else FAIL)
-        if r.get("interval") is not None and (lo is not None or hi is not None):
-            start = lo if lo is not None else 0.0
-            end = hi if hi is not None else right
-            ax.plot([start, end], [y, y], color=color, linewidth=2, alpha=0.6)
-            if hi is None:
-                ax.annotate("", xy=(right, y), xytext=(right * 0.97, y),
-                            arrowprops={"arrowstyle": "->", "color": color})
-        if value is not None:
-            ax.plot([value], [y], "o", color=color, markersize=9)
-            ax.annotate(f"{value:.2f}x", (value, y), textcoords="offset points", xytext=(0, 9), ha="center",
-                        fontsize=9)
-        else:
+        color = colors.get(r.get("state"), NEUTRAL)
+        if lo is None and hi is None:
             ax.text(0.02 * right, y, r.get("missing") or "no ratio", va="center", fontsize=9, color=NEUTRAL)
+            continue
+        start = lo if lo is not None else 0.0
+        end = hi if hi is not None else right
+        if lo is not None and hi is not None and f"{lo:.2f}" == f"{hi:.2f}":
+            ax.plot([lo], [y], "o", color=color, markersize=9)
+            ax.annotate(f"{lo:.2f}x", (lo, y), textcoords="offset points", xytext=(0, 9), ha="center", fontsize=9)
+            continue
+        ax.plot([start, end], [y, y], color=color, linewidth=6, alpha=0.7, solid_capstyle="butt")
+        if hi is None:
+            ax.annotate("", xy=(right, y), xytext=(right * 0.97, y), arrowprops={"arrowstyle": "->", "color": color})
+        for value, align in ((lo, "right"), (hi, "left")):
+            if value is not None:
+                ax.annotate(f"{value:.2f}x", (value, y), textcoords="offset points",
+                            xytext=(-4 if align == "right" else 4, 8), ha=align, fontsize=9)
     if threshold is not None:
         ax.axvline(threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {threshold:g}x")
         ax.legend(fontsize=8, loc="lower right")
@@ -243,7 +266,7 @@ def plan_figure(plan: dict[str, Any]):
     top = max([r["high"] or r["low"] or 0 for r in rows] + [1])
     for x, r in zip(xs, rows):
         if r["low"] is None:
-            ax1.text(x, top * 0.02, "unknown", ha="center", va="bottom", fontsize=8, rotation=90)
+            ax1.text(x, top * 0.02, "unknown", ha="center", va="bottom", fontsize=8)
             continue
         ax1.bar(x, r["low"], color="tab:blue")
         if r["high"] is None:
@@ -261,7 +284,7 @@ def plan_figure(plan: dict[str, Any]):
                                       (0.2, "spot", "tab:green", "Spot")):
             if r[key] is None:
                 if key == "on_demand" or r["name"] != "current":
-                    ax2.text(x + dx, cost_top * 0.02, "unknown", ha="center", va="bottom", fontsize=7, rotation=90)
+                    ax2.text(x + dx, cost_top * 0.02, "unknown", ha="center", va="bottom", fontsize=7)
                 continue
             bars = ax2.bar(x + dx, r[key], width=0.4, color=color, label=label)
             ax2.bar_label(bars, labels=[f"${r[key]:,.0f}"], padding=2, fontsize=7)
@@ -286,11 +309,12 @@ def compare_figure(cells: Sequence[dict[str, Any]], labels: Sequence[str]):
     fig, axes = plt.subplots(1, max(1, len(scenarios)), figsize=(5 * max(1, len(scenarios)), 3.8), squeeze=False)
     for ax, scenario in zip(axes[0], scenarios):
         mine = [c for c in cells if c["scenario"] == scenario]
-        for label in labels:
+        for i, label in enumerate(labels):
             points = sorted((c["concurrency"], c["output_tok_s"].get(label)) for c in mine
                             if c["output_tok_s"].get(label) is not None)
             if points:
-                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label,
+                        color=VARIANT_COLORS[i % len(VARIANT_COLORS)])
         wins = [(c["concurrency"], c["output_tok_s"][c["winner"]]) for c in mine if c.get("winner")]
         if wins:
             ax.scatter([w[0] for w in wins], [w[1] for w in wins], s=150, facecolors="none", edgecolors="black",

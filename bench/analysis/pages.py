@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from bench.analysis.markup import (cell, chart, document, drawing, esc, facts_list, field, interval_words, is_number,
                                    num, ratio_interval_words, table, times)
+from bench.analysis import answer
 from bench.analysis.side import run_row
 from bench.common import locations
 from bench.startup import report as startup_report
@@ -121,8 +122,102 @@ def verdict_state(verdict: dict[str, Any] | None) -> str:
 def _basis_ratio(summary: dict[str, Any]) -> tuple[str, str]:
     basis = (summary.get("verdict") or {}).get("basis") or "peak"
     if basis == "slo":
-        return "slo_ratio", "throughput under the SLO ratio"
+        return "slo_ratio", "ratio of the capacities under the SLO"
     return "throughput_ratio", "peak throughput ratio"
+
+
+def _f(value: Any, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def pair_html(pair: Any, path: list[Any], unit: str = "", digits: int = 1) -> str:
+    """[lo, hi] with each finite end tagged with its JSON path; an open high end reads "or more"."""
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not is_number(pair[0]):
+        return "unknown"
+    lo, hi = pair
+    low = f'<span data-field="{field([*path, 0])}">{esc(_f(lo, digits))}</span>'
+    if not is_number(hi):
+        return f"{low}{esc(unit)} or more"
+    if _f(lo, digits) == _f(hi, digits):
+        return f"{low}{esc(unit)}"
+    return f'{low} to <span data-field="{field([*path, 1])}">{esc(_f(hi, digits))}</span>{esc(unit)}'
+
+
+def ratio_html(interval: Any, path: list[Any]) -> str:
+    """A ratio interval: both ends tagged where finite, the verdict's words where an end is open."""
+    if isinstance(interval, (list, tuple)) and len(interval) == 2 and is_number(interval[0]) and interval[0] > 0:
+        lo, hi = interval
+        low = f'<span data-field="{field([*path, 0])}">{esc(times(lo))}</span>'
+        if not is_number(hi):
+            return f"{low} or more (no upper bound)"
+        if times(lo) == times(hi):
+            return low
+        return f'{low} to <span data-field="{field([*path, 1])}">{esc(times(hi))}</span>'
+    return esc(ratio_interval_words(interval) or "no interval")
+
+
+def capacity_html(interval: dict[str, Any] | None, pair: Any, path: list[Any], unit: str = " tok/s") -> str:
+    """A capacity: its figure (ends tagged), the run it came from, where the SLO holds."""
+    if not interval or interval.get("state") in (None, "no_data"):
+        return "unknown (no usable run)"
+    if interval.get("state") == "never_meets_slo":
+        return esc(answer.capacity_words(interval, pair))
+    return (pair_html(pair, path, unit) + f"<br><small>from {esc(answer.from_words(interval))}; "
+            f"{esc(answer.bracket_words(interval))}</small>")
+
+
+def scenario_items(summary: dict[str, Any]) -> list[str]:
+    """Per scenario, the verdict's own interval and the two capacities per GPU it divides."""
+    v = summary.get("verdict") or {}
+    items = []
+    for name, c in (summary.get("comparison") or {}).items():
+        at = ["comparison", name]
+        if v.get("basis") == "slo":
+            per = c.get("slo_capacity_per_gpu") or {}
+            items.append(
+                f"<li><strong>{esc(name)}</strong>: {ratio_html(c.get('slo_ratio_interval'), [*at, 'slo_ratio_interval'])}"
+                f", {esc(answer.decides_words(c.get('slo_state'), v.get('threshold')))}. Candidate "
+                + capacity_html(c.get("candidate_slo_capacity"), per.get("candidate"),
+                                [*at, "slo_capacity_per_gpu", "candidate"], " tok/s per GPU")
+                + "; baseline " + capacity_html(c.get("baseline_slo_capacity"), per.get("baseline"),
+                                                [*at, "slo_capacity_per_gpu", "baseline"], " tok/s per GPU")
+                + ".</li>")
+        else:
+            per = c.get("peak_per_gpu_tok_s") or {}
+            items.append(f"<li><strong>{esc(name)}</strong>: "
+                         + cell_text(times(c.get("throughput_ratio")), [*at, "throughput_ratio"])
+                         + ": candidate peak " + cell_text(num(per.get("candidate")), [*at, "peak_per_gpu_tok_s", "candidate"])
+                         + " tok/s per GPU, baseline " + cell_text(num(per.get("baseline")), [*at, "peak_per_gpu_tok_s", "baseline"])
+                         + " tok/s per GPU.</li>")
+    return items
+
+
+def cell_text(text: str, path: list[Any] | None) -> str:
+    if path is None or not any(ch.isdigit() for ch in text):
+        return esc(text)
+    return f'<span data-field="{field(path)}">{esc(text)}</span>'
+
+
+def fleet_html(fleet: dict[str, Any] | None) -> str:
+    """The fleet answer (summary.json verdict.fleet) in words, its counts tagged."""
+    words = answer.fleet_words(fleet)
+    if not words:
+        return ""
+    head = words[0]
+    now = fleet["current"]
+    span = fleet.get("replicas_range") or [None, None]
+    head = esc(head).replace(f"Today {now} replicas",
+                             f'Today <span data-field="{field(["verdict", "fleet", "current"])}">{now}</span> replicas', 1)
+    if span and span[0] is not None:
+        count = (f"{span[0]}" if span[1] == span[0] else
+                 f"{span[0]} to {span[1]}" if span[1] is not None else f"{span[0]} or more")
+        tagged = f'<span data-field="{field(["verdict", "fleet", "replicas_range", 0])}">{span[0]}</span>'
+        if span[1] is not None and span[1] != span[0]:
+            tagged += f' to <span data-field="{field(["verdict", "fleet", "replicas_range", 1])}">{span[1]}</span>'
+        elif span[1] is None:
+            tagged += " or more"
+        head = head.replace(f": {esc(count)} on", f": <strong>{tagged}</strong> on", 1)
+    return (f'<p class="fleet"><strong>Fleet</strong>: {head} ' + " ".join(esc(w) for w in words[1:]) + "</p>")
 
 
 def verdict_section(summary: dict[str, Any], issues: Sequence[str], ctx: dict[str, Any]) -> str:
@@ -135,37 +230,29 @@ def verdict_section(summary: dict[str, Any], issues: Sequence[str], ctx: dict[st
     key, what = _basis_ratio(summary)
     base = (ctx.get("baseline") or {}).get("label", "the baseline")
     cand = (ctx.get("candidate") or {}).get("label", "the candidate")
-    interval = ratio_interval_words(v.get("min_ratio_interval"))
-    ratio = (f'<strong data-field="{field(["verdict", "min_ratio"])}">{esc(times(v.get("min_ratio")))}</strong>'
-             if is_number(v.get("min_ratio")) else "<strong>no finite ratio</strong>")
     threshold = f"{v.get('threshold', 1.5):g}x"
-    head = (f"{esc(cand)} against {esc(base)}: the smallest per-scenario {esc(what)} (per GPU) is {ratio}"
-            + (f" (its interval: {esc(interval)})" if interval else "")
-            + f' against the threshold <strong data-field="{field(["verdict", "threshold"])}">'
-            f'{esc(threshold)}</strong>, on the {esc(v.get("basis") or "peak")} basis.')
+    smallest = ""
+    if is_number(v.get("min_ratio")):
+        low = [n for n, c in (summary.get("comparison") or {}).items()
+               if is_number(((c.get("slo_ratio_interval") if key == "slo_ratio" else [c.get(key)]) or [None])[0])
+               and times(((c.get("slo_ratio_interval") if key == "slo_ratio" else [c.get(key)]))[0])
+               == times(v["min_ratio"])]
+        smallest = (f' The smallest low end is <strong data-field="{field(["verdict", "min_ratio"])}">'
+                    f'{esc(times(v["min_ratio"]))}</strong>' + (f" ({esc(', '.join(low))})" if low else "") + ".")
+    head = (f"{esc(cand)} against {esc(base)}: the {esc(what)}, per GPU, against the threshold "
+            f'<strong data-field="{field(["verdict", "threshold"])}">{esc(threshold)}</strong>, on the '
+            f'{esc(v.get("basis") or "peak")} basis.' + smallest)
     reasons = list(v.get("reasons") or [])
     if not reasons:
-        reasons = _derived_reasons(summary, issues, key)
+        reasons = [f"Blocks a pass: {i}" for i in issues]
+    scen = scenario_items(summary)
     items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
     return (f'<section class="verdict state-{state}" id="verdict"><div class="state" data-state="{state}">'
-            f"{state.upper()}</div><p>{head}</p>" + (f"<ul>{items}</ul>" if items else "") + "</section>")
-
-
-def _derived_reasons(summary: dict[str, Any], issues: Sequence[str], key: str) -> list[str]:
-    """Reasons in words when summary.json has none of its own: blocking issues, then each scenario's
-    ratio against the threshold."""
-    v = summary["verdict"]
-    threshold = v.get("threshold", 1.5)
-    out = [f"Blocks a pass: {i}" for i in issues]
-    for name, c in (summary.get("comparison") or {}).items():
-        r = c.get(key)
-        if is_number(r):
-            out.append(f"{name}: {r:.2f}x, {'at or above' if r >= threshold else 'below'} the threshold")
-        elif key == "slo_ratio" and c.get("baseline_state") == "never_meets_slo":
-            out.append(f"{name}: the baseline never meets the SLO; no finite ratio")
-        else:
-            out.append(f"{name}: no ratio on this basis (a side has no figure)")
-    return out
+            f"{state.upper()}</div><p>{head}</p>"
+            + (f'<ul class="scenarios">{"".join(scen)}</ul>' if scen else "")
+            + fleet_html(v.get("fleet"))
+            + (f"<p>What is missing or too uncertain, and what settles it:</p><ul>{items}</ul>" if items else "")
+            + "</section>")
 
 
 def ratio_section(summary: dict[str, Any]) -> str:
@@ -175,48 +262,47 @@ def ratio_section(summary: dict[str, Any]) -> str:
     v = summary.get("verdict") or {}
     key, what = _basis_ratio(summary)
     rows, chart_rows = [], []
-    ikey = "slo_ratio_interval" if key == "slo_ratio" else "throughput_ratio_interval"
-    has_interval = any(ikey in c for c in comparison.values())
     for name, c in comparison.items():
-        interval = c.get(ikey)
-        words = ratio_interval_words(interval)
-        missing = ("baseline never meets the SLO" if c.get("baseline_state") == "never_meets_slo"
-                   else "no figure on one side")
+        at = ["comparison", name]
+        per = c.get("slo_capacity_per_gpu") or {}
+        peaks = c.get("peak_per_gpu_tok_s") or {}
         source = {"grid": "grid runs", "search": "capacity search", "open_loop": "open-loop rate capacity"}.get(
-            c.get("slo_basis_source"), None)
-        # One SLO ratio per scenario (the one the verdict uses on the slo basis), its interval and where
-        # it comes from; the peak ratio beside it (the one the verdict uses on the peak basis).
-        slo_cells = (cell(times(c.get("slo_ratio"), missing), ["comparison", name, "slo_ratio"])
-                     + (f'<td>{esc(words or "unknown")}</td>' if has_interval else "")
-                     + f'<td>{esc(source or "not stated")}</td>')
-        peak_cell = cell(times(c.get("throughput_ratio")), ["comparison", name, "throughput_ratio"])
-        rows.append(
-            f"<td>{esc(name)}</td>"
-            + (slo_cells + peak_cell if key == "slo_ratio" else peak_cell + slo_cells)
-            + cell(times(c.get("cost_efficiency_ratio"), "unknown price or capacity type"),
-                   ["comparison", name, "cost_efficiency_ratio"])
-            + cell(num(c.get("baseline_peak_tok_s")), ["comparison", name, "baseline_peak_tok_s"])
-            + cell(num(c.get("peak_tok_s")), ["comparison", name, "peak_tok_s"])
-            + f'<td>{esc(_state_words(c.get("baseline_state")))}</td>')
-        chart_rows.append({"scenario": name, "ratio": c.get(key) if is_number(c.get(key)) else None,
-                           "interval": interval, "missing": missing})
-    slo_head = ["SLO ratio" + (" (the verdict's)" if key == "slo_ratio" else ""),
-                *(["its interval"] if has_interval else []), "from"]
-    peak_head = ["Peak ratio" + (" (the verdict's)" if key != "slo_ratio" else "")]
+            c.get("slo_basis_source"), "not stated")
+        slo_cells = (f'<td>{ratio_html(c.get("slo_ratio_interval"), [*at, "slo_ratio_interval"])}</td>'
+                     + "<td>" + capacity_html(c.get("candidate_slo_capacity"), per.get("candidate"),
+                                              [*at, "slo_capacity_per_gpu", "candidate"]) + "</td>"
+                     + "<td>" + capacity_html(c.get("baseline_slo_capacity"), per.get("baseline"),
+                                              [*at, "slo_capacity_per_gpu", "baseline"]) + "</td>"
+                     + f"<td>{esc(answer.decides_words(c.get('slo_state'), v.get('threshold')) if key == 'slo_ratio' else 'not the basis')}"
+                     f"<br><small>{esc(source)}</small></td>")
+        peak_cells = (cell(times(c.get("throughput_ratio")), [*at, "throughput_ratio"])
+                      + cell(num(peaks.get("candidate")), [*at, "peak_per_gpu_tok_s", "candidate"])
+                      + cell(num(peaks.get("baseline")), [*at, "peak_per_gpu_tok_s", "baseline"]))
+        rows.append(f"<td>{esc(name)}</td>"
+                    + (slo_cells + peak_cells if key == "slo_ratio" else peak_cells + slo_cells)
+                    + cell(times(c.get("cost_efficiency_ratio"), "unknown price or capacity type"),
+                           [*at, "cost_efficiency_ratio"]))
+        interval = (c.get("slo_ratio_interval") if key == "slo_ratio"
+                    else ([c[key], c[key]] if is_number(c.get(key)) else None))
+        state = c.get("slo_state") if key == "slo_ratio" else (
+            None if not is_number(c.get(key)) else "pass" if c[key] >= (v.get("threshold") or 0) else "fail")
+        chart_rows.append({"scenario": name, "interval": interval, "state": state,
+                           "missing": "no capacity on one side" if interval is None else None})
+    slo_head = ["SLO ratio per GPU" + (" (the verdict's interval)" if key == "slo_ratio" else ""),
+                "= candidate capacity under the SLO, tok/s per GPU", "/ baseline capacity under the SLO, tok/s per GPU",
+                "Scenario decides"]
+    peak_head = ["Peak ratio per GPU" + (" (the verdict's)" if key != "slo_ratio" else ""),
+                 "= candidate peak per GPU", "/ baseline peak per GPU"]
     head = ["Scenario", *(slo_head + peak_head if key == "slo_ratio" else peak_head + slo_head),
-            "Cost-efficiency ratio", "Baseline peak tok/s", "Candidate peak tok/s", "Baseline under the SLO"]
+            "Cost-efficiency ratio"]
     threshold = v.get("threshold") if is_number(v.get("threshold")) else None
     img = chart(lambda C: C.ratio_figure(chart_rows, threshold, what), f"{what} per scenario against the threshold")
-    return ("<h2>Ratio per scenario</h2><p class=\"note\">Per GPU: (candidate / its GPUs) / (baseline / its GPUs). "
-            "The verdict uses the first ratio column: on the SLO basis its interval decides (pass when the low "
-            "end clears the threshold, fail when the high end is below it); a dot right of the dashed line "
-            "clears the threshold.</p>"
+    return ("<h2>Ratio per scenario</h2><p class=\"note\">Per GPU: (candidate / its GPUs) / (baseline / its GPUs), "
+            "each ratio beside the two capacities it divides. On the SLO basis the verdict uses the interval: its "
+            "low end is the candidate's low end over the baseline's high end, its high end the candidate's high end "
+            "over the baseline's low end; it passes when the low end clears the threshold and fails when the high "
+            "end is below it. The chart draws each interval against the dashed threshold.</p>"
             + img + table(head, rows))
-
-
-def _state_words(state: Any) -> str:
-    return {"meets_slo": "meets the SLO", "never_meets_slo": "never meets the SLO",
-            "not_searched": "not searched (no --capacity-search)"}.get(state, "unknown")
 
 
 def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
@@ -226,8 +312,9 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
     ttft, decode = f"{slo['ttft_p99_ms']:g}", f"{slo['itl_p99_ms']:g}"
     parts = [f"<h2>Concurrency curves</h2><p class=\"note\">SLO: TTFT p99 &le; {esc(ttft)} ms "
              f"and {esc(metric.upper())} p99 &le; {esc(decode)} ms (dotted red lines). "
-             "The circle marks the peak, the star the best run under the SLO, the green band the capacity "
-             "search's bracket [pass, fail). Only valid, non-suspect runs are drawn.</p>"]
+             "The circle marks the peak; the star marks the capacity under the SLO (the run its figure came "
+             "from) and the green band its bracket [pass, fail): the same figure as every table. Only valid, "
+             "non-suspect runs are drawn.</p>"]
     runs = summary.get("runs") or []
     for name, entry in (summary.get("scenarios") or {}).items():
         lengths = (ctx.get("lengths") or {}).get(name)
@@ -237,17 +324,18 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
             runs, ctx.get("baseline_runs"), slo, n, label=cand.get("label", "candidate"),
             base_label=base.get("label"), lengths=tuple(ln) if ln else None, entry=e, grid=True),
             f"{name}: output tok/s, TTFT p99, ITL p99 and TPOT p99 against concurrency"))
-        peak, best = entry.get("peak") or {}, entry.get("slo") or {}
+        peak = entry.get("peak") or {}
+        cap = entry.get("slo_capacity_interval")
         summary_line = (
             "<p>Peak "
             + (f'<span data-field="{field(["scenarios", name, "peak", "output_tok_s"])}">{esc(num(peak.get("output_tok_s")))}'
                f'</span> output tok/s at concurrency <span data-field="{field(["scenarios", name, "peak", "concurrency"])}">'
                f'{esc(peak.get("concurrency"))}</span>' if peak else "not measured (no valid run)")
             + ("; the highest concurrency tested, so the test set it, not the server" if entry.get("peak_at_edge") else "")
-            + ". Best under the SLO: "
-            + (f'<span data-field="{field(["scenarios", name, "slo", "output_tok_s"])}">{esc(num(best.get("output_tok_s")))}'
-               f"</span> tok/s at concurrency {esc(best.get('concurrency'))}." if best else "no run meets the SLO.")
-            + "</p>")
+            + ". Capacity under the SLO: "
+            + capacity_html(cap, (cap or {}).get("output_tok_s"), ["scenarios", name, "slo_capacity_interval",
+                                                                    "output_tok_s"]).replace("<br>", " ")
+            + ".</p>")
         parts.append(summary_line)
         rows, classes = [], []
         for i, r in enumerate(runs):
@@ -284,33 +372,35 @@ def capacity_section(summary: dict[str, Any]) -> str:
     rows = []
     for name, s in (summary.get("scenarios") or {}).items():
         cap, rate = s.get("slo_capacity"), s.get("rate_capacity")
-        base = ["scenarios", name, "slo_capacity"]
-        if cap is None:
-            closed = ['<td colspan="5">not searched (run the sweep with --capacity-search)</td>']
-        elif "state" in cap:
-            closed = ['<td colspan="5">never meets the SLO at any concurrency tested</td>']
+        interval = s.get("slo_capacity_interval") or {}
+        at = ["scenarios", name, "slo_capacity_interval", "output_tok_s"]
+        if interval.get("state") == "meets_slo":
+            closed = [f'<td class="n">{pair_html(interval.get("output_tok_s"), at)}</td>',
+                      f"<td>{esc(answer.from_words(interval))}</td>", f"<td>{esc(answer.bracket_words(interval))}</td>"]
         else:
-            fail = cap.get("concurrency_fail")
-            bracket = (f"[{cap['concurrency_pass']}, {fail})" if fail is not None
-                       else f"at least {cap['concurrency_pass']} (nothing higher tested)")
-            closed = [cell(bracket, None, numeric=False),
-                      cell(num(cap.get("output_tok_s")), [*base, "output_tok_s"]),
-                      cell(num(cap.get("req_s"), 3), [*base, "req_s"]),
-                      f"<td>{esc(interval_words(cap.get('ttft_p99_ci_ms'), ' ms', 1) or 'not computed')}</td>",
-                      f"<td>{esc(interval_words(cap.get('decode_p99_ci_ms'), ' ms', 1) or 'not computed')}</td>"]
+            closed = [f'<td colspan="3">{esc(answer.capacity_words(interval))}</td>']
+        if cap and "state" not in cap:
+            cis = [f"<td>{esc(interval_words(cap.get('ttft_p99_ci_ms'), ' ms', 1) or 'not computed')}</td>",
+                   f"<td>{esc(interval_words(cap.get('decode_p99_ci_ms'), ' ms', 1) or 'not computed')}</td>"]
+        else:
+            cis = ['<td colspan="2">' + ("not searched (run the sweep with --capacity-search)" if cap is None
+                                         else "no pass end") + "</td>"]
         rbase = ["scenarios", name, "rate_capacity"]
         opened = ([cell(num(rate.get("req_s"), 3), [*rbase, "req_s"]),
                    cell(num(rate.get("output_tok_s")), [*rbase, "output_tok_s"]),
                    cell(num(rate.get("goodput_req_s"), 3), [*rbase, "goodput_req_s"])] if rate
                   else ['<td colspan="3">no open-loop runs</td>'])
-        rows.append(f"<td>{esc(name)}</td>" + "".join(closed + opened))
-    return ("<h2>Capacity under the SLO</h2><p class=\"note\">Closed loop: the concurrency bracket [pass, fail) "
-            "of the capacity search; the pass end passed with confidence (the upper end of each p99's 95 % "
-            "bootstrap interval within its limit). Open loop: Poisson arrivals at offered rates around it; the "
-            "rate capacity is the highest offered rate whose p99s meet the SLO. The two are never mixed.</p>"
-            + table(["Scenario", "Bracket [pass, fail)", "Output tok/s", "req/s", "TTFT p99 95 % interval",
-                     f"{metric} p99 95 % interval", "Rate capacity (req/s)", "Output tok/s at it",
-                     "Goodput (req/s)"], rows))
+        rows.append(f"<td>{esc(name)}</td>" + "".join(closed + cis + opened))
+    return ("<h2>Capacity under the SLO</h2><p class=\"note\">The one capacity figure of this report (the "
+            "ratios, the verdict and the plan use it): output tok/s between the throughput of the run at the "
+            "highest load meeting the SLO (named with its run) and that at the lowest load above it missing it. "
+            "Closed loop: the grid, narrowed by the capacity search where it ran (its pass end passed with "
+            "confidence: the upper end of each p99's 95 % bootstrap interval within its limit). Open loop: "
+            "Poisson arrivals at offered rates around it; the rate capacity is the highest offered rate whose "
+            "p99s meet the SLO. The two are never mixed.</p>"
+            + table(["Scenario", "Capacity under the SLO, closed loop (tok/s)", "From the run", "Where the SLO holds",
+                     "TTFT p99 95 % interval at the pass end", f"{metric} p99 95 % interval",
+                     "Rate capacity (req/s)", "Output tok/s at it", "Goodput (req/s)"], rows))
 
 
 def startup_section(records: Sequence[dict[str, Any]]) -> str:

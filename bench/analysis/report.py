@@ -473,8 +473,11 @@ def run(args: argparse.Namespace) -> int:
         msg += f", {len(charts)} charts"
     v = summary["verdict"]
     if v:
-        msg += (f"; verdict {V.STATE_WORDS[v['state']]} on the {v['basis']} basis: smallest ratio "
+        msg += (f"; verdict {V.STATE_WORDS[v['state']]} on the {v['basis']} basis: smallest ratio per GPU "
                 f"{V.interval_text(v['min_ratio_interval'])}, threshold {v['threshold']:g}x")
+        fleet_line = answer.fleet_words(v.get("fleet"))
+        if fleet_line:
+            msg += f"; {fleet_line[0][0].lower()}{fleet_line[0][1:-1]}"
         if v["reasons"]:
             msg += f"; {len(v['reasons'])} reason(s) in report.md"
     print(msg)

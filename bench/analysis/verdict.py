@@ -426,8 +426,10 @@ def decide(calls: list[Call], *, basis: str, threshold: float, issues: list[str]
             reasons += issues
         elif incomparable:
             reasons += incomparable
-    lo = min((i[0] for i in intervals), default=None)
-    hi = min((i[1] for i in intervals), default=None)
+    # The interval of one scenario, the one with the smallest low end (never the low end of one
+    # scenario with the high end of another).
+    smallest = min(intervals, key=lambda i: (i[0], i[1]), default=None)
+    lo, hi = smallest if smallest is not None else (None, None)
     return {
         "threshold": threshold,
         "min_ratio": _end(lo) if lo is not None else None,
