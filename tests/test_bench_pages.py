@@ -157,7 +157,7 @@ def test_report_page_says_what_a_manager_reads_first(made):
         assert " ".join(reason.split()) in text, reason
     assert "invalid" in text and "suspect" in text
     # one SLO ratio per scenario, the verdict's, with its interval and source (no second SLO column)
-    assert text.count("SLO ratio (the verdict's)") == 1 and "its interval" in text and "95 % interval 0" not in text
+    assert text.count("SLO ratio per GPU (the verdict's interval)") == 1 and "95 % interval 0" not in text
     for section in ("Capacity under the SLO", "Startup", "Replica plan", "Invalid and suspect runs",
                     "What was measured"):
         assert section in text, section
@@ -166,7 +166,7 @@ def test_report_page_says_what_a_manager_reads_first(made):
                  "$2.76 per hour (price table for on-demand)", "7 (sha256 of the sweep seed and the run)",
                  "2026-08-05 10:00:00 to 10:40:00 UTC"):
         assert fact in text, fact
-    assert "[5, 6)" in text  # the capacity search's bracket
+    assert "meets the SLO at c=5, misses it at c=6" in text  # the capacity search's bracket
     assert "prefix-cache hits 41.0%" in text and "3 failed requests" in text
     assert 'href="plan/plan.html"' in (made["report"] / "report.html").read_text()
 
@@ -194,8 +194,11 @@ def test_the_verdict_issue_keys_are_shown_when_present(made):
     assert "INCONCLUSIVE" in text and 'data-state="inconclusive"' in page
     assert "S1_chat: the interval straddles the threshold" in text
     assert "Blocks a pass" not in text  # the summary's own reasons replace the derived ones
-    assert "(its interval: at least 1.20x)" in text
-    assert "at least 3.20x" in text and "at most 2.50x" in text
+    # each scenario's own interval, in the verdict box and the ratio table, an open end in words
+    text = re.sub(r"\s+([:,.;)])", r"\1", text)  # the text of tagged figures is joined with spaces
+    box = text[text.index("INCONCLUSIVE"):text.index("Ratio per scenario")]
+    assert "S1_chat: 3.20x or more (no upper bound)" in box and "S2_summary: at most 2.50x" in box
+    assert text.count("3.20x or more (no upper bound)") == 2 and text.count("at most 2.50x") == 2
     assert not REPR.search(text)
 
     plan = json.loads((made["plan"] / "plan.json").read_text())

@@ -163,11 +163,16 @@ def test_missing_scenario_or_mismatched_sweep_blocks_pass(tmp_path):
     write_curve(base, L40S_PEAK, concs=(1, 8))
     write_curve(cand, {k: v for k, v in G7E_PEAK.items() if k != "S4_rag"}, concs=(1, 8))
     summary, issues = summarize(cand, base)
-    assert summary["comparison"]["S4_rag"] == {"baseline_peak_tok_s": 98.6, "peak_tok_s": None,
-                                               "throughput_ratio": None, "cost_efficiency_ratio": None,
-                                               "slo_ratio": None, "slo_cost_efficiency_ratio": None,
-                                               "baseline_state": "meets_slo", "slo_ratio_interval": None,
-                                               "slo_basis_source": "grid", "slo_state": "inconclusive"}
+    s4 = summary["comparison"]["S4_rag"]
+    assert {k: v for k, v in s4.items() if k in COMPARISON_KEYS} == {
+        "baseline_peak_tok_s": 98.6, "peak_tok_s": None, "throughput_ratio": None, "cost_efficiency_ratio": None,
+        "slo_ratio": None, "slo_cost_efficiency_ratio": None, "baseline_state": "meets_slo",
+        "slo_ratio_interval": None, "slo_basis_source": "grid", "slo_state": "inconclusive"}
+    # what the ratio would divide: the candidate has nothing, the baseline its capacity, per GPU too
+    assert s4["candidate_slo_capacity"]["state"] == "no_data" and s4["slo_capacity_per_gpu"]["candidate"] is None
+    assert s4["slo_capacity_per_gpu"]["baseline"] == s4["baseline_slo_capacity"]["output_tok_s"]
+    assert s4["peak_per_gpu_tok_s"] == {"candidate": None, "baseline": 98.6} and s4["gpus"] == {"candidate": 1,
+                                                                                               "baseline": 1}
     v = summary["verdict"]
     assert v["pass"] is False and v["min_ratio"] > 1.5 and v["state"] == "inconclusive"  # missing is not a fail
     assert issues == ["scenario S4_rag: no usable run in the candidate (cand): run it (`bench sweep --scenarios "
@@ -198,6 +203,11 @@ def test_manifest_plan_reports_missing_runs_and_lengths(tmp_path):
     assert rows[4]["valid"] is False and "not run" in rows[4]["reason"]
 
 
+COMPARISON_KEYS = {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio", "cost_efficiency_ratio", "slo_ratio",
+                   "slo_cost_efficiency_ratio", "baseline_state", "slo_ratio_interval", "slo_basis_source",
+                   "slo_state"}
+
+
 def test_summary_keys_are_exact(tmp_path):
     write_curve(tmp_path / "a", {"S1_chat": 100.0}, concs=(1, 2))
     write_result(tmp_path / "a", "S1_chat", 4, 10.0, failed=1)
@@ -211,10 +221,9 @@ def test_summary_keys_are_exact(tmp_path):
     assert set(sc["peak"]) == {"concurrency", "output_tok_s", "req_s"}
     assert set(sc["slo"]) == {"concurrency", "output_tok_s"}
     assert set(sc["slo_capacity_interval"]) == INTERVAL_KEYS and sc["rate_capacity_interval"] is None
-    assert set(summary["comparison"]["S1_chat"]) == {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
-                                                     "cost_efficiency_ratio", "slo_ratio",
-                                                     "slo_cost_efficiency_ratio", "baseline_state",
-                                                     "slo_ratio_interval", "slo_basis_source", "slo_state"}
+    assert set(summary["comparison"]["S1_chat"]) == COMPARISON_KEYS | {
+        "gpus", "peak_per_gpu_tok_s", "candidate_slo_capacity", "baseline_slo_capacity", "slo_capacity_per_gpu"}
+    assert set(summary["comparison"]["S1_chat"]["candidate_slo_capacity"]) >= INTERVAL_KEYS
     assert set(summary["verdict"]) == {"threshold", "min_ratio", "pass", "basis", "state", "reasons",
                                        "min_ratio_interval"}
 

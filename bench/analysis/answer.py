@@ -202,9 +202,9 @@ def fleet_words(fleet: dict[str, Any] | None) -> list[str]:
     if isinstance(span, list) and span and span[0] is not None:
         count = (f"{span[0]}" if span[1] == span[0] else
                  f"{span[0]} to {span[1]}" if span[1] is not None else f"{span[0]} or more")
-        answer = f"Today {now} replicas: {count} on {who} carry the same load"
+        answer, why = f"Today {now} replicas: {count} on {who} carry the same load", ""
     else:
-        answer = f"Today {now} replicas: the count on {who} is unknown ({fleet.get('reason') or 'no plan'})"
+        answer, why = f"Today {now} replicas: no count on {who}", f": {fleet.get('reason') or 'no replica plan'}"
     how = []
     if fleet.get("basis"):
         how.append(f"{fleet['basis']} basis")
@@ -212,7 +212,7 @@ def fleet_words(fleet: dict[str, Any] | None) -> list[str]:
         how.append(f"headroom {fleet['headroom']:.0%}")
     if isinstance(fleet.get("spares"), int):
         how.append(f"spares {fleet['spares']}")
-    lines = [answer + (f" ({', '.join(how)})" if how else "") + "."]
+    lines = [answer + (f" ({', '.join(how)})" if how else "") + why.rstrip(".") + "."]
     needs = [f"{t['replicas']} need {t['needs_ratio_per_gpu']:g}x" for t in fleet.get("targets") or []
              if _finite(t.get("needs_ratio_per_gpu"))]
     if needs:

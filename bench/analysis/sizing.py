@@ -153,7 +153,7 @@ def needed_replicas(cand: dict[str, Capacity], load: dict[str, Capacity], mix: d
             return Need(reason=f"{s} has no usable run in {label}, so its capacity is unknown: run the scenario "
                                f"(`bench sweep --scenarios {s} --resume` against {label})")
         if c.state == V.NEVER and not c.tok_hi:
-            return Need(reason=f"{label} never meets the SLO in {s} at the loads tested ({c.words})", never=True)
+            return Need(reason=f"{label} never meets the SLO in {s} at the loads tested: {c.words}", never=True)
     need = Need()
     need.sources = {cand[s].basis for s in usable} | {d.basis for d in usable.values()}
     need.open_baseline = [s for s, d in usable.items() if d.tok_hi is not None and math.isinf(d.tok_hi)]
