@@ -1,0 +1,211 @@
+"""One capacity figure on every page, and ratios a reader can rebuild (fixture `figures`,
+tests/fixtures/bench_pages.py: the best run under the SLO below the highest load meeting it, and a
+grid point the capacity search ran again and saw miss).
+
+Without a browser: every figure report.html tags with its summary.json path equals that value;
+report.md's verdict, capacity and ratio tables show summary.json's capacities and ratio intervals;
+each ratio interval shown equals the capacities per GPU shown beside it (low end = candidate low /
+baseline high, high end = candidate high / baseline low, computed from the digits on the page); the
+curves' star and green band come from the same interval. tests/test_bench_pages_browser.py does the
+page part again in Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.analysis import charts
+
+NUMBER = re.compile(r"(?P<n>[0-9][0-9,]*(?:\.(?P<d>[0-9]+))?)")
+
+
+class Tagged(HTMLParser):
+    """(data-field JSON path, text) of every element carrying data-field, nested text included."""
+
+    def __init__(self):
+        super().__init__()
+        self.fields: list[tuple[str, str]] = []
+        self._open: list[tuple[str, str | None, list[str]]] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("br", "img", "meta"):
+            return
+        self._open.append((tag, dict(attrs).get("data-field"), []))
+
+    def handle_endtag(self, tag):
+        while self._open:
+            name, path, text = self._open.pop()
+            if path is not None:
+                self.fields.append((path, "".join(text)))
+            if name == tag:
+                break
+
+    def handle_data(self, data):
+        for _, _, text in self._open:
+            text.append(data)
+
+
+def page_fields(page: Path) -> list[tuple[str, str]]:
+    parser = Tagged()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return parser.fields
+
+
+def lookup(data: Any, path: list[Any]) -> Any:
+    for key in path:
+        data = data[key]
+    return data
+
+
+def shown(text: str) -> tuple[float, int]:
+    m = NUMBER.search(text)
+    assert m, f"no number in {text!r}"
+    return float(m["n"].replace(",", "")), len(m["d"] or "")
+
+
+def close(value: float, text: str) -> bool:
+    number, decimals = shown(text)
+    return abs(number - value) <= 0.5 * 10 ** -decimals + 1e-9
+
+
+def rebuilt(ratio: tuple[float, int], num: tuple[float, int], den: tuple[float, int]) -> bool:
+    """The ratio shown equals the quotient of the two figures shown, to the precision shown."""
+    (r, rd), (a, ad), (b, bd) = ratio, num, den
+    # each figure is rounded on the page: the quotient's own rounding span, plus the ratio's
+    lo = (a - 0.5 * 10 ** -ad) / (b + 0.5 * 10 ** -bd)
+    hi = (a + 0.5 * 10 ** -ad) / (b - 0.5 * 10 ** -bd)
+    return lo - 0.5 * 10 ** -rd - 1e-9 <= r <= hi + 0.5 * 10 ** -rd + 1e-9
+
+
+def check_ratios_rebuild(fields: dict[tuple, str], summary: dict[str, Any]) -> int:
+    """Every shown SLO ratio end equals the shown capacities per GPU it divides; returns how many."""
+    checked = 0
+    for name, comp in summary["comparison"].items():
+        at = ("comparison", name)
+        per = ("comparison", name, "slo_capacity_per_gpu")
+        for end, (num, den) in ((0, ((*per, "candidate", 0), (*per, "baseline", 1))),
+                                (1, ((*per, "candidate", 1), (*per, "baseline", 0)))):
+            ratio = fields.get((*at, "slo_ratio_interval", end))
+            if ratio is None and end == 1 and comp["slo_ratio_interval"] and \
+                    comp["slo_ratio_interval"][0] == comp["slo_ratio_interval"][1]:
+                ratio = fields.get((*at, "slo_ratio_interval", 0))  # one value shown once
+            if ratio is None:
+                continue
+            a = fields.get(num) or fields.get((*num[:-1], 0))  # a point capacity is shown once
+            b = fields.get(den) or fields.get((*den[:-1], 0))
+            assert a is not None and b is not None, f"{name}: ratio {ratio!r} shown without its capacities"
+            assert rebuilt(shown(ratio), shown(a), shown(b)), f"{name}: {ratio} is not {a} / {b}"
+            checked += 1
+    return checked
+
+
+def test_every_tagged_figure_on_report_html_is_summary_json(figures):
+    summary = json.loads((figures["report"] / "summary.json").read_text())
+    fields = page_fields(figures["report"] / "report.html")
+    paths = []
+    for raw, text in fields:
+        path = json.loads(raw)
+        value = lookup(summary, path)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            assert close(value, text), f"{path}: page {text!r}, summary.json {value}"
+        paths.append(tuple(path))
+    for name, entry in summary["scenarios"].items():
+        assert ("scenarios", name, "slo_capacity_interval", "output_tok_s", 0) in paths
+    for name in summary["comparison"]:
+        assert ("comparison", name, "slo_ratio_interval", 0) in paths
+        for who in ("candidate", "baseline"):
+            assert ("comparison", name, "slo_capacity_per_gpu", who, 0) in paths
+    assert ("verdict", "fleet", "current") in paths and ("verdict", "fleet", "replicas_range", 0) in paths
+
+
+def test_each_ratio_on_report_html_is_the_capacities_beside_it(figures):
+    summary = json.loads((figures["report"] / "summary.json").read_text())
+    html = (figures["report"] / "report.html").read_text()
+    # the verdict box and the ratio table each show every scenario's interval with its capacities
+    box = html[html.index('id="verdict"'):html.index("<h2>Ratio per scenario")]
+    table = html[html.index("<h2>Ratio per scenario"):html.index("<h2>Concurrency curves")]
+    for part in (box, table):
+        fields = {tuple(json.loads(p)): t for p, t in Tagged_fields(part)}
+        assert check_ratios_rebuild(fields, summary) >= 2 * len(summary["comparison"]) - 1
+    # only the verdict's interval: the point ratio (neither end here) is not shown as a ratio
+    s2 = summary["comparison"]["S2_summary"]
+    assert s2["slo_ratio"] not in s2["slo_ratio_interval"]
+    line = box[box.index("<strong>S2_summary</strong>"):]
+    assert f"{s2['slo_ratio']:.2f}x" not in line[:line.index("</li>")]
+
+
+def Tagged_fields(fragment: str) -> list[tuple[str, str]]:  # noqa: N802 - a parser over a page fragment
+    parser = Tagged()
+    parser.feed(fragment)
+    return parser.fields
+
+
+VERDICT_LINE = re.compile(r"^- (?P<name>\S+): (?P<ratio>[0-9.]+x(?: to [0-9.]+x)?), .*?Candidate (?P<a>[0-9.,]+"
+                          r"(?: to [0-9.,]+)?) tok/s per GPU \(.*?\); baseline (?P<b>[0-9.,]+(?: to [0-9.,]+)?) "
+                          r"tok/s per GPU \(")
+
+
+def ends(text: str) -> list[str]:
+    parts = text.split(" to ")
+    return parts if len(parts) == 2 else [parts[0], parts[0]]
+
+
+def test_report_md_shows_the_same_capacities_and_ratios_that_rebuild(figures):
+    summary = json.loads((figures["report"] / "summary.json").read_text())
+    md = (figures["report"] / "report.md").read_text()
+    seen = set()
+    for line in md.splitlines():
+        m = VERDICT_LINE.match(line)
+        if not m:
+            continue
+        comp = summary["comparison"][m["name"]]
+        r, a, b = ends(m["ratio"]), ends(m["a"]), ends(m["b"])
+        for shown_text, value in zip(r, comp["slo_ratio_interval"]):
+            assert close(value, shown_text), (m["name"], shown_text, value)
+        for who, pair in (("candidate", a), ("baseline", b)):
+            for shown_text, value in zip(pair, comp["slo_capacity_per_gpu"][who]):
+                assert close(value, shown_text), (m["name"], who, shown_text, value)
+        assert rebuilt(shown(r[0]), shown(a[0]), shown(b[1])) and rebuilt(shown(r[1]), shown(a[1]), shown(b[0]))
+        seen.add(m["name"])
+    assert seen == set(summary["comparison"])
+    # the capacity table, the peak table's capacity column and the ratio table: summary.json's figures
+    for name, entry in summary["scenarios"].items():
+        lo, hi = entry["slo_capacity_interval"]["output_tok_s"]
+        figure = f"{lo:,.1f}" + ("" if f"{lo:,.1f}" == f"{hi:,.1f}" else f" to {hi:,.1f}") + " tok/s"
+        rows = [row for row in md.splitlines() if row.startswith(f"| {name} |")]
+        assert sum(figure in row for row in rows) >= 2, (name, figure)
+        per = summary["comparison"][name]["slo_capacity_per_gpu"]
+        table_row = next(row for row in rows if "tok/s per GPU" in row)
+        cells = [c.strip() for c in table_row.strip("|").split("|")]
+        r = ends(cells[1])
+        a, b = ends(cells[2].split(" tok/s")[0]), ends(cells[3].split(" tok/s")[0])
+        for shown_text, value in zip(a, per["candidate"]):
+            assert close(value, shown_text)
+        assert rebuilt(shown(r[0]), shown(a[0]), shown(b[1])) and rebuilt(shown(r[1]), shown(a[1]), shown(b[0]))
+    # the grid said "met" at S2_summary c=16, the search's re-run missed: the capacity is below it
+    s2 = summary["scenarios"]["S2_summary"]["slo_capacity_interval"]
+    assert s2["load_pass"] == 8 and s2["load_fail"] == 16
+    assert "meets the SLO at c=8, misses it at c=16" in md
+
+
+@pytest.mark.parametrize("name", ["S1_chat", "S2_summary"])
+def test_the_curves_star_and_band_are_one_figure(figures, name):
+    summary = json.loads((figures["report"] / "summary.json").read_text())
+    entry = summary["scenarios"][name]
+    interval = entry["slo_capacity_interval"]
+    mark = charts.capacity_mark(entry)
+    assert (mark["pass"], mark["fail"]) == (interval["load_pass"], interval["load_fail"])
+    assert mark["tok_s"] == interval["output_tok_s"][0]
+    assert mark["pass"] <= mark["load"] < mark["fail"]  # the star sits in its own band
+    fig = charts.curves_figure(summary["runs"], None, summary["slo"], name, label="candidate", entry=entry)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    charts.close(fig)
+    assert f"SLO capacity bracket [c={interval['load_pass']}, c={interval['load_fail']})" in labels
+    assert f"capacity under the SLO {interval['output_tok_s'][0]:,.0f} (c={mark['load']:g})" in labels
+    assert not any(label.startswith("best under SLO") for label in labels)
