@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.test_bench_pages import pages_of
+from tests.test_bench_pages_figures import check_ratios_rebuild
 
 REPO = Path(__file__).resolve().parents[1]
 SHOTS = REPO / "build" / "screenshots"
@@ -76,7 +77,12 @@ def test_every_page_opens_cleanly_and_its_numbers_are_the_json(made, page_browse
             assert view.states == [f"{state} {state.upper()}"]
             for s in summary["scenarios"]:
                 assert ["scenarios", s, "peak", "output_tok_s"] in paths
-                assert ["comparison", s, "slo_ratio"] in paths and ["comparison", s, "throughput_ratio"] in paths
+                assert ["scenarios", s, "slo_capacity_interval", "output_tok_s", 0] in paths
+                # the verdict's interval, beside the two capacities per GPU it divides
+                assert ["comparison", s, "slo_ratio_interval", 0] in paths
+                assert ["comparison", s, "throughput_ratio"] in paths
+            assert check_ratios_rebuild({tuple(json.loads(p)): t for p, t in view.fields}, summary) >= 1
+            assert ["verdict", "fleet", "current"] in paths
             for i, run in enumerate(summary["runs"]):
                 if run["valid"]:
                     assert ["runs", i, "output_tok_s"] in paths and ["runs", i, "ttft_p99_ms"] in paths
@@ -103,7 +109,7 @@ def test_a_wrong_number_on_the_page_is_caught(made, page_browser, tmp_path):
     bad = tmp_path / "report.html"
     bad.write_text(html.replace(f">{shown}<", f">{peak * 1.1:,.1f}<", 1))
     view = page_browser.open(bad)
-    with pytest.raises(AssertionError, match=f"page '{peak * 1.1:,.1f}', JSON {peak}"):
+    with pytest.raises(AssertionError, match=f"page '{peak * 1.1:,.1f}', JSON {str(peak)[:6]}"):
         check_against(view, summary)
 
 
@@ -115,3 +121,21 @@ def test_the_browser_reports_a_stray_load_and_a_script_error(made, page_browser,
     # without the page's policy a script would run: its error is caught as well
     bad.write_text("<!DOCTYPE html><html><body><script>throw new Error('boom')</script></body></html>")
     assert any("boom" in p for p in page_browser.open(bad).problems)
+
+
+def test_the_figures_page_shows_summary_json_and_ratios_rebuild(figures, page_browser):
+    """The sweeps whose capacity is easy to get wrong (tests/test_bench_pages_figures.py), in Chromium:
+    every tagged figure is summary.json's, every capacity and ratio of the answer is among them, and
+    each ratio end shown equals the capacities per GPU shown beside it, from the rendered text."""
+    view = open_checked(page_browser, figures["report"] / "report.html", "report figures")
+    summary = json.loads((figures["report"] / "summary.json").read_text())
+    paths = check_against(view, summary)
+    for s in summary["scenarios"]:
+        assert ["scenarios", s, "slo_capacity_interval", "output_tok_s", 0] in paths
+        for who in ("candidate", "baseline"):
+            assert ["comparison", s, "slo_capacity_per_gpu", who, 0] in paths
+    shown = {tuple(json.loads(p)): t for p, t in view.fields}
+    assert check_ratios_rebuild(shown, summary) >= 2 * len(summary["comparison"]) - 1
+    # the answer first: the fleet sits inside the verdict box, above the ratio table
+    text = " ".join(view.text.split())
+    assert text.index("Today 12 replicas") < text.index("Ratio per scenario")
