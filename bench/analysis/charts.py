@@ -7,8 +7,9 @@ beside report.md, and `svg_data_uri` turns any figure into an SVG data URI for t
 
 - Concurrency curves, one figure per scenario: output tok/s, TTFT p99, ITL p99 and TPOT p99 against
   concurrency (log2 axis), the baseline dashed, the SLO limits as horizontal lines (the decode limit
-  on the panel of the metric it applies to), the peak and the best run under the SLO marked, and the
-  capacity search's bracket [pass, fail) shaded. Only usable runs are drawn (valid and not suspect).
+  on the panel of the metric it applies to), the peak marked, and the capacity under the SLO: a star
+  at the run its figure came from and its bracket [pass, fail) shaded, both from the one interval
+  (summary.json `slo_capacity_interval`). Only usable runs are drawn (valid and not suspect).
 - Ratio per scenario with its interval, against the verdict's threshold.
 - Startup phases per boot (stacked), replicas and monthly cost per configuration (labelled bars),
   output tok/s per variant and concurrency.
@@ -62,7 +63,7 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
                   lengths: tuple[int | None, int | None] | None = None,
                   entry: dict[str, Any] | None = None, grid: bool = False):
     """One scenario's curves from summary.json run rows; `entry` is summary["scenarios"][scenario]
-    (its peak, best run under the SLO and capacity bracket are marked). The panels side by side, or
+    (its peak and its capacity under the SLO, star and bracket from one interval, are marked). The panels side by side, or
     two by two with `grid` (a page's width)."""
     if grid:
         fig, axes = plt.subplots(2, 2, figsize=(12, 7.6))

@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.analysis.markup import (cell, chart, document, drawing, esc, facts_list, field, interval_words, is_number,
-                                   num, ratio_interval_words, table, times)
+from bench.analysis.markup import (capacity_html, cell, cell_text, chart, document, drawing, esc, facts_list, field,
+                                   fleet_html, interval_words, is_number, num, pair_html, ratio_html, table, times)
 from bench.analysis import answer
 from bench.analysis.side import run_row
 from bench.common import locations
@@ -126,46 +126,6 @@ def _basis_ratio(summary: dict[str, Any]) -> tuple[str, str]:
     return "throughput_ratio", "peak throughput ratio"
 
 
-def _f(value: Any, digits: int = 1) -> str:
-    return f"{value:,.{digits}f}"
-
-
-def pair_html(pair: Any, path: list[Any], unit: str = "", digits: int = 1) -> str:
-    """[lo, hi] with each finite end tagged with its JSON path; an open high end reads "or more"."""
-    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not is_number(pair[0]):
-        return "unknown"
-    lo, hi = pair
-    low = f'<span data-field="{field([*path, 0])}">{esc(_f(lo, digits))}</span>'
-    if not is_number(hi):
-        return f"{low}{esc(unit)} or more"
-    if _f(lo, digits) == _f(hi, digits):
-        return f"{low}{esc(unit)}"
-    return f'{low} to <span data-field="{field([*path, 1])}">{esc(_f(hi, digits))}</span>{esc(unit)}'
-
-
-def ratio_html(interval: Any, path: list[Any]) -> str:
-    """A ratio interval: both ends tagged where finite, the verdict's words where an end is open."""
-    if isinstance(interval, (list, tuple)) and len(interval) == 2 and is_number(interval[0]) and interval[0] > 0:
-        lo, hi = interval
-        low = f'<span data-field="{field([*path, 0])}">{esc(times(lo))}</span>'
-        if not is_number(hi):
-            return f"{low} or more (no upper bound)"
-        if times(lo) == times(hi):
-            return low
-        return f'{low} to <span data-field="{field([*path, 1])}">{esc(times(hi))}</span>'
-    return esc(ratio_interval_words(interval) or "no interval")
-
-
-def capacity_html(interval: dict[str, Any] | None, pair: Any, path: list[Any], unit: str = " tok/s") -> str:
-    """A capacity: its figure (ends tagged), the run it came from, where the SLO holds."""
-    if not interval or interval.get("state") in (None, "no_data"):
-        return "unknown (no usable run)"
-    if interval.get("state") == "never_meets_slo":
-        return esc(answer.capacity_words(interval, pair))
-    return (pair_html(pair, path, unit) + f"<br><small>from {esc(answer.from_words(interval))}; "
-            f"{esc(answer.bracket_words(interval))}</small>")
-
-
 def scenario_items(summary: dict[str, Any]) -> list[str]:
     """Per scenario, the verdict's own interval and the two capacities per GPU it divides."""
     v = summary.get("verdict") or {}
@@ -190,34 +150,6 @@ def scenario_items(summary: dict[str, Any]) -> list[str]:
                          + " tok/s per GPU, baseline " + cell_text(num(per.get("baseline")), [*at, "peak_per_gpu_tok_s", "baseline"])
                          + " tok/s per GPU.</li>")
     return items
-
-
-def cell_text(text: str, path: list[Any] | None) -> str:
-    if path is None or not any(ch.isdigit() for ch in text):
-        return esc(text)
-    return f'<span data-field="{field(path)}">{esc(text)}</span>'
-
-
-def fleet_html(fleet: dict[str, Any] | None) -> str:
-    """The fleet answer (summary.json verdict.fleet) in words, its counts tagged."""
-    words = answer.fleet_words(fleet)
-    if not words:
-        return ""
-    head = words[0]
-    now = fleet["current"]
-    span = fleet.get("replicas_range") or [None, None]
-    head = esc(head).replace(f"Today {now} replicas",
-                             f'Today <span data-field="{field(["verdict", "fleet", "current"])}">{now}</span> replicas', 1)
-    if span and span[0] is not None:
-        count = (f"{span[0]}" if span[1] == span[0] else
-                 f"{span[0]} to {span[1]}" if span[1] is not None else f"{span[0]} or more")
-        tagged = f'<span data-field="{field(["verdict", "fleet", "replicas_range", 0])}">{span[0]}</span>'
-        if span[1] is not None and span[1] != span[0]:
-            tagged += f' to <span data-field="{field(["verdict", "fleet", "replicas_range", 1])}">{span[1]}</span>'
-        elif span[1] is None:
-            tagged += " or more"
-        head = head.replace(f": {esc(count)} on", f": <strong>{tagged}</strong> on", 1)
-    return (f'<p class="fleet"><strong>Fleet</strong>: {head} ' + " ".join(esc(w) for w in words[1:]) + "</p>")
 
 
 def verdict_section(summary: dict[str, Any], issues: Sequence[str], ctx: dict[str, Any]) -> str:

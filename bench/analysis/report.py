@@ -29,9 +29,16 @@ is uploaded as it is written):
    "comparison": {"<scenario>": {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
                                  "cost_efficiency_ratio", "slo_ratio", "slo_cost_efficiency_ratio",
                                  "baseline_state", "slo_ratio_interval", "slo_basis_source",
-                                 "slo_state"}} | null,
+                                 "slo_state", "gpus": {"candidate", "baseline"},
+                                 "peak_per_gpu_tok_s": {"candidate", "baseline"},
+                                 "candidate_slo_capacity": INTERVAL, "baseline_slo_capacity": INTERVAL,
+                                 "slo_capacity_per_gpu": {"candidate": [lo, hi] | null,
+                                                          "baseline": [lo, hi] | null}}} | null,
    "verdict": {"threshold", "min_ratio", "pass", "basis", "state", "reasons",
-               "min_ratio_interval"} | null,
+               "min_ratio_interval", "fleet" (with --current-replicas): {"current", "replicas_range",
+               "basis", "headroom", "spares", "candidate", "reason", "baseline": {"label",
+               "instance_type", "gpus", "model", "vllm_version", "image", "served_flags"},
+               "targets": [{"replicas", "needs_ratio_per_gpu"}]}} | null,
    "ignored_files": [{"file", "reason"}]}
   INTERVAL = {"source": "grid" | "search" | "open_loop", "state": "meets_slo" | "never_meets_slo"
   | "no_data", "output_tok_s": [lo, hi] | null, "load_unit": "concurrency" | "req/s", "load_pass",
@@ -47,7 +54,7 @@ is uploaded as it is written):
   `ignored_files` lists every file of the folder (and, prefixed `baseline:`, of the baseline) that
   the report did not use, with why.
 - `chart_<scenario>.png`: output tok/s, TTFT p99 and ITL p99 against concurrency, baseline dashed,
-  SLO limits drawn, peak and best run under the SLO marked (needs matplotlib; skipped with a note
+  SLO limits drawn, peak and the capacity under the SLO (its run, and its bracket shaded) marked (needs matplotlib; skipped with a note
   when it is missing);
 - `report.html` (unless --no-html): the same report as one self-contained page to open in a browser
   (bench/analysis/pages.py): the verdict and its reasons first, the ratio per scenario with its interval, the
@@ -59,9 +66,10 @@ Definitions
 - Suspect run: valid, but a random-prompt scenario got more than 5 % of its prompt tokens from
   the prefix cache (replayed prompts); excluded like an invalid run.
 - Peak: the valid run with the highest output tok/s.
-- Throughput under the SLO: the highest output tok/s among valid runs whose TTFT p99 and decode
-  p99 (ITL, or TPOT with `--slo-decode-metric tpot`) are both within the limits (default 500 ms
-  and 50 ms).
+- `slo` (kept for tools): the grid run with the highest output tok/s among valid runs whose TTFT p99
+  and decode p99 (ITL, or TPOT with `--slo-decode-metric tpot`) are both within the limits (default
+  500 ms and 50 ms). The pages do not show it: their one capacity figure is the capacity under the
+  SLO below, with the run it came from.
 - Peak at the edge: the peak is at the highest concurrency tested; the test set it, not the server.
 - Throughput ratio (per GPU): (peak / GPUs) / (baseline peak / baseline GPUs); GPUs come from
   --gpus/--baseline-gpus, else the manifest, else 1.
@@ -76,7 +84,9 @@ Definitions
   offered rates.
 - SLO ratio (per GPU): `slo_ratio_interval` = [candidate low / baseline high, candidate high /
   baseline low], open loop where both sides ran it, else closed loop (`slo_basis_source`: grid,
-  search or open_loop); `slo_ratio` = candidate low / baseline low. `baseline_state`: meets_slo,
+  search or open_loop); `slo_ratio` = candidate low / baseline low. The two capacities it divides
+  are `candidate_slo_capacity` and `baseline_slo_capacity` (per replica, with their runs) and
+  `slo_capacity_per_gpu`; the pages show them beside every ratio. `baseline_state`: meets_slo,
   never_meets_slo or no_data.
 - Verdict (`--verdict-basis`, default slo): `state` pass, fail or inconclusive, with `reasons`
   (what is missing or too uncertain, and the command that settles it) unless it passes. On the
@@ -89,7 +99,11 @@ Definitions
   length, prefix caching and speculative settings, except those named with --vary); sides that
   are not like for like (or whose manifest cannot be read) never pass nor fail. `min_ratio` is the
   smallest lower end, `min_ratio_interval` the interval of the smallest ratio, `pass` is true in
-  state pass only.
+  state pass only; `min_ratio_interval` is one scenario's interval (the smallest low end).
+- Fleet (`verdict.fleet`): the replica plan's count for the candidate (plan/plan.json, the
+  verdict's basis, no headroom or spares) carrying what --current-replicas replicas of the baseline
+  serve; what the baseline ran (today's fleet must run the same for "today" to hold); and the per-GPU
+  ratio a fleet of the threshold's and twice the threshold's reduction needs (12 -> 8 at 1.5x, 4 at 3x).
 
 Exit codes: 0 report written (with --exit-code: pass); 1 with --exit-code: fail; 3 with
 --exit-code: inconclusive (also without a baseline); 2 bad input.
