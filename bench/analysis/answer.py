@@ -55,9 +55,18 @@ def verdict_line(summary: dict[str, Any] | None, labels: dict[str, str] | None =
     verdict = summary["verdict"]
     basis = verdict.get("basis") or "peak"
     threshold = verdict.get("threshold")
+    interval = verdict.get("min_ratio_interval")
+    smallest = _ratio(verdict.get("min_ratio"))
+    if isinstance(interval, list) and len(interval) == 2 and _finite(interval[0]):
+        from bench.analysis.verdict import interval_text  # the verdict's own words for its interval
+
+        smallest = interval_text(interval)
     line = (f"Verdict {state.upper()}" + (f" for {who}" if who else "") + f" on the {basis} basis: smallest "
-            f"per-GPU ratio {_ratio(verdict.get('min_ratio'))}"
+            f"per-GPU ratio {smallest}"
             + (f" against the threshold {threshold:g}x" if isinstance(threshold, (int, float)) else "") + ".")
+    fleet = fleet_words(verdict.get("fleet"))
+    if fleet:
+        line += " " + fleet[0]
     reasons = [str(r) for r in verdict.get("reasons") or [] if r]
     if reasons:
         line += " " + "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "") + "."

@@ -323,11 +323,37 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
         share = (f"{totals['added_pct']}% of the grid's {totals['grid_gpu_s']:.1f} s"
                  if totals.get("added_pct") is not None else "the grid's GPU time is unknown")
         lines += ["", f"Extra runs (search and open loop): {totals['runs']} ({totals['search_runs']} search, "
-                      f"{totals['open_loop_runs']} open loop), GPU time {totals['gpu_s']:.1f} s = {share}."]
+                      f"{totals['open_loop_runs']} open loop), GPU time {totals['gpu_s']:.1f} s = {share}."
+                  + over_budget(ext)]
         for name, info in (ext.get("scenarios") or {}).items():
             if info.get("stopped"):
                 lines.append(f"- {name}: {info['stopped']}")
     return lines
+
+
+def over_budget(ext: dict[str, Any]) -> str:
+    """Why the extra runs went over their GPU-time budget, '' when they did not."""
+    totals, settings = ext.get("totals") or {}, ext.get("settings") or {}
+    budget, added = settings.get("extra_budget"), totals.get("added_pct")
+    if not isinstance(budget, (int, float)) or not isinstance(added, (int, float)) or added <= 100 * budget + 0.05:
+        return ""
+    over = [f"{name} {info['gpu_s']:.0f} s of a {info['budget_s']:.0f} s budget"
+            for name, info in (ext.get("scenarios") or {}).items()
+            if isinstance(info.get("gpu_s"), (int, float)) and isinstance(info.get("budget_s"), (int, float))
+            and info["gpu_s"] > info["budget_s"] + 0.05]
+    invalid = sum(1 for r in ext.get("runs") or [] if isinstance(r, dict) and r.get("valid") is False)
+    why = (" Over the budget of "
+           f"{100 * budget:.0f}% (--extra-budget {budget:g}) because a run is started when its estimated time fits "
+           "what is left (its requests / the req/s the grid measured near that load), and a run can take longer "
+           "than that estimate (a point near the SLO's edge runs slower than the grid's, an open-loop run outlasts "
+           "its requests / its offered rate); "
+           "the budget then stops the next run, not the one under way.")
+    if over:
+        why += " Over in: " + ", ".join(over) + "."
+    if invalid:
+        why += (f" {invalid} invalid attempt{'s' if invalid != 1 else ''} also cost "
+                f"{'their' if invalid != 1 else 'its'} process time.")
+    return why
 
 
 def comparison_markdown(summary: dict[str, Any], labels: tuple[str, str], extra: dict[str, Any]) -> list[str]:

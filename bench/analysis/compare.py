@@ -15,7 +15,9 @@ server variant. OUT (a folder, or s3://bucket/prefix/: each file uploaded as wri
               "noise_pct": <number>, "noise_source": "repeats" | "default"}],
    "slo_capacity": {"<scenario>": {"<label>": <output tok/s or null>}},
    "incomplete": ["<reason>"]}
-- `compare.html` (unless --no-html): the same as one self-contained page to open in a browser.
+- `compare.html` (unless --no-html): the same as one self-contained page to open in a browser. Its
+  chart draws the first variant blue and the second orange, the colours `bench report` gives the
+  baseline and the candidate: list the baseline first.
 
 Rules
 - Like for like (as `report`): the sweeps may differ in ONE server setting (model, kvCacheDtype,

@@ -542,10 +542,9 @@ def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float,
                  "named: the sweeps are not like for like.</p><ul>"
                  + "".join(f"<li>{esc(r)}</li>" for r in incomplete) + "</ul></section>")
     else:
-        by = {label: sum(1 for c in data["cells"] if c.get("winner") == label) for label in labels}
         state = ('<section class="verdict state-none"><div class="state">COMPARABLE</div><p>The sweeps differ in '
                  + esc(", ".join(settings) or "no server setting") + f"; {winners} of {len(data['cells'])} cells have "
-                 "a winner: " + esc(", ".join(f"{k} {v}" for k, v in by.items())) + ".</p></section>")
+                 "a clear winner" + esc(wins_words(data.get("cells") or [], labels)) + ".</p></section>")
     variant_rows = [f"<td>{esc(v['label'])}</td><td><code>{esc(v['dir'])}</code></td>"
                     + "".join(f"<td><code>{esc(v['differs'].get(k, 'not set'))}</code></td>" for k in settings)
                     for v in data.get("variants") or []]
@@ -580,10 +579,23 @@ def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float,
     cap_rows = [f"<td>{esc(s)}</td>" + "".join(cell(num(per.get(label), 1, "no run meets the SLO"),
                                                     ["slo_capacity", s, label]) for label in labels)
                 for s, per in (data.get("slo_capacity") or {}).items()]
-    body.append(f"<h2>SLO capacity (output tok/s)</h2><p class=\"note\">The capacity search's answer where the "
-                f"sweep has one, else the best run with TTFT p99 &le; {esc(f'{ttft_ms:g}')} ms and ITL p99 &le; "
-                f"{esc(f'{itl_ms:g}')} ms.</p>" + table(["Scenario", *labels], cap_rows))
+    body.append(f"<h2>Capacity under the SLO (output tok/s)</h2><p class=\"note\">The low end of each variant's "
+                f"capacity under the SLO (TTFT p99 &le; {esc(f'{ttft_ms:g}')} ms and ITL p99 &le; "
+                f"{esc(f'{itl_ms:g}')} ms), the same figure <code>bench report</code> shows: the throughput of the "
+                "run at the highest load meeting the SLO, from the grid and the capacity search's runs. Colours: "
+                "the first variant (the baseline, if you list it first) blue, the second orange, as in the "
+                "report's charts.</p>" + table(["Scenario", *labels], cap_rows))
     return document(title, "\n".join(body), source="bench compare")
+
+
+def wins_words(cells: Sequence[dict[str, Any]], labels: Sequence[str]) -> str:
+    """": max-num-seqs 16 wins 8 cells, max-num-seqs 1 wins 1 cell" (most wins first; none said so)."""
+    by = {label: sum(1 for c in cells if c.get("winner") == label) for label in labels}
+    if not any(by.values()):
+        return ""
+    order = sorted(labels, key=lambda k: -by[k])
+    return ": " + ", ".join(f"{k} wins {by[k]} cell{'s' if by[k] != 1 else ''}" if by[k] else f"{k} wins none"
+                            for k in order)
 
 
 def write_compare(out: Path, data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> Path:

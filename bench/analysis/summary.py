@@ -14,6 +14,7 @@ from typing import Any
 from bench.analysis import capacity_report as CR
 from bench.analysis import checks
 from bench.analysis.side import MANIFEST, Side, peak, run_row, slo_best
+from bench.startup import report as startup_report
 
 
 def scenario_summary(side: Side, ttft_ms: float, decode_ms: float, metric: str = "itl") -> dict[str, Any]:
@@ -144,6 +145,10 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
     side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
                                       decode_metric=decode_metric, basis=basis, threshold=threshold,
                                       issues=issues, incomparable=incomparable)
+    # the start-up records the report's Startup section reads (bench.startup.report) are used, not left out
+    side.used |= startup_report.record_files(side.path)
+    if base:
+        base.used |= startup_report.record_files(base.path)
     summary["ignored_files"] = checks.unused_files(side.path, side.used, side.manifest_error)
     if base:
         summary["ignored_files"] += [{"file": f"baseline:{f['file']}", "reason": f["reason"]}

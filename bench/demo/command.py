@@ -42,7 +42,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.analysis import compare, report
+from bench.analysis import answer, compare, report
+from bench.analysis import verdict as V
 from bench.common import scenarios as SC
 from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals, stop_process_group
 from bench.common.progress import human_seconds
@@ -313,11 +314,17 @@ def verdict_line(summary_path: Path) -> str | None:
     if not isinstance(verdict, dict):
         return None
     state = verdict.get("state") or ("pass" if verdict.get("pass") else "fail")
-    ratio = verdict.get("min_ratio")
+    ratio, interval = verdict.get("min_ratio"), verdict.get("min_ratio_interval")
     text = f"verdict {state.upper()}"
-    if isinstance(ratio, (int, float)):
+    if isinstance(interval, list) and len(interval) == 2 and isinstance(ratio, (int, float)):
+        text += (f": the smallest per-scenario ratio per GPU is {V.interval_text(interval)} against the threshold "
+                 f"{verdict.get('threshold', 1.5):g}x")
+    elif isinstance(ratio, (int, float)):
         text += f": the smallest per-scenario ratio is {ratio:.2f}x against the threshold {verdict.get('threshold', 1.5):g}x"
     text += f" ({verdict.get('basis', 'slo')} basis)"
+    fleet = answer.fleet_words(verdict.get("fleet"))
+    if fleet:
+        text += f"; {fleet[0][0].lower()}{fleet[0][1:-1]}"
     reasons = [r for r in verdict.get("reasons") or [] if isinstance(r, str) and r]
     if state != "pass" and reasons:
         more = f" (and {len(reasons) - 1} more in the report)" if len(reasons) > 1 else ""

@@ -212,6 +212,11 @@ def _pool(record: dict) -> str | None:
     return record.get("instance_type")
 
 
+def modelled(instance_type: str) -> bool:
+    """A pool the model can estimate: an instance type with a PoC measurement or a known network."""
+    return instance_type in POC_WEIGHTS or netlimits.limit(instance_type) is not None
+
+
 def section(records: list[dict], instance_types: Iterable[str] = ()) -> list[str]:
     """Markdown lines: per instance type, the phase model of both scenarios and the target's check."""
     pools = sorted({t for t in [*(_pool(r) for r in records), *instance_types] if t})
@@ -223,6 +228,13 @@ def section(records: list[dict], instance_types: Iterable[str] = ()) -> list[str
              "instance type, else an estimate; docs/startup.md (Phase model) says how each estimate is made.", ""]
     for pool in pools:
         mine = [r for r in records if _pool(r) == pool]
+        if not modelled(pool):
+            boots = f"{len(mine)} recorded boot{'s' if len(mine) != 1 else ''}"
+            lines += [f"**{pool}** ({boots}): not modelled. The model covers the cloud pools, instance types whose "
+                      "network and PoC figures it knows; this is not one (a local start-up has no node, image or "
+                      "GPU phases), so no cloud figure stands in for it. Its measured boots are in the Startup "
+                      "table above.", ""]
+            continue
         models = {s.key: model(pool, mine, s) for s in SCENARIOS}
         lines += [f"**{pool}**" + (f" ({len(mine)} recorded boot{'s' if len(mine) != 1 else ''})" if mine
                                      else " (no recorded boot: every figure is the PoC's or an estimate)"), "",

@@ -56,6 +56,21 @@ def load_records(folder: Path) -> tuple[list[dict], list[dict]]:
 SLEEP_KIND = "vllm-poc/sleep-wake"
 
 
+def record_files(folder: Path) -> set[Path]:
+    """The files under folder/startup that load_records reads (start-up and sleep/wake records): the
+    report uses them, so it does not list them among the files it left out."""
+    used: set[Path] = set()
+    base = folder / STARTUP_DIR
+    for path in sorted(base.glob("*.json")) if base.is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if timeline.is_record(data) or (isinstance(data, dict) and data.get("kind") == SLEEP_KIND):
+            used.add(path)
+    return used
+
+
 def restore_text(record: dict) -> str:
     """What the compile cache's pull step did, for people ('' when the pod has no such step)."""
     restore = record.get("compile_cache_restore")
