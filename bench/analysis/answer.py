@@ -136,11 +136,12 @@ def span_words(pair: Any, unit: str = "tok/s") -> str:
     if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not _finite(pair[0]):
         return "unknown"
     lo, hi = pair
+    unit = f" {unit}" if unit else ""
     if not _finite(hi):
-        return f"{_tok(lo)} {unit} or more"
+        return f"{_tok(lo)}{unit} or more"
     if _tok(lo) == _tok(hi):
-        return f"{_tok(lo)} {unit}"
-    return f"{_tok(lo)} to {_tok(hi)} {unit}"
+        return f"{_tok(lo)}{unit}"
+    return f"{_tok(lo)} to {_tok(hi)}{unit}"
 
 
 def bracket_words(interval: dict[str, Any]) -> str:

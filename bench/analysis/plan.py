@@ -63,8 +63,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.analysis import answer, mixed_traffic, pages
 from bench.analysis import capacity_report as CR
-from bench.analysis import mixed_traffic, pages
 from bench.analysis import verdict as V
 from bench.analysis.side import Side, load_side, peak
 from bench.analysis.sizing import (Capacity, Config, UsageError, build_plan, fleet_load, reference_load,
@@ -151,7 +151,9 @@ def _from_interval(cap: V.Capacity, out_len: int | None) -> Capacity:
         req_lo = cap.lo / out_len
     if req_hi is None and out_len:
         req_hi = cap.hi / out_len
-    return Capacity(cap.lo, req_lo, cap.source, out_len, cap.hi, req_hi, cap.state, V.capacity_text(cap))
+    interval = cap.as_dict()
+    return Capacity(cap.lo, req_lo, cap.source, out_len, cap.hi, req_hi, cap.state, V.capacity_text(cap),
+                    f"{answer.from_words(interval)}; {answer.bracket_words(interval)}")
 
 
 def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, Capacity], dict[str, Any]]:
@@ -168,7 +170,8 @@ def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, C
     for name in side.scenarios:
         out_len = side.lengths.get(name, (None, None))[1]
         top = peak(side.valid(name))
-        out[name] = (Capacity(top.output_tok_s, top.req_s, "peak", out_len) if top
+        out[name] = (Capacity(top.output_tok_s, top.req_s, "peak", out_len,
+                              run=f"c={top.concurrency}, closed loop, {Path(top.path).name}") if top
                      else Capacity(None, None, "peak", out_len, state=V.NO_DATA, words="no usable run"))
     return out, intervals
 
@@ -264,12 +267,14 @@ def render_markdown(plan: dict[str, Any], notes: list[str], load_desc: str, cand
     if reasons:
         lines += ["", "Where the count is not a single number:", ""]
         lines += [f"- {row['label']} ({replicas_text(row, never)}): {row['reason']}" for row in reasons]
-    lines += ["", "## Capacity per replica", "", "| Configuration | Scenario | Output tok/s | req/s | Basis |",
-              "|---|---|---|---|---|"]
+    lines += ["", "## Capacity per replica", "",
+              "The capacity under the SLO `bench report` shows (the same figure, from the same runs), per replica.", "",
+              "| Configuration | Scenario | Output tok/s | req/s | Basis | From the run |",
+              "|---|---|---|---|---|---|"]
     for cfg in candidates:
         for s, c in cfg.capacities.items():
             lines.append(f"| {cfg.label} | {s} | {_span(c.tok_s, c.tok_hi, c)} | {_span(c.req_s, c.req_hi, c, 3)} "
-                         f"| {V.SOURCE_WORDS.get(c.basis, c.basis)} |")
+                         f"| {V.SOURCE_WORDS.get(c.basis, c.basis)} | {c.run or '-'} |")
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     if plan.get("mixed_traffic"):

@@ -43,6 +43,7 @@ class Capacity:
     req_hi: float | None = None
     state: str = V.MEETS
     words: str = ""
+    run: str = ""  # the run the figure came from, in words (load, closed or open loop, file)
 
     def __post_init__(self) -> None:
         if self.tok_hi is None:
