@@ -269,3 +269,57 @@ def test_no_charts_leaves_the_charts_out_of_the_page_too(made, tmp_path):
         text = page.read_text()
         assert "data:image" not in text and "Charts left out (--no-charts)" in text
         assert 'data-field="[&quot;verdict&quot;, &quot;min_ratio&quot;]"' in text or "plan" in page.name
+
+
+def test_compare_headline_says_who_wins_how_many_cells(made):
+    data = json.loads((made["compare"] / "compare.json").read_text())
+    text = visible(made["compare"] / "compare.html")
+    labels = [v["label"] for v in data["variants"]]
+    wins = {k: sum(1 for c in data["cells"] if c["winner"] == k) for k in labels}
+    if any(wins.values()):
+        top = max(labels, key=lambda k: wins[k])
+        assert f"{top} wins {wins[top]} cell" in text
+    assert pages.wins_words([{"winner": "max-num-seqs 16"}] * 8 + [{"winner": "max-num-seqs 1"}],
+                            ["max-num-seqs 1", "max-num-seqs 16"]) == \
+        ": max-num-seqs 16 wins 8 cells, max-num-seqs 1 wins 1 cell"
+    assert pages.wins_words([{"winner": None}], ["a", "b"]) == ""
+
+
+def test_one_colour_per_side_on_every_chart(made):
+    from bench.analysis import charts
+    summary = json.loads((made["report"] / "summary.json").read_text())
+    side = SIDE.load_side(made["base"])
+    fig = charts.curves_figure(summary["runs"], [SIDE.run_row(r, side) for r in side.runs], summary["slo"],
+                               "S1_chat", label="seqs-16", base_label="seqs-4")
+    colours = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
+    charts.close(fig)
+    assert colours["seqs-16"] == charts.CANDIDATE and colours["seqs-4 (baseline)"] == charts.BASELINE
+    data = json.loads((made["compare"] / "compare.json").read_text())
+    labels = [v["label"] for v in data["variants"]]  # the baseline listed first, as the fixture does
+    fig = charts.compare_figure(data["cells"], labels)
+    colours = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
+    charts.close(fig)
+    assert colours[labels[0]] == charts.BASELINE and colours[labels[1]] == charts.CANDIDATE
+
+
+def test_the_plan_chart_keeps_unknown_inside_its_axes():
+    from bench.analysis import charts
+    plan = {"basis": "slo", "headroom": 0.0, "spares": 0, "current": {"replicas": 12, "usd_month": None},
+            "configurations": [{"label": "g7e", "replicas": None, "replicas_range": None, "usd_month_on_demand": None,
+                                "usd_month_spot": None}]}
+    fig = charts.plan_figure(plan)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    unknown = [(ax, t) for ax in fig.axes for t in ax.texts if t.get_text() == "unknown"]
+    assert unknown
+    for ax, t in unknown:
+        box, frame = t.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert t.get_rotation() == 0
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+    charts.close(fig)
+
+
+def test_the_startup_records_a_report_reads_are_not_listed_as_unused(made):
+    summary = json.loads((made["report"] / "summary.json").read_text())
+    assert (made["cand"] / "startup").is_dir()
+    assert not [f for f in summary["ignored_files"] if "startup/" in f["file"]]

@@ -209,3 +209,56 @@ def test_the_curves_star_and_band_are_one_figure(figures, name):
     assert f"SLO capacity bracket [c={interval['load_pass']}, c={interval['load_fail']})" in labels
     assert f"capacity under the SLO {interval['output_tok_s'][0]:,.0f} (c={mark['load']:g})" in labels
     assert not any(label.startswith("best under SLO") for label in labels)
+
+
+# ---------------------------------------------------------------------------------------------
+# The answer first: the fleet in the verdict (summary.json `verdict.fleet`)
+
+
+def test_the_verdict_says_what_it_means_for_the_fleet(figures):
+    summary = json.loads((figures["report"] / "summary.json").read_text())
+    plan = json.loads((figures["report"] / "plan" / "plan.json").read_text())
+    fleet = summary["verdict"]["fleet"]
+    row = plan["configurations"][0]
+    expected = [row["replicas"]] * 2 if row["replicas"] is not None else row["replicas_range"]
+    assert fleet["current"] == 12 and fleet["replicas_range"] == expected  # the plan's count, not a second one
+    assert (fleet["basis"], fleet["headroom"], fleet["spares"]) == (plan["basis"], plan["headroom"], plan["spares"])
+    # 12 replicas of 1 GPU -> 8 and 4 replicas of 2 GPUs: the per-GPU ratio each needs
+    assert fleet["targets"] == [{"replicas": 8, "needs_ratio_per_gpu": 0.75}, {"replicas": 4, "needs_ratio_per_gpu": 1.5}]
+    assert fleet["baseline"]["label"] == "today" and "--max-num-seqs 4" in fleet["baseline"]["served_flags"]
+    md = (figures["report"] / "report.md").read_text()
+    verdict = md[md.index("## Verdict"):md.index("## Definitions")]
+    lo, hi = fleet["replicas_range"]
+    assert f"Today 12 replicas: {lo} to {hi} on candidate carry the same load (slo basis, headroom 0%, spares 0)." \
+        in verdict
+    assert "8 need 0.75x, 4 need 1.5x" in verdict and "what the baseline today ran (g6e.2xlarge" in verdict
+    from bench.analysis import answer
+    line = answer.verdict_line(summary, {"candidate": "candidate", "baseline": "today"})
+    assert "smallest per-GPU ratio 1.18x to 3.38x" in line and f"Today 12 replicas: {lo} to {hi}" in line
+
+
+@pytest.mark.parametrize("command", ["report", "plan"])
+def test_zero_current_replicas_is_refused_by_name(figures, tmp_path, capsys, command):
+    from bench.analysis import plan as P
+    from bench.analysis import report as REP
+    main = REP.main if command == "report" else P.main
+    rc = main([str(figures["cand"]), "--baseline", str(figures["base"]), "--current-replicas", "0",
+               "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--current-replicas must be 1 or more" in err and "got 0" in err
+    assert "need --current-replicas" not in err and "Traceback" not in err
+
+
+def test_extra_runs_over_their_budget_say_why():
+    from bench.analysis import capacity_report as CR
+    ext = {"settings": {"extra_budget": 1.5}, "totals": {"runs": 5, "search_runs": 3, "open_loop_runs": 2,
+                                                          "gpu_s": 171.0, "grid_gpu_s": 100.0, "added_pct": 171.0},
+           "scenarios": {"S1_chat": {"gpu_s": 120.0, "budget_s": 75.0}, "S2_summary": {"gpu_s": 51.0, "budget_s": 75.0}},
+           "runs": [{"valid": True}, {"valid": False}]}
+    lines = CR.markdown({"scenarios": {}}, {}, {"extra": ext}, "itl")
+    line = next(x for x in lines if x.startswith("Extra runs"))
+    assert "171.0% of the grid's 100.0 s. Over the budget of 150% (--extra-budget 1.5) because" in line
+    assert "Over in: S1_chat 120 s of a 75 s budget." in line and "S2_summary" not in line
+    assert "1 invalid attempt also cost its process time" in line
+    within = {**ext, "totals": {**ext["totals"], "added_pct": 140.0}}
+    assert "Over the budget" not in " ".join(CR.markdown({"scenarios": {}}, {}, {"extra": within}, "itl"))

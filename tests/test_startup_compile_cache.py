@@ -168,3 +168,15 @@ def test_the_reports_startup_section_shows_the_model_for_the_runs_pool_without_r
     assert "## Startup" in text and "**g7e.2xlarge** (no recorded boot" in text
     assert "Target" not in text  # the target is the g6e.2xlarge configuration's
     assert startup_report.markdown(tmp_path / "empty") == ""
+
+
+def test_a_local_cpu_start_up_is_not_modelled_as_a_cloud_pool():
+    """The demo's `vllm serve` on this machine records instance type local-cpu: its boots are shown as
+    measured, and no PoC g6e.2xlarge figure (node, image pull, compile, init) stands in for them."""
+    record = {"instance_type": "local-cpu", "total_s": 41.0, "phases": {"weight_load_s": 1.0, "compile_s": 20.0}}
+    text = "\n".join(startup_model.section([record], ["local-cpu"]))
+    assert "**local-cpu** (1 recorded boot): not modelled" in text
+    assert "g6e.2xlarge" not in text and "388.0" not in text and "(model)" not in text
+    assert startup_model.modelled("g6e.2xlarge") and not startup_model.modelled("local-cpu")
+    cloud = "\n".join(startup_model.section([], ["g6e.2xlarge"]))
+    assert "**Total, pod created to /health**" in cloud  # a cloud pool keeps its model

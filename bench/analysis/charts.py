@@ -296,6 +296,7 @@ def plan_figure(plan: dict[str, Any]):
     for ax in (ax1, ax2):
         ax.set_xticks(xs)
         ax.set_xticklabels([r["name"] for r in rows])
+        ax.set_xlim(-0.7, len(rows) - 0.3)  # room for a word ("unknown") beside the outer bars
         ax.grid(True, axis="y", alpha=0.3)
         ax.margins(y=0.15)
     ax2.set_title("USD per month (high end of a range)")
