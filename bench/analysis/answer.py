@@ -152,7 +152,7 @@ def bracket_words(interval: dict[str, Any]) -> str:
         return "no usable run"
     if state == "never_meets_slo":
         lowest = failed or "the lowest load tested"
-        return (f"never meets the SLO: misses it from {lowest}"
+        return (f"never meets the SLO at the loads tested: misses it from {lowest}"
                 + (", one request at a time" if interval.get("load_fail") in (1, 1.0) and unit != "req/s" else ""))
     if failed is None:
         return f"still meets the SLO at {passed}, the highest load tested: no upper bound"

@@ -53,8 +53,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.analysis import answer, pages
 from bench.analysis import capacity_report as CR
-from bench.analysis import pages
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
 from bench.analysis.side import Side, load_side
@@ -362,7 +362,7 @@ def render_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, An
     for scenario in data["slo_capacity"]:
         per = extra.get("intervals", {}).get(scenario, {})
         lines.append(f"| {scenario} | " + " | ".join(
-            V.capacity_text(per[label]) if label in per else "-" for label in labels) + " |")
+            answer.capacity_words(per[label].as_dict()) if label in per else "-" for label in labels) + " |")
 
     spec_rows = []
     for s in sides:
