@@ -200,6 +200,9 @@ def test_baseline_that_never_meets_the_slo_is_a_state(bench_stub_server, fake_be
     base_summary = CR.scenario_capacity(base, SIDE.load_side(base).runs, ttft_ms=500, decode_ms=50)
     assert base_summary["S1_chat"]["slo_capacity"] == {"state": "never_meets_slo"}
     # The candidate meets the SLO where the baseline never does: that clears any threshold.
+    fleet = summary["verdict"].pop("fleet")  # what it means for the fleet (the report's default 12 replicas)
+    print(f"\nfleet when the baseline never meets the SLO: {fleet}")
+    assert fleet["current"] == 12 and fleet["baseline"]["label"] == "base"
     assert summary["verdict"] == {"threshold": 1.5, "min_ratio": None, "pass": True, "basis": "slo",
                                   "state": "pass", "reasons": [], "min_ratio_interval": [None, None]}
     assert comp["slo_ratio_interval"] == [None, None] and comp["slo_state"] == "pass"

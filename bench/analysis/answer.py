@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.analysis.verdict import interval_text
+
 STATES = ("pass", "fail", "inconclusive")
 
 
@@ -58,8 +60,6 @@ def verdict_line(summary: dict[str, Any] | None, labels: dict[str, str] | None =
     interval = verdict.get("min_ratio_interval")
     smallest = _ratio(verdict.get("min_ratio"))
     if isinstance(interval, list) and len(interval) == 2 and _finite(interval[0]):
-        from bench.analysis.verdict import interval_text  # the verdict's own words for its interval
-
         smallest = interval_text(interval)
     line = (f"Verdict {state.upper()}" + (f" for {who}" if who else "") + f" on the {basis} basis: smallest "
             f"per-GPU ratio {smallest}"

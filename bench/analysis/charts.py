@@ -28,6 +28,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench.analysis.answer import source_run  # noqa: E402  (words and charts read an interval alike)
 from bench.analysis.side import Side, run_row  # noqa: E402
 from bench.common import locations  # noqa: E402
 
@@ -117,8 +118,6 @@ def capacity_mark(entry: dict[str, Any]) -> dict[str, Any] | None:
     ends = interval.get("output_tok_s")
     if interval.get("state") != "meets_slo" or not ends or ends[0] is None:
         return None
-    from bench.analysis.answer import source_run  # words and charts read the interval the same way
-
     load, _ = source_run(interval)
     return {"load": load, "tok_s": ends[0], "pass": interval.get("load_pass"), "fail": interval.get("load_fail")}
 

@@ -166,6 +166,42 @@ def fleet_html(fleet: dict[str, Any] | None) -> str:
     return (f'<p class="fleet"><strong>Fleet</strong>: {head} ' + " ".join(esc(w) for w in words[1:]) + "</p>")
 
 
+def scenario_items(summary: dict[str, Any]) -> list[str]:
+    """Per scenario, the verdict's own interval and the two capacities per GPU it divides."""
+    v = summary.get("verdict") or {}
+    items = []
+    for name, c in (summary.get("comparison") or {}).items():
+        at = ["comparison", name]
+        if v.get("basis") == "slo":
+            per = c.get("slo_capacity_per_gpu") or {}
+            items.append(
+                f"<li><strong>{esc(name)}</strong>: {ratio_html(c.get('slo_ratio_interval'), [*at, 'slo_ratio_interval'])}"
+                f", {esc(answer.decides_words(c.get('slo_state'), v.get('threshold')))}. Candidate "
+                + capacity_html(c.get("candidate_slo_capacity"), per.get("candidate"),
+                                [*at, "slo_capacity_per_gpu", "candidate"], " tok/s per GPU")
+                + "; baseline " + capacity_html(c.get("baseline_slo_capacity"), per.get("baseline"),
+                                                [*at, "slo_capacity_per_gpu", "baseline"], " tok/s per GPU")
+                + ".</li>")
+        else:
+            per = c.get("peak_per_gpu_tok_s") or {}
+            items.append(f"<li><strong>{esc(name)}</strong>: "
+                         + cell_text(times(c.get("throughput_ratio")), [*at, "throughput_ratio"])
+                         + ": candidate peak " + cell_text(num(per.get("candidate")), [*at, "peak_per_gpu_tok_s", "candidate"])
+                         + " tok/s per GPU, baseline " + cell_text(num(per.get("baseline")), [*at, "peak_per_gpu_tok_s", "baseline"])
+                         + " tok/s per GPU.</li>")
+    return items
+
+
+def wins_words(cells: Sequence[dict[str, Any]], labels: Sequence[str]) -> str:
+    """": max-num-seqs 16 wins 8 cells, max-num-seqs 1 wins 1 cell" (most wins first; none said so)."""
+    by = {label: sum(1 for c in cells if c.get("winner") == label) for label in labels}
+    if not any(by.values()):
+        return ""
+    order = sorted(labels, key=lambda k: -by[k])
+    return ": " + ", ".join(f"{k} wins {by[k]} cell{'s' if by[k] != 1 else ''}" if by[k] else f"{k} wins none"
+                            for k in order)
+
+
 def field(path: Sequence[Any]) -> str:
     return esc(json.dumps(list(path), ensure_ascii=False))
 

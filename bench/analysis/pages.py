@@ -22,8 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.analysis.markup import (capacity_html, cell, cell_text, chart, document, drawing, esc, facts_list, field,
-                                   fleet_html, interval_words, is_number, num, pair_html, ratio_html, table, times)
+from bench.analysis.markup import (capacity_html, cell, chart, document, drawing, esc, facts_list, field, fleet_html,
+                                   interval_words, is_number, num, pair_html, ratio_html, scenario_items, table, times,
+                                   wins_words)
 from bench.analysis import answer
 from bench.analysis.side import run_row
 from bench.common import locations
@@ -124,32 +125,6 @@ def _basis_ratio(summary: dict[str, Any]) -> tuple[str, str]:
     if basis == "slo":
         return "slo_ratio", "ratio of the capacities under the SLO"
     return "throughput_ratio", "peak throughput ratio"
-
-
-def scenario_items(summary: dict[str, Any]) -> list[str]:
-    """Per scenario, the verdict's own interval and the two capacities per GPU it divides."""
-    v = summary.get("verdict") or {}
-    items = []
-    for name, c in (summary.get("comparison") or {}).items():
-        at = ["comparison", name]
-        if v.get("basis") == "slo":
-            per = c.get("slo_capacity_per_gpu") or {}
-            items.append(
-                f"<li><strong>{esc(name)}</strong>: {ratio_html(c.get('slo_ratio_interval'), [*at, 'slo_ratio_interval'])}"
-                f", {esc(answer.decides_words(c.get('slo_state'), v.get('threshold')))}. Candidate "
-                + capacity_html(c.get("candidate_slo_capacity"), per.get("candidate"),
-                                [*at, "slo_capacity_per_gpu", "candidate"], " tok/s per GPU")
-                + "; baseline " + capacity_html(c.get("baseline_slo_capacity"), per.get("baseline"),
-                                                [*at, "slo_capacity_per_gpu", "baseline"], " tok/s per GPU")
-                + ".</li>")
-        else:
-            per = c.get("peak_per_gpu_tok_s") or {}
-            items.append(f"<li><strong>{esc(name)}</strong>: "
-                         + cell_text(times(c.get("throughput_ratio")), [*at, "throughput_ratio"])
-                         + ": candidate peak " + cell_text(num(per.get("candidate")), [*at, "peak_per_gpu_tok_s", "candidate"])
-                         + " tok/s per GPU, baseline " + cell_text(num(per.get("baseline")), [*at, "peak_per_gpu_tok_s", "baseline"])
-                         + " tok/s per GPU.</li>")
-    return items
 
 
 def verdict_section(summary: dict[str, Any], issues: Sequence[str], ctx: dict[str, Any]) -> str:
@@ -596,16 +571,6 @@ def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float,
                 "the first variant (the baseline, if you list it first) blue, the second orange, as in the "
                 "report's charts.</p>" + table(["Scenario", *labels], cap_rows))
     return document(title, "\n".join(body), source="bench compare")
-
-
-def wins_words(cells: Sequence[dict[str, Any]], labels: Sequence[str]) -> str:
-    """": max-num-seqs 16 wins 8 cells, max-num-seqs 1 wins 1 cell" (most wins first; none said so)."""
-    by = {label: sum(1 for c in cells if c.get("winner") == label) for label in labels}
-    if not any(by.values()):
-        return ""
-    order = sorted(labels, key=lambda k: -by[k])
-    return ": " + ", ".join(f"{k} wins {by[k]} cell{'s' if by[k] != 1 else ''}" if by[k] else f"{k} wins none"
-                            for k in order)
 
 
 def write_compare(out: Path, data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> Path:
