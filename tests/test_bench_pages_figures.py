@@ -262,3 +262,12 @@ def test_extra_runs_over_their_budget_say_why():
     assert "1 invalid attempt also cost its process time" in line
     within = {**ext, "totals": {**ext["totals"], "added_pct": 140.0}}
     assert "Over the budget" not in " ".join(CR.markdown({"scenarios": {}}, {}, {"extra": within}, "itl"))
+
+
+def test_a_grid_run_the_search_overruled_says_so_where_it_is_listed(figures):
+    """S2_summary c=16 met the SLO in the grid, the search's re-run missed: its row says it is not counted."""
+    md = (figures["report"] / "report.md").read_text()
+    row = next(r for r in md.splitlines() if r.startswith("| 16 |") and "1,837.9" in r)
+    assert "met in this run; not counted (the capacity under the SLO misses it from c=16)" in row
+    text = " ".join((figures["report"] / "report.html").read_text().split())
+    assert "met in this run; not counted: the capacity under the SLO misses it from c=16" in text

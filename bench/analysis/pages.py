@@ -255,6 +255,9 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
                 continue
             met = _meets(r, slo)
             status = "suspect, excluded: " + str(r.get("reason")) if r.get("suspect") else ("met" if met else "missed")
+            fail_at = (cap or {}).get("load_fail")
+            if met and not r.get("suspect") and is_number(fail_at) and r["concurrency"] >= fail_at:
+                status = f"met in this run; not counted: the capacity under the SLO misses it from c={fail_at:g}"
             rows.append(cell(str(r["concurrency"]), ["runs", i, "concurrency"])
                         + cell(num(r.get("req_s"), 2), ["runs", i, "req_s"])
                         + cell(num(r.get("output_tok_s")), ["runs", i, "output_tok_s"])
@@ -290,8 +293,9 @@ def capacity_section(summary: dict[str, Any]) -> str:
             cis = [f"<td>{esc(interval_words(cap.get('ttft_p99_ci_ms'), ' ms', 1) or 'not computed')}</td>",
                    f"<td>{esc(interval_words(cap.get('decode_p99_ci_ms'), ' ms', 1) or 'not computed')}</td>"]
         else:
-            cis = ['<td colspan="2">' + ("not searched (run the sweep with --capacity-search)" if cap is None
-                                         else "no pass end") + "</td>"]
+            why = ("no pass end" if cap is not None else "the search did not confirm a pass end"
+                   if interval.get("source") == "search" else "not searched (run the sweep with --capacity-search)")
+            cis = [f'<td colspan="2">{esc(why)}</td>']
         rbase = ["scenarios", name, "rate_capacity"]
         opened = ([cell(num(rate.get("req_s"), 3), [*rbase, "req_s"]),
                    cell(num(rate.get("output_tok_s")), [*rbase, "output_tok_s"]),

@@ -335,6 +335,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
                 continue
             tele = side.telemetry.get((run.scenario, run.concurrency)) or {}
             ok = "met" if meets_slo(run, slo["ttft_p99_ms"], decode_ms, metric) else "missed"
+            fail_at = (summary["scenarios"][name].get("slo_capacity_interval") or {}).get("load_fail")
+            if ok == "met" and isinstance(fail_at, (int, float)) and run.concurrency >= fail_at:
+                ok = f"met in this run; not counted (the capacity under the SLO misses it from c={fail_at:g})"
             if side.suspect(run):
                 ok = "SUSPECT (excluded)"
             pct = lambda v: "-" if v is None else f"{v:.1f}%"  # noqa: E731
