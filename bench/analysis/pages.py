@@ -503,7 +503,8 @@ def _span_words(lo: Any, hi: Any) -> str:
 def _capacity_basis(basis: str) -> str:
     return {"rate_capacity": "open-loop rate capacity", "slo_capacity": "closed-loop SLO capacity",
             "peak": "peak throughput", "never_meets_slo": "never meets the SLO", "unknown": "not measured",
-            "reference": "production reference", "stated": "stated load"}.get(basis, basis)
+            "reference": "production reference", "stated": "stated load", "grid": "grid",
+            "search": "capacity search", "open_loop": "open loop"}.get(basis, basis)
 
 
 def write_plan(out: Path, plan: dict[str, Any], notes: Sequence[str], load_desc: str, candidates, *,
