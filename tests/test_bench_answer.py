@@ -43,3 +43,28 @@ def test_lines_are_sentences_without_reprs():
                                       "(today 12).")
     for text in (line, answer.plan_line(plan)):
         assert "None" not in text and "nan" not in text
+
+
+def test_a_capacity_is_worded_with_the_run_it_came_from():
+    """summary.json's interval in words: the figure, its run (load, loop, file where recorded), where the
+    SLO holds; the repeats and run-to-run spread when the analysis records them, nothing when it does not."""
+    interval = {"source": "search", "state": "meets_slo", "output_tok_s": [2836.4, 3010.25], "load_unit": "concurrency",
+                "load_pass": 28, "load_fail": 32, "load_max": 64, "confirmed": True}
+    assert answer.capacity_words(interval) == ("2,836.4 to 3,010.2 tok/s (from c=28, closed loop; meets the SLO at "
+                                               "c=28, misses it at c=32)")
+    recorded = {**interval, "source_run": "search/S1_chat_c28.run2.json", "repeats": 2, "noise_pct": 12.5}
+    assert answer.from_words(recorded) == ("c=28, closed loop, search/S1_chat_c28.run2.json; 2 repeats, "
+                                           "run-to-run spread 12.5%")
+    assert answer.source_run({**interval, "source_run": {"file": "S1_chat_c24.json", "load": 24}}) == (
+        24, "S1_chat_c24.json")
+    assert answer.capacity_words({**interval, "output_tok_s": [2836.4, None], "load_fail": None},
+                                 per_gpu=[709.1, None]).startswith("709.1 tok/s per GPU or more (from c=28")
+    never = {"source": "grid", "state": "never_meets_slo", "output_tok_s": [0.0, 0.0], "load_unit": "concurrency",
+             "load_pass": None, "load_fail": 1}
+    assert answer.capacity_words(never) == ("0 tok/s (never meets the SLO at the loads tested: misses it from c=1, "
+                                            "one request at a time)")
+    assert answer.capacity_words({"state": "no_data"}) == "unknown (no usable run)"
+    opened = {"source": "open_loop", "state": "meets_slo", "output_tok_s": [900.0, 1000.0], "load_unit": "req/s",
+              "load_pass": 7.5, "load_fail": 8.25}
+    assert answer.capacity_words(opened) == ("900.0 to 1,000.0 tok/s (from 7.5 req/s, open loop; meets the SLO at "
+                                             "7.5 req/s, misses it at 8.25 req/s)")
