@@ -228,6 +228,7 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
              f"and {esc(metric.upper())} p99 &le; {esc(decode)} ms (dotted red lines). "
              "The circle marks the peak, the star the best run under the SLO, the green band the capacity "
              "search's bracket [pass, fail). Only valid, non-suspect runs are drawn.</p>"]
+    parts += [f'<p class="note slo-note">SLO: {esc(n)}</p>' for n in slo.get("notes") or []]
     runs = summary.get("runs") or []
     for name, entry in (summary.get("scenarios") or {}).items():
         lengths = (ctx.get("lengths") or {}).get(name)

@@ -14,7 +14,8 @@ The report Job of a stack runs this (components/report_job.py); it runs on a lap
    each sweep stands at least every `--log-seconds`, and `status.json` under --out says the same
    for `bench open`. After `--wait-hours` the report is written from what is there, saying which
    sweeps did not finish (a verdict never passes on missing runs).
-2. Write, with the prices and capacity types the sweeps recorded in their manifests:
+2. Write, with the prices, capacity types and SLO the sweeps recorded in their manifests (an SLO
+   flag given here is passed on, and each step says where it differs from the recorded one):
    `bench report CANDIDATE --baseline BASELINE` (report.md, summary.json, charts, plan/),
    `bench plan` of the candidate (or the variants) against the baseline's current fleet (plan.md,
    plan.json, plan.png) and, with variants, `bench compare` (compare.md, compare.json), every file
@@ -185,13 +186,14 @@ def _commands(args: argparse.Namespace, local: dict[str, str], out: str
     """The report, plan and compare runs, as `python -m bench` argument lists."""
     steps = []
     subject = local.get("candidate") or local["baseline"]
+    slo = _slo_flags(args)
     report_args = [subject, "--out", out, "--threshold", f"{args.threshold:g}", "--verdict-basis",
                    args.verdict_basis, "--current-replicas", str(args.current_replicas), "--no-progress"]
     if local.get("candidate"):
         report_args += ["--baseline", local["baseline"]]
     if args.no_charts:
         report_args.append("--no-charts")
-    steps.append(("report", report_args, report.main))
+    steps.append(("report", report_args + slo, report.main))
     candidates = [local[k] for k in sorted(local) if k.startswith("variant:")] or [subject]
     plan_args = [*candidates, "--baseline", local["baseline"], "--current-replicas", str(args.current_replicas),
                  "--basis", args.verdict_basis, "--headroom", f"{args.headroom:g}", "--spares", str(args.spares),
@@ -200,11 +202,23 @@ def _commands(args: argparse.Namespace, local: dict[str, str], out: str
         plan_args += ["--mix", args.mix]
     if args.no_charts:
         plan_args.append("--no-charts")
-    steps.append(("plan", plan_args, plan.main))
+    steps.append(("plan", plan_args + slo, plan.main))
     variants = [local[k] for k in sorted(local) if k.startswith("variant:")]
     if variants:
-        steps.append(("compare", [*variants, "--out", out, "--no-progress"], compare.main))
+        steps.append(("compare", [*variants, "--out", out, "--no-progress", *slo], compare.main))
     return steps
+
+
+def _slo_flags(args: argparse.Namespace) -> list[str]:
+    """The SLO flags given to publish, passed on; without them each step judges with the SLO the
+    sweeps recorded (and says where a flag differs from it)."""
+    flags = []
+    for flag, value in (("--slo-ttft-p99-ms", getattr(args, "slo_ttft_p99_ms", None)),
+                        ("--slo-itl-p99-ms", getattr(args, "slo_itl_p99_ms", None)),
+                        ("--slo-decode-metric", getattr(args, "slo_decode_metric", None))):
+        if value is not None:
+            flags += [flag, value if isinstance(value, str) else f"{value:g}"]
+    return flags
 
 
 def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) -> int:
@@ -236,7 +250,7 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) 
         "complete": complete,
         "settings": {"current_replicas": args.current_replicas, "threshold": args.threshold,
                      "verdict_basis": args.verdict_basis, "headroom": args.headroom, "spares": args.spares,
-                     "mix": args.mix},
+                     "mix": args.mix, "slo_flags": _slo_flags(args)},
         "commands": done,
         "mixed_traffic": mixed,
         "written_at": _iso(_now()),
@@ -376,6 +390,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--verdict-basis", choices=("slo", "peak"), default="slo",
                    help="slo (throughput under the SLO, default) or peak, for the verdict and the plan")
     p.add_argument("--headroom", type=float, default=0.0, help="plan headroom, e.g. 0.2 (default: %(default)s)")
+    p.add_argument("--slo-ttft-p99-ms", type=float,
+                   help="SLO TTFT p99 limit for the report, plan and compare (default: the one the sweeps recorded)")
+    p.add_argument("--slo-itl-p99-ms", type=float,
+                   help="SLO decode p99 limit (default: the one the sweeps recorded)")
+    p.add_argument("--slo-decode-metric", choices=("itl", "tpot"),
+                   help="the decode metric the limit applies to (default: the one the sweeps recorded)")
     p.add_argument("--spares", type=int, default=0, help="plan spares (default: %(default)s)")
     p.add_argument("--mix", help="plan mix, shares of requests per scenario, e.g. S1_chat=0.4,S2_summary=0.6")
     p.add_argument("--mixed-traffic-wait-hours", type=float, default=0.0,

@@ -11,7 +11,7 @@ is uploaded as it is written):
   where the results have it; with a baseline the per-GPU peak and SLO ratios (the SLO ratio with
   its interval) and the cost-efficiency ratios;
 - `summary.json` with exactly these keys (other tools read it):
-  {"slo": {"ttft_p99_ms", "itl_p99_ms", "decode_metric"},
+  {"slo": {"ttft_p99_ms", "itl_p99_ms", "decode_metric", "source", "notes"},
    "runs": [{"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s",
              "req_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance",
              "suspect", "tpot_p50_ms", "tpot_p99_ms", "prefix_cache_hit_pct", "preemptions",
@@ -43,7 +43,10 @@ is uploaded as it is written):
   vLLM's draft acceptance rate in percent, null without speculative decoding. Telemetry figures
   (prefix-cache hits, preemptions, KV, GPU) come from the manifest, null where not measured;
   `spec_acceptance_by_position` is a list of percents. A suspect run keeps its metrics, with its
-  reason in `reason`. `itl_p99_ms` is the decode limit, applied to the p99 of `decode_metric`.
+  reason in `reason`. `itl_p99_ms` is the decode limit, applied to the p99 of `decode_metric`;
+  `source` says where the SLO comes from: "recorded" (the sweeps' manifests), "flags" (a flag that
+  differs from them, or sweeps that recorded none) or "default"; `notes` names each flag that
+  differs from what a sweep recorded, with both values.
   `ignored_files` lists every file of the folder (and, prefixed `baseline:`, of the baseline) that
   the report did not use, with why.
 - `chart_<scenario>.png`: output tok/s, TTFT p99 and ITL p99 against concurrency, baseline dashed,
@@ -109,7 +112,7 @@ from bench.analysis import plan as P
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
-from bench.analysis.side import DECODE_METRICS, Side, load_side, meets_slo
+from bench.analysis.side import DECODE_METRICS, Side, SloConflict, choose_slo, load_side, meets_slo
 from bench.analysis.summary import build_summary
 from bench.common import locations
 from bench.common.cli import run_one
@@ -216,6 +219,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
     lines += _describe(side)
     if base:
         lines += ["", f"Baseline: {base.label}", ""] + _describe(base)
+    where = {"recorded": "as the sweeps recorded it", "flags": "as given", "default": "the default (the sweeps "
+             "recorded none)"}.get(slo.get("source"), "")
+    lines += ["", f"SLO: {lim}{', ' + where if where else ''}."] + [f"- {n}" for n in slo.get("notes") or []]
     if base and summary["verdict"] is not None:
         lines += verdict_markdown(summary["verdict"], side.label, base.label, getattr(base, "plan_link", None),
                                   issues)
@@ -379,6 +385,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
 # ---------------------------------------------------------------------------------------------
 # Command
 
+SLO_FLAGS = {"ttft_p99_ms": "--slo-ttft-p99-ms", "decode_p99_ms": "--slo-itl-p99-ms",
+             "decode_metric": "--slo-decode-metric"}
+
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.dir)
@@ -404,9 +413,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench report: --vary: unknown {', '.join(bad_vary)}; known: {', '.join(checks.VARIABLE)}",
               file=sys.stderr)
         return 2
+    try:
+        slo = choose_slo([(s.label, s.manifest) for s in (side, base) if s is not None],
+                         {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
+                          "decode_metric": args.slo_decode_metric}, SLO_FLAGS)
+    except SloConflict as exc:
+        print(f"bench report: {exc}", file=sys.stderr)
+        return 2
+    for note in slo.notes:
+        print(f"bench report: SLO: {note}", file=sys.stderr)
+    args.slo_ttft_p99_ms, args.slo_itl_p99_ms, args.slo_decode_metric = (slo.ttft_p99_ms, slo.decode_p99_ms,
+                                                                         slo.decode_metric)
     summary, issues = build_summary(side, base, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms,
                                     threshold=args.threshold, decode_metric=args.slo_decode_metric,
-                                    vary=tuple(args.vary or ()), basis=args.verdict_basis)
+                                    vary=tuple(args.vary or ()), basis=args.verdict_basis, slo_choice=slo)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if base is not None:
@@ -483,12 +503,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--baseline-label", help="name of the baseline")
     p.add_argument("--baseline-gpus", type=int, help="GPUs behind the baseline (default: manifest, else 1)")
     p.add_argument("--baseline-price-per-hour", type=float, help="hourly price of the baseline hardware")
-    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
-    p.add_argument("--slo-itl-p99-ms", type=float, default=50.0,
-                   help="the SLO's decode limit, applied to the p99 of --slo-decode-metric (default: %(default)s)")
-    p.add_argument("--slo-decode-metric", choices=DECODE_METRICS, default="itl",
+    p.add_argument("--slo-ttft-p99-ms", type=float,
+                   help="the SLO's TTFT p99 limit (default: the one the sweeps recorded in manifest.json, else 500; "
+                        "a value that differs is used and said)")
+    p.add_argument("--slo-itl-p99-ms", type=float,
+                   help="the SLO's decode limit, applied to the p99 of --slo-decode-metric (default: the one the "
+                        "sweeps recorded, else 50)")
+    p.add_argument("--slo-decode-metric", choices=DECODE_METRICS,
                    help="which p99 the SLO's decode limit applies to: itl (per streamed chunk, the PoC "
-                        "report's rule) or tpot (per output token; fairer with speculative decoding) (default: itl)")
+                        "report's rule) or tpot (per output token; fairer with speculative decoding) (default: the "
+                        "one the sweeps recorded, else itl)")
     p.add_argument("--capacity-type", choices=("on-demand", "spot"),
                    help="capacity type of this sweep's node (default: manifest)")
     p.add_argument("--baseline-capacity-type", choices=("on-demand", "spot"),

@@ -264,3 +264,96 @@ def run_row(run: R.RunResult, side: Side | None = None) -> dict[str, Any]:
         "tpot_p99_ms": run.tpot_p99_ms if ok else None,
         **{key: tele.get(key) for key in TELEMETRY_KEYS},
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The SLO a sweep was run under, and the one an analysis judges with
+
+
+DEFAULT_SLO = {"ttft_p99_ms": 500.0, "decode_p99_ms": 50.0, "decode_metric": "itl"}
+SLO_KEYS = tuple(DEFAULT_SLO)
+
+
+def recorded_slo(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The SLO a sweep recorded: its `config.slo` (written when it starts), else the one its capacity
+    record or its capacity search used (sweeps written before the config held it); None if none."""
+    m = manifest or {}
+    for where in ((m.get("config") or {}).get("slo"), (m.get("capacity") or {}).get("slo"),
+                  ((m.get("extra") or {}).get("settings") or {}).get("slo")):
+        if isinstance(where, dict) and all(where.get(k) is not None for k in SLO_KEYS):
+            try:
+                return {"ttft_p99_ms": float(where["ttft_p99_ms"]), "decode_p99_ms": float(where["decode_p99_ms"]),
+                        "decode_metric": str(where["decode_metric"])}
+            except (TypeError, ValueError):
+                continue
+    return None
+
+
+def slo_text(slo: dict[str, Any]) -> str:
+    return (f"TTFT p99 <= {slo['ttft_p99_ms']:g} ms, {str(slo['decode_metric']).upper()} p99 <= "
+            f"{slo['decode_p99_ms']:g} ms")
+
+
+class SloConflict(ValueError):
+    """The sweeps were run under different SLOs and no flag sets one for all of them."""
+
+
+@dataclass
+class SloChoice:
+    """The SLO an analysis judges with, where it comes from, and what differs from the records."""
+
+    ttft_p99_ms: float
+    decode_p99_ms: float
+    decode_metric: str
+    source: str  # "recorded" (the manifests), "flags" (a flag that differs from them) or "default"
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ttft_p99_ms": self.ttft_p99_ms, "decode_p99_ms": self.decode_p99_ms,
+                "decode_metric": self.decode_metric}
+
+
+def _value_text(key: str, value: Any) -> str:
+    return str(value) if key == "decode_metric" else f"{value:g} ms"
+
+
+def choose_slo(sides: list[tuple[str, dict[str, Any] | None]], given: dict[str, Any],
+               flags: dict[str, str]) -> SloChoice:
+    """The SLO to judge `sides` ((label, manifest) pairs) with. A value given (not None in `given`)
+    is used; where a sweep recorded another, a note names both. A value not given is the one the
+    sweeps recorded; sweeps that recorded different ones raise SloConflict (naming the flag that
+    sets one for all); with none recorded, the default. `flags` names each key's flag."""
+    recorded = [(label, recorded_slo(m)) for label, m in sides]
+    chosen: dict[str, Any] = {}
+    notes: list[str] = []
+    conflicts: list[str] = []
+    sources: set[str] = set()
+    for key in SLO_KEYS:
+        seen = [(label, slo[key]) for label, slo in recorded if slo]
+        if given.get(key) is not None:
+            chosen[key] = given[key]
+            differ = [(label, v) for label, v in seen if v != given[key]]
+            for label, v in differ:
+                notes.append(f"{flags[key]} {_value_text(key, given[key]).replace(' ms', '')} given: used instead "
+                             f"of the {_value_text(key, v)} the sweep {label} recorded")
+            sources.add("flags" if differ or not seen else "recorded")
+            continue
+        values = {v for _, v in seen}
+        if len(values) > 1:
+            conflicts.append(f"{flags[key]}: " + ", ".join(f"{_value_text(key, v)} ({label})" for label, v in seen))
+        elif values:
+            chosen[key] = values.pop()
+            sources.add("recorded")
+        else:
+            chosen[key] = DEFAULT_SLO[key]
+    source = next((s for s in ("flags", "recorded") if s in sources), "default")
+    if conflicts:
+        raise SloConflict("the sweeps were run under different SLOs (" + "; ".join(conflicts) + "), so their "
+                          "capacities are not comparable: give " + " and ".join(c.split(":")[0] for c in conflicts)
+                          + " to judge every sweep under one SLO")
+    missing = [label for label, slo in recorded if slo is None]
+    if missing and len(missing) < len(recorded):
+        notes.append(f"{', '.join(missing)} recorded no SLO (a sweep of an earlier version, or no manifest): "
+                     "judged under the one the other sweeps recorded")
+    return SloChoice(float(chosen["ttft_p99_ms"]), float(chosen["decode_p99_ms"]), str(chosen["decode_metric"]),
+                     source, notes)

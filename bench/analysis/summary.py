@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.analysis import capacity_report as CR
 from bench.analysis import checks
-from bench.analysis.side import MANIFEST, Side, peak, run_row, slo_best
+from bench.analysis.side import MANIFEST, Side, SloChoice, peak, run_row, slo_best
 
 
 def scenario_summary(side: Side, ttft_ms: float, decode_ms: float, metric: str = "itl") -> dict[str, Any]:
@@ -118,15 +118,19 @@ def comparability_issues(side: Side, base: Side, vary: tuple[str, ...] = ()) -> 
 
 def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
                   threshold: float, decode_metric: str = "itl",
-                  vary: tuple[str, ...] = (), basis: str = "peak") -> tuple[dict[str, Any], list[str]]:
+                  vary: tuple[str, ...] = (), basis: str = "peak",
+                  slo_choice: SloChoice | None = None) -> tuple[dict[str, Any], list[str]]:
     """summary.json, and the issues that make a comparison incomplete. The decode limit `itl_ms`
-    applies to the p99 of `decode_metric`."""
+    applies to the p99 of `decode_metric`; `slo_choice` says where the SLO came from (the sweeps'
+    manifests, a flag that differs from them, or the default) and what differs."""
     decode_ms = itl_ms
     comparison = compare(side, base) if base else None
     incomparable = comparability_issues(side, base, vary) if base else []
     issues = (completeness_issues(side, base) + incomparable) if base else []
     summary = {
-        "slo": {"ttft_p99_ms": ttft_ms, "itl_p99_ms": itl_ms, "decode_metric": decode_metric},
+        "slo": {"ttft_p99_ms": ttft_ms, "itl_p99_ms": itl_ms, "decode_metric": decode_metric,
+                "source": slo_choice.source if slo_choice else "flags",
+                "notes": list(slo_choice.notes) if slo_choice else []},
         "runs": [run_row(r, side) for r in side.runs],
         "scenarios": scenario_summary(side, ttft_ms, decode_ms, decode_metric),
         "comparison": comparison,
