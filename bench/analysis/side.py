@@ -100,8 +100,12 @@ def _order_key(order: list[str]):
 
 
 def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
-              price_per_hour: float | None = None, capacity_type: str | None = None) -> Side:
-    """Every combination of a sweep folder: planned ones (manifest) and any result file found."""
+              price_per_hour: float | None = None, capacity_type: str | None = None,
+              min_spec_acceptance_pct: float | None = None) -> Side:
+    """Every combination of a sweep folder: planned ones (manifest) and any result file found. A valid
+    run is suspect when its prompts came from the prefix cache, when speculative decoding accepted
+    fewer draft tokens than the floor (`min_spec_acceptance_pct`, else the one the sweep recorded,
+    else 10 %), or when its answers streamed in fewer than two chunks (decode latency not measured)."""
     manifest, manifest_error = read_manifest(path / MANIFEST)
     used: set[Path] = {path / MANIFEST} if manifest is not None else set()
     runs: dict[tuple[str, int], R.RunResult] = {}
@@ -155,6 +159,13 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
         if parsed and parsed not in runs:
             runs[parsed] = R.load_result(file)
             used.add(file)
+    floor = min_spec_acceptance_pct
+    if floor is None:
+        floor = (config.get("telemetry") or {}).get("min_spec_acceptance_pct", R.MIN_SPEC_ACCEPTANCE_PCT)
+    for key, run in runs.items():
+        why = R.spec_collapse_reason(run, telemetry.get(key), floor) or R.unmeasured_decode_reason(run)
+        if why:
+            suspects.setdefault(key, why)
 
     order = list(((manifest or {}).get("config") or {}).get("scenarios") or {})
     order += [s for s in DEFAULT_ORDER if s not in order]

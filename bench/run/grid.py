@@ -329,7 +329,8 @@ def config_of(args: argparse.Namespace, plan: list[RunSpec]) -> dict[str, Any]:
                 "decode_metric": args.slo_decode_metric},
         "telemetry": {"metrics_url": args.metrics_url, "gpu_metrics_url": args.gpu_metrics_url,
                       "interval_s": args.telemetry_interval,
-                      "suspect_prefix_cache_pct": args.suspect_prefix_cache_pct},
+                      "suspect_prefix_cache_pct": args.suspect_prefix_cache_pct,
+                      "min_spec_acceptance_pct": args.min_spec_acceptance_pct},
     }
 
 

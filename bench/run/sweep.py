@@ -284,6 +284,8 @@ class Sweep(Runner):
             assert result is not None
             elapsed_run = time.monotonic() - started
             suspect = attempt_rec["suspect"] if result.valid else None
+            if result.valid and not suspect:  # a collapsed draft: not retried, it would collapse again
+                suspect = R.spec_collapse_reason(result, attempt_rec["telemetry"], self.args.min_spec_acceptance_pct)
             rec.update(
                 status="suspect" if suspect else ("valid" if result.valid else "invalid"),
                 reason=suspect or result.reason,
