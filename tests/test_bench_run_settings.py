@@ -136,6 +136,13 @@ def test_a_run_whose_answers_came_in_one_chunk_is_suspect_and_no_evidence_on_the
     assert row["suspect"] is True and row["reason"] == why
     assert summary["scenarios"]["S1_chat"]["slo"]["concurrency"] == 8  # it does not meet the limit for free
     assert summary["scenarios"]["S1_chat"]["peak"]["concurrency"] == 8
+    assert not any(R.UNMEASURED_DECODE in i for i in issues)  # nothing better is measurable there: no block
+    # A TTFT p99 over the limit is a miss on its own: then the run counts (against the SLO), said so.
+    summary, _ = SUMMARY.build_summary(side, None, ttft_ms=250.0, itl_ms=50.0, threshold=1.5)
+    row = next(r for r in summary["runs"] if r["concurrency"] == 32)
+    assert row["suspect"] is False and row["reason"] == why + "; it counts as missing the SLO on its TTFT p99 alone"
+    assert summary["scenarios"]["S1_chat"]["peak"]["concurrency"] == 32
+    assert summary["scenarios"]["S1_chat"]["slo"]["concurrency"] == 1
     # estimated from the means where the per-request gaps were not saved: 1 + (E2EL - TTFT) / mean ITL
     few = R.from_dict({**one_chunk, "p99_itl_ms": 3.0, "mean_itl_ms": 4.0, "mean_e2el_ms": 102.0,
                        "mean_ttft_ms": 100.0}, scenario="S1_chat", concurrency=32)

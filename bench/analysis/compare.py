@@ -199,6 +199,8 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
           decode_metric: str = "itl") -> tuple[dict[str, Any], dict[str, Any]]:
     """(compare.json, extra facts for the markdown); `itl_ms` limits the p99 of `decode_metric`."""
     incomplete: list[str] = []
+    for s in sides:
+        s.judge_with(ttft_ms)
     facts = [facts_of(s) for s in sides]
     for _, _, problems in facts:
         incomplete += problems

@@ -398,7 +398,8 @@ def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]
             classes.append("bad" if kind == "invalid" else "warn")
     if not rows:
         return ("<h2>Invalid and suspect runs</h2><p>There are none: every run completed all of its prompts without "
-                "a failed request, and none was served from the prefix cache.</p>")
+                "a failed request, and none was suspect (served from the prefix cache, a collapsed speculative "
+                "draft, or answers in one chunk).</p>")
     return ("<h2>Invalid and suspect runs</h2><p class=\"note\">Excluded from every figure, ratio and chart; "
             "a comparison with any of them cannot pass.</p>"
             + table(["Sweep", "Scenario", "Concurrency", "Kind", "Why"], rows, classes))

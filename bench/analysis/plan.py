@@ -196,6 +196,7 @@ def load_config(path: Path, basis: str, slo: dict[str, Any], prices) -> Config:
     if not path.is_dir():
         raise UsageError(f"no such sweep folder: {path}")
     side = load_side(path)
+    side.judge_with(slo["ttft_p99_ms"])
     if not side.runs:
         raise UsageError(f"{path}: no results or manifest (a `bench sweep --out` or `bench fetch` folder)")
     od, spot = side_prices(side, prices)

@@ -60,7 +60,11 @@ Definitions
 - Valid run: `bench.analysis.results` rules (every prompt completed, none failed, ...), and the server did
   not restart during it. Invalid runs are listed and appear in no figure, peak, SLO or ratio.
 - Suspect run: valid, but a random-prompt scenario got more than 5 % of its prompt tokens from
-  the prefix cache (replayed prompts); excluded like an invalid run.
+  the prefix cache (replayed prompts), speculative decoding accepted fewer draft tokens than the
+  floor the sweep recorded (`--min-spec-acceptance-pct`, default 10 %), or the answers streamed
+  fewer than two chunks per request (decode latency not measured: no evidence on the decode
+  limit; such a run whose TTFT p99 misses the limit counts, as a miss on TTFT alone); excluded
+  like an invalid run, with its reason.
 - Peak: the valid run with the highest output tok/s.
 - Throughput under the SLO: the highest output tok/s among valid runs whose TTFT p99 and decode
   p99 (ITL, or TPOT with `--slo-decode-metric tpot`) are both within the limits (default 500 ms
@@ -238,7 +242,10 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         "measured per streamed chunk, TPOT per output token.",
         "- A run is **suspect** when its prompts were served from the prefix cache (hits above "
         f"{R.SUSPECT_PREFIX_CACHE_PCT:g}% of prompt tokens in a random-prompt scenario): it measured the "
-        "cache, not the hardware, and is left out of peaks, SLO figures, ratios, charts and the verdict.",
+        "cache, not the hardware, and is left out of peaks, SLO figures, ratios, charts and the verdict. So is a "
+        "run whose speculative decoding accepted fewer draft tokens than the floor (a collapsed draft), and one "
+        "whose answers streamed fewer than two chunks per request (its decode latency was not measured, so it is "
+        "no evidence for or against the decode limit), unless its TTFT p99 misses the limit on its own.",
         "- A run during which the server restarted is invalid.",
     ]
     if has_spec or any(checks.speculative(checks.served_flags(s.manifest)) not in (None, "off")

@@ -39,6 +39,22 @@ class Side:
     # Where the price comes from: "given" (--price-per-hour here or at sweep time) or "looked up"
     # (a price table or catalog by capacity type); None without a price.
     price_source: str | None = None
+    # Runs whose answers came in fewer than two chunks (decode latency not measured), with why; and
+    # the TTFT limit they are judged against once the SLO is chosen (`judge_with`)
+    unmeasured: dict[tuple[str, int], str] = field(default_factory=dict)
+    ttft_limit_ms: float | None = None
+
+    def judge_with(self, ttft_ms: float) -> None:
+        """A run whose decode latency was not measured is suspect (no evidence either way on the decode
+        limit) unless its TTFT p99 already misses `ttft_ms`: then it is a miss on TTFT alone, and counts."""
+        self.ttft_limit_ms = ttft_ms
+
+    def counted_note(self, run: R.RunResult) -> str | None:
+        """Why a run whose decode latency was not measured still counts (its TTFT misses alone)."""
+        why = self.unmeasured.get((run.scenario, run.concurrency))
+        if not why or not run.valid or self.suspect(run):
+            return None
+        return f"{why}; it counts as missing the SLO on its TTFT p99 alone"
 
     def cost_price(self) -> float | None:
         """The price a cost ratio may use: one given explicitly, or one looked up for a known
@@ -50,7 +66,15 @@ class Side:
         return None
 
     def suspect(self, run: R.RunResult) -> str | None:
-        return self.suspects.get((run.scenario, run.concurrency)) if run.valid else None
+        if not run.valid:
+            return None
+        key = (run.scenario, run.concurrency)
+        if key in self.suspects:
+            return self.suspects[key]
+        why = self.unmeasured.get(key)
+        misses_ttft = (self.ttft_limit_ms is not None and run.ttft_p99_ms is not None
+                       and run.ttft_p99_ms > self.ttft_limit_ms)
+        return None if misses_ttft else why
 
     def usable(self, run: R.RunResult) -> bool:
         """Valid and not suspect: the runs that make figures."""
@@ -162,10 +186,14 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
     floor = min_spec_acceptance_pct
     if floor is None:
         floor = (config.get("telemetry") or {}).get("min_spec_acceptance_pct", R.MIN_SPEC_ACCEPTANCE_PCT)
+    unmeasured: dict[tuple[str, int], str] = {}
     for key, run in runs.items():
-        why = R.spec_collapse_reason(run, telemetry.get(key), floor) or R.unmeasured_decode_reason(run)
+        why = R.spec_collapse_reason(run, telemetry.get(key), floor)
         if why:
             suspects.setdefault(key, why)
+        why = R.unmeasured_decode_reason(run)
+        if why:
+            unmeasured[key] = why
 
     order = list(((manifest or {}).get("config") or {}).get("scenarios") or {})
     order += [s for s in DEFAULT_ORDER if s not in order]
@@ -201,6 +229,7 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
         lengths=lengths,
         capacity_type=capacity_type or m_capacity,
         suspects=suspects,
+        unmeasured=unmeasured,
         telemetry=telemetry,
         used=used,
         manifest_error=manifest_error,
@@ -260,7 +289,7 @@ def run_row(run: R.RunResult, side: Side | None = None) -> dict[str, Any]:
         "scenario": run.scenario,
         "concurrency": run.concurrency,
         "valid": ok,
-        "reason": run.reason or (side.suspect(run) if side else None),
+        "reason": run.reason or (side.suspect(run) or side.counted_note(run) if side else None),
         "completed": run.completed,
         "failed": run.failed,
         "output_tok_s": run.output_tok_s if ok else None,

@@ -134,6 +134,9 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
     applies to the p99 of `decode_metric`; `slo_choice` says where the SLO came from (the sweeps'
     manifests, a flag that differs from them, or the default) and what differs."""
     decode_ms = itl_ms
+    for s in (side, base):
+        if s is not None:
+            s.judge_with(ttft_ms)
     comparison = compare(side, base) if base else None
     incomparable = comparability_issues(side, base, vary) if base else []
     issues = (completeness_issues(side, base) + incomparable) if base else []
