@@ -293,7 +293,7 @@ def restart_problem(summary: dict[str, Any] | None) -> str | None:
 MIN_CHUNKS_PER_REQUEST = 2.0
 UNMEASURED_DECODE = "decode latency not measured"
 SPEC_COLLAPSE = "speculative decoding accepted"
-MIN_SPEC_ACCEPTANCE_PCT = 10.0
+MIN_SPEC_ACCEPTANCE_PCT = W.ACCEPTANCE_GATE_PCT  # 10 %: the same floor as the real-text gate (analysis/spec.py)
 
 
 def chunks_per_request(run: RunResult) -> float | None:
