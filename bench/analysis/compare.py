@@ -57,6 +57,7 @@ from typing import Any
 
 from bench.analysis import capacity_report as CR
 from bench.analysis import pages
+from bench.analysis import results as R
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
 from bench.analysis.side import Side, SloConflict, choose_slo, load_side
@@ -235,7 +236,8 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
         if bad:
             incomplete.append(f"{s.label}: {len(bad)} invalid or missing runs: "
                               + ", ".join(f"{r.scenario} c={r.concurrency} ({r.reason})" for r in bad))
-        suspect = s.suspect_runs()
+        # a collapsed draft is the gate's (a configuration problem, never a winner), not a gap in the data
+        suspect = [r for r in s.suspect_runs() if not (s.suspect(r) or "").startswith(R.SPEC_COLLAPSE)]
         if suspect:
             incomplete.append(f"{s.label}: {len(suspect)} suspect runs: "
                               + ", ".join(f"{r.scenario} c={r.concurrency} ({s.suspect(r)})" for r in suspect))

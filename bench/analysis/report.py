@@ -60,8 +60,8 @@ Definitions
 - Valid run: `bench.analysis.results` rules (every prompt completed, none failed, ...), and the server did
   not restart during it. Invalid runs are listed and appear in no figure, peak, SLO or ratio.
 - Suspect run: valid, but a random-prompt scenario got more than 5 % of its prompt tokens from
-  the prefix cache (replayed prompts), speculative decoding accepted fewer draft tokens than the
-  floor the sweep recorded (`--min-spec-acceptance-pct`, default 10 %), or the answers streamed
+  the prefix cache (replayed prompts), speculative decoding accepted fewer draft tokens on real
+  text than the floor the sweep recorded (`--min-spec-acceptance-pct`, default 10 %), or the answers streamed
   fewer than two chunks per request (decode latency not measured: no evidence on the decode
   limit; such a run whose TTFT p99 misses the limit counts, as a miss on TTFT alone); excluded
   like an invalid run, with its reason.

@@ -339,10 +339,11 @@ def spec_acceptance_pct(run: RunResult, telemetry: dict[str, Any] | None) -> flo
 
 def spec_collapse_reason(run: RunResult, telemetry: dict[str, Any] | None,
                          floor_pct: float = MIN_SPEC_ACCEPTANCE_PCT) -> str | None:
-    """Why a run with speculative decoding is suspect: its draft acceptance fell below the floor (the
-    draft is rejected nearly always: a broken draft model or quantisation, and a throughput that
-    says nothing about a working configuration)."""
-    if not run.valid:
+    """Why a run with speculative decoding is suspect: on real text (a scenario of real language:
+    acceptance on random tokens says nothing) its draft acceptance fell below the floor (the draft
+    is rejected nearly always: a broken draft model or quantisation, and a throughput that says
+    nothing about a working configuration)."""
+    if not run.valid or not W.real_text(run.scenario):
         return None
     pct = spec_acceptance_pct(run, telemetry)
     if pct is None or pct >= floor_pct:

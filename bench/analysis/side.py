@@ -128,7 +128,7 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
               min_spec_acceptance_pct: float | None = None) -> Side:
     """Every combination of a sweep folder: planned ones (manifest) and any result file found. A valid
     run is suspect when its prompts came from the prefix cache, when speculative decoding accepted
-    fewer draft tokens than the floor (`min_spec_acceptance_pct`, else the one the sweep recorded,
+    fewer draft tokens on real text than the floor (`min_spec_acceptance_pct`, else the one the sweep recorded,
     else 10 %), or when its answers streamed in fewer than two chunks (decode latency not measured)."""
     manifest, manifest_error = read_manifest(path / MANIFEST)
     used: set[Path] = {path / MANIFEST} if manifest is not None else set()

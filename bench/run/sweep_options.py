@@ -41,8 +41,9 @@ def add_measurement_options(p: argparse.ArgumentParser) -> None:
                         "prompt tokens is suspect: retried, and left out of the report's figures "
                         "(default: %(default)s)")
     p.add_argument("--min-spec-acceptance-pct", type=float, default=R.MIN_SPEC_ACCEPTANCE_PCT,
-                   help="a run with speculative decoding whose draft acceptance (accepted / draft tokens, from the "
-                        "server's counters) is below this percent is suspect: a collapsed draft, left out of the "
+                   help="a run on real text (K_korean) whose speculative decoding accepted fewer draft tokens "
+                        "(accepted / draft, from the server's counters) than this percent is suspect: a collapsed "
+                        "draft, left out of the "
                         "report's figures (default: %(default)s; a working MTP draft accepts about 55 %% on real text)")
     p.add_argument("--server-args", default=_env("VLLM_POC_SERVER_ARGS"),
                    help="the server's vllm serve flags, recorded in the manifest (env VLLM_POC_SERVER_ARGS)")
