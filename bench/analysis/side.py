@@ -358,7 +358,7 @@ def _value_text(key: str, value: Any) -> str:
 
 
 def choose_slo(sides: list[tuple[str, dict[str, Any] | None]], given: dict[str, Any],
-               flags: dict[str, str]) -> SloChoice:
+               flags: dict[str, str], noun: str = "the sweep") -> SloChoice:
     """The SLO to judge `sides` ((label, manifest) pairs) with. A value given (not None in `given`)
     is used; where a sweep recorded another, a note names both. A value not given is the one the
     sweeps recorded; sweeps that recorded different ones raise SloConflict (naming the flag that
@@ -375,7 +375,7 @@ def choose_slo(sides: list[tuple[str, dict[str, Any] | None]], given: dict[str, 
             differ = [(label, v) for label, v in seen if v != given[key]]
             for label, v in differ:
                 notes.append(f"{flags[key]} {_value_text(key, given[key]).replace(' ms', '')} given: used instead "
-                             f"of the {_value_text(key, v)} the sweep {label} recorded")
+                             f"of the {_value_text(key, v)} {noun + ' ' if noun else ''}{label} recorded")
             sources.add("flags" if differ or not seen else "recorded")
             continue
         values = {v for _, v in seen}
