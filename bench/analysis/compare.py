@@ -60,7 +60,7 @@ from bench.analysis import pages
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
-from bench.analysis.side import Side, SloConflict, choose_slo, load_side
+from bench.analysis.side import SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side, slo_given
 from bench.common import locations
 from bench.common import workloads as W
 from bench.common.cli import run_one
@@ -438,19 +438,13 @@ def load_sides(dirs: list[str], labels: list[str] | None) -> list[Side]:
     return sides
 
 
-SLO_FLAGS = {"ttft_p99_ms": "--slo-ttft-p99-ms", "decode_p99_ms": "--slo-itl-p99-ms",
-             "decode_metric": "--slo-decode-metric"}
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
         if labels is not None and not all(labels):
             raise UsageError("--labels: empty label")
         sides = load_sides(args.dirs, labels)
-        slo = choose_slo([(s.label, s.manifest) for s in sides],
-                         {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
-                          "decode_metric": args.slo_decode_metric}, SLO_FLAGS)
+        slo = choose_slo([(s.label, s.manifest) for s in sides], slo_given(args), SLO_FLAGS)
     except (UsageError, SloConflict) as exc:
         print(f"bench compare: {exc}", file=sys.stderr)
         return 2
@@ -487,14 +481,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--labels", help="comma-separated names, one per folder (default: manifest label or folder name)")
     p.add_argument("--out", required=True,
                    help="folder for compare.md and compare.json, or s3://bucket/prefix/ (uploaded as written)")
-    p.add_argument("--slo-ttft-p99-ms", type=float,
-                   help="default: the one the sweeps recorded (manifest.json), else 500; a value that differs is "
-                        "used and said; sweeps recorded under different SLOs need it (exit 2 without)")
-    p.add_argument("--slo-itl-p99-ms", type=float,
-                   help="the decode limit, on the p99 of --slo-decode-metric (default: the one the sweeps recorded, "
-                        "else 50)")
-    p.add_argument("--slo-decode-metric", choices=("itl", "tpot"),
-                   help="default: the one the sweeps recorded, else itl")
+    add_slo_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
     p.add_argument("--no-html", action="store_true", help="write no compare.html (the self-contained page)")
     p.set_defaults(func=locations.remote_io(run, command="compare", inputs=("dirs",)))

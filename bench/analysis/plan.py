@@ -69,7 +69,8 @@ from typing import Any
 from bench.analysis import capacity_report as CR
 from bench.analysis import mixed_traffic, pages
 from bench.analysis import verdict as V
-from bench.analysis.side import MANIFEST, Side, SloConflict, choose_slo, load_side, peak, read_manifest
+from bench.analysis.side import (MANIFEST, SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side,
+                                 peak, read_manifest, slo_given)
 from bench.analysis.sizing import (Capacity, Config, UsageError, build_plan, fleet_load, reference_load,
                                    replicas_text)
 from bench.common import locations
@@ -330,8 +331,7 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
     recorded = [((m or {}).get("label") or d.resolve().name, m)
                 for d in folders for m in [read_manifest(d / MANIFEST)[0]]]
     try:
-        choice = choose_slo(recorded, {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_decode_p99_ms,
-                                       "decode_metric": args.slo_decode_metric}, SLO_FLAGS)
+        choice = choose_slo(recorded, slo_given(args, "slo_decode_p99_ms"), SLO_FLAGS)
     except SloConflict as exc:
         raise UsageError(str(exc)) from None
     slo = choice.as_dict()
@@ -400,11 +400,6 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
     return plan, desc, never
 
 
-# --slo-itl-p99-ms is the name report, compare and publish share (and pass on to the plan)
-SLO_FLAGS = {"ttft_p99_ms": "--slo-ttft-p99-ms", "decode_p99_ms": "--slo-itl-p99-ms",
-             "decode_metric": "--slo-decode-metric"}
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         plan, _, never = make_plan(args)
@@ -447,13 +442,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--price-per-hour", action="append", metavar="[LABEL=]OD[/SPOT]",
                    help="hourly price per replica (repeatable; LABEL 'current' prices the current fleet for "
                         "--reference); default: the manifest, else the instance catalog")
-    p.add_argument("--slo-ttft-p99-ms", type=float,
-                   help="default: the one the sweeps recorded (manifest.json), else 500; a value that differs is "
-                        "used and said")
-    p.add_argument("--slo-decode-p99-ms", "--slo-itl-p99-ms", type=float,
-                   help="default: the one the sweeps recorded, else 50")
-    p.add_argument("--slo-decode-metric", choices=("itl", "tpot"),
-                   help="default: the one the sweeps recorded, else itl")
+    add_slo_arguments(p, decode_flags=("--slo-decode-p99-ms", "--slo-itl-p99-ms"), decode_dest="slo_decode_p99_ms")
     p.add_argument("--mixed-traffic", metavar="FILE_OR_DIR",
                    help="mixed_traffic.json of `bench mix-check` (or its folder, or s3:// prefix): the plan says "
                         "whether its scenarios added up at the planned load")

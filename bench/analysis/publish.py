@@ -47,6 +47,7 @@ from typing import Any
 
 from bench.analysis import answer, compare, plan, report
 from bench.analysis import mixed_traffic as MT
+from bench.analysis.side import SLO_FLAGS, add_slo_arguments, slo_given
 from bench.common import locations, s3
 from bench.common.cli import run_one
 from bench.common.interrupts import Interrupted, exit_code, signal_name, stop_on_signals
@@ -213,11 +214,9 @@ def _slo_flags(args: argparse.Namespace) -> list[str]:
     """The SLO flags given to publish, passed on; without them each step judges with the SLO the
     sweeps recorded (and says where a flag differs from it)."""
     flags = []
-    for flag, value in (("--slo-ttft-p99-ms", getattr(args, "slo_ttft_p99_ms", None)),
-                        ("--slo-itl-p99-ms", getattr(args, "slo_itl_p99_ms", None)),
-                        ("--slo-decode-metric", getattr(args, "slo_decode_metric", None))):
+    for key, value in slo_given(args).items():
         if value is not None:
-            flags += [flag, value if isinstance(value, str) else f"{value:g}"]
+            flags += [SLO_FLAGS[key], value if isinstance(value, str) else f"{value:g}"]
     return flags
 
 
@@ -390,12 +389,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--verdict-basis", choices=("slo", "peak"), default="slo",
                    help="slo (throughput under the SLO, default) or peak, for the verdict and the plan")
     p.add_argument("--headroom", type=float, default=0.0, help="plan headroom, e.g. 0.2 (default: %(default)s)")
-    p.add_argument("--slo-ttft-p99-ms", type=float,
-                   help="SLO TTFT p99 limit for the report, plan and compare (default: the one the sweeps recorded)")
-    p.add_argument("--slo-itl-p99-ms", type=float,
-                   help="SLO decode p99 limit (default: the one the sweeps recorded)")
-    p.add_argument("--slo-decode-metric", choices=("itl", "tpot"),
-                   help="the decode metric the limit applies to (default: the one the sweeps recorded)")
+    add_slo_arguments(p)  # passed on to report, plan and compare
     p.add_argument("--spares", type=int, default=0, help="plan spares (default: %(default)s)")
     p.add_argument("--mix", help="plan mix, shares of requests per scenario, e.g. S1_chat=0.4,S2_summary=0.6")
     p.add_argument("--mixed-traffic-wait-hours", type=float, default=0.0,

@@ -116,7 +116,8 @@ from bench.analysis import plan as P
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
-from bench.analysis.side import DECODE_METRICS, Side, SloConflict, choose_slo, load_side, meets_slo
+from bench.analysis.side import (SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side, meets_slo,
+                                 slo_given)
 from bench.analysis.summary import build_summary
 from bench.common import locations
 from bench.common.cli import run_one
@@ -392,9 +393,6 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
 # ---------------------------------------------------------------------------------------------
 # Command
 
-SLO_FLAGS = {"ttft_p99_ms": "--slo-ttft-p99-ms", "decode_p99_ms": "--slo-itl-p99-ms",
-             "decode_metric": "--slo-decode-metric"}
-
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.dir)
@@ -421,9 +419,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        slo = choose_slo([(s.label, s.manifest) for s in (side, base) if s is not None],
-                         {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
-                          "decode_metric": args.slo_decode_metric}, SLO_FLAGS)
+        slo = choose_slo([(s.label, s.manifest) for s in (side, base) if s is not None], slo_given(args), SLO_FLAGS)
     except SloConflict as exc:
         print(f"bench report: {exc}", file=sys.stderr)
         return 2
@@ -510,16 +506,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--baseline-label", help="name of the baseline")
     p.add_argument("--baseline-gpus", type=int, help="GPUs behind the baseline (default: manifest, else 1)")
     p.add_argument("--baseline-price-per-hour", type=float, help="hourly price of the baseline hardware")
-    p.add_argument("--slo-ttft-p99-ms", type=float,
-                   help="the SLO's TTFT p99 limit (default: the one the sweeps recorded in manifest.json, else 500; "
-                        "a value that differs is used and said)")
-    p.add_argument("--slo-itl-p99-ms", type=float,
-                   help="the SLO's decode limit, applied to the p99 of --slo-decode-metric (default: the one the "
-                        "sweeps recorded, else 50)")
-    p.add_argument("--slo-decode-metric", choices=DECODE_METRICS,
-                   help="which p99 the SLO's decode limit applies to: itl (per streamed chunk, the PoC "
-                        "report's rule) or tpot (per output token; fairer with speculative decoding) (default: the "
-                        "one the sweeps recorded, else itl)")
+    add_slo_arguments(p)
     p.add_argument("--capacity-type", choices=("on-demand", "spot"),
                    help="capacity type of this sweep's node (default: manifest)")
     p.add_argument("--baseline-capacity-type", choices=("on-demand", "spot"),

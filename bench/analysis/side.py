@@ -334,6 +334,31 @@ def slo_text(slo: dict[str, Any]) -> str:
             f"{slo['decode_p99_ms']:g} ms")
 
 
+# The flags that set the SLO in report, plan, compare, publish and mix-check (each defaults to what was recorded)
+SLO_FLAGS = {"ttft_p99_ms": "--slo-ttft-p99-ms", "decode_p99_ms": "--slo-itl-p99-ms",
+             "decode_metric": "--slo-decode-metric"}
+
+
+def add_slo_arguments(p, *, recorded_by: str = "the sweeps recorded (manifest.json)",
+                      decode_flags: tuple[str, ...] = ("--slo-itl-p99-ms",), decode_dest: str = "slo_itl_p99_ms") -> None:
+    """The three SLO flags, none with a default: what `recorded_by` recorded applies unless one is given."""
+    p.add_argument("--slo-ttft-p99-ms", type=float,
+                   help=f"the SLO's TTFT p99 limit (default: the one {recorded_by}, else 500; a value that differs "
+                        "is used and said; sweeps recorded under different SLOs need it, else exit 2)")
+    p.add_argument(*decode_flags, type=float, dest=decode_dest,
+                   help=f"the SLO's decode limit, on the p99 of --slo-decode-metric (default: the one {recorded_by}, "
+                        "else 50)")
+    p.add_argument("--slo-decode-metric", choices=DECODE_METRICS,
+                   help="which p99 the decode limit applies to: itl (per streamed chunk, the PoC report's rule) or "
+                        f"tpot (per output token; fairer with speculative decoding) (default: the one {recorded_by}, "
+                        "else itl)")
+
+
+def slo_given(args, decode_dest: str = "slo_itl_p99_ms") -> dict[str, Any]:
+    return {"ttft_p99_ms": getattr(args, "slo_ttft_p99_ms", None), "decode_p99_ms": getattr(args, decode_dest, None),
+            "decode_metric": getattr(args, "slo_decode_metric", None)}
+
+
 class SloConflict(ValueError):
     """The sweeps were run under different SLOs and no flag sets one for all of them."""
 

@@ -183,10 +183,6 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
     return rows
 
 
-SLO_FLAGS = {"ttft_p99_ms": "--slo-ttft-p99-ms", "decode_p99_ms": "--slo-itl-p99-ms",
-             "decode_metric": "--slo-decode-metric"}
-
-
 def run(args: argparse.Namespace) -> int:
     if not args.duration_s > 0 or args.min_requests < 1 or args.max_concurrency < 1 or not args.timeout_s > 0 \
             or args.wait_hours < 0 or not args.poll_seconds > 0:
@@ -199,9 +195,8 @@ def run(args: argparse.Namespace) -> int:
             try:
                 plan = load_plan(wait_for_plan(args.plan, args.wait_hours, Path(scratch), args.poll_seconds))
                 label, rates = per_replica(plan, args.configuration)
-                slo = SIDE.choose_slo([("the plan", {"config": {"slo": plan.get("slo")}})],
-                                      {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
-                                       "decode_metric": args.slo_decode_metric}, SLO_FLAGS, noun="")
+                slo = SIDE.choose_slo([("the plan", {"config": {"slo": plan.get("slo")}})], SIDE.slo_given(args),
+                                      SIDE.SLO_FLAGS, noun="")
                 for note in slo.notes:
                     print(f"bench mix-check: SLO: {note}", file=sys.stderr)
                 args.slo_ttft_p99_ms, args.slo_itl_p99_ms = slo.ttft_p99_ms, slo.decode_p99_ms
@@ -257,9 +252,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="safety cap on in-flight requests per scenario (default: %(default)s)")
     p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the runs after this (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default: %(default)s)")
-    p.add_argument("--slo-ttft-p99-ms", type=float, help="default: the plan's SLO (plan.json), else 500")
-    p.add_argument("--slo-itl-p99-ms", type=float, help="decode limit (default: the plan's SLO, else 50)")
-    p.add_argument("--slo-decode-metric", choices=("itl", "tpot"), help="default: the plan's SLO, else itl")
+    SIDE.add_slo_arguments(p, recorded_by="the plan recorded (plan.json slo)")
     p.add_argument("--bench-args", default=os.environ.get("VLLM_POC_BENCH_ARGS"),
                    help="extra `vllm bench serve` arguments, one shell-quoted string")
     p.add_argument("--vllm-bin", default=os.environ.get("VLLM_POC_VLLM_BIN") or None,
