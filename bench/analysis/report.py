@@ -224,8 +224,8 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
     lines += _describe(side)
     if base:
         lines += ["", f"Baseline: {base.label}", ""] + _describe(base)
-    where = {"recorded": "as the sweeps recorded it", "flags": "as given", "default": "the default (the sweeps "
-             "recorded none)"}.get(slo.get("source"), "")
+    where = {"recorded": "as the sweeps recorded it", "flags": "as the flags set it", "default": "the default (the "
+             "sweeps recorded none)"}.get(slo.get("source"), "")
     lines += ["", f"SLO: {lim}{', ' + where if where else ''}."] + [f"- {n}" for n in slo.get("notes") or []]
     if base and summary["verdict"] is not None:
         lines += verdict_markdown(summary["verdict"], side.label, base.label, getattr(base, "plan_link", None),
