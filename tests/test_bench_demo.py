@@ -149,6 +149,8 @@ def test_ctrl_c_during_a_sweep_is_passed_to_the_sweep_and_the_server_stopped(fak
     runs = out / "runs" / "baseline"
     runs.mkdir(parents=True)
     (runs / "manifest.json").write_text(json.dumps({"counts": {"valid": 3}}))  # what an earlier sweep kept
+    defaults = demo.add_parser(__import__("argparse").ArgumentParser().add_subparsers()).parse_args([])
+    (out / "runs" / demo.RECORD).write_text(json.dumps(demo.settings_of(defaults)))  # ... with these arguments
     proc = start_demo(fake_venv, out, serve="healthy")
     wait_for(tmp_path / "sweep.pid", proc)
     servers = [int(pid) for pid in (tmp_path / "serve.pids").read_text().split()]
@@ -172,6 +174,41 @@ def test_a_server_that_dies_ends_the_demo_with_its_log(fake_venv, tmp_path):
     assert proc.returncode == 1
     assert "vllm serve exited 1" in stderr and "the engine core failed to start (fake)" in stderr
     assert "kept:" in stderr and "Traceback" not in stderr
+
+
+def test_a_demo_with_other_arguments_starts_fresh_and_keeps_the_earlier_runs(fake_venv, tmp_path):
+    out = tmp_path / "demo"
+    made_model(out)
+    defaults = demo.add_parser(__import__("argparse").ArgumentParser().add_subparsers()).parse_args([])
+    (out / "runs" / "candidate").mkdir(parents=True)
+    (out / "runs" / "candidate" / "S1_chat_c32.json").write_text("{}")  # a run of the earlier grid
+    (out / "runs" / demo.RECORD).write_text(json.dumps(demo.settings_of(defaults)))
+    (out / "report").mkdir()
+    proc = start_demo(fake_venv, out, "--concurrencies", "1,2,4", serve="exit")  # stops after the decision
+    stdout, _ = proc.communicate(timeout=60)
+    assert "starting fresh" in stdout and "--concurrencies 1,2,4,8,16,32 -> 1,2,4" in stdout
+    [aside] = (out / "earlier").iterdir()
+    assert (aside / "runs" / "candidate" / "S1_chat_c32.json").exists() and (aside / "report").is_dir()
+    assert not (out / "runs" / "candidate").exists() and (out / "model").is_dir()  # the model is kept
+    assert json.loads((out / "runs" / demo.RECORD).read_text())["concurrencies"] == "1,2,4"
+    # the same arguments again: the runs are continued, nothing moves
+    (out / "runs" / "candidate").mkdir()
+    proc = start_demo(fake_venv, out, "--concurrencies", "1,2,4", serve="exit")
+    stdout, _ = proc.communicate(timeout=60)
+    assert "starting fresh" not in stdout and len(list((out / "earlier").iterdir())) == 1
+    assert (out / "runs" / "candidate").is_dir()
+
+
+def test_the_decision_to_start_fresh(tmp_path):
+    parse = demo.add_parser(__import__("argparse").ArgumentParser().add_subparsers()).parse_args
+    full, small = demo.settings_of(parse([])), demo.settings_of(parse(["--slo-itl-p99-ms", "50"]))
+    assert demo.changes(tmp_path, full) is None  # nothing there: nothing to continue
+    (tmp_path / "runs" / "baseline").mkdir(parents=True)
+    assert demo.changes(tmp_path, full) == [f"the runs in {tmp_path / 'runs'} carry no record of their arguments "
+                                            "(demo.json)"]
+    (tmp_path / "runs" / demo.RECORD).write_text(json.dumps(full))
+    assert demo.changes(tmp_path, full) == []
+    assert demo.changes(tmp_path, small) == ["--slo-itl-p99-ms 100.0 -> 50.0"]
 
 
 @pytest.mark.parametrize("argv, needle", [

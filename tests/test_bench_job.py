@@ -67,7 +67,9 @@ def test_job_runs_the_sweep_in_the_server_image_without_a_gpu(dev):
     assert flag(command, "--base-url") == "http://gemma-fp8.vllm.svc.cluster.local:8000"
     assert flag(command, "--model") == "RedHatAI/gemma-4-31B-it-FP8-dynamic"
     assert flag(command, "--concurrencies") == "1,2,4,8,16,32,64"
-    assert flag(command, "--scenarios") == "S1_chat,S2_summary,S3_moderation,S4_rag"
+    # the PoC's four, and the Korean prompt set: the MTP draft's acceptance is checked on real text
+    assert flag(command, "--scenarios") == "S1_chat,S2_summary,S3_moderation,S4_rag,K_korean"
+    assert "--speculative-config" in server["args"]
     assert json.loads(flag(command, "--server-args")) == server["args"]
     resources = container["resources"]
     assert "nvidia.com/gpu" not in resources.get("requests", {}) and "nvidia.com/gpu" not in resources.get("limits", {})

@@ -83,6 +83,23 @@ def test_scenarios_that_add_up_hold_and_the_plan_says_so(planned, fake_bench, tm
     assert "another load" not in text
 
 
+def test_the_check_judges_with_the_plans_slo_and_says_a_flag_that_differs(planned, fake_bench, tmp_path,
+                                                                           monkeypatch, capsys):
+    _cand, _base, plan_dir = planned
+    plan = json.loads((plan_dir / "plan.json").read_text())
+    plan["slo"].update(ttft_p99_ms=900.0, decode_p99_ms=70.0)  # as if the sweeps had recorded it
+    (plan_dir / "plan.json").write_text(json.dumps(plan))
+    monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 20.0, "itl_ms": 10.0}))
+    check(plan_dir, tmp_path / "a", fake_bench)
+    slo = json.loads((tmp_path / "a" / "mixed_traffic.json").read_text())["slo"]
+    assert slo == {"ttft_p99_ms": 900.0, "decode_p99_ms": 70.0, "decode_metric": "itl"}
+    capsys.readouterr()
+    check(plan_dir, tmp_path / "b", fake_bench, "--slo-ttft-p99-ms", "400")
+    assert json.loads((tmp_path / "b" / "mixed_traffic.json").read_text())["slo"]["ttft_p99_ms"] == 400.0
+    assert ("bench mix-check: SLO: --slo-ttft-p99-ms 400 given: used instead of the 900 ms the plan recorded"
+            in capsys.readouterr().err)
+
+
 def test_scenarios_that_slow_each_other_down_do_not_hold(planned, fake_bench, tmp_path, monkeypatch):
     _cand, base, plan_dir = planned
     monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 900.0, "itl_ms": 10.0}))

@@ -293,3 +293,23 @@ def test_sigterm_while_waiting_stops_at_once_and_says_what_stays(results, tmp_pa
     assert proc.returncode == 143, err
     assert "stopped by SIGTERM" in err and "Rerun the same command" in err and "Traceback" not in err
     assert "waiting" in out
+
+
+def test_the_slo_flags_given_to_publish_reach_every_step_and_none_otherwise():
+    import argparse
+
+    def steps(*argv):
+        parser = argparse.ArgumentParser()
+        PUB.add_parser(parser.add_subparsers())
+        args = parser.parse_args(["publish", "--baseline", "s3://b/base/", "--candidate", "s3://b/cand/",
+                                  "--out", "s3://b/out/", *argv])
+        local = {"candidate": "/c", "baseline": "/b", "variant:00": "/v0", "variant:01": "/v1"}
+        return {name: argv for name, argv, _ in PUB._commands(args, local, "s3://b/out/")}
+
+    given = steps("--slo-itl-p99-ms", "100", "--slo-decode-metric", "tpot")
+    assert set(given) == {"report", "plan", "compare"}
+    for argv in given.values():
+        assert argv[argv.index("--slo-itl-p99-ms") + 1] == "100" and "--slo-ttft-p99-ms" not in argv
+        assert argv[argv.index("--slo-decode-metric") + 1] == "tpot"
+    # without flags each step judges with the SLO the sweeps recorded
+    assert not any(a.startswith("--slo-") for argv in steps().values() for a in argv)

@@ -28,7 +28,7 @@ RUN_KEYS = {"scenario", "concurrency", "valid", "reason", "completed", "failed",
             "suspect", "tpot_p50_ms", "tpot_p99_ms", "prefix_cache_hit_pct", "preemptions",
             "kv_cache_usage_max_pct", "requests_waiting_max", "gpu_util_mean_pct", "gpu_mem_used_max_gib",
             "gpu_power_mean_w", "spec_acceptance_by_position"}
-SLO_KEYS = {"ttft_p99_ms", "itl_p99_ms", "decode_metric"}
+SLO_KEYS = {"ttft_p99_ms", "itl_p99_ms", "decode_metric", "source", "notes"}
 SCENARIO_KEYS = {"peak", "slo", "peak_at_edge", "slo_capacity", "rate_capacity", "slo_capacity_interval",
                  "rate_capacity_interval"}
 INTERVAL_KEYS = {"source", "state", "output_tok_s", "load_unit", "load_pass", "load_fail", "load_max", "confirmed"}

@@ -190,6 +190,36 @@ def test_resume_reruns_only_what_is_not_valid(bench_stub_server, fake_bench, tmp
     assert len(fake_bench.keys()) - before == 4
 
 
+def test_a_folder_of_another_grid_or_slo_is_refused_naming_the_difference(bench_stub_server, fake_bench, tmp_path,
+                                                                          capsys):
+    out = tmp_path / "out"
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--slo-itl-p99-ms", "100")) == 0
+    assert manifest(out)["config"]["slo"] == {"ttft_p99_ms": 500.0, "decode_p99_ms": 100.0, "decode_metric": "itl"}
+    capsys.readouterr()
+    before = len(fake_bench.keys())
+    for extra in ((), ("--resume",)):
+        assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--slo-itl-p99-ms", "100", *extra,
+                                 "--concurrencies", "1,2")) == 2
+        err = capsys.readouterr().err
+        assert (f"{out} holds a sweep of another grid or SLO (S1_chat at concurrencies 1,4 in the folder, 1,2 asked "
+                "(runs at 4 would stay and count); S3_moderation at concurrencies 1,4 in the folder, 1,2 asked (runs at "
+                "4 would stay and count)): choose another --out for this one, or continue that sweep with its own "
+                "settings and --resume") in err
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--resume")) == 2
+    assert ("SLO TTFT p99 <= 500 ms, ITL p99 <= 100 ms in the folder, TTFT p99 <= 500 ms, ITL p99 <= 50 ms asked"
+            in capsys.readouterr().err)
+    assert len(fake_bench.keys()) == before  # nothing ran
+    # Its own grid and SLO continue; a subset of its scenarios keeps the others' records.
+    (out / "S1_chat_c4.json").unlink()
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--slo-itl-p99-ms", "100", "--resume",
+                             "--scenarios", "S1_chat")) == 0
+    assert fake_bench.keys()[before:] == ["S1_chat_c4"]
+    m = manifest(out)
+    assert sorted((r["scenario"], r["concurrency"], r["status"]) for r in m["runs"]) == [
+        ("S1_chat", 1, "valid"), ("S1_chat", 4, "valid"), ("S3_moderation", 1, "valid"), ("S3_moderation", 4, "valid")]
+    assert set(m["config"]["scenarios"]) == {"S1_chat", "S3_moderation"}
+
+
 def test_health_wait_is_bounded_and_says_why(bench_stub_server, fake_bench, tmp_path, capsys):
     bench_stub_server.unhealthy_for(3600)
     assert S.main(sweep_args(bench_stub_server, tmp_path / "o", fake_bench, "--health-timeout", "1.5",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.analysis import results as R
+from bench.analysis import side as SIDE
 from bench.common import prometheus
 from bench.common import scenarios as SC
 from bench.run import sweep as S
@@ -154,6 +155,29 @@ def test_a_replayed_run_is_suspect_retried_then_kept_flagged(bench_stub_server, 
     assert S.main(sweep_args(bench_stub_server, out, fake_bench, fake_metrics, "--resume")) == 0
     (rec,) = json.loads((out / "manifest.json").read_text())["runs"]
     assert rec["status"] == "valid" and rec["attempts"][-1]["n"] == 3 and rec["suspect"] is None
+
+
+def test_a_collapsed_speculative_draft_is_suspect_at_once_and_the_floor_is_recorded(bench_stub_server, fake_bench,
+                                                                                    fake_metrics, tmp_path, capsys):
+    # On the Korean prompts, 100 drafts of 4 tokens, 1 accepted: 0.25 % (vllm:spec_decode_num_*_tokens)
+    korean = ("--scenarios", "K_korean", "--scenario-concurrencies", "K_korean=2", "--prompt-format", "chat")
+    fake_metrics.script(vllm_text(drafts=0, per_pos=[0, 0, 0, 0]), vllm_text(drafts=100, per_pos=[1, 0, 0, 0]))
+    out = tmp_path / "out"
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, fake_metrics, *korean)) == 1
+    m = json.loads((out / "manifest.json").read_text())
+    (rec,) = m["runs"]
+    assert len(rec["attempts"]) == 1  # not retried: a broken draft collapses again
+    assert rec["status"] == "suspect" and rec["reason"].startswith(
+        "speculative decoding accepted 0.2% of draft tokens (below the floor of 10%")
+    assert m["config"]["telemetry"]["min_spec_acceptance_pct"] == 10.0
+    assert "SUSPECT K_korean c=2: speculative decoding accepted 0.2%" in capsys.readouterr().err
+    # a lower floor, given to the sweep, is what the report judges with too
+    fake_metrics.script(vllm_text(drafts=0, per_pos=[0, 0, 0, 0]), vllm_text(drafts=100, per_pos=[1, 0, 0, 0]))
+    out2 = tmp_path / "out2"
+    assert S.main(sweep_args(bench_stub_server, out2, fake_bench, fake_metrics, *korean,
+                             "--min-spec-acceptance-pct", "0.1")) == 0
+    side = SIDE.load_side(out2)
+    assert side.suspect(side.runs[0]) is None
 
 
 def test_no_metrics_endpoint_leaves_figures_null_and_runs_valid(bench_stub_server, fake_bench, tmp_path):

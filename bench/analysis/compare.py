@@ -14,7 +14,11 @@ server variant. OUT (a folder, or s3://bucket/prefix/: each file uploaded as wri
               "winner": "<label>" | null, "winner_margin_pct": <number or null>,
               "noise_pct": <number>, "noise_source": "repeats" | "default"}],
    "slo_capacity": {"<scenario>": {"<label>": <output tok/s or null>}},
-   "incomplete": ["<reason>"]}
+   "incomplete": ["<reason>"],
+   "slo": {"ttft_p99_ms", "decode_p99_ms", "decode_metric", "source", "notes"}}
+  `slo` is the SLO judged with: the one the sweeps recorded, unless a flag sets another (`source`
+  "flags", each difference named in `notes`); sweeps recorded under different SLOs exit 2 unless
+  the flags set one for all.
 - `compare.html` (unless --no-html): the same as one self-contained page to open in a browser. Its
   chart draws the first variant blue and the second orange, the colours `bench report` gives the
   baseline and the candidate: list the baseline first.
@@ -55,9 +59,10 @@ from typing import Any
 
 from bench.analysis import answer, pages
 from bench.analysis import capacity_report as CR
+from bench.analysis import results as R
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
-from bench.analysis.side import Side, load_side
+from bench.analysis.side import SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side, slo_given
 from bench.common import locations
 from bench.common import workloads as W
 from bench.common.cli import run_one
@@ -193,9 +198,12 @@ def declared_cross(side: Side) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def build(sides: list[Side], *, ttft_ms: float, itl_ms: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(compare.json, extra facts for the markdown)."""
+def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
+          decode_metric: str = "itl") -> tuple[dict[str, Any], dict[str, Any]]:
+    """(compare.json, extra facts for the markdown); `itl_ms` limits the p99 of `decode_metric`."""
     incomplete: list[str] = []
+    for s in sides:
+        s.judge_with(ttft_ms)
     facts = [facts_of(s) for s in sides]
     for _, _, problems in facts:
         incomplete += problems
@@ -230,7 +238,8 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float) -> tuple[dict[str
         if bad:
             incomplete.append(f"{s.label}: {len(bad)} invalid or missing runs: "
                               + ", ".join(f"{r.scenario} c={r.concurrency} ({r.reason})" for r in bad))
-        suspect = s.suspect_runs()
+        # a collapsed draft is the gate's (a configuration problem, never a winner), not a gap in the data
+        suspect = [r for r in s.suspect_runs() if not (s.suspect(r) or "").startswith(R.SPEC_COLLAPSE)]
         if suspect:
             incomplete.append(f"{s.label}: {len(suspect)} suspect runs: "
                               + ", ".join(f"{r.scenario} c={r.concurrency} ({s.suspect(r)})" for r in suspect))
@@ -271,7 +280,8 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float) -> tuple[dict[str
     slo_capacity: dict[str, dict[str, float | None]] = {}
     intervals: dict[str, dict[str, V.Capacity]] = {}
     for s in sides:
-        caps = CR.scenario_capacity(s.path, [r for r in s.runs if s.usable(r)], ttft_ms=ttft_ms, decode_ms=itl_ms)
+        caps = CR.scenario_capacity(s.path, [r for r in s.runs if s.usable(r)], ttft_ms=ttft_ms, decode_ms=itl_ms,
+                                    decode_metric=decode_metric)
         for scenario in dict.fromkeys(k[0] for k in cells_keys):
             cap = (caps.get(scenario) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
             intervals.setdefault(scenario, {})[s.label] = cap
@@ -356,9 +366,12 @@ def render_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, An
         lines.append(f"| {cell['scenario']} / {cell['concurrency']} | " + " | ".join(vals)
                      + f" | {_winner_text(cell, bool(data['incomplete']))} | {_margin_text(cell)} |")
 
-    lines += ["", f"## SLO capacity (output tok/s; TTFT p99 <= {ttft_ms:g} ms and ITL p99 <= {itl_ms:g} ms; "
-              "grid, or the capacity search's bracket where it ran)", "",
-              "| Scenario | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    slo = data.get("slo") or {}
+    lines += ["", f"## SLO capacity (output tok/s; TTFT p99 <= {ttft_ms:g} ms and "
+              f"{str(slo.get('decode_metric', 'itl')).upper()} p99 <= {itl_ms:g} ms; "
+              "grid, or the capacity search's bracket where it ran)", ""]
+    lines += [f"SLO: {n}." for n in slo.get("notes") or []] + ([""] if slo.get("notes") else [])
+    lines += ["| Scenario | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
     for scenario in data["slo_capacity"]:
         per = extra.get("intervals", {}).get(scenario, {})
         lines.append(f"| {scenario} | " + " | ".join(
@@ -433,10 +446,16 @@ def run(args: argparse.Namespace) -> int:
         if labels is not None and not all(labels):
             raise UsageError("--labels: empty label")
         sides = load_sides(args.dirs, labels)
-    except UsageError as exc:
+        slo = choose_slo([(s.label, s.manifest) for s in sides], slo_given(args), SLO_FLAGS)
+    except (UsageError, SloConflict) as exc:
         print(f"bench compare: {exc}", file=sys.stderr)
         return 2
-    data, extra = build(sides, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms)
+    for note in slo.notes:
+        print(f"bench compare: SLO: {note}", file=sys.stderr)
+    args.slo_ttft_p99_ms, args.slo_itl_p99_ms = slo.ttft_p99_ms, slo.decode_p99_ms
+    data, extra = build(sides, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms,
+                        decode_metric=slo.decode_metric)
+    data["slo"] = {**slo.as_dict(), "source": slo.source, "notes": list(slo.notes)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -464,8 +483,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--labels", help="comma-separated names, one per folder (default: manifest label or folder name)")
     p.add_argument("--out", required=True,
                    help="folder for compare.md and compare.json, or s3://bucket/prefix/ (uploaded as written)")
-    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
-    p.add_argument("--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
+    add_slo_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
     p.add_argument("--no-html", action="store_true", help="write no compare.html (the self-contained page)")
     p.set_defaults(func=locations.remote_io(run, command="compare", inputs=("dirs",)))

@@ -222,6 +222,7 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
              "The circle marks the peak; the star marks the capacity under the SLO (the run its figure came "
              "from) and the green band its bracket [pass, fail): the same figure as every table. Only valid, "
              "non-suspect runs are drawn.</p>"]
+    parts += [f'<p class="note slo-note">SLO: {esc(n)}</p>' for n in slo.get("notes") or []]
     runs = summary.get("runs") or []
     for name, entry in (summary.get("scenarios") or {}).items():
         lengths = (ctx.get("lengths") or {}).get(name)
@@ -398,7 +399,8 @@ def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]
             classes.append("bad" if kind == "invalid" else "warn")
     if not rows:
         return ("<h2>Invalid and suspect runs</h2><p>There are none: every run completed all of its prompts without "
-                "a failed request, and none was served from the prefix cache.</p>")
+                "a failed request, and none was suspect (served from the prefix cache, a collapsed speculative "
+                "draft, or answers in one chunk).</p>")
     return ("<h2>Invalid and suspect runs</h2><p class=\"note\">Excluded from every figure, ratio and chart; "
             "a comparison with any of them cannot pass.</p>"
             + table(["Sweep", "Scenario", "Concurrency", "Kind", "Why"], rows, classes))

@@ -43,7 +43,10 @@ plan.json: {"basis", "headroom", "spares", "configurations": [{"label", "instanc
 bound; null when it cannot be computed), "reason" (null when replicas is known; else why, and what
 narrows or settles it), "usd_hour_on_demand", "usd_hour_spot", "usd_month_on_demand",
 "usd_month_spot", "usd_per_million_output_tokens", "per_replica_req_s" (with a mix or stated
-loads)}], "current": {"replicas", "usd_month"} | null, "mixed_traffic" (with --mixed-traffic)}.
+loads)}], "current": {"replicas", "usd_month"} | null, "mixed_traffic" (with --mixed-traffic),
+"slo": {"ttft_p99_ms", "decode_p99_ms", "decode_metric", "source", "notes"}}. The SLO is the one the
+sweeps recorded unless a flag sets another (`source` "flags", each difference in `notes` and in
+plan.md's notes); sweeps recorded under different SLOs exit 2 unless the flags set one for all.
 
 Writes plan.md, plan.json, plan.png (replicas and monthly cost per configuration, each bar labelled
 with its value; an unknown count gets no bar, a range a solid bar to its low end, hatched on to its
@@ -66,7 +69,8 @@ from typing import Any
 from bench.analysis import answer, mixed_traffic, pages
 from bench.analysis import capacity_report as CR
 from bench.analysis import verdict as V
-from bench.analysis.side import Side, load_side, peak
+from bench.analysis.side import (MANIFEST, SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side,
+                                 peak, read_manifest, slo_given)
 from bench.analysis.sizing import (Capacity, Config, UsageError, build_plan, fleet_load, reference_load,
                                    replicas_text)
 from bench.common import locations
@@ -196,6 +200,7 @@ def load_config(path: Path, basis: str, slo: dict[str, Any], prices) -> Config:
     if not path.is_dir():
         raise UsageError(f"no such sweep folder: {path}")
     side = load_side(path)
+    side.judge_with(slo["ttft_p99_ms"])
     if not side.runs:
         raise UsageError(f"{path}: no results or manifest (a `bench sweep --out` or `bench fetch` folder)")
     od, spot = side_prices(side, prices)
@@ -328,8 +333,14 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
                          f"{args.current_replicas}")
     if (args.baseline or args.reference) and args.current_replicas is None:
         raise UsageError("--baseline and --reference need --current-replicas (the fleet they serve today)")
-    slo = {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_decode_p99_ms,
-           "decode_metric": args.slo_decode_metric}
+    folders = [Path(d) for d in [*args.candidates, *([args.baseline] if args.baseline else [])]]
+    recorded = [((m or {}).get("label") or d.resolve().name, m)
+                for d in folders for m in [read_manifest(d / MANIFEST)[0]]]
+    try:
+        choice = choose_slo(recorded, slo_given(args, "slo_decode_p99_ms"), SLO_FLAGS)
+    except SloConflict as exc:
+        raise UsageError(str(exc)) from None
+    slo = choice.as_dict()
     prices = parse_prices(args.price_per_hour)
     mix = parse_pairs(args.mix, "--mix")
     ref = parse_pairs(args.reference, "--reference") if args.reference else {}
@@ -375,6 +386,8 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
                                     load=load, stated=stated, mix={} if stated else mix,
                                     current=args.current_replicas if not stated or args.current_replicas else None,
                                     current_config=current_config)
+    plan["slo"] = {**slo, "source": choice.source, "notes": list(choice.notes)}
+    notes = [f"SLO: {n}" for n in choice.notes] + list(notes)
     if getattr(args, "mixed_traffic", None):
         try:
             plan["mixed_traffic"] = mixed_traffic.load_check(Path(args.mixed_traffic))
@@ -399,6 +412,8 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"bench plan: {exc}", file=sys.stderr)
         return 2
+    for note in plan["slo"]["notes"]:
+        print(f"bench plan: SLO: {note}", file=sys.stderr)
     for row in plan["configurations"]:
         count = replicas_text(row, never)
         line = f"bench plan: {row['label']}: {count}"
@@ -433,9 +448,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--price-per-hour", action="append", metavar="[LABEL=]OD[/SPOT]",
                    help="hourly price per replica (repeatable; LABEL 'current' prices the current fleet for "
                         "--reference); default: the manifest, else the instance catalog")
-    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
-    p.add_argument("--slo-decode-p99-ms", "--slo-itl-p99-ms", type=float, default=50.0, help="default: %(default)s")
-    p.add_argument("--slo-decode-metric", default="itl", choices=("itl", "tpot"), help="default: %(default)s")
+    add_slo_arguments(p, decode_flags=("--slo-decode-p99-ms", "--slo-itl-p99-ms"), decode_dest="slo_decode_p99_ms")
     p.add_argument("--mixed-traffic", metavar="FILE_OR_DIR",
                    help="mixed_traffic.json of `bench mix-check` (or its folder, or s3:// prefix): the plan says "
                         "whether its scenarios added up at the planned load")

@@ -14,7 +14,8 @@ The report Job of a stack runs this (components/report_job.py); it runs on a lap
    each sweep stands at least every `--log-seconds`, and `status.json` under --out says the same
    for `bench open`. After `--wait-hours` the report is written from what is there, saying which
    sweeps did not finish (a verdict never passes on missing runs).
-2. Write, with the prices and capacity types the sweeps recorded in their manifests:
+2. Write, with the prices, capacity types and SLO the sweeps recorded in their manifests (an SLO
+   flag given here is passed on, and each step says where it differs from the recorded one):
    `bench report CANDIDATE --baseline BASELINE` (report.md, summary.json, charts, plan/),
    `bench plan` of the candidate (or the variants) against the baseline's current fleet (plan.md,
    plan.json, plan.png) and, with variants, `bench compare` (compare.md, compare.json), every file
@@ -46,6 +47,7 @@ from typing import Any
 
 from bench.analysis import answer, compare, plan, report
 from bench.analysis import mixed_traffic as MT
+from bench.analysis.side import SLO_FLAGS, add_slo_arguments, slo_given
 from bench.common import locations, s3
 from bench.common.cli import run_one
 from bench.common.interrupts import Interrupted, exit_code, signal_name, stop_on_signals
@@ -185,13 +187,14 @@ def _commands(args: argparse.Namespace, local: dict[str, str], out: str
     """The report, plan and compare runs, as `python -m bench` argument lists."""
     steps = []
     subject = local.get("candidate") or local["baseline"]
+    slo = _slo_flags(args)
     report_args = [subject, "--out", out, "--threshold", f"{args.threshold:g}", "--verdict-basis",
                    args.verdict_basis, "--current-replicas", str(args.current_replicas), "--no-progress"]
     if local.get("candidate"):
         report_args += ["--baseline", local["baseline"]]
     if args.no_charts:
         report_args.append("--no-charts")
-    steps.append(("report", report_args, report.main))
+    steps.append(("report", report_args + slo, report.main))
     candidates = [local[k] for k in sorted(local) if k.startswith("variant:")] or [subject]
     plan_args = [*candidates, "--baseline", local["baseline"], "--current-replicas", str(args.current_replicas),
                  "--basis", args.verdict_basis, "--headroom", f"{args.headroom:g}", "--spares", str(args.spares),
@@ -200,11 +203,21 @@ def _commands(args: argparse.Namespace, local: dict[str, str], out: str
         plan_args += ["--mix", args.mix]
     if args.no_charts:
         plan_args.append("--no-charts")
-    steps.append(("plan", plan_args, plan.main))
+    steps.append(("plan", plan_args + slo, plan.main))
     variants = [local[k] for k in sorted(local) if k.startswith("variant:")]
     if variants:
-        steps.append(("compare", [*variants, "--out", out, "--no-progress"], compare.main))
+        steps.append(("compare", [*variants, "--out", out, "--no-progress", *slo], compare.main))
     return steps
+
+
+def _slo_flags(args: argparse.Namespace) -> list[str]:
+    """The SLO flags given to publish, passed on; without them each step judges with the SLO the
+    sweeps recorded (and says where a flag differs from it)."""
+    flags = []
+    for key, value in slo_given(args).items():
+        if value is not None:
+            flags += [SLO_FLAGS[key], value if isinstance(value, str) else f"{value:g}"]
+    return flags
 
 
 def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) -> int:
@@ -236,7 +249,7 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) 
         "complete": complete,
         "settings": {"current_replicas": args.current_replicas, "threshold": args.threshold,
                      "verdict_basis": args.verdict_basis, "headroom": args.headroom, "spares": args.spares,
-                     "mix": args.mix},
+                     "mix": args.mix, "slo_flags": _slo_flags(args)},
         "commands": done,
         "mixed_traffic": mixed,
         "written_at": _iso(_now()),
@@ -376,6 +389,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--verdict-basis", choices=("slo", "peak"), default="slo",
                    help="slo (throughput under the SLO, default) or peak, for the verdict and the plan")
     p.add_argument("--headroom", type=float, default=0.0, help="plan headroom, e.g. 0.2 (default: %(default)s)")
+    add_slo_arguments(p)  # passed on to report, plan and compare
     p.add_argument("--spares", type=int, default=0, help="plan spares (default: %(default)s)")
     p.add_argument("--mix", help="plan mix, shares of requests per scenario, e.g. S1_chat=0.4,S2_summary=0.6")
     p.add_argument("--mixed-traffic-wait-hours", type=float, default=0.0,

@@ -11,7 +11,7 @@ is uploaded as it is written):
   where the results have it; with a baseline the per-GPU peak and SLO ratios (the SLO ratio with
   its interval) and the cost-efficiency ratios;
 - `summary.json` with exactly these keys (other tools read it):
-  {"slo": {"ttft_p99_ms", "itl_p99_ms", "decode_metric"},
+  {"slo": {"ttft_p99_ms", "itl_p99_ms", "decode_metric", "source", "notes"},
    "runs": [{"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s",
              "req_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance",
              "suspect", "tpot_p50_ms", "tpot_p99_ms", "prefix_cache_hit_pct", "preemptions",
@@ -50,7 +50,10 @@ is uploaded as it is written):
   vLLM's draft acceptance rate in percent, null without speculative decoding. Telemetry figures
   (prefix-cache hits, preemptions, KV, GPU) come from the manifest, null where not measured;
   `spec_acceptance_by_position` is a list of percents. A suspect run keeps its metrics, with its
-  reason in `reason`. `itl_p99_ms` is the decode limit, applied to the p99 of `decode_metric`.
+  reason in `reason`. `itl_p99_ms` is the decode limit, applied to the p99 of `decode_metric`;
+  `source` says where the SLO comes from: "recorded" (the sweeps' manifests), "flags" (a flag that
+  differs from them, or sweeps that recorded none) or "default"; `notes` names each flag that
+  differs from what a sweep recorded, with both values.
   `ignored_files` lists every file of the folder (and, prefixed `baseline:`, of the baseline) that
   the report did not use, with why.
 - `chart_<scenario>.png`: output tok/s, TTFT p99 and ITL p99 against concurrency, baseline dashed,
@@ -64,7 +67,11 @@ Definitions
 - Valid run: `bench.analysis.results` rules (every prompt completed, none failed, ...), and the server did
   not restart during it. Invalid runs are listed and appear in no figure, peak, SLO or ratio.
 - Suspect run: valid, but a random-prompt scenario got more than 5 % of its prompt tokens from
-  the prefix cache (replayed prompts); excluded like an invalid run.
+  the prefix cache (replayed prompts), speculative decoding accepted fewer draft tokens on real
+  text than the floor the sweep recorded (`--min-spec-acceptance-pct`, default 10 %), or the answers streamed
+  fewer than two chunks per request (decode latency not measured: no evidence on the decode
+  limit; such a run whose TTFT p99 misses the limit counts, as a miss on TTFT alone); excluded
+  like an invalid run, with its reason.
 - Peak: the valid run with the highest output tok/s.
 - `slo` (kept for tools): the grid run with the highest output tok/s among valid runs whose TTFT p99
   and decode p99 (ITL, or TPOT with `--slo-decode-metric tpot`) are both within the limits (default
@@ -123,7 +130,8 @@ from bench.analysis import plan as P
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
-from bench.analysis.side import DECODE_METRICS, Side, load_side, meets_slo
+from bench.analysis.side import (SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side, meets_slo,
+                                 slo_given)
 from bench.analysis.summary import build_summary, fleet
 from bench.common import locations
 from bench.common.cli import run_one
@@ -254,6 +262,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
     lines += _describe(side)
     if base:
         lines += ["", f"Baseline: {base.label}", ""] + _describe(base)
+    where = {"recorded": "as the sweeps recorded it", "flags": "as the flags set it", "default": "the default (the "
+             "sweeps recorded none)"}.get(slo.get("source"), "")
+    lines += ["", f"SLO: {lim}{', ' + where if where else ''}."] + [f"- {n}" for n in slo.get("notes") or []]
     if base and summary["verdict"] is not None:
         lines += verdict_markdown(summary["verdict"], side.label, base.label, getattr(base, "plan_link", None),
                                   issues, summary)
@@ -273,7 +284,10 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         "streamed chunk, TPOT per output token.",
         "- A run is **suspect** when its prompts were served from the prefix cache (hits above "
         f"{R.SUSPECT_PREFIX_CACHE_PCT:g}% of prompt tokens in a random-prompt scenario): it measured the "
-        "cache, not the hardware, and is left out of peaks, SLO figures, ratios, charts and the verdict.",
+        "cache, not the hardware, and is left out of peaks, SLO figures, ratios, charts and the verdict. So is a "
+        "run whose speculative decoding accepted fewer draft tokens than the floor (a collapsed draft), and one "
+        "whose answers streamed fewer than two chunks per request (its decode latency was not measured, so it is "
+        "no evidence for or against the decode limit), unless its TTFT p99 misses the limit on its own.",
         "- A run during which the server restarted is invalid.",
     ]
     if has_spec or any(checks.speculative(checks.served_flags(s.manifest)) not in (None, "off")
@@ -452,9 +466,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench report: --current-replicas must be 1 or more (the replicas of the baseline serving today), "
               f"got {args.current_replicas}", file=sys.stderr)
         return 2
+    try:
+        slo = choose_slo([(s.label, s.manifest) for s in (side, base) if s is not None], slo_given(args), SLO_FLAGS)
+    except SloConflict as exc:
+        print(f"bench report: {exc}", file=sys.stderr)
+        return 2
+    for note in slo.notes:
+        print(f"bench report: SLO: {note}", file=sys.stderr)
+    args.slo_ttft_p99_ms, args.slo_itl_p99_ms, args.slo_decode_metric = (slo.ttft_p99_ms, slo.decode_p99_ms,
+                                                                         slo.decode_metric)
     summary, issues = build_summary(side, base, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms,
                                     threshold=args.threshold, decode_metric=args.slo_decode_metric,
-                                    vary=tuple(args.vary or ()), basis=args.verdict_basis)
+                                    vary=tuple(args.vary or ()), basis=args.verdict_basis, slo_choice=slo)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if base is not None:
@@ -545,12 +568,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--baseline-label", help="name of the baseline")
     p.add_argument("--baseline-gpus", type=int, help="GPUs behind the baseline (default: manifest, else 1)")
     p.add_argument("--baseline-price-per-hour", type=float, help="hourly price of the baseline hardware")
-    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
-    p.add_argument("--slo-itl-p99-ms", type=float, default=50.0,
-                   help="the SLO's decode limit, applied to the p99 of --slo-decode-metric (default: %(default)s)")
-    p.add_argument("--slo-decode-metric", choices=DECODE_METRICS, default="itl",
-                   help="which p99 the SLO's decode limit applies to: itl (per streamed chunk, the PoC "
-                        "report's rule) or tpot (per output token; fairer with speculative decoding) (default: itl)")
+    add_slo_arguments(p)
     p.add_argument("--capacity-type", choices=("on-demand", "spot"),
                    help="capacity type of this sweep's node (default: manifest)")
     p.add_argument("--baseline-capacity-type", choices=("on-demand", "spot"),

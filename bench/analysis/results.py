@@ -284,3 +284,70 @@ def restart_problem(summary: dict[str, Any] | None) -> str | None:
     if summary and summary.get("restart_evidence"):
         return f"server restarted during the run: {summary['restart_evidence']}"
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs whose figures cannot be trusted for what they claim (judged by the sweep and the report alike)
+
+
+MIN_CHUNKS_PER_REQUEST = 2.0
+UNMEASURED_DECODE = "decode latency not measured"
+SPEC_COLLAPSE = "speculative decoding accepted"
+MIN_SPEC_ACCEPTANCE_PCT = W.ACCEPTANCE_GATE_PCT  # 10 %: the same floor as the real-text gate (analysis/spec.py)
+
+
+def chunks_per_request(run: RunResult) -> float | None:
+    """Streamed chunks per request, on average: counted from per-request detail (`itls`, one gap
+    between two chunks each) where saved, else estimated from the means (the gaps of a request add up
+    to its end-to-end latency less its TTFT); 1 where no gap at all was measured (ITL p99 0)."""
+    detail = run.raw.get("itls")
+    if isinstance(detail, list) and detail and all(isinstance(g, list) for g in detail):
+        return sum(len(g) + 1 for g in detail) / len(detail)
+    mean_itl, e2el, ttft = (_num(run.raw.get(k)) for k in ("mean_itl_ms", "mean_e2el_ms", "mean_ttft_ms"))
+    if mean_itl and mean_itl > 0 and e2el is not None and ttft is not None:
+        return 1.0 + max(0.0, e2el - ttft) / mean_itl
+    if run.itl_p99_ms == 0.0 and (run.output_len is None or run.output_len > 1):
+        return 1.0
+    return None
+
+
+def unmeasured_decode_reason(run: RunResult) -> str | None:
+    """Why a run is no evidence for or against the decode limit: its answers came in fewer than two
+    chunks on average, so there was (almost) no gap between chunks to measure."""
+    if not run.valid:
+        return None
+    chunks = chunks_per_request(run)
+    if chunks is None or chunks >= MIN_CHUNKS_PER_REQUEST:
+        return None
+    itl = "-" if run.itl_p99_ms is None else f"{run.itl_p99_ms:.1f}"
+    tpot = "" if run.tpot_p99_ms is None else f", TPOT p99 {run.tpot_p99_ms:.2f} ms"
+    return (f"{UNMEASURED_DECODE}: the requests streamed {chunks:.1f} chunks on average (fewer than "
+            f"{MIN_CHUNKS_PER_REQUEST:g}; ITL p99 {itl} ms{tpot}), so the run is no evidence for or against "
+            "the decode limit")
+
+
+def spec_acceptance_pct(run: RunResult, telemetry: dict[str, Any] | None) -> float | None:
+    """Speculative decoding's acceptance in percent: accepted / draft tokens over the run from the
+    server's counters (vllm:spec_decode_num_accepted_tokens / _num_draft_tokens), else the rate
+    `vllm bench serve` wrote; None without speculative decoding (no draft token)."""
+    tele = telemetry or {}
+    drafts, accepted = _num(tele.get("spec_draft_tokens")), _num(tele.get("spec_accepted_tokens"))
+    if drafts and drafts > 0 and accepted is not None:
+        return 100.0 * accepted / drafts
+    return run.spec_acceptance_rate_pct
+
+
+def spec_collapse_reason(run: RunResult, telemetry: dict[str, Any] | None,
+                         floor_pct: float = MIN_SPEC_ACCEPTANCE_PCT) -> str | None:
+    """Why a run with speculative decoding is suspect: on real text (a scenario of real language:
+    acceptance on random tokens says nothing) its draft acceptance fell below the floor (the draft
+    is rejected nearly always: a broken draft model or quantisation, and a throughput that says
+    nothing about a working configuration)."""
+    if not run.valid or not W.real_text(run.scenario):
+        return None
+    pct = spec_acceptance_pct(run, telemetry)
+    if pct is None or pct >= floor_pct:
+        return None
+    return (f"{SPEC_COLLAPSE} {pct:.1f}% of draft tokens (below the floor of {floor_pct:g}%, "
+            "--min-spec-acceptance-pct): the draft is almost always rejected, so the run measures a broken "
+            "draft, not the configuration")

@@ -39,6 +39,22 @@ class Side:
     # Where the price comes from: "given" (--price-per-hour here or at sweep time) or "looked up"
     # (a price table or catalog by capacity type); None without a price.
     price_source: str | None = None
+    # Runs whose answers came in fewer than two chunks (decode latency not measured), with why; and
+    # the TTFT limit they are judged against once the SLO is chosen (`judge_with`)
+    unmeasured: dict[tuple[str, int], str] = field(default_factory=dict)
+    ttft_limit_ms: float | None = None
+
+    def judge_with(self, ttft_ms: float) -> None:
+        """A run whose decode latency was not measured is suspect (no evidence either way on the decode
+        limit) unless its TTFT p99 already misses `ttft_ms`: then it is a miss on TTFT alone, and counts."""
+        self.ttft_limit_ms = ttft_ms
+
+    def counted_note(self, run: R.RunResult) -> str | None:
+        """Why a run whose decode latency was not measured still counts (its TTFT misses alone)."""
+        why = self.unmeasured.get((run.scenario, run.concurrency))
+        if not why or not run.valid or self.suspect(run):
+            return None
+        return f"{why}; it counts as missing the SLO on its TTFT p99 alone"
 
     def cost_price(self) -> float | None:
         """The price a cost ratio may use: one given explicitly, or one looked up for a known
@@ -50,7 +66,15 @@ class Side:
         return None
 
     def suspect(self, run: R.RunResult) -> str | None:
-        return self.suspects.get((run.scenario, run.concurrency)) if run.valid else None
+        if not run.valid:
+            return None
+        key = (run.scenario, run.concurrency)
+        if key in self.suspects:
+            return self.suspects[key]
+        why = self.unmeasured.get(key)
+        misses_ttft = (self.ttft_limit_ms is not None and run.ttft_p99_ms is not None
+                       and run.ttft_p99_ms > self.ttft_limit_ms)
+        return None if misses_ttft else why
 
     def usable(self, run: R.RunResult) -> bool:
         """Valid and not suspect: the runs that make figures."""
@@ -100,8 +124,12 @@ def _order_key(order: list[str]):
 
 
 def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
-              price_per_hour: float | None = None, capacity_type: str | None = None) -> Side:
-    """Every combination of a sweep folder: planned ones (manifest) and any result file found."""
+              price_per_hour: float | None = None, capacity_type: str | None = None,
+              min_spec_acceptance_pct: float | None = None) -> Side:
+    """Every combination of a sweep folder: planned ones (manifest) and any result file found. A valid
+    run is suspect when its prompts came from the prefix cache, when speculative decoding accepted
+    fewer draft tokens on real text than the floor (`min_spec_acceptance_pct`, else the one the sweep recorded,
+    else 10 %), or when its answers streamed in fewer than two chunks (decode latency not measured)."""
     manifest, manifest_error = read_manifest(path / MANIFEST)
     used: set[Path] = {path / MANIFEST} if manifest is not None else set()
     runs: dict[tuple[str, int], R.RunResult] = {}
@@ -155,6 +183,17 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
         if parsed and parsed not in runs:
             runs[parsed] = R.load_result(file)
             used.add(file)
+    floor = min_spec_acceptance_pct
+    if floor is None:
+        floor = (config.get("telemetry") or {}).get("min_spec_acceptance_pct", R.MIN_SPEC_ACCEPTANCE_PCT)
+    unmeasured: dict[tuple[str, int], str] = {}
+    for key, run in runs.items():
+        why = R.spec_collapse_reason(run, telemetry.get(key), floor)
+        if why:
+            suspects.setdefault(key, why)
+        why = R.unmeasured_decode_reason(run)
+        if why:
+            unmeasured[key] = why
 
     order = list(((manifest or {}).get("config") or {}).get("scenarios") or {})
     order += [s for s in DEFAULT_ORDER if s not in order]
@@ -190,6 +229,7 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
         lengths=lengths,
         capacity_type=capacity_type or m_capacity,
         suspects=suspects,
+        unmeasured=unmeasured,
         telemetry=telemetry,
         used=used,
         manifest_error=manifest_error,
@@ -249,7 +289,7 @@ def run_row(run: R.RunResult, side: Side | None = None) -> dict[str, Any]:
         "scenario": run.scenario,
         "concurrency": run.concurrency,
         "valid": ok,
-        "reason": run.reason or (side.suspect(run) if side else None),
+        "reason": run.reason or (side.suspect(run) or side.counted_note(run) if side else None),
         "completed": run.completed,
         "failed": run.failed,
         "output_tok_s": run.output_tok_s if ok else None,
@@ -264,3 +304,121 @@ def run_row(run: R.RunResult, side: Side | None = None) -> dict[str, Any]:
         "tpot_p99_ms": run.tpot_p99_ms if ok else None,
         **{key: tele.get(key) for key in TELEMETRY_KEYS},
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The SLO a sweep was run under, and the one an analysis judges with
+
+
+DEFAULT_SLO = {"ttft_p99_ms": 500.0, "decode_p99_ms": 50.0, "decode_metric": "itl"}
+SLO_KEYS = tuple(DEFAULT_SLO)
+
+
+def recorded_slo(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The SLO a sweep recorded: its `config.slo` (written when it starts), else the one its capacity
+    record or its capacity search used (sweeps written before the config held it); None if none."""
+    m = manifest or {}
+    for where in ((m.get("config") or {}).get("slo"), (m.get("capacity") or {}).get("slo"),
+                  ((m.get("extra") or {}).get("settings") or {}).get("slo")):
+        if isinstance(where, dict) and all(where.get(k) is not None for k in SLO_KEYS):
+            try:
+                return {"ttft_p99_ms": float(where["ttft_p99_ms"]), "decode_p99_ms": float(where["decode_p99_ms"]),
+                        "decode_metric": str(where["decode_metric"])}
+            except (TypeError, ValueError):
+                continue
+    return None
+
+
+def slo_text(slo: dict[str, Any]) -> str:
+    return (f"TTFT p99 <= {slo['ttft_p99_ms']:g} ms, {str(slo['decode_metric']).upper()} p99 <= "
+            f"{slo['decode_p99_ms']:g} ms")
+
+
+# The flags that set the SLO in report, plan, compare, publish and mix-check (each defaults to what was recorded)
+SLO_FLAGS = {"ttft_p99_ms": "--slo-ttft-p99-ms", "decode_p99_ms": "--slo-itl-p99-ms",
+             "decode_metric": "--slo-decode-metric"}
+
+
+def add_slo_arguments(p, *, recorded_by: str = "the sweeps recorded (manifest.json)",
+                      decode_flags: tuple[str, ...] = ("--slo-itl-p99-ms",), decode_dest: str = "slo_itl_p99_ms") -> None:
+    """The three SLO flags, none with a default: what `recorded_by` recorded applies unless one is given."""
+    p.add_argument("--slo-ttft-p99-ms", type=float,
+                   help=f"the SLO's TTFT p99 limit (default: the one {recorded_by}, else 500; a value that differs "
+                        "is used and said; sweeps recorded under different SLOs need it, else exit 2)")
+    p.add_argument(*decode_flags, type=float, dest=decode_dest,
+                   help=f"the SLO's decode limit, on the p99 of --slo-decode-metric (default: the one {recorded_by}, "
+                        "else 50)")
+    p.add_argument("--slo-decode-metric", choices=DECODE_METRICS,
+                   help="which p99 the decode limit applies to: itl (per streamed chunk, the PoC report's rule) or "
+                        f"tpot (per output token; fairer with speculative decoding) (default: the one {recorded_by}, "
+                        "else itl)")
+
+
+def slo_given(args, decode_dest: str = "slo_itl_p99_ms") -> dict[str, Any]:
+    return {"ttft_p99_ms": getattr(args, "slo_ttft_p99_ms", None), "decode_p99_ms": getattr(args, decode_dest, None),
+            "decode_metric": getattr(args, "slo_decode_metric", None)}
+
+
+class SloConflict(ValueError):
+    """The sweeps were run under different SLOs and no flag sets one for all of them."""
+
+
+@dataclass
+class SloChoice:
+    """The SLO an analysis judges with, where it comes from, and what differs from the records."""
+
+    ttft_p99_ms: float
+    decode_p99_ms: float
+    decode_metric: str
+    source: str  # "recorded" (the manifests), "flags" (a flag that differs from them) or "default"
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ttft_p99_ms": self.ttft_p99_ms, "decode_p99_ms": self.decode_p99_ms,
+                "decode_metric": self.decode_metric}
+
+
+def _value_text(key: str, value: Any) -> str:
+    return str(value) if key == "decode_metric" else f"{value:g} ms"
+
+
+def choose_slo(sides: list[tuple[str, dict[str, Any] | None]], given: dict[str, Any],
+               flags: dict[str, str], noun: str = "the sweep") -> SloChoice:
+    """The SLO to judge `sides` ((label, manifest) pairs) with. A value given (not None in `given`)
+    is used; where a sweep recorded another, a note names both. A value not given is the one the
+    sweeps recorded; sweeps that recorded different ones raise SloConflict (naming the flag that
+    sets one for all); with none recorded, the default. `flags` names each key's flag."""
+    recorded = [(label, recorded_slo(m)) for label, m in sides]
+    chosen: dict[str, Any] = {}
+    notes: list[str] = []
+    conflicts: list[str] = []
+    sources: set[str] = set()
+    for key in SLO_KEYS:
+        seen = [(label, slo[key]) for label, slo in recorded if slo]
+        if given.get(key) is not None:
+            chosen[key] = given[key]
+            differ = [(label, v) for label, v in seen if v != given[key]]
+            for label, v in differ:
+                notes.append(f"{flags[key]} {_value_text(key, given[key]).replace(' ms', '')} given: used instead "
+                             f"of the {_value_text(key, v)} {noun + ' ' if noun else ''}{label} recorded")
+            sources.add("flags" if differ or not seen else "recorded")
+            continue
+        values = {v for _, v in seen}
+        if len(values) > 1:
+            conflicts.append(f"{flags[key]}: " + ", ".join(f"{_value_text(key, v)} ({label})" for label, v in seen))
+        elif values:
+            chosen[key] = values.pop()
+            sources.add("recorded")
+        else:
+            chosen[key] = DEFAULT_SLO[key]
+    source = next((s for s in ("flags", "recorded") if s in sources), "default")
+    if conflicts:
+        raise SloConflict("the sweeps were run under different SLOs (" + "; ".join(conflicts) + "), so their "
+                          "capacities are not comparable: give " + " and ".join(c.split(":")[0] for c in conflicts)
+                          + " to judge every sweep under one SLO")
+    missing = [label for label, slo in recorded if slo is None]
+    if missing and len(missing) < len(recorded):
+        notes.append(f"{', '.join(missing)} recorded no SLO (a sweep of an earlier version, or no manifest): "
+                     "judged under the one the other sweeps recorded")
+    return SloChoice(float(chosen["ttft_p99_ms"]), float(chosen["decode_p99_ms"]), str(chosen["decode_metric"]),
+                     source, notes)

@@ -212,6 +212,12 @@ def fixed_output(scenario: str) -> bool:
     return known.fixed_output if known else True
 
 
+def real_text(scenario: str) -> bool:
+    """Whether this scenario's prompts are real language (where a draft's acceptance means something)."""
+    known = WORKLOADS.get(scenario)
+    return bool(known and known.real_text)
+
+
 def load_prompt_set(path: Path | None = None) -> list[dict[str, Any]]:
     """The Korean prompt set as a list of {"id", "category", "prompt"}."""
     path = path or WORKLOADS["K_korean"].data_path()

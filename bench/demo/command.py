@@ -21,7 +21,10 @@ Everything lands under OUT (default build/demo):
 The SLO is sized for a CPU (TTFT p99 <= 500 ms, ITL p99 <= 100 ms by default) and each server
 is priced at an illustrative $1.00 an hour (a CPU has no GPU price): the method is the one the
 cluster runs, the figures are this machine's. Sweeps always run with `--resume`, so a demo stopped
-with Ctrl-C continues where it stopped when run again; delete OUT for a fresh one.
+with Ctrl-C continues where it stopped when run again with the same arguments. The arguments that
+shape the sweeps (scenarios, concurrencies, length scale, SLO, max-num-seqs, price) are recorded in
+OUT/runs/demo.json; a demo run with other ones starts fresh: it says what changed and moves the
+earlier runs, report and compare to OUT/earlier/<UTC time>/ (nothing is deleted).
 
 Exit codes: 0 the report is written; 1 a step failed (a server did not start, a sweep or report
 failed; what was kept is listed); 2 bad arguments or no vLLM CPU build; 130 Ctrl-C; 143 SIGTERM.
@@ -149,6 +152,50 @@ def sweep_argv(args: argparse.Namespace, *, url: str, model: Path, out: Path, la
             "--slo-itl-p99-ms", f"{args.slo_itl_p99_ms:g}"]
 
 
+RECORD = "demo.json"  # under OUT/runs: the arguments its sweeps ran with
+FRESH_MOVES = ("runs", "report", "compare", "timing.json")
+
+
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The demo's arguments that shape its sweeps and its report."""
+    return {"scenarios": args.scenarios, "concurrencies": args.concurrencies, "length_scale": args.length_scale,
+            "slo_ttft_p99_ms": args.slo_ttft_p99_ms, "slo_itl_p99_ms": args.slo_itl_p99_ms,
+            "max_num_seqs": args.max_num_seqs, "price_per_hour": args.price_per_hour}
+
+
+FLAG_OF = {"scenarios": "--scenarios", "concurrencies": "--concurrencies", "length_scale": "--length-scale",
+           "slo_ttft_p99_ms": "--slo-ttft-p99-ms", "slo_itl_p99_ms": "--slo-itl-p99-ms",
+           "max_num_seqs": "--max-num-seqs", "price_per_hour": "--price-per-hour"}
+
+
+def changes(out: Path, settings: dict[str, Any]) -> list[str] | None:
+    """How this demo's arguments differ from those of the runs already in OUT: None when there are no
+    runs to continue, [] when they may be continued, else each difference in words."""
+    runs = out / "runs"
+    if not runs.is_dir() or not any(runs.iterdir()):
+        return None
+    try:
+        before = json.loads((runs / RECORD).read_text(encoding="utf-8"))
+        if not isinstance(before, dict):
+            raise ValueError
+    except (OSError, ValueError):
+        return [f"the runs in {runs} carry no record of their arguments ({RECORD})"]
+    return [f"{FLAG_OF[k]} {before.get(k)} -> {v}" for k, v in settings.items() if before.get(k) != v]
+
+
+def start_fresh(out: Path, why: list[str]) -> Path:
+    """Move the earlier demo's runs, report and compare aside (kept, never deleted); the model stays."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    aside = out / "earlier" / stamp
+    aside.mkdir(parents=True, exist_ok=True)
+    for name in FRESH_MOVES:
+        if (out / name).exists():
+            (out / name).rename(aside / name)
+    (aside / "why.txt").write_text("moved aside by a demo with other arguments: " + "; ".join(why) + "\n",
+                                   encoding="utf-8")
+    return aside
+
+
 def local_startup_record(log: Path, launched: float, healthy: float, server: str) -> dict[str, Any]:
     """The startup timeline of a local `vllm serve`: launched -> /health OK, with the phases its own log
     names (weight load, compile, the rest). The process stands in for the pod: no node or image phases."""
@@ -207,6 +254,14 @@ class Demo:
 
     def prepare(self, version: str) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
+        settings = settings_of(self.args)
+        why = changes(self.out, settings)
+        if why:
+            aside = start_fresh(self.out, why)
+            _say(f"the arguments differ from the earlier demo's in {self.out} ({'; '.join(why)}): starting fresh; "
+                 f"its runs, report and compare moved to {aside}")
+        (self.out / "runs").mkdir(exist_ok=True)
+        (self.out / "runs" / RECORD).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         shim = cpu_vllm.dist_info_shim(self.out / ".vllm-dist-info", version)
         self.env = cpu_vllm.environment(self.venv, shim)
         self.env["VLLM_CACHE_ROOT"] = str((self.out / "vllm-cache").resolve())

@@ -324,9 +324,13 @@ def config_of(args: argparse.Namespace, plan: list[RunSpec]) -> dict[str, Any]:
         "percentile_metrics": PERCENTILE_METRICS,
         "metric_percentiles": METRIC_PERCENTILES,
         "attempts": args.attempts,
+        # the SLO the sweep judges its runs with; `bench report`, `plan` and `compare` default to it
+        "slo": {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
+                "decode_metric": args.slo_decode_metric},
         "telemetry": {"metrics_url": args.metrics_url, "gpu_metrics_url": args.gpu_metrics_url,
                       "interval_s": args.telemetry_interval,
-                      "suspect_prefix_cache_pct": args.suspect_prefix_cache_pct},
+                      "suspect_prefix_cache_pct": args.suspect_prefix_cache_pct,
+                      "min_spec_acceptance_pct": args.min_spec_acceptance_pct},
     }
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import results as R
+from bench.analysis import side as SIDE
 from bench.analysis.mixed_traffic import CHECK_FILE, finding, read_json
 from bench.common import locations, s3
 from bench.common import workloads as W
@@ -194,6 +195,12 @@ def run(args: argparse.Namespace) -> int:
             try:
                 plan = load_plan(wait_for_plan(args.plan, args.wait_hours, Path(scratch), args.poll_seconds))
                 label, rates = per_replica(plan, args.configuration)
+                slo = SIDE.choose_slo([("the plan", {"config": {"slo": plan.get("slo")}})], SIDE.slo_given(args),
+                                      SIDE.SLO_FLAGS, noun="")
+                for note in slo.notes:
+                    print(f"bench mix-check: SLO: {note}", file=sys.stderr)
+                args.slo_ttft_p99_ms, args.slo_itl_p99_ms = slo.ttft_p99_ms, slo.decode_p99_ms
+                args.slo_decode_metric = slo.decode_metric
                 unknown = [s for s in rates if s not in W.WORKLOADS]
                 if unknown:
                     raise UsageError(f"the plan's scenarios {', '.join(unknown)} are not bench scenarios "
@@ -245,9 +252,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="safety cap on in-flight requests per scenario (default: %(default)s)")
     p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the runs after this (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default: %(default)s)")
-    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0, help="default: %(default)s")
-    p.add_argument("--slo-itl-p99-ms", type=float, default=50.0, help="decode limit (default: %(default)s)")
-    p.add_argument("--slo-decode-metric", choices=("itl", "tpot"), default="itl", help="default: %(default)s")
+    SIDE.add_slo_arguments(p, recorded_by="the plan recorded (plan.json slo)")
     p.add_argument("--bench-args", default=os.environ.get("VLLM_POC_BENCH_ARGS"),
                    help="extra `vllm bench serve` arguments, one shell-quoted string")
     p.add_argument("--vllm-bin", default=os.environ.get("VLLM_POC_VLLM_BIN") or None,

@@ -42,7 +42,7 @@ While it waits for the server, the sweep says every 10 s why (connection refused
 a timeout). A --model the server does not serve (GET /v1/models) stops it before any run.
 
 Exit codes: 0 every combination valid; 1 some combination invalid; 2 bad arguments (also a --model
-the server does not serve);
+the server does not serve, or an --out holding a sweep of another grid or SLO: bench/run/folder.py);
 3 server not healthy in time; 4 results could not be uploaded; 130 stopped by Ctrl-C; 143 terminated (SIGTERM).
 """
 
@@ -67,7 +67,7 @@ from bench.common import s3
 from bench.common.cli import run_one
 from bench.common.interrupts import rerun_command
 from bench.run import client as bench_client
-from bench.run import extra_runs, hardware, s3reach, seeds
+from bench.run import extra_runs, folder, hardware, s3reach, seeds
 from bench.run import telemetry as T
 from bench.run.grid import (DEFAULT_CONCURRENCIES, RunSpec, UsageError, bench_command, build_plan, config_of,
                             new_run_record, prepare_tokenizer, resolve_vllm, short_hash)
@@ -113,6 +113,11 @@ class Sweep(Runner):
                     fresh["previous"] = {k: rec.get(k) for k in ("run_hash", "status", "reason")}
                 rec = fresh
             runs.append(rec)
+        # --resume of some scenarios: the folder's other scenarios keep their records (and config)
+        asked = {spec.scenario for spec in self.plan}
+        runs += [rec for rec in (previous or {}).get("runs", []) if rec.get("scenario") not in asked]
+        config["scenarios"] = {**{k: v for k, v in ((previous or {}).get("config") or {}).get("scenarios", {}).items()
+                                  if k not in asked}, **config["scenarios"]}
         self.session = {"started_at": self.started_at, "finished_at": None, "resume": bool(args.resume),
                         "executed": [], "skipped_valid": []}
         self.manifest = {
@@ -279,6 +284,8 @@ class Sweep(Runner):
             assert result is not None
             elapsed_run = time.monotonic() - started
             suspect = attempt_rec["suspect"] if result.valid else None
+            if result.valid and not suspect:  # a collapsed draft: not retried, it would collapse again
+                suspect = R.spec_collapse_reason(result, attempt_rec["telemetry"], self.args.min_spec_acceptance_pct)
             rec.update(
                 status="suspect" if suspect else ("valid" if result.valid else "invalid"),
                 reason=suspect or result.reason,
@@ -337,9 +344,9 @@ def run(args: argparse.Namespace) -> int:
     elif args.metrics_url.lower() in ("", "none"):
         args.metrics_url = None
     out = Path(args.out)
-    if not args.resume and _has_results(out):
-        print(f"bench sweep: {out} already holds a sweep; pass --resume to continue it or choose "
-              "another --out", file=sys.stderr)
+    refused = folder.refusal(out, _asked(plan), config_of(args, plan)["slo"], args.resume)
+    if refused:
+        print(f"bench sweep: {refused}", file=sys.stderr)
         return EXIT_USAGE
     out.mkdir(parents=True, exist_ok=True)
     sweep = Sweep(args, plan, vllm)
@@ -398,6 +405,10 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
         except (s3.S3Error, Exception) as exc:  # credentials, endpoint, missing bucket
             print(f"bench sweep: --upload {upload.uri}: {exc}", file=sys.stderr)
             return EXIT_UPLOAD
+        refused = folder.refusal(out, _asked(plan), config_of(args, plan)["slo"], args.resume)
+        if refused:  # what the prefix held, downloaded
+            print(f"bench sweep: {refused} (in {upload.uri})", file=sys.stderr)
+            return EXIT_USAGE
 
     try:
         tokenizer = prepare_tokenizer(args.tokenizer, scratch)
@@ -466,6 +477,7 @@ def record_capacity(sweep: Sweep) -> None:
     sweep Job leaves its state in S3 whatever a later report decides. `bench report` recomputes it."""
     args = sweep.args
     side = SIDE.load_side(sweep.out)
+    side.judge_with(args.slo_ttft_p99_ms)
     caps = CR.scenario_capacity(sweep.out, [r for r in side.runs if side.usable(r)], ttft_ms=args.slo_ttft_p99_ms,
                                 decode_ms=args.slo_itl_p99_ms, decode_metric=args.slo_decode_metric)
     scenarios = {}
@@ -495,10 +507,8 @@ def _variant(args: argparse.Namespace) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {"raw": value}
 
 
-def _has_results(out: Path) -> bool:
-    if not out.is_dir():
-        return False
-    return (out / MANIFEST).exists() or any(R.parse_result_filename(p.name) for p in out.iterdir())
+def _asked(plan: list[RunSpec]) -> dict[str, set[int]]:
+    return {name: {s.concurrency for s in plan if s.scenario == name} for name in dict.fromkeys(s.scenario for s in plan)}
 
 
 def _env(name: str, default: str | None = None) -> str | None:

@@ -40,5 +40,10 @@ def add_measurement_options(p: argparse.ArgumentParser) -> None:
                    help="a random-prompt run with more prefix-cache hits than this percent of its "
                         "prompt tokens is suspect: retried, and left out of the report's figures "
                         "(default: %(default)s)")
+    p.add_argument("--min-spec-acceptance-pct", type=float, default=R.MIN_SPEC_ACCEPTANCE_PCT,
+                   help="a run on real text (K_korean) whose speculative decoding accepted fewer draft tokens "
+                        "(accepted / draft, from the server's counters) than this percent is suspect: a collapsed "
+                        "draft, left out of the "
+                        "report's figures (default: %(default)s; a working MTP draft accepts about 55 %% on real text)")
     p.add_argument("--server-args", default=_env("VLLM_POC_SERVER_ARGS"),
                    help="the server's vllm serve flags, recorded in the manifest (env VLLM_POC_SERVER_ARGS)")
