@@ -25,18 +25,31 @@ class NetworkArgs:
     public_subnets: dict[str, str] | None = None
 
 
-def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
-    """One large private and one small public subnet per AZ.
+# Subnets are keyed by the zone's letter, never by its place in the zone list: zone a always gets
+# slot 0, b slot 1, ... so that adding, dropping or reordering zones moves no other subnet.
+ZONE_LETTERS = "abcdefg"
 
-    The VPC is cut into eighths: private subnets take one eighth each (pods draw VPC addresses with
-    the VPC CNI), and the last eighth is split four ways for the public subnets (NAT gateways and
-    load balancers only).
+
+def zone_slot(zone: str) -> int:
+    """The zone's fixed slot in the VPC's address plan: its letter (ap-northeast-2c -> 2)."""
+    letter = zone[-1]
+    if letter not in ZONE_LETTERS:
+        raise ValueError(f"{zone}: the address plan has slots for zones a to {ZONE_LETTERS[-1]} only")
+    return ZONE_LETTERS.index(letter)
+
+
+def subnet_cidrs(vpc_cidr: str, zones: list[str]) -> dict[str, tuple[str, str]]:
+    """{zone: (private CIDR, public CIDR)}: one large private and one small public subnet per AZ.
+
+    The VPC is cut into eighths: the private subnet of the zone with letter slot i takes eighth i
+    (pods draw VPC addresses with the VPC CNI), and the last eighth is split eight ways, one part per
+    slot, for the public subnets (NAT gateways and load balancers only). A zone's CIDRs depend on
+    its letter alone.
     """
     net = ipaddress.ip_network(vpc_cidr)
     eighths = list(net.subnets(prefixlen_diff=3))
-    private = [str(s) for s in eighths[:zones]]
-    public = [str(s) for s in list(eighths[7].subnets(prefixlen_diff=2))[:zones]]
-    return private, public
+    public = list(eighths[7].subnets(prefixlen_diff=3))
+    return {zone: (str(eighths[zone_slot(zone)]), str(public[zone_slot(zone)])) for zone in zones}
 
 
 class Network(pulumi.ComponentResource):
@@ -74,7 +87,7 @@ class Network(pulumi.ComponentResource):
 
     def _create(self, name: str, args: NetworkArgs) -> None:
         zones = args.availability_zones
-        private_cidrs, public_cidrs = subnet_cidrs(args.vpc_cidr, len(zones))
+        cidrs = subnet_cidrs(args.vpc_cidr, zones)
         cluster_tag = f"kubernetes.io/cluster/{args.cluster_name}"
 
         vpc = aws.ec2.Vpc(
@@ -102,7 +115,7 @@ class Network(pulumi.ComponentResource):
             public = aws.ec2.Subnet(
                 f"{name}-public-{suffix}",
                 vpc_id=vpc.id,
-                cidr_block=public_cidrs[index],
+                cidr_block=cidrs[az][1],
                 availability_zone=az,
                 map_public_ip_on_launch=False,
                 tags={"Name": f"{args.cluster_name}-public-{az}", "kubernetes.io/role/elb": "1",
@@ -131,7 +144,7 @@ class Network(pulumi.ComponentResource):
             private = aws.ec2.Subnet(
                 f"{name}-private-{suffix}",
                 vpc_id=vpc.id,
-                cidr_block=private_cidrs[index],
+                cidr_block=cidrs[az][0],
                 availability_zone=az,
                 tags={"Name": f"{args.cluster_name}-private-{az}", "kubernetes.io/role/internal-elb": "1",
                       cluster_tag: "shared", DISCOVERY_TAG: args.cluster_name},

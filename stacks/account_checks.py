@@ -11,11 +11,13 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
+from components.network import DISCOVERY_TAG
+
 from stacks.api_path import DOCUMENTATION_ACCOUNT, placeholder_problem
 from stacks.identity import admin_role_problems
 from stacks.settings import ConfigError, StackSettings
 from stacks.versions import pins
-from stacks.zones import choose_zones
+from stacks.zones import choose_zones, live_zones_problem, unpinned_note
 
 
 def check_caller(settings: StackSettings, caller_arn: str) -> None:
@@ -33,9 +35,26 @@ def check_api_placeholder(settings: StackSettings, account_id: str) -> None:
         raise ConfigError([problem])
 
 
-def stack_zones(settings: StackSettings, provider: aws.Provider) -> list[str]:
-    """The created VPC's zones: where every pool's type is offered (or network.availabilityZones)."""
+def live_vpc_zones(settings: StackSettings, provider: aws.Provider) -> list[str]:
+    """Zones of the private subnets the stack created on an earlier `up` (found by their tags); none
+    before the first."""
     invoke = pulumi.InvokeOptions(provider=provider)
+    found = aws.ec2.get_subnets(filters=[
+        aws.ec2.GetSubnetsFilterArgs(name=f"tag:{DISCOVERY_TAG}", values=[settings.cluster.name]),
+        aws.ec2.GetSubnetsFilterArgs(name="tag:vllm-poc/stack", values=[settings.stack]),
+    ], opts=invoke)
+    return sorted({aws.ec2.get_subnet(id=subnet, opts=invoke).availability_zone for subnet in found.ids or []})
+
+
+def stack_zones(settings: StackSettings, provider: aws.Provider) -> list[str]:
+    """The created VPC's zones, decided once: network.availabilityZones; else the live VPC's; else where
+    every pool's type is offered today (stacks/zones.py)."""
+    invoke = pulumi.InvokeOptions(provider=provider)
+    pinned = settings.network.availability_zones
+    live = live_vpc_zones(settings, provider)
+    problem = live_zones_problem(pinned, live)
+    if problem:
+        raise ConfigError([problem])
     available = aws.get_availability_zones(state="available", opts=invoke).names
     types = sorted({pool.instance_type for pool in settings.gpu_pools})
     offerings: dict[str, set[str]] = {t: set() for t in types}
@@ -50,8 +69,10 @@ def stack_zones(settings: StackSettings, provider: aws.Provider) -> list[str]:
     zones, problems = choose_zones(
         sorted(available), offerings,
         {f"vllm-poc:gpuPools[{i}].instanceType": pool.instance_type for i, pool in enumerate(settings.gpu_pools)},
-        settings.network.availability_zone_count, settings.network.availability_zones,
+        settings.network.availability_zone_count, pinned or live or None,
     )
+    if not pinned and not live:
+        pulumi.log.warn(unpinned_note(settings.stack, zones))
     # A pool no server runs on never has to launch a node: said, not refused (preflight does the same).
     idle = {f"vllm-poc:gpuPools[{i}].instanceType" for i, pool in enumerate(settings.gpu_pools)
             if not any(server.pool == pool.name for server in settings.servers)}

@@ -277,7 +277,7 @@ def build(settings: StackSettings) -> dict[str, object]:
             private_access_security_groups=list(settings.cluster.private_access_security_groups),
             private_access_cidrs=list(settings.cluster.private_access_cidrs),
             admin_role_arns=list(settings.cluster.admin_role_arns),
-            log_types=list(settings.cluster.log_types),
+            log_types=settings.cluster.enabled_log_types,
             log_retention_days=settings.cluster.log_retention_days,
             tags=tags,
         ),
@@ -369,8 +369,10 @@ def build(settings: StackSettings) -> dict[str, object]:
                 # Never on an empty prefix: the server waits for its models' syncs (or staging checks).
                 depends_on=[namespace, *node_pools, store, node_checks[server.pool].job,
                             *(syncs[m].job for m in serving.server_model_ids(server))],
-                # A benchmark target is never consolidated or drifted away mid-sweep; its bench pod,
-                # on the same node, carries the same annotation for as long as it runs.
+                # do-not-disrupt on a benchmark target and on its bench pod (same node, for as long as it
+                # runs) blocks consolidation; drift is held by the GPU NodePools' budgets, which allow it
+                # no node (components/gpu_capacity.py): past terminationGracePeriod drift would evict a
+                # sweep despite the annotation. Spot reclaim and expiry still can (docs/operations.md).
                 do_not_disrupt=server.name in settings.bench.targets,
             ),
             opts=on_cluster,

@@ -11,6 +11,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from stacks import catalog
 from stacks.settings.base import SettingsModel
 
+# The control-plane log types EKS sends to CloudWatch Logs (UpdateClusterConfig logging.clusterLogging).
+EKS_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 # The values CloudWatch Logs accepts for a log group's retention (PutRetentionPolicy).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
                       2922, 3288, 3653)
@@ -55,8 +57,15 @@ class ClusterSettings(SettingsModel):
         "one running `pulumi up` (EKS already makes that identity cluster admin; listing it fails).",
     )
     log_types: list[str] = Field(
-        default_factory=lambda: ["api", "audit", "authenticator"],
-        description="Control-plane log types sent to CloudWatch.",
+        default_factory=lambda: ["api", "authenticator"],
+        description="Control-plane log types sent to CloudWatch (api, audit, authenticator, controllerManager, "
+        "scheduler). The audit log is off by default: Karpenter and the bench's API readers make it the "
+        "largest stream, billed per GB ingested, for a PoC that needs none of it; auditLogs turns it on.",
+    )
+    audit_logs: bool = Field(
+        False,
+        description="Send the control-plane audit log to CloudWatch too (adds `audit` to logTypes): for a "
+        "stack that must keep a record of who did what through the Kubernetes API.",
     )
     log_retention_days: int = Field(
         14,
@@ -123,6 +132,22 @@ class ClusterSettings(SettingsModel):
                 f"privateAccessCidrs: {wide[0]} admits every address that routes into the VPC; list the runner's "
                 "or the peered network's CIDRs")
         return self
+
+    @property
+    def enabled_log_types(self) -> list[str]:
+        """What the cluster sends to CloudWatch: logTypes, plus audit with auditLogs."""
+        return [*self.log_types, *(["audit"] if self.audit_logs and "audit" not in self.log_types else [])]
+
+    @field_validator("log_types")
+    @classmethod
+    def _log_types(cls, v: list[str]) -> list[str]:
+        unknown = [t for t in v if t not in EKS_LOG_TYPES]
+        if unknown:
+            raise ValueError(f"{', '.join(map(repr, unknown))} not EKS control-plane log types; use some of "
+                             f"{', '.join(EKS_LOG_TYPES)} (auditLogs: true turns the audit log on)")
+        if len(set(v)) != len(v):
+            raise ValueError("lists a log type more than once")
+        return v
 
     @field_validator("log_retention_days")
     @classmethod
