@@ -11,12 +11,21 @@ SUBNET = "aws:ec2/subnet:Subnet"
 
 
 def test_subnets_never_overlap_and_stay_inside_the_vpc():
-    for cidr, zones in (("10.40.0.0/16", 2), ("10.40.0.0/16", 4), ("172.20.0.0/20", 3)):
-        private, public = subnet_cidrs(cidr, zones)
-        nets = [ipaddress.ip_network(n) for n in private + public]
-        assert len(private) == len(public) == zones
+    for cidr, letters in (("10.40.0.0/16", "ab"), ("10.40.0.0/16", "abcd"), ("172.20.0.0/20", "aceg")):
+        plan = subnet_cidrs(cidr, [f"ap-northeast-2{z}" for z in letters])
+        nets = [ipaddress.ip_network(n) for pair in plan.values() for n in pair]
+        assert len(plan) == len(letters)
         assert all(n.subnet_of(ipaddress.ip_network(cidr)) for n in nets)
         assert not any(a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:])
+
+
+def test_a_zone_keeps_its_cidrs_whatever_the_other_zones():
+    # Keyed by the zone's letter, not its place in the list: adding zone a in front of b and c moves
+    # neither b nor c (a positional plan would give a the CIDRs b had).
+    before = subnet_cidrs("10.40.0.0/16", ["ap-northeast-2b", "ap-northeast-2c"])
+    after = subnet_cidrs("10.40.0.0/16", ["ap-northeast-2a", "ap-northeast-2b", "ap-northeast-2c"])
+    assert {z: after[z] for z in before} == before
+    assert subnet_cidrs("10.40.0.0/16", ["ap-northeast-2c"]) == {"ap-northeast-2c": before["ap-northeast-2c"]}
 
 
 def test_new_vpc_spans_two_zones_with_public_and_private_subnets(dev):

@@ -50,7 +50,7 @@ def decide_zones(settings, ec2) -> tuple[list[str], str, list[str]]:
 
 def pin(stack: str, directory: Path, ec2) -> tuple[list[str] | None, list[str], str, list[str]]:
     """Write the zones into the stack file unless it has them. Returns (before, after, source, problems)."""
-    settings = loader.load_settings(stack, directory, scope="cluster")
+    settings = loader.load_settings(stack, directory)  # the GPU pools' types decide the zones
     if not settings.network.create_vpc:
         raise ConfigError([f"vllm-poc:network.vpcId: {stack} uses an existing VPC; its subnets "
                            "(privateSubnets) already fix the zones"])
