@@ -19,6 +19,7 @@ class NetworkArgs:
     vpc_cidr: str = "10.40.0.0/16"
     availability_zones: list[str] = field(default_factory=list)
     nat_per_az: bool = False
+    ecr_endpoints: bool = False  # ECR api/dkr interface endpoints: image pulls skip the NAT gateway
     # ... or use an existing one
     vpc_id: str | None = None
     private_subnets: dict[str, str] | None = None  # {az: subnet id}
@@ -175,6 +176,36 @@ class Network(pulumi.ComponentResource):
             opts=self._child,
         )
 
+        if args.ecr_endpoints:
+            self._ecr_endpoints(name, args, vpc, private_subnets)
+
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*[s.id for s in private_subnets])
         self.public_subnet_ids = pulumi.Output.all(*[s.id for s in public_subnets])
+
+    def _ecr_endpoints(self, name: str, args: NetworkArgs, vpc: aws.ec2.Vpc,
+                       private_subnets: list[aws.ec2.Subnet]) -> None:
+        """ECR's API and registry endpoints in the private subnets, with private DNS: a node's image pull
+        (manifest from dkr, token from api, layers from S3 through the gateway endpoint) never crosses
+        the NAT gateway, whose per-GB charge a ~25 GB vLLM image per GPU node would otherwise pay."""
+        group = aws.ec2.SecurityGroup(
+            f"{name}-ecr-endpoints",
+            vpc_id=vpc.id,
+            description="HTTPS from the VPC to the ECR interface endpoints",
+            ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=443, to_port=443,
+                                                      cidr_blocks=[args.vpc_cidr], description="HTTPS from the VPC")],
+            tags={"Name": f"{args.cluster_name}-ecr-endpoints"},
+            opts=self._child,
+        )
+        for service in ("ecr.api", "ecr.dkr"):
+            aws.ec2.VpcEndpoint(
+                f"{name}-{service.replace('.', '-')}",
+                vpc_id=vpc.id,
+                service_name=f"com.amazonaws.{args.region}.{service}",
+                vpc_endpoint_type="Interface",
+                private_dns_enabled=True,
+                subnet_ids=[s.id for s in private_subnets],
+                security_group_ids=[group.id],
+                tags={"Name": f"{args.cluster_name}-{service}"},
+                opts=self._child,
+            )

@@ -20,6 +20,7 @@ from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
 from components.gpu_telemetry import DcgmExporter, DcgmExporterArgs
 from components.karpenter import Karpenter, KarpenterArgs
 from components.mix_check_job import pod_labels as mixcheck_pod_labels
+from components.image_mirror import ImageMirror, ImageMirrorArgs, mirror_transformation
 from components.labels import PART_OF
 from components.network import Network, NetworkArgs
 from components.network_policy import BenchReach, NetworkPolicies, NetworkPoliciesArgs, ServerReach
@@ -32,7 +33,7 @@ from stacks import s3_ranges, serving, variants
 from stacks.job_code import bench_code
 from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
 from stacks.report_stack import report_job
-from stacks.settings import BenchSettings, StackSettings
+from stacks.settings import BenchSettings, ConfigError, StackSettings
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
 from stacks.weight_plan import gpu_node_checks, weight_syncs
@@ -152,6 +153,30 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
     return args
 
 
+def image_mirror(settings: StackSettings, account_id: str, provider: aws.Provider,
+                 node_roles: dict[str, pulumi.Input[str]], opts: pulumi.ResourceOptions) -> ImageMirror | None:
+    """The ECR pull-through cache for Docker Hub (cluster.imageMirror), and the stack transformation that
+    points every container declared from here on at it (components/image_mirror.py)."""
+    prefix = settings.cluster.mirror_prefix
+    if prefix is None:
+        return None
+    secret = settings.cluster.image_mirror.credential_secret
+    try:
+        credential_arn = aws.secretsmanager.get_secret(name=secret, opts=pulumi.InvokeOptions(provider=provider)).arn
+    except Exception as exc:  # noqa: BLE001 - the invoke's error is reported with the fix
+        raise ConfigError([
+            f"vllm-poc:cluster.imageMirror.credentialSecret: no secret {secret} in {settings.region} "
+            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); store the Docker Hub credentials "
+            f"there (aws secretsmanager create-secret --name {secret} --secret-string "
+            "'{\"username\":\"<user>\",\"accessToken\":\"<token>\"}'), or set cluster.imageMirror.enabled: false"
+        ]) from None
+    mirror = ImageMirror("image-mirror", ImageMirrorArgs(
+        region=settings.region, account_id=account_id, repository_prefix=prefix, credential_arn=credential_arn,
+        node_role_names=node_roles), opts=opts)
+    pulumi.runtime.register_stack_transformation(mirror_transformation(mirror.registry, mirror.prefix))
+    return mirror
+
+
 BENCH_POD_NAME = "vllm-bench"
 STARTUP_POD_NAME = "vllm-startup"
 
@@ -251,6 +276,7 @@ def build(settings: StackSettings) -> dict[str, object]:
             vpc_cidr=settings.network.vpc_cidr,
             availability_zones=list(zones),
             nat_per_az=settings.network.nat_gateways == "per-az",
+            ecr_endpoints=settings.network.ecr_endpoints,
             vpc_id=settings.network.vpc_id,
             private_subnets=settings.network.private_subnets,
             public_subnets=settings.network.public_subnets,
@@ -298,6 +324,9 @@ def build(settings: StackSettings) -> dict[str, object]:
         ),
         opts=on_cluster,
     )
+
+    image_mirror(settings, account_id, aws_provider, {"system-nodes": cluster.system_node_role.name,
+                                                      "gpu-nodes": karpenter.node_role.name}, on_aws)
 
     gpu = GpuCapacity(
         "gpu",

@@ -101,7 +101,7 @@ def test_sync_jobs_run_on_system_nodes_with_pinned_code_and_wait_for_identity(de
         assert pod["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}]
         (container,) = pod["containers"]
         assert "nvidia.com/gpu" not in str(container["resources"])
-        assert container["image"].startswith("python:") and container["args"][0] == "sync"
+        assert "/library/python:" in container["image"] and container["args"][0] == "sync"
         scratch = next(v for v in pod["volumes"] if v["name"] == "scratch")
         assert scratch["emptyDir"]["sizeLimit"] == "20Gi"
         assert job["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"

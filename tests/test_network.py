@@ -52,8 +52,8 @@ def test_one_nat_gateway_by_default_and_one_per_zone_on_request(dev):
 
 
 def test_s3_gateway_endpoint_serves_every_private_route_table(dev):
-    endpoint = dev.one("aws:ec2/vpcEndpoint:VpcEndpoint")
-    assert endpoint.inputs["serviceName"] == "com.amazonaws.ap-northeast-2.s3"
+    (endpoint,) = [e for e in dev.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+                   if e.inputs["serviceName"] == "com.amazonaws.ap-northeast-2.s3"]
     assert endpoint.inputs["vpcEndpointType"] == "Gateway"
     private_tables = {r.outputs["id"] for r in dev.of_type("aws:ec2/routeTable:RouteTable") if "private" in r.name}
     assert len(private_tables) == 2 and private_tables <= set(endpoint.inputs["routeTableIds"])
@@ -73,3 +73,18 @@ def test_existing_vpc_creates_no_network_but_tags_the_node_subnets():
     cluster = rendered.one("eks:index:Cluster")
     assert cluster.inputs["vpcId"] == "vpc-0123456789abcdef0"
     assert cluster.inputs["privateSubnetIds"] == ["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"]
+
+
+def test_ecr_interface_endpoints_keep_image_pulls_off_the_nat_gateway(dev):
+    endpoints = {e.inputs["serviceName"]: e.inputs for e in dev.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+                 if e.inputs["vpcEndpointType"] == "Interface"}
+    assert set(endpoints) == {"com.amazonaws.ap-northeast-2.ecr.api", "com.amazonaws.ap-northeast-2.ecr.dkr"}
+    private = {s.outputs["id"] for s in dev.of_type(SUBNET) if "private" in s.name}
+    group = dev.one("aws:ec2/securityGroup:SecurityGroup", "network-ecr-endpoints")
+    assert group.inputs["ingress"] == [{"protocol": "tcp", "fromPort": 443, "toPort": 443,
+                                        "cidrBlocks": ["10.40.0.0/16"], "description": "HTTPS from the VPC"}]
+    for endpoint in endpoints.values():
+        # private DNS: the nodes' ordinary ECR host names resolve to the endpoints
+        assert endpoint["privateDnsEnabled"] is True
+        assert set(endpoint["subnetIds"]) == private
+        assert endpoint["securityGroupIds"] == [group.outputs["id"]]

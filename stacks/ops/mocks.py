@@ -39,6 +39,8 @@ OFFERED_ZONES = {"g6e": "abcd", "g7e": "bcd"}
 LIVE_SUBNETS: dict[str, str] = {}
 # SSM parameters that do not exist (tests add names to see a lookup fail).
 MISSING_PARAMETERS: set[str] = set()
+# Secrets Manager secrets that do not exist (tests add names to see a lookup fail).
+MISSING_SECRETS: set[str] = set()
 # Objects the mock S3 holds for the program's own reads ({bucket/key: text body}); empty: none yet.
 S3_OBJECTS: dict[str, str] = {}
 # How the SDK marks a resource reference inside serialized properties (pulumi.runtime.rpc).
@@ -216,6 +218,12 @@ class RecordingMocks(Mocks):
                      for z in OFFERED_ZONES.get(t.split(".", 1)[0], "abcd")]
             return {"instanceTypes": [t for t, _ in pairs], "locations": [z for _, z in pairs],
                     "locationTypes": ["availability-zone"] * len(pairs), "id": self.region}
+        if token == "aws:secretsmanager/getSecret:getSecret":
+            name = args.args.get("name")
+            if name in MISSING_SECRETS:
+                return {}, [("name", f"ResourceNotFoundException: Secrets Manager can't find the specified secret {name}")]
+            arn = f"arn:aws:secretsmanager:{self.region}:{ACCOUNT_ID}:secret:{name}-{_short_hash(name, 6)}"
+            return {"arn": arn, "id": arn, "name": name, "tags": {}}
         if token == "aws:ec2/getSubnets:getSubnets":
             return {"ids": sorted(LIVE_SUBNETS), "filters": args.args.get("filters") or [], "id": self.region}
         if token == "aws:ec2/getSubnet:getSubnet":

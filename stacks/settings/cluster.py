@@ -18,6 +18,49 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
                       2922, 3288, 3653)
 
 
+# ECR pull-through cache rules: the secret's name prefix AWS requires, and the repository prefix's form.
+PULL_THROUGH_SECRET_PREFIX = "ecr-pullthroughcache/"
+_ECR_PREFIX = re.compile(r"(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*")
+
+
+class ImageMirrorSettings(SettingsModel):
+    enabled: bool = Field(
+        True,
+        description="Pull the Docker Hub images (vLLM, Python) through an ECR pull-through cache in the "
+        "stack's account and region, by the same digests: authenticated Docker Hub pulls, fetched once, "
+        "instead of anonymous pulls limited per NAT address. Needs the credentialSecret; false pulls "
+        "from Docker Hub directly.",
+    )
+    credential_secret: str = Field(
+        "ecr-pullthroughcache/docker-hub",
+        description="Name of the Secrets Manager secret (same account and region) holding the Docker Hub "
+        "credentials as JSON {\"username\": ..., \"accessToken\": ...}; AWS requires the "
+        "ecr-pullthroughcache/ prefix. One secret serves every stack of the account and region "
+        "(docs/operations.md, \"Images through the pull-through cache\").",
+    )
+    repository_prefix: str | None = Field(
+        None,
+        description="ECR repository prefix of the cache (2-30 characters, lower case); default the "
+        "cluster name. Unique per account and region, like the cluster.",
+    )
+
+    @field_validator("credential_secret")
+    @classmethod
+    def _secret(cls, v: str) -> str:
+        if not v.startswith(PULL_THROUGH_SECRET_PREFIX) or len(v) == len(PULL_THROUGH_SECRET_PREFIX):
+            raise ValueError(f"{v!r}: ECR takes Docker Hub credentials only from a secret named "
+                             f"{PULL_THROUGH_SECRET_PREFIX}<name>")
+        return v
+
+    @field_validator("repository_prefix")
+    @classmethod
+    def _prefix(cls, v: str | None) -> str | None:
+        if v is not None and (not 2 <= len(v) <= 30 or not _ECR_PREFIX.fullmatch(v)):
+            raise ValueError(f"{v!r} is not an ECR repository prefix: 2-30 lower-case letters, digits, '.', '_', "
+                             "'-' or '/'")
+        return v
+
+
 class ClusterSettings(SettingsModel):
     name: str = Field(
         "vllm-poc",
@@ -66,6 +109,11 @@ class ClusterSettings(SettingsModel):
         False,
         description="Send the control-plane audit log to CloudWatch too (adds `audit` to logTypes): for a "
         "stack that must keep a record of who did what through the Kubernetes API.",
+    )
+    image_mirror: ImageMirrorSettings = Field(
+        default_factory=ImageMirrorSettings,
+        description="Where the nodes pull the Docker Hub images from: an ECR pull-through cache (default) or "
+        "Docker Hub directly.",
     )
     log_retention_days: int = Field(
         14,
@@ -131,6 +179,20 @@ class ClusterSettings(SettingsModel):
             raise ValueError(
                 f"privateAccessCidrs: {wide[0]} admits every address that routes into the VPC; list the runner's "
                 "or the peered network's CIDRs")
+        return self
+
+    @property
+    def mirror_prefix(self) -> str | None:
+        """The pull-through cache's repository prefix; None with the mirror off."""
+        if not self.image_mirror.enabled:
+            return None
+        return self.image_mirror.repository_prefix or self.name.lower()
+
+    @model_validator(mode="after")
+    def _mirror_prefix(self) -> ClusterSettings:
+        if self.image_mirror.enabled and self.image_mirror.repository_prefix is None and len(self.name) > 30:
+            raise ValueError(f"imageMirror.repositoryPrefix: the cluster name {self.name!r} is longer than the 30 "
+                             "characters of an ECR repository prefix; set imageMirror.repositoryPrefix")
         return self
 
     @property

@@ -32,6 +32,13 @@ class NetworkSettings(SettingsModel):
         "single",
         description="One NAT gateway for the VPC (PoC cost) or one per AZ (no cross-AZ dependency).",
     )
+    ecr_endpoints: bool = Field(
+        True,
+        description="Interface endpoints for ECR (api and dkr) in the VPC the stack creates: image pulls from "
+        "ECR (the pull-through cache, EKS add-ons) stay off the NAT gateway's per-GB data processing, as "
+        "the S3 gateway endpoint keeps the image layers and weights off it. About $0.013 per endpoint and AZ "
+        "hour; false routes pulls through the NAT gateway.",
+    )
     vpc_id: str | None = Field(None, description="Use this existing VPC instead of creating one.")
     private_subnets: dict[str, str] | None = Field(
         None,
