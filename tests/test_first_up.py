@@ -109,7 +109,7 @@ def test_sync_jobs_run_on_system_nodes_with_pinned_code_and_wait_for_identity(de
         # `pulumi up` with it, at once
         rules = job["spec"]["podFailurePolicy"]["rules"]
         assert {"action": "FailJob", "onExitCodes": {"containerName": "sync", "operator": "In", "values": [2]}} in rules
-        assert job["spec"]["activeDeadlineSeconds"] == 120 * 60
+        assert job["spec"]["activeDeadlineSeconds"] == 60 * 60
         assert "skipAwait" not in str(job["metadata"]["annotations"])  # pulumi up waits for it
         (code,) = [c for c in dev.k8s("ConfigMap") if c["metadata"]["name"] == job["metadata"]["name"]]
         assert {"hub.py", "store.py", "__main__.py"} <= set(code["data"])
