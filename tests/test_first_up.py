@@ -183,8 +183,9 @@ def subnet_zones(rendered: Rendered) -> set[str]:
 def test_zones_come_from_offerings_unless_given(dev):
     # g7e is offered in b-d only (the mocks): the region's first two zones would strand that pool
     assert subnet_zones(dev) == {"ap-northeast-2b", "ap-northeast-2c"}
+    # a stack without pinned zones (and no live VPC) takes today's choice
     only_g6e = render_with(gpuPools=[{"name": "l40s", "instanceType": "g6e.2xlarge", "gpuLimit": 4}],
-                           bench=None, servers=None, weights=None)
+                           bench=None, servers=None, weights=None, network={"vpcCidr": "10.40.0.0/16"})
     assert subnet_zones(only_g6e) == {"ap-northeast-2a", "ap-northeast-2b"}
     given = render_with(network={"vpcCidr": "10.40.0.0/16", "availabilityZones": ["ap-northeast-2c", "ap-northeast-2d"]})
     assert subnet_zones(given) == {"ap-northeast-2c", "ap-northeast-2d"}

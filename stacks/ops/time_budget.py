@@ -72,9 +72,11 @@ class Chain:
 
 
 def format_duration(seconds: int) -> str:
+    """3 h, 2 h 41 min, 17 min, 1 h 36 min 40 s."""
     hours, rest = divmod(int(seconds), 3600)
     minutes, secs = divmod(rest, 60)
-    return (f"{hours} h {minutes:02d} min" if hours else f"{minutes} min") + (f" {secs:02d} s" if secs else "")
+    parts = [f"{n} {unit}" for n, unit in ((hours, "h"), (minutes, "min"), (secs, "s")) if n]
+    return " ".join(parts) or "0 s"
 
 
 def _seconds(text: str) -> int:
