@@ -2,8 +2,8 @@
 
 Each fails the run in seconds, before any resource is created, with the key to change: the caller's own
 role listed as an admin, the stack file's placeholder API address (203.0.113.10/32) left in place, a GPU pool type offered in none of the VPC's zones (a warning for a pool no
-server runs on), a pinned AMI release without an NVIDIA AMI for the cluster's Kubernetes version. `python -m stacks preflight` makes the
-same checks with boto3.
+server runs on), pinned zones that differ from the live VPC's, a pinned AMI release without an NVIDIA AMI for the cluster's Kubernetes
+version, the image mirror's Docker Hub credentials missing. `python -m stacks preflight` makes most of the same checks with boto3.
 """
 
 from __future__ import annotations
@@ -103,4 +103,19 @@ def check_gpu_ami(settings: StackSettings, provider: aws.Provider) -> None:
             f"AL2023 AMI for Kubernetes {settings.cluster.kubernetes_version} in {settings.region} ({parameter}: "
             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); pick a release that has one "
             "(al2023_ami_release in pyproject.toml [tool.vllm-poc.pins]) or another kubernetesVersion"
+        ]) from None
+
+
+def mirror_credential_arn(settings: StackSettings, provider: aws.Provider) -> str:
+    """The ARN of the Docker Hub credentials the image mirror's pull-through cache rule uses; a missing
+    secret stops a preview or `up` before anything is created, with the command that creates it."""
+    secret = settings.cluster.image_mirror.credential_secret
+    try:
+        return aws.secretsmanager.get_secret(name=secret, opts=pulumi.InvokeOptions(provider=provider)).arn
+    except Exception as exc:  # noqa: BLE001 - the invoke's error is reported with the fix
+        raise ConfigError([
+            f"vllm-poc:cluster.imageMirror.credentialSecret: no secret {secret} in {settings.region} "
+            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); store the Docker Hub credentials "
+            f"there (aws secretsmanager create-secret --name {secret} --secret-string "
+            "'{\"username\":\"<user>\",\"accessToken\":\"<token>\"}'), or set cluster.imageMirror.enabled: false"
         ]) from None

@@ -31,9 +31,10 @@ from components.weight_store import (CompileCacheWriters, WeightStore, WeightSto
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import s3_ranges, serving, variants
 from stacks.job_code import bench_code
-from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
+from stacks.account_checks import (check_api_placeholder, check_caller, check_gpu_ami, mirror_credential_arn,
+                                   stack_zones)
 from stacks.report_stack import report_job
-from stacks.settings import BenchSettings, ConfigError, StackSettings
+from stacks.settings import BenchSettings, StackSettings
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
 from stacks.weight_plan import gpu_node_checks, weight_syncs
@@ -160,16 +161,7 @@ def image_mirror(settings: StackSettings, account_id: str, provider: aws.Provide
     prefix = settings.cluster.mirror_prefix
     if prefix is None:
         return None
-    secret = settings.cluster.image_mirror.credential_secret
-    try:
-        credential_arn = aws.secretsmanager.get_secret(name=secret, opts=pulumi.InvokeOptions(provider=provider)).arn
-    except Exception as exc:  # noqa: BLE001 - the invoke's error is reported with the fix
-        raise ConfigError([
-            f"vllm-poc:cluster.imageMirror.credentialSecret: no secret {secret} in {settings.region} "
-            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); store the Docker Hub credentials "
-            f"there (aws secretsmanager create-secret --name {secret} --secret-string "
-            "'{\"username\":\"<user>\",\"accessToken\":\"<token>\"}'), or set cluster.imageMirror.enabled: false"
-        ]) from None
+    credential_arn = mirror_credential_arn(settings, provider)
     mirror = ImageMirror("image-mirror", ImageMirrorArgs(
         region=settings.region, account_id=account_id, repository_prefix=prefix, credential_arn=credential_arn,
         node_role_names=node_roles), opts=opts)
