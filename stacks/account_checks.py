@@ -20,6 +20,11 @@ from stacks.versions import pins
 from stacks.zones import choose_zones, live_zones_problem, unpinned_note
 
 
+def invoke_error(exc: Exception) -> str:
+    """The first line of a failed invoke's error (the provider's reason), for a message that adds the fix."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def check_caller(settings: StackSettings, caller_arn: str) -> None:
     """EKS makes the creator admin; an access entry for the same role would fail the create."""
     problems = admin_role_problems(list(settings.cluster.admin_role_arns), caller_arn)
@@ -101,7 +106,7 @@ def check_gpu_ami(settings: StackSettings, provider: aws.Provider) -> None:
         raise ConfigError([
             f"vllm-poc:cluster.kubernetesVersion: the pinned AMI release {versions.al2023_ami_release} has no NVIDIA "
             f"AL2023 AMI for Kubernetes {settings.cluster.kubernetes_version} in {settings.region} ({parameter}: "
-            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); pick a release that has one "
+            f"{invoke_error(exc)}); pick a release that has one "
             "(al2023_ami_release in pyproject.toml [tool.vllm-poc.pins]) or another kubernetesVersion"
         ]) from None
 
@@ -115,7 +120,7 @@ def mirror_credential_arn(settings: StackSettings, provider: aws.Provider) -> st
     except Exception as exc:  # noqa: BLE001 - the invoke's error is reported with the fix
         raise ConfigError([
             f"vllm-poc:cluster.imageMirror.credentialSecret: no secret {secret} in {settings.region} "
-            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); store the Docker Hub credentials "
+            f"({invoke_error(exc)}); store the Docker Hub credentials "
             f"there (aws secretsmanager create-secret --name {secret} --secret-string "
             "'{\"username\":\"<user>\",\"accessToken\":\"<token>\"}'), or set cluster.imageMirror.enabled: false"
         ]) from None
