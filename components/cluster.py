@@ -164,7 +164,7 @@ class Cluster(pulumi.ComponentResource):
             opts=child,
         )
 
-        node_role = aws.iam.Role(
+        self.system_node_role = node_role = aws.iam.Role(
             f"{name}-system-node",
             name=f"{args.name}-system-node",
             assume_role_policy=service_trust_policy("ec2.amazonaws.com"),

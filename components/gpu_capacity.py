@@ -21,6 +21,15 @@ DEVICE_PLUGIN_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
 # Karpenter drains GPU nodes and terminates their instances before a NodePool or EC2NodeClass
 # delete returns; a node running a vLLM pod can take a while to drain.
 DELETE_TIMEOUT = "30m"
+# Voluntary disruption of GPU nodes. A node runs a server (and its sweep) until the server goes, so
+# Karpenter may never drift it (an AMI release, a tag or a subnet change after `up`) nor consolidate it
+# as underutilized: both would evict a running benchmark within terminationGracePeriod, do-not-disrupt
+# or not. An empty node (no server left) is removed one at a time. Spot reclaim and expireAfter are
+# not voluntary: budgets do not hold them (docs/operations.md says how a sweep resumes).
+DISRUPTION_BUDGETS = [
+    {"nodes": "0", "reasons": ["Drifted", "Underutilized"]},
+    {"nodes": "1", "reasons": ["Empty"]},
+]
 
 
 @dataclass(frozen=True)
@@ -90,7 +99,9 @@ def node_pool_spec(pool: GpuPoolSpec, node_class: str, capacity_types: list[str]
                 ],
                 "taints": [dict(GPU_TAINT)],
                 "expireAfter": pool.expire_after,
-                # Bounds a drain (a benchmark pod carries do-not-disrupt) once a node must go.
+                # Bounds the drain once a node must go: at expiry, or when teardown deletes the NodePool.
+                # Past it, pods are deleted even with do-not-disrupt, so drift and consolidation must
+                # never start on a node that serves: the budgets below allow them none.
                 "terminationGracePeriod": "1h",
             },
         },
@@ -98,7 +109,7 @@ def node_pool_spec(pool: GpuPoolSpec, node_class: str, capacity_types: list[str]
         "disruption": {
             "consolidationPolicy": "WhenEmpty",
             "consolidateAfter": pool.consolidate_after,
-            "budgets": [{"nodes": "1"}],
+            "budgets": [{**budget, "reasons": list(budget["reasons"])} for budget in DISRUPTION_BUDGETS],
         },
     }
 

@@ -19,24 +19,38 @@ class NetworkArgs:
     vpc_cidr: str = "10.40.0.0/16"
     availability_zones: list[str] = field(default_factory=list)
     nat_per_az: bool = False
+    ecr_endpoints: bool = False  # ECR api/dkr interface endpoints: image pulls skip the NAT gateway
     # ... or use an existing one
     vpc_id: str | None = None
     private_subnets: dict[str, str] | None = None  # {az: subnet id}
     public_subnets: dict[str, str] | None = None
 
 
-def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
-    """One large private and one small public subnet per AZ.
+# Subnets are keyed by the zone's letter, never by its place in the zone list: zone a always gets
+# slot 0, b slot 1, ... so that adding, dropping or reordering zones moves no other subnet.
+ZONE_LETTERS = "abcdefg"
 
-    The VPC is cut into eighths: private subnets take one eighth each (pods draw VPC addresses with
-    the VPC CNI), and the last eighth is split four ways for the public subnets (NAT gateways and
-    load balancers only).
+
+def zone_slot(zone: str) -> int:
+    """The zone's fixed slot in the VPC's address plan: its letter (ap-northeast-2c -> 2)."""
+    letter = zone[-1]
+    if letter not in ZONE_LETTERS:
+        raise ValueError(f"{zone}: the address plan has slots for zones a to {ZONE_LETTERS[-1]} only")
+    return ZONE_LETTERS.index(letter)
+
+
+def subnet_cidrs(vpc_cidr: str, zones: list[str]) -> dict[str, tuple[str, str]]:
+    """{zone: (private CIDR, public CIDR)}: one large private and one small public subnet per AZ.
+
+    The VPC is cut into eighths: the private subnet of the zone with letter slot i takes eighth i
+    (pods draw VPC addresses with the VPC CNI), and the last eighth is split eight ways, one part per
+    slot, for the public subnets (NAT gateways and load balancers only). A zone's CIDRs depend on
+    its letter alone.
     """
     net = ipaddress.ip_network(vpc_cidr)
     eighths = list(net.subnets(prefixlen_diff=3))
-    private = [str(s) for s in eighths[:zones]]
-    public = [str(s) for s in list(eighths[7].subnets(prefixlen_diff=2))[:zones]]
-    return private, public
+    public = list(eighths[7].subnets(prefixlen_diff=3))
+    return {zone: (str(eighths[zone_slot(zone)]), str(public[zone_slot(zone)])) for zone in zones}
 
 
 class Network(pulumi.ComponentResource):
@@ -74,7 +88,7 @@ class Network(pulumi.ComponentResource):
 
     def _create(self, name: str, args: NetworkArgs) -> None:
         zones = args.availability_zones
-        private_cidrs, public_cidrs = subnet_cidrs(args.vpc_cidr, len(zones))
+        cidrs = subnet_cidrs(args.vpc_cidr, zones)
         cluster_tag = f"kubernetes.io/cluster/{args.cluster_name}"
 
         vpc = aws.ec2.Vpc(
@@ -102,7 +116,7 @@ class Network(pulumi.ComponentResource):
             public = aws.ec2.Subnet(
                 f"{name}-public-{suffix}",
                 vpc_id=vpc.id,
-                cidr_block=public_cidrs[index],
+                cidr_block=cidrs[az][1],
                 availability_zone=az,
                 map_public_ip_on_launch=False,
                 tags={"Name": f"{args.cluster_name}-public-{az}", "kubernetes.io/role/elb": "1",
@@ -131,7 +145,7 @@ class Network(pulumi.ComponentResource):
             private = aws.ec2.Subnet(
                 f"{name}-private-{suffix}",
                 vpc_id=vpc.id,
-                cidr_block=private_cidrs[index],
+                cidr_block=cidrs[az][0],
                 availability_zone=az,
                 tags={"Name": f"{args.cluster_name}-private-{az}", "kubernetes.io/role/internal-elb": "1",
                       cluster_tag: "shared", DISCOVERY_TAG: args.cluster_name},
@@ -162,6 +176,36 @@ class Network(pulumi.ComponentResource):
             opts=self._child,
         )
 
+        if args.ecr_endpoints:
+            self._ecr_endpoints(name, args, vpc, private_subnets)
+
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*[s.id for s in private_subnets])
         self.public_subnet_ids = pulumi.Output.all(*[s.id for s in public_subnets])
+
+    def _ecr_endpoints(self, name: str, args: NetworkArgs, vpc: aws.ec2.Vpc,
+                       private_subnets: list[aws.ec2.Subnet]) -> None:
+        """ECR's API and registry endpoints in the private subnets, with private DNS: a node's image pull
+        (manifest from dkr, token from api, layers from S3 through the gateway endpoint) never crosses
+        the NAT gateway, whose per-GB charge a ~25 GB vLLM image per GPU node would otherwise pay."""
+        group = aws.ec2.SecurityGroup(
+            f"{name}-ecr-endpoints",
+            vpc_id=vpc.id,
+            description="HTTPS from the VPC to the ECR interface endpoints",
+            ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=443, to_port=443,
+                                                      cidr_blocks=[args.vpc_cidr], description="HTTPS from the VPC")],
+            tags={"Name": f"{args.cluster_name}-ecr-endpoints"},
+            opts=self._child,
+        )
+        for service in ("ecr.api", "ecr.dkr"):
+            aws.ec2.VpcEndpoint(
+                f"{name}-{service.replace('.', '-')}",
+                vpc_id=vpc.id,
+                service_name=f"com.amazonaws.{args.region}.{service}",
+                vpc_endpoint_type="Interface",
+                private_dns_enabled=True,
+                subnet_ids=[s.id for s in private_subnets],
+                security_group_ids=[group.id],
+                tags={"Name": f"{args.cluster_name}-{service}"},
+                opts=self._child,
+            )

@@ -25,10 +25,12 @@ from components.labels import PART_OF
 from components.pod_security import harden
 
 RBAC_NAME = "vllm-poc-startup-reader"
-# The Job's own deadline; Pulumi waits a little longer (scheduling, image already on the node), so it
-# never gives up on a Job that Kubernetes would still let finish.
-DEADLINE_S = 900
-PULUMI_WAIT_S = DEADLINE_S + 300
+# The Job's own deadline: it reads a few objects and logs (seconds; sleep/wake ~30 s on a GPU), and
+# `pulumi up` waits for it on the longest chain of a first `up` (stacks/ops/time_budget.py). Pulumi waits
+# a little longer (scheduling, image already on the node), so it never gives up on a Job that
+# Kubernetes would still let finish.
+DEADLINE_S = 300
+PULUMI_WAIT_S = DEADLINE_S + 120
 
 NAMESPACE_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},

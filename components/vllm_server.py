@@ -213,7 +213,10 @@ def service_manifest(spec: ServeSpec, *, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": spec.name, "namespace": namespace, "labels": server_labels(spec)},
+        # Not awaited: pulumi-kubernetes would wait 10 minutes for ready endpoints, less than a cold start
+        # (the Deployment's own wait covers readiness, and nothing waits on the Service).
+        "metadata": {"name": spec.name, "namespace": namespace, "labels": server_labels(spec),
+                     "annotations": {"pulumi.com/skipAwait": "true"}},
         "spec": {
             "type": "ClusterIP",
             "selector": selector_labels(spec),

@@ -6,10 +6,10 @@ import argparse
 import sys
 
 from bench.common.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_on_signals
-from stacks.ops import api_access, config_reference, diff, preflight, render, staging, teardown
+from stacks.ops import api_access, config_reference, diff, pin_zones, preflight, render, staging, teardown
 
 # Each module exposes add_parser(subparsers), which sets `func` on its parser; --help lists them in this order.
-COMMAND_MODULES = (render, diff, config_reference, staging, preflight, api_access, teardown)
+COMMAND_MODULES = (render, diff, config_reference, staging, preflight, pin_zones, api_access, teardown)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,6 +20,7 @@ from components.gpu_capacity import GpuCapacity, GpuCapacityArgs, GpuPoolSpec
 from components.gpu_telemetry import DcgmExporter, DcgmExporterArgs
 from components.karpenter import Karpenter, KarpenterArgs
 from components.mix_check_job import pod_labels as mixcheck_pod_labels
+from components.image_mirror import ImageMirror, ImageMirrorArgs, mirror_transformation
 from components.labels import PART_OF
 from components.network import Network, NetworkArgs
 from components.network_policy import BenchReach, NetworkPolicies, NetworkPoliciesArgs, ServerReach
@@ -30,7 +31,8 @@ from components.weight_store import (CompileCacheWriters, WeightStore, WeightSto
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import s3_ranges, serving, variants
 from stacks.job_code import bench_code
-from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
+from stacks.account_checks import (check_api_placeholder, check_caller, check_gpu_ami, mirror_credential_arn,
+                                   stack_zones)
 from stacks.report_stack import report_job
 from stacks.settings import BenchSettings, StackSettings
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
@@ -152,6 +154,21 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
     return args
 
 
+def image_mirror(settings: StackSettings, account_id: str, provider: aws.Provider,
+                 node_roles: dict[str, pulumi.Input[str]], opts: pulumi.ResourceOptions) -> ImageMirror | None:
+    """The ECR pull-through cache for Docker Hub (cluster.imageMirror), and the stack transformation that
+    points every container declared from here on at it (components/image_mirror.py)."""
+    prefix = settings.cluster.mirror_prefix
+    if prefix is None:
+        return None
+    credential_arn = mirror_credential_arn(settings, provider)
+    mirror = ImageMirror("image-mirror", ImageMirrorArgs(
+        region=settings.region, account_id=account_id, repository_prefix=prefix, credential_arn=credential_arn,
+        node_role_names=node_roles), opts=opts)
+    pulumi.runtime.register_stack_transformation(mirror_transformation(mirror.registry, mirror.prefix))
+    return mirror
+
+
 BENCH_POD_NAME = "vllm-bench"
 STARTUP_POD_NAME = "vllm-startup"
 
@@ -251,6 +268,7 @@ def build(settings: StackSettings) -> dict[str, object]:
             vpc_cidr=settings.network.vpc_cidr,
             availability_zones=list(zones),
             nat_per_az=settings.network.nat_gateways == "per-az",
+            ecr_endpoints=settings.network.ecr_endpoints,
             vpc_id=settings.network.vpc_id,
             private_subnets=settings.network.private_subnets,
             public_subnets=settings.network.public_subnets,
@@ -277,7 +295,7 @@ def build(settings: StackSettings) -> dict[str, object]:
             private_access_security_groups=list(settings.cluster.private_access_security_groups),
             private_access_cidrs=list(settings.cluster.private_access_cidrs),
             admin_role_arns=list(settings.cluster.admin_role_arns),
-            log_types=list(settings.cluster.log_types),
+            log_types=settings.cluster.enabled_log_types,
             log_retention_days=settings.cluster.log_retention_days,
             tags=tags,
         ),
@@ -298,6 +316,9 @@ def build(settings: StackSettings) -> dict[str, object]:
         ),
         opts=on_cluster,
     )
+
+    image_mirror(settings, account_id, aws_provider, {"system-nodes": cluster.system_node_role.name,
+                                                      "gpu-nodes": karpenter.node_role.name}, on_aws)
 
     gpu = GpuCapacity(
         "gpu",
@@ -369,8 +390,10 @@ def build(settings: StackSettings) -> dict[str, object]:
                 # Never on an empty prefix: the server waits for its models' syncs (or staging checks).
                 depends_on=[namespace, *node_pools, store, node_checks[server.pool].job,
                             *(syncs[m].job for m in serving.server_model_ids(server))],
-                # A benchmark target is never consolidated or drifted away mid-sweep; its bench pod,
-                # on the same node, carries the same annotation for as long as it runs.
+                # do-not-disrupt on a benchmark target and on its bench pod (same node, for as long as it
+                # runs) blocks consolidation; drift is held by the GPU NodePools' budgets, which allow it
+                # no node (components/gpu_capacity.py): past terminationGracePeriod drift would evict a
+                # sweep despite the annotation. Spot reclaim and expiry still can (docs/operations.md).
                 do_not_disrupt=server.name in settings.bench.targets,
             ),
             opts=on_cluster,

@@ -7,7 +7,8 @@ package would file them arbitrarily. The names say the room instead; this is the
 
   the program and its stacks     test_settings, test_bad_stacks, test_stacks, test_serving,
                                  test_variants, test_vllm_flags, test_vllm_cli_args, test_first_up,
-                                 test_api_access, test_s3_ranges, test_render, test_render_stable
+                                 test_api_access, test_s3_ranges, test_render, test_render_stable,
+                                 test_zones, test_time_budget
   the components, as rendered    test_network, test_cluster, test_karpenter, test_gpu_capacity,
                                  test_weight_store, test_weight_sync, test_vllm_server,
                                  test_compile_cache_render, test_workload_identity, test_pod_identity,

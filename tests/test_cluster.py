@@ -85,3 +85,13 @@ def test_stack_outputs(dev):
     assert dev.outputs["clusterName"] == "vllm-poc-dev"
     assert json.loads(dev.outputs["kubeconfig"])["kind"] == "Config"
     assert dev.outputs["nodePools"] == ["g7e", "g7e-on-demand", "l40s", "l40s-x4"]
+
+
+def test_audit_log_is_opt_in_and_api_and_authenticator_stay_on(dev):
+    from stacks.settings import ClusterSettings
+
+    # PoC stacks: api and authenticator only; the audit stream (the largest, billed per GB) is off.
+    assert dev.one("eks:index:Cluster").inputs["enabledClusterLogTypes"] == ["api", "authenticator"]
+    assert ClusterSettings().enabled_log_types == ["api", "authenticator"]
+    assert ClusterSettings(auditLogs=True).enabled_log_types == ["api", "authenticator", "audit"]
+    assert ClusterSettings(logTypes=["api", "audit"], auditLogs=True).enabled_log_types == ["api", "audit"]

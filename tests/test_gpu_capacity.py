@@ -6,6 +6,7 @@ import pytest
 
 from components.gpu_capacity import POOL_LABEL
 from stacks.versions import pins
+from tests.fixtures.k8s_schemas import validate_object
 
 
 def by_name(objects):
@@ -111,3 +112,36 @@ def test_node_pools_and_classes_are_deleted_first_and_wait_for_karpenter(dev):
         names = {d.rsplit("::", 1)[-1] for d in registration.dependencies}
         assert {"karpenter", "karpenter-crd"} <= names
         assert registration.options["customTimeouts"]["delete"] == "30m"
+
+
+def _budgets_for(pool: dict, reason: str) -> list[str]:
+    """The `nodes` of every budget that applies to a disruption reason (no `reasons`: all of them)."""
+    return [b["nodes"] for b in pool["spec"]["disruption"].get("budgets", [{"nodes": "10%"}])
+            if reason in b.get("reasons", [reason])]
+
+
+def test_every_gpu_node_pool_of_every_stack_allows_no_drift_or_underutilized_disruption(all_stacks, karpenter_crds):
+    # A drifting `up` (an AMI bump, a tag, a subnet change) must never evict a running server and its
+    # sweep: terminationGracePeriod overrides do-not-disrupt, so the budgets hold drift at 0 nodes.
+    seen = 0
+    for stack, rendered in all_stacks.items():
+        for pool in rendered.k8s("NodePool"):
+            name = f"{stack}/{pool['metadata']['name']}"
+            assert validate_object(pool, crds=karpenter_crds).errors == [], name
+            for reason in ("Drifted", "Underutilized"):
+                allowed = _budgets_for(pool, reason)
+                # Karpenter takes the most restrictive budget that applies: one of 0 holds the reason.
+                assert "0" in allowed, f"{name}: {reason} disruption is allowed ({allowed})"
+            assert _budgets_for(pool, "Empty") and "0" not in _budgets_for(pool, "Empty"), \
+                f"{name}: an empty GPU node must still be removed"
+            # The grace period stays: it bounds a drain at expiry and at teardown.
+            assert pool["spec"]["template"]["spec"]["terminationGracePeriod"] == "1h", name
+            seen += 1
+    assert seen >= len(all_stacks)
+
+
+def test_the_drift_budget_check_can_fail():
+    pool = {"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}}
+    assert _budgets_for(pool, "Drifted") == ["1"]
+    pool = {"spec": {"disruption": {}}}
+    assert _budgets_for(pool, "Drifted") == ["10%"]

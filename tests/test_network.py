@@ -11,12 +11,21 @@ SUBNET = "aws:ec2/subnet:Subnet"
 
 
 def test_subnets_never_overlap_and_stay_inside_the_vpc():
-    for cidr, zones in (("10.40.0.0/16", 2), ("10.40.0.0/16", 4), ("172.20.0.0/20", 3)):
-        private, public = subnet_cidrs(cidr, zones)
-        nets = [ipaddress.ip_network(n) for n in private + public]
-        assert len(private) == len(public) == zones
+    for cidr, letters in (("10.40.0.0/16", "ab"), ("10.40.0.0/16", "abcd"), ("172.20.0.0/20", "aceg")):
+        plan = subnet_cidrs(cidr, [f"ap-northeast-2{z}" for z in letters])
+        nets = [ipaddress.ip_network(n) for pair in plan.values() for n in pair]
+        assert len(plan) == len(letters)
         assert all(n.subnet_of(ipaddress.ip_network(cidr)) for n in nets)
         assert not any(a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:])
+
+
+def test_a_zone_keeps_its_cidrs_whatever_the_other_zones():
+    # Keyed by the zone's letter, not its place in the list: adding zone a in front of b and c moves
+    # neither b nor c (a positional plan would give a the CIDRs b had).
+    before = subnet_cidrs("10.40.0.0/16", ["ap-northeast-2b", "ap-northeast-2c"])
+    after = subnet_cidrs("10.40.0.0/16", ["ap-northeast-2a", "ap-northeast-2b", "ap-northeast-2c"])
+    assert {z: after[z] for z in before} == before
+    assert subnet_cidrs("10.40.0.0/16", ["ap-northeast-2c"]) == {"ap-northeast-2c": before["ap-northeast-2c"]}
 
 
 def test_new_vpc_spans_two_zones_with_public_and_private_subnets(dev):
@@ -43,8 +52,8 @@ def test_one_nat_gateway_by_default_and_one_per_zone_on_request(dev):
 
 
 def test_s3_gateway_endpoint_serves_every_private_route_table(dev):
-    endpoint = dev.one("aws:ec2/vpcEndpoint:VpcEndpoint")
-    assert endpoint.inputs["serviceName"] == "com.amazonaws.ap-northeast-2.s3"
+    (endpoint,) = [e for e in dev.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+                   if e.inputs["serviceName"] == "com.amazonaws.ap-northeast-2.s3"]
     assert endpoint.inputs["vpcEndpointType"] == "Gateway"
     private_tables = {r.outputs["id"] for r in dev.of_type("aws:ec2/routeTable:RouteTable") if "private" in r.name}
     assert len(private_tables) == 2 and private_tables <= set(endpoint.inputs["routeTableIds"])
@@ -64,3 +73,18 @@ def test_existing_vpc_creates_no_network_but_tags_the_node_subnets():
     cluster = rendered.one("eks:index:Cluster")
     assert cluster.inputs["vpcId"] == "vpc-0123456789abcdef0"
     assert cluster.inputs["privateSubnetIds"] == ["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"]
+
+
+def test_ecr_interface_endpoints_keep_image_pulls_off_the_nat_gateway(dev):
+    endpoints = {e.inputs["serviceName"]: e.inputs for e in dev.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+                 if e.inputs["vpcEndpointType"] == "Interface"}
+    assert set(endpoints) == {"com.amazonaws.ap-northeast-2.ecr.api", "com.amazonaws.ap-northeast-2.ecr.dkr"}
+    private = {s.outputs["id"] for s in dev.of_type(SUBNET) if "private" in s.name}
+    group = dev.one("aws:ec2/securityGroup:SecurityGroup", "network-ecr-endpoints")
+    assert group.inputs["ingress"] == [{"protocol": "tcp", "fromPort": 443, "toPort": 443,
+                                        "cidrBlocks": ["10.40.0.0/16"], "description": "HTTPS from the VPC"}]
+    for endpoint in endpoints.values():
+        # private DNS: the nodes' ordinary ECR host names resolve to the endpoints
+        assert endpoint["privateDnsEnabled"] is True
+        assert set(endpoint["subnetIds"]) == private
+        assert endpoint["securityGroupIds"] == [group.outputs["id"]]

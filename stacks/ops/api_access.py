@@ -155,40 +155,47 @@ def _after_line(text: str, index: int) -> int:
 def set_public_cidrs(text: str, cidrs: list[str]) -> str:
     """`text` (a stack file) with vllm-poc:cluster.publicAccessCidrs set to `cidrs`; comments and the
     rest of the file kept as written."""
-    flow = "[" + ", ".join(cidrs) + "]"
+    return set_list_entry(text, CLUSTER_KEY, "publicAccessCidrs", cidrs)
+
+
+def set_list_entry(text: str, namespace_key: str, entry_key: str, values: list[str]) -> str:
+    """`text` (a stack file) with `<namespace_key>.<entry_key>` set to the flow list `values`; comments
+    and the rest of the file kept as written. Refuses (AccessError) when the result would read back
+    with anything else changed."""
+    flow = "[" + ", ".join(values) + "]"
     root = yaml.compose(text)
     found = _child(root, "config") if isinstance(root, yaml.MappingNode) else None
     if found is None or not isinstance(found[1], yaml.MappingNode):
         raise AccessError("the stack file has no `config:` mapping")
     config = found[1]
-    cluster = _child(config, CLUSTER_KEY)
-    if cluster is None:
+    namespace = _child(config, namespace_key)
+    if namespace is None:
         at = _after_line(text, _end(config))
         indent = " " * config.value[0][0].start_mark.column
         lead = "" if at == 0 or text[at - 1] == "\n" else "\n"
-        new = text[:at] + f"{lead}{indent}{CLUSTER_KEY}:\n{indent}  publicAccessCidrs: {flow}\n" + text[at:]
-    elif not isinstance(cluster[1], yaml.MappingNode) or cluster[1].flow_style:
-        raise AccessError(f"{CLUSTER_KEY} is not written as a block mapping; set publicAccessCidrs: {flow} by hand")
+        new = text[:at] + f"{lead}{indent}{namespace_key}:\n{indent}  {entry_key}: {flow}\n" + text[at:]
+    elif not isinstance(namespace[1], yaml.MappingNode) or namespace[1].flow_style:
+        raise AccessError(f"{namespace_key} is not written as a block mapping; set {entry_key}: {flow} by hand")
     else:
-        entry = _child(cluster[1], "publicAccessCidrs")
+        entry = _child(namespace[1], entry_key)
         if entry is None:
-            at = _after_line(text, _end(cluster[1]))
-            indent = " " * cluster[1].value[0][0].start_mark.column
-            new = text[:at] + f"{indent}publicAccessCidrs: {flow}\n" + text[at:]
+            at = _after_line(text, _end(namespace[1]))
+            indent = " " * namespace[1].value[0][0].start_mark.column
+            new = text[:at] + f"{indent}{entry_key}: {flow}\n" + text[at:]
         else:
             key, value = entry
             new = text[:key.end_mark.index] + f": {flow}" + text[_end(value):]
     # What was meant, and nothing else: the file reads back with only this key changed.
     before, after = yaml.safe_load(text), yaml.safe_load(new)
     expected = dict(before["config"])
-    expected[CLUSTER_KEY] = {**(expected.get(CLUSTER_KEY) or {}), "publicAccessCidrs": list(cidrs)}
+    expected[namespace_key] = {**(expected.get(namespace_key) or {}), entry_key: list(values)}
     if after.get("config") != expected or {k: v for k, v in after.items() if k != "config"} != \
             {k: v for k, v in before.items() if k != "config"}:
-        raise AccessError(f"could not edit the stack file safely; set {CLUSTER_KEY}.publicAccessCidrs: {flow} by hand")
+        raise AccessError(f"could not edit the stack file safely; set {namespace_key}.{entry_key}: {flow} by hand")
     return new
 
 
-def _write(path: Path, text: str) -> None:
+def write_stack_file(path: Path, text: str) -> None:
     """Replace the file in one step: an interrupted write never leaves half a stack file."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -213,7 +220,7 @@ def allow_address(stack: str, address: str, directory: Path) -> tuple[list[str],
     kept = [c for c in before if not is_placeholder(c)]
     after = kept if covered(address, kept) else [*kept, f"{address}/32"]
     if after != before:
-        _write(path, set_public_cidrs(text, after))
+        write_stack_file(path, set_public_cidrs(text, after))
         loader.load_settings(stack, directory, scope="cluster")  # still a valid stack file
     return before, after, path
 

@@ -35,8 +35,12 @@ CALLER_ARN = f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/vllm-poc-deploy/pulumi"
 # Instance type offerings per AZ suffix (getInstanceTypeOfferings): g7e is not in zone a, so a stack
 # with a g7e pool lands in b and c rather than the region's first two zones.
 OFFERED_ZONES = {"g6e": "abcd", "g7e": "bcd"}
+# Private subnets an earlier `up` created ({subnet id: zone}), found by getSubnets; empty: a first `up`.
+LIVE_SUBNETS: dict[str, str] = {}
 # SSM parameters that do not exist (tests add names to see a lookup fail).
 MISSING_PARAMETERS: set[str] = set()
+# Secrets Manager secrets that do not exist (tests add names to see a lookup fail).
+MISSING_SECRETS: set[str] = set()
 # Objects the mock S3 holds for the program's own reads ({bucket/key: text body}); empty: none yet.
 S3_OBJECTS: dict[str, str] = {}
 # How the SDK marks a resource reference inside serialized properties (pulumi.runtime.rpc).
@@ -214,6 +218,17 @@ class RecordingMocks(Mocks):
                      for z in OFFERED_ZONES.get(t.split(".", 1)[0], "abcd")]
             return {"instanceTypes": [t for t, _ in pairs], "locations": [z for _, z in pairs],
                     "locationTypes": ["availability-zone"] * len(pairs), "id": self.region}
+        if token == "aws:secretsmanager/getSecret:getSecret":
+            name = args.args.get("name")
+            if name in MISSING_SECRETS:
+                return {}, [("name", f"ResourceNotFoundException: Secrets Manager can't find the specified secret {name}")]
+            arn = f"arn:aws:secretsmanager:{self.region}:{ACCOUNT_ID}:secret:{name}-{_short_hash(name, 6)}"
+            return {"arn": arn, "id": arn, "name": name, "tags": {}}
+        if token == "aws:ec2/getSubnets:getSubnets":
+            return {"ids": sorted(LIVE_SUBNETS), "filters": args.args.get("filters") or [], "id": self.region}
+        if token == "aws:ec2/getSubnet:getSubnet":
+            subnet = args.args.get("id")
+            return {"id": subnet, "availabilityZone": LIVE_SUBNETS.get(subnet, ""), "vpcId": "vpc-0live"}
         if token == "aws:s3/getObjects:getObjects":
             bucket, prefix = args.args.get("bucket"), args.args.get("prefix") or ""
             keys = sorted(k.split("/", 1)[1] for k in S3_OBJECTS if k.startswith(f"{bucket}/{prefix}"))

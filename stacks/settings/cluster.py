@@ -11,9 +11,54 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from stacks import catalog
 from stacks.settings.base import SettingsModel
 
+# The control-plane log types EKS sends to CloudWatch Logs (UpdateClusterConfig logging.clusterLogging).
+EKS_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 # The values CloudWatch Logs accepts for a log group's retention (PutRetentionPolicy).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
                       2922, 3288, 3653)
+
+
+# ECR pull-through cache rules: the secret's name prefix AWS requires, and the repository prefix's form.
+PULL_THROUGH_SECRET_PREFIX = "ecr-pullthroughcache/"
+_ECR_PREFIX = re.compile(r"(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*")
+
+
+class ImageMirrorSettings(SettingsModel):
+    enabled: bool = Field(
+        True,
+        description="Pull the Docker Hub images (vLLM, Python) through an ECR pull-through cache in the "
+        "stack's account and region, by the same digests: authenticated Docker Hub pulls, fetched once, "
+        "instead of anonymous pulls limited per NAT address. Needs the credentialSecret; false pulls "
+        "from Docker Hub directly.",
+    )
+    credential_secret: str = Field(
+        "ecr-pullthroughcache/docker-hub",
+        description="Name of the Secrets Manager secret (same account and region) holding the Docker Hub "
+        "credentials as JSON {\"username\": ..., \"accessToken\": ...}; AWS requires the "
+        "ecr-pullthroughcache/ prefix. One secret serves every stack of the account and region "
+        "(docs/operations.md, \"Images through the pull-through cache\").",
+    )
+    repository_prefix: str | None = Field(
+        None,
+        description="ECR repository prefix of the cache (2-30 characters, lower case); default the "
+        "cluster name. Unique per account and region, like the cluster.",
+    )
+
+    @field_validator("credential_secret")
+    @classmethod
+    def _secret(cls, v: str) -> str:
+        if not v.startswith(PULL_THROUGH_SECRET_PREFIX) or len(v) == len(PULL_THROUGH_SECRET_PREFIX):
+            raise ValueError(f"{v!r}: ECR takes Docker Hub credentials only from a secret named "
+                             f"{PULL_THROUGH_SECRET_PREFIX}<name>")
+        return v
+
+    @field_validator("repository_prefix")
+    @classmethod
+    def _prefix(cls, v: str | None) -> str | None:
+        if v is not None and (not 2 <= len(v) <= 30 or not _ECR_PREFIX.fullmatch(v)):
+            raise ValueError(f"{v!r} is not an ECR repository prefix: 2-30 lower-case letters, digits, '.', '_', "
+                             "'-' or '/'")
+        return v
 
 
 class ClusterSettings(SettingsModel):
@@ -55,8 +100,20 @@ class ClusterSettings(SettingsModel):
         "one running `pulumi up` (EKS already makes that identity cluster admin; listing it fails).",
     )
     log_types: list[str] = Field(
-        default_factory=lambda: ["api", "audit", "authenticator"],
-        description="Control-plane log types sent to CloudWatch.",
+        default_factory=lambda: ["api", "authenticator"],
+        description="Control-plane log types sent to CloudWatch (api, audit, authenticator, controllerManager, "
+        "scheduler). The audit log is off by default: Karpenter and the bench's API readers make it the "
+        "largest stream, billed per GB ingested, for a PoC that needs none of it; auditLogs turns it on.",
+    )
+    audit_logs: bool = Field(
+        False,
+        description="Send the control-plane audit log to CloudWatch too (adds `audit` to logTypes): for a "
+        "stack that must keep a record of who did what through the Kubernetes API.",
+    )
+    image_mirror: ImageMirrorSettings = Field(
+        default_factory=ImageMirrorSettings,
+        description="Where the nodes pull the Docker Hub images from: an ECR pull-through cache (default) or "
+        "Docker Hub directly.",
     )
     log_retention_days: int = Field(
         14,
@@ -123,6 +180,36 @@ class ClusterSettings(SettingsModel):
                 f"privateAccessCidrs: {wide[0]} admits every address that routes into the VPC; list the runner's "
                 "or the peered network's CIDRs")
         return self
+
+    @property
+    def mirror_prefix(self) -> str | None:
+        """The pull-through cache's repository prefix; None with the mirror off."""
+        if not self.image_mirror.enabled:
+            return None
+        return self.image_mirror.repository_prefix or self.name.lower()
+
+    @model_validator(mode="after")
+    def _mirror_prefix(self) -> ClusterSettings:
+        if self.image_mirror.enabled and self.image_mirror.repository_prefix is None and len(self.name) > 30:
+            raise ValueError(f"imageMirror.repositoryPrefix: the cluster name {self.name!r} is longer than the 30 "
+                             "characters of an ECR repository prefix; set imageMirror.repositoryPrefix")
+        return self
+
+    @property
+    def enabled_log_types(self) -> list[str]:
+        """What the cluster sends to CloudWatch: logTypes, plus audit with auditLogs."""
+        return [*self.log_types, *(["audit"] if self.audit_logs and "audit" not in self.log_types else [])]
+
+    @field_validator("log_types")
+    @classmethod
+    def _log_types(cls, v: list[str]) -> list[str]:
+        unknown = [t for t in v if t not in EKS_LOG_TYPES]
+        if unknown:
+            raise ValueError(f"{', '.join(map(repr, unknown))} not EKS control-plane log types; use some of "
+                             f"{', '.join(EKS_LOG_TYPES)} (auditLogs: true turns the audit log on)")
+        if len(set(v)) != len(v):
+            raise ValueError("lists a log type more than once")
+        return v
 
     @field_validator("log_retention_days")
     @classmethod

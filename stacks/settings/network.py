@@ -11,6 +11,8 @@ from pydantic import Field, field_validator, model_validator
 from stacks.settings.base import SettingsModel
 
 _AZ = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
+# Subnet CIDRs are keyed by zone letter (components/network.py, seven slots).
+_LAST_ZONE_LETTER = "g"
 
 
 class NetworkSettings(SettingsModel):
@@ -20,12 +22,22 @@ class NetworkSettings(SettingsModel):
     )
     availability_zones: list[str] | None = Field(
         None,
-        description="AZs of the created VPC, overriding the choice from offerings (by default the first "
-        "availabilityZoneCount AZs where every GPU pool's instance type is offered).",
+        description="AZs of the created VPC, decided once: `python -m stacks pin-zones <stack>` writes the "
+        "choice from today's offerings (availabilityZoneCount zones where every GPU pool's type is offered) "
+        "and the shipped stacks carry theirs. Unset, a live VPC keeps the zones of its subnets and a new "
+        "one takes the choice. Each zone's subnets and CIDRs follow its letter (a to g), so a change of "
+        "this list moves no other zone; EKS keeps the zones its cluster was created in.",
     )
     nat_gateways: Literal["single", "per-az"] = Field(
         "single",
         description="One NAT gateway for the VPC (PoC cost) or one per AZ (no cross-AZ dependency).",
+    )
+    ecr_endpoints: bool = Field(
+        True,
+        description="Interface endpoints for ECR (api and dkr) in the VPC the stack creates: image pulls from "
+        "ECR (the pull-through cache, EKS add-ons) stay off the NAT gateway's per-GB data processing, as "
+        "the S3 gateway endpoint keeps the image layers and weights off it. About $0.013 per endpoint and AZ "
+        "hour; false routes pulls through the NAT gateway.",
     )
     vpc_id: str | None = Field(None, description="Use this existing VPC instead of creating one.")
     private_subnets: dict[str, str] | None = Field(
@@ -56,6 +68,10 @@ class NetworkSettings(SettingsModel):
         bad = [z for z in v if not _AZ.match(z)]
         if bad:
             raise ValueError(f"{', '.join(bad)} not availability zone names (e.g. ap-northeast-2a)")
+        beyond = [z for z in v if z[-1] > _LAST_ZONE_LETTER]
+        if beyond:
+            raise ValueError(f"{', '.join(beyond)}: the VPC's address plan has a slot for zones a to "
+                             f"{_LAST_ZONE_LETTER} only; pick zones among those")
         if len(set(v)) != len(v) or not 2 <= len(v) <= 4:
             raise ValueError("list 2 to 4 distinct availability zones (EKS needs subnets in at least 2)")
         return v

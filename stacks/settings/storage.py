@@ -48,7 +48,10 @@ class WeightSettings(SettingsModel):
         "exceed the largest shard; below systemNodes.diskSizeGib minus 20.",
     )
     sync_timeout_minutes: int = Field(
-        120, ge=10, le=1440, description="Deadline of one sync Job; `pulumi up` waits for it."
+        60, ge=10, le=1440,
+        description="Deadline of one sync Job; `pulumi up` waits for it (10 min longer), on the longest chain of a "
+        "first `up`, which the deploy role's 3 h session must cover (stacks/ops/time_budget.py). 60 min moves a "
+        "58 GB BF16 checkpoint at 20 MB/s; raise it only with the session and the workflow's timeout.",
     )
 
     @field_validator("revisions")

@@ -132,6 +132,7 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
             vpc_id=getattr(network, "vpc_id", None),
             new_vpc_az_count=None if getattr(network, "vpc_id", None) else getattr(network, "availability_zone_count", None),
             new_vpc_zones=getattr(network, "availability_zones", None),
+            stack=args.stack,
             strict=getattr(args, "strict", False),
         )
         report.findings += stack_findings(settings, clients, strict=getattr(args, "strict", False),

@@ -10,7 +10,7 @@ from stacks import catalog
 from stacks.ops.preflight.aws import (QUOTAS, STANDARD_QUOTA, in_quota_group, offered_azs, on_demand_price,
                                       quota_value, running_quota_vcpus, spot_prices, subnet_azs)
 from stacks.ops.preflight.report import Finding, Pool, PoolReport, PreflightReport, QuotaReport, SystemNodes
-from stacks.zones import choose_zones
+from stacks.zones import PIN_COMMAND, choose_zones, offering_notes, unpinned_note
 
 # Karpenter logs a warning below this many types when a NodePool is flexible to Spot and on-demand
 # (pkg/providers/instance/instance.go, instanceTypeFlexibilityThreshold).
@@ -212,10 +212,14 @@ def run_preflight(
     new_vpc_zones: list[str] | None = None,
     strict: bool = False,
     system: SystemNodes | None = None,
+    stack: str | None = None,
 ) -> PreflightReport:
     offers = offered_azs(ec2, [p.instance_type for p in pools])
+    zone_findings: list[Finding] = []
     if new_vpc_zones or (new_vpc_az_count and not subnet_ids and not vpc_id):
         stack_azs = new_vpc_azs(ec2, pools, offers, new_vpc_az_count or 2, new_vpc_zones)
+        zone_findings = zone_choice_findings(ec2, pools, offers, new_vpc_az_count or 2, new_vpc_zones,
+                                             stack or cluster)
     else:
         stack_azs = subnet_azs(ec2, cluster, subnet_ids, vpc_id, new_vpc_az_count)
     reports = [pool_report(p, offers, stack_azs, ec2, pricing, region) for p in pools]
@@ -242,7 +246,7 @@ def run_preflight(
             required_for=system.describe,
             headroom_for=f"the system node group at its maxSize {system.max_size}"))
     return PreflightReport(region, cluster, reports, quota_reports,
-                           evaluate(region, cluster, reports, quota_reports, strict=strict))
+                           evaluate(region, cluster, reports, quota_reports, strict=strict) + zone_findings)
 
 
 def new_vpc_azs(ec2, pools: list[Pool], offers: dict[str, list[str]], count: int,
@@ -253,3 +257,15 @@ def new_vpc_azs(ec2, pools: list[Pool], offers: dict[str, list[str]], count: int
     chosen, _ = choose_zones(available, {t: set(azs) for t, azs in offers.items()},
                              {p.name: p.instance_type for p in pools}, count, override)
     return chosen
+
+
+def zone_choice_findings(ec2, pools: list[Pool], offers: dict[str, list[str]], count: int,
+                         pinned: list[str] | None, stack: str) -> list[Finding]:
+    """The created VPC's zones against today's offerings: unpinned zones are a warning (pin them once);
+    pinned zones that today's offerings would choose differently are a note. Nothing moves either way."""
+    today = new_vpc_azs(ec2, pools, offers, len(pinned) if pinned else count, None)
+    if not pinned:
+        return [Finding("warning", "zones", unpinned_note(stack, today), f"{PIN_COMMAND} {stack}")]
+    types = {p.name: p.instance_type for p in pools}
+    return [Finding("note", "zones", note) for note in
+            offering_notes(pinned, today, {t: set(azs) for t, azs in offers.items()}, types)]
