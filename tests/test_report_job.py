@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import boto3
 import pytest
@@ -258,12 +257,19 @@ def test_the_rendered_command_waits_for_late_sweeps_then_reports(aws, all_stacks
                              "--max-poll-seconds", "0.6", "--log-seconds", "1", "--no-charts"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        time.sleep(1.5)
-        assert proc.poll() is None, proc.stdout.read()  # nothing to report yet: it waits
+        # nothing to report yet: it says so and waits (read its lines until it does, however slow the
+        # machine is to start it, rather than after a fixed sleep)
+        seen = []
+        while not any("no results yet" in line for line in seen):
+            line = proc.stdout.readline()
+            assert line, "".join(seen)  # the Job ended before it said it was waiting
+            seen.append(line)
+        assert proc.poll() is None, "".join(seen)
         for server, folder in sweeps.items():
             finish(folder)
             upload(client, folder, prefixes[server])
-        out, _ = proc.communicate(timeout=300)
+        rest, _ = proc.communicate(timeout=300)
+        out = "".join(seen) + rest
     finally:
         if proc.poll() is None:
             proc.kill()
