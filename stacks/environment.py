@@ -29,7 +29,7 @@ from components.weight_store import (CompileCacheWriters, WeightStore, WeightSto
                                      results_prefix)
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import s3_ranges, serving, variants
-from stacks.job_code import bench_code
+from stacks.job_code import SWEEP_MODULE, bench_code, measured_code, module_code
 from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
 from stacks.report_stack import report_job
 from stacks.settings import BenchSettings, StackSettings
@@ -79,8 +79,11 @@ def bench_prompts() -> dict[str, str]:
 def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str],
                       hardware: dict[str, object] | None = None) -> str:
     """What shapes the numbers: the hardware (instance type, GPUs, capacity types), the server's
-    image, flags and env, the sweep settings, the bench code. A server moved to another pool gets a
-    new Job and a new results prefix, so `--resume` never keeps another machine's results."""
+    image, flags and env, the sweep settings, and the code that runs in the sweep's Jobs (the import
+    closures of `bench.run.sweep` and `bench.startup.collect`, stacks/job_code.py) with the prompt
+    set. A server moved to another pool gets a new Job and a new results prefix, so `--resume` never
+    keeps another machine's results; an edit to the report's pages, the demo or the docs renames
+    nothing."""
     payload = {
         "hardware": hardware or {},
         "server": {"image": spec.image, "args": list(spec.args), "env": spec.env, "gpus": spec.gpus},
@@ -420,9 +423,10 @@ def build(settings: StackSettings) -> dict[str, object]:
         for target in settings.bench.targets:
             server = servers[target]
             spec = server.spec
-            # The prompt set is hashed with the code: a changed prompt file starts new sweeps.
-            config_hash = bench_config_hash(spec, settings.bench, {**code, **prompt_files},
-                                            bench_hardware(settings, target, spec))
+            # The prompt set is hashed with the code the sweep runs: a changed prompt file starts new sweeps.
+            config_hash = bench_config_hash(
+                spec, settings.bench, {**measured_code(code), **{f"data/{k}": v for k, v in prompt_files.items()}},
+                bench_hardware(settings, target, spec))
             target_results = pulumi.Output.concat(
                 "s3://", store.results_bucket_name, "/", results_prefix(settings.stack), f"{target}/{config_hash[:10]}/")
             # Start-up timeline (and sleep/wake) of the target's pods, before its sweep begins.
@@ -447,7 +451,7 @@ def build(settings: StackSettings) -> dict[str, object]:
                     server_pod_labels=selector_labels(spec),
                     kubernetes_api=True,
                     region=settings.region,
-                    code=code,
+                    code=module_code(code, SWEEP_MODULE),
                     config_hash=config_hash,
                     prompts=prompts,
                     api_key_secret=settings.security.api_key_secret,

@@ -592,4 +592,19 @@ def _stopped_message(args: argparse.Namespace, exc: BaseException) -> str:
         kept = ("files already uploaded stay in S3 and are not sent again; the manifest was not written, "
                 "so no pull takes the partial upload for a cache")
     return (f"compile-cache {args.cache_command}: stopped by {signal_name(exc)}.\n  {kept}\n"
-            f"  to resume: {rerun_command('weights')}")
+            f"  to resume: {rerun_command(getattr(args, 'rerun_prefix', 'weights'))}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m weights.compile_cache push|pull ...`: what the server pod's steps run. Their code is
+    this module and what it imports (not the weight sync's), so an edit elsewhere in weights/ leaves
+    the server's pod template, and so the server, alone."""
+    parser = argparse.ArgumentParser(prog="python -m weights.compile_cache")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["compile-cache", *(sys.argv[1:] if argv is None else argv)])
+    args.rerun_prefix = "weights.compile_cache"
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
