@@ -151,7 +151,7 @@ def edit_stack(repo: Path, stack: str, change) -> None:
 def test_nothing_changed_is_an_empty_preview(repo):
     result = run_diff(repo, "dev", "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {"create": [], "update": [], "replace": [], "delete": []}
+    assert json.loads(result.stdout) == {"create": [], "update": [], "replace": [], "delete": [], "effects": []}
     text = run_diff(repo, "dev")
     assert text.returncode == 0 and "no changes:" in text.stdout and "(merge-base with main)" in text.stdout
 
@@ -170,6 +170,9 @@ def test_one_bench_setting_replaces_the_hashed_jobs_and_their_code(repo):
         assert entry["replaces"] != entry["object"] and "metadata.name changed" in entry["reasons"]
         assert entry["replaces"].rsplit("-", 1)[0] == entry["object"].rsplit("-", 1)[0]
     assert 2 <= len(preview["replace"]) + len(preview["update"]) <= 8
+    # said in words: the sweep runs again, the server does not restart
+    assert "re-runs sweep bench-gemma-fp8" in preview["effects"]
+    assert not any(text.startswith("restarts server") for text in preview["effects"])
     # the prompt set and the server are untouched
     touched = {e["name"] for kind in ("update", "replace") for e in preview[kind]}
     assert not {"bench-prompts-config-map", "server-gemma-fp8-deployment"} & touched
