@@ -21,8 +21,8 @@ from bench.analysis import answer
 from components.cluster import Cluster
 from components.labels import PART_OF
 from components.mix_check_job import MixCheckJob, MixCheckJobArgs
-from components.report_job import (ReportJob, ReportJobArgs, ReportSweep, deadline_hours, inputs_hash, report_prefix,
-                                   report_statements)
+from components.report_job import (ReportJob, ReportJobArgs, ReportSweep, deadline_hours, inputs_hash, job_name,
+                                   report_prefix, report_statements)
 from components.vllm_server import VllmServer, selector_labels
 from components.weight_store import WeightStore, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
@@ -89,6 +89,25 @@ def _state(body: str | None) -> str | None:
         return None
 
 
+def mixcheck_job_name(stack: str, digest: str) -> str:
+    return f"mixcheck-{stack}-{digest[:10]}"[:63]
+
+
+def report_job_names(settings: StackSettings, prefixes: dict[str, str], *, namespace: str,
+                     code: dict[str, str]) -> dict[str, list[str]]:
+    """server -> the report-side Jobs that read its sweep (the report) or run on it (the mixed-traffic
+    check), by the names report_job gives them; empty without bench.compare."""
+    compare = settings.bench.compare
+    if compare is None:
+        return {}
+    args = report_args(settings, prefixes, namespace=namespace, results_bucket="", code=code)
+    digest = inputs_hash(args)
+    names = {sweep.server: [job_name(settings.stack, digest)] for sweep in args.sweeps}
+    if compare.mixed_traffic and compare.candidate:
+        names[compare.candidate].append(mixcheck_job_name(settings.stack, digest))
+    return names
+
+
 def mix_check_job(settings: StackSettings, report: ReportJob, servers: dict[str, VllmServer], *,
                   namespace_name: str, weights_bucket: str, code: dict[str, str],
                   depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> MixCheckJob:
@@ -111,7 +130,7 @@ def mix_check_job(settings: StackSettings, report: ReportJob, servers: dict[str,
             server_pod_labels=selector_labels(server.spec),
             region=settings.region,
             code=code,
-            job_name=f"mixcheck-{settings.stack}-{report.digest[:10]}"[:63],
+            job_name=mixcheck_job_name(settings.stack, report.digest),
             wait_hours=deadline_hours(report.args),
             api_key_secret=settings.security.api_key_secret,
             depends_on=depends_on,
@@ -124,10 +143,11 @@ def report_job(settings: StackSettings, prefixes: dict[str, str], *, namespace_n
                namespace: k8s.core.v1.Namespace, cluster: Cluster, store: WeightStore, account_id: str,
                code: dict[str, str], aws_provider: aws.Provider, bench_jobs: list[pulumi.Resource],
                servers: dict[str, VllmServer], weights_bucket: str, bench_access: list[pulumi.Resource],
-               opts: pulumi.ResourceOptions) -> dict[str, pulumi.Output[Any]] | None:
-    """The report Job of a stack with bench.compare, its identity, and the stack output `report`."""
+               opts: pulumi.ResourceOptions) -> tuple[dict[str, pulumi.Output[Any]] | None, list[pulumi.Resource]]:
+    """The report Job of a stack with bench.compare, its identity, and the stack output `report`;
+    with the Jobs it created (the report, the mixed-traffic check)."""
     if settings.bench.compare is None:
-        return None
+        return None, []
     args = report_args(settings, prefixes, namespace=namespace_name, results_bucket=store.results_bucket_name,
                        code=code)
     prefix = report_prefix(args, inputs_hash(args))
@@ -149,7 +169,8 @@ def report_job(settings: StackSettings, prefixes: dict[str, str], *, namespace_n
     # After the bench Jobs it reads (created, not finished: it waits for their sweeps in S3 itself).
     job = ReportJob("report", replace(args, depends_on=[namespace, identity.association, identity.service_account,
                                                         *bench_jobs]), opts=opts)
+    jobs: list[pulumi.Resource] = [job.job]
     if settings.bench.compare.mixed_traffic:
-        mix_check_job(settings, job, servers, namespace_name=namespace_name, weights_bucket=weights_bucket,
-                      code=code, depends_on=[*bench_access, job.job], opts=opts)
-    return {"uri": job.uri, "state": report_state(store.results_bucket_name, prefix, aws_provider)}
+        jobs.append(mix_check_job(settings, job, servers, namespace_name=namespace_name, weights_bucket=weights_bucket,
+                                  code=code, depends_on=[*bench_access, job.job], opts=opts).job)
+    return {"uri": job.uri, "state": report_state(store.results_bucket_name, prefix, aws_provider)}, jobs
