@@ -65,6 +65,41 @@ def test_a_resource_whose_own_name_carries_a_hash_is_paired_too():
     assert [e["name"] for e in plain["create"]] == ["new-code"] and [e["name"] for e in plain["delete"]] == ["old-code"]
 
 
+def _deployment(image: str, replicas: int | None = 1) -> dict:
+    spec = {"template": {"spec": {"containers": [{"name": "vllm", "image": image}]}}}
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return {"type": D.DEPLOYMENT, "name": "server-gemma-fp8-deployment", "parent": "server-gemma-fp8",
+            "inputs": {"kind": "Deployment", "metadata": {"name": "gemma-fp8", "namespace": "vllm", "labels": {
+                "app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": "gemma-fp8"}}, "spec": spec}}
+
+
+def _job(app: str, name: str, server: str = "gemma-fp8") -> dict:
+    return {"type": D.JOB, "name": f"{app}-{server}-job", "parent": f"{app}-{server}", "inputs": {
+        "kind": "Job", "metadata": {"name": name, "namespace": "vllm", "labels": {
+            "app.kubernetes.io/name": f"vllm-{app}", "app.kubernetes.io/instance": server}}, "spec": {}}}
+
+
+def test_what_a_change_costs_is_said_in_words():
+    old = [_deployment("vllm:1"), _job("bench", "bench-gemma-fp8-1111111111"),
+           _job("startup", "startup-gemma-fp8-1111111111")]
+    same = D.compare(old, old)
+    assert D.effects(old, old, same) == []
+    # a new image: the server restarts; the sweep's new identity re-runs it and its start-up record
+    new = [_deployment("vllm:2"), _job("bench", "bench-gemma-fp8-2222222222"),
+           _job("startup", "startup-gemma-fp8-2222222222")]
+    assert D.effects(old, new, D.compare(old, new)) == [
+        "re-records the start-up of gemma-fp8", "re-runs sweep bench-gemma-fp8", "restarts server gemma-fp8"]
+    # replicas alone scale, they do not restart; a new server starts
+    scaled = [_deployment("vllm:1", replicas=0), *old[1:]]
+    assert D.effects(old, scaled, D.compare(old, scaled)) == ["scales server gemma-fp8 to 0 replicas"]
+    assert D.effects([], old, D.compare([], old)) == [
+        "records the start-up of gemma-fp8", "runs sweep bench-gemma-fp8", "starts server gemma-fp8"]
+    text = D.format_text(D.compare(old, new), "header", 0, said=D.effects(old, new, D.compare(old, new)))
+    assert text.splitlines()[1:4] == ["this change re-records the start-up of gemma-fp8",
+                                      "this change re-runs sweep bench-gemma-fp8", "this change restarts server gemma-fp8"]
+
+
 def test_changed_data_replaces_an_immutable_config_map_and_updates_a_mutable_one():
     old, new = config_map("c", "c", {"a": "1"}), config_map("c", "c", {"a": "2"})
     assert len(D.compare([old], [new])["replace"]) == 1
