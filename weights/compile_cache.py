@@ -584,7 +584,6 @@ def _stay(log: Callable[[str], None]) -> int:
 def _stopped_message(args: argparse.Namespace, exc: BaseException) -> str:
     # Not at the top: the weight-sync Job imports this module without the bench package (see _progress).
     from bench.common.interrupts import rerun_command, signal_name  # local import: the sync Job mounts no bench
-
     if args.cache_command == "pull":
         kept = (f"files already verified stay in {args.dir / STAGING} and are not downloaded again; "
                 "nothing was moved into place unless the pull had finished")
@@ -592,19 +591,10 @@ def _stopped_message(args: argparse.Namespace, exc: BaseException) -> str:
         kept = ("files already uploaded stay in S3 and are not sent again; the manifest was not written, "
                 "so no pull takes the partial upload for a cache")
     return (f"compile-cache {args.cache_command}: stopped by {signal_name(exc)}.\n  {kept}\n"
-            f"  to resume: {rerun_command(getattr(args, 'rerun_prefix', 'weights'))}")
+            f"  to resume: {rerun_command('weights' if sys.argv[1:2] == ['compile-cache'] else 'weights.compile_cache')}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m weights.compile_cache push|pull ...`: what the server pod's steps run. Their code is
-    this module and what it imports (not the weight sync's), so an edit elsewhere in weights/ leaves
-    the server's pod template, and so the server, alone."""
+if __name__ == "__main__":  # the server pod's steps: this module and its imports only (stacks/job_code.py)
     parser = argparse.ArgumentParser(prog="python -m weights.compile_cache")
     add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["compile-cache", *(sys.argv[1:] if argv is None else argv)])
-    args.rerun_prefix = "weights.compile_cache"
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(parser.parse_args(["compile-cache", *sys.argv[1:]])))
