@@ -247,6 +247,11 @@ def test_released_servers_leave_replicas_to_the_release_and_the_output_says_so(g
     assert set(out["servers"]) >= targets
     assert all(out["servers"][t].startswith("released once") for t in targets)
     assert out["gpuUsdPerHourWhileMeasuring"] > out["gpuUsdPerHourAfterRelease"] >= 0
+    # an emptied GPU node goes: consolidation WhenEmpty, and nothing marks the node itself do-not-disrupt
+    # (the annotation is on the server's and the bench's pods, which the release removes)
+    for pool in g7e.k8s("NodePool"):
+        assert pool["spec"]["disruption"]["consolidationPolicy"] == "WhenEmpty"
+        assert "karpenter.sh/do-not-disrupt" not in json.dumps(pool["spec"]["template"].get("metadata") or {})
     # the wake Job comes before the start-up record, which comes before the sweep
     for target in targets:
         startup = g7e.one("kubernetes:batch/v1:Job", f"startup-{target}-job")
