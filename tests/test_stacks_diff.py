@@ -196,7 +196,7 @@ def test_one_bench_setting_replaces_the_hashed_jobs_and_their_code(repo):
     result = run_diff(repo, "dev", "--json")
     assert result.returncode == 0, result.stderr
     preview = json.loads(result.stdout)
-    print("one setting:", {k: [e["object"] for e in v] for k, v in preview.items()})
+    print("one setting:", {k: [e["object"] for e in preview[k]] for k in D.KINDS}, preview["effects"])
     assert preview["create"] == [] and preview["delete"] == []
     replaced = {e["name"]: e for e in preview["replace"]}
     # the sweep's hash moved: its Job and its code under new names, each paired with its predecessor
@@ -220,7 +220,7 @@ def test_an_added_server_is_created_with_its_parts(repo):
     result = run_diff(repo, "dev", "--json")
     assert result.returncode == 0, result.stderr
     preview = json.loads(result.stdout)
-    print("server added:", {k: len(v) for k, v in preview.items()})
+    print("server added:", {k: len(preview[k]) for k in D.KINDS})
     created = {e["object"] for e in preview["create"]}
     assert {"Deployment vllm/gemma-b", "Service vllm/gemma-b"} <= created
     # only the new server's parts: the existing server and the cluster stay as they are
