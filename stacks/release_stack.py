@@ -21,7 +21,7 @@ from stacks.versions import pins
 RELEASE_MODULE = "bench.run.release"
 
 
-def server_jobs(settings: StackSettings, target: str, config_hash: str, report_jobs: dict[str, list[str]]) -> list[str]:
+def server_jobs(target: str, config_hash: str, report_jobs: dict[str, list[str]]) -> list[str]:
     """Every Job that uses a benchmarked server: its start-up record and sweep, then the report Jobs
     that read its sweep (and the mixed-traffic check that runs on it)."""
     return [startup_job.job_name(target, config_hash), bench_job.job_name(target, config_hash),
@@ -42,7 +42,7 @@ def gpu_release(settings: StackSettings, servers: dict[str, Any], hashes: dict[s
     report_jobs = report_job_names(settings, prefixes, namespace=namespace, code=code)
     plan = [
         ServerRelease(server=target, sweep_hash=hashes[target],
-                      jobs=server_jobs(settings, target, hashes[target], report_jobs),
+                      jobs=server_jobs(target, hashes[target], report_jobs),
                       replicas=servers[target].spec.replicas, wake_timeout_s=servers[target].spec.deploy_timeout_s,
                       depends_on=[servers[target].deployment])
         for target in settings.bench.targets
