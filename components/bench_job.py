@@ -1,12 +1,12 @@
 """The benchmark Job: one scenario sweep against one vLLM server, results streamed to S3.
 
-The Job runs `python3 -m bench sweep` in the server's own image (vLLM, python3 and boto3 are there;
-nothing is built), with the bench package mounted from an immutable ConfigMap and the stack's prompt
+The Job runs `python3 -m bench.run.sweep` in the server's own image (vLLM, python3 and boto3 are
+there; nothing is built), with that module and what it imports mounted from an immutable ConfigMap and the stack's prompt
 set (one ConfigMap every bench Job shares) projected beside it. It is created once
 the server's Deployment is available, and `pulumi up` does not wait for the sweep (skipAwait).
 
 Its name carries a hash of everything that shapes the numbers (server flags and image, sweep
-settings, bench code): a changed configuration starts a new sweep under a new results prefix, and
+settings, the code the sweep and its start-up record run, the prompt set; not the report's code): a changed configuration starts a new sweep under a new results prefix, and
 an unchanged `pulumi up` leaves the finished Job alone. On a pod restart (a failure, a Spot
 interruption) the next pod downloads what the last one uploaded and runs only what is missing.
 
@@ -45,7 +45,7 @@ class BenchJobArgs:
     sweep_args: list[str]  # scenarios, concurrencies, prompts, metadata for the manifest
     server_pod_labels: dict[str, str]
     region: str
-    code: dict[str, str]  # bench package: path in the package -> source
+    code: dict[str, str]  # what `bench.run.sweep` imports: path in the package -> source
     config_hash: str  # covers the code and the prompt set
     prompts: BenchPromptSet | None = None  # the stack's prompt set
     labels: dict[str, str] = field(default_factory=dict)
@@ -125,7 +125,7 @@ class BenchJob(pulumi.ComponentResource):
             args.code, child)
         self.results_uri = pulumi.Output.from_input(args.results_uri)
         command = [
-            "python3", "-m", "bench", "sweep",
+            "python3", "-m", "bench.run.sweep",
             "--base-url", args.base_url,
             "--model", args.served_model,
             "--tokenizer", args.tokenizer_uri,

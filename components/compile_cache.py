@@ -5,7 +5,7 @@ components/weight_store.py's.
 
 A new pod on a new Spot node starts with an empty cache volume and compiles its model; the PoC
 measured torch.compile at 73 s without a cache and 8.5 s with one (engine init 93 s and 25 s). The
-pod carries the cache through the weights bucket instead (`python -m weights compile-cache`):
+pod carries the cache through the weights bucket instead (`python -m weights.compile_cache`):
 
   compile-cache-pull   init container, before vLLM: restores s3://<weights>/compile-cache/<key>/ into
                        the cache volume, every file checked against the manifest's SHA-256; a
@@ -16,7 +16,9 @@ pod carries the cache through the weights bucket instead (`python -m weights com
 
 Both run in the server's own image, already on the node (python3 and boto3 come with it: the Run:ai
 streamer's S3 backend uses boto3), with the `weights` package and the `bench` modules it imports
-(bench/common/: progress, interrupts) from immutable ConfigMaps, the way the weight-sync Job gets its code.
+(bench/common/: progress, interrupts) from immutable ConfigMaps, the way the weight-sync Job gets its code:
+only the modules `python -m weights.compile_cache` imports, so the ConfigMaps' names (in the pod
+template) change with that code alone.
 
 The key: a short hash over what decides whether a compiled cache applies. `cache_key` says which
 inputs and why. vLLM keeps its own hash of the compile inputs inside the cache (a cache that does not
@@ -46,6 +48,9 @@ CODE_DIR = "/opt/vllm-poc"
 CODE_VOLUME = "compile-cache-code"
 HELPERS_VOLUME = "compile-cache-helpers"
 KEY_VERSION = 1
+# What the steps run: that module and its imports are all the code they mount (stacks/job_code.py),
+# so an edit to the weight sync's code (weights/hub.py) leaves the server's pod template unchanged.
+MODULE = "weights.compile_cache"
 
 # `vllm serve` flags that cannot change what vLLM compiles (its own compile hash leaves them out, or
 # they live in the API server, not in the engine). Every other flag, those from extraArgs included,
@@ -162,13 +167,13 @@ def _mounts(cache_volume: str, cache_mount: str) -> list[dict[str, Any]]:
 
 
 def pull_command(cache: CompileCache, cache_mount: str) -> list[str]:
-    return ["python3", "-m", "weights", "compile-cache", "pull", "--dir", cache_mount, "--uri", cache.uri,
+    return ["python3", "-m", MODULE, "pull", "--dir", cache_mount, "--uri", cache.uri,
             "--max-gib", f"{cache.max_gib:g}", "--budget-s", str(PULL_BUDGET_S), "--region", cache.region]
 
 
 def push_command(cache: CompileCache, cache_mount: str, port: int) -> list[str]:
     excludes = [arg for name in PUSH_EXCLUDES for arg in ("--exclude", name)]
-    return ["python3", "-m", "weights", "compile-cache", "push", "--dir", cache_mount, "--uri", cache.uri,
+    return ["python3", "-m", MODULE, "push", "--dir", cache_mount, "--uri", cache.uri,
             *excludes, "--wait-for", f"http://127.0.0.1:{port}/health", "--stay",
             "--concurrency", str(PUSH_CONCURRENCY), "--region", cache.region]
 
@@ -180,8 +185,8 @@ def init_containers(cache: CompileCache, *, image: str, cache_volume: str, cache
         "name": PULL_CONTAINER,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": pull_command(cache, cache_mount)[:5],
-        "args": pull_command(cache, cache_mount)[5:],
+        "command": pull_command(cache, cache_mount)[:4],
+        "args": pull_command(cache, cache_mount)[4:],
         "env": _env(cache),
         # Hashing and moving files: a short burst before vLLM needs the CPU itself.
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
@@ -193,8 +198,8 @@ def init_containers(cache: CompileCache, *, image: str, cache_volume: str, cache
         "imagePullPolicy": "IfNotPresent",
         # A native sidecar: started before vLLM, stopped after it, never blocks the pod's start.
         "restartPolicy": "Always",
-        "command": push_command(cache, cache_mount, port)[:5],
-        "args": push_command(cache, cache_mount, port)[5:],
+        "command": push_command(cache, cache_mount, port)[:4],
+        "args": push_command(cache, cache_mount, port)[4:],
         "env": _env(cache),
         # Idle but for one push (PUSH_CONCURRENCY files of at most 64 MiB in memory at a time).
         "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},

@@ -89,6 +89,8 @@ class NetworkPoliciesArgs:
     ranges_parameter: str | None = None  # SSM parameter the ranges are recorded in, for preflight
     servers: list[ServerReach] = field(default_factory=list)
     benches: list[BenchReach] = field(default_factory=list)
+    # Pods that only talk to the Kubernetes API (the GPU release Jobs): {policy name: pod labels}
+    api_clients: dict[str, dict[str, str]] = field(default_factory=dict)
     depends_on: Sequence[pulumi.Resource] = ()
 
 
@@ -168,6 +170,11 @@ def policy_manifests(args: NetworkPoliciesArgs, s3_cidrs: list[str]) -> list[dic
                            "ports": _tcp(443)})
         policies.append(_policy(f"bench-{bench.name}", ns, {"matchLabels": dict(bench.pod_labels)},
                                 {"policyTypes": ["Egress"], "egress": egress}))
+    for name, labels in sorted(args.api_clients.items()):
+        # The API server (its ENIs in the cluster's subnets, the `kubernetes` Service address); nothing else.
+        policies.append(_policy(name, ns, {"matchLabels": dict(labels)}, {"policyTypes": ["Egress"], "egress": [
+            {"to": [{"ipBlock": {"cidr": args.vpc_cidr}}, {"ipBlock": {"cidr": _first_ip(services)}}],
+             "ports": _tcp(443)}]}))
     return policies
 
 

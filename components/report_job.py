@@ -15,7 +15,10 @@ that changes after its report was written is reported again when the Job runs ne
 
 Image: the pinned plain Python image the weight sync uses (tens of MB, on the system nodes), with
 the bench package from an immutable ConfigMap and its pinned requirements (the `report` extra:
-boto3, matplotlib, numpy) pip-installed at start. The vLLM image would do without pip for boto3,
+boto3, matplotlib, numpy, with every transitive dependency locked in requirements-report.lock)
+pip-installed at start, retried in the pod for about an hour. A failed Job (status.json `failed`,
+one more file under failures/) shows in the stack output `report` as `"state": "failed"` with the
+reason, and the next `pulumi up` recreates it (a new attempt number in its pod template). The vLLM image would do without pip for boto3,
 but it lists no matplotlib (vLLM's `bench` extra holds it, and the image installs vLLM without
 that extra), and at ~25 GB it would take minutes and half a system node's disk. So the pod carries
 the internet-egress label for PyPI (HTTPS to public addresses, nothing private); besides, it has
@@ -50,11 +53,22 @@ FINAL_EXIT_CODE = 2
 WAIT_HOURS = 13
 # With the mixed-traffic check: how long the plan waits for it (its Job runs minutes once the plan exists).
 MIXED_TRAFFIC_WAIT_HOURS = 2
+# The install is retried in the pod, for up to about an hour (a PyPI or NAT outage), long before the
+# report's own wait ends: the pins are the whole locked set (requirements-report.lock, generated from
+# the `report` extra with its transitive dependencies), installed with --no-deps so nothing floats.
+INSTALL_TRIES = 8
 _SCRIPT = (
-    "python -m pip install --quiet --no-cache-dir --disable-pip-version-check --root-user-action=ignore "
-    f"--only-binary=:all: --target {DEPS_DIR} -r {bench_pod.CODE_DIR}/bench/{REQUIREMENTS}\n"
+    "n=1\n"
+    "until python -m pip install --quiet --no-cache-dir --disable-pip-version-check --root-user-action=ignore "
+    f"--only-binary=:all: --no-deps --target {DEPS_DIR} -r {bench_pod.CODE_DIR}/bench/{REQUIREMENTS}; do\n"
+    f'  [ "$n" -ge {INSTALL_TRIES} ] && {{ echo "report: pip install failed {INSTALL_TRIES} times; giving up" >&2; exit 1; }}\n'
+    '  echo "report: pip install failed (try $n); again in $((n * 60)) s" >&2; sleep $((n * 60)); n=$((n + 1))\n'
+    "done\n"
     'exec python -m bench publish "$@"\n'
 )
+# Pod template annotation: the attempt after failed ones (the count of failures/ under the report's
+# prefix, read at `pulumi up`): a new value replaces the failed Job under the same name.
+ATTEMPT_ANNOTATION = "vllm-poc/report-attempt"
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,8 @@ class ReportJobArgs:
     region: str
     labels: dict[str, str] = field(default_factory=dict)
     depends_on: Sequence[pulumi.Resource] = ()
+    # failed attempts so far (read from S3 at `pulumi up`): each new count recreates the Job
+    failed_attempts: pulumi.Input[int] = 0
 
 
 def inputs_hash(args: ReportJobArgs) -> str:
@@ -159,6 +175,15 @@ def report_statements(results_bucket_arn: pulumi.Input[str], read_prefixes: Sequ
     ]
 
 
+def template_metadata(labels: dict[str, str], failed_attempts: int) -> dict[str, Any]:
+    """The pod template's metadata: after failed attempts, the attempt number (a new template, so
+    `pulumi up` replaces the failed Job, which Kubernetes never starts again by itself)."""
+    meta: dict[str, Any] = {"labels": labels}
+    if failed_attempts:
+        meta["annotations"] = {ATTEMPT_ANNOTATION: str(int(failed_attempts) + 1)}
+    return meta
+
+
 def job_manifest(args: ReportJobArgs, name: str, code_config_map: str, bucket: pulumi.Input[str],
                  prefix: str) -> dict[str, Any]:
     """The Job as applied (plain data, so tests can check it without Pulumi)."""
@@ -222,10 +247,17 @@ def job_manifest(args: ReportJobArgs, name: str, code_config_map: str, bucket: p
             # No ttlSecondsAfterFinished: Pulumi manages the Job, and one that deleted itself would be
             # created again by the next `pulumi up --refresh` (a new run nobody asked for).
             # PyPI for its requirements: HTTPS to public addresses (components/network_policy.py).
-            "template": {"metadata": {"labels": {**labels, INTERNET_EGRESS_LABEL[0]: INTERNET_EGRESS_LABEL[1]}},
+            "template": {"metadata": _attempt_metadata({**labels, INTERNET_EGRESS_LABEL[0]: INTERNET_EGRESS_LABEL[1]},
+                                                       args.failed_attempts),
                          "spec": pod_spec},
         },
     }
+
+
+def _attempt_metadata(labels: dict[str, str], failed_attempts: pulumi.Input[int]) -> Any:
+    if isinstance(failed_attempts, int):
+        return template_metadata(labels, failed_attempts)
+    return pulumi.Output.from_input(failed_attempts).apply(lambda n: template_metadata(labels, n or 0))
 
 
 class ReportJob(pulumi.ComponentResource):

@@ -238,6 +238,9 @@ class VllmServerArgs:
     # Keep Karpenter from consolidating or expiring the node under this server.
     do_not_disrupt: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    # Scaled by the GPU release (components/release_job.py), not by Pulumi: the Deployment is declared
+    # without `replicas` (1 at creation), so no later `up` scales a released server back up.
+    released_by_job: bool = False
 
     def __post_init__(self) -> None:
         if (self.identity is None) == (self.service_account_name is None):
@@ -289,6 +292,8 @@ class VllmServer(pulumi.ComponentResource):
         manifest = deployment_manifest(spec, namespace=args.namespace, service_account=service_account,
                                        do_not_disrupt=args.do_not_disrupt)
         manifest["metadata"]["labels"].update(args.labels)
+        if args.released_by_job:
+            del manifest["spec"]["replicas"]
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=manifest["metadata"],

@@ -30,9 +30,10 @@ from components.weight_store import (CompileCacheWriters, WeightStore, WeightSto
                                      results_prefix)
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import s3_ranges, serving, variants
-from stacks.job_code import bench_code
+from stacks.job_code import SWEEP_MODULE, bench_code, measured_code, module_code
 from stacks.account_checks import (check_api_placeholder, check_caller, check_gpu_ami, mirror_credential_arn,
                                    stack_zones)
+from stacks.release_stack import RELEASE_POD_LABELS, gpu_release, release_gpus, release_output
 from stacks.report_stack import report_job
 from stacks.settings import BenchSettings, StackSettings
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
@@ -81,13 +82,16 @@ def bench_prompts() -> dict[str, str]:
 def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str],
                       hardware: dict[str, object] | None = None) -> str:
     """What shapes the numbers: the hardware (instance type, GPUs, capacity types), the server's
-    image, flags and env, the sweep settings, the bench code. A server moved to another pool gets a
-    new Job and a new results prefix, so `--resume` never keeps another machine's results."""
+    image, flags and env, the sweep settings, and the code that runs in the sweep's Jobs (the import
+    closures of `bench.run.sweep` and `bench.startup.collect`, stacks/job_code.py) with the prompt
+    set. A server moved to another pool gets a new Job and a new results prefix, so `--resume` never
+    keeps another machine's results; an edit to the report's pages, the demo or the docs renames
+    nothing."""
     payload = {
         "hardware": hardware or {},
         "server": {"image": spec.image, "args": list(spec.args), "env": spec.env, "gpus": spec.gpus},
-        # The report Job's settings are not the sweep's: changing them never re-runs a sweep.
-        "bench": bench.model_dump(mode="json", exclude={"compare"}),
+        # The report Job's settings and the GPU release are not the sweep's: changing them never re-runs one.
+        "bench": bench.model_dump(mode="json", exclude={"compare", "release_gpus"}),
         "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in code.items()},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -239,7 +243,8 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], na
         NetworkPoliciesArgs(namespace=NAMESPACE, vpc_cidr=vpc_cidr, s3_cidrs=list(s3_cidrs or []),
                             s3_prefix_list=prefix_list,
                             ranges_parameter=s3_ranges.parameter_name(settings.cluster.name),
-                            servers=reach, benches=benches, depends_on=[namespace]),
+                            servers=reach, benches=benches, depends_on=[namespace],
+                            api_clients={"gpu-release": dict(RELEASE_POD_LABELS)} if release_gpus(settings) else {}),
         opts=opts,
     )
 
@@ -395,6 +400,7 @@ def build(settings: StackSettings) -> dict[str, object]:
                 # no node (components/gpu_capacity.py): past terminationGracePeriod drift would evict a
                 # sweep despite the annotation. Spot reclaim and expiry still can (docs/operations.md).
                 do_not_disrupt=server.name in settings.bench.targets,
+                released_by_job=settings.bench.release_gpus and server.name in settings.bench.targets,
             ),
             opts=on_cluster,
         )
@@ -410,6 +416,8 @@ def build(settings: StackSettings) -> dict[str, object]:
     results: dict[str, pulumi.Output[str]] = {}
     prefixes: dict[str, str] = {}
     bench_jobs: list[pulumi.Resource] = []
+    sweep_jobs: dict[str, list[pulumi.Resource]] = {}
+    release = None
     bench_access: list[pulumi.Resource] = []
     if settings.bench.targets:
         bench_identity = WorkloadIdentity(
@@ -440,19 +448,27 @@ def build(settings: StackSettings) -> dict[str, object]:
         prompt_files = bench_prompts()
         prompts = BenchPromptSet("bench-prompts", NAMESPACE, prompt_files, depends_on=[namespace], opts=on_cluster)
         reader = startup_reader_rbac(NAMESPACE, BENCH_SERVICE_ACCOUNT, on_cluster)
+        # The prompt set is hashed with the code the sweep runs: a changed prompt file starts new sweeps.
+        measured = {**measured_code(code), **{f"data/{k}": v for k, v in prompt_files.items()}}
+        hashes = {target: bench_config_hash(servers[target].spec, settings.bench, measured,
+                                            bench_hardware(settings, target, servers[target].spec))
+                  for target in settings.bench.targets}
+        prefixes = {target: f"{results_prefix(settings.stack)}{target}/{h[:10]}/" for target, h in hashes.items()}
+        # A server released after an earlier sweep is woken before a new one (bench.releaseGpus).
+        release = gpu_release(settings, servers, hashes, prefixes, namespace=NAMESPACE, code=code,
+                              depends_on=[namespace], opts=on_cluster)
         for target in settings.bench.targets:
             server = servers[target]
             spec = server.spec
-            # The prompt set is hashed with the code: a changed prompt file starts new sweeps.
-            config_hash = bench_config_hash(spec, settings.bench, {**code, **prompt_files},
-                                            bench_hardware(settings, target, spec))
+            config_hash = hashes[target]
             target_results = pulumi.Output.concat(
                 "s3://", store.results_bucket_name, "/", results_prefix(settings.stack), f"{target}/{config_hash[:10]}/")
             # Start-up timeline (and sleep/wake) of the target's pods, before its sweep begins.
             recorded = startup_job(
                 settings, target, server, namespace=NAMESPACE, service_account=BENCH_SERVICE_ACCOUNT,
                 results_uri=target_results, code=code, config_hash=config_hash, opts=on_cluster,
-                depends_on=[server.deployment, reader, bench_identity.association, bench_identity.service_account])
+                depends_on=[server.deployment, reader, bench_identity.association, bench_identity.service_account,
+                            *([release.wake_jobs[target]] if release else [])])
             job = BenchJob(
                 f"bench-{target}",
                 BenchJobArgs(
@@ -470,7 +486,7 @@ def build(settings: StackSettings) -> dict[str, object]:
                     server_pod_labels=selector_labels(spec),
                     kubernetes_api=True,
                     region=settings.region,
-                    code=code,
+                    code=module_code(code, SWEEP_MODULE),
                     config_hash=config_hash,
                     prompts=prompts,
                     api_key_secret=settings.security.api_key_secret,
@@ -480,14 +496,17 @@ def build(settings: StackSettings) -> dict[str, object]:
                 opts=on_cluster,
             )
             results[target] = job.results_uri
-            prefixes[target] = f"{results_prefix(settings.stack)}{target}/{config_hash[:10]}/"
             bench_jobs.append(job.job)
+            sweep_jobs[target] = [recorded.job, job.job]
 
     # The answer: report, plan (and compare) from those sweeps, written to S3 by a Job that waits for them.
-    report = report_job(settings, prefixes, namespace_name=NAMESPACE, namespace=namespace, cluster=cluster,
+    report, report_jobs = report_job(settings, prefixes, namespace_name=NAMESPACE, namespace=namespace, cluster=cluster,
                         store=store, account_id=account_id, code=bench_code(), aws_provider=aws_provider,
                         bench_jobs=bench_jobs, servers=servers, weights_bucket=weights_bucket,
                         bench_access=bench_access, opts=on_cluster)
+    # The GPUs go back once every Job that uses a server has ended (created after those Jobs).
+    for target in sweep_jobs if release else []:
+        release.release_after(target, [*sweep_jobs[target], *report_jobs])
 
     # -- network reach --------------------------------------------------------------------------
     network_policies(settings, servers, namespace, aws_provider, on_cluster)
@@ -506,4 +525,6 @@ def build(settings: StackSettings) -> dict[str, object]:
         "benchResults": results,
         "streamerResults": streamer_results,
         **({"report": report} if report else {}),
+        "gpuRelease": release_output(settings, {name: bench_prices(settings, name, s.spec) for name, s in servers.items()},
+                                     release),
     }

@@ -1,12 +1,17 @@
 """The Python code the Jobs mount, read from the repository as {path in its package: source}.
 
-The bench Jobs, the report Job and the mixed-traffic check run `python -m bench ...`, which imports
-every command: they mount the whole bench package. A Job that runs one module
-(`python -m bench.startup.collect`, `python -m bench.startup.streamer`), and the compile-cache
-steps (the weights package, which imports two modules of bench/common/), mount only what they
-import: the modules reached from there through every import of the bench package, function-local
-ones included, with the `__init__.py` of each package on the way. A module that moves, or that
-starts importing another, takes what it needs along without a list to keep up to date.
+A Job that runs one module (`python -m bench.run.sweep`, `python -m bench.startup.collect`,
+`python -m bench.startup.streamer`, `python -m bench.run.release`), and the server's compile-cache
+steps (`python -m weights.compile_cache`, which imports two modules of bench/common/), mount only
+what that module imports: the modules reached from there through every import of the package,
+function-local ones included, with the `__init__.py` of each package on the way. A module that
+moves, or that starts importing another, takes what it needs along without a list to keep up to
+date. The report Job and the mixed-traffic check run `python -m bench ...`, which imports every
+command: they mount the whole bench package.
+
+That closure is also what names a Job (its hash): a sweep is keyed by the code that produces its
+numbers, so an edit to the report's pages, the demo, the docs or the tests renames no sweep and
+restarts no server, and an edit to the sweep's own code does (`measured_code`).
 """
 
 from __future__ import annotations
@@ -81,5 +86,24 @@ def module_code(code: dict[str, str], module: str) -> dict[str, str]:
 
 
 def weights_helpers() -> dict[str, str]:
-    """The bench modules the weights package imports (the compile-cache steps mount them beside it)."""
+    """The bench modules the weights package imports (the weight-sync Job mounts them beside it)."""
     return imported_code(bench_code(), weights_code().values())
+
+
+# The modules a target's sweep runs: the sweep itself and the start-up record written under its prefix.
+SWEEP_MODULE = "bench.run.sweep"
+TIMELINE_MODULE = "bench.startup.collect"
+COMPILE_CACHE_MODULE = "weights.compile_cache"
+
+
+def measured_code(code: dict[str, str]) -> dict[str, str]:
+    """What produces a sweep's results prefix (of the bench package `code`): the sweep's closure and
+    the start-up timeline's, which writes into the same prefix. Its hash keys the sweep."""
+    return {**module_code(code, SWEEP_MODULE), **module_code(code, TIMELINE_MODULE)}
+
+
+def compile_cache_code() -> tuple[dict[str, str], dict[str, str]]:
+    """(the weights modules, the bench modules) that `python -m weights.compile_cache` imports: what
+    the server pod's cache steps mount, and so all of the code its pod template depends on."""
+    weights = imported_code(weights_code(), [f"import {COMPILE_CACHE_MODULE}"], package="weights")
+    return weights, imported_code(bench_code(), weights.values())

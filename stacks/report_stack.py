@@ -2,9 +2,12 @@
 
 The Job (components/report_job.py) gets its own service account and role, scoped to the sweeps it
 reads and to its own report prefix. The output is `{"uri": "s3://.../runs/<stack>/report/<hash>/",
-"state": "pass" | "fail" | "inconclusive" | null}`: the state is read from the report's
-summary.json when `pulumi up` runs (a listing of the prefix, then the file), so it is null until the
-Job has written the report, and the next `pulumi up` after that shows it.
+"state": "pass" | "fail" | "inconclusive" | "failed" | null}` (with `"reason"` when failed): the
+state is read from the report's summary.json when `pulumi up` runs (a listing of the prefix, then
+the file), so it is null until the Job has written the report, and the next `pulumi up` after that
+shows it. A Job that failed says so in status.json (bench publish): the output shows
+`"state": "failed"` and the reason, and that same `up` recreates the Job (failures/ counts the
+attempts; components/report_job.py).
 """
 
 from __future__ import annotations
@@ -21,19 +24,21 @@ from bench.analysis import answer
 from components.cluster import Cluster
 from components.labels import PART_OF
 from components.mix_check_job import MixCheckJob, MixCheckJobArgs
-from components.report_job import (ReportJob, ReportJobArgs, ReportSweep, deadline_hours, inputs_hash, report_prefix,
-                                   report_statements)
+from components.report_job import (ReportJob, ReportJobArgs, ReportSweep, deadline_hours, inputs_hash, job_name,
+                                   report_prefix, report_statements)
 from components.vllm_server import VllmServer, selector_labels
 from components.weight_store import WeightStore, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 from stacks.settings import StackSettings
-from stacks.versions import extra, pins
+from stacks.versions import locked, pins
 
 REPORT_SERVICE_ACCOUNT = "vllm-report"
 # The mixed-traffic check runs as the bench (environment.BENCH_SERVICE_ACCOUNT): its server's tokenizer
 # and the stack's results prefix, where the report's prefix lies.
 BENCH_SERVICE_ACCOUNT = "vllm-bench"
 SUMMARY = "summary.json"
+STATUS = "status.json"  # bench publish's progress file; `failed` with a note when the Job failed
+FAILURES = "failures/"  # one file per failed attempt (bench/analysis/publish.py)
 
 
 def report_sweeps(settings: StackSettings, prefixes: dict[str, str]) -> list[ReportSweep]:
@@ -62,31 +67,75 @@ def report_args(settings: StackSettings, prefixes: dict[str, str], *, namespace:
                   "verdict_basis": compare.verdict_basis, "headroom": compare.headroom, "spares": compare.spares,
                   "mix": dict(sorted(compare.mix.items())), "mixed_traffic": compare.mixed_traffic},
         code=code,
-        requirements=extra("report"),
+        requirements=locked("report"),
         region=settings.region,
     )
 
 
-def report_state(bucket: pulumi.Input[str], prefix: str, provider: aws.Provider) -> pulumi.Output[str | None]:
-    """The verdict state in `<prefix>summary.json`, or None while there is none (read at `pulumi up`)."""
+def report_reading(bucket: pulumi.Input[str], prefix: str, provider: aws.Provider) -> pulumi.Output[dict[str, Any]]:
+    """What the report's prefix says at `pulumi up` (a listing, then one file): {"state": the verdict
+    state from summary.json, or "failed" when status.json says so, else None; "reason": why it failed;
+    "failures": how many attempts failed (files under failures/)}."""
     invoke = pulumi.InvokeOptions(provider=provider)
     listing = aws.s3.get_objects_output(bucket=bucket, prefix=prefix, opts=invoke)
 
     def read(values: list[Any]) -> Any:
         name, result = values
-        if f"{prefix}{SUMMARY}" not in (result.keys or []):
-            return None
-        obj = aws.s3.get_object_output(bucket=name, key=f"{prefix}{SUMMARY}", opts=invoke)
-        return obj.body.apply(_state)
+        keys = result.keys or []
+        failures = len([k for k in keys if k.startswith(f"{prefix}{FAILURES}")])
+        for file, parse in ((SUMMARY, _state), (STATUS, _failed)):
+            if f"{prefix}{file}" in keys:
+                body = aws.s3.get_object_output(bucket=name, key=f"{prefix}{file}", opts=invoke).body
+                return body.apply(lambda text, parse=parse: {**parse(text), "failures": failures})
+        return {"state": None, "failures": failures}
 
     return pulumi.Output.all(bucket, listing).apply(read)
 
 
-def _state(body: str | None) -> str | None:
+def _state(body: str | None) -> dict[str, Any]:
     try:
-        return answer.verdict_state(json.loads(body)) if body else None
+        return {"state": answer.verdict_state(json.loads(body)) if body else None}
     except ValueError:
-        return None
+        return {"state": None}
+
+
+def _failed(body: str | None) -> dict[str, Any]:
+    """status.json of a report Job that failed: the state and its note; any other status: no state yet."""
+    try:
+        status = json.loads(body) if body else {}
+    except ValueError:
+        return {"state": None}
+    if not isinstance(status, dict) or status.get("state") != "failed":
+        return {"state": None}
+    reason = status.get("note") or "the report Job failed; see its log"
+    return {"state": "failed", "reason": f"{reason} (updated {status.get('updated_at') or 'at an unknown time'}); "
+                                          "the next `pulumi up` runs it again"}
+
+
+def report_output(uri: pulumi.Output[str], reading: pulumi.Output[dict[str, Any]]) -> dict[str, Any]:
+    """The stack output `report`: {"uri", "state"} and, for a failed Job, "reason"."""
+    out: dict[str, Any] = {"uri": uri, "state": reading.apply(lambda r: r["state"])}
+    return pulumi.Output.all(out["uri"], out["state"], reading).apply(
+        lambda v: {"uri": v[0], "state": v[1], **({"reason": v[2]["reason"]} if v[2].get("reason") else {})})
+
+
+def mixcheck_job_name(stack: str, digest: str) -> str:
+    return f"mixcheck-{stack}-{digest[:10]}"[:63]
+
+
+def report_job_names(settings: StackSettings, prefixes: dict[str, str], *, namespace: str,
+                     code: dict[str, str]) -> dict[str, list[str]]:
+    """server -> the report-side Jobs that read its sweep (the report) or run on it (the mixed-traffic
+    check), by the names report_job gives them; empty without bench.compare."""
+    compare = settings.bench.compare
+    if compare is None:
+        return {}
+    args = report_args(settings, prefixes, namespace=namespace, results_bucket="", code=code)
+    digest = inputs_hash(args)
+    names = {sweep.server: [job_name(settings.stack, digest)] for sweep in args.sweeps}
+    if compare.mixed_traffic and compare.candidate:
+        names[compare.candidate].append(mixcheck_job_name(settings.stack, digest))
+    return names
 
 
 def mix_check_job(settings: StackSettings, report: ReportJob, servers: dict[str, VllmServer], *,
@@ -111,7 +160,7 @@ def mix_check_job(settings: StackSettings, report: ReportJob, servers: dict[str,
             server_pod_labels=selector_labels(server.spec),
             region=settings.region,
             code=code,
-            job_name=f"mixcheck-{settings.stack}-{report.digest[:10]}"[:63],
+            job_name=mixcheck_job_name(settings.stack, report.digest),
             wait_hours=deadline_hours(report.args),
             api_key_secret=settings.security.api_key_secret,
             depends_on=depends_on,
@@ -124,10 +173,11 @@ def report_job(settings: StackSettings, prefixes: dict[str, str], *, namespace_n
                namespace: k8s.core.v1.Namespace, cluster: Cluster, store: WeightStore, account_id: str,
                code: dict[str, str], aws_provider: aws.Provider, bench_jobs: list[pulumi.Resource],
                servers: dict[str, VllmServer], weights_bucket: str, bench_access: list[pulumi.Resource],
-               opts: pulumi.ResourceOptions) -> dict[str, pulumi.Output[Any]] | None:
-    """The report Job of a stack with bench.compare, its identity, and the stack output `report`."""
+               opts: pulumi.ResourceOptions) -> tuple[dict[str, pulumi.Output[Any]] | None, list[pulumi.Resource]]:
+    """The report Job of a stack with bench.compare, its identity, and the stack output `report`;
+    with the Jobs it created (the report, the mixed-traffic check)."""
     if settings.bench.compare is None:
-        return None
+        return None, []
     args = report_args(settings, prefixes, namespace=namespace_name, results_bucket=store.results_bucket_name,
                        code=code)
     prefix = report_prefix(args, inputs_hash(args))
@@ -146,10 +196,14 @@ def report_job(settings: StackSettings, prefixes: dict[str, str], *, namespace_n
         ),
         opts=opts,
     )
+    reading = report_reading(store.results_bucket_name, prefix, aws_provider)
     # After the bench Jobs it reads (created, not finished: it waits for their sweeps in S3 itself).
+    # A failed attempt found in S3 recreates the Job (a new attempt number in its pod template).
     job = ReportJob("report", replace(args, depends_on=[namespace, identity.association, identity.service_account,
-                                                        *bench_jobs]), opts=opts)
+                                                        *bench_jobs],
+                                      failed_attempts=reading.apply(lambda r: r["failures"])), opts=opts)
+    jobs: list[pulumi.Resource] = [job.job]
     if settings.bench.compare.mixed_traffic:
-        mix_check_job(settings, job, servers, namespace_name=namespace_name, weights_bucket=weights_bucket,
-                      code=code, depends_on=[*bench_access, job.job], opts=opts)
-    return {"uri": job.uri, "state": report_state(store.results_bucket_name, prefix, aws_provider)}
+        jobs.append(mix_check_job(settings, job, servers, namespace_name=namespace_name, weights_bucket=weights_bucket,
+                                  code=code, depends_on=[*bench_access, job.job], opts=opts).job)
+    return report_output(job.uri, reading), jobs

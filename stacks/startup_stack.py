@@ -18,14 +18,13 @@ from components.streamer_job import StreamerJob, StreamerJobArgs, streamer_state
 from components.vllm_server import selector_labels
 from components.weight_store import model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
-from stacks.job_code import module_code
+from stacks.job_code import TIMELINE_MODULE, module_code
 from stacks.serving import MODELS
 from stacks.settings import GpuPoolSettings, StackSettings
 from stacks.settings.startup import streamer_model
 
 STREAMER_SERVICE_ACCOUNT = "vllm-streamer"
 # The module each Job runs (`python -m <module>`); it mounts that module and what it imports.
-TIMELINE_MODULE = "bench.startup.collect"
 STREAMER_MODULE = "bench.startup.streamer"
 
 

@@ -85,6 +85,12 @@ def extra(name: str) -> list[str]:
     return list(_pyproject()["project"]["optional-dependencies"][name])
 
 
+def locked(name: str) -> list[str]:
+    """The pins of `requirements-<name>.lock` (an extra with its transitive dependencies), comments left out."""
+    path = Path(__file__).resolve().parent.parent / f"requirements-{name}.lock"
+    return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "extra":
         print("\n".join(extra(argv[1])))

@@ -13,11 +13,11 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_weight_store, test_weight_sync, test_vllm_server,
                                  test_compile_cache_render, test_workload_identity, test_pod_identity,
                                  test_network_policy, test_pod_security, test_exposure,
-                                 test_job_lifetimes, test_bench_job, test_report_job,
+                                 test_job_lifetimes, test_bench_job, test_report_job, test_gpu_release,
                                  test_bench_hardware_render, test_startup_render, test_prompt_set
   outside judges of the renders  test_k8s_schemas, test_schema_source, test_scanners, test_policies,
                                  test_policies_workloads, test_image_provenance
-  operator commands              test_preflight, test_teardown, test_staging, test_stacks_diff,
+  operator commands              test_preflight, test_teardown, test_staging, test_stacks_diff, test_life_of_ups,
                                  test_operator_friction, test_interrupts, test_workflows
   weights                        test_weight_sync (the Job), test_compile_cache, test_model_loading_s3
   bench: running a sweep         test_bench_sweep, test_bench_e2e, test_bench_extra_runs,

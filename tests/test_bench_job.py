@@ -15,7 +15,7 @@ from bench.common.workloads import KOREAN_PROMPTS, WORKLOADS, data_files
 from components import pod_security
 from components.bench_job import FINAL_EXIT_CODES
 from stacks import environment
-from stacks.job_code import BENCH_DIR, bench_code
+from stacks.job_code import BENCH_DIR, bench_code, module_code
 from tests.fixtures.code_volumes import config_maps, volume_files, write_files
 from tests.fixtures.pulumi_stack import render_with
 
@@ -62,7 +62,7 @@ def test_job_runs_the_sweep_in_the_server_image_without_a_gpu(dev):
     server = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == server["image"]
     command = container["command"]
-    assert command[:4] == ["python3", "-m", "bench", "sweep"]
+    assert command[:3] == ["python3", "-m", "bench.run.sweep"]
     assert "--resume" in command
     assert flag(command, "--base-url") == "http://gemma-fp8.vllm.svc.cluster.local:8000"
     assert flag(command, "--model") == "RedHatAI/gemma-4-31B-it-FP8-dynamic"
@@ -107,13 +107,15 @@ def test_results_go_to_the_stack_prefix_of_the_results_bucket(dev):
     assert writes and all(r == f"arn:aws:s3:::{bucket}/runs/dev/*" for s in writes for r in s["Resource"])
 
 
-def test_config_map_carries_the_whole_bench_package(dev):
+def test_config_map_carries_what_the_sweep_imports_and_not_the_report_side(dev):
     (config_map,) = [c for c in dev.k8s("ConfigMap") if c["metadata"]["name"].startswith("bench-code-")]
     assert config_map["immutable"] is True
     (job,) = bench_jobs(dev)
     files = code_volume_files(dev, job)
-    package = {p.relative_to(BENCH_DIR).as_posix() for p in BENCH_DIR.rglob("*.py") if "__pycache__" not in p.parts}
-    assert {name for name in files if name.endswith(".py")} == package == set(bench_code())
+    assert {name for name in files if name.endswith(".py")} == set(module_code(bench_code(), "bench.run.sweep"))
+    # the sweep's own wing and the rules it judges runs by; not the pages, the demo or the start-up wing
+    assert {"run/sweep.py", "run/client.py", "analysis/results.py", "common/s3.py"} <= set(files)
+    assert not {"analysis/markup.py", "analysis/pages.py", "demo/command.py", "__main__.py"} & set(files)
     assert files["run/sweep.py"] == (BENCH_DIR / "run" / "sweep.py").read_text()
     assert config_map["data"]["run.sweep.py"] == files["run/sweep.py"]  # a key holds no '/'
 
@@ -134,7 +136,7 @@ def test_one_prompt_set_per_stack_mounted_beside_every_bench_jobs_code(all_stack
     assert len(jobs) >= 2
     for job in jobs:
         files = code_volume_files(matrix, job)
-        assert set(bench_code()) | {f"data/{name}" for name in data_files()} == set(files)
+        assert set(module_code(bench_code(), "bench.run.sweep")) | {f"data/{name}" for name in data_files()} == set(files)
         # bench.common.workloads reads bench/data/, where the projection puts the prompt set
         assert files[f"data/{KOREAN_PROMPTS}"] == WORKLOADS["K_korean"].data_path().read_text(encoding="utf-8")
     registration = matrix.one("kubernetes:batch/v1:Job", f"bench-{jobs[0]['metadata']['labels']['app.kubernetes.io/instance']}-job")

@@ -52,8 +52,10 @@ def test_pods_mount_no_service_account_token_unless_they_call_the_api(dev):
         calls_api = (namespace, spec.get("serviceAccountName", "default")) in bound
         assert spec["automountServiceAccountToken"] is calls_api, label
         callers += [label] if calls_api else []
-    # the bench sweep (its node) and the start-up timeline (pods, events, nodes, NodeClaims)
-    assert sorted(c.split("/")[0] for c in callers) == ["Job", "Job"], callers
+    # the bench sweep (its node), the start-up timeline (pods, events, nodes, NodeClaims), and the GPU
+    # release's wake and release Jobs (their server's scale, the Jobs they wait for)
+    assert sorted(c.split("/")[1].split("-")[0] for c in callers) == ["bench", "release", "startup", "wake"], callers
+    assert all(c.startswith("Job/") for c in callers), callers
 
 
 def test_root_filesystem_read_only_with_every_write_location_on_a_volume(dev):

@@ -13,10 +13,11 @@ import boto3
 import pytest
 
 from components import pod_security
-from components.report_job import FINAL_EXIT_CODE
+from components.report_job import ATTEMPT_ANNOTATION, FINAL_EXIT_CODE
+from stacks.ops import diff as D
 from stacks.ops import mocks
 from stacks.settings import ConfigError, settings_from_config
-from stacks.versions import extra, pins
+from stacks.versions import extra, locked, pins
 from stacks.job_code import bench_code
 from tests.fixtures.code_volumes import config_maps, volume_files, write_files
 from tests.fixtures.pulumi_stack import render_with, stack_config
@@ -108,7 +109,10 @@ def test_image_code_and_requirements(all_stacks):
     assert code["immutable"] is True
     assert spec["volumes"][0]["name"] == "code" and spec["volumes"][0]["configMap"]["name"] == code["metadata"]["name"]
     files = volume_files(config_maps(g7e), spec["volumes"][0])
-    assert files["requirements-report.txt"].split() == extra("report")
+    # the whole locked set (the extra and what it needs), installed without resolving anything more
+    assert files["requirements-report.txt"].split() == locked("report")
+    assert set(extra("report")) <= set(locked("report"))
+    assert "--no-deps" in container(job)["command"][2]
     assert {"analysis/publish.py", "analysis/report.py", "analysis/plan.py", "analysis/compare.py",
             "common/locations.py", "__main__.py"} <= set(files)
     assert set(files) == set(bench_code()) | {"requirements-report.txt"}  # the whole package, as its tree
@@ -199,6 +203,64 @@ def test_the_output_carries_the_verdict_state_once_the_report_exists(monkeypatch
     # Only status.json (the Job is waiting): still no state.
     monkeypatch.setattr(mocks, "S3_OBJECTS", {key.replace("summary.json", "status.json"): "{}"})
     assert render_with("g7e").outputs["report"]["state"] is None
+
+
+def test_a_failed_report_job_shows_in_the_output_and_the_next_up_recreates_it(monkeypatch):
+    first = render_with("g7e")
+    assert first.outputs["report"]["state"] is None and "reason" not in first.outputs["report"]
+    job = report_job(first)
+    assert ATTEMPT_ANNOTATION not in (job["spec"]["template"]["metadata"].get("annotations") or {})
+    prefix = first.outputs["report"]["uri"].removeprefix("s3://")
+    failed = {"state": "failed", "note": "a report step failed; see the Job log", "updated_at": "2026-12-03T08:00:00Z"}
+    objects = {f"{prefix}status.json": json.dumps(failed), f"{prefix}failures/2026-12-03T080000Z.json": "{}"}
+    monkeypatch.setattr(mocks, "S3_OBJECTS", objects)
+    after = render_with("g7e")
+    report = after.outputs["report"]
+    assert report["state"] == "failed" and report["uri"] == first.outputs["report"]["uri"]
+    assert "a report step failed" in report["reason"] and "next `pulumi up` runs it again" in report["reason"]
+    # the same Job (name, prefix), a new pod template: Pulumi replaces the failed Job, which runs again
+    again = report_job(after)
+    assert again["metadata"]["name"] == job["metadata"]["name"]
+    assert again["spec"]["template"]["metadata"]["annotations"][ATTEMPT_ANNOTATION] == "2"
+    (entry,) = [e for e in D.compare(first.resources(), after.resources())["replace"] if e["name"] == "report-job"]
+    assert "spec.template changed" in entry["reasons"]
+    # the retry wrote the report: the attempt stays, so the finished Job is left alone
+    objects[f"{prefix}summary.json"] = json.dumps({"verdict": {"threshold": 1.5, "min_ratio": 3.49, "pass": True,
+                                                               "basis": "slo", "state": "pass"}})
+    done = render_with("g7e")
+    assert done.outputs["report"] == {"uri": report["uri"], "state": "pass"}
+    assert report_job(done)["spec"]["template"] == again["spec"]["template"]
+    # a Job still waiting for its sweeps (status.json, not failed): no state, no retry
+    monkeypatch.setattr(mocks, "S3_OBJECTS", {f"{prefix}status.json": json.dumps({**failed, "state": "waiting"})})
+    waiting = render_with("g7e")
+    assert waiting.outputs["report"] == {"uri": report["uri"], "state": None}
+    assert report_job(waiting)["spec"]["template"] == job["spec"]["template"]
+
+
+def test_the_lock_holds_the_extra_and_everything_it_needs():
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins_by_name = {canonicalize_name(line.split("==")[0]): line.split("==")[1] for line in locked("report")}
+    assert all("==" in line for line in locked("report"))
+    for line in extra("report"):  # the extra's own pins, as pyproject.toml gives them
+        name, version = line.split("==")
+        assert pins_by_name[canonicalize_name(name)] == version, f"{line}: regenerate requirements-report.lock"
+    # closed: what each locked distribution requires on the image's Python (3.12, Linux x86_64) is locked
+    # too (read from the installed distribution's metadata: the project's venv holds the report extra)
+    target = {"python_version": "3.12", "python_full_version": "3.12.12", "sys_platform": "linux",
+              "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+              "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    missing = []
+    for name in pins_by_name:
+        for spec in metadata.requires(name) or []:
+            requirement = Requirement(spec)
+            if requirement.marker is None or requirement.marker.evaluate(target):
+                if canonicalize_name(requirement.name) not in pins_by_name:
+                    missing.append(f"{name} needs {requirement}")
+    assert not missing, f"regenerate requirements-report.lock: {missing}"
 
 
 @pytest.mark.parametrize("compare, message", [

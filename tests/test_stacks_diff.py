@@ -65,6 +65,41 @@ def test_a_resource_whose_own_name_carries_a_hash_is_paired_too():
     assert [e["name"] for e in plain["create"]] == ["new-code"] and [e["name"] for e in plain["delete"]] == ["old-code"]
 
 
+def _deployment(image: str, replicas: int | None = 1) -> dict:
+    spec = {"template": {"spec": {"containers": [{"name": "vllm", "image": image}]}}}
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return {"type": D.DEPLOYMENT, "name": "server-gemma-fp8-deployment", "parent": "server-gemma-fp8",
+            "inputs": {"kind": "Deployment", "metadata": {"name": "gemma-fp8", "namespace": "vllm", "labels": {
+                "app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": "gemma-fp8"}}, "spec": spec}}
+
+
+def _job(app: str, name: str, server: str = "gemma-fp8") -> dict:
+    return {"type": D.JOB, "name": f"{app}-{server}-job", "parent": f"{app}-{server}", "inputs": {
+        "kind": "Job", "metadata": {"name": name, "namespace": "vllm", "labels": {
+            "app.kubernetes.io/name": f"vllm-{app}", "app.kubernetes.io/instance": server}}, "spec": {}}}
+
+
+def test_what_a_change_costs_is_said_in_words():
+    old = [_deployment("vllm:1"), _job("bench", "bench-gemma-fp8-1111111111"),
+           _job("startup", "startup-gemma-fp8-1111111111")]
+    same = D.compare(old, old)
+    assert D.effects(old, old, same) == []
+    # a new image: the server restarts; the sweep's new identity re-runs it and its start-up record
+    new = [_deployment("vllm:2"), _job("bench", "bench-gemma-fp8-2222222222"),
+           _job("startup", "startup-gemma-fp8-2222222222")]
+    assert D.effects(old, new, D.compare(old, new)) == [
+        "re-records the start-up of gemma-fp8", "re-runs sweep bench-gemma-fp8", "restarts server gemma-fp8"]
+    # replicas alone scale, they do not restart; a new server starts
+    scaled = [_deployment("vllm:1", replicas=0), *old[1:]]
+    assert D.effects(old, scaled, D.compare(old, scaled)) == ["scales server gemma-fp8 to 0 replicas"]
+    assert D.effects([], old, D.compare([], old)) == [
+        "records the start-up of gemma-fp8", "runs sweep bench-gemma-fp8", "starts server gemma-fp8"]
+    text = D.format_text(D.compare(old, new), "header", 0, said=D.effects(old, new, D.compare(old, new)))
+    assert text.splitlines()[1:4] == ["this change re-records the start-up of gemma-fp8",
+                                      "this change re-runs sweep bench-gemma-fp8", "this change restarts server gemma-fp8"]
+
+
 def test_changed_data_replaces_an_immutable_config_map_and_updates_a_mutable_one():
     old, new = config_map("c", "c", {"a": "1"}), config_map("c", "c", {"a": "2"})
     assert len(D.compare([old], [new])["replace"]) == 1
@@ -151,7 +186,7 @@ def edit_stack(repo: Path, stack: str, change) -> None:
 def test_nothing_changed_is_an_empty_preview(repo):
     result = run_diff(repo, "dev", "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {"create": [], "update": [], "replace": [], "delete": []}
+    assert json.loads(result.stdout) == {"create": [], "update": [], "replace": [], "delete": [], "effects": []}
     text = run_diff(repo, "dev")
     assert text.returncode == 0 and "no changes:" in text.stdout and "(merge-base with main)" in text.stdout
 
@@ -161,7 +196,7 @@ def test_one_bench_setting_replaces_the_hashed_jobs_and_their_code(repo):
     result = run_diff(repo, "dev", "--json")
     assert result.returncode == 0, result.stderr
     preview = json.loads(result.stdout)
-    print("one setting:", {k: [e["object"] for e in v] for k, v in preview.items()})
+    print("one setting:", {k: [e["object"] for e in preview[k]] for k in D.KINDS}, preview["effects"])
     assert preview["create"] == [] and preview["delete"] == []
     replaced = {e["name"]: e for e in preview["replace"]}
     # the sweep's hash moved: its Job and its code under new names, each paired with its predecessor
@@ -170,6 +205,9 @@ def test_one_bench_setting_replaces_the_hashed_jobs_and_their_code(repo):
         assert entry["replaces"] != entry["object"] and "metadata.name changed" in entry["reasons"]
         assert entry["replaces"].rsplit("-", 1)[0] == entry["object"].rsplit("-", 1)[0]
     assert 2 <= len(preview["replace"]) + len(preview["update"]) <= 8
+    # said in words: the sweep runs again, the server does not restart
+    assert "re-runs sweep bench-gemma-fp8" in preview["effects"]
+    assert not any(text.startswith("restarts server") for text in preview["effects"])
     # the prompt set and the server are untouched
     touched = {e["name"] for kind in ("update", "replace") for e in preview[kind]}
     assert not {"bench-prompts-config-map", "server-gemma-fp8-deployment"} & touched
@@ -182,7 +220,7 @@ def test_an_added_server_is_created_with_its_parts(repo):
     result = run_diff(repo, "dev", "--json")
     assert result.returncode == 0, result.stderr
     preview = json.loads(result.stdout)
-    print("server added:", {k: len(v) for k, v in preview.items()})
+    print("server added:", {k: len(preview[k]) for k in D.KINDS})
     created = {e["object"] for e in preview["create"]}
     assert {"Deployment vllm/gemma-b", "Service vllm/gemma-b"} <= created
     # only the new server's parts: the existing server and the cluster stay as they are

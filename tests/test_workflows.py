@@ -209,7 +209,7 @@ def test_preview_posts_the_offline_render_diff_beside_the_pulumi_preview():
 
 def test_deploy_runs_up_per_stack_in_a_protected_environment():
     workflow = load("deploy")
-    assert workflow["on"] == {"push": {"branches": ["main"]}}
+    assert workflow["on"] == {"push": {"branches": ["main"]}, "workflow_dispatch": None}
     assert workflow["jobs"]["test"]["steps"][-1]["run"] == "make test"
     job = workflow["jobs"]["deploy"]
     assert job["needs"] == "test"
@@ -220,6 +220,19 @@ def test_deploy_runs_up_per_stack_in_a_protected_environment():
     assert options["command"] == "up" and options["stack-name"] == "${{ matrix.stack }}"
     outputs = step_index(job, lambda s: "pulumi stack output" in s.get("run", ""))
     assert outputs > job["steps"].index(pulumi_step(job))
+
+
+def test_deploy_runs_up_only_when_the_render_changed():
+    job = load("deploy")["jobs"]["deploy"]
+    assert job["steps"][0]["with"]["fetch-depth"] == 0  # the commit before the push, for its render
+    gate = step_index(job, lambda s: s.get("id") == "render")
+    run = job["steps"][gate]["run"]
+    assert 'stacks diff "$STACK" --against "$before" --json > render-diff.json' in run
+    assert "changed=true" in run and "changed=false" in run
+    # every step that talks to AWS or the cluster, or spends anything, waits for the answer
+    for later in job["steps"][gate + 1:]:
+        assert later.get("if") == "steps.render.outputs.changed == 'true'", later.get("name") or later.get("uses")
+    assert job["steps"].index(pulumi_step(job)) > gate
 
 
 def test_teardown_is_confirmed_drained_destroyed_and_checked():

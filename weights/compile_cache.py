@@ -584,7 +584,6 @@ def _stay(log: Callable[[str], None]) -> int:
 def _stopped_message(args: argparse.Namespace, exc: BaseException) -> str:
     # Not at the top: the weight-sync Job imports this module without the bench package (see _progress).
     from bench.common.interrupts import rerun_command, signal_name  # local import: the sync Job mounts no bench
-
     if args.cache_command == "pull":
         kept = (f"files already verified stay in {args.dir / STAGING} and are not downloaded again; "
                 "nothing was moved into place unless the pull had finished")
@@ -592,4 +591,10 @@ def _stopped_message(args: argparse.Namespace, exc: BaseException) -> str:
         kept = ("files already uploaded stay in S3 and are not sent again; the manifest was not written, "
                 "so no pull takes the partial upload for a cache")
     return (f"compile-cache {args.cache_command}: stopped by {signal_name(exc)}.\n  {kept}\n"
-            f"  to resume: {rerun_command('weights')}")
+            f"  to resume: {rerun_command('weights' if sys.argv[1:2] == ['compile-cache'] else 'weights.compile_cache')}")
+
+
+if __name__ == "__main__":  # the server pod's steps: this module and its imports only (stacks/job_code.py)
+    parser = argparse.ArgumentParser(prog="python -m weights.compile_cache")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    sys.exit(run(parser.parse_args(["compile-cache", *sys.argv[1:]])))

@@ -55,6 +55,7 @@ from bench.common.progress import human_seconds
 
 MANIFEST = "manifest.json"
 STATUS = "status.json"
+FAILURES = "failures/"
 INPUTS = "inputs.json"
 # How often the same written report is re-checked against sweeps that change while it is written.
 MAX_ROUNDS = 3
@@ -328,6 +329,13 @@ def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep]]:
     return out, sweeps
 
 
+def record_failure(client: Any, out: s3.S3Location, record: dict[str, Any]) -> None:
+    """status.json says `failed` and why (the stack output `report` shows it), and one more file under
+    failures/: their count is the attempt the next `pulumi up` recreates the Job for."""
+    s3.put_json(client, out, STATUS, record)
+    s3.put_json(client, out, f"{FAILURES}{record['updated_at'].replace(':', '')}.json", record)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         out, sweeps = parse(args)
@@ -349,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
                     return 0
                 rc = write_report(args, sweeps, complete)
                 if rc:
-                    s3.put_json(client, out, STATUS, status("failed", sweeps, _now(), "a report step failed; see the Job log"))
+                    record_failure(client, out, status("failed", sweeps, _now(), "a report step failed; see the Job log"))
                     return rc
                 for sweep in sweeps:
                     sweep.manifest = read_manifest(client, sweep)

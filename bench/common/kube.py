@@ -1,8 +1,9 @@
-"""A tiny read-only client of the Kubernetes API for code running in a pod (stdlib only).
+"""A tiny client of the Kubernetes API for code running in a pod (stdlib only).
 
 It authenticates with the pod's service-account token and trusts the cluster CA mounted next to
 it, so what it may read is exactly what the service account's RBAC grants (the bench Job: `get` on
-nodes, nothing else). Reads return parsed JSON; failures raise `KubeError` with the HTTP status
+nodes, nothing else). One write: `patch` (a merge patch), for the GPU release Job's scale of its
+servers' Deployments (bench/run/release.py; its Role names those Deployments and nothing else). Reads return parsed JSON; failures raise `KubeError` with the HTTP status
 and the API server's message, so callers can record why a fact is unknown instead of guessing.
 
     client = InCluster.from_environment()        # None outside a pod
@@ -60,11 +61,23 @@ class InCluster:
 
     def get(self, path: str, **params: str) -> dict[str, Any]:
         """GET an API path ("/api/v1/nodes/x", "/apis/karpenter.sh/v1/nodeclaims") as JSON."""
+        return self._call("GET", path, params)
+
+    def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PATCH an API path with a JSON merge patch (`{"spec": {"replicas": 0}}` on a scale)."""
+        return self._call("PATCH", path, {}, body)
+
+    def _call(self, method: str, path: str, params: dict[str, str],
+              body: dict[str, Any] | None = None) -> dict[str, Any]:
         url = self.base_url.rstrip("/") + path
         if params:
             url += "?" + urllib.parse.urlencode(params)
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token}",
-                                                       "Accept": "application/json"})
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/merge-patch+json"
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s, context=self.context) as resp:
                 return json.loads(resp.read())
@@ -74,9 +87,9 @@ class InCluster:
                 message = json.loads(body).get("message") or body
             except ValueError:
                 message = body
-            raise KubeError(f"GET {path}: HTTP {exc.code}: {message[:300]}", exc.code) from None
+            raise KubeError(f"{method} {path}: HTTP {exc.code}: {message[:300]}", exc.code) from None
         except (OSError, ValueError, urllib.error.URLError) as exc:
-            raise KubeError(f"GET {path}: {getattr(exc, 'reason', exc)}") from None
+            raise KubeError(f"{method} {path}: {getattr(exc, 'reason', exc)}") from None
 
     def items(self, path: str, **params: str) -> list[dict[str, Any]]:
         """Every item of a list path, following `continue` tokens."""

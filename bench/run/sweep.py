@@ -588,3 +588,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     return run_one(add_parser, "sweep", argv)
+
+
+if __name__ == "__main__":  # the bench Job: `python3 -m bench.run.sweep`, this module's imports only
+    sys.exit(main(sys.argv[1:]))

@@ -17,7 +17,12 @@ compared resource by resource, as Pulumi matches them, by type and resource name
 Kubernetes objects, Helm releases and AWS resources are all covered (every resource the program
 registers). Without `--against`, the ref is where the branch left main: `git merge-base HEAD main`
 (or `origin/main`); without either branch, HEAD (the uncommitted changes). `--json` prints
-`{"create": [...], "update": [...], "replace": [...], "delete": [...]}`.
+`{"create": [...], "update": [...], "replace": [...], "delete": [...], "effects": [...]}`.
+
+What costs GPU time is said first, in words (`effects`): "restarts server gemma-fp8" (its pod
+template changed: a cold start), "re-runs sweep bench-gemma-fp8" (a new sweep identity: hours of GPU),
+"scales server gemma-fp8 to 0 replicas", "re-records the start-up of gemma-fp8", "writes the report
+again". A change with no effect there restarts nothing and re-runs nothing.
 
 This is what the render shows, not the provider's own diff: `pulumi preview --diff` against the
 real state stays the authority (the PR workflow posts both). Nothing is written outside a
@@ -36,7 +41,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +230,53 @@ def compare(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, l
     return out
 
 
+# -- what it costs -------------------------------------------------------------------------------------
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+JOB = "kubernetes:batch/v1:Job"
+_JOB_EFFECTS = {  # app.kubernetes.io/name of a Job -> (what a new one does, what a replaced one does)
+    "vllm-bench": ("runs sweep bench-{server}", "re-runs sweep bench-{server}"),
+    "vllm-startup": ("records the start-up of {server}", "re-records the start-up of {server}"),
+    "vllm-report": ("writes the report", "writes the report again"),
+}
+
+
+def _labels(record: dict[str, Any]) -> dict[str, str]:
+    return ((record.get("inputs") or {}).get("metadata") or {}).get("labels") or {}
+
+
+def _server(record: dict[str, Any]) -> str:
+    labels = _labels(record)
+    return labels.get("app.kubernetes.io/instance") or ((record.get("inputs") or {}).get("metadata") or {}).get(
+        "name") or record["name"]
+
+
+def effects(old: list[dict[str, Any]], new: list[dict[str, Any]],
+            result: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """What the change does to the servers and the sweeps, in words (see the module docstring)."""
+    del old  # what a change does is read from the new objects and the changed fields
+    after = _index(new)
+    said: list[str] = []
+    for kind in ("create", "replace", "update"):
+        for entry in result[kind]:
+            record = after[(entry["type"], entry["name"])]
+            fields = [c["field"] for c in entry.get("changes") or []]
+            if entry["type"] == DEPLOYMENT and _labels(record).get("app.kubernetes.io/name") == "vllm":
+                server = _server(record)
+                if kind == "create":
+                    said.append(f"starts server {server}")
+                    continue
+                if any(_under(f, "spec.template") for f in fields) or kind == "replace":
+                    said.append(f"restarts server {server}")
+                replicas = [c for c in entry.get("changes") or [] if c["field"] == "spec.replicas"]
+                for change in replicas:
+                    said.append(f"scales server {server} to {change.get('after', 'its default of 1')} replicas")
+            elif entry["type"] == JOB and _labels(record).get("app.kubernetes.io/name") in _JOB_EFFECTS:
+                new_text, again = _JOB_EFFECTS[_labels(record)["app.kubernetes.io/name"]]
+                said.append((new_text if kind == "create" else again).format(server=_server(record)))
+    return sorted(dict.fromkeys(said))
+
+
 # -- text -------------------------------------------------------------------------------------------
 
 _SIGN = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
@@ -244,9 +296,11 @@ def _change_line(change: dict[str, Any]) -> str:
 
 
 def format_text(result: dict[str, list[dict[str, Any]]], header: str, unchanged: int,
-                max_fields: int = 20) -> str:
+                max_fields: int = 20, said: list[str] | None = None) -> str:
     counts = ", ".join(f"{len(result[k])} to {k}" for k in KINDS)
     lines = [header]
+    if said:
+        lines += [f"this change {text}" for text in said]
     if not any(result.values()):
         lines.append(f"no changes: {unchanged} resources render the same")
         return "\n".join(lines) + "\n"
@@ -331,6 +385,7 @@ class Diff:
     result: dict[str, list[dict[str, Any]]]
     unchanged: int
     note: str = ""
+    effects: list[str] = field(default_factory=list)
 
     @property
     def header(self) -> str:
@@ -374,7 +429,7 @@ def run_diff(stack: str, against: str | None, project: Path = REPO) -> Diff:
     touched = {(e["type"], e["name"]) for kind in ("update", "replace") for e in result[kind]}
     unchanged = len({(r["type"], r["name"]) for r in new_resources} - touched
                     - {(e["type"], e["name"]) for e in result["create"]})
-    return Diff(stack, commit, chosen, result, unchanged, note)
+    return Diff(stack, commit, chosen, result, unchanged, note, effects(old_resources, new_resources, result))
 
 
 def add_parser(subparsers) -> None:
@@ -387,7 +442,8 @@ def add_parser(subparsers) -> None:
                         help="git branch, tag or commit to compare with (default: the merge-base of HEAD and "
                              "main, or origin/main; without either, HEAD)")
     parser.add_argument("--json", action="store_true",
-                        help='print {"create": [...], "update": [...], "replace": [...], "delete": [...]}')
+                        help='print {"create": [...], "update": [...], "replace": [...], "delete": [...], '
+                         '"effects": ["restarts server ...", "re-runs sweep ..."]}')
     parser.set_defaults(func=main)
 
 
@@ -406,7 +462,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"diff: error: {err.strerror or err}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(diff.result, indent=2, sort_keys=True, ensure_ascii=False))
+        print(json.dumps({**diff.result, "effects": diff.effects}, indent=2, sort_keys=True, ensure_ascii=False))
     else:
-        print(format_text(diff.result, diff.header, diff.unchanged), end="")
+        print(format_text(diff.result, diff.header, diff.unchanged, said=diff.effects), end="")
     return 0

@@ -209,8 +209,8 @@ _CACHE_SHARE_OF_VOLUME = 0.5
 
 
 def compile_cache_code() -> tuple[dict[str, str], dict[str, str]]:
-    """(the weights package, the bench modules it imports) as the server pod mounts them."""
-    return job_code.weights_code(), job_code.weights_helpers()
+    """(the weights modules, the bench modules) the server pod's cache steps run, as it mounts them."""
+    return job_code.compile_cache_code()
 
 def with_compile_cache(spec: ServeSpec, server: ServerSettings, instance: catalog.InstanceType, *,
                        weights_bucket: str, revisions: dict[str, str], region: str) -> ServeSpec:

@@ -94,6 +94,12 @@ class BenchSettings(SettingsModel):
         "on-demand: Y}}); the Job records the price of the capacity type its node has. A plain number "
         "is allowed for a pool with one capacity type. Default: the catalog's prices where known.",
     )
+    release_gpus: bool = Field(
+        True, description="Give each benchmarked server's GPUs back once the answer is in: a Job scales the "
+        "server to 0 when its start-up record, its sweep and the report (and mixed-traffic check) that read it "
+        "have ended, and Karpenter removes the empty node; a new sweep scales it up again "
+        "(components/release_job.py). false: the servers keep running until teardown.",
+    )
     compare: CompareSettings | None = Field(
         None, description="The stack's question: a report Job, created by the same `pulumi up`, waits for these "
         "targets' sweeps in S3, then writes the report, the replica plan and (with variants) the compare under "
