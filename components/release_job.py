@@ -50,6 +50,8 @@ MODULE = "bench.run.release"
 POD_LABELS = {"app.kubernetes.io/name": "vllm-release"}
 # The release waits for sweeps (12 h), the report and its mixed-traffic check: a day is ample.
 RELEASE_DEADLINE_S = 24 * 3600
+# A waited object whose wait overlaps another's ("<Kind>/<name>"): one `up` waits for one of them only.
+OVERLAPS_ANNOTATION = "vllm-poc/await-overlaps"
 POLL_S = 60
 
 
@@ -120,8 +122,12 @@ def job_manifest(action: str, namespace: str, image: str, code_config_map: str, 
         "containers": [container],
         "volumes": [{"name": "code", "configMap": {"name": code_config_map, "items": code_volume.items(code)}}],
     }, kubernetes_api=True)
+    # The wake waits only when the server was released, and then its Deployment is unchanged and not
+    # waited for; when `up` does wait for the Deployment (created or changed), the wake finds it ready.
+    # So the two waits never add up: the time budget (stacks/ops/time_budget.py) counts the longer one.
     annotations = ({"pulumi.com/skipAwait": "true"} if action == "release"
-                   else {"pulumi.com/timeoutSeconds": str(deadline + 60)})
+                   else {"pulumi.com/timeoutSeconds": str(release.wake_timeout_s + 60),
+                         OVERLAPS_ANNOTATION: f"Deployment/{release.server}"})
     return {
         "metadata": {"name": job_name(action, release.server, release.sweep_hash), "namespace": namespace,
                      "labels": labels, "annotations": annotations},

@@ -40,13 +40,16 @@ def test_the_dev_chain_is_the_cluster_then_weights_node_server_and_startup(dev):
     chain = awaited_chain(dev)
     kinds = [step.kind for step in chain.steps]
     assert kinds == ["eks:index:Cluster", "eks:index:ManagedNodeGroup", "aws:eks/addon:Addon", "Job", "Job",
-                     "Deployment", "Job"], chain.describe()
-    sync, node, server, startup = chain.steps[3:]
+                     "Deployment", "Job", "Job"], chain.describe()
+    sync, node, server, wake, startup = chain.steps[3:]
     assert sync.name.startswith("weights-") and sync.seconds == 60 * 60 + 600
     assert node.name == "gpu-node-l40s-job" and node.seconds == 900 + 120
     assert server.name == "server-gemma-fp8-deployment" and server.seconds == 2700
+    # the wake Job waits for a released server's cold start, when `up` does not wait for the Deployment:
+    # the two never add up, so only its minute beyond the server's own timeout counts
+    assert wake.name.startswith("gpu-release-wake-") and wake.seconds == 60 and "beyond" in wake.source
     assert startup.name.startswith("startup-") and startup.seconds == 300 + 120
-    assert chain.total_s == 900 + 300 + 120 + 4200 + 1020 + 2700 + 420
+    assert chain.total_s == 900 + 300 + 120 + 4200 + 1020 + 2700 + 60 + 420
     # the sweep and the Service are not waited for
     assert not any(step.name.startswith("bench-") or step.kind == "Service" for step in chain.steps)
 

@@ -11,6 +11,9 @@ half-way through a create:
   `pulumi.com/skipAwait: "true"` it is not waited for (the bench and report Jobs). Other Kubernetes
   objects (ConfigMaps, RBAC, NodePools without waitFor) are ready when applied;
 * a Helm release waits up to its `timeout` (Helm's 300 s), unless skipAwait;
+* an object annotated `vllm-poc/await-overlaps: <Kind>/<name>` waits only when the named object, on the
+  same chain, is not waited for in that `up` (the wake Job and its server's Deployment): the chain
+  counts the longer of the two, not their sum;
 * AWS takes minutes to create a few resources whatever their timeouts: those count with their typical
   duration (PROVISIONING_S), the one figure here that is not a timeout.
 
@@ -25,6 +28,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from components.release_job import OVERLAPS_ANNOTATION
 
 # pulumi-kubernetes' await for these kinds when no timeout is given (provider/pkg/await).
 AWAITED_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "Pod", "Service")
@@ -144,6 +149,10 @@ def awaited_chain(rendered) -> Chain:
         return found - {index}
 
     costs = [awaited_seconds(r) for r in resources]
+    keys = [f"{(r['inputs'] or {}).get('kind')}/{((r['inputs'] or {}).get('metadata') or {}).get('name')}"
+            for r in resources]
+    overlaps = [(((r["inputs"] or {}).get("metadata") or {}).get("annotations") or {}).get(OVERLAPS_ANNOTATION)
+                for r in resources]
     memo: dict[int, tuple[int, tuple[int, ...]]] = {}
 
     def longest(index: int, below: tuple[int, ...] = ()) -> tuple[int, tuple[int, ...]]:
@@ -157,7 +166,12 @@ def awaited_chain(rendered) -> Chain:
             found = longest(dep, below + (index,))
             if found[0] > best[0]:
                 best = found
-        memo[index] = (best[0] + costs[index][0], best[1] + (index,))
+        own = costs[index][0]
+        shared = [i for i in best[1] if overlaps[index] and keys[i] == overlaps[index]]
+        if shared:  # the two waits never add up: count only what this one may wait beyond the other
+            own = max(0, own - costs[shared[0]][0])
+            costs[index] = (own, f"{costs[index][1]}, beyond {resources[shared[0]]['name']}'s wait")
+        memo[index] = (best[0] + own, best[1] + (index,))
         return memo[index]
 
     _, path = max((longest(i) for i in range(len(records))), key=lambda found: found[0], default=(0, ()))
