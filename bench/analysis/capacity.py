@@ -30,7 +30,7 @@ import numpy as np
 PASS, FAIL, STRADDLE = "pass", "fail", "straddle"
 NEVER_MEETS_SLO = "never_meets_slo"
 DEFAULT_BRACKET = 0.25
-DEFAULT_REPEATS = 2
+DEFAULT_REPEATS = 1
 DEFAULT_SEARCH_REQUESTS = 200
 DEFAULT_END_REPEATS = 1
 DEFAULT_RATE_PERCENTS = (50, 75, 90, 100, 110)
@@ -436,17 +436,22 @@ class Search:
         return used
 
     def _passes(self, c: int) -> bool | None:
-        """True/False once decided, None while it still needs a (re)run."""
+        """True/False once decided, None while it still needs a (re)run. A point that still
+        straddles a limit on `min_requests` counts as failing (capacity is never claimed on a
+        maybe); its repeats wait until it turns out to be an end of the bracket (`unsettled`)."""
         j = self.judgement(c)
         if confident(j, self.min_requests):
             return True
         if not self.searched(c):
             return None
-        if j.state == FAIL:
-            return False
-        if sum(self.run_requests.get(c, [])) >= self.min_requests and self.repeats_used(c) >= self.repeats:
+        if j.state == FAIL or sum(self.run_requests.get(c, [])) >= self.min_requests:
             return False
         return None
+
+    def unsettled(self, c: int) -> bool:
+        """Counts as failing only because it straddles a limit, with repeats left to run."""
+        return (self.searched(c) and self._passes(c) is False and self.judgement(c).state == STRADDLE
+                and self.repeats_used(c) < self.repeats)
 
     def _fails(self, c: int) -> bool:
         """A failing end: failed in the search, or its grid point estimate misses the SLO."""
@@ -489,6 +494,8 @@ class Search:
             return lo
         if hi is not None and not self.searched(hi) and self.judgement(hi).state != FAIL:
             return hi  # a grid fail end near the limit: confirm it like the pass end
+        if hi is not None and self.unsettled(hi):
+            return hi  # a failure near the boundary: its repeats may pass
         short = [c for c in (lo, hi) if c is not None and len(self.results(c)) < 1 + self.end_repeats]
         if short:  # repeats of the two ends, the one not run last first
             return sorted(short, key=lambda c: c == self.last)[0]

@@ -91,6 +91,8 @@ class Capacity:
     noise_pct: float | None = None
     noise_source: str | None = None
     judgement: Any = None  # the pass end's pooled judgement (bench.analysis.capacity), closed loop
+    band_lo: float = 0.0  # the run-to-run band (a fraction) that widened lo, and hi
+    band_hi: float = 0.0
 
     @property
     def known(self) -> bool:
@@ -223,7 +225,7 @@ def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
         tok, req, wide = figure(lowest)
         zero = lowest <= 1
         return Capacity(source, NEVER, 0.0, 0.0 if zero else (tok or 0.0) * (1 + wide), CONCURRENCY,
-                        None, lowest, loads[-1], req_lo=0.0, req_hi=0.0 if zero else (req or 0.0) * (1 + wide),
+                        None, lowest, loads[-1], band_hi=0.0 if zero else wide, req_lo=0.0, req_hi=0.0 if zero else (req or 0.0) * (1 + wide),
                         fail_runs=tuple(_run_file(r) for r in points[lowest]), **common)
     tok, req, wide = figure(lo_c)
     tok, req = tok or 0.0, req or 0.0
@@ -234,7 +236,8 @@ def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
         tok_f, req_f, wide_f = figure(hi_c)
         hi = max((tok_f or 0.0) * (1 + wide_f), tok)
         req_hi = max((req_f or 0.0) * (1 + wide_f), req)
-    return Capacity(source, MEETS, lo, hi, CONCURRENCY, lo_c, hi_c, loads[-1],
+    band_hi = 0.0 if hi_c is None or hi == tok else wide_f
+    return Capacity(source, MEETS, lo, hi, CONCURRENCY, lo_c, hi_c, loads[-1], band_lo=wide, band_hi=band_hi,
                     confirmed=state.decided(lo_c) is True, req_lo=req_lo, req_hi=req_hi, point=tok,
                     req_point=req, source_runs=tuple(_run_file(r) for r in points[lo_c]),
                     fail_runs=tuple(_run_file(r) for r in points.get(hi_c, [])) if hi_c is not None else (),
@@ -262,13 +265,14 @@ def open_loop(points: list[dict[str, Any]], noise_pct: float = C.DEFAULT_NOISE_P
     fail_runs = (fail["file"],) if fail and fail.get("file") else ()
     if best is None:
         return Capacity(OPEN_LOOP, NEVER, 0.0, fail["output_tok_s"] * (1 + wide), RATE, None, fail["rate"], top,
-                        req_lo=0.0, req_hi=(fail.get("req_s") or 0.0) * (1 + wide), fail_runs=fail_runs, **common)
+                        band_hi=wide, req_lo=0.0, req_hi=(fail.get("req_s") or 0.0) * (1 + wide), fail_runs=fail_runs, **common)
     tok, req = best["output_tok_s"], best.get("req_s")
     hi = INF if fail is None else max(fail["output_tok_s"] * (1 + wide), tok)
     req_hi = INF if fail is None else (max((fail.get("req_s") or 0.0) * (1 + wide), req or 0.0)
                                        if req is not None else fail.get("req_s"))
     return Capacity(OPEN_LOOP, MEETS, tok / (1 + wide), hi, RATE, best["rate"],
-                    fail["rate"] if fail else None, top, confirmed=True,
+                    fail["rate"] if fail else None, top, confirmed=True, band_lo=wide,
+                    band_hi=0.0 if fail is None or hi == tok else wide,
                     req_lo=None if req is None else req / (1 + wide), req_hi=req_hi, point=tok, req_point=req,
                     source_runs=(best["file"],) if best.get("file") else (), fail_runs=fail_runs, **common)
 
@@ -309,12 +313,18 @@ def ratio_interval(a: Capacity, b: Capacity, a_gpus: int, b_gpus: int) -> tuple[
     """[lo, hi) of (candidate per GPU) / (baseline per GPU); None when it cannot be formed."""
     if not a.known or not b.known:
         return None
-    a_lo, a_hi = a.lo / a_gpus, a.hi / a_gpus
-    b_lo, b_hi = b.lo / b_gpus, b.hi / b_gpus
+    # Each end's run-to-run band comes off before dividing and goes back on in quadrature: the two
+    # sides' runs are independent, so their noise does not line up at its worst on both at once.
+    a_lo, a_hi = a.lo * (1 + a.band_lo) / a_gpus, a.hi / (1 + a.band_hi) / a_gpus
+    b_lo, b_hi = b.lo * (1 + b.band_lo) / b_gpus, b.hi / (1 + b.band_hi) / b_gpus
     if a_hi == 0 and b_hi == 0:
         return None  # neither side serves anything within the SLO
     lo = _div(a_lo, b_hi)
     hi = 0.0 if a_hi == 0 else _div(a_hi, b_lo)
+    if lo is not None and not math.isinf(lo):
+        lo /= 1 + math.hypot(a.band_lo, b.band_hi)
+    if hi is not None and not math.isinf(hi):
+        hi *= 1 + math.hypot(a.band_hi, b.band_lo)
     lo = 0.0 if lo is None else lo
     hi = INF if hi is None else hi
     return round(lo, 4) if not math.isinf(lo) else lo, round(hi, 4) if not math.isinf(hi) else hi
