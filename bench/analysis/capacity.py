@@ -291,8 +291,28 @@ def judge_results(results: list[dict[str, Any]], *, ttft_ms: float, decode_ms: f
     if per_run:
         pooled = pool(per_run)
         assert pooled is not None
-        return judge_samples(pooled, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
-                             runs=len(per_run), noise_pct=noise_pct)
+        judged = judge_samples(pooled, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
+                               runs=len(per_run), noise_pct=noise_pct)
+        if len(per_run) < 2:
+            return judged
+        # Runs differ by a run-level factor: one slow run would own the pooled p99. The point's p99
+        # is the typical run's (request-weighted geometric mean of the runs' p99s); the pooled
+        # requests' interval is moved onto it.
+        singles = [judge_samples(s, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+                   for s in per_run]
+        weights = [s.requests for s in per_run]
+        checks = []
+        for name in ("ttft", "decode"):
+            whole = getattr(judged, name)
+            values = [getattr(j, name).p99_ms for j in singles]
+            if whole.p99_ms is None or whole.ci_ms is None or any(v is None or v <= 0 for v in values):
+                checks.append(whole)
+                continue
+            typical = math.exp(sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights))
+            scale = typical / whole.p99_ms
+            checks.append(MetricCheck(whole.name, whole.limit_ms, typical,
+                                      (whole.ci_ms[0] * scale, whole.ci_ms[1] * scale), whole.band, whole.enough))
+        return Judgement(combine(checks), judged.requests, judged.runs, checks[0], checks[1], detailed=True)
     last = results[-1]
     key = "p99_tpot_ms" if decode_metric == "tpot" else "p99_itl_ms"
     return judge_summary(_num(last.get("p99_ttft_ms")), _num(last.get(key)), ttft_ms=ttft_ms,
@@ -505,7 +525,7 @@ class Search:
         have = sum(self.run_requests.get(c, []))
         if have == 0:
             return min(screen, self.min_requests) if screen else self.min_requests
-        if self._passes(c) is False:  # a repeat of a failing end: its first run's size
+        if self._passes(c) is False and not self.unsettled(c):  # a failing end's repeat: its first run's size
             return self.run_requests[c][0]
         if have < self.min_requests:
             return self.min_requests - have
