@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bench.analysis import capacity as C
 from bench.analysis import capacity_report as CR
@@ -77,7 +78,7 @@ def sweep(folder: Path, server: FakeServer, rng: np.random.Generator, scenario: 
         grid_s += data["duration"]
         (folder / R.result_filename(scenario, c)).write_text(json.dumps(data))
     grid = {c: json.loads((folder / R.result_filename(scenario, c)).read_text()) for c in GRID}
-    search = C.Search(grid, **LIMITS)
+    search = C.Search(grid, **LIMITS, default_noise_pct=C.DEFAULT_NOISE_PCT)
     (folder / CR.SEARCH_DIR).mkdir()
 
     def run_at(c: int, n: int, k: int):
@@ -86,9 +87,8 @@ def sweep(folder: Path, server: FakeServer, rng: np.random.Generator, scenario: 
         (folder / CR.SEARCH_DIR / CR.search_filename(scenario, c, k)).write_text(json.dumps(data))
         return data, data["duration"], None
 
-    def seconds(c: int, n: int) -> float:  # the sweep's estimate: the grid's req/s near that load
-        near = min(GRID, key=lambda g: abs(g - c))
-        return n / grid[near]["request_throughput"]
+    def seconds(c: int, n: int) -> float:  # the sweep's estimate from the grid's req/s
+        return n / X.req_s_estimate([(g, grid[g]["request_throughput"]) for g in GRID], c)
 
     runs, spent, stopped = X.drive_search(search, run_at, screen=lambda c: max(32, 8 * c), seconds=seconds,
                                           budget=0.4 * grid_s)
@@ -121,24 +121,35 @@ def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path):
     assert max(costs) <= 1.4 + 1e-9
 
 
-def test_a_true_2x_case_passes_at_1_5x_and_never_fails(tmp_path):
+def ratio_reruns(tmp_path: Path, ratio: float, seed: int) -> list[str]:
+    """The verdict's state at 1.5x in each rerun of two sides whose true per-GPU ratio is `ratio`
+    (the same latency curve, GPU-like run-to-run spread: sigma 4 %)."""
     base = FakeServer(top=1500.0, ms_per_c=500.0 / 11.5, sigma=0.04)
-    cand = FakeServer(top=3000.0, ms_per_c=500.0 / 11.5, sigma=0.04)
-    assert cand.true_capacity / base.true_capacity == 2.0
+    cand = FakeServer(top=1500.0 * ratio, ms_per_c=500.0 / 11.5, sigma=0.04)
+    assert cand.true_capacity / base.true_capacity == pytest.approx(ratio)
     states = []
     for k in range(RERUNS):
         caps = []
         for label, server in (("cand", cand), ("base", base)):
-            folder = tmp_path / f"{label}{k}"
-            sweep(folder, server, np.random.default_rng(2000 + 2 * k + (label == "base")))
+            folder = tmp_path / f"{ratio:g}-{label}{k}"
+            sweep(folder, server, np.random.default_rng(seed + 2 * k + (label == "base")))
             caps.append(capacity(folder))
         call = V.slo_call("S1_chat", caps[0], caps[1], V.SEARCH, a_gpus=1, b_gpus=1, threshold=1.5,
                           labels=("cand", "base"))
         states.append(call.state)
-    passed = states.count(V.PASS)
-    print(f"\n[calibration] true ratio 2x against 1.5x: pass {passed}, inconclusive "
+    print(f"\n[calibration] true ratio {ratio:g}x against 1.5x: pass {states.count(V.PASS)}, inconclusive "
           f"{states.count(V.INCONCLUSIVE)}, fail {states.count(V.FAIL)} of {RERUNS} reruns")
-    # Never a fail on a true 2x. How often it passes is printed, not asserted: within the default
-    # budget (0.4 x the grid's GPU time) and the assumed 17 % band this generator's search affords
-    # about three runs at the knee, which leaves the ratio's lower end near 1.2-1.4x.
+    return states
+
+
+def test_a_true_2x_case_never_fails(tmp_path):
+    # How often it passes is printed, not asserted: within the default budget (0.4 x the grid's GPU
+    # time) the search affords three or four runs at the knee, and with the assumed 17 % band the
+    # ratio's lower end lands near 1.3-1.45x (README of the method: docs/benchmark.md).
+    states = ratio_reruns(tmp_path, 2.0, 2000)
     assert V.FAIL not in states
+
+
+def test_a_clear_case_passes_within_the_budget(tmp_path):
+    states = ratio_reruns(tmp_path, 3.0, 3000)  # the question "12 replicas to 4"
+    assert V.FAIL not in states and states.count(V.PASS) > RERUNS / 2

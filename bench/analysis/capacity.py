@@ -464,9 +464,17 @@ class Search:
             return True
         if not self.searched(c):
             return None
-        if j.state == FAIL or sum(self.run_requests.get(c, [])) >= self.min_requests:
+        # A miss (even a point estimate's) needs no top-up: a pass needs confidence, a failing end
+        # does not; a straddling one is repeated once it is an end of the bracket.
+        if j.state == FAIL or not j.point_pass or sum(self.run_requests.get(c, [])) >= self.min_requests:
             return False
         return None
+
+    def sure_fail(self, lo: int | None) -> int | None:
+        """The lowest concurrency above `lo` that misses the SLO for sure (the interval's upper end)."""
+        sure = [c for c in sorted(set(self.grid) | set(self.runs))
+                if (lo is None or c > lo) and self.judgement(c).state == FAIL]
+        return min(sure) if sure else None
 
     def unsettled(self, c: int) -> bool:
         """Counts as failing only because it straddles a limit, with repeats left to run."""
@@ -514,6 +522,13 @@ class Search:
             return lo
         if hi is not None and not self.searched(hi) and self.judgement(hi).state != FAIL:
             return hi  # a grid fail end near the limit: confirm it like the pass end
+        sure, soft = self.sure_fail(lo), max([c for c in self.runs if c > lo and self._passes(c) is False
+                                              and self.judgement(c).state != FAIL], default=hi)
+        if (sure is not None and soft is not None and sure - lo > max(1, math.floor(self.bracket * lo))
+                and sure - soft > 1):
+            # The fail end only straddles a limit (a miss near it may be a slow run): look for a
+            # sure miss between it and the nearest one, so the interval's upper end comes closer.
+            return (soft + sure) // 2
         if hi is not None and self.unsettled(hi):
             return hi  # a failure near the boundary: its repeats may pass
         short = [c for c in (lo, hi) if c is not None and len(self.results(c)) < 1 + self.end_repeats]
@@ -525,7 +540,7 @@ class Search:
         have = sum(self.run_requests.get(c, []))
         if have == 0:
             return min(screen, self.min_requests) if screen else self.min_requests
-        if self._passes(c) is False and not self.unsettled(c):  # a failing end's repeat: its first run's size
+        if self._passes(c) is False:  # a failing end's repeat: its first run's size
             return self.run_requests[c][0]
         if have < self.min_requests:
             return self.min_requests - have

@@ -227,20 +227,27 @@ def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
         return Capacity(source, NEVER, 0.0, 0.0 if zero else (tok or 0.0) * (1 + wide), CONCURRENCY,
                         None, lowest, loads[-1], band_hi=0.0 if zero else wide, req_lo=0.0, req_hi=0.0 if zero else (req or 0.0) * (1 + wide),
                         fail_runs=tuple(_run_file(r) for r in points[lowest]), **common)
+    # The upper end is the lowest load above that misses the SLO for sure (its p99's interval,
+    # run-to-run band included, above the limit): a miss near the limit may be a slow run.
+    hi_c = state.sure_fail(lo_c)
+    # The highest load meeting the SLO lies below hi_c, so its throughput is at most that of the
+    # load just below hi_c where that was measured (throughput grows with concurrency).
+    top_c = hi_c - 1 if hi_c is not None and hi_c - 1 > lo_c and hi_c - 1 in points else hi_c
     tok, req, wide = figure(lo_c)
     tok, req = tok or 0.0, req or 0.0
     lo, req_lo = tok / (1 + wide), req / (1 + wide)
-    if hi_c is None:
+    band_hi = 0.0
+    if top_c is None:
         hi, req_hi = INF, INF
     else:
-        tok_f, req_f, wide_f = figure(hi_c)
+        tok_f, req_f, wide_f = figure(top_c)
         hi = max((tok_f or 0.0) * (1 + wide_f), tok)
         req_hi = max((req_f or 0.0) * (1 + wide_f), req)
-    band_hi = 0.0 if hi_c is None or hi == tok else wide_f
+        band_hi = 0.0 if hi == tok else wide_f
     return Capacity(source, MEETS, lo, hi, CONCURRENCY, lo_c, hi_c, loads[-1], band_lo=wide, band_hi=band_hi,
                     confirmed=state.decided(lo_c) is True, req_lo=req_lo, req_hi=req_hi, point=tok,
                     req_point=req, source_runs=tuple(_run_file(r) for r in points[lo_c]),
-                    fail_runs=tuple(_run_file(r) for r in points.get(hi_c, [])) if hi_c is not None else (),
+                    fail_runs=tuple(_run_file(r) for r in points.get(top_c, [])) if top_c is not None else (),
                     repeats=len(points[lo_c]), judgement=state.judgement(lo_c), **common)
 
 
@@ -401,8 +408,8 @@ def run_text(cap: Capacity) -> str:
 def noise_text(cap: Capacity) -> str:
     if cap.noise_pct is None:
         return ""
-    how = "measured from repeats" if cap.noise_source == "measured" else "assumed: no point was run twice"
-    return f"run-to-run band {cap.noise_pct:g} % ({how})"
+    how = "measured from repeats" if cap.noise_source == "measured" else "assumed, no point was run twice"
+    return f"run-to-run band {cap.noise_pct:g} %, {how}"
 
 
 def capacity_text(cap: Capacity) -> str:

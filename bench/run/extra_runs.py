@@ -233,15 +233,7 @@ class ExtraRuns:
         speed = sorted((g.concurrency, g.req_s or 0.0) for g in valid)
 
         def req_s_at(c: float) -> float:
-            pts = [(x, y) for x, y in speed if y > 0]
-            if not pts:
-                return 0.0
-            if c <= pts[0][0]:
-                return pts[0][1] * c / pts[0][0]
-            for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-                if x0 <= c <= x1:
-                    return y0 + (y1 - y0) * (c - x0) / (x1 - x0)
-            return pts[-1][1]
+            return req_s_estimate(speed, c)
 
         slo = self.record["settings"]["slo"]
         search = C.Search({g.concurrency: g.raw for g in valid if g.raw}, ttft_ms=slo["ttft_p99_ms"],
@@ -336,6 +328,19 @@ class ExtraRuns:
         return t
 
 
+def req_s_estimate(speed: list[tuple[int, float]], c: float) -> float:
+    """req/s at concurrency c from the grid's (concurrency, req/s) points: linear between them."""
+    pts = sorted((x, y) for x, y in speed if y > 0)
+    if not pts:
+        return 0.0
+    if c <= pts[0][0]:
+        return pts[0][1] * c / pts[0][0]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= c <= x1:
+            return y0 + (y1 - y0) * (c - x0) / (x1 - x0)
+    return pts[-1][1]
+
+
 def drive_search(search: C.Search, run_at, *, screen, seconds, budget: float,
                  spent: float = 0.0) -> tuple[int, float, str | None]:
     """Run the search to its end or to the budget: (runs, GPU seconds spent, why it stopped or None).
@@ -343,11 +348,11 @@ def drive_search(search: C.Search, run_at, *, screen, seconds, budget: float,
     `run_at(c, requests, k)` runs the k-th search run at concurrency c and returns (its result with
     per-request detail or None when invalid, its GPU seconds, why it is invalid); `screen(c)` is the
     grid's request count at c and `seconds(c, requests)` the estimated GPU time of a run. A run whose
-    estimate would overrun `budget` is not started."""
+    estimate, plus the run-to-run band, would overrun `budget` is not started."""
     runs = 0
     while (c := search.next_run()) is not None:
         n = search.requests_for(c, screen=screen(c))
-        est = seconds(c, n)
+        est = seconds(c, n) * (1 + search.noise().pct / 100)  # a slow run must still fit
         if spent + est > budget + 1e-9:
             return runs, spent, (f"search stopped by the budget before c={c} ({n} requests, about {est:.0f} s; "
                                  f"{spent:.0f} of {budget:.0f} s spent)")
