@@ -48,6 +48,7 @@ def test_search_converges_on_the_known_capacity(bench_stub_server, fake_bench, t
     assert sc["search"]["concurrency_pass"] == 5 and sc["search"]["concurrency_fail"] == 6
     # Expected: c=6 screened (fails with confidence), c=5 screened then topped up to 200.
     runs = [r for r in m["extra"]["runs"] if r["kind"] == "search"]
+    print("RUNS", [(r["concurrency"], r["num_prompts"]) for r in runs], sc)
     assert [(r["concurrency"], r["num_prompts"]) for r in runs] == [(6, 48), (5, 40), (5, 160)]
     assert sorted(p.name for p in (out / "search").glob("*.json")) == [
         "S1_chat_c5.run1.json", "S1_chat_c5.run2.json", "S1_chat_c6.run1.json"]

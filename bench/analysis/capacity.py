@@ -426,6 +426,7 @@ class Search:
     runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     run_requests: dict[int, list[int]] = field(default_factory=dict)
     last: int | None = None
+    reruns: dict[int, int] = field(default_factory=dict)  # runs of a point after it counted as failing
     _cache: dict[tuple, Judgement] = field(default_factory=dict, repr=False)
 
     # -- evidence --------------------------------------------------------------------------------
@@ -479,7 +480,7 @@ class Search:
     def unsettled(self, c: int) -> bool:
         """Counts as failing only because it straddles a limit, with repeats left to run."""
         return (self.searched(c) and self._passes(c) is False and self.judgement(c).state == STRADDLE
-                and self.repeats_used(c) < self.repeats)
+                and self.reruns.get(c, 0) < self.repeats)
 
     def _fails(self, c: int) -> bool:
         """A failing end: failed in the search, or its grid point estimate misses the SLO."""
@@ -540,14 +541,16 @@ class Search:
         have = sum(self.run_requests.get(c, []))
         if have == 0:
             return min(screen, self.min_requests) if screen else self.min_requests
-        if self._passes(c) is False:  # a failing end's repeat: its first run's size
-            return self.run_requests[c][0]
+        if self._passes(c) is False:  # a failing end's repeat: as large as what made it fail
+            return self.run_requests[c][0] if have < self.min_requests else self.min_requests
         if have < self.min_requests:
             return self.min_requests - have
         return self.min_requests
 
     def observe(self, concurrency: int, result: dict[str, Any], requests: int) -> None:
         """One search run's result (with per-request detail) and its size."""
+        if self.searched(concurrency) and self._passes(concurrency) is False:
+            self.reruns[concurrency] = self.reruns.get(concurrency, 0) + 1
         self.runs.setdefault(concurrency, []).append(result)
         self.run_requests.setdefault(concurrency, []).append(requests)
         self.last = concurrency

@@ -400,7 +400,7 @@ def load_text(unit: str, value: float | None) -> str:
 def run_text(cap: Capacity) -> str:
     """Where the capacity figure comes from: its load, loop and file(s)."""
     files = list(cap.source_runs)
-    named = files[0] if len(files) <= 1 else f"{files[0]} and {len(files) - 1} more"
+    named = "" if not files else files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
     return (f"{load_text(cap.unit, cap.load_pass)}, {cap.loop} loop"
             + (f", {named}" if named else "") + (f", mean of {cap.repeats} runs" if cap.repeats > 1 else ""))
 
