@@ -556,10 +556,11 @@ class Search:
         self.last = concurrency
 
     def result(self) -> dict[str, Any]:
-        lo, hi = self.bounds()
+        """The bracket: the pass end and the lowest concurrency above it that misses for sure."""
+        lo, _ = self.bounds()
         if lo is None:
             return {"state": NEVER_MEETS_SLO}
-        return {"concurrency_pass": lo, "concurrency_fail": hi}
+        return {"concurrency_pass": lo, "concurrency_fail": self.sure_fail(lo)}
 
 
 def rate_list(req_s: float, percents: Iterable[float] = DEFAULT_RATE_PERCENTS) -> list[float]:

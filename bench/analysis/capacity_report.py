@@ -79,15 +79,13 @@ def slo_capacity(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResu
                  min_requests: int = C.DEFAULT_SEARCH_REQUESTS, repeats: int = C.DEFAULT_REPEATS,
                  noise_pct: float = C.DEFAULT_NOISE_PCT, closed: V.Capacity | None = None) -> dict[str, Any] | None:
     """The capacity search's confirmed bracket (summary.json `slo_capacity`), read off the one
-    closed-loop capacity (bench.analysis.verdict.closed_loop); None when the search did not run or
-    did not confirm its pass end."""
+    closed-loop capacity (bench.analysis.verdict.closed_loop); None when no pass end was confirmed
+    (the search did not run, or could not confirm one)."""
     cap = closed or V.closed_loop(grid, search, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
                                   min_requests=min_requests, repeats=repeats, noise_pct=noise_pct)
-    if cap.source != V.SEARCH or not cap.known:
-        return None
     if cap.state == V.NEVER:
         return {"state": C.NEVER_MEETS_SLO}
-    if not cap.confirmed:
+    if not cap.known or not cap.confirmed:
         return None
     judgement = cap.judgement
     return {

@@ -258,7 +258,8 @@ class ExtraRuns:
         info["search_runs"] = runs
         noise = search.noise()
         info["noise"] = {"pct": noise.pct, "measured_pct": noise.measured_pct, "source": noise.source}
-        lo, hi = search.bounds()
+        lo, _ = search.bounds()
+        hi = search.sure_fail(lo) if lo is not None else None
         if lo is not None and search.decided(lo) is True:
             info["search"].update(confirmed=True)
         print(f"bench sweep: {name}: SLO capacity search ({runs} extra runs): {search_words(lo, hi, search)}"
@@ -371,7 +372,7 @@ def search_words(lo: int | None, hi: int | None, search: C.Search) -> str:
     if lo is None:
         return "no concurrency meets the SLO"
     sure = "confirmed with confidence" if search.decided(lo) is True else "not confirmed with confidence"
-    above = f"misses it at c={hi}" if hi is not None else "no failing concurrency above it was tested"
+    above = f"misses it for sure at c={hi}" if hi is not None else "no concurrency above it misses it for sure"
     return f"meets the SLO at c={lo} ({sure}), {above}"
 
 
