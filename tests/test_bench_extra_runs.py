@@ -172,14 +172,20 @@ def test_report_slo_basis_verdict_and_plan(bench_stub_server, fake_bench, tmp_pa
     summary = json.loads((out / "summary.json").read_text())
     sc = summary["scenarios"]["S1_chat"]
     assert set(sc["slo_capacity"]) == SLO_CAPACITY_KEYS
-    assert sc["slo_capacity"]["concurrency_pass"] == 16 and sc["slo_capacity"]["concurrency_fail"] == 20  # within 25 %
+    # TTFT p99 = 30 ms x c: the SLO holds up to c=16 (480 ms), which a run-to-run band can leave unconfirmed
+    cp, cf = sc["slo_capacity"]["concurrency_pass"], sc["slo_capacity"]["concurrency_fail"]
+    assert 12 <= cp <= 16 < cf <= 20
+    assert sc["slo"]["concurrency"] == cp and sc["slo"]["output_tok_s"] == sc["slo_capacity"]["output_tok_s"]
+    assert sc["slo_capacity_interval"]["source_run"] == sc["slo"]["source_run"] == sc["slo_capacity"]["source_run"]
     assert set(sc["rate_capacity"]) == {"req_s", "output_tok_s", "goodput_req_s"}
     comp = summary["comparison"]["S1_chat"]
     assert comp["baseline_state"] == "meets_slo" and comp["slo_ratio"] > 1.5
-    # Both sides have open-loop rate capacities: the ratio is of those, never mixed with closed loop.
-    base_rate = json.loads(json.dumps(CR.scenario_capacity(base, SIDE.load_side(base).runs, ttft_ms=500,
-                                                           decode_ms=50)["S1_chat"]["rate_capacity"]))
-    assert comp["slo_ratio"] == pytest.approx(sc["rate_capacity"]["output_tok_s"] / base_rate["output_tok_s"], rel=1e-3)
+    # The ratio is of one kind of capacity on both sides (open loop where both bracketed their rate
+    # capacity, else closed loop), never mixed, and it is rebuilt from the two capacity figures.
+    theirs = CR.scenario_capacity(base, SIDE.load_side(base).runs, ttft_ms=500, decode_ms=50)["S1_chat"]
+    kind, key = (("open", "rate_capacity_interval") if comp["slo_basis_source"] == "open_loop"
+                 else ("closed", "slo_capacity_interval"))
+    assert comp["slo_ratio"] == pytest.approx(sc[key]["point_tok_s"] / theirs[kind].point, rel=1e-3)
     assert summary["verdict"]["basis"] == "slo" and summary["verdict"]["pass"] is True
     text = (out / "report.md").read_text()
     assert "## Capacity under the SLO" in text and "Goodput" in text and "on the slo basis" in text
