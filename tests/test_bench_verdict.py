@@ -349,3 +349,54 @@ def test_report_words_never_show_reprs(tmp_path):
         in md
     for r in summary["verdict"]["reasons"]:
         assert_words(r)
+
+
+# --- one capacity figure, with its run ----------------------------------------------------------
+
+
+def test_the_capacity_is_the_highest_load_meeting_the_slo_not_the_best_run(tmp_path):
+    # c=8 serves more than c=16 (a noisy or thrashing curve), but c=16 is the highest load that meets
+    # the SLO: the capacity is c=16's throughput, named with its run, on every figure of summary.json.
+    grid(tmp_path / "cand", "S1_chat", {1: (400.0, True), 8: (3000.0, True), 16: (2800.0, True),
+                                        32: (2500.0, False)})
+    grid(tmp_path / "base", "S1_chat", {1: (100.0, True), 8: (700.0, True), 16: (700.0, True),
+                                        32: (800.0, False)})
+    rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base")
+    sc = summary["scenarios"]["S1_chat"]
+    iv = sc["slo_capacity_interval"]
+    assert (iv["point_tok_s"], iv["load_pass"], iv["source_run"]) == (2800.0, 16, "S1_chat_c16.json")
+    assert sc["slo"] == {"concurrency": 16, "output_tok_s": 2800.0, "loop": "closed", "source_run": "S1_chat_c16.json"}
+    assert iv["output_tok_s"][0] < 2800.0 < iv["output_tok_s"][1]  # the band around the figure
+    assert sc["peak"]["concurrency"] == 8 and sc["peak"]["output_tok_s"] == 3000.0  # the peak is another figure
+    assert summary["comparison"]["S1_chat"]["slo_ratio"] == 4.0  # 2,800 / 700: the two capacity figures
+    assert "2,800.0 tok/s (c=16, closed loop, S1_chat_c16.json)" in md
+    assert "run-to-run band 17 %, assumed, no point was run twice" in md
+
+
+def test_a_search_rerun_that_misses_at_a_grid_point_moves_the_capacity(tmp_path):
+    # The grid's c=32 met the SLO on a 256-request point estimate; the capacity search ran c=32
+    # again with per-request detail and it missed for sure: c=32 is a miss (both runs together),
+    # the capacity is c=16's, and the peak takes the search's runs into account.
+    for label, per_c in (("cand", 400.0), ("base", 100.0)):
+        folder = tmp_path / label
+        grid(folder, "S1_chat", {1: (per_c, True), 16: (per_c * 16, True), 32: (per_c * 32, True),
+                                 64: (per_c * 30, False)})
+        (folder / CR.SEARCH_DIR).mkdir()
+        data = detailed_result("S1_chat", 32, per_c * 34, n=200, detail=[900.0] * 200,
+                               extra={"bench_kind": "search", "scenario": "S1_chat"})
+        (folder / CR.SEARCH_DIR / CR.search_filename("S1_chat", 32, 1)).write_text(json.dumps(data))
+    rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base")
+    sc = summary["scenarios"]["S1_chat"]
+    iv = sc["slo_capacity_interval"]
+    assert (iv["load_pass"], iv["load_fail"], iv["point_tok_s"]) == (16, 32, 6400.0)
+    assert iv["source_run"] == "S1_chat_c16.json" and sc["slo"]["concurrency"] == 16
+    assert iv["fail_runs"] == ["S1_chat_c32.json", "search/S1_chat_c32.run1.json"]
+    # c=32 ran twice (12,800 tok/s on 256 requests, 13,600 on 200): a measured spread, and the peak
+    # is their request-weighted mean
+    assert iv["noise_source"] == "measured" and iv["noise_pct"] > 0
+    peak = (256 * 12800 + 200 * 13600) / 456
+    assert sc["peak"]["concurrency"] == 32 and sc["peak"]["output_tok_s"] == pytest.approx(peak, abs=1e-3)
+    assert sc["peak"]["source_runs"] == ["S1_chat_c32.json", "search/S1_chat_c32.run1.json"]
+    ratio = summary["comparison"]["S1_chat"]
+    assert ratio["slo_ratio"] == 4.0 and ratio["throughput_ratio"] == 4.0
+    assert "6,400.0 tok/s (c=16, closed loop, S1_chat_c16.json)" in md
