@@ -10,13 +10,17 @@ Plain functions over plain data (no I/O besides reading result dictionaries), sh
 - p99: numpy's default (linear) percentile, what vLLM reports.
 - 95 % interval of a p99: percentile bootstrap over requests (a resample draws whole requests, so
   the ITLs of one request stay together), fixed seed: the same file always gives the same interval.
-- A point passes with confidence when the upper ends of the TTFT and decode intervals are within
-  the limits, fails with confidence when a lower end is above a limit; otherwise it straddles.
-  Repeats of one point are pooled (their requests together) before judging again. A point that
-  still straddles after the last repeat counts as failing: capacity is never claimed on a maybe.
-- Search: integer bisection between the highest passing and the lowest failing grid concurrency
-  until fail - pass <= max(1, bracket x pass); the passing end must pass with confidence, so a grid
-  point measured with too few requests (or without detail) is re-run before it can be the answer.
+- Run-to-run noise: two identical runs differ by more than one run's requests say (a run-level
+  slowdown), so each p99 interval is widened by the run-to-run band (`noise`): measured from the
+  points run more than once, else the default. A point passes with confidence when the upper ends
+  of the TTFT and decode intervals are within the limits (on at least MIN_P99_REQUESTS requests),
+  fails with confidence when a lower end is above a limit; otherwise it straddles. Repeats of one
+  point are pooled (its typical run's p99, the interval of all its requests, a band shrinking
+  with the number of runs). A point that does not pass with confidence counts as failing:
+  capacity is never claimed on a maybe.
+- Search: integer bisection between the highest passing and the lowest failing concurrency until
+  fail - pass <= max(1, bracket x pass), then the bracket's ends are settled and run again
+  (`Search`); the passing end must pass with confidence.
 """
 
 from __future__ import annotations
