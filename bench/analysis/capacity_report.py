@@ -273,11 +273,13 @@ def _source_text(cap: V.Capacity) -> str:
 def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str, Any] | None,
              decode_metric: str) -> list[str]:
     lines = ["", "## Capacity under the SLO", "",
-             "Capacity is known between two tested loads: from the highest load that meets the SLO (its output "
-             "tok/s is the lower end) to the lowest load above it that misses it (the upper end, not reached). "
+             "The capacity is the output tok/s at the highest load that meets the SLO, named with its run; its "
+             "95 % interval runs from that figure to the tok/s at the lowest load above it that misses the SLO "
+             "for sure, both ends widened by the run-to-run band (measured from repeats, else assumed). "
              "Grid: the sweep's concurrencies. Capacity search (`sweep --capacity-search`): extra concurrencies "
              "between those two, until the bracket is narrow; its pass end must pass with confidence (upper end "
-             "of the 95 % bootstrap interval of each p99 within its limit, enough requests, repeats pooled). "
+             "of the 95 % interval of each p99, run-to-run band included, within its limit, enough requests, "
+             "repeats pooled). "
              "Open loop: Poisson arrivals at offered rates around that capacity; the rate capacity is the "
              "highest offered rate whose p99s meet the SLO (every lower rate meeting it too). Closed-loop and "
              "open-loop figures are never mixed in one number.", "",
