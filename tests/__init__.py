@@ -25,7 +25,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_bench_kube, test_bench_s3, test_bench_s3_folders,
                                  test_bench_mixcheck, test_workloads, test_workloads_sweep,
                                  test_workloads_vllm
-  bench: analysis                test_bench_verdict, test_bench_capacity, test_bench_capacity_e2e,
+  bench: analysis                test_bench_verdict, test_bench_capacity, test_bench_capacity_calibration,
+                                 test_bench_capacity_e2e,
                                  test_bench_report, test_bench_report_checks, test_bench_compare,
                                  test_bench_plan, test_bench_answer, test_bench_pages, test_bench_run_settings,
                                  test_bench_pages_browser, test_bench_pages_figures, test_bench_publish

@@ -30,7 +30,7 @@ def test_capacity_search_and_poisson_goodput_on_a_real_server(tiny_vllm_server, 
     argv = ["sweep", "--base-url", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
             "--out", str(out), "--scenarios", "S1_chat", "--length-scale", "0.0625", "--concurrencies", "1,2",
             "--min-prompts", "8", "--prompts-per-concurrency", "4", "--health-timeout", "60",
-            "--bench-client", "library", "--capacity-search", "--search-requests", "24", "--search-repeats", "0",
+            "--bench-client", "library", "--capacity-search", "--search-requests", "100", "--search-repeats", "0",
             "--open-loop-rates", "50,100", "--open-loop-min-requests", "12", "--open-loop-requests", "16",
             "--extra-budget", "20", "--slo-ttft-p99-ms", "5000", "--slo-itl-p99-ms", "2000"]
     t0 = time.monotonic()
@@ -48,7 +48,7 @@ def test_capacity_search_and_poisson_goodput_on_a_real_server(tiny_vllm_server, 
     assert "S1_chat: SLO capacity search (2 extra runs): meets the SLO at c=2 (confirmed with confidence)" \
         in proc.stdout
 
-    # The search confirmed c=2 with per-request detail (screen + top-up to 24 requests).
+    # The search confirmed c=2 with per-request detail (screen + top-up to 100 requests: a p99 interval needs them).
     sc = extra["scenarios"]["S1_chat"]
     assert sc["search"] == {"concurrency_pass": 2, "concurrency_fail": None, "confirmed": True}
     detail = json.loads(next((out / "search").glob("S1_chat_c2.run1.json")).read_text())

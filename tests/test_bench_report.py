@@ -31,7 +31,9 @@ RUN_KEYS = {"scenario", "concurrency", "valid", "reason", "completed", "failed",
 SLO_KEYS = {"ttft_p99_ms", "itl_p99_ms", "decode_metric", "source", "notes"}
 SCENARIO_KEYS = {"peak", "slo", "peak_at_edge", "slo_capacity", "rate_capacity", "slo_capacity_interval",
                  "rate_capacity_interval"}
-INTERVAL_KEYS = {"source", "state", "output_tok_s", "load_unit", "load_pass", "load_fail", "load_max", "confirmed"}
+INTERVAL_KEYS = {"source", "state", "output_tok_s", "load_unit", "load_pass", "load_fail", "load_max", "confirmed",
+                 "point_tok_s", "loop", "source_run", "source_runs", "fail_runs", "repeats", "noise_pct",
+                 "noise_source"}
 
 
 def write_result(folder: Path, scenario: str, conc: int, tok_s: float, *, ttft99=100.0, itl99=20.0,
@@ -116,14 +118,19 @@ def test_peak_and_slo_selection(tmp_path):
     write_result(d, "S4_rag", 1, 20.0, ttft99=900, itl99=30)
     summary, _ = summarize(d)
     sc = summary["scenarios"]
-    assert sc["S1_chat"]["peak"] == {"concurrency": 64, "output_tok_s": 536.0, "req_s": 536.0 / 128}
-    assert sc["S1_chat"]["slo"] == {"concurrency": 16, "output_tok_s": 284.2}
-    assert sc["S2_summary"]["slo"] == {"concurrency": 8, "output_tok_s": 120.0}
+    assert sc["S1_chat"]["peak"] == {"concurrency": 64, "output_tok_s": 536.0, "req_s": round(536.0 / 128, 4),
+                                     "loop": "closed", "source_run": "S1_chat_c64.json",
+                                     "source_runs": ["S1_chat_c64.json"]}
+    # the capacity under the SLO: the highest load meeting it (the PoC's definition), with its run
+    assert sc["S1_chat"]["slo"] == {"concurrency": 16, "output_tok_s": 284.2, "loop": "closed",
+                                    "source_run": "S1_chat_c16.json"}
+    assert sc["S2_summary"]["slo"]["concurrency"] == 8 and sc["S2_summary"]["slo"]["output_tok_s"] == 120.0
     assert sc["S4_rag"]["slo"] is None and sc["S4_rag"]["peak"]["concurrency"] == 1
     assert summary["comparison"] is None and summary["verdict"] is None
     # Tighter limits move the pick.
     summary, _ = summarize(d, ttft=150)
-    assert summary["scenarios"]["S1_chat"]["slo"] == {"concurrency": 1, "output_tok_s": 21.6}
+    assert summary["scenarios"]["S1_chat"]["slo"]["concurrency"] == 1
+    assert summary["scenarios"]["S1_chat"]["slo"]["output_tok_s"] == 21.6
 
 
 def test_invalid_runs_are_listed_and_excluded_everywhere(tmp_path):
@@ -218,8 +225,8 @@ def test_summary_keys_are_exact(tmp_path):
     assert all(set(r) == RUN_KEYS for r in summary["runs"]) and len(summary["runs"]) == 3
     sc = summary["scenarios"]["S1_chat"]
     assert set(sc) == SCENARIO_KEYS
-    assert set(sc["peak"]) == {"concurrency", "output_tok_s", "req_s"}
-    assert set(sc["slo"]) == {"concurrency", "output_tok_s"}
+    assert set(sc["peak"]) == {"concurrency", "output_tok_s", "req_s", "loop", "source_run", "source_runs"}
+    assert set(sc["slo"]) == {"concurrency", "output_tok_s", "loop", "source_run"}
     assert set(sc["slo_capacity_interval"]) == INTERVAL_KEYS and sc["rate_capacity_interval"] is None
     assert set(summary["comparison"]["S1_chat"]) == COMPARISON_KEYS | {
         "gpus", "peak_per_gpu_tok_s", "candidate_slo_capacity", "baseline_slo_capacity", "slo_capacity_per_gpu"}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.analysis import capacity as C
 from bench.analysis import capacity_report as CR
 from bench.analysis import report as REP
 from bench.analysis import results as R
@@ -91,15 +92,20 @@ def test_grid_capacity_interval_open_end_and_never(tmp_path):
         side = SIDE.load_side(tmp_path / name)
         caps[name] = CR.scenario_capacity(side.path, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["closed"]
     a, b, c, d = caps["a"], caps["b"], caps["c"], caps["d"]
-    assert (a.state, a.lo, a.hi, a.load_pass, a.load_fail, a.source) == (V.MEETS, 800.0, 1600.0, 8, 16, V.GRID)
-    assert (b.lo, b.hi, b.load_pass, b.load_fail) == (6400.0, math.inf, 64, None)
+    # Nothing was run twice: the assumed run-to-run band widens both ends of each interval.
+    band = 1 + C.DEFAULT_NOISE_PCT / 100
+    assert (a.state, a.point, a.load_pass, a.load_fail, a.source) == (V.MEETS, 800.0, 8, 16, V.GRID)
+    assert (a.lo, a.hi) == (pytest.approx(800.0 / band), pytest.approx(1600.0 * band))
+    assert (a.source_run, a.repeats, a.noise_pct, a.noise_source) == ("S1_chat_c8.json", 1, 17.0, "assumed")
+    assert (b.point, b.lo, b.hi, b.load_pass, b.load_fail) == (6400.0, pytest.approx(6400 / band), math.inf, 64, None)
     assert (c.state, c.lo, c.hi, c.load_fail) == (V.NEVER, 0.0, 0.0, 1)  # misses at one request at a time
-    assert (d.state, d.lo, d.hi, d.load_fail) == (V.NEVER, 0.0, 400.0, 4)  # below the lowest load tested
-    assert V.capacity_text(a) == "800.0 to 1,600.0 tok/s (meets the SLO at c=8, misses it at c=16)"
-    flat = V.Capacity(V.GRID, V.MEETS, lo=394.7, hi=394.7, load_pass=7, load_fail=8)  # a saturated server
-    assert V.capacity_text(flat) == "394.7 tok/s (meets the SLO at c=7, misses it at c=8)"
+    assert (d.state, d.lo, d.hi, d.load_fail) == (V.NEVER, 0.0, pytest.approx(400.0 * band), 4)  # below the lowest load
+    assert V.capacity_text(a) == ("800.0 tok/s (c=8, closed loop, S1_chat_c8.json); 95 % interval 683.8 to 1,872.0 "
+                                  "tok/s (misses the SLO at c=16; run-to-run band 17 %, assumed, no point was run twice)")
+    flat = V.Capacity(V.GRID, V.MEETS, lo=394.7, hi=394.7, load_pass=7, load_fail=8, point=394.7)  # saturated
+    assert V.capacity_text(flat) == "394.7 tok/s (c=7, closed loop); 95 % interval 394.7 tok/s (misses the SLO at c=8)"
     assert "or more" in V.capacity_text(b) and "no upper bound" in V.capacity_text(b)
-    assert V.capacity_text(d).startswith("below 400.0 tok/s: never meets the SLO")
+    assert V.capacity_text(d).startswith("below 468.0 tok/s: never meets the SLO")
 
 
 # --- three states from the grid alone ---------------------------------------------------------
@@ -112,27 +118,38 @@ def test_grid_alone_passes_a_clear_case(tmp_path):
     summary, issues = summarize(tmp_path / "cand", tmp_path / "base")
     v = summary["verdict"]
     assert issues == [] and v["state"] == "pass" and v["pass"] is True and v["reasons"] == []
-    assert v["min_ratio"] == 2.0 and v["min_ratio_interval"] == [2.0, 8.0] and v["basis"] == "slo"
+    # [3,200, 6,400) over [800, 1,600): 2x to 8x, each end's assumed band (17 %) on in quadrature
+    spread = 1 + math.hypot(0.17, 0.17)
+    expect = [round(2.0 / spread, 4), round(8.0 * spread, 4)]
+    assert v["min_ratio"] == expect[0] and v["min_ratio_interval"] == expect and v["basis"] == "slo"
     c = summary["comparison"]["S1_chat"]
-    assert c["slo_ratio_interval"] == [2.0, 8.0] and c["slo_basis_source"] == "grid" and c["slo_ratio"] == 4.0
+    assert c["slo_ratio_interval"] == expect and c["slo_basis_source"] == "grid" and c["slo_ratio"] == 4.0
     assert c["slo_state"] == "pass" and c["baseline_state"] == "meets_slo"
     iv = summary["scenarios"]["S1_chat"]["slo_capacity_interval"]
-    assert iv == {"source": "grid", "state": "meets_slo", "output_tok_s": [3200.0, 6400.0], "load_unit": "concurrency",
-                  "load_pass": 8, "load_fail": 16, "load_max": 64, "confirmed": False}
+    assert iv == {"source": "grid", "state": "meets_slo", "output_tok_s": [round(3200 / 1.17, 4), 7488.0],
+                  "load_unit": "concurrency", "load_pass": 8, "load_fail": 16, "load_max": 64, "confirmed": False,
+                  "point_tok_s": 3200.0, "loop": "closed", "source_run": "S1_chat_c8.json",
+                  "source_runs": ["S1_chat_c8.json"], "fail_runs": ["S1_chat_c16.json"], "repeats": 1,
+                  "noise_pct": 17.0, "noise_source": "assumed"}
+    # summary's `slo` is the same figure, with its run
+    assert summary["scenarios"]["S1_chat"]["slo"] == {"concurrency": 8, "output_tok_s": 3200.0, "loop": "closed",
+                                                      "source_run": "S1_chat_c8.json"}
 
 
 def test_grid_alone_fails_when_a_best_case_is_below_the_threshold(tmp_path):
     grid(tmp_path / "base", "S1_chat", doubling(100.0, 8))
     grid(tmp_path / "cand", "S1_chat", doubling(400.0, 8))
     grid(tmp_path / "base", "S2_summary", doubling(100.0, 8))                     # [800, 1,600)
-    grid(tmp_path / "cand", "S2_summary", {**doubling(100.0, 8), 16: (1000.0, False)})  # [800, 1,000)
+    grid(tmp_path / "cand", "S2_summary", {**doubling(100.0, 8), 16: (900.0, False)})  # [800, 900)
     summary, _ = summarize(tmp_path / "cand", tmp_path / "base")
     v = summary["verdict"]
     assert v["state"] == "fail" and v["pass"] is False
-    assert summary["comparison"]["S2_summary"]["slo_ratio_interval"] == [0.5, 1.25]
+    spread = 1 + math.hypot(0.17, 0.17)
+    expect = [round(0.5 / spread, 4), round(900 / 800 * spread, 4)]
+    assert summary["comparison"]["S2_summary"]["slo_ratio_interval"] == expect
     assert v["reasons"] == ["S2_summary: even the best case is below the 1.5x threshold (SLO ratio per GPU "
-                            "0.50x to 1.25x)"]
-    assert v["min_ratio_interval"] == [0.5, 1.25]
+                            "0.40x to 1.40x)"]
+    assert v["min_ratio_interval"] == expect
 
 
 def test_grid_alone_cannot_decide_a_close_case_and_names_the_search(tmp_path):
@@ -140,9 +157,9 @@ def test_grid_alone_cannot_decide_a_close_case_and_names_the_search(tmp_path):
     grid(tmp_path / "cand", "S1_chat", doubling(200.0, 8))   # [1,600, 3,200): 1x to 4x
     summary, _ = summarize(tmp_path / "cand", tmp_path / "base")
     v = summary["verdict"]
-    assert v["state"] == "inconclusive" and v["pass"] is False and v["min_ratio"] == 1.0
+    assert v["state"] == "inconclusive" and v["pass"] is False and v["min_ratio"] == 0.8062
     (reason,) = v["reasons"]
-    assert reason.startswith("S1_chat: the SLO ratio per GPU, 1.00x to 4.00x, spans the 1.5x threshold")
+    assert reason.startswith("S1_chat: the SLO ratio per GPU, 0.81x to 4.96x, spans the 1.5x threshold")
     assert "--capacity-search --resume" in reason
 
 
@@ -196,7 +213,7 @@ def test_peak_basis_keeps_the_method_and_gets_the_states(tmp_path):
 def test_exit_codes_are_opt_in_and_the_state_is_written_either_way(tmp_path, capsys):
     for name, per_c in (("base", 100.0), ("clear", 400.0), ("close", 200.0), ("short", 120.0)):
         grid(tmp_path / name, "S1_chat", doubling(per_c, 8) if name != "short" else
-             {**doubling(100.0, 8), 16: (1000.0, False)})
+             {**doubling(100.0, 8), 16: (900.0, False)})
     for cand, state, code in (("clear", "pass", 0), ("short", "fail", 1), ("close", "inconclusive", 3)):
         rc, summary, md = report(tmp_path, tmp_path / cand, tmp_path / "base")
         assert rc == 0 and summary["verdict"]["state"] == state
@@ -249,7 +266,7 @@ def test_a_truncated_manifest_is_unreadable_not_hand_collected(tmp_path):
     assert "not valid JSON" in ignored["manifest.json"]
     assert_words(md)
     # the same intervals fail-wise are not trusted either: no fail on sides that cannot be compared
-    grid(tmp_path / "short", "S1_chat", {**doubling(100.0, 8), 16: (1000.0, False)})
+    grid(tmp_path / "short", "S1_chat", {**doubling(100.0, 8), 16: (900.0, False)})
     (tmp_path / "short" / "manifest.json").write_text(whole[:25])
     rc, summary, _ = report(tmp_path, tmp_path / "short", tmp_path / "base", "--exit-code")
     assert rc == 3 and summary["verdict"]["state"] == "inconclusive"
@@ -298,13 +315,21 @@ def test_a_capacity_search_folder_accounts_for_every_file_without_rename_advice(
     assert "S1_chat_c8.json is already there" in ignored["S1_chat-c8-again.json"]
     c1, c2 = summary["comparison"]["S1_chat"], summary["comparison"]["S2_summary"]
     # every offered rate met the SLO on both sides (an open upper end): the search's bracket decides
-    assert summary["scenarios"]["S1_chat"]["rate_capacity_interval"]["output_tok_s"] == [1600.0, None]
+    rate = summary["scenarios"]["S1_chat"]["rate_capacity_interval"]
+    assert rate["point_tok_s"] == 1600.0 and rate["output_tok_s"][1] is None and rate["loop"] == "open"
+    assert rate["source_run"] == "open_loop/S1_chat_rate1.json"
     # cand [4,000, 4,400) over base [1,000, 1,100): bracketed [10, 11) on both sides
-    assert c1["slo_basis_source"] == "search" and c1["slo_ratio_interval"] == [pytest.approx(4000 / 1100, abs=1e-4), 4.4]
+    closed = summary["scenarios"]["S1_chat"]["slo_capacity_interval"]
+    assert (closed["load_pass"], closed["load_fail"], closed["point_tok_s"]) == (10, 11, 4000.0)
+    assert closed["source_run"] == "search/S1_chat_c10.run1.json" and closed["noise_source"] == "assumed"
+    spread = 1 + math.hypot(0.17, 0.17)
+    assert c1["slo_basis_source"] == "search"
+    assert c1["slo_ratio_interval"] == [pytest.approx(4000 / 1100 / spread, abs=1e-4), pytest.approx(4.4 * spread, abs=1e-4)]
+    assert c1["slo_ratio"] == 4.0  # the two capacity figures: 4,000 / 1,000 tok/s
     assert c2["slo_basis_source"] == "search" and c2["slo_ratio_interval"] is not None
     # the budget stopped the baseline's S2 search, yet its grid bracket still bounds the ratio:
-    # [3,200, 6,400) over [800, 1,600) = 2x to 8x, a pass, not a fail on a missing figure
-    assert c2["slo_ratio_interval"] == [2.0, 8.0] and summary["verdict"]["state"] == "pass"
+    # [3,200, 6,400) over [800, 1,600) = 2x to 8x before the bands, a pass, not a fail on a missing figure
+    assert c2["slo_ratio_interval"][0] > 1.5 and summary["verdict"]["state"] == "pass"
     assert_words(md)
 
 
@@ -324,3 +349,54 @@ def test_report_words_never_show_reprs(tmp_path):
         in md
     for r in summary["verdict"]["reasons"]:
         assert_words(r)
+
+
+# --- one capacity figure, with its run ----------------------------------------------------------
+
+
+def test_the_capacity_is_the_highest_load_meeting_the_slo_not_the_best_run(tmp_path):
+    # c=8 serves more than c=16 (a noisy or thrashing curve), but c=16 is the highest load that meets
+    # the SLO: the capacity is c=16's throughput, named with its run, on every figure of summary.json.
+    grid(tmp_path / "cand", "S1_chat", {1: (400.0, True), 8: (3000.0, True), 16: (2800.0, True),
+                                        32: (2500.0, False)})
+    grid(tmp_path / "base", "S1_chat", {1: (100.0, True), 8: (700.0, True), 16: (700.0, True),
+                                        32: (800.0, False)})
+    rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base")
+    sc = summary["scenarios"]["S1_chat"]
+    iv = sc["slo_capacity_interval"]
+    assert (iv["point_tok_s"], iv["load_pass"], iv["source_run"]) == (2800.0, 16, "S1_chat_c16.json")
+    assert sc["slo"] == {"concurrency": 16, "output_tok_s": 2800.0, "loop": "closed", "source_run": "S1_chat_c16.json"}
+    assert iv["output_tok_s"][0] < 2800.0 < iv["output_tok_s"][1]  # the band around the figure
+    assert sc["peak"]["concurrency"] == 8 and sc["peak"]["output_tok_s"] == 3000.0  # the peak is another figure
+    assert summary["comparison"]["S1_chat"]["slo_ratio"] == 4.0  # 2,800 / 700: the two capacity figures
+    assert "2,800.0 tok/s (c=16, closed loop, S1_chat_c16.json)" in md
+    assert "run-to-run band 17 %, assumed, no point was run twice" in md
+
+
+def test_a_search_rerun_that_misses_at_a_grid_point_moves_the_capacity(tmp_path):
+    # The grid's c=32 met the SLO on a 256-request point estimate; the capacity search ran c=32
+    # again with per-request detail and it missed for sure: c=32 is a miss (both runs together),
+    # the capacity is c=16's, and the peak takes the search's runs into account.
+    for label, per_c in (("cand", 400.0), ("base", 100.0)):
+        folder = tmp_path / label
+        grid(folder, "S1_chat", {1: (per_c, True), 16: (per_c * 16, True), 32: (per_c * 32, True),
+                                 64: (per_c * 30, False)})
+        (folder / CR.SEARCH_DIR).mkdir()
+        data = detailed_result("S1_chat", 32, per_c * 34, n=200, detail=[900.0] * 200,
+                               extra={"bench_kind": "search", "scenario": "S1_chat"})
+        (folder / CR.SEARCH_DIR / CR.search_filename("S1_chat", 32, 1)).write_text(json.dumps(data))
+    rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base")
+    sc = summary["scenarios"]["S1_chat"]
+    iv = sc["slo_capacity_interval"]
+    assert (iv["load_pass"], iv["load_fail"], iv["point_tok_s"]) == (16, 32, 6400.0)
+    assert iv["source_run"] == "S1_chat_c16.json" and sc["slo"]["concurrency"] == 16
+    assert iv["fail_runs"] == ["S1_chat_c32.json", "search/S1_chat_c32.run1.json"]
+    # c=32 ran twice (12,800 tok/s on 256 requests, 13,600 on 200): a measured spread, and the peak
+    # is their request-weighted mean
+    assert iv["noise_source"] == "measured" and iv["noise_pct"] > 0
+    peak = (256 * 12800 + 200 * 13600) / 456
+    assert sc["peak"]["concurrency"] == 32 and sc["peak"]["output_tok_s"] == pytest.approx(peak, abs=1e-3)
+    assert sc["peak"]["source_runs"] == ["S1_chat_c32.json", "search/S1_chat_c32.run1.json"]
+    ratio = summary["comparison"]["S1_chat"]
+    assert ratio["slo_ratio"] == 4.0 and ratio["throughput_ratio"] == 4.0
+    assert "6,400.0 tok/s (c=16, closed loop, S1_chat_c16.json)" in md

@@ -10,13 +10,17 @@ Plain functions over plain data (no I/O besides reading result dictionaries), sh
 - p99: numpy's default (linear) percentile, what vLLM reports.
 - 95 % interval of a p99: percentile bootstrap over requests (a resample draws whole requests, so
   the ITLs of one request stay together), fixed seed: the same file always gives the same interval.
-- A point passes with confidence when the upper ends of the TTFT and decode intervals are within
-  the limits, fails with confidence when a lower end is above a limit; otherwise it straddles.
-  Repeats of one point are pooled (their requests together) before judging again. A point that
-  still straddles after the last repeat counts as failing: capacity is never claimed on a maybe.
-- Search: integer bisection between the highest passing and the lowest failing grid concurrency
-  until fail - pass <= max(1, bracket x pass); the passing end must pass with confidence, so a grid
-  point measured with too few requests (or without detail) is re-run before it can be the answer.
+- Run-to-run noise: two identical runs differ by more than one run's requests say (a run-level
+  slowdown), so each p99 interval is widened by the run-to-run band (`noise`): measured from the
+  points run more than once, else the default. A point passes with confidence when the upper ends
+  of the TTFT and decode intervals are within the limits (on at least MIN_P99_REQUESTS requests),
+  fails with confidence when a lower end is above a limit; otherwise it straddles. Repeats of one
+  point are pooled (its typical run's p99, the interval of all its requests, a band shrinking
+  with the number of runs). A point that does not pass with confidence counts as failing:
+  capacity is never claimed on a maybe.
+- Search: integer bisection between the highest passing and the lowest failing concurrency until
+  fail - pass <= max(1, bracket x pass), then the bracket's ends are settled and run again
+  (`Search`); the passing end must pass with confidence.
 """
 
 from __future__ import annotations
@@ -30,11 +34,23 @@ import numpy as np
 PASS, FAIL, STRADDLE = "pass", "fail", "straddle"
 NEVER_MEETS_SLO = "never_meets_slo"
 DEFAULT_BRACKET = 0.25
-DEFAULT_REPEATS = 2
+DEFAULT_REPEATS = 1
 DEFAULT_SEARCH_REQUESTS = 200
+DEFAULT_END_REPEATS = 1
 DEFAULT_RATE_PERCENTS = (50, 75, 90, 100, 110)
 BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95
+Z95 = 1.96
+# A p99 needs about 100 requests before one lies above it: fewer give no interval for it.
+MIN_P99_REQUESTS = 100
+# The run-to-run band assumed where no point was measured twice (docs/benchmark.md, "Run-to-run
+# noise"): 1.96 / sqrt(2) x the 12 % that two load generators run in turn against one H200 server
+# differed by on output tok/s (the same points, back to back). A CPU demo spreads far more (27 %
+# and 61 % between two identical runs): pass --noise-pct to the sweep there.
+DEFAULT_NOISE_PCT = 17.0
+# The default's weight beside measured repeats, in degrees of freedom (a spread from two or three
+# repeats is itself uncertain).
+NOISE_PRIOR_DF = 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,19 +171,31 @@ class MetricCheck:
     name: str
     limit_ms: float
     p99_ms: float | None
-    ci_ms: tuple[float, float] | None
+    ci_ms: tuple[float, float] | None  # within-run bootstrap interval
+    band: float = 0.0  # run-to-run band (fraction) for the runs pooled here
+    enough: bool = True  # enough requests for a p99 interval (MIN_P99_REQUESTS)
+
+    @property
+    def interval_ms(self) -> tuple[float, float] | None:
+        """The 95 % interval of this p99: the bootstrap interval widened by the run-to-run band."""
+        if self.ci_ms is None:
+            return None
+        lo, hi = self.ci_ms
+        return lo / (1 + self.band), hi * (1 + self.band)
 
     @property
     def state(self) -> str:
         if self.p99_ms is None:
             return FAIL
-        if self.ci_ms is None:  # no detail: the point estimate is all there is
-            return PASS if self.p99_ms <= self.limit_ms else FAIL
-        lo, hi = self.ci_ms
-        if hi <= self.limit_ms:
-            return PASS
+        if self.ci_ms is None:  # no detail: the point estimate, widened by the band
+            if self.p99_ms * (1 + self.band) <= self.limit_ms:
+                return PASS
+            return FAIL if self.p99_ms / (1 + self.band) > self.limit_ms else STRADDLE
+        lo, hi = self.interval_ms  # type: ignore[misc]
         if lo > self.limit_ms:
             return FAIL
+        if hi <= self.limit_ms and self.enough:
+            return PASS
         return STRADDLE
 
 
@@ -188,20 +216,31 @@ class Judgement:
         return all(m.p99_ms is not None and m.p99_ms <= m.limit_ms for m in (self.ttft, self.decode))
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "state": self.state, "requests": self.requests, "runs": self.runs, "detailed": self.detailed,
-            "ttft_p99_ms": _r(self.ttft.p99_ms), "ttft_p99_ci_ms": _ci(self.ttft.ci_ms),
+            "ttft_p99_ms": _r(self.ttft.p99_ms), "ttft_p99_ci_ms": _ci(self.ttft),
             "decode_metric": self.decode.name, "decode_p99_ms": _r(self.decode.p99_ms),
-            "decode_p99_ci_ms": _ci(self.decode.ci_ms),
+            "decode_p99_ci_ms": _ci(self.decode),
         }
+        if self.detailed and not self.ttft.enough:
+            out["p99_ci_note"] = too_few_words(self.requests)
+        return out
+
+
+def too_few_words(requests: int) -> str:
+    return (f"not enough requests for a p99 interval ({requests}; at least {MIN_P99_REQUESTS}): "
+            "the p99 of so few requests is about their slowest one")
 
 
 def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-def _ci(ci: tuple[float, float] | None) -> list[float] | None:
-    return None if ci is None else [round(ci[0], 3), round(ci[1], 3)]
+def _ci(check: MetricCheck | tuple[float, float] | None) -> list[float] | None:
+    """A p99 interval for JSON: the widened interval, none where too few requests make one."""
+    if isinstance(check, MetricCheck):
+        check = check.interval_ms if check.enough else None
+    return None if check is None else [round(check[0], 3), round(check[1], 3)]
 
 
 def combine(checks: Iterable[MetricCheck]) -> str:
@@ -213,8 +252,13 @@ def combine(checks: Iterable[MetricCheck]) -> str:
     return PASS
 
 
+def band(noise_pct: float | None, runs: int) -> float:
+    """The run-to-run band (a fraction) of the mean of `runs` independent runs."""
+    return (noise_pct or 0.0) / 100.0 / math.sqrt(max(1.0, runs))
+
+
 def judge_samples(samples: Samples, *, ttft_ms: float, decode_ms: float, decode_metric: str = "itl",
-                  runs: int = 1, seed: int = 0) -> Judgement:
+                  runs: int = 1, seed: int = 0, noise_pct: float = 0.0) -> Judgement:
     ttft_groups = [[v] for v in samples.ttft_ms]
     if decode_metric == "tpot":
         decode_groups = [[v] for v in samples.tpot_ms if v is not None]
@@ -222,36 +266,62 @@ def judge_samples(samples: Samples, *, ttft_ms: float, decode_ms: float, decode_
         decode_groups = [list(g) for g in samples.itl_ms]
     else:
         raise ValueError(f"decode metric must be itl or tpot, got {decode_metric!r}")
-    ttft = MetricCheck("ttft", ttft_ms, p99(samples.ttft_ms), bootstrap_p99(ttft_groups, seed=seed))
+    wide = band(noise_pct, runs)
+    enough = samples.requests >= MIN_P99_REQUESTS
+    ttft = MetricCheck("ttft", ttft_ms, p99(samples.ttft_ms), bootstrap_p99(ttft_groups, seed=seed), wide, enough)
     flat = [v for g in decode_groups for v in g]
-    decode = MetricCheck(decode_metric, decode_ms, p99(flat), bootstrap_p99(decode_groups, seed=seed + 1))
+    decode = MetricCheck(decode_metric, decode_ms, p99(flat), bootstrap_p99(decode_groups, seed=seed + 1), wide,
+                         enough)
     return Judgement(combine((ttft, decode)), samples.requests, runs, ttft, decode, detailed=True)
 
 
 def judge_summary(ttft_p99: float | None, decode_p99: float | None, *, ttft_ms: float, decode_ms: float,
-                  decode_metric: str = "itl", requests: int = 0) -> Judgement:
+                  decode_metric: str = "itl", requests: int = 0, noise_pct: float = 0.0) -> Judgement:
     """A point without per-request detail: point estimates only (never 'with confidence')."""
-    ttft = MetricCheck("ttft", ttft_ms, ttft_p99, None)
-    decode = MetricCheck(decode_metric, decode_ms, decode_p99, None)
+    wide = band(noise_pct, 1)
+    ttft = MetricCheck("ttft", ttft_ms, ttft_p99, None, wide)
+    decode = MetricCheck(decode_metric, decode_ms, decode_p99, None, wide)
     return Judgement(combine((ttft, decode)), requests, 1, ttft, decode, detailed=False)
 
 
 def judge_results(results: list[dict[str, Any]], *, ttft_ms: float, decode_ms: float,
-                  decode_metric: str = "itl") -> Judgement:
-    """Judge one point from its result dictionaries (repeats pooled when all have detail)."""
+                  decode_metric: str = "itl", noise_pct: float = 0.0) -> Judgement:
+    """Judge one point from its result dictionaries: the runs with per-request detail pooled (their
+    requests together, the run-to-run band shrinking with the number of runs), else the last run's
+    point estimates."""
     if not results:
         raise ValueError("no results to judge")
-    per_run = [samples_from_result(r) for r in results]
-    if all(s is not None for s in per_run):
-        pooled = pool(per_run)  # type: ignore[arg-type]
+    per_run = [s for s in (samples_from_result(r) for r in results) if s is not None]
+    if per_run:
+        pooled = pool(per_run)
         assert pooled is not None
-        return judge_samples(pooled, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
-                             runs=len(results))
+        judged = judge_samples(pooled, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
+                               runs=len(per_run), noise_pct=noise_pct)
+        if len(per_run) < 2:
+            return judged
+        # Runs differ by a run-level factor: one slow run would own the pooled p99. The point's p99
+        # is the typical run's (request-weighted geometric mean of the runs' p99s); the pooled
+        # requests' interval is moved onto it.
+        singles = [judge_samples(s, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+                   for s in per_run]
+        weights = [s.requests for s in per_run]
+        checks = []
+        for name in ("ttft", "decode"):
+            whole = getattr(judged, name)
+            values = [getattr(j, name).p99_ms for j in singles]
+            if whole.p99_ms is None or whole.ci_ms is None or any(v is None or v <= 0 for v in values):
+                checks.append(whole)
+                continue
+            typical = math.exp(sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights))
+            scale = typical / whole.p99_ms
+            checks.append(MetricCheck(whole.name, whole.limit_ms, typical,
+                                      (whole.ci_ms[0] * scale, whole.ci_ms[1] * scale), whole.band, whole.enough))
+        return Judgement(combine(checks), judged.requests, judged.runs, checks[0], checks[1], detailed=True)
     last = results[-1]
     key = "p99_tpot_ms" if decode_metric == "tpot" else "p99_itl_ms"
     return judge_summary(_num(last.get("p99_ttft_ms")), _num(last.get(key)), ttft_ms=ttft_ms,
                          decode_ms=decode_ms, decode_metric=decode_metric,
-                         requests=int(_num(last.get("completed")) or 0))
+                         requests=int(_num(last.get("completed")) or 0), noise_pct=noise_pct)
 
 
 def _num(v: Any) -> float | None:
@@ -270,6 +340,60 @@ def confident(j: Judgement, min_requests: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# Run-to-run noise
+
+# The figures of one run that a run-level slowdown moves together; their spread between repeats
+# of one point is the run-to-run noise (a p99 would add its own sampling error, so medians).
+NOISE_KEYS = (("output_throughput",), ("p50_ttft_ms", "median_ttft_ms"), ("p50_itl_ms", "median_itl_ms"))
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The run-to-run band used: `pct` = 1.96 x the relative standard deviation of one run (the
+    half-width, in % of the mean, that holds 95 % of single runs), the default pooled with what
+    repeats measured (`measured_pct`, None without repeats) as `df` degrees of freedom."""
+
+    pct: float
+    measured_pct: float | None
+    df: int
+
+    @property
+    def source(self) -> str:
+        return "measured" if self.measured_pct is not None else "assumed"
+
+
+def run_figure(result: dict[str, Any], keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        v = _num(result.get(key))
+        if v is not None and v > 0:
+            return v
+    return None
+
+
+def noise(points: Iterable[list[dict[str, Any]]], default_pct: float = DEFAULT_NOISE_PCT) -> Noise:
+    """The run-to-run band from points measured more than once (each a list of its runs' results).
+
+    Per figure (output tok/s, TTFT p50, decode p50) the pooled variance of log values between the
+    runs of each point; the largest figure's counts. Few repeats estimate a spread poorly, so the
+    default counts as NOISE_PRIOR_DF degrees of freedom beside them."""
+    per_key = [[0.0, 0] for _ in NOISE_KEYS]
+    for runs in points:
+        for acc, keys in zip(per_key, NOISE_KEYS):
+            logs = [math.log(v) for v in (run_figure(r, keys) for r in runs) if v is not None]
+            if len(logs) >= 2:
+                mean = sum(logs) / len(logs)
+                acc[0] += sum((x - mean) ** 2 for x in logs)
+                acc[1] += len(logs) - 1
+    measured = [(ss / df, df) for ss, df in per_key if df > 0]
+    if not measured:
+        return Noise(default_pct, None, 0)
+    var, df = max(measured)
+    prior = (default_pct / 100 / Z95) ** 2
+    pooled = (df * var + NOISE_PRIOR_DF * prior) / (df + NOISE_PRIOR_DF)
+    return Noise(round(100 * Z95 * math.sqrt(pooled), 2), round(100 * Z95 * math.sqrt(var), 2), df)
+
+
+# ---------------------------------------------------------------------------------------------
 # The search
 
 
@@ -277,23 +401,56 @@ def confident(j: Judgement, min_requests: int) -> bool:
 class Search:
     """Integer bisection of the SLO capacity (concurrency) of one scenario.
 
-    Feed it the grid's judgements (`grid`), then ask `next_run()` for the concurrency to run and
-    `requests_for()` for how many requests, and `observe()` the pooled judgement of every run at
-    that concurrency, until `next_run()` is None.
+    Give it the grid's results (`grid`, one result dictionary per concurrency) and the SLO, then ask
+    `next_run()` for the concurrency to run and `requests_for()` for how many requests, and
+    `observe()` every run's result, until `next_run()` is None. Every judgement pools all runs of
+    a point (a grid run and the search's runs at the same concurrency are repeats of one point)
+    and widens each p99's interval by the run-to-run band (`noise`), measured from the points run
+    more than once, else the default: it is recomputed as repeats come in.
 
     A new point is first screened with `screen` requests (the grid's count at that concurrency):
     a failure with confidence settles it cheaply; anything else is topped up to `min_requests`
     (pooled), since a pass counts only with confidence on at least `min_requests` requests. A
     point that still straddles a limit then gets up to `repeats` more runs of `min_requests`;
-    after those it counts as failing. Stop when fail - pass <= max(1, bracket x pass).
+    after those it counts as failing. Stop when fail - pass <= max(1, bracket x pass), then run
+    each end of the bracket again (`end_repeats`, fresh seeds, the other end in between) so the
+    spread between repeats is measured where it decides the answer: a failure near the boundary
+    whose repeats pass turns into a pass, and the search goes on from there.
     """
 
-    grid: dict[int, Judgement]
+    grid: dict[int, dict[str, Any]]
+    ttft_ms: float
+    decode_ms: float
+    decode_metric: str = "itl"
     min_requests: int = DEFAULT_SEARCH_REQUESTS
     repeats: int = DEFAULT_REPEATS
     bracket: float = DEFAULT_BRACKET
-    extra: dict[int, Judgement] = field(default_factory=dict)
+    end_repeats: int = DEFAULT_END_REPEATS
+    default_noise_pct: float = DEFAULT_NOISE_PCT
+    runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     run_requests: dict[int, list[int]] = field(default_factory=dict)
+    last: int | None = None
+    reruns: dict[int, int] = field(default_factory=dict)  # runs of a point after it counted as failing
+    _cache: dict[tuple, Judgement] = field(default_factory=dict, repr=False)
+
+    # -- evidence --------------------------------------------------------------------------------
+    def results(self, c: int) -> list[dict[str, Any]]:
+        """Every run at c: the grid's first, then the search's in order."""
+        return ([self.grid[c]] if c in self.grid else []) + self.runs.get(c, [])
+
+    def noise(self) -> Noise:
+        return noise((self.results(c) for c in sorted(set(self.grid) | set(self.runs))), self.default_noise_pct)
+
+    def judgement(self, c: int) -> Judgement:
+        pct = self.noise().pct
+        key = (c, len(self.runs.get(c, [])), pct)
+        if key not in self._cache:
+            self._cache[key] = judge_results(self.results(c), ttft_ms=self.ttft_ms, decode_ms=self.decode_ms,
+                                             decode_metric=self.decode_metric, noise_pct=pct)
+        return self._cache[key]
+
+    def searched(self, c: int) -> bool:
+        return bool(self.runs.get(c))
 
     def repeats_used(self, c: int) -> int:
         total, used = 0, 0
@@ -304,28 +461,37 @@ class Search:
         return used
 
     def _passes(self, c: int) -> bool | None:
-        """True/False once decided, None while it still needs a (re)run."""
-        if c in self.extra:
-            j = self.extra[c]
-            if confident(j, self.min_requests):
-                return True
-            if j.state == FAIL:
-                return False
-            if j.requests >= self.min_requests and self.repeats_used(c) >= self.repeats:
-                return False
-            return None
-        g = self.grid.get(c)
-        if g is not None and confident(g, self.min_requests):
+        """True/False once decided, None while it still needs a (re)run. A point that still
+        straddles a limit on `min_requests` counts as failing (capacity is never claimed on a
+        maybe); its repeats wait until it turns out to be an end of the bracket (`unsettled`)."""
+        j = self.judgement(c)
+        if confident(j, self.min_requests):
             return True
+        if not self.searched(c):
+            return None
+        # A miss (even a point estimate's) needs no top-up: a pass needs confidence, a failing end
+        # does not; a straddling one is repeated once it is an end of the bracket.
+        if j.state == FAIL or not j.point_pass or sum(self.run_requests.get(c, [])) >= self.min_requests:
+            return False
         return None
+
+    def sure_fail(self, lo: int | None) -> int | None:
+        """The lowest concurrency above `lo` that misses the SLO for sure (the interval's upper end)."""
+        sure = [c for c in sorted(set(self.grid) | set(self.runs))
+                if (lo is None or c > lo) and self.judgement(c).state == FAIL]
+        return min(sure) if sure else None
+
+    def unsettled(self, c: int) -> bool:
+        """Counts as failing only because it straddles a limit, with repeats left to run."""
+        return (self.searched(c) and self._passes(c) is False and self.judgement(c).state == STRADDLE
+                and self.reruns.get(c, 0) < self.repeats)
 
     def _fails(self, c: int) -> bool:
         """A failing end: failed in the search, or its grid point estimate misses the SLO."""
         decided = self._passes(c)
         if decided is not None:
             return not decided
-        g = self.grid.get(c)
-        return c not in self.extra and g is not None and not g.point_pass
+        return not self.searched(c) and c in self.grid and not self.judgement(c).point_pass
 
     def decided(self, c: int) -> bool | None:
         return self._passes(c)
@@ -333,13 +499,13 @@ class Search:
     def bounds(self) -> tuple[int | None, int | None]:
         """(pass end, fail end) as things stand; pass end None = nothing passes.
 
-        The pass end is the highest concurrency whose evidence says pass: confirmed by a search
-        run, or a grid point estimate not yet confirmed. A confirmed failure of a candidate drops
-        it, and the next lower passing point becomes the pass end.
+        The pass end is the highest concurrency whose evidence says pass: confirmed with
+        confidence, or a grid point estimate not yet searched. A confirmed failure of a candidate
+        drops it, and the next lower passing point becomes the pass end.
         """
-        cands = sorted(set(self.grid) | set(self.extra))
+        cands = sorted(set(self.grid) | set(self.runs))
         passing = [c for c in cands if self._passes(c) is True
-                   or (self._passes(c) is None and c not in self.extra and self.grid[c].point_pass)]
+                   or (self._passes(c) is None and not self.searched(c) and self.judgement(c).point_pass)]
         lo = max(passing) if passing else None
         above = [c for c in cands if (lo is None or c > lo) and self._fails(c)]
         hi = min(above) if above else None
@@ -349,35 +515,56 @@ class Search:
         lo, hi = self.bounds()
         if lo is None:
             return None
-        pending = [c for c in self.extra if self._passes(c) is None]
-        if pending:  # a point being topped up or repeated comes before anything else
-            return min(pending)
+        pending = [c for c in self.runs if self._passes(c) is None]
+        if pending:  # a point being topped up or repeated comes first; another one before it if there is one
+            others = [c for c in pending if c != self.last]
+            return min(others or pending)
         if hi is not None and hi - lo > max(1, math.floor(self.bracket * lo)):
             return (lo + hi) // 2
         if self._passes(lo) is None:
             # The bracket is narrow but its pass end is only a grid point estimate (too few
             # requests, no detail): confirm it; a failure moves the bracket down.
             return lo
+        if hi is not None and not self.searched(hi) and self.judgement(hi).state != FAIL:
+            return hi  # a grid fail end near the limit: confirm it like the pass end
+        sure, soft = self.sure_fail(lo), max([c for c in self.runs if c > lo and self._passes(c) is False
+                                              and self.judgement(c).state != FAIL], default=hi)
+        if (sure is not None and soft is not None and sure - lo > max(1, math.floor(self.bracket * lo))
+                and sure - soft > 1):
+            # The fail end only straddles a limit (a miss near it may be a slow run): look for a
+            # sure miss between it and the nearest one, so the interval's upper end comes closer.
+            return (soft + sure) // 2
+        if hi is not None and self.unsettled(hi):
+            return hi  # a failure near the boundary: its repeats may pass
+        short = [c for c in (lo, hi) if c is not None and len(self.results(c)) < 1 + self.end_repeats]
+        if short:  # repeats of the two ends, the one not run last first
+            return sorted(short, key=lambda c: c == self.last)[0]
         return None
 
     def requests_for(self, c: int, screen: int | None = None) -> int:
-        have = self.extra[c].requests if c in self.extra else 0
+        have = sum(self.run_requests.get(c, []))
         if have == 0:
             return min(screen, self.min_requests) if screen else self.min_requests
+        if self._passes(c) is False:  # a failing end's repeat: as large as what made it fail
+            return self.run_requests[c][0] if have < self.min_requests else self.min_requests
         if have < self.min_requests:
             return self.min_requests - have
         return self.min_requests
 
-    def observe(self, concurrency: int, judgement: Judgement, requests: int) -> None:
-        """The pooled judgement of every search run at this concurrency so far, and this run's size."""
+    def observe(self, concurrency: int, result: dict[str, Any], requests: int) -> None:
+        """One search run's result (with per-request detail) and its size."""
+        if self.searched(concurrency) and self._passes(concurrency) is False:
+            self.reruns[concurrency] = self.reruns.get(concurrency, 0) + 1
+        self.runs.setdefault(concurrency, []).append(result)
         self.run_requests.setdefault(concurrency, []).append(requests)
-        self.extra[concurrency] = judgement
+        self.last = concurrency
 
     def result(self) -> dict[str, Any]:
-        lo, hi = self.bounds()
+        """The bracket: the pass end and the lowest concurrency above it that misses for sure."""
+        lo, _ = self.bounds()
         if lo is None:
             return {"state": NEVER_MEETS_SLO}
-        return {"concurrency_pass": lo, "concurrency_fail": hi}
+        return {"concurrency_pass": lo, "concurrency_fail": self.sure_fail(lo)}
 
 
 def rate_list(req_s: float, percents: Iterable[float] = DEFAULT_RATE_PERCENTS) -> list[float]:

@@ -75,44 +75,29 @@ def open_loop_runs(folder: Path) -> dict[str, list[tuple[float, R.RunResult, dic
     return {s: sorted(v, key=lambda x: x[0]) for s, v in out.items()}
 
 
-def grid_judgements(runs: list[R.RunResult], *, ttft_ms: float, decode_ms: float,
-                    decode_metric: str) -> dict[int, C.Judgement]:
-    return {r.concurrency: C.judge_results([r.raw], ttft_ms=ttft_ms, decode_ms=decode_ms,
-                                           decode_metric=decode_metric)
-            for r in runs if r.valid and r.raw}
-
-
-def _mean(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return round(sum(known) / len(known), 3) if known else None
-
-
 def slo_capacity(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]], *,
                  ttft_ms: float, decode_ms: float, decode_metric: str = "itl",
-                 min_requests: int = C.DEFAULT_SEARCH_REQUESTS, repeats: int = C.DEFAULT_REPEATS
-                 ) -> dict[str, Any] | None:
-    judged = grid_judgements(grid, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
-    if not judged:
-        return None
-    state = C.Search(judged, min_requests=min_requests, repeats=repeats)
-    for c, runs in search.items():
-        state.extra[c] = C.judge_results([d for _, d in runs], ttft_ms=ttft_ms, decode_ms=decode_ms,
-                                         decode_metric=decode_metric)
-        state.run_requests[c] = [r.completed or 0 for r, _ in runs]
-    lo, hi = state.bounds()
-    if lo is None:
+                 min_requests: int = C.DEFAULT_SEARCH_REQUESTS, repeats: int = C.DEFAULT_REPEATS,
+                 noise_pct: float = C.DEFAULT_NOISE_PCT, closed: V.Capacity | None = None) -> dict[str, Any] | None:
+    """The capacity search's confirmed bracket (summary.json `slo_capacity`), read off the one
+    closed-loop capacity (bench.analysis.verdict.closed_loop); None when no pass end was confirmed
+    (the search did not run, or could not confirm one)."""
+    cap = closed or V.closed_loop(grid, search, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
+                                  min_requests=min_requests, repeats=repeats, noise_pct=noise_pct)
+    if cap.state == V.NEVER:
         return {"state": C.NEVER_MEETS_SLO}
-    if state._passes(lo) is not True:  # noqa: SLF001 - the search never confirmed its pass end
+    if not cap.known or not cap.confirmed:
         return None
-    judgement = state.extra.get(lo) or judged[lo]
-    source = [r for r, _ in search.get(lo, [])] or [r for r in grid if r.concurrency == lo]
+    judgement = cap.judgement
     return {
-        "concurrency_pass": lo,
-        "concurrency_fail": hi,
-        "output_tok_s": _mean([r.output_tok_s for r in source]),
-        "req_s": _mean([r.req_s for r in source]),
-        "ttft_p99_ci_ms": C._ci(judgement.ttft.ci_ms),  # noqa: SLF001
-        "decode_p99_ci_ms": C._ci(judgement.decode.ci_ms),  # noqa: SLF001
+        "concurrency_pass": cap.load_pass,
+        "concurrency_fail": cap.load_fail,
+        "output_tok_s": None if cap.point is None else round(cap.point, 3),
+        "req_s": None if cap.req_point is None else round(cap.req_point, 3),
+        "ttft_p99_ci_ms": C._ci(judgement.ttft) if judgement else None,  # noqa: SLF001
+        "decode_p99_ci_ms": C._ci(judgement.decode) if judgement else None,  # noqa: SLF001
+        "source_run": cap.source_run,
+        "repeats": cap.repeats,
     }
 
 
@@ -124,6 +109,7 @@ def open_loop_points(runs: list[tuple[float, R.RunResult, dict[str, Any]]], *, t
         goodput = C._num(data.get("request_goodput"))  # noqa: SLF001
         points.append({
             "rate": rate,
+            "file": f"{OPEN_LOOP_DIR}/{Path(result.path or '').name}",
             "req_s": result.req_s,
             "output_tok_s": result.output_tok_s,
             "goodput_req_s": goodput,
@@ -137,19 +123,35 @@ def open_loop_points(runs: list[tuple[float, R.RunResult, dict[str, Any]]], *, t
 
 def search_settings(folder: Path) -> tuple[int, int]:
     """(requests behind a pass, repeats) the sweep searched with (manifest), else the defaults."""
+    settings = _settings(folder)
+    try:
+        return int(settings["search_requests"]), int(settings["search_repeats"])
+    except (KeyError, TypeError, ValueError):
+        return C.DEFAULT_SEARCH_REQUESTS, C.DEFAULT_REPEATS
+
+
+def noise_setting(folder: Path) -> float:
+    """The run-to-run band the sweep assumed where nothing was repeated (`sweep --noise-pct`,
+    recorded in the manifest), else the default (bench.analysis.capacity.DEFAULT_NOISE_PCT)."""
+    value = C._num(_settings(folder).get("noise_pct"))  # noqa: SLF001
+    return value if value is not None and value >= 0 else C.DEFAULT_NOISE_PCT
+
+
+def _settings(folder: Path) -> dict[str, Any]:
     try:
         settings = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["extra"]["settings"]
-        return int(settings["search_requests"]), int(settings["search_repeats"])
     except (OSError, ValueError, KeyError, TypeError):
-        return C.DEFAULT_SEARCH_REQUESTS, C.DEFAULT_REPEATS
+        return {}
+    return settings if isinstance(settings, dict) else {}
 
 
 def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, decode_ms: float,
                       decode_metric: str = "itl", min_requests: int | None = None,
                       repeats: int | None = None) -> dict[str, dict[str, Any]]:
-    """{scenario: {"slo_capacity", "rate_capacity", "open_loop", "closed", "open"}} for every
+    """{scenario: {"slo_capacity", "rate_capacity", "open_loop", "closed", "open", "peak"}} for every
     scenario of the grid. `closed` and `open` are the capacity intervals (bench.analysis.verdict.Capacity)
-    of the closed loop (grid and search) and of the open loop (None without open-loop runs).
+    of the closed loop (grid and search) and of the open loop (None without open-loop runs); `peak`
+    the peak over every closed-loop run (bench.analysis.verdict.closed_peak).
     Pass the usable grid runs (valid, not suspect)."""
     swept_requests, swept_repeats = search_settings(folder)
     min_requests = swept_requests if min_requests is None else min_requests
@@ -161,19 +163,23 @@ def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, 
     for r in grid:
         if r.scenario not in names:
             names.append(r.scenario)
+    noise_pct = noise_setting(folder)
     for name in names:
         runs = [r for r in grid if r.scenario == name]
+        found = searched.get(name, {})
         points = open_loop_points(opened.get(name, []), ttft_ms=ttft_ms, decode_ms=decode_ms,
                                   decode_metric=decode_metric)
+        closed = V.closed_loop(runs, found, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
+                               min_requests=min_requests, repeats=repeats, noise_pct=noise_pct)
+        # One server, one scenario: the open loop's single runs take the closed loop's band.
+        band = closed.noise_pct if closed.noise_pct is not None else noise_pct
         out[name] = {
-            "slo_capacity": slo_capacity(runs, searched.get(name, {}), ttft_ms=ttft_ms, decode_ms=decode_ms,
-                                         decode_metric=decode_metric, min_requests=min_requests,
-                                         repeats=repeats),
+            "slo_capacity": slo_capacity(runs, found, ttft_ms=ttft_ms, decode_ms=decode_ms, closed=closed),
             "rate_capacity": C.rate_capacity(points),
             "open_loop": points,
-            "closed": V.closed_loop(runs, searched.get(name, {}), ttft_ms=ttft_ms, decode_ms=decode_ms,
-                                    decode_metric=decode_metric, min_requests=min_requests, repeats=repeats),
-            "open": V.open_loop(points),
+            "closed": closed,
+            "open": V.open_loop(points, band, closed.noise_source or "assumed"),
+            "peak": V.closed_peak(runs, found),
         }
     return out
 
@@ -187,6 +193,10 @@ def capacity_files(folder: Path) -> set[Path]:
 
 # ---------------------------------------------------------------------------------------------
 # summary.json and report.md (called by bench.analysis.report)
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
 
 
 def _usable(side) -> list[R.RunResult]:
@@ -208,6 +218,9 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
         closed, opened = got.get("closed") or V.Capacity(V.GRID, V.NO_DATA), got.get("open")
         entry["slo_capacity_interval"] = closed.as_dict()
         entry["rate_capacity_interval"] = opened.as_dict() if opened else None
+        # The capacity under the SLO, closed loop, with its run: the same figure as the interval's.
+        entry["slo"] = ({"concurrency": closed.load_pass, "output_tok_s": _round(closed.point), "loop": closed.loop,
+                         "source_run": closed.source_run} if closed.state == V.MEETS else None)
     extra: dict[str, Any] = {"candidate": mine}
     if base is None or summary["comparison"] is None:
         return extra
@@ -223,8 +236,8 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
         call = V.slo_call(name, a, b, source, a_gpus=side.gpus, b_gpus=base.gpus, threshold=threshold,
                           labels=labels)
         cost = None
-        if priced and a.known and b.known and b.lo:
-            cost = V.point_ratio(a.lo / side.cost_price(), b.lo / base.cost_price())
+        if priced and V.figure(a) is not None and V.figure(b):
+            cost = V.point_ratio(V.figure(a) / side.cost_price(), V.figure(b) / base.cost_price())
         comp["slo_ratio"] = call.point
         comp["slo_cost_efficiency_ratio"] = cost
         comp["baseline_state"] = b.state
@@ -274,12 +287,13 @@ def _source_text(interval: dict[str, Any]) -> str:
 def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str, Any] | None,
              decode_metric: str) -> list[str]:
     lines = ["", "## Capacity under the SLO", "",
-             "Capacity is known between two tested loads: from the throughput of the run at the highest load that "
-             "meets the SLO (the figure, with the run it came from) to that at the lowest load above it that "
-             "misses it (the upper end, not reached). "
+             "The capacity is the output tok/s at the highest load that meets the SLO, named with its run; its "
+             "95 % interval runs from that figure to the tok/s at the lowest load above it that misses the SLO "
+             "for sure, both ends widened by the run-to-run band (measured from repeats, else assumed). "
              "Grid: the sweep's concurrencies. Capacity search (`sweep --capacity-search`): extra concurrencies "
              "between those two, until the bracket is narrow; its pass end must pass with confidence (upper end "
-             "of the 95 % bootstrap interval of each p99 within its limit, enough requests, repeats pooled). "
+             "of the 95 % interval of each p99, run-to-run band included, within its limit, enough requests, "
+             "repeats pooled). "
              "Open loop: Poisson arrivals at offered rates around that capacity; the rate capacity is the "
              "highest offered rate whose p99s meet the SLO (every lower rate meeting it too). Closed-loop and "
              "open-loop figures are never mixed in one number.", "",

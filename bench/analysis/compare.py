@@ -41,7 +41,7 @@ Rules
   default band of 5 % (`noise_source` "default"). Within the noise the cell says "no clear winner"
   with both figures. A variant whose speculative decoding accepted < 10 % of drafts on a real-text
   scenario (K_korean) is a configuration problem (flagged in compare.md) and never a winner.
-- SLO capacity: the lower end of each variant's capacity under the SLO, as `report` computes it
+- SLO capacity: each variant's capacity under the SLO, as `report` computes it
   (the output tok/s at the highest load meeting TTFT p99 and ITL p99 within the limits, default
   500 ms and 50 ms, from the grid and the capacity search's runs); null when no load meets it.
 
@@ -286,7 +286,7 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
             cap = (caps.get(scenario) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
             intervals.setdefault(scenario, {})[s.label] = cap
             slo_capacity.setdefault(scenario, {})[s.label] = (
-                round(cap.lo, 3) if cap.state == V.MEETS and cap.lo is not None else None)
+                round(V.figure(cap), 3) if cap.state == V.MEETS and V.figure(cap) is not None else None)
 
     data = {"variants": variants, "cells": cells, "slo_capacity": slo_capacity, "incomplete": incomplete}
     extra = {"gated": gated, "settings": settings, "facts": facts, "intervals": intervals}

@@ -17,11 +17,13 @@ is uploaded as it is written):
              "suspect", "tpot_p50_ms", "tpot_p99_ms", "prefix_cache_hit_pct", "preemptions",
              "kv_cache_usage_max_pct", "requests_waiting_max", "gpu_util_mean_pct",
              "gpu_mem_used_max_gib", "gpu_power_mean_w", "spec_acceptance_by_position"}],
-   "scenarios": {"<scenario>": {"peak": {"concurrency", "output_tok_s", "req_s"} | null,
-                                "slo": {"concurrency", "output_tok_s"} | null,
+   "scenarios": {"<scenario>": {"peak": {"concurrency", "output_tok_s", "req_s", "loop", "source_run",
+                                         "source_runs"} | null,
+                                "slo": {"concurrency", "output_tok_s", "loop", "source_run"} | null,
                                 "peak_at_edge": bool | null,
                                 "slo_capacity": {"concurrency_pass", "concurrency_fail", "output_tok_s",
-                                                 "req_s", "ttft_p99_ci_ms", "decode_p99_ci_ms"}
+                                                 "req_s", "ttft_p99_ci_ms", "decode_p99_ci_ms",
+                                                 "source_run", "repeats"}
                                                 | {"state": "never_meets_slo"} | null,
                                 "rate_capacity": {"req_s", "output_tok_s", "goodput_req_s"} | null,
                                 "slo_capacity_interval": INTERVAL,
@@ -42,8 +44,11 @@ is uploaded as it is written):
    "ignored_files": [{"file", "reason"}]}
   INTERVAL = {"source": "grid" | "search" | "open_loop", "state": "meets_slo" | "never_meets_slo"
   | "no_data", "output_tok_s": [lo, hi] | null, "load_unit": "concurrency" | "req/s", "load_pass",
-  "load_fail", "load_max", "confirmed"}: the capacity between the highest load meeting the SLO and
-  the lowest load above it missing it. In every interval [lo, hi] of summary.json a null end has
+  "load_fail", "load_max", "confirmed", "point_tok_s", "loop": "closed" | "open", "source_run",
+  "source_runs", "fail_runs", "repeats", "noise_pct", "noise_source": "measured" | "assumed"}: the
+  capacity (`point_tok_s`, the output tok/s at `load_pass`, the highest load meeting the SLO, from
+  `source_runs`, `repeats` runs) and its 95 % interval, up to the lowest load above it missing the
+  SLO for sure, both ends widened by the run-to-run band `noise_pct`. In every interval [lo, hi] of summary.json a null end has
   no finite bound (an open upper end; a lower end of a ratio where only the candidate meets the
   SLO).
   Metrics of invalid runs are null (their completed/failed counts are kept); `spec_acceptance` is
@@ -72,11 +77,11 @@ Definitions
   fewer than two chunks per request (decode latency not measured: no evidence on the decode
   limit; such a run whose TTFT p99 misses the limit counts, as a miss on TTFT alone); excluded
   like an invalid run, with its reason.
-- Peak: the valid run with the highest output tok/s.
-- `slo` (kept for tools): the grid run with the highest output tok/s among valid runs whose TTFT p99
-  and decode p99 (ITL, or TPOT with `--slo-decode-metric tpot`) are both within the limits (default
-  500 ms and 50 ms). The pages do not show it: their one capacity figure is the capacity under the
-  SLO below, with the run it came from.
+- Peak: the highest output tok/s over every closed-loop run (the grid's and the capacity search's;
+  runs of one concurrency averaged).
+- Throughput under the SLO (`slo`): the capacity figure, the output tok/s at the highest load whose
+  TTFT p99 and decode p99 (ITL, or TPOT with `--slo-decode-metric tpot`) are both within the
+  limits (default 500 ms and 50 ms), with its run; the same figure as `slo_capacity_interval`'s.
 - Peak at the edge: the peak is at the highest concurrency tested; the test set it, not the server.
 - Throughput ratio (per GPU): (peak / GPUs) / (baseline peak / baseline GPUs); GPUs come from
   --gpus/--baseline-gpus, else the manifest, else 1.

@@ -14,23 +14,29 @@ from typing import Any
 from bench.analysis import capacity_report as CR
 from bench.analysis import checks
 from bench.analysis import results as R
-from bench.analysis.side import MANIFEST, Side, SloChoice, peak, run_row, slo_best
+from bench.analysis import verdict as V
+from bench.analysis.side import MANIFEST, Side, SloChoice, run_row
 from bench.startup import report as startup_report
 
 
+def closed_peak(side: Side, name: str) -> dict[str, Any] | None:
+    """The peak of a scenario over every closed-loop run of the sweep: the usable grid runs and the
+    capacity search's runs, the runs of one concurrency averaged (bench.analysis.verdict.closed_peak)."""
+    return V.closed_peak(side.valid(name), CR.search_runs(side.path).get(name, {}))
+
+
 def scenario_summary(side: Side, ttft_ms: float, decode_ms: float, metric: str = "itl") -> dict[str, Any]:
+    """Per scenario the peak (every closed-loop run) and the capacity under the SLO with its run;
+    `slo` is filled in from the one capacity figure (bench.analysis.capacity_report.add_to_summary)."""
     out = {}
     for name in side.scenarios:
-        runs = side.valid(name)
-        top = peak(runs)
-        best = slo_best(runs, ttft_ms, decode_ms, metric)
+        top = closed_peak(side, name)
         tested = max((r.concurrency for r in side.runs if r.scenario == name), default=None)
         out[name] = {
-            "peak": ({"concurrency": top.concurrency, "output_tok_s": top.output_tok_s, "req_s": top.req_s}
-                     if top else None),
-            "slo": {"concurrency": best.concurrency, "output_tok_s": best.output_tok_s} if best else None,
+            "peak": top,
+            "slo": None,
             # the peak sits at the highest concurrency tested: the test, not the server, set it
-            "peak_at_edge": (top.concurrency == tested) if top else None,
+            "peak_at_edge": (top["concurrency"] == tested) if top else None,
         }
     return out
 
@@ -49,9 +55,9 @@ def compare(side: Side, base: Side) -> dict[str, dict[str, Any]]:
     out = {}
     names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
     for name in names:
-        top, btop = peak(side.valid(name)), peak(base.valid(name))
-        cand = top.output_tok_s if top else None
-        ref = btop.output_tok_s if btop else None
+        top, btop = closed_peak(side, name), closed_peak(base, name)
+        cand = top["output_tok_s"] if top else None
+        ref = btop["output_tok_s"] if btop else None
         per_gpu = _ratio(cand / side.gpus if cand is not None else None,
                          ref / base.gpus if ref is not None else None)
         cost = None

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench.analysis import capacity as C
@@ -60,9 +61,14 @@ CONCURRENCY, RATE = "concurrency", "req/s"
 class Capacity:
     """One side's capacity under the SLO in one scenario: output tok/s in [lo, hi) per replica.
 
-    hi is INF for an open upper end. `load_pass` is the highest load that met the SLO, `load_fail`
-    the lowest load above it that missed it (for a side that never meets the SLO: the lowest load
-    tested); loads are concurrencies or offered req/s (`unit`).
+    `point` is the capacity figure itself: the output tok/s at `load_pass`, the highest load that
+    met the SLO (the mean of its runs), measured by `source_runs` (`source_run` the first). [lo, hi)
+    is its 95 % interval: from the point divided by (1 + the run-to-run band of its runs) to the
+    tok/s at `load_fail`, the lowest load above it that missed the SLO, times (1 + its band); hi
+    is INF for an open upper end. For a side that never meets the SLO `load_fail` is the lowest
+    load tested. Loads are concurrencies or offered req/s (`unit`); `loop` is closed or open.
+    `noise_pct` is the run-to-run band of one run that widened the ends (`noise_source`: measured
+    from repeats, or assumed), `repeats` how many runs measured the point.
     """
 
     source: str
@@ -77,10 +83,28 @@ class Capacity:
     # req/s at the two ends (for loads stated in requests); None where unknown
     req_lo: float | None = None
     req_hi: float | None = None
+    point: float | None = None
+    req_point: float | None = None
+    source_runs: tuple[str, ...] = ()
+    fail_runs: tuple[str, ...] = ()
+    repeats: int = 0
+    noise_pct: float | None = None
+    noise_source: str | None = None
+    judgement: Any = None  # the pass end's pooled judgement (bench.analysis.capacity), closed loop
+    band_lo: float = 0.0  # the run-to-run band (a fraction) that widened lo, and hi
+    band_hi: float = 0.0
 
     @property
     def known(self) -> bool:
         return self.state != NO_DATA
+
+    @property
+    def source_run(self) -> str | None:
+        return self.source_runs[0] if self.source_runs else None
+
+    @property
+    def loop(self) -> str:
+        return "open" if self.unit == RATE else "closed"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +116,14 @@ class Capacity:
             "load_fail": self.load_fail,
             "load_max": self.load_max,
             "confirmed": self.confirmed,
+            "point_tok_s": _end(self.point) if self.state == MEETS else None,
+            "loop": self.loop,
+            "source_run": self.source_run,
+            "source_runs": list(self.source_runs),
+            "fail_runs": list(self.fail_runs),
+            "repeats": self.repeats,
+            "noise_pct": self.noise_pct,
+            "noise_source": self.noise_source,
         }
 
 
@@ -106,60 +138,130 @@ def _end(value: float | None) -> float | None:
 # Capacity of one side
 
 
-def _mean(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
+def _run_file(run: R.RunResult) -> str:
+    """A run's file as the folder names it: `S1_chat_c8.json`, `search/S1_chat_c10.run2.json`."""
+    path = Path(run.path or "")
+    return f"{path.parent.name}/{path.name}" if path.parent.name in ("search", "open_loop") else path.name
+
+
+def _weighted(runs: list[R.RunResult], attr: str) -> float | None:
+    """The request-weighted mean of a figure over the runs of one point."""
+    pairs = [(getattr(r, attr), max(1, r.completed or 0)) for r in runs if getattr(r, attr) is not None]
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if pairs else None
+
+
+def _effective(runs: list[R.RunResult]) -> float:
+    """How many independent runs a request-weighted mean is worth ((sum w)^2 / sum w^2)."""
+    weights = [max(1, r.completed or 0) for r in runs]
+    return (sum(weights) ** 2 / sum(w * w for w in weights)) if weights else 1.0
+
+
+def closed_points(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]]
+                  ) -> dict[int, list[R.RunResult]]:
+    """Every usable closed-loop run per concurrency: the grid's, then the capacity search's."""
+    points: dict[int, list[R.RunResult]] = {}
+    for r in grid:
+        if r.valid and r.output_tok_s is not None:
+            points.setdefault(r.concurrency, []).append(r)
+    for c, runs in search.items():
+        points.setdefault(c, []).extend(r for r, _ in runs if r.valid and r.output_tok_s is not None)
+    return {c: points[c] for c in sorted(points) if points[c]}
+
+
+def closed_peak(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]]
+                ) -> dict[str, Any] | None:
+    """The peak over every closed-loop run of the sweep (the grid's and the search's; the runs of
+    one concurrency averaged): {"concurrency", "output_tok_s", "req_s", "loop", "source_run",
+    "source_runs"}; ties go to the lower concurrency."""
+    points = closed_points(grid, search)
+    if not points:
+        return None
+    c = max(points, key=lambda k: (_weighted(points[k], "output_tok_s") or 0.0, -k))
+    runs = points[c]
+    tok, req = _weighted(runs, "output_tok_s"), _weighted(runs, "req_s")
+    files = [_run_file(r) for r in runs]
+    return {"concurrency": c, "output_tok_s": None if tok is None else round(tok, 3),
+            "req_s": None if req is None else round(req, 4), "loop": "closed", "source_run": files[0],
+            "source_runs": files}
 
 
 def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]], *,
                 ttft_ms: float, decode_ms: float, decode_metric: str = "itl",
-                min_requests: int = C.DEFAULT_SEARCH_REQUESTS, repeats: int = C.DEFAULT_REPEATS) -> Capacity:
-    """The closed-loop capacity interval from the usable grid runs and the search's runs."""
+                min_requests: int = C.DEFAULT_SEARCH_REQUESTS, repeats: int = C.DEFAULT_REPEATS,
+                noise_pct: float = C.DEFAULT_NOISE_PCT) -> Capacity:
+    """The capacity under the SLO, closed loop: the one function behind every page's figure.
+
+    The capacity is the output tok/s at the highest concurrency that meets the SLO (the PoC's
+    definition), from the grid's runs and the capacity search's together (bench.analysis.capacity
+    .Search judges each concurrency on all its runs, p99 intervals widened by the run-to-run band);
+    `noise_pct` is the band assumed where no point was measured twice."""
     usable = [r for r in grid if r.valid and r.raw and r.output_tok_s is not None]
-    judged = {r.concurrency: C.judge_results([r.raw], ttft_ms=ttft_ms, decode_ms=decode_ms,
-                                             decode_metric=decode_metric) for r in usable}
+    search = {c: [(r, d) for r, d in runs if d] for c, runs in search.items()}
     search = {c: runs for c, runs in search.items() if runs}
     source = SEARCH if search else GRID
-    if not judged and not search:
+    if not usable and not search:
         return Capacity(source, NO_DATA)
-    state = C.Search(judged, min_requests=min_requests, repeats=repeats)
+    state = C.Search({r.concurrency: r.raw for r in usable}, ttft_ms=ttft_ms, decode_ms=decode_ms,
+                     decode_metric=decode_metric, min_requests=min_requests, repeats=repeats,
+                     default_noise_pct=noise_pct)
     for c, runs in search.items():
-        state.extra[c] = C.judge_results([d for _, d in runs], ttft_ms=ttft_ms, decode_ms=decode_ms,
-                                         decode_metric=decode_metric)
+        state.runs[c] = [d for _, d in runs]
         state.run_requests[c] = [r.completed or 0 for r, _ in runs]
-    tok: dict[int, float | None] = {r.concurrency: r.output_tok_s for r in usable}
-    req: dict[int, float | None] = {r.concurrency: r.req_s for r in usable}
-    for c, runs in search.items():
-        tok[c] = _mean([r.output_tok_s for r, _ in runs])
-        req[c] = _mean([r.req_s for r, _ in runs])
-    loads = sorted(set(judged) | set(search))
+    points = closed_points(usable, search)
+    noise = state.noise()
+    common = dict(noise_pct=noise.pct, noise_source=noise.source)
+
+    def figure(c: int | None) -> tuple[float | None, float | None, float]:
+        runs = points.get(c, []) if c is not None else []
+        return _weighted(runs, "output_tok_s"), _weighted(runs, "req_s"), C.band(noise.pct, _effective(runs))
+
+    loads = sorted(points)
+    if not loads:
+        return Capacity(source, NO_DATA)
     lo_c, hi_c = state.bounds()
     if lo_c is None:
         lowest = loads[0]
+        tok, req, wide = figure(lowest)
         zero = lowest <= 1
-        return Capacity(source, NEVER, 0.0, 0.0 if zero else (tok.get(lowest) or 0.0), CONCURRENCY,
-                        None, lowest, loads[-1], req_lo=0.0, req_hi=0.0 if zero else req.get(lowest))
-    passing = [c for c in loads if c <= lo_c and (state.decided(c) is True or (
-        state.decided(c) is None and c not in state.extra and c in judged and judged[c].point_pass))]
-    best = max((c for c in passing if tok.get(c) is not None), key=lambda c: tok[c], default=None)
-    lo = tok[best] if best is not None else 0.0
-    req_lo = req.get(best) if best is not None else 0.0
-    if hi_c is None:
+        return Capacity(source, NEVER, 0.0, 0.0 if zero else (tok or 0.0) * (1 + wide), CONCURRENCY,
+                        None, lowest, loads[-1], band_hi=0.0 if zero else wide, req_lo=0.0, req_hi=0.0 if zero else (req or 0.0) * (1 + wide),
+                        fail_runs=tuple(_run_file(r) for r in points[lowest]), **common)
+    # The upper end is the lowest load above that misses the SLO for sure (its p99's interval,
+    # run-to-run band included, above the limit): a miss near the limit may be a slow run.
+    hi_c = state.sure_fail(lo_c)
+    # The highest load meeting the SLO lies below hi_c, so its throughput is at most that of the
+    # load just below hi_c where that was measured (throughput grows with concurrency).
+    top_c = hi_c - 1 if hi_c is not None and hi_c - 1 > lo_c and hi_c - 1 in points else hi_c
+    tok, req, wide = figure(lo_c)
+    tok, req = tok or 0.0, req or 0.0
+    lo, req_lo = tok / (1 + wide), req / (1 + wide)
+    band_hi = 0.0
+    if top_c is None:
         hi, req_hi = INF, INF
     else:
-        hi = max(tok.get(hi_c) or 0.0, lo)
-        req_hi = max(req.get(hi_c) or 0.0, req_lo or 0.0) if req_lo is not None else req.get(hi_c)
-    return Capacity(source, MEETS, lo, hi, CONCURRENCY, lo_c, hi_c, loads[-1],
-                    confirmed=state.decided(lo_c) is True, req_lo=req_lo, req_hi=req_hi)
+        tok_f, req_f, wide_f = figure(top_c)
+        hi = max((tok_f or 0.0) * (1 + wide_f), tok)
+        req_hi = max((req_f or 0.0) * (1 + wide_f), req)
+        band_hi = 0.0 if hi == tok else wide_f
+    return Capacity(source, MEETS, lo, hi, CONCURRENCY, lo_c, hi_c, loads[-1], band_lo=wide, band_hi=band_hi,
+                    confirmed=state.decided(lo_c) is True, req_lo=req_lo, req_hi=req_hi, point=tok,
+                    req_point=req, source_runs=tuple(_run_file(r) for r in points[lo_c]),
+                    fail_runs=tuple(_run_file(r) for r in points.get(top_c, [])) if top_c is not None else (),
+                    repeats=len(points[lo_c]), judgement=state.judgement(lo_c), **common)
 
 
-def open_loop(points: list[dict[str, Any]]) -> Capacity | None:
+def open_loop(points: list[dict[str, Any]], noise_pct: float = C.DEFAULT_NOISE_PCT,
+              noise_source: str = "assumed") -> Capacity | None:
     """The open-loop capacity interval from `{"rate", "meets", "output_tok_s"}` points; None without any.
 
-    A rate counts only when it and every lower offered rate meet the SLO (as the rate capacity)."""
+    A rate counts only when it and every lower offered rate meet the SLO (as the rate capacity);
+    each rate runs once, so its ends are widened by the run-to-run band of one run."""
     pts = sorted((p for p in points if p.get("output_tok_s") is not None), key=lambda p: p["rate"])
     if not pts:
         return None
+    wide = C.band(noise_pct, 1)
+    common = dict(noise_pct=noise_pct, noise_source=noise_source, repeats=1)
     best = fail = None
     for p in pts:
         if not p["meets"]:
@@ -167,14 +269,19 @@ def open_loop(points: list[dict[str, Any]]) -> Capacity | None:
             break
         best = p
     top = pts[-1]["rate"]
+    fail_runs = (fail["file"],) if fail and fail.get("file") else ()
     if best is None:
-        return Capacity(OPEN_LOOP, NEVER, 0.0, fail["output_tok_s"], RATE, None, fail["rate"], top,
-                        req_lo=0.0, req_hi=fail.get("req_s"))
-    hi = INF if fail is None else max(fail["output_tok_s"], best["output_tok_s"])
-    req_hi = INF if fail is None else (max(fail.get("req_s") or 0.0, best.get("req_s") or 0.0)
-                                       if best.get("req_s") is not None else fail.get("req_s"))
-    return Capacity(OPEN_LOOP, MEETS, best["output_tok_s"], hi, RATE, best["rate"],
-                    fail["rate"] if fail else None, top, confirmed=True, req_lo=best.get("req_s"), req_hi=req_hi)
+        return Capacity(OPEN_LOOP, NEVER, 0.0, fail["output_tok_s"] * (1 + wide), RATE, None, fail["rate"], top,
+                        band_hi=wide, req_lo=0.0, req_hi=(fail.get("req_s") or 0.0) * (1 + wide), fail_runs=fail_runs, **common)
+    tok, req = best["output_tok_s"], best.get("req_s")
+    hi = INF if fail is None else max(fail["output_tok_s"] * (1 + wide), tok)
+    req_hi = INF if fail is None else (max((fail.get("req_s") or 0.0) * (1 + wide), req or 0.0)
+                                       if req is not None else fail.get("req_s"))
+    return Capacity(OPEN_LOOP, MEETS, tok / (1 + wide), hi, RATE, best["rate"],
+                    fail["rate"] if fail else None, top, confirmed=True, band_lo=wide,
+                    band_hi=0.0 if fail is None or hi == tok else wide,
+                    req_lo=None if req is None else req / (1 + wide), req_hi=req_hi, point=tok, req_point=req,
+                    source_runs=(best["file"],) if best.get("file") else (), fail_runs=fail_runs, **common)
 
 
 def bounded(cap: Capacity | None) -> bool:
@@ -213,12 +320,18 @@ def ratio_interval(a: Capacity, b: Capacity, a_gpus: int, b_gpus: int) -> tuple[
     """[lo, hi) of (candidate per GPU) / (baseline per GPU); None when it cannot be formed."""
     if not a.known or not b.known:
         return None
-    a_lo, a_hi = a.lo / a_gpus, a.hi / a_gpus
-    b_lo, b_hi = b.lo / b_gpus, b.hi / b_gpus
+    # Each end's run-to-run band comes off before dividing and goes back on in quadrature: the two
+    # sides' runs are independent, so their noise does not line up at its worst on both at once.
+    a_lo, a_hi = a.lo * (1 + a.band_lo) / a_gpus, a.hi / (1 + a.band_hi) / a_gpus
+    b_lo, b_hi = b.lo * (1 + b.band_lo) / b_gpus, b.hi / (1 + b.band_hi) / b_gpus
     if a_hi == 0 and b_hi == 0:
         return None  # neither side serves anything within the SLO
     lo = _div(a_lo, b_hi)
     hi = 0.0 if a_hi == 0 else _div(a_hi, b_lo)
+    if lo is not None and not math.isinf(lo):
+        lo /= 1 + math.hypot(a.band_lo, b.band_hi)
+    if hi is not None and not math.isinf(hi):
+        hi *= 1 + math.hypot(a.band_hi, b.band_lo)
     lo = 0.0 if lo is None else lo
     hi = INF if hi is None else hi
     return round(lo, 4) if not math.isinf(lo) else lo, round(hi, 4) if not math.isinf(hi) else hi
@@ -284,21 +397,39 @@ def load_text(unit: str, value: float | None) -> str:
     return f"c={value:g}" if unit == CONCURRENCY else f"{value:g} req/s"
 
 
+def run_text(cap: Capacity) -> str:
+    """Where the capacity figure comes from: its load, loop and file(s)."""
+    files = list(cap.source_runs)
+    named = "" if not files else files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
+    return (f"{load_text(cap.unit, cap.load_pass)}, {cap.loop} loop"
+            + (f", {named}" if named else "") + (f", mean of {cap.repeats} runs" if cap.repeats > 1 else ""))
+
+
+def noise_text(cap: Capacity) -> str:
+    if cap.noise_pct is None:
+        return ""
+    how = "measured from repeats" if cap.noise_source == "measured" else "assumed, no point was run twice"
+    return f"run-to-run band {cap.noise_pct:g} %, {how}"
+
+
 def capacity_text(cap: Capacity) -> str:
-    """A side's capacity in words: the tok/s interval and the loads that bound it."""
+    """A side's capacity in words: the figure with its run, its 95 % interval and the loads that bound it."""
     if cap.state == NO_DATA:
         return "unknown (no usable run)"
+    band = noise_text(cap)
     if cap.state == NEVER:
         where = f"misses it from {load_text(cap.unit, cap.load_fail)}"
         if cap.hi == 0:
             return f"0 tok/s: never meets the SLO at the loads tested ({where}, one request at a time)"
         return f"below {_n(cap.hi)} tok/s: never meets the SLO at the loads tested ({where})"
+    point = cap.point if cap.point is not None else cap.lo
+    head = f"{_n(point)} tok/s ({run_text(cap)})"
     if cap.hi is None or math.isinf(cap.hi):
-        return (f"{_n(cap.lo)} tok/s or more (still meets the SLO at {load_text(cap.unit, cap.load_pass)}, "
-                "the highest load tested: no upper bound)")
+        return (f"{head}; {_n(cap.lo)} tok/s or more (still meets the SLO at the highest load tested: no "
+                f"upper bound" + (f"; {band}" if band else "") + ")")
     span = _n(cap.lo) if _n(cap.lo) == _n(cap.hi) else f"{_n(cap.lo)} to {_n(cap.hi)}"
-    return (f"{span} tok/s (meets the SLO at {load_text(cap.unit, cap.load_pass)}, "
-            f"misses it at {load_text(cap.unit, cap.load_fail)})")
+    return (f"{head}; 95 % interval {span} tok/s (misses the SLO at {load_text(cap.unit, cap.load_fail)}"
+            + (f"; {band}" if band else "") + ")")
 
 
 SOURCE_WORDS = {GRID: "grid", SEARCH: "capacity search", OPEN_LOOP: "open loop", None: "none"}
@@ -352,12 +483,22 @@ def _state_of(interval: tuple[float, float] | None, threshold: float) -> str:
     return INCONCLUSIVE
 
 
+def figure(cap: Capacity) -> float | None:
+    """The capacity figure (output tok/s at the highest load meeting the SLO), 0 for a side that
+    never meets it, None without data."""
+    if not cap.known:
+        return None
+    if cap.state == NEVER:
+        return 0.0
+    return cap.point if cap.point is not None else cap.lo
+
+
 def slo_call(name: str, a: Capacity, b: Capacity, source: str | None, *, a_gpus: int, b_gpus: int,
              threshold: float, labels: tuple[str, str]) -> Call:
     cand, base = labels
     interval = ratio_interval(a, b, a_gpus, b_gpus)
-    point = point_ratio(a.lo / a_gpus if a.known and a.lo is not None else None,
-                        b.lo / b_gpus if b.known and b.lo is not None else None)
+    point = point_ratio(figure(a) / a_gpus if figure(a) is not None else None,
+                        figure(b) / b_gpus if figure(b) is not None else None)
     state = _state_of(interval, threshold)
     thr = f"{threshold:g}x"
     if not a.known or not b.known:

@@ -65,6 +65,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="requests behind a passing search point (default: %(default)s)")
     add("--search-repeats", type=int, default=C.DEFAULT_REPEATS,
         help="extra runs of a point whose p99 interval straddles a limit (default: %(default)s)")
+    add("--search-end-repeats", type=int, default=C.DEFAULT_END_REPEATS,
+        help="runs of each end of the final bracket beyond its first, interleaved, that measure the "
+             "run-to-run spread (default: %(default)s)")
+    add("--noise-pct", type=float, default=C.DEFAULT_NOISE_PCT,
+        help="run-to-run band (%% of the mean, 95 %% of single runs) assumed where no point was run twice "
+             "(default: %(default)s, measured on a GPU server; a CPU demo spreads 30-60 %%)")
     add("--search-bracket", type=float, default=C.DEFAULT_BRACKET,
         help="stop when fail - pass <= this x pass (default: %(default)s)")
     add("--open-loop-rates", default=",".join(map(str, C.DEFAULT_RATE_PERCENTS)),
@@ -82,6 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def validate(args: argparse.Namespace) -> list[float]:
     if args.search_requests < 1 or args.search_repeats < 0 or not args.search_bracket > 0:
         raise ValueError("--search-requests must be >= 1, --search-repeats >= 0, --search-bracket > 0")
+    if args.search_end_repeats < 0 or not 0 <= args.noise_pct < 1000:
+        raise ValueError("--search-end-repeats must be >= 0 and --noise-pct between 0 and 1000")
     if args.extra_budget < 0:
         raise ValueError(f"--extra-budget must be >= 0, got {args.extra_budget}")
     if args.open_loop_min_requests < 1 or args.open_loop_requests < args.open_loop_min_requests:
@@ -126,7 +134,8 @@ class ExtraRuns:
             "slo": {"ttft_p99_ms": self.args.slo_ttft_p99_ms, "decode_p99_ms": self.args.slo_itl_p99_ms,
                     "decode_metric": self.args.slo_decode_metric},
             "search_requests": self.args.search_requests, "search_repeats": self.args.search_repeats,
-            "search_bracket": self.args.search_bracket, "open_loop_rates_pct": percents,
+            "search_bracket": self.args.search_bracket, "search_end_repeats": self.args.search_end_repeats,
+            "noise_pct": self.args.noise_pct, "open_loop_rates_pct": percents,
             "open_loop_requests": [self.args.open_loop_min_requests, self.args.open_loop_requests],
             "extra_budget": self.args.extra_budget,
         }
@@ -224,48 +233,33 @@ class ExtraRuns:
         speed = sorted((g.concurrency, g.req_s or 0.0) for g in valid)
 
         def req_s_at(c: float) -> float:
-            pts = [(x, y) for x, y in speed if y > 0]
-            if not pts:
-                return 0.0
-            if c <= pts[0][0]:
-                return pts[0][1] * c / pts[0][0]
-            for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-                if x0 <= c <= x1:
-                    return y0 + (y1 - y0) * (c - x0) / (x1 - x0)
-            return pts[-1][1]
-
-        def affordable(seconds: float) -> bool:
-            return spent[0] + seconds <= budget + 1e-9
+            return req_s_estimate(speed, c)
 
         slo = self.record["settings"]["slo"]
-        judge = dict(ttft_ms=slo["ttft_p99_ms"], decode_ms=slo["decode_p99_ms"], decode_metric=slo["decode_metric"])
-        search = C.Search(CR.grid_judgements(valid, **judge), min_requests=args.search_requests,
-                          repeats=args.search_repeats, bracket=args.search_bracket)
+        search = C.Search({g.concurrency: g.raw for g in valid if g.raw}, ttft_ms=slo["ttft_p99_ms"],
+                          decode_ms=slo["decode_p99_ms"], decode_metric=slo["decode_metric"],
+                          min_requests=args.search_requests, repeats=args.search_repeats,
+                          bracket=args.search_bracket, end_repeats=args.search_end_repeats,
+                          default_noise_pct=args.noise_pct)
         by_c = {s.concurrency: s for s in specs}
         first = specs[0]
-        raws: dict[int, list[dict[str, Any]]] = {}
-        runs = 0
-        while (c := search.next_run()) is not None:
-            screen = max(args.min_prompts, args.prompts_per_concurrency * c)
-            n = search.requests_for(c, screen=screen)
-            est = n / max(req_s_at(c), 1e-9)
-            if not affordable(est):
-                info["stopped"] = (f"search stopped by the budget before c={c} ({n} requests, about "
-                                   f"{est:.0f} s; {spent[0]:.0f} of {budget:.0f} s spent)")
-                break
-            k = len(search.run_requests.get(c, [])) + 1
+
+        def run_at(c: int, n: int, k: int) -> tuple[dict[str, Any] | None, float, str | None]:
             result, raw = self._run(KIND_SEARCH, by_c.get(c, first), concurrency=c, num_prompts=n,
                                     name=CR.search_filename(name, c, k), seed_parts=(c, k))
-            runs += 1
-            spent[0] += result.duration_s or est
-            if raw is None:
-                info["stopped"] = f"search stopped: c={c} run {k} invalid ({result.reason})"
-                break
-            raws.setdefault(c, []).append(raw)
-            search.observe(c, C.judge_results(raws[c], **judge), n)
+            return raw, result.duration_s or n / max(req_s_at(c), 1e-9), result.reason
+
+        runs, spent[0], stopped = drive_search(search, run_at, screen=lambda c: max(args.min_prompts,
+                                               args.prompts_per_concurrency * c),
+                                               seconds=lambda c, n: n / max(req_s_at(c), 1e-9), budget=budget)
+        info["stopped"] = stopped
+        raws = search.runs
         info["search"] = search.result()
         info["search_runs"] = runs
-        lo, hi = search.bounds()
+        noise = search.noise()
+        info["noise"] = {"pct": noise.pct, "measured_pct": noise.measured_pct, "source": noise.source}
+        lo, _ = search.bounds()
+        hi = search.sure_fail(lo) if lo is not None else None
         if lo is not None and search.decided(lo) is True:
             info["search"].update(confirmed=True)
         print(f"bench sweep: {name}: SLO capacity search ({runs} extra runs): {search_words(lo, hi, search)}"
@@ -335,12 +329,50 @@ class ExtraRuns:
         return t
 
 
+def req_s_estimate(speed: list[tuple[int, float]], c: float) -> float:
+    """req/s at concurrency c from the grid's (concurrency, req/s) points: linear between them."""
+    pts = sorted((x, y) for x, y in speed if y > 0)
+    if not pts:
+        return 0.0
+    if c <= pts[0][0]:
+        return pts[0][1] * c / pts[0][0]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= c <= x1:
+            return y0 + (y1 - y0) * (c - x0) / (x1 - x0)
+    return pts[-1][1]
+
+
+def drive_search(search: C.Search, run_at, *, screen, seconds, budget: float,
+                 spent: float = 0.0) -> tuple[int, float, str | None]:
+    """Run the search to its end or to the budget: (runs, GPU seconds spent, why it stopped or None).
+
+    `run_at(c, requests, k)` runs the k-th search run at concurrency c and returns (its result with
+    per-request detail or None when invalid, its GPU seconds, why it is invalid); `screen(c)` is the
+    grid's request count at c and `seconds(c, requests)` the estimated GPU time of a run. A run whose
+    estimate, plus the run-to-run band, would overrun `budget` is not started."""
+    runs = 0
+    while (c := search.next_run()) is not None:
+        n = search.requests_for(c, screen=screen(c))
+        est = seconds(c, n) * (1 + search.noise().pct / 100)  # a slow run must still fit
+        if spent + est > budget + 1e-9:
+            return runs, spent, (f"search stopped by the budget before c={c} ({n} requests, about {est:.0f} s; "
+                                 f"{spent:.0f} of {budget:.0f} s spent)")
+        k = len(search.run_requests.get(c, [])) + 1
+        raw, used, why = run_at(c, n, k)
+        runs += 1
+        spent += used
+        if raw is None:
+            return runs, spent, f"search stopped: c={c} run {k} invalid ({why})"
+        search.observe(c, raw, n)
+    return runs, spent, None
+
+
 def search_words(lo: int | None, hi: int | None, search: C.Search) -> str:
     """Where the search stands, in words."""
     if lo is None:
         return "no concurrency meets the SLO"
     sure = "confirmed with confidence" if search.decided(lo) is True else "not confirmed with confidence"
-    above = f"misses it at c={hi}" if hi is not None else "no failing concurrency above it was tested"
+    above = f"misses it for sure at c={hi}" if hi is not None else "no concurrency above it misses it for sure"
     return f"meets the SLO at c={lo} ({sure}), {above}"
 
 

@@ -1,0 +1,155 @@
+"""Calibration of the capacity interval against a load generator with a known true capacity.
+
+A fake `vllm bench serve` (below) whose runs differ by a run-level random factor, as two identical
+runs on one server do: every latency of a run is multiplied by one lognormal factor and its
+throughput divided by it. Its true capacity is known: the output tok/s at the highest concurrency
+whose median-run TTFT p99 meets the limit. Each simulated rerun is a whole sweep: the grid's
+files, the capacity search driven by the sweep's own loop (bench.run.extra_runs.drive_search, the
+default settings and GPU-time budget), then the report's analysis reading the folder
+(bench.analysis.capacity_report.scenario_capacity, the one closed-loop capacity function).
+No vLLM; each rerun takes well under a second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.analysis import capacity as C
+from bench.analysis import capacity_report as CR
+from bench.analysis import results as R
+from bench.analysis import side as SIDE
+from bench.analysis import verdict as V
+from bench.run import extra_runs as X
+
+GRID = (1, 2, 4, 8, 16, 32, 64)
+OUT_LEN = 8
+LIMITS = {"ttft_ms": 500.0, "decode_ms": 50.0}
+RERUNS = 24
+
+
+class FakeServer:
+    """Closed loop at concurrency c: output tok/s = top x c / (c + half) (it saturates), TTFT p99 =
+    ms_per_c x c, ITL 20 ms; each run draws one factor exp(N(0, sigma)) that slows it down."""
+
+    def __init__(self, top: float, ms_per_c: float, sigma: float, half: float = 24.0):
+        self.top, self.ms_per_c, self.sigma, self.half = top, ms_per_c, sigma, half
+
+    def tok_s(self, c: float) -> float:
+        return self.top * c / (c + self.half)
+
+    @property
+    def true_concurrency(self) -> int:
+        return max(c for c in range(1, 1000) if self.ms_per_c * c <= LIMITS["ttft_ms"])
+
+    @property
+    def true_capacity(self) -> float:
+        return self.tok_s(self.true_concurrency)
+
+    def run(self, rng: np.random.Generator, scenario: str, c: int, n: int) -> dict:
+        slow = float(math.exp(rng.normal(0.0, self.sigma)))
+        tok = self.tok_s(c) / slow
+        ttfts = rng.uniform(0.6, 1.0, n) * self.ms_per_c * c / 0.996 * slow
+        itls = rng.uniform(0.95, 1.05, (n, OUT_LEN - 1)) * 20.0 * slow
+        duration = n * OUT_LEN / tok
+        return {
+            "num_prompts": n, "completed": n, "failed": 0, "duration": duration, "max_concurrency": c,
+            "output_throughput": tok, "request_throughput": tok / OUT_LEN, "total_output_tokens": n * OUT_LEN,
+            "p50_ttft_ms": float(np.median(ttfts)), "p99_ttft_ms": float(np.percentile(ttfts, 99)),
+            "p50_itl_ms": float(np.median(itls)), "p99_itl_ms": float(np.percentile(itls, 99)),
+            R.META_SCENARIO: scenario, R.META_OUTPUT_LEN: str(OUT_LEN), R.META_INPUT_LEN: "64",
+            # per-request detail, as --save-detailed writes it (the grid's runs have none)
+            "detail": {"ttfts": list(ttfts / 1000), "itls": (itls / 1000).tolist(), "output_lens": [OUT_LEN] * n,
+                       "errors": [""] * n},
+        }
+
+
+def sweep(folder: Path, server: FakeServer, rng: np.random.Generator, scenario: str = "S1_chat") -> dict:
+    """The grid, then the capacity search within the default budget; returns the sweep's record."""
+    folder.mkdir(parents=True)
+    grid_s = 0.0
+    for c in GRID:
+        data = server.run(rng, scenario, c, max(32, 8 * c))
+        data.pop("detail")
+        grid_s += data["duration"]
+        (folder / R.result_filename(scenario, c)).write_text(json.dumps(data))
+    grid = {c: json.loads((folder / R.result_filename(scenario, c)).read_text()) for c in GRID}
+    search = C.Search(grid, **LIMITS, default_noise_pct=C.DEFAULT_NOISE_PCT)
+    (folder / CR.SEARCH_DIR).mkdir()
+
+    def run_at(c: int, n: int, k: int):
+        data = server.run(rng, scenario, c, n)
+        data.update(data.pop("detail"))
+        (folder / CR.SEARCH_DIR / CR.search_filename(scenario, c, k)).write_text(json.dumps(data))
+        return data, data["duration"], None
+
+    def seconds(c: int, n: int) -> float:  # the sweep's estimate from the grid's req/s
+        return n / X.req_s_estimate([(g, grid[g]["request_throughput"]) for g in GRID], c)
+
+    runs, spent, stopped = X.drive_search(search, run_at, screen=lambda c: max(32, 8 * c), seconds=seconds,
+                                          budget=0.4 * grid_s)
+    return {"runs": runs, "spent": spent, "grid_s": grid_s, "stopped": stopped}
+
+
+def capacity(folder: Path, scenario: str = "S1_chat") -> V.Capacity:
+    side = SIDE.load_side(folder)
+    return CR.scenario_capacity(folder, side.runs, **{"ttft_ms": 500.0, "decode_ms": 50.0})[scenario]["closed"]
+
+
+def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path):
+    server = FakeServer(top=3000.0, ms_per_c=500.0 / 11.5, sigma=0.08)  # true capacity at c=11
+    truth = server.true_capacity
+    covered, widths, costs, noises = 0, [], [], []
+    for k in range(RERUNS):
+        rng = np.random.default_rng(1000 + k)
+        record = sweep(tmp_path / f"r{k}", server, rng)
+        cap = capacity(tmp_path / f"r{k}")
+        covered += cap.lo <= truth <= cap.hi
+        widths.append(cap.hi / cap.lo)
+        costs.append((record["grid_s"] + record["spent"]) / record["grid_s"])
+        noises.append(cap.noise_pct)
+    coverage = covered / RERUNS
+    print(f"\n[calibration] true capacity {truth:,.1f} tok/s at c={server.true_concurrency}: covered in "
+          f"{covered} of {RERUNS} reruns ({100 * coverage:.0f} %); interval width (hi/lo) median "
+          f"{np.median(widths):.2f}; GPU time {max(costs):.2f}x the grid's at most; band used median "
+          f"{np.median(noises):.1f} %")
+    assert coverage >= 0.9
+    assert max(costs) <= 1.4 + 1e-9
+
+
+def ratio_reruns(tmp_path: Path, ratio: float, seed: int) -> list[str]:
+    """The verdict's state at 1.5x in each rerun of two sides whose true per-GPU ratio is `ratio`
+    (the same latency curve, GPU-like run-to-run spread: sigma 4 %)."""
+    base = FakeServer(top=1500.0, ms_per_c=500.0 / 11.5, sigma=0.04)
+    cand = FakeServer(top=1500.0 * ratio, ms_per_c=500.0 / 11.5, sigma=0.04)
+    assert cand.true_capacity / base.true_capacity == pytest.approx(ratio)
+    states = []
+    for k in range(RERUNS):
+        caps = []
+        for label, server in (("cand", cand), ("base", base)):
+            folder = tmp_path / f"{ratio:g}-{label}{k}"
+            sweep(folder, server, np.random.default_rng(seed + 2 * k + (label == "base")))
+            caps.append(capacity(folder))
+        call = V.slo_call("S1_chat", caps[0], caps[1], V.SEARCH, a_gpus=1, b_gpus=1, threshold=1.5,
+                          labels=("cand", "base"))
+        states.append(call.state)
+    print(f"\n[calibration] true ratio {ratio:g}x against 1.5x: pass {states.count(V.PASS)}, inconclusive "
+          f"{states.count(V.INCONCLUSIVE)}, fail {states.count(V.FAIL)} of {RERUNS} reruns")
+    return states
+
+
+def test_a_true_2x_case_never_fails(tmp_path):
+    # How often it passes is printed, not asserted: within the default budget (0.4 x the grid's GPU
+    # time) the search affords three or four runs at the knee, and with the assumed 17 % band the
+    # ratio's lower end lands near 1.3-1.45x (README of the method: docs/benchmark.md).
+    states = ratio_reruns(tmp_path, 2.0, 2000)
+    assert V.FAIL not in states
+
+
+def test_a_clear_case_passes_within_the_budget(tmp_path):
+    states = ratio_reruns(tmp_path, 3.0, 3000)  # the question "12 replicas to 4"
+    assert V.FAIL not in states and states.count(V.PASS) > RERUNS / 2
