@@ -76,6 +76,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="this machine reaches the API endpoint's private address (a runner inside the cluster's VPC or "
                    "a peered network), admitted by cluster.privateAccessSecurityGroups or privateAccessCidrs; without "
                    "it, this machine's egress address must be in cluster.publicAccessCidrs")
+    p.add_argument("--address", help="this machine's egress IPv4 address, instead of looking it up at "
+                   f"{api_access.EGRESS_LOOKUP_URL} (offline, or where the lookup is blocked)")
     p.set_defaults(func=run)
     return p
 
@@ -117,8 +119,6 @@ def make_clients(region: str) -> dict[str, Any]:
         "ssm": boto3.client("ssm", region_name=region, config=quick),
         "sts": boto3.client("sts", region_name=region, config=quick),
         "iam": boto3.client("iam", config=quick),
-        # This machine's egress address, against the stack's publicAccessCidrs.
-        "egress": api_access.egress_address,
         # The Price List API answers from us-east-1 for every region's prices.
         "pricing": boto3.client("pricing", region_name="us-east-1", config=quick),
     }
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
         # Every check that needs no account runs first, with or without credentials.
         offline = offline_findings(settings, Context(
             strict=strict, inside_vpc=getattr(args, "inside_vpc", False),
-            egress=clients.get("egress") if clients is not None else api_access.egress_address))
+            egress=_egress(args, clients)))
         missing = None if clients is not None else missing_credentials()
         if missing:
             report = _incomplete(settings, offline, missing)
@@ -152,6 +152,13 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
         return 2
     print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
     return report.exit_code
+
+
+def _egress(args: argparse.Namespace, clients: dict[str, Any] | None):
+    """This machine's egress address: --address (a bad one is bad input), else the clients' or the live lookup."""
+    if getattr(args, "address", None) or clients is None:
+        return api_access.egress_lookup(args)
+    return clients.get("egress")
 
 
 def _with_account(settings, clients: dict[str, Any], strict: bool) -> PreflightReport:
