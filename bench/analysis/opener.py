@@ -26,7 +26,7 @@ from typing import Any
 
 from bench.analysis import answer
 from bench.common import s3
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals
 
 PAGES = ("report.html", "report.md")
@@ -125,7 +125,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("report", metavar="REPORT",
                    help="`pulumi stack output report --json` (or - for stdin), or the report's s3:// prefix")
-    p.add_argument("--out", help="local folder (default: reports/<stack>/<hash>)")
+    p.add_argument("--out", type=out_folder, help="local folder (default: reports/<stack>/<hash>)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress (default: a bar on a terminal, else a line every 10 s)")
     p.set_defaults(func=run)

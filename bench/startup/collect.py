@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.common import kube
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.startup import phases, sleepwake, timeline
 from bench.startup import report as startup_report
 from bench.startup.streamer import upload
@@ -176,7 +176,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--namespace", required=True, help="namespace of the server pods")
     p.add_argument("--selector", required=True, help="label selector of the server pods")
-    p.add_argument("--out", required=True, help="results folder; records go to OUT/startup/")
+    p.add_argument("--out", type=out_folder, required=True, help="results folder; records go to OUT/startup/")
     p.add_argument("--container", default="vllm", help="server container name (default: %(default)s)")
     p.add_argument("--server", default=None, help="server name recorded with the timeline")
     p.add_argument("--config-hash", default=None,
