@@ -3,7 +3,7 @@
 For every pod matching --selector in --namespace it reads, with the bench Job's service account
 (read-only): the pod, its Events, its Node, the Karpenter NodeClaim behind the node (named by the
 node's owner reference, else by Karpenter's `Nominated` event) and the server container's log
-(`timestamps=true`, the first --log-limit-bytes), and, where the pod has them, the logs of its
+(`timestamps=true`, its first 16 MiB), and, where the pod has them, the logs of its
 compile-cache pull and push steps (their last line says what was restored or pushed). bench/startup/timeline.py
 turns them into a record,
 written to OUT/startup/<pod>.json beside the sweep's results. Optionally it times sleep mode on
