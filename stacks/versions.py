@@ -156,7 +156,7 @@ def lock_problems(lock_dir: Path = LOCK_DIR) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if argv == ["check-locks"]:
-        problems = lock_problems()
+        problems = lock_problems(LOCK_DIR)
         for problem in problems:
             print(f"check-locks: {problem}", file=sys.stderr)
         if problems:
