@@ -47,13 +47,14 @@ $(UV_VENV)/.installed-$(UV_VERSION):
 	$(UV_VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	touch $@
 
-# The project itself goes in editable, without dependencies: the lock holds every one of them.
+# The project itself goes in editable, without dependencies: the lock holds every one of them. pip
+# stays in .venv (--seed; sync keeps it): Pulumi's pip toolchain lists the providers with `python -m pip list`.
 $(VENV)/.installed: pyproject.toml requirements.txt locks/venv.txt | $(UV_DEP)
 ifeq ($(INSTALLER),pip)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r locks/venv.txt -e .
 else
-	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VENV)
+	$(UV) venv --quiet --allow-existing --seed --python $(PYTHON) $(VENV)
 	$(UV) pip sync --quiet --python $(VENV)/bin/python locks/venv.txt
 	$(UV) pip install --quiet --python $(VENV)/bin/python --no-deps -e .
 endif

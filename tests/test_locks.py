@@ -122,6 +122,11 @@ def test_uv_is_the_pinned_version_and_bootstraps_where_absent():
     assert re.search(rf"^UV_VERSION := .*pyproject\.toml", (REPO / "Makefile").read_text(), re.M)
 
 
+def test_the_project_environment_keeps_pip_for_pulumi():
+    """Pulumi's pip toolchain runs `python -m pip list` in .venv to find the providers' plugins."""
+    assert re.search(r"uv venv .*--seed .*\.venv$", make("venv", "INSTALLER=uv"), re.M)
+
+
 def test_ci_installs_through_the_makefile():
     """.ci/run builds nothing itself: `make test` installs uv and every environment on a fresh machine."""
     run = (REPO / ".ci" / "run").read_text()
