@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +20,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from stacks.__main__ import main as stacks_main
-from stacks.ops import api_access, preflight
+from stacks.ops import preflight
 from stacks.ops.credentials import INCOMPLETE
 from stacks.settings import REPO
+from tests.test_preflight import EGRESS, dev_dir  # noqa: F401 - dev_dir is a fixture
 
-ADDRESS = "52.78.10.20"  # this machine's egress address, passed with --address (no lookup)
+ADDRESS = EGRESS  # this machine's egress address, passed with --address (no lookup)
 AWS_CHECKS = ["offerings", "quotas", "prices", "ami", "caller", "s3 ranges"]
 
 
@@ -40,13 +40,10 @@ def no_credentials(monkeypatch, tmp_path):
     return dict(os.environ)
 
 
-@pytest.fixture(scope="module")
-def stack_dir(tmp_path_factory) -> Path:
-    """Pulumi.dev.yaml with an operator's address in place of the shipped placeholder."""
-    directory = tmp_path_factory.mktemp("stack")
-    shutil.copy(REPO / "Pulumi.dev.yaml", directory / "Pulumi.dev.yaml")
-    api_access.allow_address("dev", ADDRESS, directory)
-    return directory
+@pytest.fixture
+def stack_dir(dev_dir) -> Path:
+    """Pulumi.dev.yaml with an operator's address (ADDRESS) in place of the shipped placeholder."""
+    return dev_dir
 
 
 def test_without_credentials_preflight_runs_the_offline_checks_and_exits_incomplete(no_credentials, stack_dir, capsys):
