@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 def run_one(add_parser: Callable[..., argparse.ArgumentParser], name: str, argv: Sequence[str] | None = None) -> int:
@@ -21,8 +22,6 @@ def out_folder(value: str) -> str:
     """argparse `type` of a folder a command writes into (`--out`, `fetch DIR`): a local path, made if
     missing, or an `s3://` prefix. A path that is, or lies under, an existing file is refused while the
     arguments are parsed (exit 2, the argument named), not met later as a FileExistsError."""
-    from pathlib import Path
-
     if value.startswith("s3://"):
         return value
     path = Path(value)
