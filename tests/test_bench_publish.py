@@ -221,7 +221,7 @@ def test_open_refuses_what_is_not_a_report_address(capsys):
     assert opener.main(['{"state": "pass"}']) == 2
     assert 'no "uri"' in capsys.readouterr().err
     assert opener.main(["runs/g7e"]) == 2
-    assert "expected the stack output `report` as JSON or an s3:// prefix" in capsys.readouterr().err
+    assert "expected a report folder, the stack output `report` as JSON or an s3:// prefix" in capsys.readouterr().err
 
 
 def test_the_plan_waits_for_the_mixed_traffic_check_and_says_whether_it_held(results, fake_bench, monkeypatch,

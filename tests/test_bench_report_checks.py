@@ -62,7 +62,7 @@ def test_every_file_not_used_is_listed_with_its_reason(tmp_path):
     assert "does not follow <scenario>_c<N>.json" in reasons["S1_chat-c16-final.json"]
     assert "rename it to S1_chat_c16.json" in reasons["S1_chat-c16-final.json"]
     assert reasons["notes.txt"] == "not a file the report reads"
-    assert "moved aside by --resume" in reasons["S1_chat_c8.stale1.json"]
+    assert "moved aside by `bench sweep --resume`" in reasons["S1_chat_c8.stale1.json"]
     # the misnamed file's numbers are not used: c=16 is no run, the peak stays at the planned runs
     assert {r["concurrency"] for r in summary["runs"]} == {1, 8, 32, 64}
     out = tmp_path / "rep"

@@ -174,7 +174,7 @@ def test_a_collapsed_speculative_decode_on_real_text_is_suspect_with_its_accepta
     by_c = {r.concurrency: r for r in side.runs}
     assert side.suspect(by_c[1]) is None
     assert side.suspect(by_c[8]) == ("speculative decoding accepted 0.2% of draft tokens (below the floor of 10%, "
-                                     "--min-spec-acceptance-pct): the draft is almost always rejected, so the run "
+                                     "bench sweep --min-spec-acceptance-pct): the draft is almost always rejected, so the run "
                                      "measures a broken draft, not the configuration")
     # it blocks a passing verdict, with the fix
     base = tmp_path / "base"

@@ -167,7 +167,7 @@ def _capacity_file(rel: str, name: str) -> str | None:
     if match:
         return f"invalid attempt {match['n']} of a {what} run ({match['stem']}), kept for the record (not a figure)"
     if _EXTRA_STALE.match(name):
-        return f"{what} run of an earlier plan (other parameters), moved aside by --resume"
+        return f"{what} run of an earlier plan (other parameters), moved aside by `bench sweep --resume`"
     if name.endswith(".json"):
         return (f"a {what} file the capacity section could not use (not a valid run, or not named "
                 f"<scenario>_c<N>.run<K>.json / <scenario>_rate<R>.json as the sweep writes them)")
@@ -189,7 +189,7 @@ def why_unused(rel: str, path: Path, manifest_error: str | None = None) -> str:
         what = {"invalid": "invalid attempt", "suspect": "suspect attempt that was retried"}[match["kind"]]
         return f"{what} {match['n']} of {match['stem']}, kept for the record (not a figure)"
     if _STALE.match(name):
-        return "result of an earlier plan (other parameters), moved aside by --resume"
+        return "result of an earlier plan (other parameters), moved aside by `bench sweep --resume`"
     if name.endswith(".tmp") or "/.partial/" in f"/{rel}":
         return "unfinished write of an interrupted sweep"
     data = _looks_like_result(path) if name.endswith(".json") else None

@@ -65,7 +65,7 @@ from bench.analysis import verdict as V
 from bench.analysis.side import SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side, slo_given
 from bench.common import locations
 from bench.common import workloads as W
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 
 # Two variants closer than this (in percent) name no winner where no repeats measured the noise.
 DEFAULT_NOISE_PCT = 5.0
@@ -481,7 +481,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep folders (or s3://bucket/prefix/), one per variant")
     p.add_argument("--labels", help="comma-separated names, one per folder (default: manifest label or folder name)")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", type=out_folder, required=True,
                    help="folder for compare.md and compare.json, or s3://bucket/prefix/ (uploaded as written)")
     add_slo_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")

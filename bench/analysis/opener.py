@@ -1,10 +1,12 @@
 """`python -m bench open REPORT [--out DIR]`: download a published report and say what it found.
 
 REPORT is the stack output as JSON (`pulumi stack output report --json`, or `-` to read it from
-stdin) or the report's s3:// prefix:
+stdin), the report's s3:// prefix, or a local report folder (what `bench report --out` or the demo
+wrote; it is opened where it is):
 
     pulumi stack output -s g7e report --json | python -m bench open -
     python -m bench open s3://RESULTS/runs/g7e/report/HASH/
+    python -m bench open build/demo/report
 
 Every file under the prefix (report.html and report.md with their charts, summary.json, plan.*,
 compare.*, inputs.json) is copied to DIR (default reports/<stack>/<hash>/), keeping relative paths.
@@ -12,7 +14,7 @@ Then it prints the local path of the page (report.html, else report.md), the ver
 plan line. While the report Job is still waiting for its sweeps, it prints where each sweep stands
 instead (from the Job's status.json).
 
-Exit codes: 0 downloaded; 1 no report there yet, or S3 failed; 2 bad argument; 130/143 stopped
+Exit codes: 0 downloaded (or found); 1 no report there yet, or S3 failed; 2 bad argument; 130/143 stopped
 (complete files stay in DIR; run it again to fetch the rest).
 """
 
@@ -26,7 +28,7 @@ from typing import Any
 
 from bench.analysis import answer
 from bench.common import s3
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals
 
 PAGES = ("report.html", "report.md")
@@ -40,7 +42,8 @@ def report_uri(text: str) -> str:
     try:
         value = json.loads(text)
     except ValueError:
-        raise ValueError(f"expected the stack output `report` as JSON or an s3:// prefix, got {text[:80]!r}") from None
+        raise ValueError(f"expected a report folder, the stack output `report` as JSON or an s3:// prefix, got "
+                         f"{text[:80]!r}") from None
     uri = value.get("uri") if isinstance(value, dict) else None
     if not isinstance(uri, str) or not s3.is_s3_uri(uri):
         raise ValueError("the JSON has no \"uri\" with an s3:// prefix; pass `pulumi stack output report --json`")
@@ -76,7 +79,45 @@ def waiting_message(status: dict[str, Any] | None) -> str:
             + ("; ".join(rows) or "no sweep listed"))
 
 
+def local_report(path: Path) -> Path | None:
+    """The report folder at `path`: itself, or its report/ (the demo's folder); None without a page."""
+    for folder in (path, path / "report"):
+        if any((folder / name).is_file() for name in PAGES):
+            return folder
+    return None
+
+
+def open_local(args: argparse.Namespace) -> int:
+    folder = local_report(Path(args.report))
+    if folder is None:
+        print(f"bench open: {args.report} holds no {' or '.join(PAGES)}: pass the folder `bench report --out` wrote "
+              "(the demo's is build/demo/report), a stack output or an s3:// prefix", file=sys.stderr)
+        return 2
+    if args.out:
+        print(f"bench open: {folder} is already local; --out applies to a download and is left unused", file=sys.stderr)
+    say(folder)
+    return 0
+
+
+def say(folder: Path, source: str | None = None, copied: int = 0) -> None:
+    """The page's path, the verdict line and the plan line of a report folder."""
+    page = next(folder / name for name in PAGES if (folder / name).is_file())
+    inputs = _json(folder / "inputs.json") or {}
+    labels = {s.get("role"): s.get("label") for s in inputs.get("sweeps") or [] if isinstance(s, dict)}
+    if source is not None:
+        print(f"bench open: {copied} files from {source} -> {folder}")
+    print(page.resolve())
+    print(answer.verdict_line(_json(folder / "summary.json"), labels))
+    line = answer.plan_line(_json(folder / "plan.json"))
+    if line:
+        print(line)
+    if inputs.get("complete") is False:
+        print("Written before every sweep had finished: see inputs.json for each sweep's state.")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.report != "-" and not s3.is_s3_uri(args.report) and Path(args.report).is_dir():
+        return open_local(args)
     try:
         text = sys.stdin.read() if args.report == "-" else args.report
         loc = s3.S3Location.parse(report_uri(text), option="REPORT")
@@ -106,17 +147,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # botocore: credentials, endpoint, missing bucket
         print(f"bench open: {loc.uri}: {exc}", file=sys.stderr)
         return 1
-    page = next(dest / name for name in PAGES if (dest / name).is_file())
-    inputs = _json(dest / "inputs.json") or {}
-    labels = {s.get("role"): s.get("label") for s in inputs.get("sweeps") or [] if isinstance(s, dict)}
-    print(f"bench open: {len(copied)} files from {loc.uri} -> {dest}")
-    print(page.resolve())
-    print(answer.verdict_line(_json(dest / "summary.json"), labels))
-    line = answer.plan_line(_json(dest / "plan.json"))
-    if line:
-        print(line)
-    if inputs.get("complete") is False:
-        print("Written before every sweep had finished: see inputs.json for each sweep's state.")
+    say(dest, loc.uri, len(copied))
     return 0
 
 
@@ -124,8 +155,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("open", help="download a published report and print its path and verdict",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("report", metavar="REPORT",
-                   help="`pulumi stack output report --json` (or - for stdin), or the report's s3:// prefix")
-    p.add_argument("--out", help="local folder (default: reports/<stack>/<hash>)")
+                   help="`pulumi stack output report --json` (or - for stdin), the report's s3:// prefix, or a local "
+                   "report folder (e.g. build/demo/report)")
+    p.add_argument("--out", type=out_folder, help="local folder for a download (default: reports/<stack>/<hash>)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress (default: a bar on a terminal, else a line every 10 s)")
     p.set_defaults(func=run)

@@ -74,7 +74,7 @@ from bench.analysis.side import (MANIFEST, SLO_FLAGS, Side, SloConflict, add_slo
 from bench.analysis.sizing import (Capacity, Config, UsageError, build_plan, fleet_load, reference_load,
                                    replicas_text)
 from bench.common import locations
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.common.instances import GPU_INSTANCE_TYPES
 
 MIX_TOLERANCE = 0.001
@@ -432,7 +432,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("candidates", nargs="+", metavar="CANDIDATE_DIR",
                    help="sweep folder(s) of the candidate(s), or their s3://bucket/prefix/")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", type=out_folder, required=True,
                    help="folder for plan.md, plan.json and plan.png, or s3://bucket/prefix/ (uploaded as written)")
     p.add_argument("--baseline", help="sweep folder (or s3://bucket/prefix/) of the hardware serving today")
     p.add_argument("--current-replicas", type=int, help="replicas serving today (e.g. 12)")

@@ -49,7 +49,7 @@ from bench.analysis import answer, compare, plan, report
 from bench.analysis import mixed_traffic as MT
 from bench.analysis.side import SLO_FLAGS, add_slo_arguments, slo_given
 from bench.common import locations, s3
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.common.interrupts import Interrupted, exit_code, signal_name, stop_on_signals
 from bench.common.progress import human_seconds
 
@@ -390,7 +390,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--baseline", required=True, help="s3:// prefix of the sweep of the hardware serving today")
     p.add_argument("--variant", action="append", metavar="URI",
                    help="s3:// prefix of a variant's sweep, compared side by side (repeat; two or more)")
-    p.add_argument("--out", required=True, help="s3://bucket/prefix/ for the report, plan and compare files")
+    p.add_argument("--out", type=out_folder, required=True, help="s3://bucket/prefix/ for the report, plan and compare files")
     p.add_argument("--current-replicas", type=int, default=12,
                    help="replicas of the baseline serving today, for the plan (default: %(default)s)")
     p.add_argument("--threshold", type=float, default=1.5, help="verdict threshold per GPU (default: %(default)s)")

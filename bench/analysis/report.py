@@ -139,7 +139,7 @@ from bench.analysis.side import (SLO_FLAGS, Side, SloConflict, add_slo_arguments
                                  slo_given)
 from bench.analysis.summary import build_summary, fleet
 from bench.common import locations
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.startup import report as startup_report
 
 # ---------------------------------------------------------------------------------------------
@@ -563,7 +563,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("dir", help="sweep folder (from `sweep --out` or `fetch`), or its s3://bucket/prefix/")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", type=out_folder, required=True,
                    help="folder for report.md, summary.json and charts, or s3://bucket/prefix/ (each file is "
                         "uploaded as it is written)")
     p.add_argument("--label", help="name of this sweep (default: manifest label or folder name)")

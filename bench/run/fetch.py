@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from bench.common import s3
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals
 
 
@@ -49,7 +49,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("uri", help="s3://bucket/prefix of the sweep (the --upload of `sweep`)")
-    p.add_argument("dir", help="local folder to copy into")
+    p.add_argument("dir", type=out_folder, help="local folder to copy into")
     p.add_argument("--skip-existing", action="store_true", help="keep local files that already exist (resume)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress (default: a bar on a terminal, else a line every 10 s)")

@@ -46,7 +46,7 @@ from bench.analysis import side as SIDE
 from bench.analysis.mixed_traffic import CHECK_FILE, finding, read_json
 from bench.common import locations, s3
 from bench.common import workloads as W
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals, stop_process_group
 from bench.common.progress import human_seconds
 from bench.run import grid, seeds
@@ -244,7 +244,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--base-url", required=True, help="the server, e.g. http://SERVER:8000")
     p.add_argument("--model", required=True, help="served model name")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder or s3:// model prefix")
-    p.add_argument("--out", required=True, help="folder (or s3://bucket/prefix/) for mixed_traffic.json and mixed/")
+    p.add_argument("--out", type=out_folder, required=True, help="folder (or s3://bucket/prefix/) for mixed_traffic.json and mixed/")
     p.add_argument("--duration-s", type=float, default=120.0,
                    help="how long the mix runs: requests per scenario = rate x this (default: %(default)s)")
     p.add_argument("--min-requests", type=int, default=50, help="fewest requests per scenario (default: %(default)s)")

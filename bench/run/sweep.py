@@ -64,7 +64,7 @@ from bench.analysis import results as R
 from bench.analysis import side as SIDE
 from bench.analysis import verdict as V
 from bench.common import s3
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.common.interrupts import rerun_command
 from bench.run import client as bench_client
 from bench.run import extra_runs, folder, hardware, s3reach, seeds
@@ -527,7 +527,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", required=True,
                    help="local tokenizer folder, or s3://bucket/prefix of the model folder "
                         "(tokenizer files are downloaded, weights are not)")
-    p.add_argument("--out", required=True, help="output folder for results, logs and manifest.json")
+    p.add_argument("--out", type=out_folder, required=True, help="output folder for results, logs and manifest.json")
     p.add_argument("--scenarios", help="comma-separated scenario names to run (default: S1_chat, "
                    "S2_summary, S3_moderation, S4_rag and any added with --scenario)")
     p.add_argument("--scenario", action="append", metavar="NAME=IN/OUT",

@@ -3,7 +3,7 @@
 For every pod matching --selector in --namespace it reads, with the bench Job's service account
 (read-only): the pod, its Events, its Node, the Karpenter NodeClaim behind the node (named by the
 node's owner reference, else by Karpenter's `Nominated` event) and the server container's log
-(`timestamps=true`, the first --log-limit-bytes), and, where the pod has them, the logs of its
+(`timestamps=true`, its first 16 MiB), and, where the pod has them, the logs of its
 compile-cache pull and push steps (their last line says what was restored or pushed). bench/startup/timeline.py
 turns them into a record,
 written to OUT/startup/<pod>.json beside the sweep's results. Optionally it times sleep mode on
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.common import kube
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.startup import phases, sleepwake, timeline
 from bench.startup import report as startup_report
 from bench.startup.streamer import upload
@@ -176,7 +176,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--namespace", required=True, help="namespace of the server pods")
     p.add_argument("--selector", required=True, help="label selector of the server pods")
-    p.add_argument("--out", required=True, help="results folder; records go to OUT/startup/")
+    p.add_argument("--out", type=out_folder, required=True, help="results folder; records go to OUT/startup/")
     p.add_argument("--container", default="vllm", help="server container name (default: %(default)s)")
     p.add_argument("--server", default=None, help="server name recorded with the timeline")
     p.add_argument("--config-hash", default=None,

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import s3
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.startup import netlimits
 
 GIB = 2**30
@@ -215,7 +215,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="runs per point; the median counts (default: 1)")
     p.add_argument("--tolerance-pct", type=float, default=5.0,
                    help="points this close to the fastest count as equal for the recommendation (default: 5)")
-    p.add_argument("--out", required=True, help="folder for streamer.json")
+    p.add_argument("--out", type=out_folder, required=True, help="folder for streamer.json")
     p.add_argument("--upload", default=os.environ.get("VLLM_POC_RESULTS_URI") or None,
                    help="s3://bucket/prefix/ to store streamer.json under (env VLLM_POC_RESULTS_URI)")
     p.set_defaults(func=run)

@@ -255,10 +255,22 @@ def add_parser(subparsers) -> None:
     check.add_argument("stack", help="stack name (reads Pulumi.<stack>.yaml)")
     check.add_argument("--inside-vpc", action="store_true",
                        help="this machine reaches the endpoint's private address (a runner in the VPC or a peered network)")
+    check.add_argument("--address", help="this machine's egress IPv4 address, instead of looking it up (offline, "
+                       "or where the lookup service is blocked)")
     check.add_argument("--lookup-url", default=EGRESS_LOOKUP_URL,
                        help=f"where this machine's egress address is read from (default {EGRESS_LOOKUP_URL})")
     check.add_argument("--dir", type=Path, help="directory holding the stack files (default: the project)")
     check.set_defaults(func=run_path)
+
+
+def egress_lookup(args: argparse.Namespace) -> Callable[[], str]:
+    """This machine's egress address: --address as given (checked now: a bad one is bad input, exit 2,
+    raised as AccessError), else a lookup at --lookup-url when a check needs it."""
+    if getattr(args, "address", None):
+        address = public_ipv4(args.address, "--address is")
+        return lambda: address
+    url = getattr(args, "lookup_url", None) or EGRESS_LOOKUP_URL
+    return lambda: egress_address(url)
 
 
 def _directory(args: argparse.Namespace) -> Path:
@@ -290,12 +302,13 @@ def run_allow(args: argparse.Namespace) -> int:
 
 def run_path(args: argparse.Namespace) -> int:
     try:
+        lookup = egress_lookup(args)
         settings = loader.load_settings(args.stack, _directory(args), scope="cluster")
-    except ConfigError as exc:
+    except (AccessError, ConfigError) as exc:
         print(f"{PATH_COMMAND}: error: {exc}", file=sys.stderr)
         return 2
     problems = api_path_problems(settings)
-    findings = reach_findings(settings, args.inside_vpc, lambda: egress_address(args.lookup_url), strict=True)
+    findings = reach_findings(settings, args.inside_vpc, lookup, strict=True)
     findings += [Reach("blocker", p.removeprefix("vllm-poc:")) for p in problems]
     print(f"{settings.cluster.name} ({args.stack}):")
     for finding in findings:

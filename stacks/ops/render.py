@@ -31,6 +31,7 @@ import yaml
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import settings as runtime_settings
 
+from bench.common.cli import out_folder
 from components import code_volume
 from stacks import loader
 from stacks.ops import mocks as mocks_module
@@ -347,7 +348,7 @@ def add_parser(subparsers) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
-    parser.add_argument("--out", type=Path, required=True,
+    parser.add_argument("--out", type=lambda value: Path(out_folder(value)), required=True,
                         help="directory for resources.json, kubernetes.yaml, helm.json, outputs.json and code/ "
                              "(created; files of an earlier render there are replaced)")
     parser.add_argument("--dir", type=Path, default=REPO, help="directory holding the stack files (default: the project)")

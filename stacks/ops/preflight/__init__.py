@@ -25,9 +25,16 @@ region:
 * prices: the latest Spot price per AZ against the on-demand price (AWS Price List API, else the
   catalog's PoC figure, marked as such).
 
-Blockers exit 1, each with its fix; warnings do not fail the run. This module is the command; the
-package holds its parts: aws (what is read from AWS), capacity (the pools and quotas, and their
-findings), account (the stack against the account) and report (the data and the table).
+Without AWS credentials it still runs every check that needs no account (offline.py: the stack file,
+the way to the API and its placeholder address, hfToken and revisions, the zones), lists each AWS check
+it could not run with what it reads and how to provide credentials, and exits 3 (incomplete).
+
+Exit codes: 0 every check ran and found no blocker; 1 a blocker, each with its fix (warnings do not fail
+the run); 2 bad input (the stack file, an argument); 3 incomplete: no blocker in what could run, but the
+AWS checks could not (no credentials). The JSON form carries the same as `result`, `complete`,
+`not_run` and `exit_code`. This module is the command; the package holds its parts: aws (what is read
+from AWS), capacity (the pools and quotas, and their findings), account (the stack against the
+account), offline (the checks that need no account) and report (the data and the table).
 """
 
 from __future__ import annotations
@@ -41,9 +48,11 @@ from typing import Any
 from bench.common.interrupts import exit_code, rerun_command, signal_name
 from stacks.loader import load_settings
 from stacks.ops import api_access
+from stacks.ops.credentials import credentials_problem, missing_credentials
 from stacks.ops.preflight.account import stack_findings
 from stacks.ops.preflight.capacity import run_preflight
-from stacks.ops.preflight.report import Pool, SystemNodes, format_report
+from stacks.ops.preflight.offline import Context, aws_checks, offline_findings
+from stacks.ops.preflight.report import Pool, PreflightReport, SystemNodes, format_report
 from stacks.settings import REPO
 
 COMMAND = "preflight"
@@ -67,6 +76,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="this machine reaches the API endpoint's private address (a runner inside the cluster's VPC or "
                    "a peered network), admitted by cluster.privateAccessSecurityGroups or privateAccessCidrs; without "
                    "it, this machine's egress address must be in cluster.publicAccessCidrs")
+    p.add_argument("--address", help="this machine's egress IPv4 address, instead of looking it up at "
+                   f"{api_access.EGRESS_LOOKUP_URL} (offline, or where the lookup is blocked)")
     p.set_defaults(func=run)
     return p
 
@@ -108,35 +119,30 @@ def make_clients(region: str) -> dict[str, Any]:
         "ssm": boto3.client("ssm", region_name=region, config=quick),
         "sts": boto3.client("sts", region_name=region, config=quick),
         "iam": boto3.client("iam", config=quick),
-        # This machine's egress address, against the stack's publicAccessCidrs.
-        "egress": api_access.egress_address,
         # The Price List API answers from us-east-1 for every region's prices.
         "pricing": boto3.client("pricing", region_name="us-east-1", config=quick),
     }
 
 
 def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
+    strict = getattr(args, "strict", False)
     try:
         settings = _load_settings(args.stack, args.dir) if getattr(args, "dir", None) else _load_settings(args.stack)
-        network = getattr(settings, "network", None)
-        clients = clients or make_clients(settings.region)
-        report = run_preflight(
-            settings.region,
-            settings.cluster.name,
-            pools_from_settings(settings),
-            ec2=clients["ec2"],
-            quotas=clients["quotas"],
-            pricing=clients.get("pricing"),
-            system=system_nodes_from_settings(settings),
-            subnet_ids=sorted((getattr(network, "private_subnets", None) or {}).values()) or None,
-            vpc_id=getattr(network, "vpc_id", None),
-            new_vpc_az_count=None if getattr(network, "vpc_id", None) else getattr(network, "availability_zone_count", None),
-            new_vpc_zones=getattr(network, "availability_zones", None),
-            stack=args.stack,
-            strict=getattr(args, "strict", False),
-        )
-        report.findings += stack_findings(settings, clients, strict=getattr(args, "strict", False),
-                                          inside_vpc=getattr(args, "inside_vpc", False))
+        # Every check that needs no account runs first, with or without credentials.
+        offline = offline_findings(settings, Context(
+            strict=strict, inside_vpc=getattr(args, "inside_vpc", False),
+            egress=_egress(args, clients), directory=Path(args.dir) if getattr(args, "dir", None) else None))
+        missing = None if clients is not None else missing_credentials()
+        if missing:
+            report = _incomplete(settings, offline, missing)
+        else:
+            try:
+                report = _with_account(settings, clients or make_clients(settings.region), strict, args.stack)
+                report.findings += offline
+            except Exception as exc:  # noqa: BLE001 - credentials refused mid-run: the same as none
+                if (problem := credentials_problem(exc)) is None:
+                    raise
+                report = _incomplete(settings, offline, problem)
     except KeyboardInterrupt as exc:
         print(f"{COMMAND}: stopped by {signal_name(exc)}; preflight only reads, nothing was changed. "
               f"Rerun: {rerun_command('stacks')}", file=sys.stderr)
@@ -145,7 +151,41 @@ def run(args: argparse.Namespace, clients: dict[str, Any] | None = None) -> int:
         print(f"{COMMAND}: error: {exc if isinstance(exc, ValueError) else f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
         return 2
     print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
-    return 1 if report.blockers else 0
+    return report.exit_code
+
+
+def _egress(args: argparse.Namespace, clients: dict[str, Any] | None):
+    """This machine's egress address: --address (a bad one is bad input), else the clients' or the live lookup."""
+    if getattr(args, "address", None) or clients is None:
+        return api_access.egress_lookup(args)
+    return clients.get("egress")
+
+
+def _with_account(settings, clients: dict[str, Any], strict: bool, stack: str | None = None) -> PreflightReport:
+    network = getattr(settings, "network", None)
+    report = run_preflight(
+        settings.region,
+        settings.cluster.name,
+        pools_from_settings(settings),
+        ec2=clients["ec2"],
+        quotas=clients["quotas"],
+        pricing=clients.get("pricing"),
+        system=system_nodes_from_settings(settings),
+        subnet_ids=sorted((getattr(network, "private_subnets", None) or {}).values()) or None,
+        vpc_id=getattr(network, "vpc_id", None),
+        new_vpc_az_count=None if getattr(network, "vpc_id", None) else getattr(network, "availability_zone_count", None),
+        new_vpc_zones=getattr(network, "availability_zones", None),
+        stack=stack,
+        strict=strict,
+    )
+    report.findings += stack_findings(settings, clients, strict=strict)
+    return report
+
+
+def _incomplete(settings, offline: list, why: str) -> PreflightReport:
+    """The offline checks' findings, and the AWS checks that could not run (no usable credentials)."""
+    return PreflightReport(settings.region, settings.cluster.name, [], [], offline,
+                           not_run=aws_checks(settings), credentials=why)
 
 
 def main(argv: list[str] | argparse.Namespace | None = None) -> int:

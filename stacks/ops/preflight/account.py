@@ -1,5 +1,5 @@
 """The stack itself against the account: the AMI for its Kubernetes version, the caller role and its
-session length, the way to the Kubernetes API from this machine, the S3 ranges, pinned revisions."""
+session length, the S3 ranges."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ from typing import Any
 
 from stacks import s3_ranges
 from stacks.identity import admin_role_problems, caller_role_arn
-from stacks.ops import api_access
 from stacks.ops.preflight.aws import error_code, error_text
 from stacks.ops.preflight.report import Finding
-from stacks.settings import is_commit
 from stacks.versions import pins
 
 # A first `up` (cluster ~15 min, weight sync, GPU node, cold start) runs up to about 3 hours; a session
@@ -41,9 +39,9 @@ def session_findings(iam, caller_arn: str) -> list[Finding]:
         "sessions (role-duration-seconds: 10800 in the workflows)")]
 
 
-def stack_findings(settings, clients: dict[str, Any], strict: bool = False,
-                   inside_vpc: bool = False) -> list[Finding]:
-    """Checks of the stack itself against the account: AMI, caller role, API exposure, pinned revisions."""
+def stack_findings(settings, clients: dict[str, Any], strict: bool = False) -> list[Finding]:
+    """Checks of the stack itself against the account: the AMI, the caller role, the S3 ranges (the
+    checks that need no account are in offline.py)."""
     findings: list[Finding] = []
     unknown = "blocker" if strict else "warning"
     if settings.gpu_pools and clients.get("ssm") is not None:
@@ -72,30 +70,8 @@ def stack_findings(settings, clients: dict[str, Any], strict: bool = False,
             findings += session_findings(clients.get("iam"), caller)
         except Exception as exc:  # noqa: BLE001
             findings.append(Finding(unknown, "caller", f"could not read the caller identity: {error_text(exc)}"))
-    if "0.0.0.0/0" in settings.cluster.public_access_cidrs:
-        findings.append(Finding(
-            "warning", "cluster.publicAccessCidrs",
-            "the Kubernetes API endpoint is reachable from any address (0.0.0.0/0); IAM still guards it",
-            "set vllm-poc:cluster.publicAccessCidrs to your office or CI egress ranges"))
-    # From where `pulumi up` cannot reach the API it would create the network and the cluster and then
-    # time out at the first Kubernetes resource: say so before the 20 minutes, not after.
-    for reach in api_access.reach_findings(settings, inside_vpc, clients.get("egress"), strict=strict):
-        findings.append(Finding(reach.level, "cluster API", reach.message, reach.fix))
     if clients.get("ssm") is not None and clients.get("ec2") is not None:
         # The NetworkPolicy's S3 ranges (recorded at the last `up`) against AWS's list now.
         for d in s3_ranges.drift(clients["ec2"], clients["ssm"], settings.region, settings.cluster.name, settings.stack):
             findings.append(Finding(d.level, "s3 ranges", d.message, d.fix))
-    weights = getattr(settings, "weights", None)
-    if weights is not None and weights.source == "hub":
-        floating = sorted(m for m, rev in weights.revisions.items() if not is_commit(rev))
-        if floating:
-            findings.append(Finding(
-                "warning", "weights.revisions",
-                f"{', '.join(floating)} follow a branch, not a commit: a re-created sync Job may copy other weights",
-                "pin each to the 40-hex commit you validated (huggingface.co/<id>/commits/main)"))
-        if getattr(settings, "hf_token", None) is None:
-            findings.append(Finding(
-                "warning", "hfToken",
-                "no vllm-poc:hfToken: a gated repository (google/gemma-*) fails its sync Job, and `pulumi up` with it",
-                "pulumi config set --secret vllm-poc:hfToken hf_... (a token whose account accepted the license)"))
     return findings

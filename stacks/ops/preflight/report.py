@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stacks import catalog
+from stacks.ops.credentials import HOW_TO_PROVIDE, INCOMPLETE, NotRun
 
 
 @dataclass(frozen=True)
@@ -109,14 +110,31 @@ class PreflightReport:
     pools: list[PoolReport]
     quotas: list[QuotaReport]
     findings: list[Finding]
+    # The AWS checks that could not run, and why (no credentials): the report is incomplete.
+    not_run: list[NotRun] = field(default_factory=list)
+    credentials: str | None = None
 
     @property
     def blockers(self) -> list[Finding]:
         return [f for f in self.findings if f.level == "blocker"]
 
+    @property
+    def exit_code(self) -> int:
+        """1: a blocker; else 3 (credentials.INCOMPLETE): checks that need AWS did not run; else 0."""
+        return 1 if self.blockers else INCOMPLETE if self.not_run else 0
+
+    @property
+    def result(self) -> str:
+        return "blocked" if self.blockers else "incomplete" if self.not_run else "ok"
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data["ok"] = not self.blockers
+        data["ok"] = not self.blockers and not self.not_run
+        data["complete"] = not self.not_run
+        data["result"] = self.result
+        data["exit_code"] = self.exit_code
+        if self.not_run:
+            data["how_to_provide_credentials"] = HOW_TO_PROVIDE
         for pool, raw in zip(self.pools, data["pools"]):
             raw["spot_min_usd_hour"] = pool.spot_min
             raw["cost_at_limit_usd_hour"] = pool.cost_at_limit_usd_hour
@@ -141,7 +159,36 @@ def _short_azs(azs: list[str] | None, region: str) -> str:
 
 def format_report(r: PreflightReport) -> str:
     out = [f"preflight {r.cluster} in {r.region}", ""]
-    rows = []
+    if r.pools:
+        out += _pools_table(r)
+    elif r.not_run:
+        out.append("pools, quotas and prices: not read (no AWS credentials)")
+    for level, title in (("blocker", "BLOCKERS"), ("warning", "warnings"), ("note", "notes")):
+        items = [f for f in r.findings if f.level == level]
+        if items:
+            out += ["", f"{title}:"]
+            for f in items:
+                out.append(f"  [{f.subject}] {f.message}")
+                if f.fix:
+                    out.append(f"      fix: {f.fix}")
+    if r.not_run:
+        out += ["", f"NOT RUN, {r.credentials}:"]
+        for check in r.not_run:
+            out.append(f"  [{check.check}] {check.answers}")
+            out.append(f"      reads: {check.reads}")
+        out.append(f"  to run them: {HOW_TO_PROVIDE}")
+    warnings = sum(f.level == "warning" for f in r.findings)
+    counts = f"{len(r.blockers)} blocker(s), {warnings} warning(s)"
+    if r.not_run:
+        out += ["", f"RESULT: INCOMPLETE - {counts} from the checks that need no AWS account; {len(r.not_run)} "
+                f"AWS check(s) not run (exit {r.exit_code})"]
+    else:
+        out += ["", f"RESULT: {counts}" + ("" if r.blockers else " - no blockers found")]
+    return "\n".join(out)
+
+
+def _pools_table(r: PreflightReport) -> list[str]:
+    out, rows = [], []
     for p in r.pools:
         od = _usd(p.on_demand_usd_hour) + ("*" if p.on_demand_source == "catalog" else "")
         spot = _usd(p.spot_min)
@@ -169,15 +216,4 @@ def format_report(r: PreflightReport) -> str:
               ",".join(q.headroom_pools), q.status]
              for q in r.quotas],
         ))
-    for level, title in (("blocker", "BLOCKERS"), ("warning", "warnings"), ("note", "notes")):
-        items = [f for f in r.findings if f.level == level]
-        if items:
-            out += ["", f"{title}:"]
-            for f in items:
-                out.append(f"  [{f.subject}] {f.message}")
-                if f.fix:
-                    out.append(f"      fix: {f.fix}")
-    warnings = sum(f.level == "warning" for f in r.findings)
-    out += ["", f"RESULT: {len(r.blockers)} blocker(s), {warnings} warning(s)"
-            + ("" if r.blockers else " - no blockers found")]
-    return "\n".join(out)
+    return out

@@ -18,6 +18,9 @@ nothing terminates the instances it launched (aws/karpenter-provider-aws #1955, 
 This module is the two commands; the package holds their parts: ownership (what is Karpenter's or
 this cluster's), pre_destroy (the kubectl steps and the wait) and leftovers (what is left, and its
 deletion).
+
+Without AWS credentials teardown-check checks nothing: it says which reads it needs and how to provide
+credentials, and exits 3 (stacks.ops.credentials.INCOMPLETE; its JSON has `complete: false`).
 """
 
 from __future__ import annotations
@@ -38,12 +41,22 @@ from typing import Any, Callable
 from bench.common.interrupts import exit_code, rerun_command, signal_name
 from components.labels import PART_OF_SELECTOR
 from stacks.loader import load_settings
+from stacks.ops.credentials import HOW_TO_PROVIDE, INCOMPLETE, NotRun, credentials_problem, missing_credentials
 from stacks.ops.teardown.leftovers import delete_leftovers, find_leftovers, format_leftovers, unexpected
 from stacks.ops.teardown.pre_destroy import Step, delete_steps, run_steps, update_kubeconfig_step, wait_for_instances_gone
 from stacks.settings import REPO
 
 PRE_DESTROY = "pre-destroy"
 TEARDOWN_CHECK = "teardown-check"
+
+# What teardown-check reads (and with --delete removes) in the stack's account and region.
+TEARDOWN_READS = NotRun(
+    "leftovers", "Karpenter's instances, launch templates and instance profiles, ENIs, EBS volumes, load "
+    "balancers, log groups and non-empty buckets left for the cluster",
+    "ec2:DescribeInstances, ec2:DescribeLaunchTemplates, ec2:DescribeNetworkInterfaces, ec2:DescribeVolumes, "
+    "iam:ListInstanceProfiles, iam:GetInstanceProfile, elasticloadbalancing:DescribeLoadBalancers, "
+    "elasticloadbalancing:DescribeTags, logs:DescribeLogGroups, s3:ListAllMyBuckets, s3:GetBucketTagging, "
+    "s3:ListBucket; with --delete also the matching Terminate/Delete actions")
 
 
 def _load_settings(stack: str, directory: str | None = None):
@@ -127,6 +140,11 @@ def run_pre_destroy(args: argparse.Namespace, clients: dict[str, Any] | None = N
             print(f"# then wait up to {args.timeout_minutes:g} min until no EC2 instance tagged karpenter.sh/nodepool "
                   f"and kubernetes.io/cluster/{cluster}=owned (or eks:eks-cluster-name={cluster}) is left in {region}")
             return 0
+        if clients is None and (missing := missing_credentials()):
+            print(f"{PRE_DESTROY} {cluster} in {region}: NOT RUN, {missing}.\n"
+                  "  it needs the credentials `pulumi up` used (EKS access for kubectl, ec2:DescribeInstances for the "
+                  f"wait); `--dry-run` prints its steps without them.\n  to run it: {HOW_TO_PROVIDE}", file=sys.stderr)
+            return INCOMPLETE
         if not run_steps(steps, runner, print):
             print(f"{PRE_DESTROY}: a cleanup command failed; fix it and rerun (it is safe to repeat)", file=sys.stderr)
             return 1
@@ -149,12 +167,16 @@ def run_teardown_check(args: argparse.Namespace, clients: dict[str, Any] | None 
     try:
         settings = _load_settings(args.stack, args.dir) if getattr(args, "dir", None) else _load_settings(args.stack)
         cluster, region = settings.cluster.name, settings.region
+        if clients is None and (missing := missing_credentials()):
+            return _without_credentials(args, cluster, region, missing)
         clients = clients or make_clients(region)
         aws = {k: clients[k] for k in ("ec2", "iam", "elbv2", "elb")}
         leftovers = find_leftovers(cluster, args.stack, **aws, s3=clients["s3"],
                                    vpc_id=getattr(settings.network, "vpc_id", None),
                                    teardown=settings.storage.teardown, logs=clients.get("logs"))
     except Exception as exc:  # noqa: BLE001
+        if (problem := credentials_problem(exc)) is not None:
+            return _without_credentials(args, cluster, region, problem)
         print(f"{TEARDOWN_CHECK}: error: {exc if isinstance(exc, ValueError) else f'{type(exc).__name__}: {exc}'}",
               file=sys.stderr)
         return 2
@@ -185,6 +207,21 @@ def run_teardown_check(args: argparse.Namespace, clients: dict[str, Any] | None 
     for line in errors:
         print(f"error: {line}", file=sys.stderr)
     return 1 if unexpected(after) or errors else 0
+
+
+def _without_credentials(args: argparse.Namespace, cluster: str, region: str, why: str) -> int:
+    """Nothing could be checked: say what the check reads and how to give it credentials; exit 3."""
+    if args.json:
+        print(json.dumps({"cluster": cluster, "region": region, "ok": False, "complete": False, "result": "incomplete",
+                          "exit_code": INCOMPLETE, "credentials": why, "not_run": [TEARDOWN_READS.to_dict()],
+                          "how_to_provide_credentials": HOW_TO_PROVIDE, "leftovers": []}, indent=2))
+    else:
+        print(f"{TEARDOWN_CHECK} {cluster} in {region}: NOT RUN, {why}.\n"
+              f"  it lists {TEARDOWN_READS.answers}\n"
+              f"  reads: {TEARDOWN_READS.reads}\n"
+              f"  to run it: {HOW_TO_PROVIDE}\n"
+              f"RESULT: INCOMPLETE - nothing was checked (exit {INCOMPLETE})")
+    return INCOMPLETE
 
 
 def main(argv: list[str] | argparse.Namespace | None = None) -> int:
