@@ -242,7 +242,9 @@ def test_waived_objects_carry_numbered_one_line_skips_and_others_none(dev):
     assert sorted(bench) == ["checkov.io/skip1", "checkov.io/skip2"]
     assert [v.split("=", 1)[0] for _, v in sorted(bench.items())] == ["CKV_K8S_11", "CKV_K8S_38"]
     assert all("\n" not in v and v.count("=") == 1 for skips in annotated.values() for v in skips.values())
-    assert len(annotated) == 3  # server, bench Job, start-up Job; nothing else is waived
+    released = sorted(k.split(".")[2].split("-")[0] for k in annotated if k.startswith(("Job.vllm.wake-", "Job.vllm.release-")))
+    assert released == ["release", "wake"]  # the GPU release's two Jobs call the API with a token too
+    assert len(annotated) == 5  # server, bench Job, start-up Job, wake and release Jobs; nothing else is waived
 
 
 def test_a_reason_checkov_cannot_read_stops_the_render(tmp_path, monkeypatch):
