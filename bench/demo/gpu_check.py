@@ -176,6 +176,7 @@ class Check:
         self.s3 = S.S3(args.s3_uri)
         self.model_dir = self.work / "model"
         self.cache_root = (self.work / "cache").resolve()
+        self.port = 0  # one port for every start, as a pod's (set when the run starts)
         self.record: dict[str, Any] = {
             "kind": KIND, "version": VERSION, "date": time.strftime("%Y-%m-%d"),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
@@ -231,11 +232,25 @@ class Check:
             stack = [f for f in gpu_settings.SERVE_FLAGS if f != "--enable-sleep-mode"]
         return [*device, *stack]
 
+    def pod(self, name: str) -> S.Pod:
+        """A fresh pod at the same paths as every other (a pod's HOME and TMPDIR do not move between pods);
+        the previous pod's folder is kept under pods/ for inspection."""
+        folder = self.work / "pod"
+        if folder.exists():
+            previous = json.loads((folder / "pod.json").read_text()).get("name", "previous") \
+                if (folder / "pod.json").is_file() else "previous"
+            (self.work / "pods").mkdir(exist_ok=True)
+            shutil.rmtree(self.work / "pods" / previous, ignore_errors=True)
+            shutil.move(str(folder), str(self.work / "pods" / previous))
+        folder.mkdir(parents=True)
+        (folder / "pod.json").write_text(json.dumps({"name": name}))
+        return S.Pod(name, folder, self.cache_root)
+
     def start(self, pod: S.Pod, extra: tuple[str, ...] = ()) -> S.Server:
         env = pod.env(self.runtime.env)
         if self.runtime.cpu_build:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", cpu_vllm.KV_CACHE_GIB)
-        cmd = S.serve_command(self.runtime.python, self.model_dir, cpu_vllm.free_port(), [*self.flags(), *extra])
+        cmd = S.serve_command(self.runtime.python, self.model_dir, self.port, [*self.flags(), *extra])
         server = S.start(cmd, env, self.logs / f"server-{pod.name}.log")
         try:
             S.wait_healthy(server, self.args.health_timeout)
@@ -279,7 +294,7 @@ class Check:
     def cold_start(self) -> dict[str, Any]:
         shutil.rmtree(self.cache_root, ignore_errors=True)
         self.cache_root.mkdir(parents=True)
-        self.server = self.start(S.Pod("cold", self.work / "pods" / "cold", self.cache_root))
+        self.server = self.start(self.pod("cold"))
         self.record["settings"]["serve_flags"] = self.server.cmd[self.server.cmd.index("serve") + 1:]
         figures = self.start_figures(self.server, "cold")
         if self.runtime.gpu and figures["compile_cache"] == "hit":
@@ -347,7 +362,7 @@ class Check:
                 "--length-scale", f"{args.length_scale:g}", "--concurrencies", conc, "--min-prompts", "32",
                 "--prompts-per-concurrency", "4", "--health-timeout", "60", "--bench-client", "library",
                 "--instance-type", args.instance_type, "--gpus", "1", "--label", "gpu-check",
-                "--server-args", " ".join(self.flags())]
+                "--server-args", " ".join(self.flags()), "--vllm-bin", str(self.vllm_wrapper())]
         proc = subprocess.run(argv, env=self.runtime.env, capture_output=True, text=True, timeout=args.sweep_timeout)
         (self.logs / "sweep.log").write_text(proc.stdout + proc.stderr)
         ours = {c: R.load_result(folder / "bench" / R.result_filename("S1_chat", c)) for c in args.concurrency_list}
@@ -383,6 +398,14 @@ class Check:
             raise S.Broken("; ".join(problems), out)
         return out
 
+    def vllm_wrapper(self) -> Path:
+        """A `vllm` command run by the vLLM python (an install without console scripts on PATH has none)."""
+        path = self.work / "bin" / "vllm"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!{self.runtime.python}\nfrom vllm.entrypoints.cli.main import main\nmain()\n")
+        path.chmod(0o755)
+        return path
+
     def compile_cache(self) -> dict[str, Any]:
         self.stop_server()
         before = S.cache_files(self.cache_root)
@@ -403,7 +426,7 @@ class Check:
             raise S.Broken(f"the pull did not restore the cache ({pull.get('outcome')}: {pull.get('reason')})", out)
         restored = S.cache_files(self.cache_root)
         restored_at = time.time()
-        self.server = self.start(S.Pod("restored", self.work / "pods" / "restored", self.cache_root))
+        self.server = self.start(self.pod("restored"))
         warm = self.start_figures(self.server, "restored")
         after = S.cache_files(self.cache_root)
         out["restored_start"] = warm
@@ -433,7 +456,7 @@ class Check:
         config = {"model": str(draft), "num_speculative_tokens": self.args.spec_tokens}
         extra = ("--speculative-config", json.dumps(config), "--enforce-eager")
         try:
-            self.server = self.start(S.Pod("speculative", self.work / "pods" / "speculative", self.cache_root), extra)
+            self.server = self.start(self.pod("speculative"), extra)
         except S.Broken as exc:
             why = S.refused(self.logs / "server-speculative.log")
             if why:
@@ -458,10 +481,11 @@ class Check:
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        for stale in ("pods", "cache", "cache-cold", "cache.pushed", "draft"):
+        for stale in ("pod", "pods", "cache", "cache-cold", "cache.pushed", "draft", "bin"):
             shutil.rmtree(self.work / stale, ignore_errors=True)
         self.runtime = Runtime(self.args, self.out)
         info = self.runtime.probe()
+        self.port = cpu_vllm.free_port()
         self.record["device"] = {"gpu": self.runtime.gpu, "name": info.get("nvidia_smi_name") or info.get("device_name")
                                  or ("CPU (vLLM's CPU build)" if self.runtime.cpu_build else "CPU"),
                                  "memory_gib": info.get("device_memory_gib"), "driver": info.get("driver"),

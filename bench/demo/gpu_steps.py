@@ -31,7 +31,7 @@ SERVED_NAME = "tiny"
 # Milestones of a start, first seen in the server's log while it starts (stamped by this process's clock,
 # so the times are seconds since launch even where vLLM's own stamps have one-second resolution).
 MILESTONES: tuple[tuple[str, str], ...] = (
-    ("api_banner", r"vLLM API server version"),
+    ("api_banner", r"vLLM API server version|non-default args:"),
     ("engine_started", r"Initializing a V1 LLM engine|EngineCore.*(?:Waiting for init message|started)"),
     ("weights_loaded", r"Loading weights took|Model loading took"),
     ("compile_started", r"Dynamo bytecode transform time|Start compiling|Directly load"),
@@ -297,8 +297,12 @@ class S3:
             return
         if importlib.util.find_spec("boto3") and importlib.util.find_spec("moto") \
                 and (REPO / "weights" / "compile_cache.py").is_file():
+            import logging
+
             from moto.server import ThreadedMotoServer
             import boto3
+
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
             from bench.demo.cpu_vllm import free_port
 
             port = free_port()
