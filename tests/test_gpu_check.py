@@ -103,3 +103,56 @@ def test_page_section_from_a_record():
     assert "no / counters" in md  # a pipe in a reason does not break the table
     page = gpu_page.to_html(md)
     assert page.count("<table>") == 1 and "<th>Check</th>" in page and "None" not in page
+
+
+FIXTURES = REPO / "tests" / "fixtures" / "gpu_check"
+_CACHE_DIR = r"Using cache directory: \S+/torch_compile_cache/(\w+)/"
+
+
+def test_recorded_cuda_logs_parse_into_the_start_up_phases():
+    # trimmed from the H200 box's logs (vLLM 0.26.0 CUDA build, 2026-12-03)
+    from bench.startup import phases
+
+    cold = phases.parse_file(FIXTURES / "h200-cold.log")
+    assert cold["vllm_version"] == "0.26.0" and cold["compile_cache"] == "miss"
+    assert (cold["engine_init_s"], cold["compile_total_s"], cold["cuda_graph_s"]) == (36.83, 11.12, 2.0)
+    assert cold["kv_cache_tokens"] == 16404480 and cold["ready"]
+    spec = phases.parse_file(FIXTURES / "h200-speculative.log")
+    assert spec["ready"] and "speculative_config=SpeculativeConfig" in (FIXTURES / "h200-speculative.log").read_text()
+
+
+def test_a_pod_with_another_home_missed_the_restored_compile_cache():
+    """The finding the check's own pods first ran into: vLLM's compile hash takes VLLM_CONFIG_ROOT and
+    VLLM_XLA_CACHE_PATH, which follow HOME, so a pod with another HOME looks in another folder and compiles."""
+    import re
+
+    from bench.startup import phases
+
+    cold = re.search(_CACHE_DIR, (FIXTURES / "h200-cold.log").read_text())[1]
+    other = re.search(_CACHE_DIR, (FIXTURES / "h200-restored-other-home.log").read_text())[1]
+    assert cold != other
+    assert phases.parse_file(FIXTURES / "h200-restored-other-home.log")["compile_cache"] == "miss"
+
+
+def test_every_pod_starts_at_the_same_paths(tmp_path):
+    import argparse
+
+    from bench.demo.gpu_check import Check
+
+    check = Check(argparse.Namespace(out=str(tmp_path), s3_uri=None))
+    first = check.pod("cold")
+    (first.folder / "home" / "marker").parent.mkdir(parents=True)
+    (first.folder / "home" / "marker").write_text("cold")
+    second = check.pod("restored")
+    assert second.folder == first.folder and not (second.folder / "home" / "marker").exists()
+    assert (tmp_path / "work" / "pods" / "cold" / "home" / "marker").read_text() == "cold"
+    env = second.env({})
+    assert env["HOME"] == str(second.folder / "home") and env["TRITON_CACHE_DIR"].endswith("/cache/triton")
+
+
+def test_the_page_renders_a_recorded_h200_run():
+    record = json.loads((FIXTURES / "record-run2.json").read_text())
+    md = gpu_page.markdown(record)
+    assert "NVIDIA H200" in md and "vLLM 0.26.0" in md and "Broken: sweep." in md
+    assert "| 1 | 555 (7.4 s) | 438 (12.8 s, 44) | 26.5 % |" in md
+    assert "sleep 0.54 s, wake 0.62 s" in md and "None" not in md
