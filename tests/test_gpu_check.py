@@ -156,3 +156,22 @@ def test_the_page_renders_a_recorded_h200_run():
     assert "NVIDIA H200" in md and "vLLM 0.26.0" in md and "Broken: sweep." in md
     assert "| 1 | 555 (7.4 s) | 438 (12.8 s, 44) | 26.5 % |" in md
     assert "sleep 0.54 s, wake 0.62 s" in md and "None" not in md
+
+
+def test_the_start_up_models_measured_floor_is_the_records():
+    """bench/startup/model.py's floor inside init comes from the H200 records' cold starts: launch -> the
+    engine process's first line, plus engine ready -> /health (medians)."""
+    import statistics
+
+    from bench.startup import model
+
+    starts = [json.loads(p.read_text())["checks"]["cold_start"]["milestones_s"]
+              for p in sorted((REPO / "docs" / "records").glob("gpu-check-*-h200-run*.json"))]
+    assert len(starts) == 2
+    floor = (statistics.median(m["engine_started"] for m in starts)
+             + statistics.median(m["health_ok"] - m["engine_ready"] for m in starts))
+    assert model.START_FLOOR_S == pytest.approx(floor, abs=0.05)
+    target = model.model("g6e.2xlarge", [], model.TARGET)
+    assert target["init"].seconds == 117.5 and f"{model.START_FLOOR_S:g} s measured" in target["init"].note
+    assert model.floor_total(target, hit=True) == pytest.approx(208.0 - model.unattributed_s(True))
+    assert "still needs 185.1 s" in model.target_line(target, None)
