@@ -34,6 +34,7 @@ the record); 2 bad input (an --out that is a file, a bad flag value, no vLLM to 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -50,6 +51,7 @@ from bench.demo import cpu_vllm, gpu_page, gpu_settings
 from bench.demo import gpu_steps as S
 from bench.demo.command import local_startup_record
 from bench.startup import phases as startup_phases
+from bench.startup import sleepwake
 
 KIND = "vllm-poc/gpu-check"
 VERSION = 1
@@ -127,8 +129,6 @@ class Runtime:
             self.python = args.python
             self.env = dict(os.environ)
         else:
-            import importlib.util
-
             if importlib.util.find_spec("vllm") is not None:
                 self.python, self.env = sys.executable, dict(os.environ)
             else:
@@ -315,8 +315,6 @@ class Check:
     def sleep_wake(self) -> dict[str, Any]:
         if not self.runtime.gpu:
             raise S.NotAvailable("vLLM's CPU build has no sleep mode")
-        from bench.startup import sleepwake
-
         base = self.server.url
         before_text = S.greedy_text(base)
         used_awake = S.gpu_memory_mib()

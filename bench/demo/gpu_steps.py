@@ -5,7 +5,9 @@ speculative-decoding counters. Plain functions and small classes; bench/demo/gpu
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 import math
 import os
 import re
@@ -22,7 +24,7 @@ from typing import Any
 
 from bench.analysis import spec as spec_metrics
 from bench.common.interrupts import stop_process_group
-from bench.demo import gpu_settings
+from bench.demo import cpu_vllm, gpu_settings
 from bench.startup import timeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -289,23 +291,17 @@ class S3:
         self.note = ""
 
     def open(self, key: str) -> None:
-        import importlib.util
-
         if self.uri:
             self.uri = self.uri.rstrip("/") + f"/{key}/"
             self.note = "the bucket given with --s3-uri"
             return
         if importlib.util.find_spec("boto3") and importlib.util.find_spec("moto") \
                 and (REPO / "weights" / "compile_cache.py").is_file():
-            import logging
-
-            from moto.server import ThreadedMotoServer
-            import boto3
+            from moto.server import ThreadedMotoServer  # local import: moto is optional (else a local copy)
+            import boto3  # local import: optional, as moto
 
             logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-            from bench.demo.cpu_vllm import free_port
-
-            port = free_port()
+            port = cpu_vllm.free_port()
             self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
             self.moto.start()
             self.env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "gpu-check",
