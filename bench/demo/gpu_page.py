@@ -65,14 +65,14 @@ def _details(name: str, c: dict[str, Any]) -> list[str]:
                 f"{_s(mem.get('woken'), ' MiB', 0)}; same greedy answer after wake-up: "
                 f"{_s(c.get('same_greedy_answer'))}"]
     if name == "sweep" and c.get("points"):
-        rows = ["", "| c | bench out tok/s (window) | vllm bench serve out tok/s (window, prompts) | apart |",
+        rows = ["| c | bench out tok/s (window) | vllm bench serve out tok/s (window, prompts) | apart |",
                 "|---|---|---|---|"]
         for p in c["points"]:
             b, v = p["bench"], p["vllm_bench_serve"]
             rows.append(f"| {p['concurrency']} | {_s(b.get('output_tok_s'), '', 0)} ({_s(b.get('duration_s'))}) | "
                         f"{_s(v.get('output_tok_s'), '', 0)} ({_s(v.get('duration_s'))}, {v.get('prompts') or '-'}) | "
                         f"{_s(p.get('apart_pct'), ' %')} |")
-        return rows + [""]
+        return rows
     if name == "compile_cache" and c.get("push"):
         lines = [f"- through {c.get('where')}: pushed {c['push'].get('files') or 0} files "
                  f"({(c['push'].get('bytes') or 0) / 2**20:.1f} MiB) in {_s(c['push'].get('seconds'), digits=2)}"]
