@@ -17,6 +17,7 @@ a laptop. `python -m bench <command> --help` describes each command.
     python -m bench streamer s3://weights/models/ORG/NAME/ [--concurrency 8,16,32,64] --out DIR
     python -m bench fetch    s3://bucket/prefix DIR
     python -m bench demo     (make demo: the whole benchmark on this machine, on vLLM's CPU build)
+    python -m bench gpu-check --out DIR   (the serving configuration checked on one GPU in ~10 minutes)
 
 The package has four wings and the pieces they share; each wing imports only the ones below it:
 
@@ -32,8 +33,9 @@ The package has four wings and the pieces they share; each wing imports only the
     startup/   a server's start-up: log phases (`startup`), pod timelines (`timeline`, collect.py),
                the start-up model and report section, the streamer grid, network limits, sleep/wake.
                May import common/ only.
-    demo/      `python -m bench demo`, the CPU build of vLLM and the tiny model it serves. May import
-               every wing; it runs its sweeps as `python -m bench sweep` processes.
+    demo/      `python -m bench demo`, the CPU build of vLLM and the tiny model it serves, and
+               `python -m bench gpu-check` (one GPU). May import every wing; it runs its sweeps as
+               `python -m bench sweep` processes.
     common/    what every wing (and weights/) shares: S3 and s3:// folders, progress, Ctrl-C and
                SIGTERM, the in-cluster API reads, the Prometheus text format, the GPU instance table
                (which stacks/catalog.py reads too) and the scenario definitions (which the stack's

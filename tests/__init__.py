@@ -25,7 +25,7 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_bench_seeds, test_bench_telemetry, test_bench_telemetry_vllm,
                                  test_bench_kube, test_bench_s3, test_bench_s3_folders,
                                  test_bench_mixcheck, test_workloads, test_workloads_sweep,
-                                 test_workloads_vllm
+                                 test_workloads_vllm, test_bench_client
   bench: analysis                test_bench_verdict, test_bench_capacity, test_bench_capacity_calibration,
                                  test_bench_capacity_e2e,
                                  test_bench_report, test_bench_report_checks, test_bench_compare,
@@ -35,6 +35,7 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_startup_timeline_vllm, test_startup_compile_cache,
                                  test_bench_streamer, test_netlimits, test_pod_security_vllm
   bench: the demo                test_bench_demo, test_bench_demo_vllm
+  bench: one GPU                 test_gpu_check, test_gpu_check_vllm
   the house                      test_package_graph, test_bench_wings, test_layout, test_docs,
                                  test_locks (the set-up: locks/ and the Makefile)
 

@@ -9,9 +9,14 @@ passed to `vllm bench serve`: same code, same result file. The tokenizer is load
 (tokenizer, mode) and reused.
 
 Protocol (the sweep is the only caller): one JSON object per line on stdin,
-`{"argv": [<vllm bench serve arguments>], "log": "<path>"}`; the answer is one JSON line on the
-original stdout, `{"rc": <int>, "error": <str or null>}`. While a run executes, file descriptors 1
-and 2 point at its log file, so vLLM's prints and logs land where a process run's would.
+`{"argv": [<vllm bench serve arguments>], "log": "<path>"}`; the answer is one JSON line,
+`{"rc": <int>, "error": <str or null>}`, on a channel of its own: the file descriptor the sweep
+names in VLLM_POC_CLIENT_ANSWER_FD (a pipe it passes down), else a copy of the original stdout. vLLM
+logs to stdout by default (VLLM_LOGGING_STREAM), and so may anything it imports (Triton, say): before
+the driver imports vLLM, descriptor 1 is pointed at stderr, so nothing printed to stdout can reach the
+answer channel. While a run executes, file descriptors 1 and 2 point at its log file, so vLLM's
+prints and logs land where a process run's would. The sweep's side still reads only lines that are
+JSON objects with the protocol's keys and keeps any other line for its error message.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -80,8 +86,21 @@ def serve_forever(parse, bench_main, inp, out) -> None:
         out.flush()
 
 
+ANSWER_FD_ENV = "VLLM_POC_CLIENT_ANSWER_FD"
+
+
+def answer_channel():
+    """The protocol's stream, then fd 1 pointed at stderr: what vLLM prints never reaches the channel."""
+    given = os.environ.pop(ANSWER_FD_ENV, None)
+    fd = int(given) if given and given.isdigit() else os.dup(1)
+    out = os.fdopen(fd, "w", buffering=1)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    return out
+
+
 def main() -> int:
-    out = os.fdopen(os.dup(1), "w", buffering=1)  # the answer channel survives the redirects
+    out = answer_channel()
     try:
         parse, bench_main = _load()
     except Exception as exc:  # noqa: BLE001
@@ -100,6 +119,15 @@ if __name__ == "__main__":
 # The sweep's side
 
 
+def protocol_line(line: str) -> dict | None:
+    """A driver's answer (`ready`, or `rc`), None for any other line."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and ("ready" in data or "rc" in data) else None
+
+
 class Driver:
     """The sweep's handle on a long-lived `python -m bench.run.client` (started on first use)."""
 
@@ -110,32 +138,52 @@ class Driver:
         self.proc = None
         self.lines = None
         self.starts = 0
+        self.stray: list[str] = []  # lines on the answer channel that were not the protocol's
 
     def _start(self) -> None:
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=self.env,
-                                     start_new_session=True)
+        read_fd, write_fd = os.pipe()  # the answer channel: a pipe of its own, not the child's stdout
+        env = dict(os.environ if self.env is None else self.env)
+        env[ANSWER_FD_ENV] = str(write_fd)
+        try:
+            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, text=True, env=env,
+                                         start_new_session=True, pass_fds=(write_fd,))
+        finally:
+            os.close(write_fd)
+        answers = os.fdopen(read_fd, "r")
         self.starts += 1
         self.lines = queue.Queue()
-        proc, lines = self.proc, self.lines
+        lines = self.lines
 
         def pump():
-            for line in proc.stdout:
-                lines.put(line)
+            with answers:
+                for line in answers:
+                    lines.put(line)
             lines.put(None)
 
         threading.Thread(target=pump, daemon=True).start()
         hello = self._answer(self.start_timeout)
         if not hello or not hello.get("ready"):
             self.stop()
-            raise RuntimeError(f"bench client did not start: {hello.get('error') if hello else 'no answer'}")
+            why = hello.get("error") if hello else "no answer"
+            if self.stray:
+                why += f" (other output on the channel: {self.stray[-1][:200]!r})"
+            raise RuntimeError(f"bench client did not start: {why}")
 
     def _answer(self, timeout: float) -> dict | None:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        return json.loads(line) if line else None
+        """The next protocol line; a line that is not one (a stray print) is kept aside, not parsed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            if not line:
+                return None
+            answer = protocol_line(line)
+            if answer is not None:
+                return answer
+            self.stray.append(line.rstrip("\n"))
 
     def run(self, argv: list[str], log: str, timeout: float) -> tuple[int | None, bool]:
         """(exit code, timed out); a timed-out or dead driver is stopped and restarted next time."""

@@ -1,0 +1,564 @@
+"""`python -m bench gpu-check`: the serving configuration checked on one GPU in about ten minutes,
+before the multi-hour PoC.
+
+For anyone with one GPU and vLLM (the serving image, or a pip install): it builds a tiny random Llama
+here (bench/demo/tiny_model.py, `--size gpu`, 32,000 words by default), serves it with the stack's
+server settings that do not depend on the 31B model (bench/demo/gpu_settings.py: the compile cache
+under VLLM_CACHE_ROOT with Triton's inside it, sleep mode, prefix caching, the offline Hub), and
+checks, in order:
+
+  model          the tiny model builds
+  cold_start     a start on an empty compile cache: seconds to /health, engine init, torch.compile
+  timeline       the start-up phases parsed from the server's log (`bench startup`'s parser) and the
+                 milestones seen while it started, in seconds since launch
+  sleep_wake     POST /sleep and /wake_up: seconds, GPU memory freed and restored, the same greedy
+                 answer before and after
+  sweep          `python -m bench sweep` (S1_chat) at a few concurrencies, cross-checked against vLLM's
+                 own `vllm bench serve` at the same points with windows of at least --window-s seconds
+  compile_cache  the cache pushed and pulled by the servers' own steps (`python -m weights compile-cache
+                 push|pull`) through S3 (--s3-uri, else a moto server on 127.0.0.1, else a local copy,
+                 labelled so), then a new "pod" (fresh HOME and TMPDIR, only the cache root restored):
+                 seconds to /health, engine init and compile seconds, and whether compilation was skipped
+  speculative    a server with a draft model (`--speculative-config`; the draft is a copy of the tiny
+                 model, so greedy drafts should almost all be accepted), acceptance from /metrics
+
+It writes gpu-check.json (one record: date, device, versions, every figure), gpu-check.md and
+gpu-check.html (the page section) and the servers' logs to --out. A step that cannot run here (vLLM's
+CPU build has no sleep mode or GPU memory; a draft the build refuses) is reported "not available on
+this device", which is not a failure.
+
+Exit codes: 0 every check passed or was not available; 1 a check is broken (each named on stderr and in
+the record); 2 bad input (an --out that is a file, a bad flag value, no vLLM to run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.analysis import results as R
+from bench.demo import cpu_vllm, gpu_page, gpu_settings
+from bench.demo import gpu_steps as S
+from bench.demo.command import local_startup_record
+from bench.startup import phases as startup_phases
+from bench.startup import sleepwake
+
+KIND = "vllm-poc/gpu-check"
+VERSION = 1
+DEFAULT_OUT = "build/gpu-check"
+STEPS = ("model", "cold_start", "timeline", "sleep_wake", "sweep", "compile_cache", "speculative")
+OK, BROKEN, NOT_AVAILABLE, SKIPPED = "ok", "broken", "not available", "skipped"
+_PROBE = r"""
+import json, platform, sys
+info = {"python": platform.python_version()}
+for name in ("vllm", "torch", "transformers", "triton"):
+    try:
+        info[name] = __import__(name).__version__
+    except Exception as exc:
+        info[name] = None
+try:
+    import torch
+    info["cuda"] = bool(torch.cuda.is_available())
+    if info["cuda"]:
+        p = torch.cuda.get_device_properties(0)
+        info["device_name"] = p.name
+        info["device_memory_gib"] = round(p.total_memory / 2**30, 1)
+        info["cuda_runtime"] = torch.version.cuda
+except Exception:
+    info["cuda"] = False
+print("gpu-check-probe " + json.dumps(info))
+"""
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _csv_ints(flag: str, text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: give comma-separated whole numbers, e.g. 1,4,16") from None
+    if not values or any(v < 1 for v in values):
+        raise UsageError(f"{flag} {text!r}: give one or more numbers of at least 1, e.g. 1,4,16")
+    return values
+
+
+def check_args(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file: give a folder (it is created if missing)")
+    args.concurrency_list = _csv_ints("--concurrencies", args.concurrencies)
+    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown or not steps:
+        raise UsageError(f"--steps {args.steps!r}: choose from {','.join(STEPS)}")
+    args.step_list = steps
+    if args.vocab_words < 32000 and not args.allow_small_vocab:
+        raise UsageError(f"--vocab-words {args.vocab_words}: give 32000 or more (with fewer words vLLM's random "
+                         "prompts share prefixes and the prefix cache inflates the sweep), or pass "
+                         "--allow-small-vocab for a quick CPU rehearsal")
+    for flag, value in (("--window-s", args.window_s), ("--health-timeout", args.health_timeout),
+                        ("--agree-pct", args.agree_pct), ("--length-scale", args.length_scale)):
+        if not value > 0:
+            raise UsageError(f"{flag} {value:g}: give a positive number")
+    if args.s3_uri and not args.s3_uri.startswith("s3://"):
+        raise UsageError(f"--s3-uri {args.s3_uri!r}: give s3://BUCKET/PREFIX")
+
+
+class Runtime:
+    """Which python runs vLLM, with which environment, on which device."""
+
+    def __init__(self, args: argparse.Namespace, out: Path):
+        self.cpu_build = False
+        if args.python:
+            self.python = args.python
+            self.env = dict(os.environ)
+        else:
+            if importlib.util.find_spec("vllm") is not None:
+                self.python, self.env = sys.executable, dict(os.environ)
+            else:
+                venv = cpu_vllm.venv_dir(None)
+                version = cpu_vllm.installed_version(venv)
+                if version is None:
+                    raise UsageError("no vLLM to run: this python cannot import vllm, and "
+                                     f"{venv} holds no vLLM CPU build; give --python PATH or set VLLM_POC_VLLM_VENV")
+                self.cpu_build = True
+                self.python = str(venv / "bin" / "python")
+                self.env = cpu_vllm.environment(venv, cpu_vllm.dist_info_shim(out / ".vllm-dist-info", version))
+        self.env = cpu_vllm.with_repo(self.env)
+        self.env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.info: dict[str, Any] = {}
+
+    def probe(self) -> dict[str, Any]:
+        proc = subprocess.run([self.python, "-c", _PROBE], env=self.env, capture_output=True, text=True, timeout=300)
+        line = next((l for l in proc.stdout.splitlines() if l.startswith("gpu-check-probe ")), None)
+        if line is None:
+            raise UsageError(f"{self.python} could not report its versions:\n{(proc.stdout + proc.stderr)[-1500:]}")
+        self.info = json.loads(line.split(" ", 1)[1])
+        if shutil.which("nvidia-smi"):
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader",
+                                  "-i", "0"], capture_output=True, text=True)
+            if smi.returncode == 0 and smi.stdout.strip():
+                name, driver, total = [p.strip() for p in smi.stdout.strip().splitlines()[0].split(",")]
+                self.info.update({"nvidia_smi_name": name, "driver": driver, "memory_total": total})
+        self.info["cpu_build"] = self.cpu_build
+        return self.info
+
+    @property
+    def gpu(self) -> bool:
+        return bool(self.info.get("cuda")) and not self.cpu_build
+
+
+class Check:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.out = Path(args.out)
+        self.work = self.out / "work"
+        self.logs = self.out / "logs"
+        self.runtime: Runtime | None = None
+        self.server: S.Server | None = None
+        self.s3 = S.S3(args.s3_uri)
+        self.model_dir = self.work / "model"
+        self.cache_root = (self.work / "cache").resolve()
+        self.port = 0  # one port for every start, as a pod's (set when the run starts)
+        self.record: dict[str, Any] = {
+            "kind": KIND, "version": VERSION, "date": time.strftime("%Y-%m-%d"),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
+            "settings": {"env": gpu_settings.server_env("<cache root>"), "serve_flags": [],
+                         "push_excludes": list(gpu_settings.PUSH_EXCLUDES), "not_set": gpu_settings.NOT_SET},
+            "checks": {}, "broken": [],
+        }
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "gpu-check.json").write_text(json.dumps(self.record, indent=2, sort_keys=False) + "\n")
+
+    def step(self, name: str, fn: Callable[[], dict[str, Any]], needs: tuple[str, ...] = ()) -> dict[str, Any]:
+        checks = self.record["checks"]
+        if name not in self.args.step_list:
+            checks[name] = {"status": SKIPPED, "reason": "not in --steps"}
+            return checks[name]
+        missing = [n for n in needs if checks.get(n, {}).get("status") != OK]
+        if missing:
+            checks[name] = {"status": SKIPPED, "reason": f"needs {', '.join(missing)}, which did not pass"}
+            _say(f"gpu-check: {name}: skipped ({checks[name]['reason']})")
+            self.save()
+            return checks[name]
+        _say(f"gpu-check: {name} ...")
+        t0 = time.monotonic()
+        try:
+            entry = {"status": OK, **fn()}
+        except S.NotAvailable as exc:
+            entry = {"status": NOT_AVAILABLE, "reason": f"not available on this device: {exc}", **exc.figures}
+        except S.Broken as exc:
+            entry = {"status": BROKEN, "reason": str(exc), **exc.figures}
+        except Exception as exc:  # noqa: BLE001 - one step's crash names the step and the rest still runs
+            entry = {"status": BROKEN, "reason": f"{type(exc).__name__}: {exc}",
+                     "traceback": traceback.format_exc()[-3000:]}
+        entry["step_s"] = round(time.monotonic() - t0, 1)
+        checks[name] = entry
+        if entry["status"] == BROKEN:
+            self.record["broken"].append(name)
+        _say(f"gpu-check: {name}: {entry['status']}" + (f" ({entry['reason'].splitlines()[0][:300]})"
+                                                        if entry.get("reason") else ""))
+        self.save()
+        return entry
+
+    # -- serving -----------------------------------------------------------------------------
+    def flags(self) -> list[str]:
+        if self.runtime.gpu:
+            device = ["--dtype", "bfloat16", "--max-model-len", "2048",
+                      "--gpu-memory-utilization", f"{self.args.gpu_memory_utilization:g}"]
+            stack = list(gpu_settings.SERVE_FLAGS)
+        else:  # the CPU build: float32, eager (no compile to wait for), no sleep mode
+            device = list(cpu_vllm.SERVE_FLAGS)
+            stack = [f for f in gpu_settings.SERVE_FLAGS if f != "--enable-sleep-mode"]
+        return [*device, *stack]
+
+    def pod(self, name: str) -> S.Pod:
+        """A fresh pod at the same paths as every other (a pod's HOME and TMPDIR do not move between pods);
+        the previous pod's folder is kept under pods/ for inspection."""
+        folder = self.work / "pod"
+        if folder.exists():
+            previous = json.loads((folder / "pod.json").read_text()).get("name", "previous") \
+                if (folder / "pod.json").is_file() else "previous"
+            (self.work / "pods").mkdir(exist_ok=True)
+            shutil.rmtree(self.work / "pods" / previous, ignore_errors=True)
+            shutil.move(str(folder), str(self.work / "pods" / previous))
+        folder.mkdir(parents=True)
+        (folder / "pod.json").write_text(json.dumps({"name": name}))
+        return S.Pod(name, folder, self.cache_root)
+
+    def start(self, pod: S.Pod, extra: tuple[str, ...] = ()) -> S.Server:
+        env = pod.env(self.runtime.env)
+        if self.runtime.cpu_build:
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", cpu_vllm.KV_CACHE_GIB)
+        cmd = S.serve_command(self.runtime.python, self.model_dir, self.port, [*self.flags(), *extra])
+        server = S.start(cmd, env, self.logs / f"server-{pod.name}.log")
+        try:
+            S.wait_healthy(server, self.args.health_timeout)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def start_figures(self, server: S.Server, name: str) -> dict[str, Any]:
+        parsed = startup_phases.parse_file(server.log)
+        keys = ("engine_init_s", "engine_init_compilation_s", "compile_total_s", "dynamo_s", "compile_graphs_s",
+                "compile_cache", "compile_cache_load_s", "cuda_graph_s", "weight_load_s", "model_load_s",
+                "kv_cache_gib", "kv_cache_tokens", "max_concurrency", "vllm_version", "time_to_ready_s")
+        record = local_startup_record(server.log, server.launched, server.launched + server.healthy_s,
+                                      f"gpu-check {name}")
+        record["instance_type"] = self.args.instance_type
+        return {"healthy_s": server.healthy_s, **{k: parsed.get(k) for k in keys},
+                "milestones_s": dict(server.milestones), "startup_record": record, "log": str(server.log)}
+
+    # -- the steps ---------------------------------------------------------------------------
+    def build_model(self) -> dict[str, Any]:
+        size = "gpu" if self.runtime.gpu else "cpu"
+        summary_file = self.model_dir / "tiny_model.json"
+        if summary_file.is_file():
+            summary = json.loads(summary_file.read_text())
+            if summary.get("size") == size and summary.get("vocab_words") == self.args.vocab_words:
+                return {"built": False, **summary}
+            shutil.rmtree(self.model_dir)
+        proc = subprocess.run([self.runtime.python, str(cpu_vllm.TINY_MODEL_SCRIPT), str(self.model_dir),
+                               "--vocab-words", str(self.args.vocab_words), "--size", size],
+                              env=self.runtime.env, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            raise S.Broken(f"building the tiny model failed:\n{proc.stderr[-2000:]}")
+        return {"built": True, **json.loads(summary_file.read_text())}
+
+    def cold_start(self) -> dict[str, Any]:
+        shutil.rmtree(self.cache_root, ignore_errors=True)
+        self.cache_root.mkdir(parents=True)
+        self.server = self.start(self.pod("cold"))
+        self.record["settings"]["serve_flags"] = self.server.cmd[self.server.cmd.index("serve") + 1:]
+        figures = self.start_figures(self.server, "cold")
+        if self.runtime.gpu and figures["compile_cache"] == "hit":
+            raise S.Broken("the cold start loaded a compiled graph from the cache: the cache root was not empty")
+        return figures
+
+    def timeline(self) -> dict[str, Any]:
+        cold = self.record["checks"]["cold_start"]
+        parsed = startup_phases.parse_file(Path(cold["log"]))
+        if not startup_phases.is_vllm_log(parsed) or parsed.get("engine_init_s") is None:
+            raise S.Broken(f"the server's log ({cold['log']}) did not parse: no engine init line; vLLM's log format "
+                           "changed, or the log is not vLLM's (bench/startup/phases.py reads it)")
+        rows = sorted(cold["milestones_s"].items(), key=lambda kv: kv[1])
+        return {"phases": {k: v for k, v in parsed.items() if v is not None},
+                "milestones": [{"at_s": at, "event": key} for key, at in rows],
+                "table": startup_phases.format_table(parsed)}
+
+    def sleep_wake(self) -> dict[str, Any]:
+        if not self.runtime.gpu:
+            raise S.NotAvailable("vLLM's CPU build has no sleep mode")
+        base = self.server.url
+        before_text = S.greedy_text(base)
+        used_awake = S.gpu_memory_mib()
+        t0 = time.perf_counter()
+        S.post(f"{base}/sleep?level=1")
+        sleep_s = time.perf_counter() - t0
+        used_asleep = S.gpu_memory_mib()
+        asleep = sleepwake._sleeping(base)
+        t0 = time.perf_counter()
+        S.post(f"{base}/wake_up")
+        wake_s = time.perf_counter() - t0
+        used_woken = S.gpu_memory_mib()
+        awake = sleepwake._sleeping(base) is False
+        after_text = S.greedy_text(base)
+        out = {"level": 1, "sleep_s": round(sleep_s, 3), "wake_s": round(wake_s, 3),
+               "memory_used_mib": {"before_start": self.record.get("idle_memory_mib"), "awake": used_awake,
+                                   "asleep": used_asleep, "woken": used_woken},
+               "is_sleeping_confirmed": asleep is True and awake, "same_greedy_answer": before_text == after_text}
+        problems = []
+        if not out["is_sleeping_confirmed"]:
+            problems.append("/is_sleeping did not confirm sleep then wake")
+        if used_awake and used_asleep is not None:
+            held = used_awake - (self.record.get("idle_memory_mib") or 0)
+            out["freed_mib"] = round(used_awake - used_asleep)
+            out["restored_mib"] = round((used_woken or 0) - used_asleep)
+            if out["freed_mib"] < 0.5 * held:
+                problems.append(f"sleep freed {out['freed_mib']} MiB of the {held:.0f} MiB the server held")
+            if out["restored_mib"] < 0.9 * out["freed_mib"]:
+                problems.append(f"wake-up took back {out['restored_mib']} MiB of the {out['freed_mib']} MiB freed")
+        if not out["same_greedy_answer"]:
+            problems.append("the greedy answer after wake-up differs from the one before sleep")
+        if problems:
+            raise S.Broken("; ".join(problems))
+        return out
+
+    def sweep(self) -> dict[str, Any]:
+        args = self.args
+        folder = self.out / "sweep"
+        shutil.rmtree(folder, ignore_errors=True)
+        conc = ",".join(str(c) for c in args.concurrency_list)
+        argv = [self.runtime.python, "-m", "bench", "sweep", "--base-url", self.server.url, "--model", S.SERVED_NAME,
+                "--tokenizer", str(self.model_dir), "--out", str(folder / "bench"), "--scenarios", "S1_chat",
+                "--length-scale", f"{args.length_scale:g}", "--concurrencies", conc, "--min-prompts", "32",
+                "--prompts-per-concurrency", "4", "--health-timeout", "60", "--bench-client", "library",
+                "--instance-type", args.instance_type, "--gpus", "1", "--label", "gpu-check",
+                "--server-args", " ".join(self.flags()), "--vllm-bin", str(self.vllm_wrapper())]
+        proc = subprocess.run(argv, env=self.runtime.env, capture_output=True, text=True, timeout=args.sweep_timeout)
+        (self.logs / "sweep.log").write_text(proc.stdout + proc.stderr)
+        ours = {c: R.load_result(folder / "bench" / R.result_filename("S1_chat", c)) for c in args.concurrency_list}
+        problems = [] if proc.returncode == 0 else [f"bench sweep exited {proc.returncode} (logs/sweep.log)"]
+        points = []
+        for c in args.concurrency_list:
+            run = ours[c]
+            prompts = S.cli_prompts(run.req_s, c, args.window_s)
+            cli_dir = folder / "vllm-bench-serve"
+            cli = subprocess.run([self.runtime.python, "-m", "vllm.entrypoints.cli.main", *S.cli_argv(
+                url=self.server.url, tokenizer=self.model_dir, concurrency=c, prompts=prompts,
+                input_len=run.input_len or round(256 * args.length_scale),
+                output_len=run.output_len or round(128 * args.length_scale), out=cli_dir, seed=9000 + c)],
+                env=self.runtime.env, capture_output=True, text=True, timeout=args.sweep_timeout)
+            with (self.logs / "vllm-bench-serve.log").open("a") as fh:
+                fh.write(f"==== c={c} rc={cli.returncode}\n{cli.stdout[-6000:]}{cli.stderr[-4000:]}\n")
+            theirs = R.load_result(cli_dir / R.result_filename("S1_chat", c))
+            gap = S.agreement(run.output_tok_s, theirs.output_tok_s)
+            point = {"concurrency": c, "bench": _run_figures(run), "vllm_bench_serve": _run_figures(theirs),
+                     "vllm_bench_serve_rc": cli.returncode, "apart_pct": gap}
+            points.append(point)
+            if not run.valid:
+                problems.append(f"c={c}: the bench's run is not valid ({run.reason})")
+            if cli.returncode != 0 or not theirs.valid:
+                problems.append(f"c={c}: vllm bench serve failed (rc {cli.returncode}; {theirs.reason or 'no problem'})")
+            elif gap is not None and gap > args.agree_pct:
+                problems.append(f"c={c}: the bench measured {run.output_tok_s:,.0f} output tok/s, vllm bench serve "
+                                f"{theirs.output_tok_s:,.0f} ({gap:.0f} % apart, more than --agree-pct "
+                                f"{args.agree_pct:g})")
+        out = {"scenario": "S1_chat", "length_scale": args.length_scale, "window_s": args.window_s,
+               "agree_pct": args.agree_pct, "points": points}
+        if problems:
+            raise S.Broken("; ".join(problems), out)
+        return out
+
+    def vllm_wrapper(self) -> Path:
+        """A `vllm` command run by the vLLM python (an install without console scripts on PATH has none)."""
+        path = self.work / "bin" / "vllm"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!{self.runtime.python}\nfrom vllm.entrypoints.cli.main import main\nmain()\n")
+        path.chmod(0o755)
+        return path
+
+    def compile_cache(self) -> dict[str, Any]:
+        self.stop_server()
+        before = S.cache_files(self.cache_root)
+        key = f"gpu-check-{int(time.time())}"
+        self.s3.open(key)
+        out: dict[str, Any] = {"transport": self.s3.transport, "where": self.s3.note, "uri": self.s3.uri,
+                               "cache_files": len(before), "cache_bytes": sum(s for s, _ in before.values())}
+        push = self.s3.push(self.cache_root, self.runtime.env)
+        out["push"] = {k: push.get(k) for k in ("outcome", "files", "bytes", "seconds", "reason", "rc", "output_tail")}
+        if push.get("outcome") != "pushed":
+            raise S.Broken(f"the push did not store the cache ({push.get('outcome')}: {push.get('reason')})", out)
+        # the new pod: the cold pod's cache root is gone; only what the pull restores is there
+        shutil.move(str(self.cache_root), str(self.work / "cache-cold"))
+        self.cache_root.mkdir()
+        pull = self.s3.pull(self.cache_root, self.runtime.env)
+        out["pull"] = {k: pull.get(k) for k in ("outcome", "files", "bytes", "seconds", "reason", "rc", "output_tail")}
+        if pull.get("outcome") != "restored":
+            raise S.Broken(f"the pull did not restore the cache ({pull.get('outcome')}: {pull.get('reason')})", out)
+        restored = S.cache_files(self.cache_root)
+        restored_at = time.time()
+        self.server = self.start(self.pod("restored"))
+        warm = self.start_figures(self.server, "restored")
+        after = S.cache_files(self.cache_root)
+        out["restored_start"] = warm
+        out["files_added"] = sorted(set(after) - set(restored))[:50]
+        out["files_added_count"] = len(set(after) - set(restored))
+        out["files_rewritten_count"] = sum(1 for p in restored if p in after and after[p][1] > restored_at)
+        cold = self.record["checks"].get("cold_start", {})
+        out["healthy_s_saved"] = (round(cold["healthy_s"] - warm["healthy_s"], 1)
+                                  if cold.get("healthy_s") and warm.get("healthy_s") else None)
+        out["compilation_skipped"] = warm.get("compile_cache") == "hit"
+        if not self.runtime.gpu and warm.get("compile_total_s") is None and cold.get("compile_total_s") is None:
+            out["compilation_skipped"] = None
+            raise S.NotAvailable("the CPU build serves in eager mode here: nothing was compiled to skip (the push, "
+                                 "the pull and the second start ran; their figures are in this record)", out)
+        if not out["compilation_skipped"]:
+            raise S.Broken(f"the start from the restored cache compiled again (compile cache: "
+                              f"{warm.get('compile_cache') or 'no cache line in the log'})", out)
+        return out
+
+    def speculative(self) -> dict[str, Any]:
+        self.stop_server()
+        if not self.runtime.gpu:
+            raise S.NotAvailable("vLLM's CPU build runs no draft model here")
+        draft = self.work / "draft"
+        if not draft.is_dir():
+            shutil.copytree(self.model_dir, draft)
+        config = {"model": str(draft), "num_speculative_tokens": self.args.spec_tokens}
+        extra = ("--speculative-config", json.dumps(config), "--enforce-eager")
+        try:
+            self.server = self.start(self.pod("speculative"), extra)
+        except S.Broken as exc:
+            why = S.refused(self.logs / "server-speculative.log")
+            if why:
+                raise S.NotAvailable(f"this vLLM refused the draft model: {why}") from None
+            raise exc
+        base = self.server.url
+        before = S.get_text(f"{base}/metrics")
+        done, seconds = S.completions(base, n=32, concurrency=4, max_tokens=64)
+        after = S.get_text(f"{base}/metrics")
+        acc = S.acceptance(before, after)
+        out = {"draft": "a copy of the tiny model (same weights and tokenizer)", "config": config,
+               "enforce_eager": True, "requests": done, "seconds": round(seconds, 2),
+               "healthy_s": self.server.healthy_s, "acceptance": acc, "log": str(self.server.log)}
+        self.stop_server()
+        if acc is None:
+            raise S.Broken("/metrics has no spec-decode counters (vllm:spec_decode_num_drafts ...)", out)
+        if not acc.get("drafts"):
+            raise S.Broken("the server drafted nothing during 32 requests", out)
+        return out
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> int:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        for stale in ("pod", "pods", "cache", "cache-cold", "cache.pushed", "draft", "bin"):
+            shutil.rmtree(self.work / stale, ignore_errors=True)
+        self.runtime = Runtime(self.args, self.out)
+        info = self.runtime.probe()
+        self.port = cpu_vllm.free_port()
+        self.record["device"] = {"gpu": self.runtime.gpu, "name": info.get("nvidia_smi_name") or info.get("device_name")
+                                 or ("CPU (vLLM's CPU build)" if self.runtime.cpu_build else "CPU"),
+                                 "memory_gib": info.get("device_memory_gib"), "driver": info.get("driver"),
+                                 "cuda_runtime": info.get("cuda_runtime"), "instance_type": self.args.instance_type}
+        self.record["versions"] = {k: info.get(k) for k in ("vllm", "torch", "transformers", "triton", "python")}
+        self.record["idle_memory_mib"] = S.gpu_memory_mib()
+        _say(f"gpu-check: {self.record['device']['name']}, vLLM {info.get('vllm')}, torch {info.get('torch')}; "
+             f"writing {self.out}/gpu-check.json")
+        try:
+            self.step("model", self.build_model)
+            self.step("cold_start", self.cold_start, ("model",))
+            self.step("timeline", self.timeline, ("cold_start",))
+            self.step("sleep_wake", self.sleep_wake, ("cold_start",))
+            self.step("sweep", self.sweep, ("cold_start",))
+            self.step("compile_cache", self.compile_cache, ("cold_start",))
+            self.step("speculative", self.speculative, ("model",))
+        finally:
+            self.stop_server()
+            self.s3.close()
+        self.record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.save()
+        gpu_page.write(self.record, self.out)
+        broken = self.record["broken"]
+        if broken:
+            for name in broken:
+                print(f"gpu-check: BROKEN {name}: {self.record['checks'][name]['reason'].splitlines()[0][:400]}",
+                      file=sys.stderr)
+            return 1
+        _say(f"gpu-check: every check passed or was not available on this device; {self.out}/gpu-check.md")
+        return 0
+
+
+def _run_figures(run: R.RunResult) -> dict[str, Any]:
+    return {"valid": run.valid, "problems": list(run.problems), "prompts": run.num_prompts,
+            "duration_s": run.duration_s, "output_tok_s": run.output_tok_s, "req_s": run.req_s,
+            "ttft_p50_ms": run.ttft_p50_ms, "itl_p50_ms": run.itl_p50_ms, "input_len": run.input_len,
+            "output_len": run.output_len}
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        check_args(args)
+        check = Check(args)
+        return check.run()
+    except UsageError as exc:
+        print(f"bench gpu-check: {exc}", file=sys.stderr)
+        return 2
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("gpu-check", help="check the serving configuration on one GPU in about ten minutes",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}); a file is refused")
+    p.add_argument("--python", default=None,
+                   help="the python that runs vLLM (default: this one if it imports vllm, else the CPU build in "
+                        "VLLM_POC_VLLM_VENV or .venv-vllm)")
+    p.add_argument("--steps", default=",".join(STEPS), help=f"checks to run, comma-separated (default: all: "
+                                                            f"{','.join(STEPS)})")
+    p.add_argument("--vocab-words", type=int, default=32000, help="the tiny model's vocabulary (default 32000)")
+    p.add_argument("--allow-small-vocab", action="store_true", help="allow --vocab-words under 32000 (CPU rehearsals)")
+    p.add_argument("--concurrencies", default="1,4,16,64", help="sweep points (default 1,4,16,64)")
+    p.add_argument("--window-s", type=float, default=10.0,
+                   help="least measured window of each `vllm bench serve` cross-check run, seconds (default 10)")
+    p.add_argument("--agree-pct", type=float, default=25.0,
+                   help="largest gap between the bench's and vllm bench serve's output tok/s (default 25)")
+    p.add_argument("--length-scale", type=float, default=1.0,
+                   help="scale S1_chat's 256/128 tokens (default 1; CPU rehearsals 0.125)")
+    p.add_argument("--s3-uri", default=None,
+                   help="push and pull the compile cache through this bucket prefix (default: a moto server on "
+                        "127.0.0.1 when moto is installed, else a local copy, labelled so)")
+    p.add_argument("--spec-tokens", type=int, default=3, help="draft tokens per step (default 3)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM's (default 0.9)")
+    p.add_argument("--health-timeout", type=float, default=600.0, help="seconds a start may take (default 600)")
+    p.add_argument("--sweep-timeout", type=float, default=600.0, help=argparse.SUPPRESS)
+    p.add_argument("--instance-type", default="local-gpu",
+                   help="a name for this machine in the record and the start-up records (default local-gpu)")
+    p.set_defaults(func=run)
+    return p

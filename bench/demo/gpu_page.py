@@ -1,0 +1,160 @@
+"""The page section of a `gpu-check` record: gpu-check.md (markdown, for docs and pull requests) and
+gpu-check.html (the same, standalone). Renders the record only: every figure is computed once, by
+bench/demo/gpu_check.py."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+TITLES = {
+    "model": "Tiny model built",
+    "cold_start": "Cold start (empty compile cache)",
+    "timeline": "Start-up timeline from the server's log",
+    "sleep_wake": "Sleep and wake",
+    "sweep": "Sweep, cross-checked against vllm bench serve",
+    "compile_cache": "Start from a compile cache pushed and pulled through S3",
+    "speculative": "Speculative decoding with a draft model",
+}
+MILESTONE_WORDS = {
+    "api_banner": "API server banner (imports done)",
+    "engine_started": "engine process started",
+    "weights_loaded": "weights loaded",
+    "compile_started": "torch.compile started (or cache load)",
+    "compile_done": "torch.compile done",
+    "kv_cache_sized": "KV cache sized",
+    "graphs_captured": "CUDA graphs captured",
+    "engine_ready": "engine init done",
+    "api_ready": "API ready",
+    "health_ok": "/health answered 200",
+}
+
+
+def _s(value: Any, unit: str = " s", digits: int = 1) -> str:
+    if value is None:
+        return "not measured"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return f"{value:,.{digits}f}{unit}"
+    return str(value)
+
+
+def _start_line(figures: dict[str, Any]) -> str:
+    return (f"/health after {_s(figures.get('healthy_s'))}; engine init {_s(figures.get('engine_init_s'))}, "
+            f"torch.compile {_s(figures.get('compile_total_s'))}, CUDA graphs {_s(figures.get('cuda_graph_s'))}, "
+            f"weights {_s(figures.get('weight_load_s'), digits=2)}; compile cache: "
+            f"{figures.get('compile_cache') or 'no cache line'}")
+
+
+def _details(name: str, c: dict[str, Any]) -> list[str]:
+    if c.get("status") in ("skipped", "not available") and name not in ("compile_cache",):
+        return []
+    if name == "model" and c.get("parameters"):
+        return [f"- {c['parameters'] / 1e6:.1f} M parameters, vocabulary {c.get('vocab_size'):,}, hidden "
+                f"{c.get('hidden_size')}, {c.get('num_hidden_layers')} layers, {c.get('dtype')}"]
+    if name == "cold_start" and c.get("healthy_s") is not None:
+        return [f"- {_start_line(c)}"]
+    if name == "timeline" and c.get("milestones"):
+        return [f"- {m['at_s']:.1f} s: {MILESTONE_WORDS.get(m['event'], m['event'])}" for m in c["milestones"]]
+    if name == "sleep_wake" and c.get("sleep_s") is not None:
+        mem = c.get("memory_used_mib") or {}
+        return [f"- sleep {_s(c['sleep_s'], digits=2)}, wake {_s(c['wake_s'], digits=2)}; GPU memory in use: awake "
+                f"{_s(mem.get('awake'), ' MiB', 0)}, asleep {_s(mem.get('asleep'), ' MiB', 0)}, woken "
+                f"{_s(mem.get('woken'), ' MiB', 0)}; same greedy answer after wake-up: "
+                f"{_s(c.get('same_greedy_answer'))}"]
+    if name == "sweep" and c.get("points"):
+        rows = ["| c | bench out tok/s (window) | vllm bench serve out tok/s (window, prompts) | apart |",
+                "|---|---|---|---|"]
+        for p in c["points"]:
+            b, v = p["bench"], p["vllm_bench_serve"]
+            rows.append(f"| {p['concurrency']} | {_s(b.get('output_tok_s'), '', 0)} ({_s(b.get('duration_s'))}) | "
+                        f"{_s(v.get('output_tok_s'), '', 0)} ({_s(v.get('duration_s'))}, {v.get('prompts') or '-'}) | "
+                        f"{_s(p.get('apart_pct'), ' %')} |")
+        return rows
+    if name == "compile_cache" and c.get("push"):
+        lines = [f"- through {c.get('where')}: pushed {c['push'].get('files') or 0} files "
+                 f"({(c['push'].get('bytes') or 0) / 2**20:.1f} MiB) in {_s(c['push'].get('seconds'), digits=2)}"]
+        if c.get("pull"):
+            lines.append(f"- pulled {c['pull'].get('files') or 0} files in {_s(c['pull'].get('seconds'), digits=2)}")
+        if c.get("restored_start"):
+            lines.append(f"- new pod on the restored cache: {_start_line(c['restored_start'])}")
+            lines.append(f"- compilation skipped: {_s(c.get('compilation_skipped'))}; files the start added to the "
+                         f"restored cache: {c.get('files_added_count')}, rewrote: {c.get('files_rewritten_count')}")
+        return lines
+    if name == "speculative" and c.get("acceptance"):
+        a = c["acceptance"]
+        per = ", ".join(f"{x:.2f}" for x in a.get("per_position") or [])
+        return [f"- {c.get('draft')}, {c['config'].get('num_speculative_tokens')} draft tokens, eager mode: "
+                f"acceptance {_s(a.get('acceptance_pct'), ' %')}, mean acceptance length "
+                f"{_s(a.get('acceptance_length'), '', 2)}, per position {per or 'none'} ({a.get('drafts'):,.0f} drafts)"]
+    return []
+
+
+def markdown(record: dict[str, Any]) -> str:
+    dev, ver = record.get("device") or {}, record.get("versions") or {}
+    names = (("vllm", "vLLM"), ("torch", "torch"), ("transformers", "transformers"), ("triton", "Triton"),
+             ("python", "Python"))
+    known = ", ".join(f"{label} {ver[key]}" for key, label in names if ver.get(key))
+    lines = [f"## GPU check, {record.get('date')}: {dev.get('name')}", "",
+             f"{known or 'Versions not recorded'}; driver {dev.get('driver') or 'none'}. "
+             + ("Broken: " + ", ".join(record["broken"]) + "." if record.get("broken")
+                else "No check is broken."), "",
+             "| Check | Result |", "|---|---|"]
+    checks = record.get("checks") or {}
+    for name, title in TITLES.items():
+        c = checks.get(name)
+        if c is None:
+            continue
+        status = c.get("status")
+        reason = (c.get("reason") or "").splitlines()[0][:300] if c.get("reason") else ""
+        lines.append(f"| {title} | {status}{': ' + reason.replace('|', '/') if reason else ''} |")
+    for name, title in TITLES.items():
+        c = checks.get(name)
+        extra = _details(name, c) if c else []
+        if extra:
+            lines += ["", f"**{title}**", "", *extra]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def to_html(md: str) -> str:
+    """A standalone page of the markdown section (headings, tables, lists, paragraphs)."""
+    body, table = [], False
+    for line in md.splitlines():
+        if line.startswith("|"):
+            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
+            if set("".join(cells)) <= set("-"):
+                continue
+            if not table:
+                body.append("<table>")
+                table = True
+                body.append("<tr>" + "".join(f"<th>{c}</th>" for c in cells) + "</tr>")
+                continue
+            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+            continue
+        if table:
+            body.append("</table>")
+            table = False
+        if line.startswith("## "):
+            body.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.startswith("- "):
+            body.append(f"<li>{html.escape(line[2:])}</li>")
+        elif line.startswith("**") and line.endswith("**"):
+            body.append(f"<h3>{html.escape(line.strip('*'))}</h3>")
+        elif line.strip():
+            body.append(f"<p>{html.escape(line)}</p>")
+    if table:
+        body.append("</table>")
+    return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>GPU check</title><style>"
+            "body{font-family:sans-serif;max-width:60rem;margin:2rem auto}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:.2rem .5rem;text-align:left}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def write(record: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    md = markdown(record)
+    md_path, html_path = out / "gpu-check.md", out / "gpu-check.html"
+    md_path.write_text(md)
+    html_path.write_text(to_html(md))
+    return md_path, html_path

@@ -1,0 +1,177 @@
+"""`python -m bench gpu-check`: its settings against the stack's, its input checks, its parsing of
+recorded CUDA logs and /metrics texts from the H200 box, and its page section. The whole check on
+vLLM's CPU build is in tests/test_gpu_check_vllm.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main as bench_main
+from bench.demo import gpu_page, gpu_settings
+from bench.demo import gpu_steps as S
+from bench.demo import tiny_model
+from components import compile_cache as component_cache
+from stacks import catalog, serving
+from stacks.serving import spec as serve_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _stack_spec(sleep_mode: bool):
+    srv = serving.ServerSettings(name="gemma", pool="l40s", model="fp8-dynamic", sleep_mode=sleep_mode)
+    return serving.build_serve_spec(srv, catalog.gpu_instance("g6e.2xlarge"), serving.ModelUris.for_bucket("b", srv),
+                                    region="ap-northeast-2")
+
+
+def test_the_check_serves_with_the_stacks_model_independent_settings():
+    spec = _stack_spec(sleep_mode=True)
+    mine = gpu_settings.server_env(serve_spec.CACHE_MOUNT)
+    # every env key the stack sets is either set here, with the stack's value, or named as left out
+    assert set(spec.env) == set(mine) | set(gpu_settings.NOT_SET)
+    assert {k: spec.env[k] for k in mine} == mine
+    assert all(flag in spec.args for flag in gpu_settings.SERVE_FLAGS)
+    assert gpu_settings.PUSH_EXCLUDES == component_cache.PUSH_EXCLUDES
+
+
+def test_the_settings_check_can_fail(monkeypatch):
+    monkeypatch.setitem(gpu_settings.CACHE_ENV, "TRITON_CACHE_DIR", "elsewhere")
+    mine = gpu_settings.server_env(serve_spec.CACHE_MOUNT)
+    assert {k: _stack_spec(True).env[k] for k in mine} != mine
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--out", "README.md"], "is a file: give a folder"),
+    (["--vocab-words", "2000"], "give 32000 or more"),
+    (["--steps", "cold_start,warp"], "--steps"),
+    (["--concurrencies", "1,x"], "--concurrencies"),
+    (["--window-s", "0"], "--window-s 0"),
+    (["--s3-uri", "bucket/x"], "--s3-uri"),
+])
+def test_bad_input_exits_2_naming_the_flag(argv, words, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert bench_main(["gpu-check", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_the_tiny_model_takes_a_vocabulary_size():
+    vocab = tiny_model.vocabulary(32000)
+    assert len(vocab) == 32003 and vocab["w31999"] == 32002 and vocab["<s>"] == 1
+    assert tiny_model.SIZES["gpu"]["hidden_size"] == 1024
+    with pytest.raises(SystemExit):
+        tiny_model.main(["out", "--vocab-words", "0"])
+
+
+def test_milestones_are_stamped_as_their_lines_appear():
+    server = S.Server(proc=None, url="http://x", log=Path("x"), launched=0.0)
+    S._scan(server, "INFO 12-03 08:00:01 [api_server.py:1] vLLM API server version 0.26.0\n")
+    first = dict(server.milestones)
+    S._scan(server, "(EngineCore pid=1) INFO 12-03 08:00:40 [gpu_worker.py:1] Graph capturing finished in 5 secs\n"
+                    "INFO 12-03 08:00:02 [api_server.py:1] vLLM API server version 0.26.0\n")
+    assert set(first) == {"api_banner"}
+    assert set(server.milestones) == {"api_banner", "graphs_captured"}
+    assert server.milestones["api_banner"] == first["api_banner"]  # the first sighting counts
+
+
+def test_cross_check_windows_and_agreement():
+    # 40 requests/s for a 10 s window: 400 prompts; no rate measured: the floor
+    assert S.cli_prompts(40.0, 16, 10.0) == 400
+    assert S.cli_prompts(None, 16, 10.0) == 64
+    assert S.cli_prompts(1000.0, 64, 10.0) == 4000
+    assert S.agreement(110.0, 100.0) == 10.0
+    assert S.agreement(None, 100.0) is None
+    argv = S.cli_argv(url="http://h", tokenizer=Path("/m"), concurrency=4, prompts=80, input_len=256, output_len=128,
+                      out=Path("/o"), seed=9004)
+    assert argv[:2] == ["bench", "serve"] and argv[argv.index("--num-prompts") + 1] == "80"
+    assert argv[argv.index("--result-filename") + 1] == "S1_chat_c4.json"
+
+
+def test_page_section_from_a_record():
+    record = {"date": "2026-12-03", "device": {"name": "NVIDIA H200", "driver": "580"},
+              "versions": {"vllm": "0.26.0", "torch": "2.11.0"}, "broken": ["speculative"],
+              "checks": {"cold_start": {"status": "ok", "healthy_s": 113.8, "engine_init_s": 41.3,
+                                        "compile_total_s": 13.4, "compile_cache": "miss"},
+                         "sleep_wake": {"status": "not available", "reason": "not available on this device: x"},
+                         "speculative": {"status": "broken", "reason": "no | counters"}}}
+    md = gpu_page.markdown(record)
+    assert "## GPU check, 2026-12-03: NVIDIA H200" in md and "Broken: speculative." in md
+    assert "/health after 113.8 s; engine init 41.3 s, torch.compile 13.4 s" in md
+    assert "| Sleep and wake | not available: not available on this device: x |" in md
+    assert "no / counters" in md  # a pipe in a reason does not break the table
+    page = gpu_page.to_html(md)
+    assert page.count("<table>") == 1 and "<th>Check</th>" in page and "None" not in page
+
+
+FIXTURES = REPO / "tests" / "fixtures" / "gpu_check"
+_CACHE_DIR = r"Using cache directory: \S+/torch_compile_cache/(\w+)/"
+
+
+def test_recorded_cuda_logs_parse_into_the_start_up_phases():
+    # trimmed from the H200 box's logs (vLLM 0.26.0 CUDA build, 2026-12-03)
+    from bench.startup import phases
+
+    cold = phases.parse_file(FIXTURES / "h200-cold.log")
+    assert cold["vllm_version"] == "0.26.0" and cold["compile_cache"] == "miss"
+    assert (cold["engine_init_s"], cold["compile_total_s"], cold["cuda_graph_s"]) == (36.83, 11.12, 2.0)
+    assert cold["kv_cache_tokens"] == 16404480 and cold["ready"]
+    spec = phases.parse_file(FIXTURES / "h200-speculative.log")
+    assert spec["ready"] and "speculative_config=SpeculativeConfig" in (FIXTURES / "h200-speculative.log").read_text()
+
+
+def test_a_pod_with_another_home_missed_the_restored_compile_cache():
+    """The finding the check's own pods first ran into: vLLM's compile hash takes VLLM_CONFIG_ROOT and
+    VLLM_XLA_CACHE_PATH, which follow HOME, so a pod with another HOME looks in another folder and compiles."""
+    import re
+
+    from bench.startup import phases
+
+    cold = re.search(_CACHE_DIR, (FIXTURES / "h200-cold.log").read_text())[1]
+    other = re.search(_CACHE_DIR, (FIXTURES / "h200-restored-other-home.log").read_text())[1]
+    assert cold != other
+    assert phases.parse_file(FIXTURES / "h200-restored-other-home.log")["compile_cache"] == "miss"
+
+
+def test_every_pod_starts_at_the_same_paths(tmp_path):
+    import argparse
+
+    from bench.demo.gpu_check import Check
+
+    check = Check(argparse.Namespace(out=str(tmp_path), s3_uri=None))
+    first = check.pod("cold")
+    (first.folder / "home" / "marker").parent.mkdir(parents=True)
+    (first.folder / "home" / "marker").write_text("cold")
+    second = check.pod("restored")
+    assert second.folder == first.folder and not (second.folder / "home" / "marker").exists()
+    assert (tmp_path / "work" / "pods" / "cold" / "home" / "marker").read_text() == "cold"
+    env = second.env({})
+    assert env["HOME"] == str(second.folder / "home") and env["TRITON_CACHE_DIR"].endswith("/cache/triton")
+
+
+def test_the_page_renders_a_recorded_h200_run():
+    record = json.loads((FIXTURES / "record-run2.json").read_text())
+    md = gpu_page.markdown(record)
+    assert "NVIDIA H200" in md and "vLLM 0.26.0" in md and "Broken: sweep." in md
+    assert "| 1 | 555 (7.4 s) | 438 (12.8 s, 44) | 26.5 % |" in md
+    assert "sleep 0.54 s, wake 0.62 s" in md and "None" not in md
+
+
+def test_the_start_up_models_measured_floor_is_the_records():
+    """bench/startup/model.py's floor inside init comes from the H200 records' cold starts: launch -> the
+    engine process's first line, plus engine ready -> /health (medians)."""
+    import statistics
+
+    from bench.startup import model
+
+    starts = [json.loads(p.read_text())["checks"]["cold_start"]["milestones_s"]
+              for p in sorted((REPO / "docs" / "records").glob("gpu-check-*-h200-run*.json"))]
+    assert len(starts) == 2
+    floor = (statistics.median(m["engine_started"] for m in starts)
+             + statistics.median(m["health_ok"] - m["engine_ready"] for m in starts))
+    assert model.START_FLOOR_S == pytest.approx(floor, abs=0.05)
+    target = model.model("g6e.2xlarge", [], model.TARGET)
+    assert target["init"].seconds == 117.5 and f"{model.START_FLOOR_S:g} s measured" in target["init"].note
+    assert model.floor_total(target, hit=True) == pytest.approx(208.0 - model.unattributed_s(True))
+    assert "still needs 185.1 s" in model.target_line(target, None)
