@@ -2,7 +2,7 @@
 before the multi-hour PoC.
 
 For anyone with one GPU and vLLM (the serving image, or a pip install): it builds a tiny random Llama
-here (bench/demo/tiny_model.py, `--size gpu`, 32,000 words by default), serves it with the stack's
+here (bench/demo/tiny_model.py at its GPU size, 32,000 words by default), serves it with the stack's
 server settings that do not depend on the 31B model (bench/demo/gpu_settings.py: the compile cache
 under VLLM_CACHE_ROOT with Triton's inside it, sleep mode, prefix caching, the offline Hub), and
 checks, in order:
@@ -52,6 +52,7 @@ from bench.demo import gpu_steps as S
 from bench.demo.command import local_startup_record
 from bench.startup import phases as startup_phases
 from bench.startup import sleepwake
+from bench.common.cli import out_folder
 
 KIND = "vllm-poc/gpu-check"
 VERSION = 1
@@ -100,8 +101,6 @@ def _csv_ints(flag: str, text: str) -> list[int]:
 
 def check_args(args: argparse.Namespace) -> None:
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file: give a folder (it is created if missing)")
     args.concurrency_list = _csv_ints("--concurrencies", args.concurrencies)
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     unknown = [s for s in steps if s not in STEPS]
@@ -536,7 +535,7 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("gpu-check", help="check the serving configuration on one GPU in about ten minutes",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}); a file is refused")
+    p.add_argument("--out", type=out_folder, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}); a file is refused")
     p.add_argument("--python", default=None,
                    help="the python that runs vLLM (default: this one if it imports vllm, else the CPU build in "
                         "VLLM_POC_VLLM_VENV or .venv-vllm)")
