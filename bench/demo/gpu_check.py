@@ -100,7 +100,6 @@ def _csv_ints(flag: str, text: str) -> list[int]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    out = Path(args.out)
     args.concurrency_list = _csv_ints("--concurrencies", args.concurrencies)
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     unknown = [s for s in steps if s not in STEPS]
