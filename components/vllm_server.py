@@ -235,6 +235,8 @@ class VllmServerArgs:
     # Keep Karpenter from consolidating or expiring the node under this server.
     do_not_disrupt: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    # A ScaledObject owns the replica count (components/autoscaling.py): `pulumi up` leaves it alone.
+    autoscaled: bool = False
 
     def __post_init__(self) -> None:
         if (self.identity is None) == (self.service_account_name is None):
@@ -290,7 +292,8 @@ class VllmServer(pulumi.ComponentResource):
             f"{name}-deployment",
             metadata=manifest["metadata"],
             spec=manifest["spec"],
-            opts=child.merge(pulumi.ResourceOptions(depends_on=waits)),
+            opts=child.merge(pulumi.ResourceOptions(
+                depends_on=waits, ignore_changes=["spec.replicas"] if args.autoscaled else None)),
         )
         service = service_manifest(spec, namespace=args.namespace)
         self.service = k8s.core.v1.Service(

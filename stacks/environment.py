@@ -33,6 +33,8 @@ from stacks.job_code import bench_code
 from stacks.account_checks import check_api_placeholder, check_caller, check_gpu_ami, stack_zones
 from stacks.report_stack import report_job
 from stacks.settings import BenchSettings, StackSettings
+from stacks.fleet_stack import fleet, fleet_spec
+from stacks.fleet_stack import pool_of as fleet_pool
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
 from stacks.weight_plan import gpu_node_checks, weight_syncs
@@ -355,6 +357,7 @@ def build(settings: StackSettings) -> dict[str, object]:
         spec = replace_api_key(spec, settings.security.api_key_secret)
         spec = serving.with_compile_cache(spec, server, pool.instance, weights_bucket=weights_bucket,
                                           revisions=settings.weights.revisions, region=settings.region)
+        spec = fleet_spec(settings, spec)
         node_pools = [gpu.node_pools[n] for n in (pool.name, f"{pool.name}-on-demand") if n in gpu.node_pools]
         servers[server.name] = VllmServer(
             f"server-{server.name}",
@@ -372,6 +375,7 @@ def build(settings: StackSettings) -> dict[str, object]:
                 # A benchmark target is never consolidated or drifted away mid-sweep; its bench pod,
                 # on the same node, carries the same annotation for as long as it runs.
                 do_not_disrupt=server.name in settings.bench.targets,
+                autoscaled=fleet_pool(settings, server.name) is not None,
             ),
             opts=on_cluster,
         )
@@ -468,6 +472,9 @@ def build(settings: StackSettings) -> dict[str, object]:
 
     # -- network reach --------------------------------------------------------------------------
     network_policies(settings, servers, namespace, aws_provider, on_cluster)
+    # Autoscaled pools and the SLO's metrics and alerts (vllm-poc:fleet)
+    fleet_outputs = fleet(settings, {name: s.spec for name, s in servers.items()}, namespace=NAMESPACE,
+                          depends_on=[namespace, *(s.deployment for s in servers.values())], opts=on_cluster)
 
     return {
         "region": settings.region,
@@ -483,4 +490,5 @@ def build(settings: StackSettings) -> dict[str, object]:
         "benchResults": results,
         "streamerResults": streamer_results,
         **({"report": report} if report else {}),
+        **({"fleet": fleet_outputs} if fleet_outputs else {}),
     }

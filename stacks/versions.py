@@ -24,6 +24,8 @@ class Pins:
     karpenter_chart: str
     nvidia_device_plugin_chart: str
     dcgm_exporter_chart: str
+    keda_chart: str
+    kube_prometheus_stack_chart: str
     al2023_ami_release: str
     vllm_image: str  # what workloads run: <tag>@<digest>
     vllm_image_tag: str  # repository:tag, for display and version checks
