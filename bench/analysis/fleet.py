@@ -8,9 +8,11 @@ autoscaler needs, per serving pool (a traffic class of the stack: interactive, b
   planned load whatever the true capacity, headroom and spares included); minReplicas its low end
   for a pool that must answer at once, and 0 for a pool that tolerates a cold start (batch).
 - running requests per replica: the concurrency of the capacity's source run (the highest
-  closed-loop load that met the SLO, in the scenario that saturates first), times (1 - headroom),
-  divided by 1 + the HPA's tolerance (0.1): the autoscaler acts only beyond target x 1.1, and that
-  must still be inside the measured capacity.
+  closed-loop load that met the SLO, in the scenario that saturates first), times (1 - headroom):
+  for a load of C concurrent requests the autoscaler then asks for ceil(C / target) replicas, the
+  plan's own count for that load (spares aside). The HPA acts only beyond target x 1.1 (its
+  tolerance): a headroom of at least 10 % keeps that band inside the measured capacity, and the
+  plan notes a smaller one.
 - requests waiting per replica: the queue one replica can hold and still start its next request
   within the TTFT SLO after one start-up's worth of growth (a replica asked for now serves only
   after the measured start-up time S): max(1, floor(mu x (TTFT SLO - x x S))), where mu is the
@@ -112,7 +114,7 @@ class PoolFleet:
     server: str
     min_replicas: int | None = None
     max_replicas: int | None = None
-    running_per_replica: int | None = None
+    running_per_replica: float | None = None
     waiting_per_replica: int | None = None
     kv_cache_usage: float | None = None
     startup_s: float | None = None
@@ -139,8 +141,8 @@ class PoolFleet:
         }
 
 
-def running_target(concurrency: float, headroom: float) -> int:
-    return max(1, math.floor(concurrency * (1.0 - headroom) / (1.0 + HPA_TOLERANCE) + 1e-9))
+def running_target(concurrency: float, headroom: float) -> float:
+    return round(concurrency * (1.0 - headroom), 2)
 
 
 def waiting_target(req_s: float, ttft_slo_s: float, startup_s: float, headroom: float) -> int:
@@ -247,6 +249,10 @@ def build(candidates: list, folders: list[Path], plan: dict[str, Any], *, slo: d
                          f"(--fleet-pool {pool}=LABEL picks another)")
             continue
         picked[pool] = (cfg, folder)
+    if plan["headroom"] < HPA_TOLERANCE:
+        notes.append(f"headroom {plan['headroom']:.0%} is below the HPA's 10 % tolerance: a replica may run up to "
+                     "10 % above its target before the autoscaler acts, beyond the measured capacity; plan with "
+                     "--headroom 0.1 or more")
     pools = {}
     for pool in POOLS:
         if pool not in picked:

@@ -80,10 +80,9 @@ def alerts(ttft_p99_ms: float, itl_p99_ms: float) -> list[dict[str, Any]]:
             "labels": {"severity": "page", "slo": what},
             "annotations": {
                 "summary": f"{what} p99 of {{{{ $labels.server }}}} is above the SLO ({limit_ms:g} ms)",
-                "description": (f"{what} p99 over 5 minutes is {{{{ $value | humanizeDuration }}}} on "
-                                f"{{{{ $labels.namespace }}}}/{{{{ $labels.server }}}}, above the {limit_ms:g} ms the "
-                                "fleet was sized for: check the autoscaler (at maxReplicas? replicas starting?) and "
-                                "the traffic mix against the plan."),
+                "description": (f"{what} p99 over 5 minutes on {{{{ $labels.namespace }}}}/{{{{ $labels.server }}}} "
+                                f"has been above the {limit_ms:g} ms the fleet was sized for: check the autoscaler "
+                                "(at maxReplicas? replicas starting?) and the traffic mix against the plan."),
             },
         }
 

@@ -21,8 +21,8 @@ class FleetSlo(SettingsModel):
 class FleetPool(SettingsModel):
     min_replicas: int = Field(description="Fewest replicas per server (0: scale to zero, batch only).", ge=0)
     max_replicas: int = Field(description="Most replicas per server (the plan's high end).", ge=1)
-    running_per_replica: int = Field(
-        description="Target of running requests per replica (vllm:num_requests_running, averaged).", ge=1)
+    running_per_replica: float = Field(
+        description="Target of running requests per replica (vllm:num_requests_running, averaged).", gt=0)
     waiting_per_replica: int = Field(
         description="Target of waiting requests per replica (vllm:num_requests_waiting, averaged).", ge=1)
     kv_cache_usage: float = Field(
