@@ -44,7 +44,7 @@ def fleet(settings: StackSettings, specs: dict[str, ServeSpec], *, namespace: st
           depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> dict[str, object]:
     """Monitoring and autoscaling for the stack's fleet; the stack outputs it adds."""
     config = settings.fleet
-    if config is None:
+    if config is None or not specs:
         return {}
     slo = config.slo
     first = next(iter(specs.values()))

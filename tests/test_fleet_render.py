@@ -159,7 +159,10 @@ def test_the_dashboard_and_the_scrape_reach_are_valid_objects(fleet, karpenter_c
     assert [p["targets"][0]["expr"] for p in dashboard["panels"]] == [expr for _, _, expr, _ in Q.PANELS]
     (policy,) = [o for o in fleet.k8s("NetworkPolicy") if o["metadata"]["name"] == "prometheus-scrapes-servers"]
     version = load_settings("fleet").cluster.kubernetes_version
-    for obj in (config_map, policy, *fleet.k8s("Namespace")):
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8000}]
+    others = [o for o in fleet.kubernetes_objects() if o["kind"] != "ScaledObject"]  # checked above, by field
+    assert config_map in others and policy in others
+    for obj in others:
         report = validate_object(obj, kubernetes_version=version, crds=karpenter_crds)
         assert report.ok, report.errors
 
