@@ -171,3 +171,14 @@ def test_a_stack_without_a_fleet_renders_none_of_it():
     dev = render_stack("dev")
     assert not dev.k8s("ScaledObject")
     assert not {"keda", "kube-prometheus-stack"} & {r["name"] for r in dev.helm_releases()}
+
+
+def test_the_policy_pack_finds_nothing_in_the_fleet(fleet):
+    from policy import policies
+    from stacks.ops.render import _plain
+
+    settings = load_settings("fleet")
+    resources = [(r.type, r.name, {**_plain(r.outputs), **_plain(r.inputs)}, r.outputs.get("id"))
+                 for r in fleet.registrations]
+    config = {"vllm-max-num-seqs": {"benchMaxConcurrency": settings.bench.max_concurrency}}
+    assert policies.check_resources(resources, config) == []
