@@ -11,8 +11,8 @@ import time
 import pytest
 
 from tests.fixtures.bench_fake_metrics import dcgm_text
-from tests.fixtures.prometheus_server import load_command, read_recording, start_prometheus
-from tests.test_fleet_prometheus import RULES, check_every_query, planned_replicas, trigger_replicas
+from tests.fixtures.prometheus_server import load_command, read_recording, record, start_prometheus
+from tests.test_fleet_prometheus import RULES, carried_load, check_every_query, planned_replicas, trigger_replicas
 
 pytestmark = pytest.mark.vllm
 
@@ -23,15 +23,18 @@ def test_prometheus_on_a_live_server_under_load(tiny_vllm_server, tmp_path, fake
                             rules=RULES)
     try:
         started = time.time()
-        load = subprocess.run(load_command(str(tiny_vllm_server.python).replace("/python", "/vllm"),
-                                           tiny_vllm_server.url, tiny_vllm_server.model, tiny_vllm_server.model_dir,
-                                           tmp_path / "results"),
-                              env=tiny_vllm_server.env, capture_output=True, text=True, timeout=300)
-        assert load.returncode == 0, load.stderr[-3000:]
+        load = subprocess.Popen(load_command(str(tiny_vllm_server.python).replace("/python", "/vllm"),
+                                             tiny_vllm_server.url, tiny_vllm_server.model,
+                                             tiny_vllm_server.model_dir, tmp_path / "results"),
+                                env=tiny_vllm_server.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        texts = record(f"{tiny_vllm_server.url}/metrics", load)  # the raw reads, beside Prometheus's scrapes
+        assert load.wait(timeout=300) == 0, load.stderr.read()[-3000:]
         ended = time.time()
         check_every_query(prom)
         # the start-up simulated is the recorded CPU server's (this session's server started long ago)
         steps = trigger_replicas(prom, started, ended, read_recording()["startup_s"])
     finally:
         prom.stop()
-    assert max(s.replicas for s in steps) == planned_replicas(), [(s.t, s.values, s.replicas) for s in steps]
+    carried = carried_load(texts)
+    assert max(s.replicas for s in steps) == planned_replicas(carried), (carried, [(s.t, s.values, s.replicas)
+                                                                                   for s in steps])
