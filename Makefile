@@ -7,13 +7,14 @@ VENV := .venv
 VLLM_VENV := .venv-vllm
 VLLM_IMAGE := .vllm-image
 CHECKOV_VENV := .venv-checkov
+ROUTER_VENV := .venv-router
 STACK ?= dev
 OUT ?= build/render/$(STACK)
 DEMO_OUT ?= build/demo
 # pytest-xdist workers; the tests that run vLLM stay on one of them (tests/conftest.py)
 TEST_WORKERS ?= 2
 
-.PHONY: venv venv-vllm vllm-image venv-checkov render demo test test-fast clean
+.PHONY: venv venv-vllm vllm-image venv-checkov venv-router render demo test test-fast clean
 
 $(VENV)/.installed: pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -47,10 +48,18 @@ $(CHECKOV_VENV)/.installed: pyproject.toml
 		$$($(VENV)/bin/python -m stacks.versions extra checkov)
 	touch $@
 
+# The vLLM project's router (the `router` extra), run by the tests as a process in front of servers.
+$(ROUTER_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/pip install --quiet --disable-pip-version-check \
+		$$($(VENV)/bin/python -m stacks.versions extra router)
+	touch $@
+
 venv: $(VENV)/.installed
 venv-vllm: $(VENV)/.installed $(VLLM_VENV)/.installed
 vllm-image: venv-vllm $(VLLM_IMAGE)/.installed
 venv-checkov: $(VENV)/.installed $(CHECKOV_VENV)/.installed
+venv-router: $(VENV)/.installed $(ROUTER_VENV)/.installed
 
 render: venv
 	$(VENV)/bin/python -m stacks render $(STACK) --out $(OUT)
@@ -61,14 +70,15 @@ render: venv
 demo: venv venv-vllm
 	$(VENV)/bin/python -m bench demo --vllm-venv $(abspath $(VLLM_VENV)) --out $(DEMO_OUT) $(DEMO_ARGS)
 
-test: venv venv-vllm vllm-image venv-checkov
+test: venv venv-vllm vllm-image venv-checkov venv-router
 	VLLM_POC_VLLM_VENV=$(abspath $(VLLM_VENV)) VLLM_POC_VLLM_IMAGE_DIR=$(abspath $(VLLM_IMAGE)) \
-	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov \
+	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov VLLM_POC_ROUTER=$(abspath $(ROUTER_VENV))/bin/vllm-router \
 		$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Everything that needs no vLLM process (quick loop while editing).
-test-fast: venv venv-checkov
-	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm" $(PYTEST_ARGS)
+test-fast: venv venv-checkov venv-router
+	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov VLLM_POC_ROUTER=$(abspath $(ROUTER_VENV))/bin/vllm-router \
+		$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm" $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_IMAGE) $(CHECKOV_VENV) build
+	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_IMAGE) $(CHECKOV_VENV) $(ROUTER_VENV) build

@@ -158,14 +158,17 @@ BENCH_POD_NAME = "vllm-bench"
 STARTUP_POD_NAME = "vllm-startup"
 
 
+def vpc_cidr_of(settings: StackSettings, aws_provider: aws.Provider) -> str:
+    if settings.network.create_vpc:
+        return settings.network.vpc_cidr
+    return aws.ec2.get_vpc(id=settings.network.vpc_id, opts=pulumi.InvokeOptions(provider=aws_provider)).cidr_block
+
+
 def network_policies(settings: StackSettings, servers: dict[str, VllmServer], namespace: k8s.core.v1.Namespace,
                      aws_provider: aws.Provider, opts: pulumi.ResourceOptions) -> NetworkPolicies:
     """Default deny plus what each workload needs (components/network_policy.py)."""
     invoke = pulumi.InvokeOptions(provider=aws_provider)
-    if settings.network.create_vpc:
-        vpc_cidr = settings.network.vpc_cidr
-    else:
-        vpc_cidr = aws.ec2.get_vpc(id=settings.network.vpc_id, opts=invoke).cidr_block
+    vpc_cidr = vpc_cidr_of(settings, aws_provider)
     # The AWS-managed prefix list the S3 gateway endpoint routes to (read at deploy time; a
     # NetworkPolicy takes CIDRs, and `pulumi up` refreshes them; stacks/s3_ranges.py notices drift).
     prefix_list = s3_ranges.prefix_list_name(settings.region)
@@ -474,6 +477,7 @@ def build(settings: StackSettings) -> dict[str, object]:
     network_policies(settings, servers, namespace, aws_provider, on_cluster)
     # Autoscaled pools and the SLO's metrics and alerts (vllm-poc:fleet)
     fleet_outputs = fleet(settings, {name: s.spec for name, s in servers.items()}, namespace=NAMESPACE,
+                          vpc_cidr=vpc_cidr_of(settings, aws_provider),
                           depends_on=[namespace, *(s.deployment for s in servers.values())], opts=on_cluster)
 
     return {

@@ -1,6 +1,6 @@
 """The fleet of a stack with `vllm-poc:fleet`: Prometheus with the SLO's rules and the dashboard
 (components/monitoring.py), and KEDA with a ScaledObject per server of each pool
-(components/autoscaling.py), from the targets `bench plan` wrote (bench/analysis/fleet.py) and the
+(components/autoscaling.py), and the router in front of the pools (components/router.py), from the targets `bench plan` wrote (bench/analysis/fleet.py) and the
 queries of bench/common/fleet_queries.py."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import pulumi
 from bench.common import fleet_queries as Q
 from components.autoscaling import Autoscaling, AutoscalingArgs, ScaledServer, TriggerSpec
 from components.monitoring import Monitoring, MonitoringArgs
+from components.router import Router, RouterArgs
 from components.vllm_server import ServeSpec, selector_labels
 from stacks.settings import FleetPool, StackSettings
-from stacks.versions import pins
+from stacks.versions import extra, pins
 
 
 def pool_of(settings: StackSettings, server_name: str) -> FleetPool | None:
@@ -40,7 +41,7 @@ def triggers(namespace: str, server: str, pool: FleetPool) -> list[TriggerSpec]:
     return out
 
 
-def fleet(settings: StackSettings, specs: dict[str, ServeSpec], *, namespace: str,
+def fleet(settings: StackSettings, specs: dict[str, ServeSpec], *, namespace: str, vpc_cidr: str,
           depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> dict[str, object]:
     """Monitoring and autoscaling for the stack's fleet; the stack outputs it adds."""
     config = settings.fleet
@@ -73,4 +74,9 @@ def fleet(settings: StackSettings, specs: dict[str, ServeSpec], *, namespace: st
         chart_version=pins().keda_chart, namespace=config.namespace, workload_namespace=namespace,
         prometheus_url=monitoring.url, polling_interval_s=config.polling_interval_seconds, servers=scaled,
         depends_on=[monitoring.release, *depends_on]), opts=opts)
-    return {"prometheus": monitoring.url, "scaledObjects": sorted(autoscaling.scaled_objects)}
+    # One endpoint for every pool: the router finds the servers by the labels they all carry.
+    router = Router("router", RouterArgs(
+        namespace=namespace, image=pins().weight_sync_image, requirements=extra("router"),
+        server_labels={"app.kubernetes.io/name": "vllm", "app.kubernetes.io/component": "server"},
+        server_port=first.port, vpc_cidr=vpc_cidr, depends_on=depends_on), opts=opts)
+    return {"prometheus": monitoring.url, "router": router.url, "scaledObjects": sorted(autoscaling.scaled_objects)}

@@ -1,6 +1,7 @@
 """The fleet stack, rendered: a ScaledObject per server with the fleet's thresholds (checked against
 what KEDA's ScaledObject v1alpha1 requires), the pinned KEDA and kube-prometheus-stack releases, the
-SLO's rules in Prometheus, the dashboard for Grafana, the scrape reach; a stack without a fleet
+SLO's rules in Prometheus, the dashboard for Grafana, the scrape reach, the router in front of the
+pools (discovery by the servers' labels, its RBAC and reach); a stack without a fleet
 renders none of it."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from bench.common import fleet_queries as Q
 from stacks.loader import load_settings
 from stacks.ops.render import render_stack
-from stacks.versions import pins
+from stacks.versions import extra, pins
 from tests.fixtures.k8s_schemas import validate_object
 
 
@@ -167,9 +168,44 @@ def test_the_dashboard_and_the_scrape_reach_are_valid_objects(fleet, karpenter_c
         assert report.ok, report.errors
 
 
+def test_the_router_fronts_every_pool_cache_aware_with_discovery_by_the_servers_labels(fleet):
+    (deployment,) = [o for o in fleet.k8s("Deployment") if o["metadata"]["name"] == "vllm-router"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[args.index("--policy") + 1] == "cache_aware" and "--enable-igw" in args  # pools by model name
+    assert "--service-discovery" in args and args[args.index("--service-discovery-namespace") + 1] == "vllm"
+    selector = dict(a.split("=", 1) for a in args[args.index("--selector") + 1:args.index("--prometheus-host")])
+    # every server of every pool carries the selector's labels, so the router finds them all
+    servers = [o for o in fleet.k8s("Deployment") if o["metadata"]["labels"].get("app.kubernetes.io/name") == "vllm"]
+    assert {s["metadata"]["name"] for s in servers} == {"chat", "batch"}
+    for server in servers:
+        assert selector.items() <= server["spec"]["template"]["metadata"]["labels"].items()
+    # the pinned wheel, installed at start; discovery may read pods in the servers' namespace only
+    (pin,) = extra("router")
+    assert pin.startswith("vllm-router==") and pin in container["command"][2]
+    (role,) = [o for o in fleet.k8s("Role") if o["metadata"]["name"] == "vllm-router"]
+    assert role["metadata"]["namespace"] == "vllm"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    (binding,) = [o for o in fleet.k8s("RoleBinding") if o["metadata"]["name"] == "vllm-router"]
+    assert binding["subjects"][0]["name"] == deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    (service,) = [o for o in fleet.k8s("Service") if o["metadata"]["name"] == "vllm-router"]
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    # the namespace denies by default: the servers accept the router's pods on their port
+    (reach,) = [o for o in fleet.k8s("NetworkPolicy") if o["metadata"]["name"] == "vllm-router-to-servers"]
+    assert reach["spec"]["podSelector"]["matchLabels"] == selector
+    assert reach["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    # the batch servers schedule by priority, the priority a batch request carries in its body
+    (batch,) = [s for s in servers if s["metadata"]["name"] == "batch"]
+    words = " ".join(batch["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert "--scheduling-policy priority" in words
+    assert fleet.outputs["fleet"]["router"] == "http://vllm-router.vllm.svc:8000"
+
+
 def test_a_stack_without_a_fleet_renders_none_of_it():
     dev = render_stack("dev")
     assert not dev.k8s("ScaledObject")
+    assert not [o for o in dev.k8s("Deployment") if o["metadata"]["name"] == "vllm-router"]
     assert not {"keda", "kube-prometheus-stack"} & {r["name"] for r in dev.helm_releases()}
 
 
