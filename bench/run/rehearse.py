@@ -122,11 +122,15 @@ class Reader:
         return self.prom if self.args.prometheus_url else RH.samples_from(self.reads)
 
 
+def workload(args: argparse.Namespace, scenario: str) -> W.Workload:
+    return W.WORKLOADS[scenario].scaled(args.length_scale)
+
+
 def command(vllm: list[str], args: argparse.Namespace, scenario: str, rate: float, n: int, tokenizer: str,
             folder: Path) -> list[str]:
     """mix-check's open-loop command at the rehearsal's rate and burstiness, with per-request detail."""
     seed = seeds.run_seed(args.seed, scenario, 0, 1, purpose="rehearsal")
-    cmd = mixcheck.command(vllm, args, scenario, rate, n, seed, tokenizer, folder)
+    cmd = mixcheck.command(vllm, args, scenario, rate, n, seed, tokenizer, folder, workload(args, scenario))
     cmd[cmd.index("--burstiness") + 1] = f"{args.burstiness:g}"
     cmd[-1] = "bench_kind=rehearsal"
     at = cmd.index("--metadata")
@@ -155,9 +159,8 @@ def replay(args: argparse.Namespace, vllm: list[str], tokenizer: str, scenario: 
             stop_process_group(proc, 5)
             duration = time.monotonic() - started
             reader.stop()
-    workload = W.WORKLOADS[scenario]
     expect = R.Expectation(scenario=scenario, concurrency=args.max_concurrency, num_prompts=n,
-                           output_len=workload.output_len)
+                           output_len=workload(args, scenario).output_len)
     path = folder / f"{scenario}.json"
     result = R.load_result(path, expect)
     detail = json.loads(path.read_text()) if path.is_file() else {}
@@ -181,8 +184,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     if not args.duration_s > 0 or args.min_requests < 1 or args.max_concurrency < 1 or not args.timeout_s > 0 \
-            or not args.burstiness > 0 or not args.scrape_interval_s > 0:
-        return usage("--duration-s, --timeout-s, --burstiness and --scrape-interval-s must be positive, "
+            or not args.burstiness > 0 or not args.scrape_interval_s > 0 or not args.length_scale > 0:
+        return usage("--duration-s, --timeout-s, --burstiness, --scrape-interval-s and --length-scale must be positive, "
                      "--min-requests and --max-concurrency >= 1")
     if args.request_rate is not None and not args.request_rate > 0:
         return usage("--request-rate must be positive (or left out: the plan's peak)")
@@ -252,6 +255,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--request-rate", type=float, help="req/s instead of the plan's peak (say why in your notes)")
     p.add_argument("--burstiness", type=float, default=0.5,
                    help="vllm bench serve's burstiness: below 1 burstier than Poisson (default: %(default)s)")
+    p.add_argument("--length-scale", type=float, default=1.0,
+                   help="scale the scenario's input and output lengths, as the sweep's (default: %(default)s)")
     p.add_argument("--duration-s", type=float, default=120.0,
                    help="requests = rate x this (default: %(default)s)")
     p.add_argument("--min-requests", type=int, default=20, help="fewest requests (default: %(default)s)")
