@@ -33,7 +33,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_bench_streamer, test_netlimits, test_pod_security_vllm
   bench: the demo                test_bench_demo, test_bench_demo_vllm
   the fleet                      test_fleet_plan, test_fleet_render, test_fleet_prometheus,
-                                 test_fleet_prometheus_vllm
+                                 test_fleet_prometheus_vllm, test_fleet_router, test_fleet_router_vllm,
+                                 test_fleet_rehearsal
   the house                      test_package_graph, test_bench_wings, test_layout, test_docs
 
 Shared set-up is in tests/fixtures/, one module per concern (moto, the vLLM environments, the fake

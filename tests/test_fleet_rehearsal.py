@@ -9,7 +9,7 @@ import pytest
 
 from bench.__main__ import main as bench_main
 from bench.analysis import fleet as F
-from bench.analysis import rehearsal as RH
+from bench.run import rehearsal as RH
 
 POOL = {"configuration": "g7e", "min_replicas": 1, "max_replicas": 4, "running_per_replica": 8.0,
         "waiting_per_replica": 1, "kv_cache_usage": 0.9, "startup_s": 60.0, "scale_down_window_s": 120,

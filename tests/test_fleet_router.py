@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.fixtures.router import start_router
+from tests.fixtures.vllm_env import start_router
 
 
 class Replica:

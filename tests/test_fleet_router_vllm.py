@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.analysis import rehearsal as RH
+from bench.run import rehearsal as RH
 from bench.common import prometheus as P
 from bench.demo import cpu_vllm
 from bench.run import telemetry
 from tests.fixtures.bench_env import SERVE_FLAGS, wait_healthy
-from tests.fixtures.router import start_router
+from tests.fixtures.vllm_env import start_router
 from tests.test_bench_e2e import REPO, SCALE
 
 pytestmark = pytest.mark.vllm

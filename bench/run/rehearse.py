@@ -7,7 +7,7 @@ on a laptop, the real fleet in the cluster. While it runs, the pool's metrics ar
 a second: each server's /metrics (--metrics-url, repeated) or the fleet's Prometheus
 (--prometheus-url, the ScaledObjects' own trigger queries for --server). KEDA's and the HPA's rule
 is then simulated on those reads with the plan's targets and measured start-up
-(bench/analysis/rehearsal.py), and the rehearsal reports SLO attainment, replica-hours and cost
+(bench/run/rehearsal.py), and the rehearsal reports SLO attainment, replica-hours and cost
 against the plan.
 
     python -m bench rehearse --plan report/plan --pool interactive --base-url http://ROUTER:8000 \\
@@ -37,7 +37,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.analysis import rehearsal as RH
+from bench.run import rehearsal as RH
 from bench.analysis import results as R
 from bench.common import fleet_queries as Q
 from bench.common import locations
