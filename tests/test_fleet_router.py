@@ -7,13 +7,14 @@ tests/test_fleet_router_vllm.py runs it in front of real vLLM CPU servers."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.fixtures.vllm_env import start_router
+from tests.fixtures.vllm_env import router_binary, start_router
 
 
 class Replica:
@@ -103,3 +104,21 @@ def test_a_batch_clients_priority_reaches_the_batch_server_untouched(fleet):
     router, replicas = fleet
     complete(router, {"model": "batch", "prompt": "nightly summary", "max_tokens": 4, "priority": 10})
     assert replicas["batch"].bodies[-1]["priority"] == 10
+
+
+def test_the_pinned_router_accepts_the_arguments_the_stack_gives_it(tmp_path):
+    from stacks.ops.render import render_stack
+
+    (deployment,) = [o for o in render_stack("fleet").k8s("Deployment") if o["metadata"]["name"] == "vllm-router"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    script = ("import json, sys\nfrom vllm_router.launch_router import parse_router_args\n"
+              "a = parse_router_args(sys.argv[1:])\n"
+              "print(json.dumps({'policy': str(a.policy), 'igw': a.enable_igw, 'sd': a.service_discovery,"
+              " 'selector': a.selector, 'ns': a.service_discovery_namespace, 'port': a.service_discovery_port}))")
+    python = router_binary().parent / "python"
+    proc = subprocess.run([str(python), "-c", script, *args], text=True, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    parsed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert parsed["igw"] and parsed["sd"] and "cache_aware" in parsed["policy"].lower()
+    assert parsed["selector"] == {"app.kubernetes.io/component": "server", "app.kubernetes.io/name": "vllm"}
+    assert parsed["ns"] == "vllm" and parsed["port"] == 8000
