@@ -99,3 +99,9 @@ def test_out_must_be_a_folder(tmp_path, capsys):
                      "--tokenizer", str(tmp_path), "--out", str(tmp_path / "plan.json"),
                      "--metrics-url", "http://127.0.0.1:9/metrics"])
     assert rc == 2 and "--out:" in capsys.readouterr().err
+
+
+def test_nothing_counts_past_the_end_of_the_run():
+    steps = [F.Step(0.0, {}, 2, 2, 2), F.Step(50.0, {}, 2, 2, 2), F.Step(120.0, {}, 4, 4, 2)]
+    assert RH.replica_hours(steps, 100.0) == pytest.approx(2 * 100 / 3600)
+    assert RH.short_seconds(steps, 100.0) == 0

@@ -40,7 +40,7 @@ def pool(tiny_vllm_server, tmp_path_factory):
     t0 = time.monotonic()
     router = None
     try:
-        wait_healthy(proc, second, root / "second.log")
+        wait_healthy(proc, second, root / "second.log", budget_s=600)
         startup_s = time.monotonic() - t0
         router = start_router(root / "router.log", [server.url, second])
         yield {"router": router, "replicas": [server.url, second], "startup_s": startup_s, "server": server}

@@ -12,7 +12,8 @@ reads the servers' metrics about once a second; this module turns that into the 
   asked for under this trace; replicas asked for serve only after the start-up time, so `short_s`
   counts the seconds the serving replicas were fewer than the rule wanted.
 - replica-hours: the replicas asked for (a replica is paid for from the moment it is asked for)
-  integrated over the run, each sample holding until the next and the last until the run ended;
+  integrated over the run, each sample holding until the next and the last until the run ended
+  (nothing counts past the run's end);
   the plan's: its maxReplicas (the fixed fleet it would buy for that peak) over the same time.
 - cost: replica-hours x the configuration's hourly price in the plan (on-demand, and Spot where the
   plan has one).
@@ -72,23 +73,20 @@ def attainment(ttfts_s: Sequence[float], itls_s: Sequence[Sequence[float]], erro
             "attainment": None if sent == 0 else round(met / sent, 4)}
 
 
+def _spans(steps: Sequence[F.Step], end_s: float) -> list[tuple[F.Step, float]]:
+    """Each step with the seconds it holds: until the next, the last until end_s; nothing past end_s."""
+    ends = [*(s.t for s in steps[1:]), end_s]
+    return [(step, max(0.0, min(until, end_s) - step.t)) for step, until in zip(steps, ends)]
+
+
 def replica_hours(steps: Sequence[F.Step], end_s: float) -> float:
     """The replicas asked for, integrated over time (each step holds until the next; the last until end_s)."""
-    total = 0.0
-    for step, after in zip(steps, [*steps[1:], None]):
-        until = after.t if after is not None else max(end_s, step.t)
-        total += step.replicas * (until - step.t)
-    return total / 3600.0
+    return sum(step.replicas * span for step, span in _spans(steps, end_s)) / 3600.0
 
 
 def short_seconds(steps: Sequence[F.Step], end_s: float) -> float:
     """Seconds during which fewer replicas served than the rule recommended (waiting for start-ups)."""
-    total = 0.0
-    for step, after in zip(steps, [*steps[1:], None]):
-        until = after.t if after is not None else max(end_s, step.t)
-        if step.ready < step.recommended:
-            total += until - step.t
-    return total
+    return sum(span for step, span in _spans(steps, end_s) if step.ready < step.recommended)
 
 
 def simulate(samples: list[tuple[float, dict[str, float]]], pool: dict[str, Any]) -> list[F.Step]:
