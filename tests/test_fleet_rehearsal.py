@@ -105,3 +105,12 @@ def test_nothing_counts_past_the_end_of_the_run():
     steps = [F.Step(0.0, {}, 2, 2, 2), F.Step(50.0, {}, 2, 2, 2), F.Step(120.0, {}, 4, 4, 2)]
     assert RH.replica_hours(steps, 100.0) == pytest.approx(2 * 100 / 3600)
     assert RH.short_seconds(steps, 100.0) == 0
+
+
+def test_the_reads_are_re_timed_to_the_trace_leaving_out_the_clients_start_up():
+    from bench.run.rehearse import trace_window
+
+    reads = [(t, {"running": float(t)}) for t in (0.0, 20.0, 39.5, 41.0, 50.0, 60.5, 70.0)]
+    # vLLM's client imported for 40 s, then its trace ran 20 s, ending at 60 s
+    assert trace_window(reads, 40.0, 60.0) == [(0.0, {"running": 39.5}), (1.0, {"running": 41.0}),
+                                               (10.0, {"running": 50.0}), (20.5, {"running": 60.5})]

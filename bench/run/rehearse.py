@@ -8,7 +8,8 @@ a second: each server's /metrics (--metrics-url, repeated) or the fleet's Promet
 (--prometheus-url, the ScaledObjects' own trigger queries for --server). KEDA's and the HPA's rule
 is then simulated on those reads with the plan's targets and measured start-up
 (bench/run/rehearsal.py), and the rehearsal reports SLO attainment, replica-hours and cost
-against the plan.
+against the plan. The rehearsal's time is the trace's (vLLM's own duration, ending when the client
+exits): the client's start-up before its first request is left out.
 
     python -m bench rehearse --plan report/plan --pool interactive --base-url http://ROUTER:8000 \\
         --model NAME --tokenizer DIR --metrics-url http://SERVER1:8000/metrics \\
@@ -148,7 +149,6 @@ def replay(args: argparse.Namespace, vllm: list[str], tokenizer: str, scenario: 
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         reader.start()
-        started = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         try:
@@ -157,7 +157,7 @@ def replay(args: argparse.Namespace, vllm: list[str], tokenizer: str, scenario: 
             log.write(f"stopped after {args.timeout_s:g} s\n")
         finally:
             stop_process_group(proc, 5)
-            duration = time.monotonic() - started
+            ended = time.monotonic() - reader.t0
             reader.stop()
     expect = R.Expectation(scenario=scenario, concurrency=args.max_concurrency, num_prompts=n,
                            output_len=workload(args, scenario).output_len)
@@ -175,7 +175,19 @@ def replay(args: argparse.Namespace, vllm: list[str], tokenizer: str, scenario: 
     for name in (f"{scenario}.json", f"{scenario}.log"):
         if (folder / name).exists():
             locations.written(folder / name)
-    return requests, run, reader.samples(), duration
+    # The trace is vLLM's `duration` up to the process's end (its start-up before the first request is not
+    # the fleet's time); reads are re-timed from the trace's start.
+    trace_s = detail.get("duration") if isinstance(detail.get("duration"), (int, float)) else ended
+    samples = trace_window(reader.samples(), ended - trace_s, ended)
+    return requests, run, samples, trace_s
+
+
+def trace_window(samples: list[tuple[float, dict[str, float]]], start: float,
+                 end: float) -> list[tuple[float, dict[str, float]]]:
+    """The reads from the trace's start (the one just before it included, at 0) to its end, re-timed."""
+    before = [s for s in samples if s[0] <= start]
+    inside = [(t - start, v) for t, v in samples if start < t <= end + 1.0]
+    return ([(0.0, before[-1][1])] if before else []) + inside
 
 
 def run(args: argparse.Namespace) -> int:
