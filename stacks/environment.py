@@ -477,7 +477,7 @@ def build(settings: StackSettings) -> dict[str, object]:
     network_policies(settings, servers, namespace, aws_provider, on_cluster)
     # Autoscaled pools and the SLO's metrics and alerts (vllm-poc:fleet)
     fleet_outputs = fleet(settings, {name: s.spec for name, s in servers.items()}, namespace=NAMESPACE,
-                          vpc_cidr=vpc_cidr_of(settings, aws_provider),
+                          vpc_cidr=vpc_cidr_of(settings, aws_provider) if settings.fleet else "",
                           depends_on=[namespace, *(s.deployment for s in servers.values())], opts=on_cluster)
 
     return {
