@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         return exit_code(exc)
     report = {"scenario": scenario, "request_rate": rate, "planned_peak_req_s": peak,
               "rate_from": "--request-rate" if args.request_rate else "plan", "burstiness": args.burstiness,
-              "duration_s": round(duration, 1), "base_url": args.base_url,
+              "duration_s": round(duration, 3), "base_url": args.base_url,
               **RH.account(plan=plan, pool_name=args.pool, samples=samples, duration_s=duration, requests=requests,
                            run=result)}
     (out / RH.FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
