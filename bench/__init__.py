@@ -28,7 +28,8 @@ The package has four wings and the pieces they share; each wing imports only the
                statistics, the capacity it records) and common/.
     analysis/  reading sweeps: the result-file contract (results.py, with the rules a run and its
                telemetry are judged by), the loaded side, capacity statistics and the verdict,
-               checks, report, summary, compare, plan and fleet sizing, charts, pages, publish, open.
+               checks, report, summary, compare, plan and fleet sizing, the autoscaled fleet's targets
+               and the autoscaler's rule (fleet.py), charts, pages, publish, open.
                May import startup/ (the report's start-up section) and common/; never run/.
     startup/   a server's start-up: log phases (`startup`), pod timelines (`timeline`, collect.py),
                the start-up model and report section, the streamer grid, network limits, sleep/wake.
@@ -37,7 +38,8 @@ The package has four wings and the pieces they share; each wing imports only the
                `python -m bench gpu-check` (one GPU). May import every wing; it runs its sweeps as
                `python -m bench sweep` processes.
     common/    what every wing (and weights/) shares: S3 and s3:// folders, progress, Ctrl-C and
-               SIGTERM, the in-cluster API reads, the Prometheus text format, the GPU instance table
+               SIGTERM, the in-cluster API reads, the Prometheus text format, the fleet's Prometheus
+               rules, dashboard and autoscaler queries (which the stack renders), the GPU instance table
                (which stacks/catalog.py reads too) and the scenario definitions (which the stack's
                settings read). Imports nothing else of the bench.
     data/      the Korean marketplace prompt set that common/workloads.py reads.

@@ -1,4 +1,4 @@
-"""Entry point: `python -m bench <sweep|report|plan|compare|publish|open|mix-check|startup|fetch|streamer|timeline|demo|gpu-check> ...`."""
+"""Entry point: `python -m bench <sweep|report|plan|compare|publish|open|mix-check|rehearse|startup|fetch|streamer|timeline|demo|gpu-check> ...`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from bench.analysis import compare, opener, plan, publish, report
 from bench.common.interrupts import exit_code, quiet_broken_pipe, signal_name
 from bench.demo import command as demo
 from bench.demo import gpu_check
-from bench.run import fetch, mixcheck, sweep
+from bench.run import fetch, mixcheck, rehearse, sweep
 from bench.startup import collect, phases, streamer
 
 
@@ -19,8 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark a vLLM server: sweep scenarios x concurrencies, report, startup phases.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (sweep, report, plan, compare, publish, opener, mixcheck, phases, fetch, streamer, collect,
-                   demo, gpu_check):
+    for module in (sweep, report, plan, compare, publish, opener, mixcheck, rehearse, phases, fetch, streamer,
+                   collect, demo, gpu_check):
         module.add_parser(sub)
     return parser
 

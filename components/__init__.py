@@ -18,4 +18,7 @@ in the order stacks/environment.py composes them:
   bench_job, bench_pod, startup_job, streamer_job,  the Jobs that run the bench package: sweeps,
   report_job, mix_check_job                         start-up timelines, the streamer, the report, the
                                                     mixed-traffic check
+  monitoring, autoscaling, router                   a fleet: Prometheus with the SLO's rules and the
+                                                    dashboard, KEDA and a ScaledObject per server,
+                                                    the router in front of the pools
 """

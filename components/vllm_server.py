@@ -241,6 +241,8 @@ class VllmServerArgs:
     # Scaled by the GPU release (components/release_job.py), not by Pulumi: the Deployment is declared
     # without `replicas` (1 at creation), so no later `up` scales a released server back up.
     released_by_job: bool = False
+    # A ScaledObject owns the replica count (components/autoscaling.py): `pulumi up` leaves it alone.
+    autoscaled: bool = False
 
     def __post_init__(self) -> None:
         if (self.identity is None) == (self.service_account_name is None):
@@ -298,7 +300,8 @@ class VllmServer(pulumi.ComponentResource):
             f"{name}-deployment",
             metadata=manifest["metadata"],
             spec=manifest["spec"],
-            opts=child.merge(pulumi.ResourceOptions(depends_on=waits)),
+            opts=child.merge(pulumi.ResourceOptions(
+                depends_on=waits, ignore_changes=["spec.replicas"] if args.autoscaled else None)),
         )
         service = service_manifest(spec, namespace=args.namespace)
         self.service = k8s.core.v1.Service(

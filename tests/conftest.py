@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.fixtures.stack_renders",
     "tests.fixtures.browser",
     "tests.fixtures.bench_pages",
+    "tests.fixtures.prometheus_server",
 ]
 
 

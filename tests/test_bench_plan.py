@@ -70,7 +70,7 @@ def test_poc_peaks_plan_twelve_to_four(tmp_path):
     assert plan(cand, "--baseline", base, "--current-replicas", 12, "--basis", "peak", "--out", out,
                 "--no-charts") == 0
     got = read(out)
-    assert set(got) == {"basis", "headroom", "spares", "configurations", "current", "slo"}
+    assert set(got) == {"basis", "headroom", "spares", "configurations", "current", "slo", "fleet"}
     row = got["configurations"][0]
     assert set(row) == {"label", "instance_type", "gpus", "replicas", "replicas_range", "reason",
                         "usd_hour_on_demand", "usd_hour_spot", "usd_month_on_demand", "usd_month_spot",

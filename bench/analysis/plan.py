@@ -44,11 +44,13 @@ bound; null when it cannot be computed), "reason" (null when replicas is known; 
 narrows or settles it), "usd_hour_on_demand", "usd_hour_spot", "usd_month_on_demand",
 "usd_month_spot", "usd_per_million_output_tokens", "per_replica_req_s" (with a mix or stated
 loads)}], "current": {"replicas", "usd_month"} | null, "mixed_traffic" (with --mixed-traffic),
-"slo": {"ttft_p99_ms", "decode_p99_ms", "decode_metric", "source", "notes"}}. The SLO is the one the
-sweeps recorded unless a flag sets another (`source` "flags", each difference in `notes` and in
-plan.md's notes); sweeps recorded under different SLOs exit 2 unless the flags set one for all.
+"slo": {"ttft_p99_ms", "decode_p99_ms", "decode_metric", "source", "notes"},
+"fleet" (bench/analysis/fleet.py: per serving pool, the replica bounds and the autoscaler's targets)}.
+The SLO is the one the sweeps recorded unless a flag sets another (`source` "flags", each difference in
+`notes` and in plan.md's notes); sweeps recorded under different SLOs exit 2 unless the flags set one for all.
 
-Writes plan.md, plan.json, plan.png (replicas and monthly cost per configuration, each bar labelled
+Writes fleet.yaml (the `vllm-poc:fleet` stack-file fragment: per serving pool, min and max replicas and
+the autoscaler's targets from the same capacity, `--fleet-pool POOL=LABEL`, `--startup-s`), plan.md, plan.json, plan.png (replicas and monthly cost per configuration, each bar labelled
 with its value; an unknown count gets no bar, a range a solid bar to its low end, hatched on to its
 high end) and plan.html (the same as one self-contained page; `--no-html` to skip). Folders may be
 s3://bucket/prefix/ (inputs downloaded first, --out uploaded file by file). Exit 0 when written
@@ -68,6 +70,7 @@ from typing import Any
 
 from bench.analysis import answer, mixed_traffic, pages
 from bench.analysis import capacity_report as CR
+from bench.analysis import fleet as F
 from bench.analysis import verdict as V
 from bench.analysis.side import (MANIFEST, SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side,
                                  peak, read_manifest, slo_given)
@@ -393,12 +396,22 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
             plan["mixed_traffic"] = mixed_traffic.load_check(Path(args.mixed_traffic))
         except mixed_traffic.CheckError as exc:
             raise UsageError(str(exc)) from None
+    try:
+        chosen = F.parse_pools(getattr(args, "fleet_pool", None), [cfg.label for cfg in candidates])
+        plan["fleet"] = F.build(candidates, [Path(d) for d in args.candidates], plan, slo=slo, chosen=chosen,
+                                startup_s=getattr(args, "startup_s", None),
+                                scenarios=[s for s in (mix or load) if s in known])
+    except F.FleetError as exc:
+        raise UsageError(str(exc)) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "fleet.yaml").write_text(F.fragment(plan["fleet"], "this plan"), encoding="utf-8")
+    locations.written(out / "fleet.yaml")
     chart = None if args.no_charts else render_chart(plan, out)
     (out / "plan.json").write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
     locations.written(out / "plan.json")
-    (out / "plan.md").write_text(render_markdown(plan, notes, desc, candidates, chart, never), encoding="utf-8")
+    (out / "plan.md").write_text(render_markdown(plan, notes, desc, candidates, chart, never)
+                                 + "\n".join(F.markdown(plan["fleet"]) + [""]), encoding="utf-8")
     locations.written(out / "plan.md")
     if not getattr(args, "no_html", False):
         pages.write_plan(out, plan, notes, desc, candidates, charts=not args.no_charts)
@@ -422,7 +435,7 @@ def run(args: argparse.Namespace) -> int:
         if row["reason"]:
             line += f"; {row['reason']}"
         print(line)
-    print(f"bench plan: -> {locations.display(Path(args.out) / 'plan.md')}, plan.json"
+    print(f"bench plan: -> {locations.display(Path(args.out) / 'plan.md')}, plan.json, fleet.yaml"
           + ("" if args.no_html else ", plan.html"))
     return 1 if never else 0
 
@@ -452,6 +465,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--mixed-traffic", metavar="FILE_OR_DIR",
                    help="mixed_traffic.json of `bench mix-check` (or its folder, or s3:// prefix): the plan says "
                         "whether its scenarios added up at the planned load")
+    p.add_argument("--fleet-pool", action="append", metavar="POOL=LABEL",
+                   help="the candidate that serves a serving pool in fleet.yaml (interactive or batch; repeatable); "
+                        "default: each candidate's own pool (batch where it runs priority scheduling)")
+    p.add_argument("--startup-s", type=float, metavar="SECONDS",
+                   help="start-up time of a replica the autoscaler adds (pod created to /health); default: the "
+                        "candidate folder's start-up records, else the start-up model's estimate")
     p.add_argument("--no-charts", action="store_true", help="write no plan.png")
     p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
     p.add_argument("--no-html", action="store_true", help="write no plan.html (the self-contained page)")

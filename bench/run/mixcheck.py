@@ -110,9 +110,9 @@ def requests_for(rate: float, duration_s: float, minimum: int) -> int:
 
 
 def command(vllm: list[str], args: argparse.Namespace, scenario: str, rate: float, n: int, seed: int,
-            tokenizer: str, result_dir: Path) -> list[str]:
+            tokenizer: str, result_dir: Path, workload: W.Workload | None = None) -> list[str]:
     """One open-loop `vllm bench serve` of a scenario (the sweep's own command line, at a rate)."""
-    workload = W.WORKLOADS[scenario]
+    workload = workload or W.WORKLOADS[scenario]
     spec = grid.RunSpec(scenario, workload.input_len, workload.output_len, args.max_concurrency, n, 0,
                      run_hash=f"mixed-{scenario}", workload=workload,
                      prompt_format=W.prompt_format(workload, "auto"))

@@ -7,6 +7,7 @@
   storage    vllm-poc:storage and vllm-poc:weights
   security   vllm-poc:security
   bench      vllm-poc:bench (and bench.compare, the report Job's question)
+  fleet      vllm-poc:fleet (an autoscaled fleet, as bench plan writes it)
   stack      StackSettings, one field per namespace, and every check between keys
   reading    {"<namespace>:<key>": value} -> StackSettings, problems named as the user wrote the key
 
@@ -18,6 +19,7 @@ and calls `settings_from_config`. What other modules use is imported here.
 from stacks.settings.base import DEFAULT_REGION, PROJECT, REPO, ConfigError, SettingsModel
 from stacks.settings.bench import BenchSettings, CompareSettings, compare_problems
 from stacks.settings.cluster import LOG_RETENTION_DAYS, ClusterSettings, SystemNodeSettings
+from stacks.settings.fleet import FleetPool, FleetSettings
 from stacks.settings.network import NetworkSettings
 from stacks.settings.pools import GpuPoolSettings
 from stacks.settings.reading import TOP_LEVEL_KEYS, settings_from_config
@@ -28,7 +30,7 @@ from stacks.settings.storage import StorageSettings, WeightSettings, is_commit
 
 __all__ = [
     "DEFAULT_REGION", "LOG_RETENTION_DAYS", "PROJECT", "REPO", "TOP_LEVEL_KEYS",
-    "BenchSettings", "ClusterSettings", "CompareSettings", "ConfigError", "GpuPoolSettings", "ImageCacheSettings",
+    "BenchSettings", "ClusterSettings", "CompareSettings", "FleetPool", "FleetSettings", "ConfigError", "GpuPoolSettings", "ImageCacheSettings",
     "NetworkSettings", "SecuritySettings", "SettingsModel", "StackSettings", "StorageSettings",
     "StreamerJobSettings", "SystemNodeSettings", "WeightSettings",
     "compare_problems", "cross_key_problems", "is_commit", "settings_from_config",

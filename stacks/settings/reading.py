@@ -33,6 +33,7 @@ _TOP_LEVEL = {
     "weights": "weights",
     "hfToken": "hfToken",
     "tags": "tags",
+    "fleet": "fleet",
 }
 # Plain strings rather than structured (JSON) values.
 _STRING_KEYS = {"hfToken"}

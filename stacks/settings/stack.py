@@ -19,6 +19,7 @@ from stacks.serving import ServerSettings, check_server, server_model_ids
 from stacks.settings.base import DEFAULT_REGION, PROJECT, SettingsModel
 from stacks.settings.bench import BenchSettings, compare_problems
 from stacks.settings.cluster import ClusterSettings, SystemNodeSettings
+from stacks.settings.fleet import FleetSettings, fleet_problems
 from stacks.settings.network import NetworkSettings
 from stacks.settings.pools import GpuPoolSettings
 from stacks.settings.security import SecuritySettings
@@ -58,6 +59,9 @@ class StackSettings(SettingsModel):
         default_factory=SecuritySettings, description="Who may reach the servers, and their API key."
     )
     tags: dict[str, str] = Field(default_factory=dict, description="Extra tags on every AWS resource.")
+    fleet: FleetSettings | None = Field(
+        None, description="An autoscaled fleet (`bench plan` writes it: fleet.yaml): KEDA, Prometheus, alerts, "
+        "dashboard; unset: fixed replicas, no monitoring stack.")
 
     @model_validator(mode="before")
     @classmethod
@@ -74,6 +78,7 @@ class StackSettings(SettingsModel):
     @model_validator(mode="after")
     def _stack(self) -> StackSettings:
         problems = cross_key_problems(self.gpu_pools, self.servers, self.bench)
+        problems += fleet_problems(self.fleet, self.servers, self.gpu_pools, self.bench.targets)
         problems += self._weight_problems()
         staged = {server.model for server in self.servers}
         for index, pool in enumerate(self.gpu_pools):

@@ -1,0 +1,162 @@
+"""Monitoring: an in-cluster Prometheus, Alertmanager and Grafana (the kube-prometheus-stack chart)
+scraping the vLLM servers and the DCGM exporter, with the SLO's rules and the fleet dashboard.
+
+In-cluster rather than Amazon Managed Service for Prometheus: KEDA's triggers query it at every
+polling interval from inside the cluster with no SigV4 signing or extra IAM, the same rule file that
+`promtool` checks here is what it loads, and nothing leaves the VPC (docs/serving.md, Fleet).
+
+Scrape jobs (plain Prometheus scrape configs, no ServiceMonitor objects): `vllm`, every server pod
+of the workload namespace on its API port's /metrics, labelled `namespace`, `server` (the
+Deployment's instance label), `traffic_class` and `pod`; `dcgm`, the DCGM exporter pods on every GPU
+node. Rules come in as the chart's additionalPrometheusRulesMap; the dashboard as a ConfigMap the
+chart's Grafana sidecar loads (label grafana_dashboard). A NetworkPolicy lets Prometheus, and only
+it, reach the servers' port past the namespace's default deny.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.labels import PART_OF
+
+REPOSITORY = "https://prometheus-community.github.io/helm-charts"
+FULLNAME = "kps"
+PROMETHEUS_PORT = 9090
+DASHBOARD_LABEL = "grafana_dashboard"
+
+
+def prometheus_url(namespace: str) -> str:
+    """Where the chart's Prometheus answers inside the cluster (fullnameOverride: kps)."""
+    return f"http://{FULLNAME}-prometheus.{namespace}.svc.cluster.local:{PROMETHEUS_PORT}"
+
+
+@dataclass(frozen=True)
+class MonitoringArgs:
+    chart_version: str
+    namespace: str
+    workload_namespace: str
+    server_port: int
+    server_pod_labels: dict[str, str]
+    rules: dict[str, Any]  # a Prometheus rule file: {"groups": [...]}
+    dashboard: dict[str, Any]  # Grafana dashboard JSON
+    kubernetes_version: str
+    depends_on: list[pulumi.Resource] = field(default_factory=list)
+
+
+def _label(name: str) -> str:
+    """A pod label as Kubernetes service discovery exposes it."""
+    return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in name)
+
+
+def scrape_configs(workload_namespace: str, server_port: int, server_pod_labels: dict[str, str]) -> list[dict]:
+    keep = [{"source_labels": [_label(k)], "regex": v, "action": "keep"} for k, v in sorted(server_pod_labels.items())
+            if k != "app.kubernetes.io/instance"]
+    return [
+        {
+            "job_name": "vllm",
+            "scrape_interval": "15s",
+            "metrics_path": "/metrics",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [workload_namespace]}}],
+            "relabel_configs": keep + [
+                {"source_labels": ["__meta_kubernetes_pod_container_port_number"], "regex": str(server_port),
+                 "action": "keep"},
+                {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                {"source_labels": [_label("app.kubernetes.io/instance")], "target_label": "server"},
+                {"source_labels": [_label("vllm-poc/traffic-class")], "target_label": "traffic_class"},
+                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            ],
+        },
+        {
+            "job_name": "dcgm",
+            "scrape_interval": "15s",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": ["kube-system"]}}],
+            "relabel_configs": [
+                {"source_labels": [_label("app.kubernetes.io/name")], "regex": "dcgm-exporter", "action": "keep"},
+                {"source_labels": ["__meta_kubernetes_pod_container_port_number"], "regex": "9400", "action": "keep"},
+                {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
+            ],
+        },
+    ]
+
+
+def chart_values(args: MonitoringArgs) -> dict:
+    return {
+        "fullnameOverride": FULLNAME,
+        # Node metrics are not what the fleet is judged by; the node exporter needs host access.
+        "nodeExporter": {"enabled": False},
+        "prometheus": {"prometheusSpec": {
+            "retention": "15d",
+            "scrapeInterval": "15s",
+            "evaluationInterval": "30s",
+            "additionalScrapeConfigs": scrape_configs(args.workload_namespace, args.server_port,
+                                                      args.server_pod_labels),
+            "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+        }},
+        "additionalPrometheusRulesMap": {"vllm-slo": args.rules},
+        "grafana": {"sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL,
+                                               "searchNamespace": args.namespace}}},
+    }
+
+
+def network_policy(args: MonitoringArgs) -> dict:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "prometheus-scrapes-servers", "namespace": args.workload_namespace, "labels": PART_OF},
+        "spec": {
+            "podSelector": {"matchLabels": {k: v for k, v in args.server_pod_labels.items()
+                                            if k != "app.kubernetes.io/instance"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{
+                "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": args.namespace}},
+                          "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}],
+                "ports": [{"protocol": "TCP", "port": args.server_port}],
+            }],
+        },
+    }
+
+
+class Monitoring(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+    url: str
+
+    def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("vllm-poc:fleet:Monitoring", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            # The chart's Grafana and operator run as non-root but not all at `restricted`.
+            metadata={"name": args.namespace, "labels": {
+                **PART_OF, "pod-security.kubernetes.io/enforce": "baseline",
+                "pod-security.kubernetes.io/enforce-version": f"v{args.kubernetes_version}"}},
+            opts=child.merge(pulumi.ResourceOptions(depends_on=list(args.depends_on))),
+        )
+        self.release = k8s.helm.v3.Release(
+            f"{name}-kube-prometheus-stack",
+            name="kube-prometheus-stack",
+            chart="kube-prometheus-stack",
+            version=args.chart_version,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=REPOSITORY),
+            namespace=args.namespace,
+            values=chart_values(args),
+            opts=child.merge(pulumi.ResourceOptions(depends_on=[self.namespace])),
+        )
+        self.dashboard = k8s.core.v1.ConfigMap(
+            f"{name}-dashboard",
+            metadata={"name": "vllm-poc-fleet-dashboard", "namespace": args.namespace,
+                      "labels": {DASHBOARD_LABEL: "1", **PART_OF}},
+            data={"vllm-poc-fleet.json": json.dumps(args.dashboard, indent=1, sort_keys=True)},
+            opts=child.merge(pulumi.ResourceOptions(depends_on=[self.namespace])),
+        )
+        policy = network_policy(args)
+        self.network_policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-scrape-servers", metadata=policy["metadata"], spec=policy["spec"],
+            opts=child.merge(pulumi.ResourceOptions(depends_on=list(args.depends_on))),
+        )
+        self.url = prometheus_url(args.namespace)
+        self.register_outputs({"prometheus": self.url})

@@ -1,0 +1,82 @@
+"""The fleet of a stack with `vllm-poc:fleet`: Prometheus with the SLO's rules and the dashboard
+(components/monitoring.py), and KEDA with a ScaledObject per server of each pool
+(components/autoscaling.py), and the router in front of the pools (components/router.py), from the targets `bench plan` wrote (bench/analysis/fleet.py) and the
+queries of bench/common/fleet_queries.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pulumi
+
+from bench.common import fleet_queries as Q
+from components.autoscaling import Autoscaling, AutoscalingArgs, ScaledServer, TriggerSpec
+from components.monitoring import Monitoring, MonitoringArgs
+from components.router import Router, RouterArgs
+from components.vllm_server import ServeSpec, selector_labels
+from stacks.settings import FleetPool, StackSettings
+from stacks.versions import extra, pins
+
+
+def pool_of(settings: StackSettings, server_name: str) -> FleetPool | None:
+    """The fleet pool that scales a server (its traffic class's), None for a fixed-size server."""
+    if settings.fleet is None:
+        return None
+    return settings.fleet.pools.get(settings.server(server_name).traffic_class)
+
+
+def fleet_spec(settings: StackSettings, spec: ServeSpec) -> ServeSpec:
+    """A server of a fleet pool starts at the pool's floor; the ScaledObject moves it from there."""
+    pool = pool_of(settings, spec.name)
+    return spec if pool is None else dataclasses.replace(spec, replicas=pool.min_replicas)
+
+
+def triggers(namespace: str, server: str, pool: FleetPool) -> list[TriggerSpec]:
+    queries = Q.trigger_queries(namespace, server)
+    out = [TriggerSpec("running", queries["running"], pool.running_per_replica, "AverageValue"),
+           TriggerSpec("waiting", queries["waiting"], pool.waiting_per_replica, "AverageValue"),
+           TriggerSpec("kv-cache", queries["kv-cache"], pool.kv_cache_usage, "Value")]
+    if pool.wake_query:
+        out.append(TriggerSpec("wake", pool.wake_query, 1, "AverageValue"))
+    return out
+
+
+def fleet(settings: StackSettings, specs: dict[str, ServeSpec], *, namespace: str, vpc_cidr: str,
+          depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> dict[str, object]:
+    """Monitoring and autoscaling for the stack's fleet; the stack outputs it adds."""
+    config = settings.fleet
+    if config is None or not specs:
+        return {}
+    slo = config.slo
+    first = next(iter(specs.values()))
+    monitoring = Monitoring("monitoring", MonitoringArgs(
+        chart_version=pins().kube_prometheus_stack_chart,
+        namespace=config.namespace,
+        workload_namespace=namespace,
+        server_port=first.port,
+        server_pod_labels=selector_labels(first),
+        rules=Q.rule_groups(slo.ttft_p99_ms, slo.itl_p99_ms),
+        dashboard=Q.dashboard(slo.ttft_p99_ms, slo.itl_p99_ms),
+        kubernetes_version=settings.cluster.kubernetes_version,
+        depends_on=depends_on,
+    ), opts=opts)
+    scaled = []
+    for name in specs:
+        pool = pool_of(settings, name)
+        if pool is None:
+            continue
+        scaled.append(ScaledServer(
+            deployment=name, min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
+            triggers=triggers(namespace, name, pool), scale_down_window_s=pool.scale_down_window_seconds,
+            scale_down_period_s=pool.scale_down_period_seconds,
+            labels={"vllm-poc/traffic-class": settings.server(name).traffic_class}))
+    autoscaling = Autoscaling("autoscaling", AutoscalingArgs(
+        chart_version=pins().keda_chart, namespace=config.namespace, workload_namespace=namespace,
+        prometheus_url=monitoring.url, polling_interval_s=config.polling_interval_seconds, servers=scaled,
+        depends_on=[monitoring.release, *depends_on]), opts=opts)
+    # One endpoint for every pool: the router finds the servers by the labels they all carry.
+    router = Router("router", RouterArgs(
+        namespace=namespace, image=pins().weight_sync_image, requirements=extra("router"),
+        server_labels={"app.kubernetes.io/name": "vllm", "app.kubernetes.io/component": "server"},
+        server_port=first.port, vpc_cidr=vpc_cidr, depends_on=depends_on), opts=opts)
+    return {"prometheus": monitoring.url, "router": router.url, "scaledObjects": sorted(autoscaling.scaled_objects)}

@@ -1,0 +1,220 @@
+"""The fleet stack, rendered: a ScaledObject per server with the fleet's thresholds (checked against
+what KEDA's ScaledObject v1alpha1 requires), the pinned KEDA and kube-prometheus-stack releases, the
+SLO's rules in Prometheus, the dashboard for Grafana, the scrape reach, the router in front of the
+pools (discovery by the servers' labels, its RBAC and reach); a stack without a fleet
+renders none of it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.common import fleet_queries as Q
+from stacks.loader import load_settings
+from stacks.ops.render import render_stack
+from stacks.versions import extra, pins
+from tests.fixtures.k8s_schemas import validate_object
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    return render_stack("fleet")
+
+
+# What KEDA's ScaledObject (keda.sh/v1alpha1) requires and allows, from its specification: a target by
+# name (Deployment by default), one trigger or more, each with a type and a metadata map of strings;
+# the Prometheus scaler needs serverAddress, query and threshold; metricType is AverageValue,
+# Value or Utilization (not for external scalers); counts are non-negative integers, min <= max;
+# idleReplicaCount below minReplicaCount; the HPA behaviour takes scaleUp/scaleDown rules.
+SPEC_FIELDS = {"scaleTargetRef", "pollingInterval", "cooldownPeriod", "initialCooldownPeriod", "idleReplicaCount",
+               "minReplicaCount", "maxReplicaCount", "fallback", "advanced", "triggers"}
+TRIGGER_FIELDS = {"type", "name", "metadata", "metricType", "authenticationRef", "useCachedMetrics"}
+PROMETHEUS_REQUIRED = {"serverAddress", "query", "threshold"}
+PROMETHEUS_FIELDS = PROMETHEUS_REQUIRED | {"activationThreshold", "namespace", "customHeaders", "ignoreNullValues",
+                                           "queryParameters", "unsafeSsl", "timeout", "authModes"}
+
+
+def scaled_object_problems(obj: dict) -> list[str]:
+    problems = []
+    if obj.get("apiVersion") != "keda.sh/v1alpha1" or obj.get("kind") != "ScaledObject":
+        problems.append("apiVersion/kind: keda.sh/v1alpha1 ScaledObject")
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    if not meta.get("name") or not meta.get("namespace"):
+        problems.append("metadata: name and namespace")
+    problems += [f"spec.{k}: unknown field" for k in set(spec) - SPEC_FIELDS]
+    target = spec.get("scaleTargetRef") or {}
+    if not isinstance(target.get("name"), str) or not target["name"]:
+        problems.append("spec.scaleTargetRef.name: required")
+    if target.get("kind", "Deployment") != "Deployment" or target.get("apiVersion", "apps/v1") != "apps/v1":
+        problems.append("spec.scaleTargetRef: a Deployment (apps/v1)")
+    for key in ("pollingInterval", "cooldownPeriod", "minReplicaCount", "maxReplicaCount", "idleReplicaCount"):
+        if key in spec and (not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 0):
+            problems.append(f"spec.{key}: a non-negative integer")
+    if spec.get("minReplicaCount", 0) > spec.get("maxReplicaCount", 100):
+        problems.append("spec.minReplicaCount above maxReplicaCount")
+    if "idleReplicaCount" in spec and spec["idleReplicaCount"] >= spec.get("minReplicaCount", 0):
+        problems.append("spec.idleReplicaCount: below minReplicaCount")
+    behavior = ((spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("behavior") or {}
+    problems += [f"behavior.{k}: unknown" for k in set(behavior) - {"scaleUp", "scaleDown"}]
+    for direction, rules in behavior.items():
+        for policy in rules.get("policies", []):
+            if policy.get("type") not in ("Pods", "Percent") or policy.get("value", 0) <= 0 \
+                    or not 0 < policy.get("periodSeconds", 0) <= 1800:
+                problems.append(f"behavior.{direction}.policies: {policy}")
+        if not 0 <= rules.get("stabilizationWindowSeconds", 0) <= 3600:
+            problems.append(f"behavior.{direction}.stabilizationWindowSeconds: 0-3600")
+    triggers = spec.get("triggers")
+    if not isinstance(triggers, list) or not triggers:
+        problems.append("spec.triggers: at least one")
+        return problems
+    names = [t.get("name") for t in triggers if t.get("name")]
+    if len(names) != len(set(names)):
+        problems.append("spec.triggers: names must be unique")
+    for i, trigger in enumerate(triggers):
+        problems += [f"triggers[{i}].{k}: unknown field" for k in set(trigger) - TRIGGER_FIELDS]
+        if not trigger.get("type"):
+            problems.append(f"triggers[{i}].type: required")
+        if trigger.get("metricType", "AverageValue") not in ("AverageValue", "Value"):
+            problems.append(f"triggers[{i}].metricType: AverageValue or Value for an external scaler")
+        metadata = trigger.get("metadata")
+        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            problems.append(f"triggers[{i}].metadata: a map of strings")
+            continue
+        if trigger.get("type") == "prometheus":
+            problems += [f"triggers[{i}].metadata.{k}: required" for k in PROMETHEUS_REQUIRED - set(metadata)]
+            problems += [f"triggers[{i}].metadata.{k}: unknown" for k in set(metadata) - PROMETHEUS_FIELDS]
+            try:
+                float(metadata.get("threshold", "x"))
+            except ValueError:
+                problems.append(f"triggers[{i}].metadata.threshold: a number")
+    return problems
+
+
+def test_one_scaled_object_per_server_with_the_fleets_thresholds(fleet):
+    settings = load_settings("fleet")
+    objects = {o["metadata"]["name"]: o for o in fleet.k8s("ScaledObject")}
+    deployments = {o["metadata"]["name"]: o for o in fleet.k8s("Deployment") if o["metadata"]["namespace"] == "vllm"}
+    assert set(objects) == {s.name for s in settings.servers} and set(objects) <= set(deployments)
+    for name, obj in objects.items():
+        assert scaled_object_problems(obj) == [], name
+        pool = settings.fleet.pools[settings.server(name).traffic_class]
+        spec = obj["spec"]
+        assert spec["scaleTargetRef"]["name"] == name and obj["metadata"]["namespace"] == "vllm"
+        assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (pool.min_replicas, pool.max_replicas)
+        # the Deployment starts at the pool's floor, and `pulumi up` leaves its count to KEDA
+        assert deployments[name]["spec"]["replicas"] == pool.min_replicas
+        triggers = {t["name"]: t for t in spec["triggers"]}
+        assert float(triggers["running"]["metadata"]["threshold"]) == pool.running_per_replica
+        assert float(triggers["waiting"]["metadata"]["threshold"]) == pool.waiting_per_replica
+        assert float(triggers["kv-cache"]["metadata"]["threshold"]) == pool.kv_cache_usage
+        assert triggers["kv-cache"]["metricType"] == "Value" and triggers["running"]["metricType"] == "AverageValue"
+        queries = Q.trigger_queries("vllm", name)
+        for key in ("running", "waiting", "kv-cache"):
+            assert triggers[key]["metadata"]["query"] == queries[key]
+            assert triggers[key]["metadata"]["serverAddress"] == "http://kps-prometheus.monitoring.svc.cluster.local:9090"
+        assert not any("DCGM" in t["metadata"]["query"] for t in spec["triggers"]), "never GPU utilisation"
+        down = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+        assert down["stabilizationWindowSeconds"] == pool.scale_down_window_seconds
+        assert down["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": pool.scale_down_period_seconds}]
+        # scale to zero only where a cold start is tolerated, and then with a wake trigger
+        assert (pool.min_replicas == 0) == (settings.server(name).traffic_class == "batch") == ("wake" in triggers)
+    deployment = fleet.one("kubernetes:apps/v1:Deployment", "server-chat-deployment")
+    assert deployment.options.get("ignoreChanges") == ["spec.replicas"]
+
+
+def test_the_shape_check_names_what_keda_would_refuse(fleet):
+    good = fleet.k8s("ScaledObject")[0]
+    broken = json.loads(json.dumps(good))
+    del broken["spec"]["scaleTargetRef"]["name"]
+    broken["spec"]["triggers"][0]["metadata"]["threshold"] = 3
+    del broken["spec"]["triggers"][1]["metadata"]["query"]
+    broken["spec"]["minReplicaCount"] = 9
+    broken["spec"]["maxReplicas"] = 9
+    assert sorted(scaled_object_problems(broken)) == sorted([
+        "spec.scaleTargetRef.name: required", "triggers[0].metadata: a map of strings",
+        "triggers[1].metadata.query: required", "spec.minReplicaCount above maxReplicaCount",
+        "spec.maxReplicas: unknown field"])
+
+
+def test_keda_and_the_monitoring_stack_are_pinned_releases_with_the_rules_and_scrapes(fleet):
+    releases = {r["name"]: r for r in fleet.helm_releases()}
+    assert releases["keda"]["version"] == pins().keda_chart
+    assert releases["keda"]["repository"] == "https://kedacore.github.io/charts"
+    kps = releases["kube-prometheus-stack"]
+    assert kps["version"] == pins().kube_prometheus_stack_chart
+    values = kps["values"]
+    settings = load_settings("fleet")
+    assert values["additionalPrometheusRulesMap"]["vllm-slo"] == json.loads(json.dumps(
+        Q.rule_groups(settings.fleet.slo.ttft_p99_ms, settings.fleet.slo.itl_p99_ms)))
+    jobs = {c["job_name"]: c for c in values["prometheus"]["prometheusSpec"]["additionalScrapeConfigs"]}
+    assert set(jobs) == {"vllm", "dcgm"}
+    targets = {r.get("target_label") for r in jobs["vllm"]["relabel_configs"]}
+    assert {"namespace", "server", "traffic_class"} <= targets  # the labels every query selects on
+
+
+def test_the_dashboard_and_the_scrape_reach_are_valid_objects(fleet, karpenter_crds):
+    (config_map,) = [o for o in fleet.k8s("ConfigMap") if o["metadata"]["name"] == "vllm-poc-fleet-dashboard"]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["vllm-poc-fleet.json"])
+    assert [p["targets"][0]["expr"] for p in dashboard["panels"]] == [expr for _, _, expr, _ in Q.PANELS]
+    (policy,) = [o for o in fleet.k8s("NetworkPolicy") if o["metadata"]["name"] == "prometheus-scrapes-servers"]
+    version = load_settings("fleet").cluster.kubernetes_version
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8000}]
+    others = [o for o in fleet.kubernetes_objects() if o["kind"] != "ScaledObject"]  # checked above, by field
+    assert config_map in others and policy in others
+    for obj in others:
+        report = validate_object(obj, kubernetes_version=version, crds=karpenter_crds)
+        assert report.ok, report.errors
+
+
+def test_the_router_fronts_every_pool_cache_aware_with_discovery_by_the_servers_labels(fleet):
+    (deployment,) = [o for o in fleet.k8s("Deployment") if o["metadata"]["name"] == "vllm-router"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[args.index("--policy") + 1] == "cache_aware" and "--enable-igw" in args  # pools by model name
+    assert "--service-discovery" in args and args[args.index("--service-discovery-namespace") + 1] == "vllm"
+    selector = dict(a.split("=", 1) for a in args[args.index("--selector") + 1:args.index("--prometheus-host")])
+    # every server of every pool carries the selector's labels, so the router finds them all
+    servers = [o for o in fleet.k8s("Deployment") if o["metadata"]["labels"].get("app.kubernetes.io/name") == "vllm"]
+    assert {s["metadata"]["name"] for s in servers} == {"chat", "batch"}
+    for server in servers:
+        assert selector.items() <= server["spec"]["template"]["metadata"]["labels"].items()
+    # the pinned wheel, installed at start; discovery may read pods in the servers' namespace only
+    (pin,) = extra("router")
+    assert pin.startswith("vllm-router==") and pin in container["command"][2]
+    (role,) = [o for o in fleet.k8s("Role") if o["metadata"]["name"] == "vllm-router"]
+    assert role["metadata"]["namespace"] == "vllm"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    (binding,) = [o for o in fleet.k8s("RoleBinding") if o["metadata"]["name"] == "vllm-router"]
+    assert binding["subjects"][0]["name"] == deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    (service,) = [o for o in fleet.k8s("Service") if o["metadata"]["name"] == "vllm-router"]
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    # the namespace denies by default: the servers accept the router's pods on their port
+    (reach,) = [o for o in fleet.k8s("NetworkPolicy") if o["metadata"]["name"] == "vllm-router-to-servers"]
+    assert reach["spec"]["podSelector"]["matchLabels"] == selector
+    assert reach["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    # the batch servers schedule by priority, the priority a batch request carries in its body
+    (batch,) = [s for s in servers if s["metadata"]["name"] == "batch"]
+    words = " ".join(batch["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert "--scheduling-policy priority" in words
+    assert fleet.outputs["fleet"]["router"] == "http://vllm-router.vllm.svc:8000"
+
+
+def test_a_stack_without_a_fleet_renders_none_of_it():
+    dev = render_stack("dev")
+    assert not dev.k8s("ScaledObject")
+    assert not [o for o in dev.k8s("Deployment") if o["metadata"]["name"] == "vllm-router"]
+    assert not {"keda", "kube-prometheus-stack"} & {r["name"] for r in dev.helm_releases()}
+
+
+def test_the_policy_pack_finds_nothing_in_the_fleet(fleet):
+    from policy import policies
+    from stacks.ops.render import _plain
+
+    settings = load_settings("fleet")
+    resources = [(r.type, r.name, {**_plain(r.outputs), **_plain(r.inputs)}, r.outputs.get("id"))
+                 for r in fleet.registrations]
+    config = {"vllm-max-num-seqs": {"benchMaxConcurrency": settings.bench.max_concurrency}}
+    assert policies.check_resources(resources, config) == []
