@@ -190,16 +190,31 @@ def capacity_words(interval: dict[str, Any] | None, per_gpu: Any = None) -> str:
     return f"{figure} (from {from_words(interval)}; {bracket_words(interval)})"
 
 
+CREDIT_WHY = ("the two sides' run-to-run bands combined in quadrature rather than added: their runs are "
+              "independent")
+
+
+def credit_words(value: Any) -> str | None:
+    """A ratio end's band credit (summary.json `slo_ratio_band_credit`), to three decimals."""
+    return f"{value:.3f}" if _finite(value) else None
+
+
 def ratio_rebuilt(comparison: dict[str, Any]) -> str | None:
-    """How the SLO ratio's interval divides the capacities per GPU shown beside it."""
+    """How the SLO ratio's interval divides the capacities per GPU shown beside it: each end is the
+    quotient of two of them, times (low end) or over (high end) the credit for the two sides' bands
+    combined in quadrature (`slo_ratio_band_credit`)."""
     per = comparison.get("slo_capacity_per_gpu") or {}
     a, b = per.get("candidate"), per.get("baseline")
-    if not (isinstance(a, list) and isinstance(b, list)):
+    if not (isinstance(a, list) and isinstance(b, list)) or not (_finite(a[0]) and _finite(b[0])):
         return None
+    credit = comparison.get("slo_ratio_band_credit") or [None, None]
+    k_lo, k_hi = credit_words(credit[0]), credit_words(credit[1])
     hi_b = _tok(b[1]) if _finite(b[1]) else "no bound"
     hi_a = _tok(a[1]) if _finite(a[1]) else "no bound"
-    return (f"low end {_tok(a[0])} / {hi_b}, high end {hi_a} / {_tok(b[0])} "
-            "(candidate / baseline, tok/s per GPU)") if _finite(a[0]) and _finite(b[0]) else None
+    low = f"low end {_tok(a[0])} / {hi_b}" + (f" × {k_lo}" if k_lo else "")
+    high = f"high end {hi_a} / {_tok(b[0])}" + (f" ÷ {k_hi}" if k_hi else "")
+    return (f"{low}, {high} (candidate / baseline, tok/s per GPU"
+            + (f"; × and ÷ {CREDIT_WHY})" if k_lo or k_hi else ")"))
 
 
 def fleet_words(fleet: dict[str, Any] | None) -> list[str]:

@@ -250,6 +250,9 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
         comp["candidate_slo_capacity"] = a.as_dict()
         comp["baseline_slo_capacity"] = b.as_dict()
         comp["slo_capacity_per_gpu"] = {"candidate": _per_gpu(a, side.gpus), "baseline": _per_gpu(b, base.gpus)}
+        # The ratio's ends are the quotients of those capacities times/over this credit: the two
+        # sides' run-to-run bands combined in quadrature rather than added (independent runs).
+        comp["slo_ratio_band_credit"] = list(V.band_credit(a, b))
         extra.setdefault("comparison", {})[name] = {"candidate": a, "baseline": b, "call": call}
         calls.append(call)
         missing = [f"the {w} ({label})" for w, label, peak in (("candidate", side.label, comp["peak_tok_s"]),

@@ -210,7 +210,8 @@ def scenario_lines(summary: dict[str, Any]) -> list[str]:
             out.append(f"{name}: {V.interval_text(c.get('slo_ratio_interval'))}, "
                        f"{answer.decides_words(c.get('slo_state'), v.get('threshold'))}. Candidate "
                        f"{answer.capacity_words(cand, per.get('candidate'))}; baseline "
-                       f"{answer.capacity_words(base, per.get('baseline'))}.")
+                       f"{answer.capacity_words(base, per.get('baseline'))}. Rebuilt: "
+                       f"{answer.ratio_rebuilt(c) or 'no ratio to rebuild'}.")
         else:
             per = c.get("peak_per_gpu_tok_s") or {}
             out.append(f"{name}: {_x(c.get('throughput_ratio'))}: candidate peak {_n(per.get('candidate'))} tok/s "

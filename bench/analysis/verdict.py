@@ -337,6 +337,25 @@ def ratio_interval(a: Capacity, b: Capacity, a_gpus: int, b_gpus: int) -> tuple[
     return round(lo, 4) if not math.isinf(lo) else lo, round(hi, 4) if not math.isinf(hi) else hi
 
 
+def band_credit(a: Capacity, b: Capacity) -> tuple[float | None, float | None]:
+    """How far each end of the ratio lies inside the quotient of the two capacities as shown
+    (`ratio_interval`): low end = candidate lo / baseline hi x the first, high end = candidate hi /
+    baseline lo / the second. Each is (1 + band a)(1 + band b) / (1 + their quadrature sum), 1 where
+    no band widened the ends; None for an end without a finite value."""
+    if not a.known or not b.known:
+        return None, None
+
+    def credit(x: float, y: float) -> float:
+        return round((1 + x) * (1 + y) / (1 + math.hypot(x, y)), 4)
+
+    interval = ratio_interval(a, b, 1, 1)
+    if interval is None:
+        return None, None
+    lo, hi = interval
+    return (credit(a.band_lo, b.band_hi) if 0 < lo < INF else None,
+            credit(a.band_hi, b.band_lo) if 0 < hi < INF else None)
+
+
 def point_ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b <= 0:
         return None
