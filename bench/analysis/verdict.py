@@ -337,25 +337,6 @@ def ratio_interval(a: Capacity, b: Capacity, a_gpus: int, b_gpus: int) -> tuple[
     return round(lo, 4) if not math.isinf(lo) else lo, round(hi, 4) if not math.isinf(hi) else hi
 
 
-def band_credit(a: Capacity, b: Capacity) -> tuple[float | None, float | None]:
-    """How far each end of the ratio lies inside the quotient of the two capacities as shown
-    (`ratio_interval`): low end = candidate lo / baseline hi x the first, high end = candidate hi /
-    baseline lo / the second. Each is (1 + band a)(1 + band b) / (1 + their quadrature sum), 1 where
-    no band widened the ends; None for an end without a finite value."""
-    if not a.known or not b.known:
-        return None, None
-
-    def credit(x: float, y: float) -> float:
-        return round((1 + x) * (1 + y) / (1 + math.hypot(x, y)), 4)
-
-    interval = ratio_interval(a, b, 1, 1)
-    if interval is None:
-        return None, None
-    lo, hi = interval
-    return (credit(a.band_lo, b.band_hi) if 0 < lo < INF else None,
-            credit(a.band_hi, b.band_lo) if 0 < hi < INF else None)
-
-
 def point_ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b <= 0:
         return None
@@ -424,11 +405,17 @@ def run_text(cap: Capacity) -> str:
             + (f", {named}" if named else "") + (f", mean of {cap.repeats} runs" if cap.repeats > 1 else ""))
 
 
-def noise_text(cap: Capacity) -> str:
-    if cap.noise_pct is None:
+def noise_words(pct: float | None, source: str | None) -> str:
+    """The run-to-run band in words: "run-to-run band 17 %, assumed, no point was run twice"."""
+    if pct is None:
         return ""
-    how = "measured from repeats" if cap.noise_source == "measured" else "assumed, no point was run twice"
-    return f"run-to-run band {cap.noise_pct:g} %, {how}"
+    how = {"measured": ", measured from repeats", "assumed": ", assumed, no point was run twice",
+           "default": ", assumed, no point was run twice"}.get(source or "", "")
+    return f"run-to-run band {pct:g} %{how}"
+
+
+def noise_text(cap: Capacity) -> str:
+    return noise_words(cap.noise_pct, cap.noise_source)
 
 
 def capacity_text(cap: Capacity) -> str:
