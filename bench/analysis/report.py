@@ -35,7 +35,8 @@ is uploaded as it is written):
                                  "peak_per_gpu_tok_s": {"candidate", "baseline"},
                                  "candidate_slo_capacity": INTERVAL, "baseline_slo_capacity": INTERVAL,
                                  "slo_capacity_per_gpu": {"candidate": [lo, hi] | null,
-                                                          "baseline": [lo, hi] | null}}} | null,
+                                                          "baseline": [lo, hi] | null},
+                                 "slo_ratio_band_credit": [low end, high end]}} | null,
    "verdict": {"threshold", "min_ratio", "pass", "basis", "state", "reasons",
                "min_ratio_interval", "fleet" (with --current-replicas): {"current", "replicas_range",
                "basis", "headroom", "spares", "candidate", "reason", "baseline": {"label",
@@ -98,8 +99,10 @@ Definitions
   baseline low], open loop where both sides ran it, else closed loop (`slo_basis_source`: grid,
   search or open_loop); `slo_ratio` = candidate low / baseline low. The two capacities it divides
   are `candidate_slo_capacity` and `baseline_slo_capacity` (per replica, with their runs) and
-  `slo_capacity_per_gpu`; the pages show them beside every ratio. `baseline_state`: meets_slo,
-  never_meets_slo or no_data.
+  `slo_capacity_per_gpu`; the pages show them beside every ratio. The ends' bands add in
+  quadrature, not at their worst on both sides at once: low end = candidate low / baseline high x
+  `slo_ratio_band_credit`[0], high end = candidate high / baseline low / [1] (null for an open end),
+  shown beside the ratio too. `baseline_state`: meets_slo, never_meets_slo or no_data.
 - Verdict (`--verdict-basis`, default slo): `state` pass, fail or inconclusive, with `reasons`
   (what is missing or too uncertain, and the command that settles it) unless it passes. On the
   slo basis: pass when the lower end of the SLO ratio clears --threshold in every scenario and the
