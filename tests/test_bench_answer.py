@@ -54,7 +54,10 @@ def test_a_capacity_is_worded_with_the_run_it_came_from():
                                                "c=28, misses it at c=32)")
     recorded = {**interval, "source_run": "search/S1_chat_c28.run2.json", "repeats": 2, "noise_pct": 12.5}
     assert answer.from_words(recorded) == ("c=28, closed loop, search/S1_chat_c28.run2.json; 2 repeats, "
-                                           "run-to-run spread 12.5%")
+                                           "run-to-run band 12.5 %")
+    assert answer.from_words({**recorded, "noise_source": "measured", "point_tok_s": 2836.4}, figure=True) == (
+        "2,836.4 tok/s (c=28, closed loop, search/S1_chat_c28.run2.json); 2 repeats, run-to-run band 12.5 %, "
+        "measured from repeats")
     assert answer.source_run({**interval, "source_run": {"file": "S1_chat_c24.json", "load": 24}}) == (
         24, "S1_chat_c24.json")
     assert answer.capacity_words({**interval, "output_tok_s": [2836.4, None], "load_fail": None},

@@ -74,17 +74,24 @@ def close(value: float, text: str) -> bool:
     return abs(number - value) <= 0.5 * 10 ** -decimals + 1e-9
 
 
-def rebuilt(ratio: tuple[float, int], num: tuple[float, int], den: tuple[float, int]) -> bool:
-    """The ratio shown equals the quotient of the two figures shown, to the precision shown."""
+def rebuilt(ratio: tuple[float, int], num: tuple[float, int], den: tuple[float, int],
+            credit: tuple[float, int] | None = None, over: bool = False) -> bool:
+    """The ratio shown equals the quotient of the two figures shown, to the precision shown; times
+    the band credit shown beside it (`over`: divided by it, the high end)."""
     (r, rd), (a, ad), (b, bd) = ratio, num, den
     # each figure is rounded on the page: the quotient's own rounding span, plus the ratio's
     lo = (a - 0.5 * 10 ** -ad) / (b + 0.5 * 10 ** -bd)
     hi = (a + 0.5 * 10 ** -ad) / (b - 0.5 * 10 ** -bd)
+    if credit is not None:
+        k, kd = credit
+        k_lo, k_hi = k - 0.5 * 10 ** -kd, k + 0.5 * 10 ** -kd
+        lo, hi = (lo / k_hi, hi / k_lo) if over else (lo * k_lo, hi * k_hi)
     return lo - 0.5 * 10 ** -rd - 1e-9 <= r <= hi + 0.5 * 10 ** -rd + 1e-9
 
 
 def check_ratios_rebuild(fields: dict[tuple, str], summary: dict[str, Any]) -> int:
-    """Every shown SLO ratio end equals the shown capacities per GPU it divides; returns how many."""
+    """Every shown SLO ratio end equals the shown capacities per GPU it divides, times (low end) or
+    over (high end) the band credit shown beside it wherever summary.json has one; returns how many."""
     checked = 0
     for name, comp in summary["comparison"].items():
         at = ("comparison", name)
@@ -100,7 +107,13 @@ def check_ratios_rebuild(fields: dict[tuple, str], summary: dict[str, Any]) -> i
             a = fields.get(num) or fields.get((*num[:-1], 0))  # a point capacity is shown once
             b = fields.get(den) or fields.get((*den[:-1], 0))
             assert a is not None and b is not None, f"{name}: ratio {ratio!r} shown without its capacities"
-            assert rebuilt(shown(ratio), shown(a), shown(b)), f"{name}: {ratio} is not {a} / {b}"
+            credit = None
+            if (comp.get("slo_ratio_band_credit") or [None, None])[end] is not None:
+                credit = fields.get((*at, "slo_ratio_band_credit", end))
+                assert credit is not None, f"{name}: ratio {ratio!r} shown without its band credit"
+                credit = shown(credit)
+            assert rebuilt(shown(ratio), shown(a), shown(b), credit, over=end == 1), \
+                f"{name}: {ratio} is not {a} / {b} with credit {credit}"
             checked += 1
     return checked
 
@@ -151,9 +164,27 @@ VERDICT_LINE = re.compile(r"^- (?P<name>\S+): (?P<ratio>[0-9.]+x(?: to [0-9.]+x)
                           r"tok/s per GPU \(")
 
 
+REBUILT = re.compile(r"low end (?P<a>[0-9.,]+) / (?P<b>[0-9.,]+)(?: × (?P<k>[0-9.]+))?, high end "
+                     r"(?P<c>[0-9.,]+) / (?P<d>[0-9.,]+)(?: ÷ (?P<m>[0-9.]+))?")
+
+
 def ends(text: str) -> list[str]:
     parts = text.split(" to ")
     return parts if len(parts) == 2 else [parts[0], parts[0]]
+
+
+def check_rebuilt_words(text: str, r: list[str], a: list[str], b: list[str], comp: dict[str, Any]) -> None:
+    """The "Rebuilt" words name the capacities shown and the credit, and the ratio rebuilds from them."""
+    m = REBUILT.search(text)
+    assert m, f"no rebuild in {text!r}"
+    assert (m["a"], m["b"], m["c"], m["d"]) == (a[0], b[1], a[1], b[0])
+    credit = comp.get("slo_ratio_band_credit") or [None, None]
+    for key, value in (("k", credit[0]), ("m", credit[1])):
+        assert (m[key] is None) == (value is None) and (value is None or close(value, m[key]))
+    k = shown(m["k"]) if m["k"] else None
+    kk = shown(m["m"]) if m["m"] else None
+    assert rebuilt(shown(r[0]), shown(a[0]), shown(b[1]), k) and rebuilt(shown(r[1]), shown(a[1]), shown(b[0]), kk,
+                                                                            over=True)
 
 
 def test_report_md_shows_the_same_capacities_and_ratios_that_rebuild(figures):
@@ -171,7 +202,7 @@ def test_report_md_shows_the_same_capacities_and_ratios_that_rebuild(figures):
         for who, pair in (("candidate", a), ("baseline", b)):
             for shown_text, value in zip(pair, comp["slo_capacity_per_gpu"][who]):
                 assert close(value, shown_text), (m["name"], who, shown_text, value)
-        assert rebuilt(shown(r[0]), shown(a[0]), shown(b[1])) and rebuilt(shown(r[1]), shown(a[1]), shown(b[0]))
+        check_rebuilt_words(line[line.index("Rebuilt: "):], r, a, b, comp)
         seen.add(m["name"])
     assert seen == set(summary["comparison"])
     # the capacity table, the peak table's capacity column and the ratio table: summary.json's figures
@@ -187,7 +218,7 @@ def test_report_md_shows_the_same_capacities_and_ratios_that_rebuild(figures):
         a, b = ends(cells[2].split(" tok/s")[0]), ends(cells[3].split(" tok/s")[0])
         for shown_text, value in zip(a, per["candidate"]):
             assert close(value, shown_text)
-        assert rebuilt(shown(r[0]), shown(a[0]), shown(b[1])) and rebuilt(shown(r[1]), shown(a[1]), shown(b[0]))
+        check_rebuilt_words(cells[4], r, a, b, summary["comparison"][name])
     # the grid said "met" at S2_summary c=16, the search's re-run missed: the capacity is below it
     s2 = summary["scenarios"]["S2_summary"]["slo_capacity_interval"]
     assert s2["load_pass"] == 8 and s2["load_fail"] == 16
@@ -229,12 +260,15 @@ def test_the_verdict_says_what_it_means_for_the_fleet(figures):
     md = (figures["report"] / "report.md").read_text()
     verdict = md[md.index("## Verdict"):md.index("## Definitions")]
     lo, hi = fleet["replicas_range"]
-    assert f"Today 12 replicas: {lo} to {hi} on candidate carry the same load (slo basis, headroom 0%, spares 0)." \
-        in verdict
+    count = f"{lo} to {hi}" if hi is not None else f"{lo} or more"  # an open upper end is worded
+    assert f"Today 12 replicas: {count} on candidate carry the same load (slo basis, headroom 0%, spares 0)." \
+        in verdict and "None" not in verdict
     assert "8 need 0.75x, 4 need 1.5x" in verdict and "what the baseline today ran (g6e.2xlarge" in verdict
     from bench.analysis import answer
     line = answer.verdict_line(summary, {"candidate": "candidate", "baseline": "today"})
-    assert "smallest per-GPU ratio 1.18x to 3.38x" in line and f"Today 12 replicas: {lo} to {hi}" in line
+    low, high = summary["verdict"]["min_ratio_interval"]
+    assert f"smallest per-GPU ratio {low:.2f}x to {high:.2f}x" in line and f"Today 12 replicas: {count}" in line
+    assert "None" not in line
 
 
 @pytest.mark.parametrize("command", ["report", "plan"])

@@ -229,7 +229,8 @@ def test_summary_keys_are_exact(tmp_path):
     assert set(sc["slo"]) == {"concurrency", "output_tok_s", "loop", "source_run"}
     assert set(sc["slo_capacity_interval"]) == INTERVAL_KEYS and sc["rate_capacity_interval"] is None
     assert set(summary["comparison"]["S1_chat"]) == COMPARISON_KEYS | {
-        "gpus", "peak_per_gpu_tok_s", "candidate_slo_capacity", "baseline_slo_capacity", "slo_capacity_per_gpu"}
+        "gpus", "peak_per_gpu_tok_s", "candidate_slo_capacity", "baseline_slo_capacity", "slo_capacity_per_gpu",
+        "slo_ratio_band_credit"}
     assert set(summary["comparison"]["S1_chat"]["candidate_slo_capacity"]) >= INTERVAL_KEYS
     assert set(summary["verdict"]) == {"threshold", "min_ratio", "pass", "basis", "state", "reasons",
                                        "min_ratio_interval"}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.analysis.verdict import interval_text
+from bench.analysis.verdict import PASS, FAIL, STATE_WORDS, interval_text, noise_words
 
 STATES = ("pass", "fail", "inconclusive")
 
@@ -159,8 +159,9 @@ def bracket_words(interval: dict[str, Any]) -> str:
     return f"meets the SLO at {passed}, misses it at {failed}"
 
 
-def from_words(interval: dict[str, Any]) -> str:
-    """The run a capacity's figure came from: "c=28, closed loop, S1_chat_c28.json; 2 repeats, 12% spread"."""
+def from_words(interval: dict[str, Any], figure: bool = False) -> str:
+    """The run a capacity's figure came from: "c=28, closed loop, S1_chat_c28.json; 2 repeats, run-to-run
+    band 12 %, measured from repeats"; with `figure`, the figure itself first ("2,836.4 tok/s (c=28, ...)")."""
     if interval.get("state") != "meets_slo":
         return loop_words(interval)
     load, file = source_run(interval)
@@ -168,12 +169,13 @@ def from_words(interval: dict[str, Any]) -> str:
     if file:
         parts.append(str(file))
     text = ", ".join(parts)
+    if figure and _finite(interval.get("point_tok_s")):
+        text = f"{_tok(interval['point_tok_s'])} tok/s ({text})"
     extra = []
     if isinstance(interval.get("repeats"), int):
         extra.append(f"{interval['repeats']} repeat{'s' if interval['repeats'] != 1 else ''}")
     if _finite(interval.get("noise_pct")):
-        extra.append(f"run-to-run spread {interval['noise_pct']:g}%"
-                     + (" (assumed)" if interval.get("noise_source") in ("default", "assumed") else ""))
+        extra.append(noise_words(interval["noise_pct"], interval.get("noise_source")))
     return text + ("; " + ", ".join(extra) if extra else "")
 
 
@@ -190,16 +192,31 @@ def capacity_words(interval: dict[str, Any] | None, per_gpu: Any = None) -> str:
     return f"{figure} (from {from_words(interval)}; {bracket_words(interval)})"
 
 
+CREDIT_WHY = ("the two sides' run-to-run bands combined in quadrature rather than added: their runs are "
+              "independent")
+
+
+def credit_words(value: Any) -> str | None:
+    """A ratio end's band credit (summary.json `slo_ratio_band_credit`), to three decimals."""
+    return f"{value:.3f}" if _finite(value) else None
+
+
 def ratio_rebuilt(comparison: dict[str, Any]) -> str | None:
-    """How the SLO ratio's interval divides the capacities per GPU shown beside it."""
+    """How the SLO ratio's interval divides the capacities per GPU shown beside it: each end is the
+    quotient of two of them, times (low end) or over (high end) the credit for the two sides' bands
+    combined in quadrature (`slo_ratio_band_credit`)."""
     per = comparison.get("slo_capacity_per_gpu") or {}
     a, b = per.get("candidate"), per.get("baseline")
-    if not (isinstance(a, list) and isinstance(b, list)):
+    if not (isinstance(a, list) and isinstance(b, list)) or not (_finite(a[0]) and _finite(b[0])):
         return None
+    credit = comparison.get("slo_ratio_band_credit") or [None, None]
+    k_lo, k_hi = credit_words(credit[0]), credit_words(credit[1])
     hi_b = _tok(b[1]) if _finite(b[1]) else "no bound"
     hi_a = _tok(a[1]) if _finite(a[1]) else "no bound"
-    return (f"low end {_tok(a[0])} / {hi_b}, high end {hi_a} / {_tok(b[0])} "
-            "(candidate / baseline, tok/s per GPU)") if _finite(a[0]) and _finite(b[0]) else None
+    low = f"low end {_tok(a[0])} / {hi_b}" + (f" × {k_lo}" if k_lo else "")
+    high = f"high end {hi_a} / {_tok(b[0])}" + (f" ÷ {k_hi}" if k_hi else "")
+    return (f"{low}, {high} (candidate / baseline, tok/s per GPU"
+            + (f"; × and ÷ {CREDIT_WHY})" if k_lo or k_hi else ")"))
 
 
 def fleet_words(fleet: dict[str, Any] | None) -> list[str]:
@@ -242,3 +259,70 @@ def decides_words(state: str | None, threshold: Any) -> str:
     thr = f"{threshold:g}x" if _finite(threshold) else "the threshold"
     return {"pass": f"clears {thr} even at its low end", "fail": f"below {thr} even at its high end",
             "inconclusive": f"spans {thr} or is incomplete: undecided"}.get(state or "", "undecided")
+
+
+def _times(value: Any) -> str:
+    return f"{value:.2f}x" if _finite(value) else "-"
+
+
+BASIS_WORDS = {
+    "slo": "the SLO basis (output tok/s per GPU under the SLO, each side's capacity an interval between two "
+           "tested loads)",
+    "peak": "the peak basis (the PoC report's method: peak output tok/s per GPU, the smallest ratio across "
+            "scenarios)",
+}
+
+
+def scenario_lines(summary: dict[str, Any]) -> list[str]:
+    """Per scenario, the verdict's own interval and the two capacities it divides (per GPU)."""
+    v = summary.get("verdict") or {}
+    out = []
+    for name, c in (summary.get("comparison") or {}).items():
+        if v.get("basis") == "slo":
+            per = c.get("slo_capacity_per_gpu") or {}
+            cand, base = c.get("candidate_slo_capacity"), c.get("baseline_slo_capacity")
+            out.append(f"{name}: {interval_text(c.get('slo_ratio_interval'))}, "
+                       f"{decides_words(c.get('slo_state'), v.get('threshold'))}. Candidate "
+                       f"{capacity_words(cand, per.get('candidate'))}; baseline "
+                       f"{capacity_words(base, per.get('baseline'))}. Rebuilt: "
+                       f"{ratio_rebuilt(c) or 'no ratio to rebuild'}.")
+        else:
+            per = c.get("peak_per_gpu_tok_s") or {}
+            cand, base = (_tok(per.get(w)) if _finite(per.get(w)) else "-" for w in ("candidate", "baseline"))
+            out.append(f"{name}: {_times(c.get('throughput_ratio'))}: candidate peak {cand} tok/s "
+                       f"per GPU, baseline {base} tok/s per GPU")
+    return out
+
+
+def verdict_markdown(v: dict[str, Any], label: str, base_label: str, plan_link: str | None = None,
+                     issues: list[str] | tuple[str, ...] = (), summary: dict[str, Any] | None = None) -> list[str]:
+    """The answer first: state, basis, each scenario's interval with the capacities it divides, what
+    it means for today's fleet, and what settles an open question."""
+    state = v.get("state") or ("pass" if v.get("pass") else "inconclusive")
+    basis = BASIS_WORDS.get(v.get("basis"), f"the {v.get('basis')} basis")
+    thr = f"{v['threshold']:g}x"
+    lines = ["", "## Verdict", "", f"**{STATE_WORDS[state]}**: {label} against {base_label} on {basis}, "
+             f"threshold {thr}."]
+    per_scenario = scenario_lines(summary or {"verdict": v})
+    if per_scenario:
+        lines += ["", "Per scenario, the ratio per GPU (the verdict's interval) and the two capacities it divides:", ""]
+        lines += [f"- {line}" for line in per_scenario]
+    fleet = fleet_words(v.get("fleet"))
+    if fleet:
+        lines += ["", "**Fleet**: " + " ".join(fleet)]
+    if state == PASS:
+        at_lower_end = " even at the lower end of its interval." if v.get("basis") == "slo" else "."
+        lines += ["", f"Every scenario clears {thr}{at_lower_end}"]
+    elif state == FAIL:
+        lines += ["", f"Some scenario falls short of {thr} even in its best case:", ""]
+        lines += [f"- {r}" for r in v.get("reasons") or []]
+        more = [i for i in issues if i not in (v.get("reasons") or [])]
+        if more:
+            lines += ["", "The comparison is also incomplete (this did not decide the verdict):", ""]
+            lines += [f"- {i}" for i in more]
+    else:
+        lines += ["", "The data cannot decide yet. What is missing or too uncertain, and what settles it:", ""]
+        lines += [f"- {r}" for r in v.get("reasons") or []]
+    if plan_link:
+        lines += ["", f"Replica plan: [{plan_link}]({plan_link})."]
+    return lines

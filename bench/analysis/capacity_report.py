@@ -16,6 +16,7 @@ Per scenario:
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,25 @@ def _usable(side) -> list[R.RunResult]:
     return [r for r in side.runs if side.usable(r)]
 
 
+def band_credit(a: V.Capacity, b: V.Capacity) -> tuple[float | None, float | None]:
+    """How far each end of the ratio lies inside the quotient of the two capacities as shown
+    (`ratio_interval`): low end = candidate lo / baseline hi x the first, high end = candidate hi /
+    baseline lo / the second. Each is (1 + band a)(1 + band b) / (1 + their quadrature sum), 1 where
+    no band widened the ends; None for an end without a finite value."""
+    if not a.known or not b.known:
+        return None, None
+
+    def credit(x: float, y: float) -> float:
+        return round((1 + x) * (1 + y) / (1 + math.hypot(x, y)), 4)
+
+    interval = V.ratio_interval(a, b, 1, 1)
+    if interval is None:
+        return None, None
+    lo, hi = interval
+    return (credit(a.band_lo, b.band_hi) if 0 < lo < V.INF else None,
+            credit(a.band_hi, b.band_lo) if 0 < hi < V.INF else None)
+
+
 def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decode_ms: float,
                    decode_metric: str, basis: str, threshold: float, issues: list[str],
                    incomparable: list[str] | None = None) -> dict[str, Any]:
@@ -250,6 +270,9 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
         comp["candidate_slo_capacity"] = a.as_dict()
         comp["baseline_slo_capacity"] = b.as_dict()
         comp["slo_capacity_per_gpu"] = {"candidate": _per_gpu(a, side.gpus), "baseline": _per_gpu(b, base.gpus)}
+        # The ratio's ends are the quotients of those capacities times/over this credit: the two
+        # sides' run-to-run bands combined in quadrature rather than added (independent runs).
+        comp["slo_ratio_band_credit"] = list(band_credit(a, b))
         extra.setdefault("comparison", {})[name] = {"candidate": a, "baseline": b, "call": call}
         calls.append(call)
         missing = [f"the {w} ({label})" for w, label, peak in (("candidate", side.label, comp["peak_tok_s"]),
@@ -309,7 +332,7 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
                   else answer.capacity_words(interval).split(" (")[0])
         opened = ([_n(rate["req_s"], 3), _n(rate["output_tok_s"]), _n(rate["goodput_req_s"], 3)] if rate
                   else ["-", "-", "-"])
-        lines.append(f"| {name} | {figure} | {answer.from_words(interval)} | {answer.bracket_words(interval)} "
+        lines.append(f"| {name} | {figure} | {answer.from_words(interval, figure=True)} | {answer.bracket_words(interval)} "
                      f"| {_source_text(interval)} | " + " | ".join(cis + opened) + " |")
     points = {n: e.get("open_loop") or [] for n, e in (extra.get("candidate") or {}).items()}
     if any(points.values()):

@@ -128,6 +128,19 @@ def ratio_html(interval: Any, path: list[Any]) -> str:
     return esc(ratio_interval_words(interval) or "no interval")
 
 
+def credit_html(comparison: dict[str, Any], path: list[Any]) -> str:
+    """How a ratio's ends rebuild from the two capacities beside it: candidate / baseline times the
+    band credit at the low end, over it at the high end (each credit tagged with its JSON path)."""
+    credit = comparison.get("slo_ratio_band_credit") or [None, None]
+    parts = [f"{where} end: candidate {where} / baseline {other} {sign} "
+             f'<span data-field="{field([*path, k])}">{esc(answer.credit_words(credit[k]))}</span>'
+             for k, (where, other, sign) in enumerate((("low", "high", "×"), ("high", "low", "÷")))
+             if answer.credit_words(credit[k])]
+    if not parts:
+        return ""
+    return f"<small>Rebuilt, per GPU: {'; '.join(parts)} ({esc(answer.CREDIT_WHY)}).</small>"
+
+
 def capacity_html(interval: dict[str, Any] | None, pair: Any, path: list[Any], unit: str = " tok/s") -> str:
     """A capacity: its figure (ends tagged), the run it came from, where the SLO holds."""
     if not interval or interval.get("state") in (None, "no_data"):
@@ -181,7 +194,7 @@ def scenario_items(summary: dict[str, Any]) -> list[str]:
                                 [*at, "slo_capacity_per_gpu", "candidate"], " tok/s per GPU")
                 + "; baseline " + capacity_html(c.get("baseline_slo_capacity"), per.get("baseline"),
                                                 [*at, "slo_capacity_per_gpu", "baseline"], " tok/s per GPU")
-                + ".</li>")
+                + ". " + credit_html(c, [*at, "slo_ratio_band_credit"]) + "</li>")
         else:
             per = c.get("peak_per_gpu_tok_s") or {}
             items.append(f"<li><strong>{esc(name)}</strong>: "

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.analysis.markup import (capacity_html, cell, chart, document, drawing, esc, facts_list, field, fleet_html,
+from bench.analysis.markup import (capacity_html, cell, credit_html, chart, document, drawing, esc, facts_list, field, fleet_html,
                                    interval_words, is_number, num, pair_html, ratio_html, scenario_items, table, times,
                                    wins_words)
 from bench.analysis import answer
@@ -175,7 +175,8 @@ def ratio_section(summary: dict[str, Any]) -> str:
         peaks = c.get("peak_per_gpu_tok_s") or {}
         source = {"grid": "grid runs", "search": "capacity search", "open_loop": "open-loop rate capacity"}.get(
             c.get("slo_basis_source"), "not stated")
-        slo_cells = (f'<td>{ratio_html(c.get("slo_ratio_interval"), [*at, "slo_ratio_interval"])}</td>'
+        slo_cells = (f'<td>{ratio_html(c.get("slo_ratio_interval"), [*at, "slo_ratio_interval"])}<br>'
+                     f'{credit_html(c, [*at, "slo_ratio_band_credit"])}</td>'
                      + "<td>" + capacity_html(c.get("candidate_slo_capacity"), per.get("candidate"),
                                               [*at, "slo_capacity_per_gpu", "candidate"]) + "</td>"
                      + "<td>" + capacity_html(c.get("baseline_slo_capacity"), per.get("baseline"),

@@ -35,7 +35,8 @@ is uploaded as it is written):
                                  "peak_per_gpu_tok_s": {"candidate", "baseline"},
                                  "candidate_slo_capacity": INTERVAL, "baseline_slo_capacity": INTERVAL,
                                  "slo_capacity_per_gpu": {"candidate": [lo, hi] | null,
-                                                          "baseline": [lo, hi] | null}}} | null,
+                                                          "baseline": [lo, hi] | null},
+                                 "slo_ratio_band_credit": [low end, high end]}} | null,
    "verdict": {"threshold", "min_ratio", "pass", "basis", "state", "reasons",
                "min_ratio_interval", "fleet" (with --current-replicas): {"current", "replicas_range",
                "basis", "headroom", "spares", "candidate", "reason", "baseline": {"label",
@@ -98,8 +99,10 @@ Definitions
   baseline low], open loop where both sides ran it, else closed loop (`slo_basis_source`: grid,
   search or open_loop); `slo_ratio` = candidate low / baseline low. The two capacities it divides
   are `candidate_slo_capacity` and `baseline_slo_capacity` (per replica, with their runs) and
-  `slo_capacity_per_gpu`; the pages show them beside every ratio. `baseline_state`: meets_slo,
-  never_meets_slo or no_data.
+  `slo_capacity_per_gpu`; the pages show them beside every ratio. The ends' bands add in
+  quadrature, not at their worst on both sides at once: low end = candidate low / baseline high x
+  `slo_ratio_band_credit`[0], high end = candidate high / baseline low / [1] (null for an open end),
+  shown beside the ratio too. `baseline_state`: meets_slo, never_meets_slo or no_data.
 - Verdict (`--verdict-basis`, default slo): `state` pass, fail or inconclusive, with `reasons`
   (what is missing or too uncertain, and the command that settles it) unless it passes. On the
   slo basis: pass when the lower end of the SLO ratio clears --threshold in every scenario and the
@@ -191,67 +194,6 @@ def _price(side: Side) -> str:
     return f"${side.price_per_hour:.2f} ({how.get(side.price_source, 'from the manifest')})"
 
 
-BASIS_WORDS = {
-    "slo": "the SLO basis (output tok/s per GPU under the SLO, each side's capacity an interval between two "
-           "tested loads)",
-    "peak": "the peak basis (the PoC report's method: peak output tok/s per GPU, the smallest ratio across "
-            "scenarios)",
-}
-
-
-def scenario_lines(summary: dict[str, Any]) -> list[str]:
-    """Per scenario, the verdict's own interval and the two capacities it divides (per GPU)."""
-    v = summary.get("verdict") or {}
-    out = []
-    for name, c in (summary.get("comparison") or {}).items():
-        if v.get("basis") == "slo":
-            per = c.get("slo_capacity_per_gpu") or {}
-            cand, base = c.get("candidate_slo_capacity"), c.get("baseline_slo_capacity")
-            out.append(f"{name}: {V.interval_text(c.get('slo_ratio_interval'))}, "
-                       f"{answer.decides_words(c.get('slo_state'), v.get('threshold'))}. Candidate "
-                       f"{answer.capacity_words(cand, per.get('candidate'))}; baseline "
-                       f"{answer.capacity_words(base, per.get('baseline'))}.")
-        else:
-            per = c.get("peak_per_gpu_tok_s") or {}
-            out.append(f"{name}: {_x(c.get('throughput_ratio'))}: candidate peak {_n(per.get('candidate'))} tok/s "
-                       f"per GPU, baseline {_n(per.get('baseline'))} tok/s per GPU")
-    return out
-
-
-def verdict_markdown(v: dict[str, Any], label: str, base_label: str, plan_link: str | None = None,
-                     issues: list[str] | tuple[str, ...] = (), summary: dict[str, Any] | None = None) -> list[str]:
-    """The answer first: state, basis, each scenario's interval with the capacities it divides, what
-    it means for today's fleet, and what settles an open question."""
-    state = v.get("state") or ("pass" if v.get("pass") else "inconclusive")
-    basis = BASIS_WORDS.get(v.get("basis"), f"the {v.get('basis')} basis")
-    thr = f"{v['threshold']:g}x"
-    lines = ["", "## Verdict", "", f"**{V.STATE_WORDS[state]}**: {label} against {base_label} on {basis}, "
-             f"threshold {thr}."]
-    per_scenario = scenario_lines(summary or {"verdict": v})
-    if per_scenario:
-        lines += ["", "Per scenario, the ratio per GPU (the verdict's interval) and the two capacities it divides:", ""]
-        lines += [f"- {line}" for line in per_scenario]
-    fleet = answer.fleet_words(v.get("fleet"))
-    if fleet:
-        lines += ["", "**Fleet**: " + " ".join(fleet)]
-    if state == V.PASS:
-        at_lower_end = " even at the lower end of its interval." if v.get("basis") == "slo" else "."
-        lines += ["", f"Every scenario clears {thr}{at_lower_end}"]
-    elif state == V.FAIL:
-        lines += ["", f"Some scenario falls short of {thr} even in its best case:", ""]
-        lines += [f"- {r}" for r in v.get("reasons") or []]
-        more = [i for i in issues if i not in (v.get("reasons") or [])]
-        if more:
-            lines += ["", "The comparison is also incomplete (this did not decide the verdict):", ""]
-            lines += [f"- {i}" for i in more]
-    else:
-        lines += ["", "The data cannot decide yet. What is missing or too uncertain, and what settles it:", ""]
-        lines += [f"- {r}" for r in v.get("reasons") or []]
-    if plan_link:
-        lines += ["", f"Replica plan: [{plan_link}]({plan_link})."]
-    return lines
-
-
 def _lengths(side: Side, name: str) -> str:
     pair = side.lengths.get(name)
     return f"{pair[0]}/{pair[1]}" if pair and None not in pair else "unknown"
@@ -271,7 +213,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
              "sweeps recorded none)"}.get(slo.get("source"), "")
     lines += ["", f"SLO: {lim}{', ' + where if where else ''}."] + [f"- {n}" for n in slo.get("notes") or []]
     if base and summary["verdict"] is not None:
-        lines += verdict_markdown(summary["verdict"], side.label, base.label, getattr(base, "plan_link", None),
+        lines += answer.verdict_markdown(summary["verdict"], side.label, base.label, getattr(base, "plan_link", None),
                                   issues, summary)
     has_spec = any(r.spec_acceptance_rate_pct is not None for r in side.runs if r.valid)
     lines += [

@@ -405,11 +405,17 @@ def run_text(cap: Capacity) -> str:
             + (f", {named}" if named else "") + (f", mean of {cap.repeats} runs" if cap.repeats > 1 else ""))
 
 
-def noise_text(cap: Capacity) -> str:
-    if cap.noise_pct is None:
+def noise_words(pct: float | None, source: str | None) -> str:
+    """The run-to-run band in words: "run-to-run band 17 %, assumed, no point was run twice"."""
+    if pct is None:
         return ""
-    how = "measured from repeats" if cap.noise_source == "measured" else "assumed, no point was run twice"
-    return f"run-to-run band {cap.noise_pct:g} %, {how}"
+    how = {"measured": ", measured from repeats", "assumed": ", assumed, no point was run twice",
+           "default": ", assumed, no point was run twice"}.get(source or "", "")
+    return f"run-to-run band {pct:g} %{how}"
+
+
+def noise_text(cap: Capacity) -> str:
+    return noise_words(cap.noise_pct, cap.noise_source)
 
 
 def capacity_text(cap: Capacity) -> str:
