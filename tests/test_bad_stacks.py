@@ -325,8 +325,10 @@ def test_bad_stack_file_in_a_real_process(case_id, tmp_path):
 def test_out_pointing_at_a_file_is_refused(tmp_path, capsys):
     target = tmp_path / "file"
     target.write_text("x")
-    assert stacks_main(["render", "dev", "--out", str(target)]) == 2
-    assert "is a file, not a directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # refused while the arguments are parsed, as every --out
+        stacks_main(["render", "dev", "--out", str(target)])
+    assert stop.value.code == 2
+    assert "is a file; this takes a folder" in capsys.readouterr().err
 
 
 def test_missing_stack_names_the_known_ones(capsys):
