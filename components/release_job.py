@@ -104,7 +104,8 @@ def job_manifest(action: str, namespace: str, image: str, code_config_map: str, 
                  release: ServerRelease) -> dict[str, Any]:
     """A wake or release Job as applied (plain data, so tests read it without Pulumi)."""
     labels = {**POD_LABELS, "app.kubernetes.io/instance": release.server, "vllm-poc/action": action, **PART_OF}
-    deadline = RELEASE_DEADLINE_S if action == "release" else release.wake_timeout_s + 300
+    # the wake's own --timeout-seconds ends it first; the deadline only stops a pod that hangs
+    deadline = RELEASE_DEADLINE_S if action == "release" else release.wake_timeout_s + 30
     container = {
         "name": action,
         "image": image,
@@ -126,7 +127,7 @@ def job_manifest(action: str, namespace: str, image: str, code_config_map: str, 
     # waited for; when `up` does wait for the Deployment (created or changed), the wake finds it ready.
     # So the two waits never add up: the time budget (stacks/ops/time_budget.py) counts the longer one.
     annotations = ({"pulumi.com/skipAwait": "true"} if action == "release"
-                   else {"pulumi.com/timeoutSeconds": str(release.wake_timeout_s + 60),
+                   else {"pulumi.com/timeoutSeconds": str(deadline + 30),
                          OVERLAPS_ANNOTATION: f"Deployment/{release.server}"})
     return {
         "metadata": {"name": job_name(action, release.server, release.sweep_hash), "namespace": namespace,

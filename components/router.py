@@ -90,6 +90,10 @@ def manifests(args: RouterArgs) -> list[dict[str, Any]]:
             "env": [{"name": "PYTHONPATH", "value": DEPS_DIR}],
             "ports": [{"name": "http", "containerPort": PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
             "readinessProbe": {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 5},
+            # a router that stops answering its own health check is restarted after a minute of misses; the
+            # first five minutes are spared, so that a slow start (its pip install) is not cut short
+            "livenessProbe": {"httpGet": {"path": "/health", "port": PORT}, "initialDelaySeconds": 300,
+                              "periodSeconds": 10, "failureThreshold": 6},
             "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
             "volumeMounts": [{"name": "deps", "mountPath": DEPS_DIR}],
         }],

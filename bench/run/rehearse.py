@@ -44,7 +44,7 @@ from bench.common import fleet_queries as Q
 from bench.common import locations
 from bench.common import prometheus as P
 from bench.common import workloads as W
-from bench.common.cli import run_one
+from bench.common.cli import out_folder, run_one
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals, stop_process_group
 from bench.run import grid, mixcheck, seeds, telemetry
 
@@ -257,7 +257,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--base-url", required=True, help="the router (or one server), e.g. http://ROUTER:8000")
     p.add_argument("--model", required=True, help="served model name of the pool")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder or s3:// model prefix")
-    p.add_argument("--out", required=True, help="folder for rehearsal.json, rehearsal.md, rehearsal.html")
+    p.add_argument("--out", type=out_folder, required=True, help="folder for rehearsal.json, rehearsal.md, rehearsal.html")
     p.add_argument("--metrics-url", action="append", default=[],
                    help="a server's /metrics (repeat per server); or use --prometheus-url")
     p.add_argument("--prometheus-url", help="the fleet's Prometheus (reads the ScaledObject's trigger queries)")
