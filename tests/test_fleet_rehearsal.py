@@ -95,10 +95,11 @@ def test_bad_input_exits_2_naming_the_flag(tmp_path, capsys, extra, says):
 
 def test_out_must_be_a_folder(tmp_path, capsys):
     (tmp_path / "plan.json").write_text(json.dumps(PLAN))
-    rc = bench_main(["rehearse", "--plan", str(tmp_path), "--base-url", "http://127.0.0.1:9", "--model", "m",
-                     "--tokenizer", str(tmp_path), "--out", str(tmp_path / "plan.json"),
-                     "--metrics-url", "http://127.0.0.1:9/metrics"])
-    assert rc == 2 and "--out:" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # refused while the arguments are parsed, as every --out
+        bench_main(["rehearse", "--plan", str(tmp_path), "--base-url", "http://127.0.0.1:9", "--model", "m",
+                    "--tokenizer", str(tmp_path), "--out", str(tmp_path / "plan.json"),
+                    "--metrics-url", "http://127.0.0.1:9/metrics"])
+    assert stop.value.code == 2 and "--out:" in capsys.readouterr().err
 
 
 def test_nothing_counts_past_the_end_of_the_run():
