@@ -99,14 +99,13 @@ endif
 	touch $@
 
 # checkov pins boto3 and packaging below the project's pins: its own environment, run as a process.
+# An environment that is one lock and nothing else (checkov's, the router's): $(call locked_env,VENV,LOCK)
+define locked_env
+$(if $(filter pip,$(INSTALLER)),$(PYTHON) -m venv $(1) && $(1)/bin/pip install --quiet --disable-pip-version-check --no-deps -r $(2),$(UV) venv --quiet --allow-existing --python $(PYTHON) $(1) && $(UV) pip sync --quiet --python $(1)/bin/python $(2))
+endef
+
 $(CHECKOV_VENV)/.installed: pyproject.toml locks/checkov.txt | $(UV_DEP)
-ifeq ($(INSTALLER),pip)
-	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r locks/checkov.txt
-else
-	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(CHECKOV_VENV)
-	$(UV) pip sync --quiet --python $(CHECKOV_VENV)/bin/python locks/checkov.txt
-endif
+	$(call locked_env,$(CHECKOV_VENV),locks/checkov.txt)
 	touch $@
 
 # Recompile locks/ after a pin changes in pyproject.toml (uv keeps every other version where it can;
@@ -131,13 +130,7 @@ lock: $(VENV)/.installed | $(UV_DEP)
 
 # The vLLM project's router (the `router` extra), run by the tests as a process in front of servers.
 $(ROUTER_VENV)/.installed: pyproject.toml locks/router.txt | $(UV_DEP)
-ifeq ($(INSTALLER),pip)
-	$(PYTHON) -m venv $(ROUTER_VENV)
-	$(ROUTER_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r locks/router.txt
-else
-	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(ROUTER_VENV)
-	$(UV) pip sync --quiet --python $(ROUTER_VENV)/bin/python locks/router.txt
-endif
+	$(call locked_env,$(ROUTER_VENV),locks/router.txt)
 	touch $@
 
 venv: $(VENV)/.installed
