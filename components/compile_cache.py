@@ -92,11 +92,6 @@ class CompileCache:
     code: dict[str, str] = field(repr=False, compare=False)  # the weights package: file -> source
     helpers: dict[str, str] = field(repr=False, compare=False)  # the bench modules it imports: path -> source
 
-    @property
-    def prefix(self) -> str:
-        """The key's prefix in the weights bucket, with its trailing slash (what the role may write)."""
-        return cache_prefix(self.key)
-
 
 def _flags(args: Sequence[str]) -> list[str]:
     """The argument list less the model (first, positional) and the compile-irrelevant flags."""
