@@ -142,12 +142,12 @@ def ratio_reruns(tmp_path: Path, ratio: float, seed: int) -> list[str]:
     return states
 
 
-def test_a_true_2x_case_never_fails(tmp_path):
-    # How often it passes is printed, not asserted: within the default budget (0.4 x the grid's GPU
-    # time) the search affords three or four runs at the knee, and with the assumed 17 % band the
-    # ratio's lower end lands near 1.3-1.45x (README of the method: docs/benchmark.md).
+def test_a_true_2x_case_passes_in_most_reruns_and_never_fails(tmp_path):
+    # The question "12 replicas to 8" on a close case: the knee is between c=11 and c=12 on both
+    # sides, so the ratio's lower end needs the baseline's sure miss near the knee (c=13 or 14)
+    # within the budget, and the bands measured from the pass end's runs (docs/benchmark.md).
     states = ratio_reruns(tmp_path, 2.0, 2000)
-    assert V.FAIL not in states
+    assert V.FAIL not in states and states.count(V.PASS) > RERUNS / 2
 
 
 def test_a_clear_case_passes_within_the_budget(tmp_path):

@@ -230,17 +230,27 @@ def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
     # The upper end is the lowest load above that misses the SLO for sure (its p99's interval,
     # run-to-run band included, above the limit): a miss near the limit may be a slow run.
     hi_c = state.sure_fail(lo_c)
-    # The highest load meeting the SLO lies below hi_c, so its throughput is at most that of the
-    # load just below hi_c where that was measured (throughput grows with concurrency).
-    top_c = hi_c - 1 if hi_c is not None and hi_c - 1 > lo_c and hi_c - 1 in points else hi_c
+    # The highest load meeting the SLO lies below hi_c, so its throughput is at most that at
+    # hi_c - 1 (throughput grows with concurrency): measured there, else read off the straight line
+    # between the nearest measured loads around it (the highest below, from the pass end up, and hi_c).
     tok, req, wide = figure(lo_c)
     tok, req = tok or 0.0, req or 0.0
     lo, req_lo = tok / (1 + wide), req / (1 + wide)
     band_hi = 0.0
-    if top_c is None:
+    top_c = hi_c
+    if hi_c is None:
         hi, req_hi = INF, INF
     else:
+        below = max(c for c in points if lo_c <= c < hi_c)
+        top_c = below if below == hi_c - 1 else hi_c
         tok_f, req_f, wide_f = figure(top_c)
+        if top_c == hi_c and below < hi_c - 1:
+            tok_b, req_b, wide_b = figure(below)
+            share = (hi_c - 1 - below) / (hi_c - below)
+            tok_f = (tok_b or 0.0) + ((tok_f or 0.0) - (tok_b or 0.0)) * share
+            req_f = (req_b or 0.0) + ((req_f or 0.0) - (req_b or 0.0)) * share
+            # two independent measurements weighted (1 - share, share): their bands add in quadrature
+            wide_f = math.hypot((1 - share) * wide_b, share * wide_f)
         hi = max((tok_f or 0.0) * (1 + wide_f), tok)
         req_hi = max((req_f or 0.0) * (1 + wide_f), req)
         band_hi = 0.0 if hi == tok else wide_f
