@@ -231,8 +231,8 @@ def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
     # run-to-run band included, above the limit): a miss near the limit may be a slow run.
     hi_c = state.sure_fail(lo_c)
     # The highest load meeting the SLO lies below hi_c, so its throughput is at most that at
-    # hi_c - 1 (throughput grows with concurrency): measured there, else read off the straight line
-    # between the nearest measured loads around it (the highest below, from the pass end up, and hi_c).
+    # hi_c - 1 (throughput grows with concurrency): measured there; else, where hi_c - 1 is the one
+    # load between two measured ones, the mean of theirs; else hi_c's own.
     tok, req, wide = figure(lo_c)
     tok, req = tok or 0.0, req or 0.0
     lo, req_lo = tok / (1 + wide), req / (1 + wide)
@@ -244,16 +244,18 @@ def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
         below = max(c for c in points if lo_c <= c < hi_c)
         top_c = below if below == hi_c - 1 else hi_c
         tok_f, req_f, wide_f = figure(top_c)
-        if top_c == hi_c and below < hi_c - 1:
+        if top_c == hi_c and below == hi_c - 2:
             tok_b, req_b, wide_b = figure(below)
-            share = (hi_c - 1 - below) / (hi_c - below)
+            share = 0.5
             tok_f = (tok_b or 0.0) + ((tok_f or 0.0) - (tok_b or 0.0)) * share
             req_f = (req_b or 0.0) + ((req_f or 0.0) - (req_b or 0.0)) * share
             # two independent measurements weighted (1 - share, share): their bands add in quadrature
             wide_f = math.hypot((1 - share) * wide_b, share * wide_f)
-        hi = max((tok_f or 0.0) * (1 + wide_f), tok)
-        req_hi = max((req_f or 0.0) * (1 + wide_f), req)
-        band_hi = 0.0 if hi == tok else wide_f
+        # never below the figure itself with its own band (a curve that falls past its best run)
+        if (tok_f or 0.0) * (1 + wide_f) >= tok * (1 + wide):
+            hi, req_hi, band_hi = (tok_f or 0.0) * (1 + wide_f), max((req_f or 0.0) * (1 + wide_f), req), wide_f
+        else:
+            hi, req_hi, band_hi = tok * (1 + wide), req * (1 + wide), wide
     return Capacity(source, MEETS, lo, hi, CONCURRENCY, lo_c, hi_c, loads[-1], band_lo=wide, band_hi=band_hi,
                     confirmed=state.decided(lo_c) is True, req_lo=req_lo, req_hi=req_hi, point=tok,
                     req_point=req, source_runs=tuple(_run_file(r) for r in points[lo_c]),
