@@ -35,7 +35,7 @@ PASS, FAIL, STRADDLE = "pass", "fail", "straddle"
 NEVER_MEETS_SLO = "never_meets_slo"
 DEFAULT_BRACKET = 0.25
 DEFAULT_REPEATS = 1
-DEFAULT_SEARCH_REQUESTS = 160
+DEFAULT_SEARCH_REQUESTS = 160  # a pass: above the 100 a p99 interval needs (docs/benchmark.md, "Search")
 DEFAULT_END_REPEATS = 1
 DEFAULT_RATE_PERCENTS = (50, 75, 90, 100, 110)
 BOOTSTRAP_RESAMPLES = 1000
@@ -44,13 +44,11 @@ Z95 = 1.96
 # A p99 needs about 100 requests before one lies above it: fewer give no interval for it.
 MIN_P99_REQUESTS = 100
 # The run-to-run band assumed where no point was measured twice (docs/benchmark.md, "Run-to-run
-# noise"): 1.96 / sqrt(2) x the 12 % that two load generators run in turn against one H200 server
-# differed by on output tok/s (the same points, back to back). A CPU demo spreads far more (27 %
-# and 61 % between two identical runs): pass --noise-pct to the sweep there.
+# noise"): two runs at four points on one H200 server differed by up to 12 % on output tok/s, about
+# 1.47 standard deviations of a difference: 1.96 x 12 / 1.47 / sqrt(2) = 11 %. A CPU demo spreads
+# far more (27 % and 61 % between two identical runs): pass --noise-pct to the sweep there.
 DEFAULT_NOISE_PCT = 11.0
-# The default's weight beside measured repeats, in degrees of freedom (a spread from two or three
-# repeats is itself uncertain).
-NOISE_PRIOR_DF = 1
+NOISE_PRIOR_DF = 1  # the default's weight beside measured repeats (degrees of freedom): one repeat's
 
 
 # ---------------------------------------------------------------------------------------------
@@ -541,37 +539,13 @@ class Search:
                 and sure - soft > 1):
             # The fail end only straddles a limit (a miss near it may be a slow run): look for a
             # sure miss between it and the nearest one, so the interval's upper end comes closer.
-            return self.toward_sure_fail(lo, soft, sure)
+            return (soft + sure) // 2
         if hi is not None and self.unsettled(hi):
             return hi  # a failure near the boundary: its repeats may pass
         short = [c for c in (lo, hi) if c is not None and len(self.results(c)) < 1 + self.end_repeats]
         if short:  # repeats of the two ends, the one not run last first
             return sorted(short, key=lambda c: c == self.last)[0]
         return None
-
-    def toward_sure_fail(self, lo: int, soft: int, sure: int) -> int:
-        """The next load to try for a sure miss above `soft` (a fail end that only straddles), below
-        `sure`: where the p99 trend from the pass end through `soft` (log-log, per metric) puts the
-        lower end of a p99's interval above its limit, never above the midpoint (bisection stays
-        the worst case) and at least soft + 1. Only chooses the run: nothing is claimed from it."""
-        mid = (soft + sure) // 2
-        at_lo, at_soft = self.judgement(lo), self.judgement(soft)
-        guesses = []
-        for name in ("ttft", "decode"):
-            a, b = getattr(at_lo, name), getattr(at_soft, name)
-            span = b.interval_ms
-            if a.p99_ms is None or b.p99_ms is None or span is None or a.p99_ms <= 0 or b.p99_ms <= a.p99_ms:
-                continue
-            slope = math.log(b.p99_ms / a.p99_ms) / math.log(soft / lo)
-            low = span[0]
-            if low <= 0 or slope < 0.1:  # a flat p99 says little about where it will cross
-                continue
-            # the new run may itself be fast by the band: aim for a lower end above the limit by it
-            target = b.limit_ms * (1 + b.band)
-            guesses.append(soft * min(sure / soft, (target / low) ** (1 / slope)) if low < target else soft + 1)
-        if not guesses:
-            return mid
-        return max(soft + 1, min(mid, math.ceil(min(guesses) - 1e-9)))
 
     def requests_for(self, c: int, screen: int | None = None) -> int:
         have = sum(self.run_requests.get(c, []))

@@ -232,34 +232,26 @@ def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
     hi_c = state.sure_fail(lo_c)
     # The highest load meeting the SLO lies below hi_c, so its throughput is at most that at
     # hi_c - 1 (throughput grows with concurrency): measured there; else, where hi_c - 1 is the one
-    # load between two measured ones, the mean of theirs; else hi_c's own.
+    # load between two measured ones, the mean of theirs (bands in quadrature); else hi_c's own.
+    # Never below the figure with its own band (a curve that falls past its best run).
     tok, req, wide = figure(lo_c)
     tok, req = tok or 0.0, req or 0.0
-    lo, req_lo = tok / (1 + wide), req / (1 + wide)
-    band_hi = 0.0
-    top_c = hi_c
+    hi, req_hi, band_hi = tok * (1 + wide), req * (1 + wide), wide
     if hi_c is None:
-        hi, req_hi = INF, INF
+        hi, req_hi, band_hi = INF, INF, 0.0
     else:
         below = max(c for c in points if lo_c <= c < hi_c)
-        top_c = below if below == hi_c - 1 else hi_c
-        tok_f, req_f, wide_f = figure(top_c)
-        if top_c == hi_c and below == hi_c - 2:
+        tok_f, req_f, wide_f = figure(below if below == hi_c - 1 else hi_c)
+        if below == hi_c - 2:
             tok_b, req_b, wide_b = figure(below)
-            share = 0.5
-            tok_f = (tok_b or 0.0) + ((tok_f or 0.0) - (tok_b or 0.0)) * share
-            req_f = (req_b or 0.0) + ((req_f or 0.0) - (req_b or 0.0)) * share
-            # two independent measurements weighted (1 - share, share): their bands add in quadrature
-            wide_f = math.hypot((1 - share) * wide_b, share * wide_f)
-        # never below the figure itself with its own band (a curve that falls past its best run)
-        if (tok_f or 0.0) * (1 + wide_f) >= tok * (1 + wide):
+            tok_f, req_f = ((tok_b or 0.0) + (tok_f or 0.0)) / 2, ((req_b or 0.0) + (req_f or 0.0)) / 2
+            wide_f = math.hypot(wide_b, wide_f) / 2
+        if (tok_f or 0.0) * (1 + wide_f) >= hi:
             hi, req_hi, band_hi = (tok_f or 0.0) * (1 + wide_f), max((req_f or 0.0) * (1 + wide_f), req), wide_f
-        else:
-            hi, req_hi, band_hi = tok * (1 + wide), req * (1 + wide), wide
-    return Capacity(source, MEETS, lo, hi, CONCURRENCY, lo_c, hi_c, loads[-1], band_lo=wide, band_hi=band_hi,
-                    confirmed=state.decided(lo_c) is True, req_lo=req_lo, req_hi=req_hi, point=tok,
-                    req_point=req, source_runs=tuple(_run_file(r) for r in points[lo_c]),
-                    fail_runs=tuple(_run_file(r) for r in points.get(top_c, [])) if top_c is not None else (),
+    return Capacity(source, MEETS, tok / (1 + wide), hi, CONCURRENCY, lo_c, hi_c, loads[-1], band_lo=wide,
+                    band_hi=band_hi, confirmed=state.decided(lo_c) is True, req_lo=req / (1 + wide), req_hi=req_hi,
+                    point=tok, req_point=req, source_runs=tuple(_run_file(r) for r in points[lo_c]),
+                    fail_runs=tuple(_run_file(r) for r in points.get(hi_c, [])) if hi_c is not None else (),
                     repeats=len(points[lo_c]), judgement=state.judgement(lo_c), **common)
 
 
@@ -418,7 +410,7 @@ def run_text(cap: Capacity) -> str:
 
 
 def noise_words(pct: float | None, source: str | None) -> str:
-    """The run-to-run band in words: "run-to-run band 17 %, assumed, no point was run twice"."""
+    """The run-to-run band in words: "run-to-run band 11 %, assumed, no point was run twice"."""
     if pct is None:
         return ""
     how = {"measured": ", measured from repeats", "assumed": ", assumed, no point was run twice",
