@@ -100,12 +100,15 @@ def capacity(folder: Path, scenario: str = "S1_chat") -> V.Capacity:
     return CR.scenario_capacity(folder, side.runs, **{"ttft_ms": 500.0, "decode_ms": 50.0})[scenario]["closed"]
 
 
-def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path):
-    server = FakeServer(top=3000.0, ms_per_c=500.0 / 11.5, sigma=0.08)  # true capacity at c=11
+@pytest.mark.parametrize("knee,seed", [(11.5, 1000), (23.5, 4000)], ids=["near-a-grid-point", "mid-bracket"])
+def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path, knee, seed):
+    # the true capacity at c=11 (the grid brackets it between 8 and 16, the search near it), or at
+    # c=23, midway between the grid's 16 and 32
+    server = FakeServer(top=3000.0, ms_per_c=500.0 / knee, sigma=0.08)
     truth = server.true_capacity
     covered, widths, costs, noises = 0, [], [], []
     for k in range(RERUNS):
-        rng = np.random.default_rng(1000 + k)
+        rng = np.random.default_rng(seed + k)
         record = sweep(tmp_path / f"r{k}", server, rng)
         cap = capacity(tmp_path / f"r{k}")
         covered += cap.lo <= truth <= cap.hi
@@ -115,7 +118,7 @@ def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path):
     coverage = covered / RERUNS
     print(f"\n[calibration] true capacity {truth:,.1f} tok/s at c={server.true_concurrency}: covered in "
           f"{covered} of {RERUNS} reruns ({100 * coverage:.0f} %); interval width (hi/lo) median "
-          f"{np.median(widths):.2f}; GPU time {max(costs):.2f}x the grid's at most; band used median "
+          f"{np.median(widths):.2f}; GPU time {max(costs):.3f}x the grid's at most; band used median "
           f"{np.median(noises):.1f} %")
     assert coverage >= 0.9
     assert max(costs) <= 1.4 + 1e-9

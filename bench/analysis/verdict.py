@@ -64,8 +64,8 @@ class Capacity:
     `point` is the capacity figure itself: the output tok/s at `load_pass`, the highest load that
     met the SLO (the mean of its runs), measured by `source_runs` (`source_run` the first). [lo, hi)
     is its 95 % interval: from the point divided by (1 + the run-to-run band of its runs) to the
-    tok/s at `load_fail`, the lowest load above it that missed the SLO, times (1 + its band); hi
-    is INF for an open upper end. For a side that never meets the SLO `load_fail` is the lowest
+    most a load below `load_fail` (the lowest load above it that missed the SLO) serves, times
+    (1 + its band) (`closed_loop`); hi is INF for an open upper end. For a side that never meets the SLO `load_fail` is the lowest
     load tested. Loads are concurrencies or offered req/s (`unit`); `loop` is closed or open.
     `noise_pct` is the run-to-run band of one run that widened the ends (`noise_source`: measured
     from repeats, or assumed), `repeats` how many runs measured the point.
