@@ -201,7 +201,7 @@ def test_never_meets_and_above_grid():
     assert never.result() == {"state": C.NEVER_MEETS_SLO} and order == []
     always, order = run_search([1, 2, 4], lambda c, n, k: model_result(c / 100, n))
     assert always.result() == {"concurrency_pass": 4, "concurrency_fail": None}
-    assert order == [4, 4]  # its 32-request grid point is confirmed: screen, then topped up to 200
+    assert order == [4, 4]  # its 32-request grid point is confirmed: screen, then topped up to 160
 
 
 def test_rate_list_and_rate_capacity():

@@ -109,6 +109,29 @@ def test_grid_capacity_interval_open_end_and_never(tmp_path):
     assert V.capacity_text(d).startswith("below 444.0 tok/s: never meets the SLO")
 
 
+def test_the_upper_end_is_the_most_a_load_below_the_sure_miss_serves(tmp_path):
+    def closed(name, points):
+        grid(tmp_path / name, "S1_chat", points)
+        side = SIDE.load_side(tmp_path / name)
+        return CR.scenario_capacity(side.path, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["closed"]
+
+    band = 1 + C.DEFAULT_NOISE_PCT / 100
+    # adjacent ends: the capacity is c=10's own throughput, its band on both sides
+    adjacent = closed("adjacent", {8: (800.0, True), 10: (1000.0, True), 11: (1100.0, False)})
+    assert (adjacent.load_pass, adjacent.load_fail) == (10, 11)
+    assert (adjacent.lo, adjacent.hi) == (pytest.approx(1000 / band), pytest.approx(1000 * band))
+    assert adjacent.fail_runs == ("S1_chat_c11.json",)
+    # c=11 is the one load between two measured ones: the mean of theirs, bands in quadrature
+    between = closed("between", {8: (800.0, True), 10: (1000.0, True), 12: (1300.0, False)})
+    assert between.hi == pytest.approx(1150 * (1 + math.hypot(band - 1, band - 1) / 2))
+    # several loads unmeasured below the sure miss: the sure miss's own throughput
+    wide = closed("wide", {8: (800.0, True), 16: (1600.0, False)})
+    assert wide.hi == pytest.approx(1600 * band)
+    # a curve falling past its best run: never below the figure with its band
+    falling = closed("falling", {8: (800.0, True), 16: (700.0, False)})
+    assert falling.hi == pytest.approx(800 * band)
+
+
 # --- three states from the grid alone ---------------------------------------------------------
 
 
