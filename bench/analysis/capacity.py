@@ -471,13 +471,12 @@ class Search:
         # does not; a straddling one is repeated once it is an end of the bracket.
         if j.state == FAIL or not j.point_pass or sum(self.run_requests.get(c, [])) >= self.min_requests:
             return False
-        if self.hopeless(j):
-            return False
-        return None
+        return False if self.hopeless(j) else None
 
     def hopeless(self, j: Judgement) -> bool:
-        """A top-up cannot make this point pass with confidence: even with one more run, the band
-        alone (of the mean of its runs, no sampling error left) puts a p99 above its limit."""
+        """A top-up is not worth its GPU time: with the band of one more run on its current p99 (no
+        sampling error left) a limit is still missed. It counts as failing; as a straddling fail end
+        it is run again (`repeats`), where a slow first run shows."""
         wide = band(self.noise().pct, j.runs + 1)
         return any(m.p99_ms is not None and m.p99_ms * (1 + wide) > m.limit_ms for m in (j.ttft, j.decode))
 
