@@ -116,9 +116,9 @@ def test_search_converges_on_the_known_capacity():
     search, order = run_search([1, 2, 4, 8, 16, 32, 64], lambda c, n, k: model_result(c, n))
     assert search.result() == {"concurrency_pass": 5, "concurrency_fail": 6}
     # c=6 fails with confidence on its 48-request screen; c=5 straddles on its 40-request screen (too
-    # few requests for a p99 interval) and is topped up to 200 before the pass counts; then each end
+    # few requests for a p99 interval) and is topped up to 160 before the pass counts; then each end
     # is run once more (c=6 at its screen's size), c=6 first since c=5 ran last.
-    assert order == [6, 5, 5, 6] and search.sizes == [48, 40, 160, 48]
+    assert order == [6, 5, 5, 6] and search.sizes == [48, 40, 120, 48]
 
 
 def test_search_confirms_a_grid_pass_end_and_moves_down_when_it_fails():
@@ -201,7 +201,7 @@ def test_never_meets_and_above_grid():
     assert never.result() == {"state": C.NEVER_MEETS_SLO} and order == []
     always, order = run_search([1, 2, 4], lambda c, n, k: model_result(c / 100, n))
     assert always.result() == {"concurrency_pass": 4, "concurrency_fail": None}
-    assert order == [4, 4]  # its 32-request grid point is confirmed: screen, then topped up to 200
+    assert order == [4, 4]  # its 32-request grid point is confirmed: screen, then topped up to 160
 
 
 def test_rate_list_and_rate_capacity():

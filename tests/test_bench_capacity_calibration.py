@@ -100,12 +100,15 @@ def capacity(folder: Path, scenario: str = "S1_chat") -> V.Capacity:
     return CR.scenario_capacity(folder, side.runs, **{"ttft_ms": 500.0, "decode_ms": 50.0})[scenario]["closed"]
 
 
-def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path):
-    server = FakeServer(top=3000.0, ms_per_c=500.0 / 11.5, sigma=0.08)  # true capacity at c=11
+@pytest.mark.parametrize("knee,seed", [(11.5, 1000), (23.5, 4000)], ids=["near-a-grid-point", "mid-bracket"])
+def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path, knee, seed):
+    # the true capacity at c=11 (the grid brackets it between 8 and 16, the search near it), or at
+    # c=23, midway between the grid's 16 and 32
+    server = FakeServer(top=3000.0, ms_per_c=500.0 / knee, sigma=0.08)
     truth = server.true_capacity
     covered, widths, costs, noises = 0, [], [], []
     for k in range(RERUNS):
-        rng = np.random.default_rng(1000 + k)
+        rng = np.random.default_rng(seed + k)
         record = sweep(tmp_path / f"r{k}", server, rng)
         cap = capacity(tmp_path / f"r{k}")
         covered += cap.lo <= truth <= cap.hi
@@ -115,7 +118,7 @@ def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path):
     coverage = covered / RERUNS
     print(f"\n[calibration] true capacity {truth:,.1f} tok/s at c={server.true_concurrency}: covered in "
           f"{covered} of {RERUNS} reruns ({100 * coverage:.0f} %); interval width (hi/lo) median "
-          f"{np.median(widths):.2f}; GPU time {max(costs):.2f}x the grid's at most; band used median "
+          f"{np.median(widths):.2f}; GPU time {max(costs):.3f}x the grid's at most; band used median "
           f"{np.median(noises):.1f} %")
     assert coverage >= 0.9
     assert max(costs) <= 1.4 + 1e-9
@@ -142,12 +145,12 @@ def ratio_reruns(tmp_path: Path, ratio: float, seed: int) -> list[str]:
     return states
 
 
-def test_a_true_2x_case_never_fails(tmp_path):
-    # How often it passes is printed, not asserted: within the default budget (0.4 x the grid's GPU
-    # time) the search affords three or four runs at the knee, and with the assumed 17 % band the
-    # ratio's lower end lands near 1.3-1.45x (README of the method: docs/benchmark.md).
+def test_a_true_2x_case_passes_in_most_reruns_and_never_fails(tmp_path):
+    # The question "12 replicas to 8" on a close case: the knee is between c=11 and c=12 on both
+    # sides, so the ratio's lower end needs the baseline's sure miss near the knee (c=13 or 14)
+    # within the budget, and the bands measured from the pass end's runs (docs/benchmark.md).
     states = ratio_reruns(tmp_path, 2.0, 2000)
-    assert V.FAIL not in states
+    assert V.FAIL not in states and states.count(V.PASS) > RERUNS / 2
 
 
 def test_a_clear_case_passes_within_the_budget(tmp_path):

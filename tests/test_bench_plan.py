@@ -145,9 +145,9 @@ def test_baseline_that_never_meets_the_slo(tmp_path):
     assert "S1_chat: the baseline never meets the SLO at the loads tested" in text
     # S2 from the grids alone: both sides meet the SLO at c=8 (2,400 tok/s) and miss it at c=16
     # (4,800): 12 x [2,400, 4,800) over [2,400, 4,800) is 6 to 24 replica-loads before the assumed
-    # run-to-run band (17 %) widens each end: 12 x 2,400 / 1.17 / (4,800 x 1.17) ... = 5 to 33.
+    # run-to-run band (11 %) widens each end: 12 x 2,400 / 1.11 / (4,800 x 1.11) ... = 5 to 30.
     row = read(out)["configurations"][0]
-    assert rc == 0 and row["replicas"] is None and row["replicas_range"] == [5, 33]
+    assert rc == 0 and row["replicas"] is None and row["replicas_range"] == [5, 30]
     assert "run the capacity search to narrow it" in row["reason"]
     # Confirm S2 on both sides (search runs with detail) and bracket it: c=8 passes, c=9 misses.
     for d, tok in ((base, 300.0), (cand, 900.0)):
@@ -160,10 +160,11 @@ def test_baseline_that_never_meets_the_slo(tmp_path):
         data = result("S2_summary", 9, tok * 9, ttft=600.0, n=200, detail=[600.0] * 200)
         (d / "search" / CR.search_filename("S2_summary", 9, 1)).write_text(json.dumps(data))
     assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts") == 0
-    # 12 x [2,400, 2,700) over [7,200, 8,100): 3.6 to 4.5 replica-loads before the run-to-run band
-    # (13.9 %: c=8 ran twice on each side, the grid's run and the search's) widens each end: 2.7 to 5.8
+    # Adjacent ends [8, 9) on both sides: each capacity is c=8's throughput, 12 x 2,400 / 7,200 = 4
+    # replica-loads, widened by the run-to-run band (c=8 ran twice on each side, the grid's run and
+    # the search's) at each end: 4 to 5
     row = read(out)["configurations"][0]
-    assert row["replicas_range"] == [3, 6] and row["replicas"] is None
+    assert row["replicas_range"] == [4, 5] and row["replicas"] is None
     assert "narrow the capacity search" in row["reason"]
     assert "never meets the SLO" in (out / "plan.md").read_text()
 
@@ -195,16 +196,17 @@ def test_candidate_slo_capacity_from_search_runs(tmp_path):
     side = SIDE.load_side(cand)
     cap = CR.scenario_capacity(cand, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["slo_capacity"]
     assert cap["concurrency_pass"] == 5 and cap["concurrency_fail"] == 6
-    # the p99's interval: one run's bootstrap interval (400 ms flat) widened by the assumed 17 % band
-    assert cap["output_tok_s"] == 1500.0 and cap["ttft_p99_ci_ms"] == [round(400 / 1.17, 3), 468.0]
+    # the p99's interval: one run's bootstrap interval (400 ms flat) widened by the assumed 11 % band
+    assert cap["output_tok_s"] == 1500.0 and cap["ttft_p99_ci_ms"] == [round(400 / 1.11, 3), 444.0]
     assert cap["source_run"] == "search/S1_chat_c5.run1.json" and cap["repeats"] == 1
     out = tmp_path / "p"
     assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts") == 0
-    # Both sides bracketed at [5, 6): 12 x [500, 600) over [1,500, 1,800) is 3.3 to 4.8 replica-loads,
-    # and 2.4 to 6.6 once the assumed run-to-run band (17 %, each point ran once) widens each end.
+    # Both sides bracketed at [5, 6), adjacent ends: each capacity is c=5's throughput, 12 x 500 /
+    # 1,500 = 4 replica-loads, widened at each end by the assumed run-to-run band (11 %, each point ran
+    # once): 4 to 5.
     row = read(out)["configurations"][0]
-    assert row["replicas_range"] == [3, 7] and row["replicas"] is None
-    assert "| cand | S1_chat | 1,282.1 to 2,106.0 | " in (out / "plan.md").read_text()
+    assert row["replicas_range"] == [4, 5] and row["replicas"] is None
+    assert "| cand | S1_chat | 1,351.4 to 1,665.0 | " in (out / "plan.md").read_text()
     assert "capacity search |" in (out / "plan.md").read_text()
 
 
@@ -327,8 +329,8 @@ def test_plan_pairs_capacities_as_the_report_does(tmp_path):
     assert plan(tmp_path / "cand", "--baseline", tmp_path / "base", "--current-replicas", 12, "--out", out,
                 "--no-charts") == 0
     text = (out / "plan.md").read_text()
-    assert "| cand | S1_chat | 3,418.8 to 5,148.0 | " in text and "| capacity search |" in text
-    # S1: 12 x [1,000, 1,100) over [4,000, 4,400) = 2.7 to 3.3; S2: 12 x [800, 1,600) over
-    # [3,200, 6,400) = 1.5 to 6; each end widened by the assumed run-to-run band (17 %): 1.1 to 8.2;
-    # the busiest scenario binds each end.
-    assert read(out)["configurations"][0]["replicas_range"] == [2, 8]
+    assert "| cand | S1_chat | 3,603.6 to 4,440.0 | " in text and "| capacity search |" in text
+    # S1: bracketed [10, 11) on both sides, so each capacity is c=10's throughput (1,000 and 4,000):
+    # 12 x 1,000 / 4,000 = 3; S2: 12 x [800, 1,600) over [3,200, 6,400) = 1.5 to 6; each end widened
+    # by the assumed run-to-run band (11 %); the busiest scenario binds each end: 3 to 8.
+    assert read(out)["configurations"][0]["replicas_range"] == [3, 8]

@@ -96,16 +96,40 @@ def test_grid_capacity_interval_open_end_and_never(tmp_path):
     band = 1 + C.DEFAULT_NOISE_PCT / 100
     assert (a.state, a.point, a.load_pass, a.load_fail, a.source) == (V.MEETS, 800.0, 8, 16, V.GRID)
     assert (a.lo, a.hi) == (pytest.approx(800.0 / band), pytest.approx(1600.0 * band))
-    assert (a.source_run, a.repeats, a.noise_pct, a.noise_source) == ("S1_chat_c8.json", 1, 17.0, "assumed")
+    assert (a.source_run, a.repeats, a.noise_pct, a.noise_source) == ("S1_chat_c8.json", 1, C.DEFAULT_NOISE_PCT,
+                                                                      "assumed")
     assert (b.point, b.lo, b.hi, b.load_pass, b.load_fail) == (6400.0, pytest.approx(6400 / band), math.inf, 64, None)
     assert (c.state, c.lo, c.hi, c.load_fail) == (V.NEVER, 0.0, 0.0, 1)  # misses at one request at a time
     assert (d.state, d.lo, d.hi, d.load_fail) == (V.NEVER, 0.0, pytest.approx(400.0 * band), 4)  # below the lowest load
-    assert V.capacity_text(a) == ("800.0 tok/s (c=8, closed loop, S1_chat_c8.json); 95 % interval 683.8 to 1,872.0 "
-                                  "tok/s (misses the SLO at c=16; run-to-run band 17 %, assumed, no point was run twice)")
+    assert V.capacity_text(a) == ("800.0 tok/s (c=8, closed loop, S1_chat_c8.json); 95 % interval 720.7 to 1,776.0 "
+                                  "tok/s (misses the SLO at c=16; run-to-run band 11 %, assumed, no point was run twice)")
     flat = V.Capacity(V.GRID, V.MEETS, lo=394.7, hi=394.7, load_pass=7, load_fail=8, point=394.7)  # saturated
     assert V.capacity_text(flat) == "394.7 tok/s (c=7, closed loop); 95 % interval 394.7 tok/s (misses the SLO at c=8)"
     assert "or more" in V.capacity_text(b) and "no upper bound" in V.capacity_text(b)
-    assert V.capacity_text(d).startswith("below 468.0 tok/s: never meets the SLO")
+    assert V.capacity_text(d).startswith("below 444.0 tok/s: never meets the SLO")
+
+
+def test_the_upper_end_is_the_most_a_load_below_the_sure_miss_serves(tmp_path):
+    def closed(name, points):
+        grid(tmp_path / name, "S1_chat", points)
+        side = SIDE.load_side(tmp_path / name)
+        return CR.scenario_capacity(side.path, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["closed"]
+
+    band = 1 + C.DEFAULT_NOISE_PCT / 100
+    # adjacent ends: the capacity is c=10's own throughput, its band on both sides
+    adjacent = closed("adjacent", {8: (800.0, True), 10: (1000.0, True), 11: (1100.0, False)})
+    assert (adjacent.load_pass, adjacent.load_fail) == (10, 11)
+    assert (adjacent.lo, adjacent.hi) == (pytest.approx(1000 / band), pytest.approx(1000 * band))
+    assert adjacent.fail_runs == ("S1_chat_c11.json",)
+    # c=11 is the one load between two measured ones: the mean of theirs, bands in quadrature
+    between = closed("between", {8: (800.0, True), 10: (1000.0, True), 12: (1300.0, False)})
+    assert between.hi == pytest.approx(1150 * (1 + math.hypot(band - 1, band - 1) / 2))
+    # several loads unmeasured below the sure miss: the sure miss's own throughput
+    wide = closed("wide", {8: (800.0, True), 16: (1600.0, False)})
+    assert wide.hi == pytest.approx(1600 * band)
+    # a curve falling past its best run: never below the figure with its band
+    falling = closed("falling", {8: (800.0, True), 16: (700.0, False)})
+    assert falling.hi == pytest.approx(800 * band)
 
 
 # --- three states from the grid alone ---------------------------------------------------------
@@ -118,19 +142,20 @@ def test_grid_alone_passes_a_clear_case(tmp_path):
     summary, issues = summarize(tmp_path / "cand", tmp_path / "base")
     v = summary["verdict"]
     assert issues == [] and v["state"] == "pass" and v["pass"] is True and v["reasons"] == []
-    # [3,200, 6,400) over [800, 1,600): 2x to 8x, each end's assumed band (17 %) on in quadrature
-    spread = 1 + math.hypot(0.17, 0.17)
+    # [3,200, 6,400) over [800, 1,600): 2x to 8x, each end's assumed band (11 %) on in quadrature
+    band = C.DEFAULT_NOISE_PCT / 100
+    spread = 1 + math.hypot(band, band)
     expect = [round(2.0 / spread, 4), round(8.0 * spread, 4)]
     assert v["min_ratio"] == expect[0] and v["min_ratio_interval"] == expect and v["basis"] == "slo"
     c = summary["comparison"]["S1_chat"]
     assert c["slo_ratio_interval"] == expect and c["slo_basis_source"] == "grid" and c["slo_ratio"] == 4.0
     assert c["slo_state"] == "pass" and c["baseline_state"] == "meets_slo"
     iv = summary["scenarios"]["S1_chat"]["slo_capacity_interval"]
-    assert iv == {"source": "grid", "state": "meets_slo", "output_tok_s": [round(3200 / 1.17, 4), 7488.0],
+    assert iv == {"source": "grid", "state": "meets_slo", "output_tok_s": [round(3200 / (1 + band), 4), round(6400 * (1 + band), 4)],
                   "load_unit": "concurrency", "load_pass": 8, "load_fail": 16, "load_max": 64, "confirmed": False,
                   "point_tok_s": 3200.0, "loop": "closed", "source_run": "S1_chat_c8.json",
                   "source_runs": ["S1_chat_c8.json"], "fail_runs": ["S1_chat_c16.json"], "repeats": 1,
-                  "noise_pct": 17.0, "noise_source": "assumed"}
+                  "noise_pct": C.DEFAULT_NOISE_PCT, "noise_source": "assumed"}
     # summary's `slo` is the same figure, with its run
     assert summary["scenarios"]["S1_chat"]["slo"] == {"concurrency": 8, "output_tok_s": 3200.0, "loop": "closed",
                                                       "source_run": "S1_chat_c8.json"}
@@ -144,11 +169,11 @@ def test_grid_alone_fails_when_a_best_case_is_below_the_threshold(tmp_path):
     summary, _ = summarize(tmp_path / "cand", tmp_path / "base")
     v = summary["verdict"]
     assert v["state"] == "fail" and v["pass"] is False
-    spread = 1 + math.hypot(0.17, 0.17)
+    spread = 1 + math.hypot(C.DEFAULT_NOISE_PCT / 100, C.DEFAULT_NOISE_PCT / 100)
     expect = [round(0.5 / spread, 4), round(900 / 800 * spread, 4)]
     assert summary["comparison"]["S2_summary"]["slo_ratio_interval"] == expect
     assert v["reasons"] == ["S2_summary: even the best case is below the 1.5x threshold (SLO ratio per GPU "
-                            "0.40x to 1.40x)"]
+                            "0.43x to 1.30x)"]
     assert v["min_ratio_interval"] == expect
 
 
@@ -157,9 +182,9 @@ def test_grid_alone_cannot_decide_a_close_case_and_names_the_search(tmp_path):
     grid(tmp_path / "cand", "S1_chat", doubling(200.0, 8))   # [1,600, 3,200): 1x to 4x
     summary, _ = summarize(tmp_path / "cand", tmp_path / "base")
     v = summary["verdict"]
-    assert v["state"] == "inconclusive" and v["pass"] is False and v["min_ratio"] == 0.8062
+    assert v["state"] == "inconclusive" and v["pass"] is False and v["min_ratio"] == 0.8654
     (reason,) = v["reasons"]
-    assert reason.startswith("S1_chat: the SLO ratio per GPU, 0.81x to 4.96x, spans the 1.5x threshold")
+    assert reason.startswith("S1_chat: the SLO ratio per GPU, 0.87x to 4.62x, spans the 1.5x threshold")
     assert "--capacity-search --resume" in reason
 
 
@@ -318,13 +343,14 @@ def test_a_capacity_search_folder_accounts_for_every_file_without_rename_advice(
     rate = summary["scenarios"]["S1_chat"]["rate_capacity_interval"]
     assert rate["point_tok_s"] == 1600.0 and rate["output_tok_s"][1] is None and rate["loop"] == "open"
     assert rate["source_run"] == "open_loop/S1_chat_rate1.json"
-    # cand [4,000, 4,400) over base [1,000, 1,100): bracketed [10, 11) on both sides
+    # bracketed [10, 11) on both sides: cand 4,000 tok/s at c=10 over base 1,000
     closed = summary["scenarios"]["S1_chat"]["slo_capacity_interval"]
     assert (closed["load_pass"], closed["load_fail"], closed["point_tok_s"]) == (10, 11, 4000.0)
     assert closed["source_run"] == "search/S1_chat_c10.run1.json" and closed["noise_source"] == "assumed"
-    spread = 1 + math.hypot(0.17, 0.17)
+    spread = 1 + math.hypot(C.DEFAULT_NOISE_PCT / 100, C.DEFAULT_NOISE_PCT / 100)
     assert c1["slo_basis_source"] == "search"
-    assert c1["slo_ratio_interval"] == [pytest.approx(4000 / 1100 / spread, abs=1e-4), pytest.approx(4.4 * spread, abs=1e-4)]
+    # adjacent ends ([10, 11) on both sides): each capacity is c=10's own throughput, widened by its band
+    assert c1["slo_ratio_interval"] == [pytest.approx(4000 / 1000 / spread, abs=1e-4), pytest.approx(4.0 * spread, abs=1e-4)]
     assert c1["slo_ratio"] == 4.0  # the two capacity figures: 4,000 / 1,000 tok/s
     assert c2["slo_basis_source"] == "search" and c2["slo_ratio_interval"] is not None
     # the budget stopped the baseline's S2 search, yet its grid bracket still bounds the ratio:
@@ -370,7 +396,7 @@ def test_the_capacity_is_the_highest_load_meeting_the_slo_not_the_best_run(tmp_p
     assert sc["peak"]["concurrency"] == 8 and sc["peak"]["output_tok_s"] == 3000.0  # the peak is another figure
     assert summary["comparison"]["S1_chat"]["slo_ratio"] == 4.0  # 2,800 / 700: the two capacity figures
     assert "2,800.0 tok/s (c=16, closed loop, S1_chat_c16.json)" in md
-    assert "run-to-run band 17 %, assumed, no point was run twice" in md
+    assert "run-to-run band 11 %, assumed, no point was run twice" in md
 
 
 def test_a_search_rerun_that_misses_at_a_grid_point_moves_the_capacity(tmp_path):

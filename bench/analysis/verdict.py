@@ -64,8 +64,8 @@ class Capacity:
     `point` is the capacity figure itself: the output tok/s at `load_pass`, the highest load that
     met the SLO (the mean of its runs), measured by `source_runs` (`source_run` the first). [lo, hi)
     is its 95 % interval: from the point divided by (1 + the run-to-run band of its runs) to the
-    tok/s at `load_fail`, the lowest load above it that missed the SLO, times (1 + its band); hi
-    is INF for an open upper end. For a side that never meets the SLO `load_fail` is the lowest
+    most a load below `load_fail` (the lowest load above it that missed the SLO) serves, times
+    (1 + its band) (`closed_loop`); hi is INF for an open upper end. For a side that never meets the SLO `load_fail` is the lowest
     load tested. Loads are concurrencies or offered req/s (`unit`); `loop` is closed or open.
     `noise_pct` is the run-to-run band of one run that widened the ends (`noise_source`: measured
     from repeats, or assumed), `repeats` how many runs measured the point.
@@ -230,24 +230,28 @@ def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
     # The upper end is the lowest load above that misses the SLO for sure (its p99's interval,
     # run-to-run band included, above the limit): a miss near the limit may be a slow run.
     hi_c = state.sure_fail(lo_c)
-    # The highest load meeting the SLO lies below hi_c, so its throughput is at most that of the
-    # load just below hi_c where that was measured (throughput grows with concurrency).
-    top_c = hi_c - 1 if hi_c is not None and hi_c - 1 > lo_c and hi_c - 1 in points else hi_c
+    # The highest load meeting the SLO lies below hi_c, so its throughput is at most that at
+    # hi_c - 1 (throughput grows with concurrency): measured there; else, where hi_c - 1 is the one
+    # load between two measured ones, the mean of theirs (bands in quadrature); else hi_c's own.
+    # Never below the figure with its own band (a curve that falls past its best run).
     tok, req, wide = figure(lo_c)
     tok, req = tok or 0.0, req or 0.0
-    lo, req_lo = tok / (1 + wide), req / (1 + wide)
-    band_hi = 0.0
-    if top_c is None:
-        hi, req_hi = INF, INF
+    hi, req_hi, band_hi = tok * (1 + wide), req * (1 + wide), wide
+    if hi_c is None:
+        hi, req_hi, band_hi = INF, INF, 0.0
     else:
-        tok_f, req_f, wide_f = figure(top_c)
-        hi = max((tok_f or 0.0) * (1 + wide_f), tok)
-        req_hi = max((req_f or 0.0) * (1 + wide_f), req)
-        band_hi = 0.0 if hi == tok else wide_f
-    return Capacity(source, MEETS, lo, hi, CONCURRENCY, lo_c, hi_c, loads[-1], band_lo=wide, band_hi=band_hi,
-                    confirmed=state.decided(lo_c) is True, req_lo=req_lo, req_hi=req_hi, point=tok,
-                    req_point=req, source_runs=tuple(_run_file(r) for r in points[lo_c]),
-                    fail_runs=tuple(_run_file(r) for r in points.get(top_c, [])) if top_c is not None else (),
+        below = max(c for c in points if lo_c <= c < hi_c)
+        tok_f, req_f, wide_f = figure(below if below == hi_c - 1 else hi_c)
+        if below == hi_c - 2:
+            tok_b, req_b, wide_b = figure(below)
+            tok_f, req_f = ((tok_b or 0.0) + (tok_f or 0.0)) / 2, ((req_b or 0.0) + (req_f or 0.0)) / 2
+            wide_f = math.hypot(wide_b, wide_f) / 2
+        if (tok_f or 0.0) * (1 + wide_f) >= hi:
+            hi, req_hi, band_hi = (tok_f or 0.0) * (1 + wide_f), max((req_f or 0.0) * (1 + wide_f), req), wide_f
+    return Capacity(source, MEETS, tok / (1 + wide), hi, CONCURRENCY, lo_c, hi_c, loads[-1], band_lo=wide,
+                    band_hi=band_hi, confirmed=state.decided(lo_c) is True, req_lo=req / (1 + wide), req_hi=req_hi,
+                    point=tok, req_point=req, source_runs=tuple(_run_file(r) for r in points[lo_c]),
+                    fail_runs=tuple(_run_file(r) for r in points.get(hi_c, [])) if hi_c is not None else (),
                     repeats=len(points[lo_c]), judgement=state.judgement(lo_c), **common)
 
 
@@ -406,7 +410,7 @@ def run_text(cap: Capacity) -> str:
 
 
 def noise_words(pct: float | None, source: str | None) -> str:
-    """The run-to-run band in words: "run-to-run band 17 %, assumed, no point was run twice"."""
+    """The run-to-run band in words: "run-to-run band 11 %, assumed, no point was run twice"."""
     if pct is None:
         return ""
     how = {"measured": ", measured from repeats", "assumed": ", assumed, no point was run twice",
