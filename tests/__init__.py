@@ -28,7 +28,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_workloads_vllm, test_bench_client
   bench: analysis                test_bench_verdict, test_bench_capacity, test_bench_capacity_calibration,
                                  test_bench_capacity_e2e,
-                                 test_bench_report, test_bench_report_checks, test_bench_compare,
+                                 test_bench_report, test_bench_report_checks, test_bench_report_rehearsal,
+                                 test_bench_compare,
                                  test_bench_plan, test_bench_answer, test_bench_pages, test_bench_run_settings,
                                  test_bench_pages_browser, test_bench_pages_figures, test_bench_publish
   bench: start-up                test_bench_startup, test_startup_collect, test_startup_timeline,
