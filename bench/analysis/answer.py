@@ -385,7 +385,9 @@ def rehearsal_rows(r: dict[str, Any]) -> list[tuple[str, list[Any]]]:
                  f"{r['slo']['itl_p99_ms']:g} ms, each request on its own"]
     else:
         share = ["no request was sent"]
-    held = {True: "yes: both p99s within the SLO", False: "no: a p99 over the SLO, or no request answered",
+    over = [name for name, key in (("TTFT", "ttft"), ("ITL", "itl")) if r.get(f"{key}_within_slo") is False]
+    held = {True: "yes: both p99s within the SLO",
+            False: f"no: {' and '.join(over)} p99 over the SLO" if over else "no: no request was answered",
             None: "could not tell (no request was sent)"}[r.get("held")]
     short = (["; ", _fig(auto["short_s"], ["autoscaler", "short_s"], " s", 1),
               " with fewer replicas serving than the rule wanted (new ones still starting)"]
