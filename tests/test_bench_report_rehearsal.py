@@ -115,12 +115,24 @@ def test_without_a_rehearsal_the_report_says_how_to_run_one(made):
     assert not [p for p, _ in page_fields(made["alone"] / "report.html") if json.loads(p)[0] == "rehearsal"]
 
 
+def _without_met(d: Path) -> dict:
+    from tests.fixtures.bench_pages import write_rehearsal
+
+    record = json.loads((write_rehearsal(d / "whole") / S.REHEARSAL_FILE).read_text())
+    del record["requests"]["met"]
+    return record
+
+
 @pytest.mark.parametrize("make, says", [
     (lambda d: d / "nowhere", "no such file"),
     (lambda d: d, "no such file"),  # a folder without rehearsal.json
     (lambda d: (d / S.REHEARSAL_FILE).write_text("{not json") and d, "cannot be read"),
     (lambda d: (d / S.REHEARSAL_FILE).write_text(json.dumps({"pool": "interactive"})) and d,
      "is not a rehearsal record (it has no scenario, request_rate"),
+    (lambda d: (d / S.REHEARSAL_FILE).write_text(json.dumps(_without_met(d))) and d,
+     "is not a rehearsal record (it has no met)"),
+    (lambda d: (d / S.REHEARSAL_FILE).write_text(json.dumps({**_without_met(d), "requests": [1]})) and d,
+     "is not a rehearsal record (a field has the wrong type)"),
 ])
 def test_a_bad_rehearsal_exits_2_naming_the_flag(made, tmp_path, capsys, make, says):
     given = make(tmp_path)

@@ -154,7 +154,7 @@ from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
 from bench.analysis.side import (SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side, meets_slo,
                                  slo_given)
-from bench.analysis.summary import REHEARSAL_FILE, build_summary, fleet, rehearsal
+from bench.analysis.summary import build_summary, fleet, load_rehearsal
 from bench.common import locations
 from bench.common.cli import out_folder, run_one
 from bench.startup import report as startup_report
@@ -496,26 +496,6 @@ def run(args: argparse.Namespace) -> int:
             return V.EXIT_CODES[V.INCONCLUSIVE]
         return V.EXIT_CODES[v["state"]]
     return 0
-
-
-def load_rehearsal(given: str | None) -> dict[str, Any] | None:
-    """summary.json `rehearsal` from --rehearsal (the folder `bench rehearse --out` wrote, or its
-    rehearsal.json); None without one. ValueError says what is wrong and how to fix it."""
-    if not given:
-        return None
-    path = Path(given)
-    if path.is_dir():
-        path = path / REHEARSAL_FILE
-    how = "give the folder `bench rehearse --out` wrote, or its rehearsal.json"
-    if not path.is_file():
-        raise ValueError(f"no such file: {path} ({how})")
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        return rehearsal(record, locations.display(path))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} cannot be read ({exc}): {how}") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path} is not a rehearsal record ({exc}): {how}") from None
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -9,6 +9,8 @@ the command that settles it.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from bench.analysis import capacity_report as CR
@@ -16,6 +18,7 @@ from bench.analysis import checks
 from bench.analysis import results as R
 from bench.analysis import verdict as V
 from bench.analysis.side import MANIFEST, Side, SloChoice, run_row
+from bench.common import locations
 from bench.startup import report as startup_report
 
 
@@ -275,3 +278,27 @@ def rehearsal(record: dict[str, Any] | None, source: str | None) -> dict[str, An
         "cost_usd": {k: cost.get(k) for k in ("autoscaled_on_demand", "planned_on_demand", "autoscaled_spot",
                                                "planned_spot")},
     }
+
+
+def load_rehearsal(given: str | None) -> dict[str, Any] | None:
+    """summary.json `rehearsal` from `bench report --rehearsal` (the folder `bench rehearse --out`
+    wrote, or its rehearsal.json); None without one. ValueError says what is wrong and how to fix it."""
+    if not given:
+        return None
+    path = Path(given)
+    if path.is_dir():
+        path = path / REHEARSAL_FILE
+    how = "give the folder `bench rehearse --out` wrote, or its rehearsal.json"
+    if not path.is_file():
+        raise ValueError(f"no such file: {path} ({how})")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return rehearsal(record, locations.display(path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} cannot be read ({exc}): {how}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not a rehearsal record ({exc}): {how}") from None
+    except KeyError as exc:
+        raise ValueError(f"{path} is not a rehearsal record (it has no {exc.args[0]}): {how}") from None
+    except (TypeError, AttributeError):
+        raise ValueError(f"{path} is not a rehearsal record (a field has the wrong type): {how}") from None
