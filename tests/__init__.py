@@ -28,7 +28,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_workloads_vllm, test_bench_client
   bench: analysis                test_bench_verdict, test_bench_capacity, test_bench_capacity_calibration,
                                  test_bench_capacity_e2e,
-                                 test_bench_report, test_bench_report_checks, test_bench_compare,
+                                 test_bench_report, test_bench_report_checks, test_bench_report_rehearsal,
+                                 test_bench_compare,
                                  test_bench_plan, test_bench_answer, test_bench_pages, test_bench_run_settings,
                                  test_bench_pages_browser, test_bench_pages_figures, test_bench_publish
   bench: start-up                test_bench_startup, test_startup_collect, test_startup_timeline,
@@ -37,7 +38,7 @@ package would file them arbitrarily. The names say the room instead; this is the
   bench: the demo                test_bench_demo, test_bench_demo_vllm
   bench: one GPU                 test_gpu_check
   the fleet                      test_fleet_plan, test_fleet_render, test_fleet_prometheus,
-                                 test_fleet_router, test_fleet_router_vllm,
+                                 test_fleet_prometheus_vllm, test_fleet_router, test_fleet_router_vllm,
                                  test_fleet_rehearsal
   the house                      test_package_graph, test_bench_wings, test_layout, test_docs,
                                  test_locks (the set-up: locks/ and the Makefile)

@@ -22,7 +22,7 @@ G7E_PEAK = {"S1_chat": 1871.0, "S2_summary": 910.0, "S3_moderation": 395.0, "S4_
 TABLE8_RATIO = {"S1_chat": 3.49, "S2_summary": 4.03, "S3_moderation": 4.83, "S4_rag": 4.08}
 TABLE8_COST = {"S1_chat": 6.4, "S2_summary": 7.4, "S3_moderation": 8.9, "S4_rag": 7.5}
 
-SUMMARY_KEYS = {"slo", "runs", "scenarios", "comparison", "verdict", "ignored_files"}
+SUMMARY_KEYS = {"slo", "runs", "scenarios", "comparison", "verdict", "ignored_files", "rehearsal"}
 RUN_KEYS = {"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s", "req_s",
             "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance",
             "suspect", "tpot_p50_ms", "tpot_p99_ms", "prefix_cache_hit_pct", "preemptions",

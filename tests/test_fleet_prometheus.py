@@ -51,24 +51,13 @@ def trigger_replicas(prom, start: float, end: float, startup_s: float) -> list[F
     samples = []
     t = start
     while t <= end:
-        value = _value_at(prom, query, t)
+        value = prom.value(query, t)
         if value is not None:
             samples.append((t - start, {"running": value}))
         t += step
     target = F.running_target(CAPACITY_CONCURRENCY, HEADROOM)
     return F.simulate(samples, [F.Trigger("running", target, average=True)], lo=1, hi=10, start=1,
                       startup_s=startup_s, down_window_s=300, down_period_s=60)
-
-
-def _value_at(prom, expr: str, t: float) -> float | None:
-    import json
-    import urllib.parse
-    import urllib.request
-
-    data = urllib.parse.urlencode({"query": expr, "time": f"{t:.3f}"}).encode()
-    with urllib.request.urlopen(f"{prom.url}/api/v1/query", data=data, timeout=10) as resp:
-        result = json.loads(resp.read())["data"]["result"]
-    return float(result[0]["value"][1]) if result else None
 
 
 def carried_load(texts: list[str]) -> float:

@@ -65,8 +65,8 @@ def test_the_account_scales_on_the_reads_and_prices_both_fleets():
     report = {**report, "scenario": "S1_chat", "request_rate": 6.0, "planned_peak_req_s": 6.0, "burstiness": 0.5,
               "duration_s": 600.0, "base_url": "http://router:8000"}
     md, page = RH.markdown(report), RH.html_section(report)
-    assert "90.0% (9 of 10)" in md and "| Cost (Spot) |" in md and "None" not in md
-    assert page.startswith('<section id="rehearsal">') and "90.0% (9 of 10)" in page
+    assert "90.0% (9 of 10 requests" in md and "| Cost, Spot | 0.6062 USD autoscaled" in md and "None" not in md
+    assert page.startswith('<section id="rehearsal">') and "90.0% (9 of 10 requests" in page
 
 
 def test_reads_sum_the_queues_and_average_the_cache_over_the_servers_that_answered():

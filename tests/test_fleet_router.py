@@ -1,7 +1,8 @@
 """The router the fleet stack runs (vllm-router, the pinned wheel, in components/router.py's mode) in
 front of stand-in servers on 127.0.0.1 that answer like vLLM's OpenAI API and record what reached
 them: a request goes to the pool its model names; within a pool, requests sharing a prefix stay on
-one replica (cache_aware); the priority a batch client sets in the body reaches the batch server.
+one replica (cache_aware); the priority a batch client sets in the body, or in vLLM's X-Vllm-Priority header,
+reaches the batch server.
 tests/test_fleet_router_vllm.py runs it in front of real vLLM CPU servers."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class Replica:
     """A stand-in server for one model: /v1/models, /health, completions; records each request body."""
 
     def __init__(self, model: str):
-        self.model, self.bodies = model, []
+        self.model, self.bodies, self.headers = model, [], []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,6 +44,7 @@ class Replica:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if self.path in ("/v1/completions", "/v1/chat/completions"):
                     outer.bodies.append(body)
+                    outer.headers.append({k.lower(): v for k, v in self.headers.items()})
                 self._send({"id": "x", "object": "text_completion", "model": outer.model,
                             "choices": [{"index": 0, "text": ".", "finish_reason": "stop"}],
                             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
@@ -65,9 +67,9 @@ def fleet(tmp_path_factory):
         r.httpd.shutdown()
 
 
-def complete(router, body: dict) -> dict:
+def complete(router, body: dict, headers: dict | None = None) -> dict:
     req = urllib.request.Request(f"{router.url}/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **(headers or {})})
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.load(resp)
 
@@ -104,6 +106,15 @@ def test_a_batch_clients_priority_reaches_the_batch_server_untouched(fleet):
     router, replicas = fleet
     complete(router, {"model": "batch", "prompt": "nightly summary", "max_tokens": 4, "priority": 10})
     assert replicas["batch"].bodies[-1]["priority"] == 10
+
+
+def test_a_priority_header_reaches_the_batch_server_too(fleet):
+    # vLLM releases newer than the serving image read X-Vllm-Priority ahead of the body's field
+    # (docs/serving.md): a header set in front of the router would reach the servers through it
+    router, replicas = fleet
+    complete(router, {"model": "batch", "prompt": "weekly digest", "max_tokens": 4}, {"X-Vllm-Priority": "7"})
+    assert replicas["batch"].headers[-1].get("x-vllm-priority") == "7"
+    assert "priority" not in replicas["batch"].bodies[-1]
 
 
 def test_the_pinned_router_accepts_the_arguments_the_stack_gives_it(tmp_path):

@@ -285,3 +285,26 @@ def document(title: str, body: str, *, source: str) -> str:
             f"Every figure in a table is the value of the JSON file beside this page.</footer>\n"
             "</main></body></html>\n")
 
+
+
+def rehearsal_html(r: dict[str, Any] | None, *, tagged: bool = True) -> str:
+    """The rehearsal's section (summary.json `rehearsal`, worded by bench.analysis.answer); `tagged`:
+    its figures carry their summary.json paths (not on rehearse's own page, which has no summary.json)."""
+    if r is None:
+        return f'<section id="rehearsal"><h2>Rehearsal</h2><p>{esc(answer.NO_REHEARSAL)}</p></section>'
+
+    def words(parts: Sequence[Any]) -> str:
+        return "".join(esc(p) if isinstance(p, str) else cell_text(p[0], ["rehearsal", *p[1]] if tagged else None)
+                       for p in parts)
+
+    rows = "".join(f"<tr><th>{esc(label)}</th><td>{words(parts)}</td></tr>"
+                   for label, parts in answer.rehearsal_rows(r))
+    decisions = answer.decision_rows(r)
+    more = answer.decisions_more(r)
+    return (f'<section id="rehearsal"><h2>Rehearsal: the {esc(r["pool"])} pool '
+            f'({esc(r.get("configuration") or "unnamed")})</h2><table>{rows}</table>'
+            f'<p class="note">{esc(answer.REHEARSAL_NOTE)}</p><h3>The autoscaler\'s decisions</h3>'
+            + (table(answer.DECISION_HEAD, ["".join(f'<td class="n">{words([c])}</td>' for c in row)
+                                            for row in decisions]) if decisions
+               else "<p>None: no metrics were read during the trace.</p>")
+            + (f'<p class="note">{esc(more)}</p>' if more else "") + "</section>\n")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.analysis.markup import (capacity_html, cell, credit_html, chart, document, drawing, esc, facts_list, field, fleet_html,
-                                   interval_words, is_number, num, pair_html, ratio_html, scenario_items, table, times,
+                                   interval_words, is_number, num, pair_html, ratio_html, rehearsal_html, scenario_items, table, times,
                                    wins_words)
 from bench.analysis import answer
 from bench.analysis.side import run_row
@@ -439,6 +439,7 @@ def report_page(summary: dict[str, Any], ctx: dict[str, Any], issues: Sequence[s
             capacity_section(summary),
             startup_section(ctx.get("startup") or []),
             plan_section(ctx.get("plan"), ctx.get("plan_page"), tagged=False),
+            rehearsal_html(summary.get("rehearsal")),
             problems_section(summary, ctx.get("baseline_runs"), ctx),
             manifest_section(ctx)]
     return document(title, "\n".join(b for b in body if b), source="bench report")

@@ -42,7 +42,16 @@ is uploaded as it is written):
                "basis", "headroom", "spares", "candidate", "reason", "baseline": {"label",
                "instance_type", "gpus", "model", "vllm_version", "image", "served_flags"},
                "targets": [{"replicas", "needs_ratio_per_gpu"}]}} | null,
-   "ignored_files": [{"file", "reason"}]}
+   "ignored_files": [{"file", "reason"}],
+   "rehearsal": {"source", "pool", "configuration", "scenario", "request_rate", "planned_peak_req_s",
+                 "rate_from", "burstiness", "duration_s", "base_url", "slo": {"ttft_p99_ms", "itl_p99_ms"},
+                 "ttft_p99_ms", "itl_p99_ms", "ttft_within_slo", "itl_within_slo",
+                 "requests": {"sent", "answered", "met"}, "attainment_pct", "held",
+                 "autoscaler": {"min_replicas", "max_replicas", "startup_s", "peak_replicas", "short_s",
+                                "samples", "decisions": [{"t", "values", "recommended", "replicas", "ready"}]},
+                 "replica_hours": {"autoscaled", "planned", "share_of_plan_pct"},
+                 "usd_hour": {"on_demand", "spot"}, "cost_usd": {"autoscaled_on_demand", "planned_on_demand",
+                 "autoscaled_spot", "planned_spot"}} | null}
   INTERVAL = {"source": "grid" | "search" | "open_loop", "state": "meets_slo" | "never_meets_slo"
   | "no_data", "output_tok_s": [lo, hi] | null, "load_unit": "concurrency" | "req/s", "load_pass",
   "load_fail", "load_max", "confirmed", "point_tok_s", "loop": "closed" | "open", "source_run",
@@ -60,6 +69,11 @@ is uploaded as it is written):
   `source` says where the SLO comes from: "recorded" (the sweeps' manifests), "flags" (a flag that
   differs from them, or sweeps that recorded none) or "default"; `notes` names each flag that
   differs from what a sweep recorded, with both values.
+  `rehearsal` (with --rehearsal) is what `bench rehearse` found, read from its rehearsal.json
+  (`source`): the run's p99s against the SLO, `attainment_pct` the share of requests sent that met
+  it each on its own, the autoscaler's simulated `decisions` (the reads where the rule's
+  recommendation, the replicas asked for or those serving changed; `t` seconds into the trace),
+  replica-hours and cost autoscaled against the plan's fixed fleet; null without a rehearsal.
   `ignored_files` lists every file of the folder (and, prefixed `baseline:`, of the baseline) that
   the report did not use, with why.
 - `chart_<scenario>.png`: output tok/s, TTFT p99 and ITL p99 against concurrency, baseline dashed,
@@ -140,7 +154,7 @@ from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
 from bench.analysis.side import (SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side, meets_slo,
                                  slo_given)
-from bench.analysis.summary import build_summary, fleet
+from bench.analysis.summary import build_summary, fleet, load_rehearsal
 from bench.common import locations
 from bench.common.cli import out_folder, run_one
 from bench.startup import report as startup_report
@@ -362,6 +376,8 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         if warnings:
             lines += ["", "Warnings (not blocking):", ""] + [f"- {w}" for w in warnings]
 
+    lines += answer.rehearsal_markdown(summary.get("rehearsal"))
+
     ignored = summary.get("ignored_files") or []
     if ignored:
         routine = [f for f in ignored if checks.is_routine(f)]
@@ -422,9 +438,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench report: SLO: {note}", file=sys.stderr)
     args.slo_ttft_p99_ms, args.slo_itl_p99_ms, args.slo_decode_metric = (slo.ttft_p99_ms, slo.decode_p99_ms,
                                                                          slo.decode_metric)
+    try:
+        rehearsed = load_rehearsal(args.rehearsal)
+    except ValueError as exc:
+        print(f"bench report: --rehearsal: {exc}", file=sys.stderr)
+        return 2
     summary, issues = build_summary(side, base, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms,
                                     threshold=args.threshold, decode_metric=args.slo_decode_metric,
-                                    vary=tuple(args.vary or ()), basis=args.verdict_basis, slo_choice=slo)
+                                    vary=tuple(args.vary or ()), basis=args.verdict_basis, slo_choice=slo,
+                                    rehearsed=rehearsed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if base is not None:
@@ -530,6 +552,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "peak (peak output tok/s per GPU, the PoC report's method)")
     p.add_argument("--current-replicas", type=int, default=12,
                    help="replicas of the baseline serving today, for the replica plan (default: %(default)s)")
+    p.add_argument("--rehearsal",
+                   help="the folder `bench rehearse --out` wrote (or its rehearsal.json, or s3://bucket/prefix/): "
+                        "its SLO attainment, replica-hours and cost against the plan become a section")
     p.add_argument("--no-charts", action="store_true", help="write no PNG charts")
     p.add_argument("--exit-code", action="store_true",
                    help="exit with the verdict's state once the report is written: 0 pass, 1 fail, 3 inconclusive "
@@ -538,7 +563,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="no download progress for s3:// folders (default: a bar on a terminal, else a line every 10 s)")
     p.add_argument("--no-html", action="store_true",
                    help="write no report.html (the self-contained page: verdict, ratios, charts, plan, manifests)")
-    p.set_defaults(func=locations.remote_io(run, command="report", inputs=("dir", "baseline")))
+    p.set_defaults(func=locations.remote_io(run, command="report", inputs=("dir", "baseline", "rehearsal")))
     return p
 
 

@@ -9,6 +9,8 @@ the command that settles it.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from bench.analysis import capacity_report as CR
@@ -16,6 +18,7 @@ from bench.analysis import checks
 from bench.analysis import results as R
 from bench.analysis import verdict as V
 from bench.analysis.side import MANIFEST, Side, SloChoice, run_row
+from bench.common import locations
 from bench.startup import report as startup_report
 
 
@@ -143,10 +146,12 @@ def comparability_issues(side: Side, base: Side, vary: tuple[str, ...] = ()) -> 
 def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
                   threshold: float, decode_metric: str = "itl",
                   vary: tuple[str, ...] = (), basis: str = "peak",
-                  slo_choice: SloChoice | None = None) -> tuple[dict[str, Any], list[str]]:
+                  slo_choice: SloChoice | None = None,
+                  rehearsed: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
     """summary.json, and the issues that make a comparison incomplete. The decode limit `itl_ms`
     applies to the p99 of `decode_metric`; `slo_choice` says where the SLO came from (the sweeps'
-    manifests, a flag that differs from them, or the default) and what differs."""
+    manifests, a flag that differs from them, or the default) and what differs; `rehearsed` is the
+    rehearsal's figures (`rehearsal` below), None without one."""
     decode_ms = itl_ms
     for s in (side, base):
         if s is not None:
@@ -163,6 +168,7 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
         "comparison": comparison,
         "verdict": None,
         "ignored_files": [],
+        "rehearsal": rehearsed,
     }
     # Capacity under the SLO (grid, search and open-loop files), SLO ratios, the verdict.
     side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
@@ -212,3 +218,87 @@ def fleet(plan: dict[str, Any] | None, *, current: int, threshold: float, candid
         "baseline": ran,
         "targets": targets,
     }
+
+
+REHEARSAL_FILE = "rehearsal.json"
+_REHEARSAL_KEYS = ("pool", "scenario", "request_rate", "duration_s", "slo", "requests", "run", "autoscaler",
+                   "replica_hours", "cost_usd")
+
+
+def _pct(part: Any, whole: Any) -> float | None:
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (part, whole))
+    return round(100.0 * part / whole, 2) if ok and whole > 0 else None
+
+
+def rehearsal(record: dict[str, Any] | None, source: str | None) -> dict[str, Any] | None:
+    """summary.json `rehearsal`: what `bench rehearse` found (its rehearsal.json, read from `source`),
+    as the report shows it: the run's p99s against the SLO, the share of requests that met it, the
+    autoscaler's simulated decisions (the reads where its recommendation, the replicas asked for or
+    those serving changed), replica-hours and cost against the plan's fixed fleet. None without a
+    rehearsal; ValueError naming what a record lacks."""
+    if record is None:
+        return None
+    if not isinstance(record, dict):
+        raise ValueError("it is not a JSON object")
+    missing = [k for k in _REHEARSAL_KEYS if k not in record]
+    if missing:
+        raise ValueError(f"it has no {', '.join(missing)}")
+    slo, run, req, auto = record["slo"], record["run"], record["requests"], record["autoscaler"]
+    hours, cost = record["replica_hours"], record["cost_usd"]
+
+    def within(value: Any, limit: Any) -> bool | None:
+        return None if not isinstance(value, (int, float)) else value <= limit
+
+    decisions, last = [], None
+    for step in auto.get("steps") or []:
+        now = (step["recommended"], step["replicas"], step["ready"])
+        if now != last:
+            decisions.append({"t": step["t"], "values": dict(step.get("values") or {}), "recommended": now[0],
+                              "replicas": now[1], "ready": now[2]})
+        last = now
+    return {
+        "source": source,
+        "pool": record["pool"], "configuration": record.get("configuration"), "scenario": record["scenario"],
+        "request_rate": record["request_rate"], "planned_peak_req_s": record.get("planned_peak_req_s"),
+        "rate_from": record.get("rate_from"), "burstiness": record.get("burstiness"),
+        "duration_s": record["duration_s"], "base_url": record.get("base_url"),
+        "slo": {"ttft_p99_ms": slo["ttft_p99_ms"], "itl_p99_ms": slo["itl_p99_ms"]},
+        "ttft_p99_ms": run.get("ttft_p99_ms"), "itl_p99_ms": run.get("itl_p99_ms"),
+        "ttft_within_slo": within(run.get("ttft_p99_ms"), slo["ttft_p99_ms"]),
+        "itl_within_slo": within(run.get("itl_p99_ms"), slo["itl_p99_ms"]),
+        "requests": {"sent": req["sent"], "answered": req["answered"], "met": req["met"]},
+        "attainment_pct": _pct(req["met"], req["sent"]),
+        "held": record.get("held"),
+        "autoscaler": {"min_replicas": auto["min_replicas"], "max_replicas": auto["max_replicas"],
+                       "startup_s": auto["startup_s"], "peak_replicas": auto.get("peak_replicas"),
+                       "short_s": auto.get("short_s"), "samples": auto.get("samples"), "decisions": decisions},
+        "replica_hours": {"autoscaled": hours["autoscaled"], "planned": hours["planned"],
+                          "share_of_plan_pct": _pct(hours["autoscaled"], hours["planned"])},
+        "usd_hour": dict(record.get("usd_hour") or {}),
+        "cost_usd": {k: cost.get(k) for k in ("autoscaled_on_demand", "planned_on_demand", "autoscaled_spot",
+                                               "planned_spot")},
+    }
+
+
+def load_rehearsal(given: str | None) -> dict[str, Any] | None:
+    """summary.json `rehearsal` from `bench report --rehearsal` (the folder `bench rehearse --out`
+    wrote, or its rehearsal.json); None without one. ValueError says what is wrong and how to fix it."""
+    if not given:
+        return None
+    path = Path(given)
+    if path.is_dir():
+        path = path / REHEARSAL_FILE
+    how = "give the folder `bench rehearse --out` wrote, or its rehearsal.json"
+    if not path.is_file():
+        raise ValueError(f"no such file: {path} ({how})")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return rehearsal(record, locations.display(path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} cannot be read ({exc}): {how}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not a rehearsal record ({exc}): {how}") from None
+    except KeyError as exc:
+        raise ValueError(f"{path} is not a rehearsal record (it has no {exc.args[0]}): {how}") from None
+    except (TypeError, AttributeError):
+        raise ValueError(f"{path} is not a rehearsal record (a field has the wrong type): {how}") from None

@@ -21,13 +21,14 @@ reads the servers' metrics about once a second; this module turns that into the 
 
 from __future__ import annotations
 
-import html
 import math
 from typing import Any, Iterable, Sequence
 
+from bench.analysis import answer, markup
 from bench.analysis import fleet as F
+from bench.analysis import summary as S
 
-FILE = "rehearsal.json"
+FILE = S.REHEARSAL_FILE
 MARKDOWN = "rehearsal.md"
 HTML = "rehearsal.html"
 
@@ -132,53 +133,14 @@ def account(*, plan: dict[str, Any], pool_name: str, samples: list[tuple[float, 
     }
 
 
-def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
-    if value is None:
-        return "not measured"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}{unit}"
-    return f"{value}{unit}"
+def markdown(record: dict[str, Any], source: str | None = None) -> str:
+    """rehearsal.md: the report's rehearsal section (bench.analysis.answer words it), on its own."""
+    return "\n".join(answer.rehearsal_markdown(S.rehearsal(record, source))[1:]) + "\n"
 
 
-def _rows(r: dict[str, Any]) -> list[tuple[str, str]]:
-    req, run, auto, hours, cost = r["requests"], r["run"], r["autoscaler"], r["replica_hours"], r["cost_usd"]
-    share = "no request was sent" if req["attainment"] is None else f"{req['attainment']:.1%} ({req['met']} of {req['sent']})"
-    slo = r["slo"]
-    rows = [
-        ("Trace", f"{r['scenario']} at {r['request_rate']:g} req/s (the plan's peak: "
-                  f"{_fmt(r.get('planned_peak_req_s'), ' req/s', 2)}), burstiness {r['burstiness']:g}, "
-                  f"{r['duration_s']:.0f} s, through {r['base_url']}"),
-        ("SLO attainment", f"{share} within TTFT {slo['ttft_p99_ms']:g} ms and ITL {slo['itl_p99_ms']:g} ms"),
-        ("TTFT p99 / ITL p99", f"{_fmt(run.get('ttft_p99_ms'), ' ms')} / {_fmt(run.get('itl_p99_ms'), ' ms')}"),
-        ("Held the SLO", {True: "yes", False: "no", None: "could not tell (no request)"}[r["held"]]),
-        ("Autoscaler (simulated)", f"{auto['min_replicas']}-{auto['max_replicas']} replicas, peak "
-                                   f"{_fmt(auto['peak_replicas'])}, start-up {auto['startup_s']:g} s, "
-                                   f"{auto['short_s']:g} s short of replicas"),
-        ("Replica-hours", f"{hours['autoscaled']:.4f} autoscaled vs {hours['planned']:.4f} for the plan's fixed "
-                          f"{auto['max_replicas']}"),
-        ("Cost (on-demand)", f"{_fmt(cost['autoscaled_on_demand'], ' USD', 4)} vs "
-                             f"{_fmt(cost['planned_on_demand'], ' USD', 4)}"),
-    ]
-    if cost["autoscaled_spot"] is not None:
-        rows.append(("Cost (Spot)", f"{_fmt(cost['autoscaled_spot'], ' USD', 4)} vs "
-                                    f"{_fmt(cost['planned_spot'], ' USD', 4)}"))
-    return rows
-
-
-def markdown(r: dict[str, Any]) -> str:
-    lines = [f"## Rehearsal: the {r['pool']} pool ({r['configuration']})", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in _rows(r)]
-    lines += ["", "Replicas are what KEDA's and the HPA's rule would ask for on the scraped metrics, with the "
-              "plan's targets and measured start-up; the fleet's own count did not change during the run.", ""]
-    return "\n".join(lines)
-
-
-def html_section(r: dict[str, Any]) -> str:
-    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in _rows(r))
-    return (f'<section id="rehearsal"><h2>Rehearsal: the {html.escape(r["pool"])} pool '
-            f'({html.escape(str(r["configuration"]))})</h2><table>{cells}</table>'
-            "<p>Replicas are what KEDA's and the HPA's rule would ask for on the scraped metrics, with the plan's "
-            "targets and measured start-up; the fleet's own count did not change during the run.</p></section>\n")
+def html_section(record: dict[str, Any], source: str | None = None) -> str:
+    """rehearsal.html: the report page's rehearsal section (bench.analysis.markup), on its own."""
+    return markup.rehearsal_html(S.rehearsal(record, source), tagged=False)
 
 
 def samples_from(reads: Iterable[tuple[float, list[dict[str, Any]]]]) -> list[tuple[float, dict[str, float]]]:

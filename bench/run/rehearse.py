@@ -18,8 +18,8 @@ exits): the client's start-up before its first request is left out.
 --plan is the folder of `bench plan` (or its plan.json); its `fleet` must have the pool, with
 figures (a pool the plan could not size says why). --request-rate replaces the plan's peak (a few
 CPU servers carry less than the planned fleet), and the report says so. --out is a folder: it gets
-rehearsal.json, rehearsal.md and rehearsal.html (the report page's section), and the run under
-rehearsal/. Exit codes: 0 the SLO held; 1 it did not, or no request was answered; 2 bad arguments;
+rehearsal.json, rehearsal.md and rehearsal.html (the report's section on its own; give the folder
+to `bench report --rehearsal` for the report's), and the run under rehearsal/. Exit codes: 0 the SLO held; 1 it did not, or no request was answered; 2 bad arguments;
 130/143 stopped.
 """
 
@@ -238,8 +238,9 @@ def run(args: argparse.Namespace) -> int:
               **RH.account(plan=plan, pool_name=args.pool, samples=samples, duration_s=duration, requests=requests,
                            run=result)}
     (out / RH.FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (out / RH.MARKDOWN).write_text(RH.markdown(report), encoding="utf-8")
-    (out / RH.HTML).write_text(RH.html_section(report), encoding="utf-8")
+    source = locations.display(out / RH.FILE)
+    (out / RH.MARKDOWN).write_text(RH.markdown(report, source), encoding="utf-8")
+    (out / RH.HTML).write_text(RH.html_section(report, source), encoding="utf-8")
     for name in (RH.FILE, RH.MARKDOWN, RH.HTML):
         locations.written(out / name)
     req = report["requests"]

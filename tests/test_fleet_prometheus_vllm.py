@@ -1,0 +1,94 @@
+"""Debian's Prometheus scrapes a live vLLM CPU server (the session's tiny server) while `vllm bench
+serve` holds a steady load on it: every rule, panel and trigger query returns a series, and the
+ScaledObject's running trigger, evaluated on those real series inside the load and stepped through
+KEDA's and the HPA's rule, asks for the replicas the plan gives that load (the same checks as
+tests/test_fleet_prometheus.py runs on the committed recording, here on the real thing).
+
+The load is made to be seen whatever the CPU: CONCURRENCY requests at once, each decoding long
+answers to the end (`--ignore-eos`), so the server runs about CONCURRENCY requests from the first
+scrape that sees one until the client is stopped; the trigger's one-minute average is read at an
+instant whose window lies wholly inside the load (Prometheus evaluates it at that time), while the
+load still runs, instead of hoping a scrape lands in a short burst.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from bench.analysis import fleet as F
+from bench.common import fleet_queries as Q
+from bench.common.interrupts import stop_process_group
+from tests.fixtures.bench_fake_metrics import dcgm_text
+from tests.fixtures.prometheus_server import read_recording, start_prometheus
+from tests.test_fleet_prometheus import CAPACITY_CONCURRENCY, HEADROOM, RULES, check_every_query, planned_replicas
+
+pytestmark = pytest.mark.vllm
+
+# 9 at once. The plan gives ceil(9 / 4 / 0.8) = 3 replicas. KEDA's and the HPA's rule (target 3.2 running
+# per replica, 10 % tolerance) goes from 1 replica to 3 above 6.4 running requests, from 2 to 3 above
+# 7.04, and from 3 to 4 only above 10.56, which 9 never reach: the one-minute average may lose a fifth
+# of the load to gaps (a batch of answers ending together, a starved client slow to send the next)
+# and still give the plan's count. Answers of 900 tokens (the model's context is 1024) keep the gaps few.
+CONCURRENCY, INPUT_LEN, OUTPUT_LEN = 9, 32, 900
+WINDOW_S = 60.0  # the trigger's avg_over_time window (fleet_queries.TRIGGER_WINDOW)
+SCRAPE_SLACK_S = 3.0  # a scrape a second, and one more to be sure it is stored
+
+
+def steady_load(tiny) -> list[str]:
+    return [str(tiny.python).replace("/python", "/vllm"), "bench", "serve", "--base-url", tiny.url,
+            "--model", tiny.model, "--tokenizer", str(tiny.model_dir), "--dataset-name", "random",
+            "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN), "--ignore-eos",
+            "--num-prompts", str(CONCURRENCY * 20), "--max-concurrency", str(CONCURRENCY),
+            "--request-rate", "inf", "--num-warmups", "0", "--seed", "3031", "--disable-tqdm"]
+
+
+def first_busy(prom, load: subprocess.Popen, budget_s: float = 300) -> float:
+    """The Unix time of the first stored scrape with a request running (the client's own start-up is
+    not the load's time)."""
+    raw = f'max({Q.RUNNING}{{job="{Q.VLLM_JOB}"}})'
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline and load.poll() is None:
+        now = time.time()
+        busy = [t for t, v in prom.series(raw, now - 10, now, 1) if v > 0]
+        if busy:
+            return busy[0]
+        time.sleep(1)
+    pytest.fail(f"the load never reached the server (client exit code {load.poll()})", pytrace=False)
+
+
+def test_the_trigger_on_a_live_loaded_server_asks_for_the_planned_replicas(tiny_vllm_server, tmp_path, fake_dcgm):
+    fake_dcgm.script(dcgm_text([(97.0, 40000.0, 290.0)]))
+    prom = start_prometheus(tmp_path / "prometheus", vllm=[f"{tiny_vllm_server.url}/metrics"], dcgm=[fake_dcgm.url],
+                            rules=RULES)
+    load = subprocess.Popen(steady_load(tiny_vllm_server), env=tiny_vllm_server.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        start = first_busy(prom, load)
+        while time.time() < start + WINDOW_S + SCRAPE_SLACK_S and load.poll() is None:
+            time.sleep(0.5)
+        still_running = load.poll() is None
+        at = time.time() - 1.0  # the window (at - 60 s, at] lies inside the load
+        trigger = Q.trigger_queries("vllm", "tiny")["running"]
+        value = prom.value(trigger, at)
+        # KEDA polls the trigger: here every 5 s from the load's start to that instant
+        samples = [(t - start, {"running": v}) for t, v in prom.series(trigger, start, at, 5)]
+        raw = [v for _, v in prom.series(f'{Q.RUNNING}{{job="{Q.VLLM_JOB}"}}', at - WINDOW_S, at, 1)]
+        stop_process_group(load, 5)
+        check_every_query(prom)
+    finally:
+        stop_process_group(load, 5)
+        prom.stop()
+    assert still_running, f"the client ended before the trigger's window filled: {load.stderr.read()[-2000:]}"
+    assert raw and max(raw) == CONCURRENCY, raw  # the server ran the offered load, all at once
+    target = F.running_target(CAPACITY_CONCURRENCY, HEADROOM)
+    planned = planned_replicas(CONCURRENCY)
+    assert planned == 3
+    assert value is not None and F.desired_for(1, value, F.Trigger("running", target, True)) == planned, (value, raw)
+    steps = F.simulate(samples, [F.Trigger("running", target, average=True)], lo=1, hi=10, start=1,
+                       startup_s=read_recording()["startup_s"], down_window_s=300, down_period_s=60)
+    # the rule grows with the one-minute average and settles on the plan's count, never above it
+    assert steps[-1].replicas == max(s.replicas for s in steps) == planned, [(s.t, s.values, s.replicas)
+                                                                               for s in steps]
