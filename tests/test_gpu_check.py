@@ -93,6 +93,50 @@ def test_cross_check_windows_and_agreement():
     assert argv[argv.index("--result-filename") + 1] == "S1_chat_c4.json"
 
 
+def test_the_sweep_is_sized_for_the_window_at_every_point():
+    from bench.demo import gpu_sweep
+
+    # H200-like rates (req/s): c=1 sets the floor, c=4's rate per slot (the highest of the rest) the rest
+    min_prompts, per_c = gpu_sweep.sweep_sizes({1: 4.3, 4: 14.7, 16: 43.0, 64: 120.0}, 15.0)
+    assert (min_prompts, per_c) == (78, 67)
+    rates = {1: 4.3, 4: 14.7, 16: 43.0, 64: 120.0}
+    assert all(max(min_prompts, per_c * c) / r >= 15.0 for c, r in rates.items())
+    # no rate measured: 4 requests per second per slot
+    assert gpu_sweep.sweep_sizes({1: None, 4: None}, 3.0) == (16, 15)
+    # the highest concurrency stays under the cap
+    assert gpu_sweep.sweep_sizes({1: 10.0, 64: 5000.0}, 20.0)[1] * 64 <= 6000
+
+
+def test_the_comparison_reports_its_spread():
+    from bench.demo import gpu_sweep
+
+    assert gpu_sweep.signed_gap(110.0, 100.0) == 10.0 and gpu_sweep.signed_gap(90.0, 100.0) == -10.0
+    side = lambda d, t: {"duration_s": d, "output_tok_s": t}  # noqa: E731
+    points = [{"concurrency": 1, "bench": side(18.0, 500), "vllm_bench_serve": side(16.5, 450), "bench_minus_cli_pct": 11.1},
+              {"concurrency": 4, "bench": side(14.0, 1500), "vllm_bench_serve": side(16.0, 1600), "bench_minus_cli_pct": -6.2}]
+    spread = gpu_sweep.summary(points, 15.0)
+    assert spread["gap_range_pct"] == [-6.2, 11.1] and spread["gaps_one_sign"] is False
+    assert spread["largest_apart_pct"] == 11.1 and spread["short_windows"] == ["c=4 bench 14.0 s"]
+    assert spread["shortest_window_s"] == {"bench": 14.0, "vllm_bench_serve": 16.0}
+    md = gpu_page.markdown({"date": "d", "device": {"name": "GPU"}, "versions": {}, "broken": [], "checks": {
+        "sweep": {"status": "ok", "window_s": 15.0, "points": points, "spread": spread}}})
+    assert "| 1 | 500 (18.0 s, -) | 450 (16.5 s, -) | +11.1 % |" in md and "| -6.2 % |" in md
+    assert "gaps from -6.2 to +11.1 %, of both signs" in md and "short: c=4 bench 14.0 s" in md
+    assert "None" not in md
+
+
+def test_a_pods_engine_sockets_fit_a_unix_socket_path(tmp_path):
+    """vLLM's API server and engine talk over ZMQ sockets named `<VLLM_RPC_BASE_PATH>/<uuid4>` (TMPDIR by
+    default): under a deep folder (pytest's own temporary folders in CI) the name passes 107 characters,
+    the engine cannot bind, and `vllm serve` exits 1 before it logs a reason."""
+    deep = tmp_path / ("d" * 60) / "gpu-check" / "work" / "pod"
+    env = S.Pod("cold", deep, tmp_path / "cache").env({})
+    assert env["TMPDIR"] == str(deep / "tmp")
+    assert len(env["VLLM_RPC_BASE_PATH"]) + 1 + 36 <= S.IPC_PATH_MAX
+    shallow = Path("/tmp/gc/work/pod")
+    assert S.rpc_dir(shallow / "tmp") == "/tmp/gc/work/pod/tmp"
+
+
 def test_page_section_from_a_record():
     record = {"date": "2026-12-03", "device": {"name": "NVIDIA H200", "driver": "580"},
               "versions": {"vllm": "0.26.0", "torch": "2.11.0"}, "broken": ["speculative"],
@@ -158,7 +202,7 @@ def test_the_page_renders_a_recorded_h200_run():
     record = json.loads((FIXTURES / "record-run2.json").read_text())
     md = gpu_page.markdown(record)
     assert "NVIDIA H200" in md and "vLLM 0.26.0" in md and "Broken: sweep." in md
-    assert "| 1 | 555 (7.4 s) | 438 (12.8 s, 44) | 26.5 % |" in md
+    assert "| 1 | 555 (7.4 s, 32) | 438 (12.8 s, 44) | 26.5 % apart |" in md  # recorded before signed gaps
     assert "sleep 0.54 s, wake 0.62 s" in md and "None" not in md
 
 

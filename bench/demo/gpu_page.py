@@ -65,13 +65,28 @@ def _details(name: str, c: dict[str, Any]) -> list[str]:
                 f"{_s(mem.get('woken'), ' MiB', 0)}; same greedy answer after wake-up: "
                 f"{_s(c.get('same_greedy_answer'))}"]
     if name == "sweep" and c.get("points"):
-        rows = ["| c | bench out tok/s (window) | vllm bench serve out tok/s (window, prompts) | apart |",
-                "|---|---|---|---|"]
+        rows = ["| c | bench out tok/s (window, prompts) | vllm bench serve out tok/s (window, prompts) | "
+                "bench - vllm bench serve |", "|---|---|---|---|"]
         for p in c["points"]:
             b, v = p["bench"], p["vllm_bench_serve"]
-            rows.append(f"| {p['concurrency']} | {_s(b.get('output_tok_s'), '', 0)} ({_s(b.get('duration_s'))}) | "
-                        f"{_s(v.get('output_tok_s'), '', 0)} ({_s(v.get('duration_s'))}, {v.get('prompts') or '-'}) | "
-                        f"{_s(p.get('apart_pct'), ' %')} |")
+            gap = p.get("bench_minus_cli_pct")
+            gap_text = f"{gap:+.1f} %" if gap is not None else _s(p.get("apart_pct"), " % apart")
+            rows.append(f"| {p['concurrency']} | {_s(b.get('output_tok_s'), '', 0)} ({_s(b.get('duration_s'))}, "
+                        f"{b.get('prompts') or '-'}) | {_s(v.get('output_tok_s'), '', 0)} "
+                        f"({_s(v.get('duration_s'))}, {v.get('prompts') or '-'}) | {gap_text} |")
+        spread = c.get("spread") or {}
+        if spread.get("gap_range_pct"):
+            low, high = spread["gap_range_pct"]
+            short = spread.get("short_windows") or []
+            windows = spread.get("shortest_window_s") or {}
+            rows += ["", f"- gaps from {low:+.1f} to {high:+.1f} %"
+                     + (", all of one sign" if spread.get("gaps_one_sign") else ", of both signs"
+                        if spread.get("gaps_one_sign") is False else "")
+                     + f"; shortest windows: bench {_s(windows.get('bench'))}, vllm bench serve "
+                     f"{_s(windows.get('vllm_bench_serve'))} (target {_s(c.get('window_s'))}"
+                     + (f"; short: {', '.join(short)})" if short else ")")]
+            if spread.get("note"):
+                rows.append(f"- {spread['note']}")
         return rows
     if name == "compile_cache" and c.get("push"):
         lines = [f"- through {c.get('where')}: pushed {c['push'].get('files') or 0} files "

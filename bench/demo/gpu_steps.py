@@ -81,8 +81,22 @@ class Pod:
         # Nothing the start writes may land outside the cache root but in this pod's own folders, so the
         # next pod starts with what the compile cache carried and nothing else.
         env.update({"HOME": str(home), "TMPDIR": str(tmp), "XDG_CACHE_HOME": str(home / ".cache"),
-                    "HF_HOME": str(home / ".cache" / "huggingface")})
+                    "HF_HOME": str(home / ".cache" / "huggingface"), "VLLM_RPC_BASE_PATH": rpc_dir(tmp)})
         return env
+
+
+IPC_PATH_MAX = 107  # a Unix socket's path: sizeof(sockaddr_un.sun_path) less the final NUL
+
+
+def rpc_dir(tmp: Path) -> str:
+    """Where vLLM puts its ZMQ sockets between the API server and the engine (VLLM_RPC_BASE_PATH, by default
+    TMPDIR): `<dir>/<uuid4>` must fit a Unix socket's 107 characters, or the engine cannot bind and
+    `vllm serve` exits 1. The pod's own TMPDIR where it fits, else the system's temporary folder (vLLM
+    keeps this path out of its compile hash, so pods still share their compiled graphs)."""
+    if len(str(tmp)) + 1 + 36 <= IPC_PATH_MAX:
+        return str(tmp)
+    short = Path(os.environ.get("TMPDIR") or "/tmp")
+    return str(short if len(str(short)) + 1 + 36 <= IPC_PATH_MAX else Path("/tmp"))
 
 
 @dataclass
