@@ -113,7 +113,8 @@ def summary(points: list[dict[str, Any]], window_s: float) -> dict[str, Any]:
     gaps = [p["bench_minus_cli_pct"] for p in points if p.get("bench_minus_cli_pct") is not None]
     windows = {side: [p[side]["duration_s"] for p in points if p[side].get("duration_s")]
                for side in ("bench", "vllm_bench_serve")}
-    short = [f"c={p['concurrency']} {side} {p[side]['duration_s']:.1f} s" for p in points
+    words = {"bench": "bench", "vllm_bench_serve": "vllm bench serve"}
+    short = [f"c={p['concurrency']} {words[side]} {p[side]['duration_s']:.1f} s" for p in points
              for side in ("bench", "vllm_bench_serve")
              if p[side].get("duration_s") is not None and p[side]["duration_s"] < window_s]
     return {"gap_range_pct": [min(gaps), max(gaps)] if gaps else None,
