@@ -93,18 +93,23 @@ def test_cross_check_windows_and_agreement():
     assert argv[argv.index("--result-filename") + 1] == "S1_chat_c4.json"
 
 
-def test_the_sweep_is_sized_for_the_window_at_every_point():
+def test_each_point_is_sized_for_the_window():
     from bench.demo import gpu_sweep
 
-    # H200-like rates (req/s): c=1 sets the floor, c=4's rate per slot (the highest of the rest) the rest
-    min_prompts, per_c = gpu_sweep.sweep_sizes({1: 4.3, 4: 14.7, 16: 43.0, 64: 120.0}, 15.0)
-    assert (min_prompts, per_c) == (84, 72)
-    rates = {1: 4.3, 4: 14.7, 16: 43.0, 64: 120.0}
-    assert all(max(min_prompts, per_c * c) / r >= 15.0 for c, r in rates.items())
-    # no rate measured: 4 requests per second per slot
-    assert gpu_sweep.sweep_sizes({1: None, 4: None}, 3.0) == (16, 16)
-    # the highest concurrency stays under the cap
-    assert gpu_sweep.sweep_sizes({1: 10.0, 64: 5000.0}, 20.0)[1] * 64 <= 6000
+    # H200 rates (req/s) from the burst: every point's window at least 15 s x the margin
+    for c, rate in {1: 4.3, 4: 14.7, 16: 43.0, 64: 132.0}.items():
+        prompts = gpu_sweep.point_prompts(rate, c, 15.0)
+        assert 15.0 * gpu_sweep.MARGIN <= prompts / rate < 15.0 * gpu_sweep.MARGIN + 1
+    assert gpu_sweep.point_prompts(None, 4, 3.0) == 63  # no rate: 4 per second per slot
+    assert gpu_sweep.point_prompts(0.5, 8, 3.0) == 32  # at least 4 per slot
+    assert gpu_sweep.point_prompts(5000.0, 64, 20.0) == 6000  # capped
+
+
+def test_prefix_cache_hits_between_two_metrics_reads():
+    from bench.demo import gpu_sweep
+
+    assert gpu_sweep.hit_pct((1000.0, 100.0), (11000.0, 320.0)) == 2.2
+    assert gpu_sweep.hit_pct(None, (1.0, 1.0)) is None and gpu_sweep.hit_pct((5.0, 0.0), (5.0, 0.0)) is None
 
 
 def test_the_comparison_reports_its_spread():
@@ -112,7 +117,8 @@ def test_the_comparison_reports_its_spread():
 
     assert gpu_sweep.signed_gap(110.0, 100.0) == 10.0 and gpu_sweep.signed_gap(90.0, 100.0) == -10.0
     side = lambda d, t: {"duration_s": d, "output_tok_s": t}  # noqa: E731
-    points = [{"concurrency": 1, "bench": side(18.0, 500), "vllm_bench_serve": side(16.5, 450), "bench_minus_cli_pct": 11.1},
+    points = [{"concurrency": 1, "bench": {**side(18.0, 500), "prefix_cache_hit_pct": 0.4},
+               "vllm_bench_serve": side(16.5, 450), "bench_minus_cli_pct": 11.1},
               {"concurrency": 4, "bench": side(14.0, 1500), "vllm_bench_serve": side(16.0, 1600), "bench_minus_cli_pct": -6.2}]
     spread = gpu_sweep.summary(points, 15.0)
     assert spread["gap_range_pct"] == [-6.2, 11.1] and spread["gaps_one_sign"] is False
@@ -120,7 +126,7 @@ def test_the_comparison_reports_its_spread():
     assert spread["shortest_window_s"] == {"bench": 14.0, "vllm_bench_serve": 16.0}
     md = gpu_page.markdown({"date": "d", "device": {"name": "GPU"}, "versions": {}, "broken": [], "checks": {
         "sweep": {"status": "ok", "window_s": 15.0, "points": points, "spread": spread}}})
-    assert "| 1 | 500 (18.0 s, -) | 450 (16.5 s, -) | +11.1 % |" in md and "| -6.2 % |" in md
+    assert "| 1 | 500 (18.0 s, -, 0.4 % cached) | 450 (16.5 s, -) | +11.1 % |" in md and "| -6.2 % |" in md
     assert "gaps from -6.2 to +11.1 %, of both signs" in md and "short: c=4 bench 14.0 s" in md
     assert "None" not in md
 
@@ -215,11 +221,11 @@ def test_the_start_up_models_measured_floor_is_the_records():
 
     starts = [json.loads(p.read_text())["checks"]["cold_start"]["milestones_s"]
               for p in sorted((REPO / "docs" / "records").glob("gpu-check-*-h200-run*.json"))]
-    assert len(starts) == 2
+    assert len(starts) == 3
     floor = (statistics.median(m["engine_started"] for m in starts)
              + statistics.median(m["health_ok"] - m["engine_ready"] for m in starts))
     assert model.START_FLOOR_S == pytest.approx(floor, abs=0.05)
     target = model.model("g6e.2xlarge", [], model.TARGET)
     assert target["init"].seconds == 117.5 and f"{model.START_FLOOR_S:g} s measured" in target["init"].note
     assert model.floor_total(target, hit=True) == pytest.approx(208.0 - model.unattributed_s(True))
-    assert "still needs 185.1 s" in model.target_line(target, None)
+    assert "still needs 184.6 s" in model.target_line(target, None)

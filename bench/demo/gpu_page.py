@@ -48,6 +48,13 @@ def _start_line(figures: dict[str, Any]) -> str:
             f"{figures.get('compile_cache') or 'no cache line'}")
 
 
+def _side(run: dict[str, Any]) -> str:
+    """One side of the cross-check: output tok/s (window, prompts[, prefix-cache hits])."""
+    hits = run.get("prefix_cache_hit_pct")
+    return (f"{_s(run.get('output_tok_s'), '', 0)} ({_s(run.get('duration_s'))}, {run.get('prompts') or '-'}"
+            + (f", {hits:.1f} % cached" if hits is not None else "") + ")")
+
+
 def _details(name: str, c: dict[str, Any]) -> list[str]:
     if c.get("status") in ("skipped", "not available") and name not in ("compile_cache",):
         return []
@@ -71,9 +78,7 @@ def _details(name: str, c: dict[str, Any]) -> list[str]:
             b, v = p["bench"], p["vllm_bench_serve"]
             gap = p.get("bench_minus_cli_pct")
             gap_text = f"{gap:+.1f} %" if gap is not None else _s(p.get("apart_pct"), " % apart")
-            rows.append(f"| {p['concurrency']} | {_s(b.get('output_tok_s'), '', 0)} ({_s(b.get('duration_s'))}, "
-                        f"{b.get('prompts') or '-'}) | {_s(v.get('output_tok_s'), '', 0)} "
-                        f"({_s(v.get('duration_s'))}, {v.get('prompts') or '-'}) | {gap_text} |")
+            rows.append(f"| {p['concurrency']} | {_side(b)} | {_side(v)} | {gap_text} |")
         spread = c.get("spread") or {}
         if spread.get("gap_range_pct"):
             low, high = spread["gap_range_pct"]

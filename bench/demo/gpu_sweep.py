@@ -3,11 +3,14 @@ against vLLM's own `vllm bench serve` at the same points, each side with a measu
 --window-s seconds.
 
 The number of prompts that fills a window depends on the device, so the step first measures the
-server's request rate at every point with a short burst of S1_chat-sized requests (`calibrate`). The
-sweep takes one --min-prompts and one --prompts-per-concurrency for all its points: the slowest point
-per concurrency slot sets them (with a margin), so every point's window is at least the target and the
-fastest ones run longer. Each `vllm bench serve` run is then sized from the rate the sweep measured at
-its point. Each side runs once per point, the sweep's points first: the gap between the two holds the
+server's request rate at every point with a short burst of S1_chat-sized requests (`calibrate`). Each
+point then runs on its own: the prefix cache emptied (POST /reset_prefix_cache, which the servers'
+development mode routes), `bench sweep` at that concurrency sized from the burst (with a margin), the
+cache emptied again, `vllm bench serve` sized from the rate the sweep measured. One sweep for every
+point would need one prompt count per concurrency slot, which overshoots the fastest point by times;
+and a GPU's KV cache keeps every earlier run's prompts, so with a 32,000-word vocabulary thousands of
+random prompts come back as prefix-cache hits (22 % at c=64 on an H200). Each side's prefix-cache hit
+share is recorded. Each side runs once per point, the sweep first: the gap between the two holds the
 run-to-run spread as well as any difference between the clients, and the record says so beside the
 signed gaps' range.
 """
@@ -24,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import results as R
+from bench.common.prometheus import parse as parse_metrics
 from bench.demo import gpu_steps as S
+from bench.run import telemetry
 
 MARGIN = 1.3  # the sweep's windows are sized from a short burst: aim above the target
-SPREAD_NOTE = ("One run per side per point, the sweep's points before vllm bench serve's: a gap holds the "
+SPREAD_NOTE = ("One run per side per point, the sweep's before vllm bench serve's: a gap holds the "
                "run-to-run spread (27-61 % between two identical p99s on the CPU demo, less for means over "
                "longer windows) as well as any difference between the two clients; gaps of one sign at "
                "every point point to a difference, mixed signs to spread.")
@@ -77,20 +82,38 @@ def calibrate(base: str, concurrencies: list[int], input_len: int, output_len: i
             for c in concurrencies}
 
 
-def sweep_sizes(rates: dict[int, float | None], window_s: float, margin: float = MARGIN,
-                cap: int = 6000) -> tuple[int, int]:
-    """(--min-prompts, --prompts-per-concurrency) so that every point's window is at least
-    `window_s` x `margin` at the burst's rates: the smallest concurrency sets the floor, the highest
-    rate per concurrency slot among the others sets the per-concurrency count. A point without a rate
-    counts 4 requests per second per slot."""
-    per_slot = {c: (r if r else 4.0 * c) / c for c, r in rates.items()}
-    lowest = min(per_slot)
-    min_prompts = max(16, math.ceil(window_s * margin * per_slot[lowest] * lowest))
-    others = [v for c, v in per_slot.items() if c != lowest] or [per_slot[lowest]]
-    per_concurrency = max(4, math.ceil(window_s * margin * max(others)))
-    highest = max(per_slot)
-    per_concurrency = min(per_concurrency, max(4, cap // highest))
-    return min(min_prompts, cap), per_concurrency
+def point_prompts(rate: float | None, concurrency: int, window_s: float, margin: float = MARGIN,
+                  cap: int = 6000) -> int:
+    """Prompts for one point's sweep run: a window of `window_s` x `margin` at the burst's rate (a point
+    without a rate counts 4 requests per second per slot), at least 4 per slot and 16."""
+    rate = rate if rate else 4.0 * concurrency
+    return int(min(cap, max(16, 4 * concurrency, math.ceil(window_s * margin * rate))))
+
+
+def reset_prefix_cache(base: str) -> bool:
+    """Empty the server's prefix cache between runs (development mode's route); False where it is not routed."""
+    try:
+        S.post(f"{base}/reset_prefix_cache", timeout=60)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def prefix_counters(base: str) -> tuple[float, float] | None:
+    """(prefix-cache queries, hits) in tokens from /metrics, None where the server has no such counters."""
+    try:
+        values = telemetry.server_values(parse_metrics(S.get_text(f"{base}/metrics")))
+    except (OSError, ValueError):
+        return None
+    if values.get("prefix_cache_queries") is None or values.get("prefix_cache_hits") is None:
+        return None
+    return values["prefix_cache_queries"], values["prefix_cache_hits"]
+
+
+def hit_pct(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
+    if before is None or after is None or after[0] - before[0] <= 0:
+        return None
+    return round(100.0 * (after[1] - before[1]) / (after[0] - before[0]), 1)
 
 
 def signed_gap(ours: float | None, theirs: float | None) -> float | None:
@@ -131,34 +154,43 @@ def sweep(check) -> dict[str, Any]:
     shutil.rmtree(folder, ignore_errors=True)
     input_len, output_len = round(256 * args.length_scale), max(2, round(128 * args.length_scale))
     rates = calibrate(server.url, args.concurrency_list, input_len, output_len, args.vocab_words)
-    min_prompts, per_c = sweep_sizes(rates, args.window_s)
-    argv = [python, "-m", "bench", "sweep", "--base-url", server.url, "--model", S.SERVED_NAME,
-            "--tokenizer", str(check.model_dir), "--out", str(folder / "bench"), "--scenarios", "S1_chat",
-            "--length-scale", f"{args.length_scale:g}", "--concurrencies", ",".join(map(str, args.concurrency_list)),
-            "--min-prompts", str(min_prompts), "--prompts-per-concurrency", str(per_c), "--health-timeout", "60",
-            "--bench-client", "library", "--instance-type", args.instance_type, "--gpus", "1",
-            "--label", "gpu-check", "--server-args", " ".join(check.flags()), "--vllm-bin", str(check.vllm_wrapper())]
-    t0 = time.monotonic()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.sweep_timeout)
-    bench_s = round(time.monotonic() - t0, 1)
-    (check.logs / "sweep.log").write_text(proc.stdout + proc.stderr)
-    problems = [] if proc.returncode == 0 else [f"bench sweep exited {proc.returncode} (logs/sweep.log)"]
+    problems: list[str] = []
     points = []
+    resets = []
     t0 = time.monotonic()
     for c in args.concurrency_list:
-        run = R.load_result(folder / "bench" / R.result_filename("S1_chat", c))
-        prompts = S.cli_prompts(run.req_s, c, args.window_s * 1.1)
+        prompts = point_prompts(rates[c], c, args.window_s)
+        resets.append(reset_prefix_cache(server.url))
+        before = prefix_counters(server.url)
+        argv = [python, "-m", "bench", "sweep", "--base-url", server.url, "--model", S.SERVED_NAME,
+                "--tokenizer", str(check.model_dir), "--out", str(folder / f"bench-c{c}"), "--scenarios", "S1_chat",
+                "--length-scale", f"{args.length_scale:g}", "--concurrencies", str(c), "--min-prompts", str(prompts),
+                "--prompts-per-concurrency", "0", "--health-timeout", "60", "--bench-client", "library",
+                "--instance-type", args.instance_type, "--gpus", "1", "--label", "gpu-check",
+                "--server-args", " ".join(check.flags()), "--vllm-bin", str(check.vllm_wrapper())]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.sweep_timeout)
+        bench_hits = hit_pct(before, prefix_counters(server.url))
+        with (check.logs / "sweep.log").open("a") as fh:
+            fh.write(f"==== c={c} rc={proc.returncode}\n{proc.stdout}{proc.stderr}\n")
+        if proc.returncode != 0:
+            problems.append(f"c={c}: bench sweep exited {proc.returncode} (logs/sweep.log)")
+        run = R.load_result(folder / f"bench-c{c}" / R.result_filename("S1_chat", c))
+        resets.append(reset_prefix_cache(server.url))
+        before = prefix_counters(server.url)
         cli_dir = folder / "vllm-bench-serve"
         cli = subprocess.run([python, "-m", "vllm.entrypoints.cli.main", *S.cli_argv(
-            url=server.url, tokenizer=check.model_dir, concurrency=c, prompts=prompts,
+            url=server.url, tokenizer=check.model_dir, concurrency=c,
+            prompts=S.cli_prompts(run.req_s, c, args.window_s * 1.15),
             input_len=run.input_len or input_len, output_len=run.output_len or output_len, out=cli_dir,
             seed=9000 + c)], env=env, capture_output=True, text=True, timeout=args.sweep_timeout)
+        cli_hits = hit_pct(before, prefix_counters(server.url))
         with (check.logs / "vllm-bench-serve.log").open("a") as fh:
             fh.write(f"==== c={c} rc={cli.returncode}\n{cli.stdout[-6000:]}{cli.stderr[-4000:]}\n")
         theirs = R.load_result(cli_dir / R.result_filename("S1_chat", c))
         gap = signed_gap(run.output_tok_s, theirs.output_tok_s)
         points.append({"concurrency": c, "burst_req_s": round(rates[c], 2) if rates[c] else None,
-                       "bench": run_figures(run), "vllm_bench_serve": run_figures(theirs),
+                       "bench": {**run_figures(run), "prefix_cache_hit_pct": bench_hits},
+                       "vllm_bench_serve": {**run_figures(theirs), "prefix_cache_hit_pct": cli_hits},
                        "vllm_bench_serve_rc": cli.returncode, "bench_minus_cli_pct": gap,
                        "apart_pct": abs(gap) if gap is not None else None})
         if not run.valid:
@@ -170,9 +202,8 @@ def sweep(check) -> dict[str, Any]:
                             f"{theirs.output_tok_s:,.0f} ({abs(gap):.0f} % apart, more than --agree-pct "
                             f"{args.agree_pct:g})")
     out = {"scenario": "S1_chat", "server": check.server_name, "length_scale": args.length_scale,
-           "window_s": args.window_s, "agree_pct": args.agree_pct, "min_prompts": min_prompts,
-           "prompts_per_concurrency": per_c, "bench_s": bench_s, "cli_s": round(time.monotonic() - t0, 1),
-           "points": points, "spread": summary(points, args.window_s)}
+           "window_s": args.window_s, "agree_pct": args.agree_pct, "prefix_cache_reset": all(resets),
+           "seconds": round(time.monotonic() - t0, 1), "points": points, "spread": summary(points, args.window_s)}
     if problems:
         raise S.Broken("; ".join(problems), out)
     return out
