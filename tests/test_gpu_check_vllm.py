@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.demo import gpu_steps
+from bench.demo import gpu_steps, gpu_sweep
 
 pytestmark = pytest.mark.vllm
 
@@ -47,13 +47,15 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
     assert cold["startup_record"]["kind"] == "vllm-poc/startup-record"
     assert [m["event"] for m in checks["timeline"]["milestones"]][-1] in ("api_ready", "health_ok")
     sweep = checks["sweep"]
-    assert sweep["server"] == "cold" and sweep["min_prompts"] >= 16
+    # the point sized from the burst, the prefix cache emptied before each side, each side's hits read
+    assert sweep["server"] == "cold" and sweep["prefix_cache_reset"] is True
     (point,) = sweep["points"]
     assert point["concurrency"] == 2 and point["burst_req_s"] > 0
     for side in ("bench", "vllm_bench_serve"):
         assert point[side]["valid"], point
         assert point[side]["output_len"] == 16 and point[side]["duration_s"] > 0
-    assert point["bench"]["prompts"] == max(sweep["min_prompts"], 2 * sweep["prompts_per_concurrency"])
+        assert point[side]["prefix_cache_hit_pct"] is not None
+    assert point["bench"]["prompts"] == gpu_sweep.point_prompts(point["burst_req_s"], 2, 2.0)
     assert point["bench_minus_cli_pct"] is not None
     assert sweep["spread"]["gap_range_pct"] == [point["bench_minus_cli_pct"]] * 2
     assert "not available on this device" in checks["speculative"]["reason"]
