@@ -55,7 +55,8 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
         assert point[side]["valid"], point
         assert point[side]["output_len"] == 16 and point[side]["duration_s"] > 0
         assert point[side]["prefix_cache_hit_pct"] is not None
-    assert point["bench"]["prompts"] == gpu_sweep.point_prompts(point["burst_req_s"], 2, 2.0)
+    # (the record rounds the burst's rate to 0.01 request/s: one prompt either way)
+    assert abs(point["bench"]["prompts"] - gpu_sweep.point_prompts(point["burst_req_s"], 2, 2.0)) <= 1
     assert point["bench_minus_cli_pct"] is not None
     assert sweep["spread"]["gap_range_pct"] == [point["bench_minus_cli_pct"]] * 2
     assert "not available on this device" in checks["speculative"]["reason"]
