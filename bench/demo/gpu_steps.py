@@ -209,19 +209,21 @@ def greedy_text(base: str, prompt: str = "w1 w2 w3 w4 w5 w6 w7 w8", tokens: int 
     return out["choices"][0]["text"]
 
 
-def completions(base: str, n: int, concurrency: int, max_tokens: int, seed: int = 0) -> tuple[int, float]:
-    """`n` greedy completions of distinct prompts, `concurrency` at a time: (completed, seconds)."""
+def completions(base: str, n: int, concurrency: int, max_tokens: int, seed: int = 0,
+                prompts: list[str] | None = None) -> tuple[int, float]:
+    """`n` greedy completions of distinct prompts (or of `prompts`), `concurrency` at a time, ignoring
+    the end of sequence: (completed, seconds)."""
+    queue = list(prompts) if prompts is not None else [
+        " ".join(f"w{(seed * 7919 + i * 131 + k * 17) % 1000}" for k in range(32)) for i in range(n)]
     done = [0]
     lock = threading.Lock()
-    queue = list(range(n))
 
     def worker():
         while True:
             with lock:
                 if not queue:
                     return
-                i = queue.pop()
-            prompt = " ".join(f"w{(seed * 7919 + i * 131 + k * 17) % 1000}" for k in range(32))
+                prompt = queue.pop()
             try:
                 post(f"{base}/v1/completions", {"model": SERVED_NAME, "prompt": prompt, "max_tokens": max_tokens,
                                                 "temperature": 0, "ignore_eos": True})

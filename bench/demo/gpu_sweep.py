@@ -21,7 +21,6 @@ import math
 import random
 import shutil
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,36 +39,14 @@ SPREAD_NOTE = ("One run per side per point, the sweep's before vllm bench serve'
 
 def burst_rate(base: str, concurrency: int, requests: int, input_words: int, output_tokens: int,
                vocab_words: int, seed: int) -> float | None:
-    """Requests per second of `requests` completions (`input_words` random words in, `output_tokens` out,
-    ignore-eos), `concurrency` at a time; None if fewer than half completed."""
+    """Requests per second of `requests` greedy completions (`input_words` random words in, `output_tokens`
+    out, ignore-eos), `concurrency` at a time; None if fewer than half completed."""
     rng = random.Random(seed)
     prompts = [" ".join(f"w{rng.randrange(vocab_words)}" for _ in range(input_words)) for _ in range(requests)]
-    done, lock = [0], threading.Lock()
-
-    def worker():
-        while True:
-            with lock:
-                if not prompts:
-                    return
-                prompt = prompts.pop()
-            try:
-                S.post(f"{base}/v1/completions", {"model": S.SERVED_NAME, "prompt": prompt,
-                                                  "max_tokens": output_tokens, "ignore_eos": True}, timeout=120)
-                with lock:
-                    done[0] += 1
-            except (OSError, ValueError):
-                pass
-
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - t0
-    if done[0] < requests / 2 or seconds <= 0:
+    done, seconds = S.completions(base, requests, concurrency, output_tokens, prompts=prompts)
+    if done < requests / 2 or seconds <= 0:
         return None
-    return done[0] / seconds
+    return done / seconds
 
 
 def calibrate(base: str, concurrencies: list[int], input_len: int, output_len: int,
