@@ -13,8 +13,8 @@ TITLES = {
     "cold_start": "Cold start (empty compile cache)",
     "timeline": "Start-up timeline from the server's log",
     "sleep_wake": "Sleep and wake",
-    "sweep": "Sweep, cross-checked against vllm bench serve",
     "compile_cache": "Start from a compile cache pushed and pulled through S3",
+    "sweep": "Sweep, cross-checked against vllm bench serve",
     "speculative": "Speculative decoding with a draft model",
 }
 MILESTONE_WORDS = {
