@@ -131,6 +131,12 @@ def test_the_comparison_reports_its_spread():
     assert "None" not in md
 
 
+def test_a_start_that_exits_names_its_last_error():
+    log = "INFO starting\nTraceback (most recent call last):\nzmq.error.ZMQError: ipc path is too long\n  \n"
+    assert S.last_error(log) == "zmq.error.ZMQError: ipc path is too long"
+    assert S.last_error("INFO a\nINFO b\n") == "INFO b" and S.last_error("") == "an empty log"
+
+
 def test_a_pods_engine_sockets_fit_a_unix_socket_path(tmp_path):
     """vLLM's API server and engine talk over ZMQ sockets named `<VLLM_RPC_BASE_PATH>/<uuid4>` (TMPDIR by
     default): under a deep folder (pytest's own temporary folders in CI) the name passes 107 characters,

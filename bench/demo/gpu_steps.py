@@ -150,7 +150,9 @@ def wait_healthy(server: Server, budget_s: float) -> float:
         if chunk:
             _scan(server, chunk)
         if server.proc.poll() is not None:
-            raise Broken(f"vllm serve exited {server.proc.returncode} before /health answered:\n{tail(server.log)}")
+            last = tail(server.log)
+            raise Broken(f"vllm serve exited {server.proc.returncode} before /health answered ({last_error(last)}):"
+                         f"\n{last}")
         try:
             with urllib.request.urlopen(f"{server.url}/health", timeout=5) as resp:
                 if resp.status == 200:
@@ -170,6 +172,14 @@ def tail(log: Path, chars: int = 3000) -> str:
         return log.read_text(errors="replace")[-chars:]
     except OSError:
         return "(no log)"
+
+
+def last_error(text: str) -> str:
+    """The last line of a log that names an error (else its last line), for the one-line reason."""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    named = [l for l in lines if re.search(r"Error|Exception|error:", l)]
+    line = (named or lines or ["an empty log"])[-1]
+    return line if len(line) <= 240 else line[:237] + "..."
 
 
 def refused(log: Path) -> str | None:
