@@ -93,6 +93,62 @@ def test_cross_check_windows_and_agreement():
     assert argv[argv.index("--result-filename") + 1] == "S1_chat_c4.json"
 
 
+def test_each_point_is_sized_for_the_window():
+    from bench.demo import gpu_sweep
+
+    # H200 rates (req/s) from the burst: every point's window at least 15 s x the margin
+    for c, rate in {1: 4.3, 4: 14.7, 16: 43.0, 64: 132.0}.items():
+        prompts = gpu_sweep.point_prompts(rate, c, 15.0)
+        assert 15.0 * gpu_sweep.MARGIN <= prompts / rate < 15.0 * gpu_sweep.MARGIN + 1
+    assert gpu_sweep.point_prompts(None, 4, 3.0) == 63  # no rate: 4 per second per slot
+    assert gpu_sweep.point_prompts(0.5, 8, 3.0) == 32  # at least 4 per slot
+    assert gpu_sweep.point_prompts(5000.0, 64, 20.0) == 6000  # capped
+
+
+def test_prefix_cache_hits_between_two_metrics_reads():
+    from bench.demo import gpu_sweep
+
+    assert gpu_sweep.hit_pct((1000.0, 100.0), (11000.0, 320.0)) == 2.2
+    assert gpu_sweep.hit_pct(None, (1.0, 1.0)) is None and gpu_sweep.hit_pct((5.0, 0.0), (5.0, 0.0)) is None
+
+
+def test_the_comparison_reports_its_spread():
+    from bench.demo import gpu_sweep
+
+    assert gpu_sweep.signed_gap(110.0, 100.0) == 10.0 and gpu_sweep.signed_gap(90.0, 100.0) == -10.0
+    side = lambda d, t: {"duration_s": d, "output_tok_s": t}  # noqa: E731
+    points = [{"concurrency": 1, "bench": {**side(18.0, 500), "prefix_cache_hit_pct": 0.4},
+               "vllm_bench_serve": side(16.5, 450), "bench_minus_cli_pct": 11.1},
+              {"concurrency": 4, "bench": side(14.0, 1500), "vllm_bench_serve": side(16.0, 1600), "bench_minus_cli_pct": -6.2}]
+    spread = gpu_sweep.summary(points, 15.0)
+    assert spread["gap_range_pct"] == [-6.2, 11.1] and spread["gaps_one_sign"] is False
+    assert spread["largest_apart_pct"] == 11.1 and spread["short_windows"] == ["c=4 bench 14.0 s"]
+    assert spread["shortest_window_s"] == {"bench": 14.0, "vllm_bench_serve": 16.0}
+    md = gpu_page.markdown({"date": "d", "device": {"name": "GPU"}, "versions": {}, "broken": [], "checks": {
+        "sweep": {"status": "ok", "window_s": 15.0, "points": points, "spread": spread}}})
+    assert "| 1 | 500 (18.0 s, -, 0.4 % cached) | 450 (16.5 s, -) | +11.1 % |" in md and "| -6.2 % |" in md
+    assert "gaps from -6.2 to +11.1 %, of both signs" in md and "short: c=4 bench 14.0 s" in md
+    assert "None" not in md
+
+
+def test_a_start_that_exits_names_its_last_error():
+    log = "INFO starting\nTraceback (most recent call last):\nzmq.error.ZMQError: ipc path is too long\n  \n"
+    assert S.last_error(log) == "zmq.error.ZMQError: ipc path is too long"
+    assert S.last_error("INFO a\nINFO b\n") == "INFO b" and S.last_error("") == "an empty log"
+
+
+def test_a_pods_engine_sockets_fit_a_unix_socket_path(tmp_path):
+    """vLLM's API server and engine talk over ZMQ sockets named `<VLLM_RPC_BASE_PATH>/<uuid4>` (TMPDIR by
+    default): under a deep folder (pytest's own temporary folders in CI) the name passes 107 characters,
+    the engine cannot bind, and `vllm serve` exits 1 before it logs a reason."""
+    deep = tmp_path / ("d" * 60) / "gpu-check" / "work" / "pod"
+    env = S.Pod("cold", deep, tmp_path / "cache").env({})
+    assert env["TMPDIR"] == str(deep / "tmp")
+    assert len(env["VLLM_RPC_BASE_PATH"]) + 1 + 36 <= S.IPC_PATH_MAX
+    shallow = Path("/tmp/gc/work/pod")
+    assert S.rpc_dir(shallow / "tmp") == "/tmp/gc/work/pod/tmp"
+
+
 def test_page_section_from_a_record():
     record = {"date": "2026-12-03", "device": {"name": "NVIDIA H200", "driver": "580"},
               "versions": {"vllm": "0.26.0", "torch": "2.11.0"}, "broken": ["speculative"],
@@ -158,7 +214,7 @@ def test_the_page_renders_a_recorded_h200_run():
     record = json.loads((FIXTURES / "record-run2.json").read_text())
     md = gpu_page.markdown(record)
     assert "NVIDIA H200" in md and "vLLM 0.26.0" in md and "Broken: sweep." in md
-    assert "| 1 | 555 (7.4 s) | 438 (12.8 s, 44) | 26.5 % |" in md
+    assert "| 1 | 555 (7.4 s, 32) | 438 (12.8 s, 44) | 26.5 % apart |" in md  # recorded before signed gaps
     assert "sleep 0.54 s, wake 0.62 s" in md and "None" not in md
 
 
@@ -171,11 +227,11 @@ def test_the_start_up_models_measured_floor_is_the_records():
 
     starts = [json.loads(p.read_text())["checks"]["cold_start"]["milestones_s"]
               for p in sorted((REPO / "docs" / "records").glob("gpu-check-*-h200-run*.json"))]
-    assert len(starts) == 2
+    assert len(starts) == 3
     floor = (statistics.median(m["engine_started"] for m in starts)
              + statistics.median(m["health_ok"] - m["engine_ready"] for m in starts))
     assert model.START_FLOOR_S == pytest.approx(floor, abs=0.05)
     target = model.model("g6e.2xlarge", [], model.TARGET)
     assert target["init"].seconds == 117.5 and f"{model.START_FLOOR_S:g} s measured" in target["init"].note
     assert model.floor_total(target, hit=True) == pytest.approx(208.0 - model.unattributed_s(True))
-    assert "still needs 185.1 s" in model.target_line(target, None)
+    assert "still needs 184.6 s" in model.target_line(target, None)

@@ -13,12 +13,14 @@ checks, in order:
                  milestones seen while it started, in seconds since launch
   sleep_wake     POST /sleep and /wake_up: seconds, GPU memory freed and restored, the same greedy
                  answer before and after
-  sweep          `python -m bench sweep` (S1_chat) at a few concurrencies, cross-checked against vLLM's
-                 own `vllm bench serve` at the same points with windows of at least --window-s seconds
   compile_cache  the cache pushed and pulled by the servers' own steps (`python -m weights compile-cache
                  push|pull`) through S3 (--s3-uri, else a moto server on 127.0.0.1, else a local copy,
                  labelled so), then a new "pod" (fresh HOME and TMPDIR, only the cache root restored):
                  seconds to /health, engine init and compile seconds, and whether compilation was skipped
+  sweep          `python -m bench sweep` (S1_chat) at a few concurrencies on the restored pod's server,
+                 cross-checked against vLLM's own `vllm bench serve` at the same points, each side with a
+                 measured window of at least --window-s seconds (sized from a short burst at each point);
+                 the signed gaps' range and the shortest windows are recorded (bench/demo/gpu_sweep.py)
   speculative    a server with a draft model (`--speculative-config`; the draft is a copy of the tiny
                  model, so greedy drafts should almost all be accepted), acceptance from /metrics
 
@@ -46,8 +48,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.analysis import results as R
-from bench.demo import cpu_vllm, gpu_page, gpu_settings
+from bench.demo import cpu_vllm, gpu_page, gpu_settings, gpu_sweep
 from bench.demo import gpu_steps as S
 from bench.demo.command import local_startup_record
 from bench.startup import phases as startup_phases
@@ -57,7 +58,7 @@ from bench.common.cli import out_folder
 KIND = "vllm-poc/gpu-check"
 VERSION = 1
 DEFAULT_OUT = "build/gpu-check"
-STEPS = ("model", "cold_start", "timeline", "sleep_wake", "sweep", "compile_cache", "speculative")
+STEPS = ("model", "cold_start", "timeline", "sleep_wake", "compile_cache", "sweep", "speculative")
 OK, BROKEN, NOT_AVAILABLE, SKIPPED = "ok", "broken", "not available", "skipped"
 _PROBE = r"""
 import json, platform, sys
@@ -175,6 +176,7 @@ class Check:
         self.model_dir = self.work / "model"
         self.cache_root = (self.work / "cache").resolve()
         self.port = 0  # one port for every start, as a pod's (set when the run starts)
+        self.server_name: str | None = None  # the pod whose server is up
         self.record: dict[str, Any] = {
             "kind": KIND, "version": VERSION, "date": time.strftime("%Y-%m-%d"),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
@@ -293,6 +295,7 @@ class Check:
         shutil.rmtree(self.cache_root, ignore_errors=True)
         self.cache_root.mkdir(parents=True)
         self.server = self.start(self.pod("cold"))
+        self.server_name = "cold"
         self.record["settings"]["serve_flags"] = self.server.cmd[self.server.cmd.index("serve") + 1:]
         figures = self.start_figures(self.server, "cold")
         if self.runtime.gpu and figures["compile_cache"] == "hit":
@@ -349,50 +352,10 @@ class Check:
         return out
 
     def sweep(self) -> dict[str, Any]:
-        args = self.args
-        folder = self.out / "sweep"
-        shutil.rmtree(folder, ignore_errors=True)
-        conc = ",".join(str(c) for c in args.concurrency_list)
-        argv = [self.runtime.python, "-m", "bench", "sweep", "--base-url", self.server.url, "--model", S.SERVED_NAME,
-                "--tokenizer", str(self.model_dir), "--out", str(folder / "bench"), "--scenarios", "S1_chat",
-                "--length-scale", f"{args.length_scale:g}", "--concurrencies", conc, "--min-prompts", "32",
-                "--prompts-per-concurrency", "4", "--health-timeout", "60", "--bench-client", "library",
-                "--instance-type", args.instance_type, "--gpus", "1", "--label", "gpu-check",
-                "--server-args", " ".join(self.flags()), "--vllm-bin", str(self.vllm_wrapper())]
-        proc = subprocess.run(argv, env=self.runtime.env, capture_output=True, text=True, timeout=args.sweep_timeout)
-        (self.logs / "sweep.log").write_text(proc.stdout + proc.stderr)
-        ours = {c: R.load_result(folder / "bench" / R.result_filename("S1_chat", c)) for c in args.concurrency_list}
-        problems = [] if proc.returncode == 0 else [f"bench sweep exited {proc.returncode} (logs/sweep.log)"]
-        points = []
-        for c in args.concurrency_list:
-            run = ours[c]
-            prompts = S.cli_prompts(run.req_s, c, args.window_s)
-            cli_dir = folder / "vllm-bench-serve"
-            cli = subprocess.run([self.runtime.python, "-m", "vllm.entrypoints.cli.main", *S.cli_argv(
-                url=self.server.url, tokenizer=self.model_dir, concurrency=c, prompts=prompts,
-                input_len=run.input_len or round(256 * args.length_scale),
-                output_len=run.output_len or round(128 * args.length_scale), out=cli_dir, seed=9000 + c)],
-                env=self.runtime.env, capture_output=True, text=True, timeout=args.sweep_timeout)
-            with (self.logs / "vllm-bench-serve.log").open("a") as fh:
-                fh.write(f"==== c={c} rc={cli.returncode}\n{cli.stdout[-6000:]}{cli.stderr[-4000:]}\n")
-            theirs = R.load_result(cli_dir / R.result_filename("S1_chat", c))
-            gap = S.agreement(run.output_tok_s, theirs.output_tok_s)
-            point = {"concurrency": c, "bench": _run_figures(run), "vllm_bench_serve": _run_figures(theirs),
-                     "vllm_bench_serve_rc": cli.returncode, "apart_pct": gap}
-            points.append(point)
-            if not run.valid:
-                problems.append(f"c={c}: the bench's run is not valid ({run.reason})")
-            if cli.returncode != 0 or not theirs.valid:
-                problems.append(f"c={c}: vllm bench serve failed (rc {cli.returncode}; {theirs.reason or 'no problem'})")
-            elif gap is not None and gap > args.agree_pct:
-                problems.append(f"c={c}: the bench measured {run.output_tok_s:,.0f} output tok/s, vllm bench serve "
-                                f"{theirs.output_tok_s:,.0f} ({gap:.0f} % apart, more than --agree-pct "
-                                f"{args.agree_pct:g})")
-        out = {"scenario": "S1_chat", "length_scale": args.length_scale, "window_s": args.window_s,
-               "agree_pct": args.agree_pct, "points": points}
-        if problems:
-            raise S.Broken("; ".join(problems), out)
-        return out
+        if self.server is None:  # the restored pod did not start: a pod of its own on the cache root
+            self.server = self.start(self.pod("sweep"))
+            self.server_name = "sweep"
+        return gpu_sweep.sweep(self)
 
     def vllm_wrapper(self) -> Path:
         """A `vllm` command run by the vLLM python (an install without console scripts on PATH has none)."""
@@ -423,6 +386,7 @@ class Check:
         restored = S.cache_files(self.cache_root)
         restored_at = time.time()
         self.server = self.start(self.pod("restored"))
+        self.server_name = "restored"
         warm = self.start_figures(self.server, "restored")
         after = S.cache_files(self.cache_root)
         out["restored_start"] = warm
@@ -495,8 +459,8 @@ class Check:
             self.step("cold_start", self.cold_start, ("model",))
             self.step("timeline", self.timeline, ("cold_start",))
             self.step("sleep_wake", self.sleep_wake, ("cold_start",))
-            self.step("sweep", self.sweep, ("cold_start",))
             self.step("compile_cache", self.compile_cache, ("cold_start",))
+            self.step("sweep", self.sweep, ("cold_start",))
             self.step("speculative", self.speculative, ("model",))
         finally:
             self.stop_server()
@@ -512,13 +476,6 @@ class Check:
             return 1
         _say(f"gpu-check: every check passed or was not available on this device; {self.out}/gpu-check.md")
         return 0
-
-
-def _run_figures(run: R.RunResult) -> dict[str, Any]:
-    return {"valid": run.valid, "problems": list(run.problems), "prompts": run.num_prompts,
-            "duration_s": run.duration_s, "output_tok_s": run.output_tok_s, "req_s": run.req_s,
-            "ttft_p50_ms": run.ttft_p50_ms, "itl_p50_ms": run.itl_p50_ms, "input_len": run.input_len,
-            "output_len": run.output_len}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -543,8 +500,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--vocab-words", type=int, default=32000, help="the tiny model's vocabulary (default 32000)")
     p.add_argument("--allow-small-vocab", action="store_true", help="allow --vocab-words under 32000 (CPU rehearsals)")
     p.add_argument("--concurrencies", default="1,4,16,64", help="sweep points (default 1,4,16,64)")
-    p.add_argument("--window-s", type=float, default=10.0,
-                   help="least measured window of each `vllm bench serve` cross-check run, seconds (default 10)")
+    p.add_argument("--window-s", type=float, default=15.0,
+                   help="least measured window of each sweep run and each `vllm bench serve` cross-check run, "
+                        "seconds (default 15)")
     p.add_argument("--agree-pct", type=float, default=25.0,
                    help="largest gap between the bench's and vllm bench serve's output tok/s (default 25)")
     p.add_argument("--length-scale", type=float, default=1.0,

@@ -13,8 +13,8 @@ TITLES = {
     "cold_start": "Cold start (empty compile cache)",
     "timeline": "Start-up timeline from the server's log",
     "sleep_wake": "Sleep and wake",
-    "sweep": "Sweep, cross-checked against vllm bench serve",
     "compile_cache": "Start from a compile cache pushed and pulled through S3",
+    "sweep": "Sweep, cross-checked against vllm bench serve",
     "speculative": "Speculative decoding with a draft model",
 }
 MILESTONE_WORDS = {
@@ -48,6 +48,13 @@ def _start_line(figures: dict[str, Any]) -> str:
             f"{figures.get('compile_cache') or 'no cache line'}")
 
 
+def _side(run: dict[str, Any]) -> str:
+    """One side of the cross-check: output tok/s (window, prompts[, prefix-cache hits])."""
+    hits = run.get("prefix_cache_hit_pct")
+    return (f"{_s(run.get('output_tok_s'), '', 0)} ({_s(run.get('duration_s'))}, {run.get('prompts') or '-'}"
+            + (f", {hits:.1f} % cached" if hits is not None else "") + ")")
+
+
 def _details(name: str, c: dict[str, Any]) -> list[str]:
     if c.get("status") in ("skipped", "not available") and name not in ("compile_cache",):
         return []
@@ -65,13 +72,26 @@ def _details(name: str, c: dict[str, Any]) -> list[str]:
                 f"{_s(mem.get('woken'), ' MiB', 0)}; same greedy answer after wake-up: "
                 f"{_s(c.get('same_greedy_answer'))}"]
     if name == "sweep" and c.get("points"):
-        rows = ["| c | bench out tok/s (window) | vllm bench serve out tok/s (window, prompts) | apart |",
-                "|---|---|---|---|"]
+        rows = ["| c | bench out tok/s (window, prompts) | vllm bench serve out tok/s (window, prompts) | "
+                "bench - vllm bench serve |", "|---|---|---|---|"]
         for p in c["points"]:
             b, v = p["bench"], p["vllm_bench_serve"]
-            rows.append(f"| {p['concurrency']} | {_s(b.get('output_tok_s'), '', 0)} ({_s(b.get('duration_s'))}) | "
-                        f"{_s(v.get('output_tok_s'), '', 0)} ({_s(v.get('duration_s'))}, {v.get('prompts') or '-'}) | "
-                        f"{_s(p.get('apart_pct'), ' %')} |")
+            gap = p.get("bench_minus_cli_pct")
+            gap_text = f"{gap:+.1f} %" if gap is not None else _s(p.get("apart_pct"), " % apart")
+            rows.append(f"| {p['concurrency']} | {_side(b)} | {_side(v)} | {gap_text} |")
+        spread = c.get("spread") or {}
+        if spread.get("gap_range_pct"):
+            low, high = spread["gap_range_pct"]
+            short = spread.get("short_windows") or []
+            windows = spread.get("shortest_window_s") or {}
+            rows += ["", f"- gaps from {low:+.1f} to {high:+.1f} %"
+                     + (", all of one sign" if spread.get("gaps_one_sign") else ", of both signs"
+                        if spread.get("gaps_one_sign") is False else "")
+                     + f"; shortest windows: bench {_s(windows.get('bench'))}, vllm bench serve "
+                     f"{_s(windows.get('vllm_bench_serve'))} (target {_s(c.get('window_s'))}"
+                     + (f"; short: {', '.join(short)})" if short else ")")]
+            if spread.get("note"):
+                rows.append(f"- {spread['note']}")
         return rows
     if name == "compile_cache" and c.get("push"):
         lines = [f"- through {c.get('where')}: pushed {c['push'].get('files') or 0} files "

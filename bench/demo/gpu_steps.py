@@ -81,8 +81,22 @@ class Pod:
         # Nothing the start writes may land outside the cache root but in this pod's own folders, so the
         # next pod starts with what the compile cache carried and nothing else.
         env.update({"HOME": str(home), "TMPDIR": str(tmp), "XDG_CACHE_HOME": str(home / ".cache"),
-                    "HF_HOME": str(home / ".cache" / "huggingface")})
+                    "HF_HOME": str(home / ".cache" / "huggingface"), "VLLM_RPC_BASE_PATH": rpc_dir(tmp)})
         return env
+
+
+IPC_PATH_MAX = 107  # a Unix socket's path: sizeof(sockaddr_un.sun_path) less the final NUL
+
+
+def rpc_dir(tmp: Path) -> str:
+    """Where vLLM puts its ZMQ sockets between the API server and the engine (VLLM_RPC_BASE_PATH, by default
+    TMPDIR): `<dir>/<uuid4>` must fit a Unix socket's 107 characters, or the engine cannot bind and
+    `vllm serve` exits 1. The pod's own TMPDIR where it fits, else the system's temporary folder (vLLM
+    keeps this path out of its compile hash, so pods still share their compiled graphs)."""
+    if len(str(tmp)) + 1 + 36 <= IPC_PATH_MAX:
+        return str(tmp)
+    short = Path(os.environ.get("TMPDIR") or "/tmp")
+    return str(short if len(str(short)) + 1 + 36 <= IPC_PATH_MAX else Path("/tmp"))
 
 
 @dataclass
@@ -136,7 +150,9 @@ def wait_healthy(server: Server, budget_s: float) -> float:
         if chunk:
             _scan(server, chunk)
         if server.proc.poll() is not None:
-            raise Broken(f"vllm serve exited {server.proc.returncode} before /health answered:\n{tail(server.log)}")
+            last = tail(server.log)
+            raise Broken(f"vllm serve exited {server.proc.returncode} before /health answered ({last_error(last)}):"
+                         f"\n{last}")
         try:
             with urllib.request.urlopen(f"{server.url}/health", timeout=5) as resp:
                 if resp.status == 200:
@@ -156,6 +172,14 @@ def tail(log: Path, chars: int = 3000) -> str:
         return log.read_text(errors="replace")[-chars:]
     except OSError:
         return "(no log)"
+
+
+def last_error(text: str) -> str:
+    """The last line of a log that names an error (else its last line), for the one-line reason."""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    named = [l for l in lines if re.search(r"Error|Exception|error:", l)]
+    line = (named or lines or ["an empty log"])[-1]
+    return line if len(line) <= 240 else line[:237] + "..."
 
 
 def refused(log: Path) -> str | None:
@@ -195,19 +219,21 @@ def greedy_text(base: str, prompt: str = "w1 w2 w3 w4 w5 w6 w7 w8", tokens: int 
     return out["choices"][0]["text"]
 
 
-def completions(base: str, n: int, concurrency: int, max_tokens: int, seed: int = 0) -> tuple[int, float]:
-    """`n` greedy completions of distinct prompts, `concurrency` at a time: (completed, seconds)."""
+def completions(base: str, n: int, concurrency: int, max_tokens: int, seed: int = 0,
+                prompts: list[str] | None = None) -> tuple[int, float]:
+    """`n` greedy completions of distinct prompts (or of `prompts`), `concurrency` at a time, ignoring
+    the end of sequence: (completed, seconds)."""
+    queue = list(prompts) if prompts is not None else [
+        " ".join(f"w{(seed * 7919 + i * 131 + k * 17) % 1000}" for k in range(32)) for i in range(n)]
     done = [0]
     lock = threading.Lock()
-    queue = list(range(n))
 
     def worker():
         while True:
             with lock:
                 if not queue:
                     return
-                i = queue.pop()
-            prompt = " ".join(f"w{(seed * 7919 + i * 131 + k * 17) % 1000}" for k in range(32))
+                prompt = queue.pop()
             try:
                 post(f"{base}/v1/completions", {"model": SERVED_NAME, "prompt": prompt, "max_tokens": max_tokens,
                                                 "temperature": 0, "ignore_eos": True})

@@ -1,0 +1,66 @@
+"""`python -m bench gpu-check` end to end on vLLM's CPU build: the orchestration, the record and the
+page section, with the checks that run on a CPU (the model, a cold start, its timeline, the sweep and
+its `vllm bench serve` cross-check at one point); the GPU-only steps say "not available on this
+device" and the exit code stays 0. The compile cache's trip through S3 is left to
+tests/test_startup_compile_cache.py (a second CPU server would double this test's time).
+
+It runs under pytest's own temporary folder, as deep as CI's: a pod's TMPDIR there is too long for
+the ZMQ socket names vLLM's API server and engine share (`vllm serve` exited 1 before it logged
+anything), which the pods' VLLM_RPC_BASE_PATH now keeps short.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.demo import gpu_steps, gpu_sweep
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
+    out = tmp_path / ("deep-as-ci-" * 4) / "gpu-check"
+    # as in CI: a pod's TMPDIR (<out>/work/pod/tmp) plus a socket's uuid passes 107 characters
+    assert len(str(out / "work" / "pod" / "tmp")) + 37 > gpu_steps.IPC_PATH_MAX
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "gpu-check", "--out", str(out), "--allow-small-vocab", "--vocab-words", "2000",
+         "--steps", "model,cold_start,timeline,sleep_wake,sweep,speculative", "--concurrencies", "2",
+         "--window-s", "2", "--length-scale", "0.125", "--agree-pct", "1000", "--health-timeout", "900"],
+        cwd=REPO, env={**vllm_env.env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + gpu_steps.tail(out / "logs" / "server-cold.log")
+    record = json.loads((out / "gpu-check.json").read_text())
+    checks = record["checks"]
+    assert record["broken"] == [] and record["device"]["gpu"] is False
+    assert record["versions"]["vllm"] and record["versions"]["torch"]
+    assert {k: c["status"] for k, c in checks.items()} == {
+        "model": "ok", "cold_start": "ok", "timeline": "ok", "sleep_wake": "not available",
+        "compile_cache": "skipped", "sweep": "ok", "speculative": "not available"}
+    cold = checks["cold_start"]
+    assert cold["healthy_s"] > 0 and cold["engine_init_s"] is not None
+    assert cold["startup_record"]["kind"] == "vllm-poc/startup-record"
+    assert [m["event"] for m in checks["timeline"]["milestones"]][-1] in ("api_ready", "health_ok")
+    sweep = checks["sweep"]
+    # the point sized from the burst, the prefix cache emptied before each side, each side's hits read
+    assert sweep["server"] == "cold" and sweep["prefix_cache_reset"] is True
+    (point,) = sweep["points"]
+    assert point["concurrency"] == 2 and point["burst_req_s"] > 0 and point["bench"]["output_len"] == 16
+    for side in ("bench", "vllm_bench_serve"):
+        assert point[side]["valid"], point
+        assert point[side]["duration_s"] > 0
+        assert point[side]["prefix_cache_hit_pct"] is not None
+    # (the record rounds the burst's rate to 0.01 request/s: one prompt either way)
+    assert abs(point["bench"]["prompts"] - gpu_sweep.point_prompts(point["burst_req_s"], 2, 2.0)) <= 1
+    assert point["bench_minus_cli_pct"] is not None
+    assert sweep["spread"]["gap_range_pct"] == [point["bench_minus_cli_pct"]] * 2
+    assert "not available on this device" in checks["speculative"]["reason"]
+    # the page section names every check and carries no Python reprs
+    md = (out / "gpu-check.md").read_text()
+    assert "Sweep, cross-checked against vllm bench serve" in md and "None" not in md
+    assert (out / "gpu-check.html").read_text().startswith("<!doctype html>")
