@@ -41,7 +41,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_fleet_prometheus_vllm, test_fleet_router, test_fleet_router_vllm,
                                  test_fleet_rehearsal
   the house                      test_package_graph, test_bench_wings, test_layout, test_docs,
-                                 test_locks (the set-up: locks/ and the Makefile)
+                                 test_locks (the set-up: locks/ and the Makefile), test_suite_grouping
+                                 (the vLLM tests on one worker)
 
 Shared set-up is in tests/fixtures/, one module per concern (moto, the vLLM environments, the fake
 Pod Identity agent, schemas, renders, the browser); tests/benchmarks/ prints figures and asserts

@@ -28,3 +28,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("vllm"):
             item.add_marker(pytest.mark.xdist_group("vllm"))
+            _in_group(config, item, "vllm")
+
+
+def _in_group(config, item, group: str) -> None:
+    """xdist's worker names a grouped test `<node id>@<group>` so that its scheduler keeps the group on
+    one worker; xdist 3.8 writes that name where pytest 9 no longer reads it (`_nodeid`; pytest 9 keeps
+    `_id`), so every test would be scheduled alone and each worker would start its own vLLM servers.
+    The same name is set here, once, the way pytest 9 reads it."""
+    if not config.getoption("loadgroup", False) or item.nodeid.endswith(f"@{group}"):
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    item._id = coerce_node_id(f"{item.nodeid}@{group}")
