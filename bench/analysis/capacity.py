@@ -48,7 +48,7 @@ MIN_P99_REQUESTS = 100
 # 1.47 standard deviations of a difference: 1.96 x 12 / 1.47 / sqrt(2) = 11 %. A CPU demo spreads
 # far more (27 % and 61 % between two identical runs): pass --noise-pct to the sweep there.
 DEFAULT_NOISE_PCT = 11.0
-NOISE_PRIOR_DF = 1  # the default's weight beside measured repeats (degrees of freedom): one repeat's
+NOISE_PRIOR_DF = 1  # the default's weight beside measured repeats, in degrees of freedom: one repeat's worth
 
 
 # ---------------------------------------------------------------------------------------------
