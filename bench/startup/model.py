@@ -27,11 +27,12 @@ hundred MB of small objects from S3 in the same region.
 What one GPU measured (`python -m bench gpu-check` on an NVIDIA H200 with the image's vLLM 0.26.0, CUDA
 build, 2026-12-03; docs/records/gpu-check-2026-12-03-h200-run*.json): the part of a start that does not
 depend on the model. From launch to the engine process's first line (process start, imports, the API
-server's set-up, the engine process's own imports) took 58.1, 76.6 and 66.6 s on three fresh machines, and
-from the engine's "init engine" line to /health 2.0, 2.5 and 2.5 s: a floor of 69.1 s (the medians) inside init.
+server's set-up, the engine process's own imports) took 58.1, 76.6, 66.6 and 64.6 s on four fresh machines,
+and from the engine's "init engine" line to /health 2.0, 2.5, 2.5 and 2.5 s: a floor of 68.1 s (the medians)
+inside init.
 The model splits init into that floor (measured, on an H200 box: other CPUs and disks start faster or
 slower), the PoC's engine init (25 s after a cache hit, 93 s after a full compile) and the rest of the
-PoC's unnamed remainder (23.4 s), which nothing has attributed yet. The total is unchanged; what moved
+PoC's unnamed remainder (24.4 s), which nothing has attributed yet. The total is unchanged; what moved
 is which part is measured. The compile cache restore of that check (31.6 MB, 384 files, through a moto
 S3 server on the same machine: 0.84 s) says nothing about a 31B model's cache over the network, so the
 5 s estimate stays.
@@ -65,9 +66,10 @@ POC = {"node_s": 48.0, "image_pull_s": 82.0, "compile_miss_s": 73.0, "compile_hi
        "init_miss_s": 93.0 + 92.0, "init_hit_s": 25.0 + 92.5}
 RESTORE_ESTIMATE_S = 5.0
 # The model-independent floor inside init, measured by gpu-check on an H200 (see the module's docstring):
-# launch -> the engine process's first line (58.1, 76.6, 66.6 s) and engine ready -> /health (2.0, 2.5, 2.5 s).
+# launch -> the engine process's first line (58.1, 76.6, 66.6, 64.6 s) and engine ready -> /health (2.0, 2.5,
+# 2.5, 2.5 s).
 GPU_CHECK_WHERE = "gpu-check on an NVIDIA H200, vLLM 0.26.0, 2026-12-03, docs/records/"
-START_FLOOR_S = round(statistics.median([58.1, 76.6, 66.6]) + statistics.median([2.0, 2.5, 2.5]), 1)
+START_FLOOR_S = round(statistics.median([58.1, 76.6, 66.6, 64.6]) + statistics.median([2.0, 2.5, 2.5, 2.5]), 1)
 POC_ENGINE_INIT = {"hit": 25.0, "miss": 93.0}
 
 
