@@ -2,7 +2,7 @@
 
     python tests/benchmarks/time_setup.py                 # `make venv`
     python tests/benchmarks/time_setup.py --demo          # what `make demo` installs: .venv and .venv-vllm
-    python tests/benchmarks/time_setup.py --ci            # what `make test` (and .ci/run) installs: all four
+    python tests/benchmarks/time_setup.py --ci            # what `make test` (and .ci/run) installs: all five
     python tests/benchmarks/time_setup.py --bootstrap     # as on a machine without uv: install it into .venv-uv first
     python tests/benchmarks/time_setup.py --installer pip # the same with INSTALLER=pip
 
@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TARGETS = {"venv": ["venv"], "demo": ["venv", "venv-vllm"], "ci": ["venv", "venv-vllm", "vllm-image", "venv-checkov"]}
+TARGETS = {"venv": ["venv"], "demo": ["venv", "venv-vllm"], "ci": ["venv", "venv-vllm", "vllm-image", "venv-checkov", "venv-router"]}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--demo", action="store_true", help="time .venv and .venv-vllm (what `make demo` installs)")
-    which.add_argument("--ci", action="store_true", help="time all four environments (what `make test` installs)")
+    which.add_argument("--ci", action="store_true", help="time all five environments (what `make test` installs)")
     parser.add_argument("--bootstrap", action="store_true", help="ignore a uv on PATH: install the pinned one first")
     parser.add_argument("--installer", choices=("uv", "pip"), default="uv", help="INSTALLER= for make (default uv)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clone")
