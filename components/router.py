@@ -6,8 +6,9 @@ runs in its multi-model mode (`--enable-igw`): each worker it finds is asked for
 different models (interactive: the one the interactive servers serve, batch: the batch servers'),
 so the model name is the pool: no path or header split is written here. Within a model the
 `cache_aware` policy sends a request to the replica whose radix tree shares the longest prefix
-with it, unless the replicas' loads drift apart (then the least loaded): vLLM's prefix cache then
-hits across the replicas of a pool.
+with it, unless that share is below the router's threshold (30 % by default) or the replicas' loads
+drift apart (then the replica with the fewest requests in flight): vLLM's prefix cache then hits
+across the replicas of a pool.
 
 Workers are found through the Kubernetes API (`--service-discovery`): every pod of the workload
 namespace carrying the servers' labels (`selector`), at their API port. The router's service

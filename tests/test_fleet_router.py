@@ -8,6 +8,8 @@ tests/test_fleet_router_vllm.py runs it in front of real vLLM CPU servers."""
 from __future__ import annotations
 
 import json
+import random
+import string
 import subprocess
 import threading
 import urllib.request
@@ -100,6 +102,20 @@ def test_requests_sharing_a_prefix_stay_on_one_replica_of_the_pool(fleet):
         complete(router, {"model": "chat", "prompt": prefix + f"Question {i}?", "max_tokens": 4})
     gained = sorted([len(a.bodies) - before[0], len(b.bodies) - before[1]])
     assert gained == [0, 8]  # round robin would split them 4/4 and miss the prefix cache half the time
+
+
+def test_unrelated_requests_one_after_another_all_go_to_one_replica(fleet):
+    """Below the policy's prefix threshold the router picks the replica with the fewest requests in
+    flight, the first on a tie: requests that never overlap all land on one replica (docs/serving.md;
+    tests/test_fleet_router_vllm.py sweeps at lengths where c=4's requests overlap)."""
+    router, replicas = fleet
+    a, b = replicas["chat-a"], replicas["chat-b"]
+    before = (len(a.bodies), len(b.bodies))
+    rng = random.Random(30)
+    for _ in range(12):
+        prompt = "".join(rng.choice(string.ascii_letters + " ") for _ in range(80))
+        complete(router, {"model": "chat", "prompt": prompt, "max_tokens": 4})
+    assert sorted([len(a.bodies) - before[0], len(b.bodies) - before[1]]) == [0, 12]
 
 
 def test_a_batch_clients_priority_reaches_the_batch_server_untouched(fleet):

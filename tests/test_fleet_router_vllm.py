@@ -19,9 +19,19 @@ from bench.demo import cpu_vllm
 from bench.run import telemetry
 from tests.fixtures.bench_env import SERVE_FLAGS, wait_healthy
 from tests.fixtures.vllm_env import start_router
-from tests.test_bench_e2e import REPO, SCALE
+from tests.test_bench_e2e import REPO
 
 pytestmark = pytest.mark.vllm
+
+
+# S1_chat at 64/32 tokens (the other vLLM tests use 16/8), so that requests overlap and last:
+# - random prompts share no prefix, so the cache-aware policy sends each to the replica with the fewest
+#   requests in flight, the first one on a tie. Requests that never overlap all go to the first
+#   replica: at 16/8 a starved client once sent c=4's requests one after another, and the second
+#   replica served none;
+# - the rehearsal reads the servers four times a second; at 16/8 a fast machine answered each request
+#   in a few tens of milliseconds, and CI once read 13 times between them and never saw one running.
+LOAD_SCALE = "0.25"
 
 
 def served(url: str) -> float:
@@ -64,7 +74,7 @@ def test_the_bench_sweeps_through_the_router_and_both_replicas_serve(pool, tmp_p
     before = [served(u) for u in pool["replicas"]]
     out = tmp_path / "sweep"
     proc = bench(server, "sweep", "--base-url", router.url, "--model", server.model, "--tokenizer",
-                 str(server.model_dir), "--out", str(out), "--scenarios", "S1_chat", "--length-scale", SCALE,
+                 str(server.model_dir), "--out", str(out), "--scenarios", "S1_chat", "--length-scale", LOAD_SCALE,
                  "--concurrencies", "1,4", "--min-prompts", "8", "--prompts-per-concurrency", "2",
                  "--warmups", "0", "--health-timeout", "60", "--instance-type", "cpu-test")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -72,7 +82,7 @@ def test_the_bench_sweeps_through_the_router_and_both_replicas_serve(pool, tmp_p
     assert len(runs) == 2 and all(r["status"] == "valid" for r in runs), runs
     after = [served(u) for u in pool["replicas"]]
     gained = [a - b for a, b in zip(after, before)]
-    assert all(g > 0 for g in gained), gained  # the cache-aware policy spread the requests over both replicas
+    assert all(g > 0 for g in gained), gained  # c=4's overlapping requests reached both replicas
     assert sum(gained) >= 16  # every measured request went through the router to a replica
 
 
@@ -91,12 +101,6 @@ def _plan(tmp_path, startup_s: float) -> dict:
     return plan
 
 
-# S1_chat at 64/32 tokens: each answer takes long enough that the reads (four a second) see requests
-# running. At the sweep's 16/8, a fast machine answered each in a few tens of milliseconds, and CI once
-# read 13 times between them and never saw one.
-REHEARSAL_SCALE = "0.25"
-
-
 def test_the_rehearsal_replays_a_bursty_trace_through_the_router_and_accounts_for_it(pool, tmp_path):
     server, router = pool["server"], pool["router"]
     plan = _plan(tmp_path, pool["startup_s"])
@@ -104,7 +108,7 @@ def test_the_rehearsal_replays_a_bursty_trace_through_the_router_and_accounts_fo
     proc = bench(server, "rehearse", "--plan", str(tmp_path), "--pool", "interactive", "--base-url", router.url,
                  "--model", server.model, "--tokenizer", str(server.model_dir), "--out", str(out),
                  "--metrics-url", f"{pool['replicas'][0]}/metrics", "--metrics-url", f"{pool['replicas'][1]}/metrics",
-                 "--duration-s", "10", "--min-requests", "12", "--length-scale", REHEARSAL_SCALE,
+                 "--duration-s", "10", "--min-requests", "12", "--length-scale", LOAD_SCALE,
                  "--scrape-interval-s", "0.25")
     report = json.loads((out / RH.FILE).read_text())
     assert proc.returncode == (0 if report["held"] else 1), proc.stdout[-3000:] + proc.stderr[-3000:]
