@@ -70,9 +70,13 @@ COMPILE_IRRELEVANT_ENV: frozenset[str] = frozenset({
     "AWS_REGION", "AWS_DEFAULT_REGION", "VLLM_ENGINE_READY_TIMEOUT_S", "HF_HUB_OFFLINE",
     "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "VLLM_SERVER_DEV_MODE",
 })
+# The cache volume's folder for Python's bytecode (PYTHONPYCACHEPREFIX, components/vllm_server.py).
+BYTECODE_FOLDER = "pycache"
 # Top-level folders of the cache volume that are not compile output: the model's own config and
-# tokenizer files (streamed from models/ on every start) and the Hugging Face home.
-PUSH_EXCLUDES: tuple[str, ...] = ("assets", "huggingface")
+# tokenizer files (streamed from models/ on every start), the Hugging Face home, and Python's bytecode
+# (thousands of small files, about 120 MB for vLLM's CPU build: a new pod compiles it once, in its
+# first process, instead of pulling it).
+PUSH_EXCLUDES: tuple[str, ...] = ("assets", "huggingface", BYTECODE_FOLDER)
 # The push's uploads at once: files up to 64 MiB go up whole, so this bounds the sidecar's memory.
 PUSH_CONCURRENCY = 4
 # A pull that takes longer than this costs more than the compile it saves (73 + 93 s cold against
@@ -161,15 +165,19 @@ def _mounts(cache_volume: str, cache_mount: str) -> list[dict[str, Any]]:
     ]
 
 
+def _excludes() -> list[str]:
+    return [arg for name in PUSH_EXCLUDES for arg in ("--exclude", name)]
+
+
 def pull_command(cache: CompileCache, cache_mount: str) -> list[str]:
-    return ["python3", "-m", MODULE, "pull", "--dir", cache_mount, "--uri", cache.uri,
+    # The excluded folders are not another cache: Python's bytecode, written by this very step's imports.
+    return ["python3", "-m", MODULE, "pull", "--dir", cache_mount, "--uri", cache.uri, *_excludes(),
             "--max-gib", f"{cache.max_gib:g}", "--budget-s", str(PULL_BUDGET_S), "--region", cache.region]
 
 
 def push_command(cache: CompileCache, cache_mount: str, port: int) -> list[str]:
-    excludes = [arg for name in PUSH_EXCLUDES for arg in ("--exclude", name)]
     return ["python3", "-m", MODULE, "push", "--dir", cache_mount, "--uri", cache.uri,
-            *excludes, "--wait-for", f"http://127.0.0.1:{port}/health", "--stay",
+            *_excludes(), "--wait-for", f"http://127.0.0.1:{port}/health", "--stay",
             "--concurrency", str(PUSH_CONCURRENCY), "--region", cache.region]
 
 

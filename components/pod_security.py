@@ -74,8 +74,9 @@ def container_security_context() -> dict[str, Any]:
     }
 
 
-def writable_env(cache_dir: str | None = None) -> dict[str, str]:
-    """Env that sends every default write location to a writable volume."""
+def writable_env(cache_dir: str | None = None, bytecode_dir: str | None = None) -> dict[str, str]:
+    """Env that sends every default write location to a writable volume. `bytecode_dir`: where Python
+    writes and reads its bytecode (PYTHONPYCACHEPREFIX); without one it writes none."""
     cache = cache_dir or f"{HOME}/.cache"
     return {
         "HOME": HOME,
@@ -93,8 +94,8 @@ def writable_env(cache_dir: str | None = None) -> dict[str, str]:
         "CUDA_CACHE_PATH": f"{cache}/nv/ComputeCache",
         "NUMBA_CACHE_DIR": f"{cache}/numba",
         "MPLCONFIGDIR": f"{HOME}/.config/matplotlib",
-        # The image's site-packages are read-only; do not try to write bytecode there.
-        "PYTHONDONTWRITEBYTECODE": "1",
+        # The image's site-packages are read-only: bytecode goes to a volume, or is not written.
+        **({"PYTHONPYCACHEPREFIX": bytecode_dir} if bytecode_dir else {"PYTHONDONTWRITEBYTECODE": "1"}),
     }
 
 
@@ -123,17 +124,19 @@ def _copy(value: Any) -> Any:
 
 
 def harden(pod_spec: dict[str, Any], *, kubernetes_api: bool = False,
-           cache_dir: str | None = None) -> dict[str, Any]:
+           cache_dir: str | None = None, bytecode_dir: str | None = None) -> dict[str, Any]:
     """A copy of `pod_spec` that passes the `restricted` Pod Security Standard.
 
     `cache_dir`: where the workload keeps caches worth keeping (a mounted volume the workload
-    declares itself); default below HOME. `kubernetes_api`: mount the service-account token
-    because the pod calls the Kubernetes API.
+    declares itself); default below HOME. `bytecode_dir`: a folder on a writable volume for Python's
+    bytecode, for a workload whose image ships none and whose processes import much (vLLM: the API
+    server, the engine and its worker import torch and vLLM each); default: none written.
+    `kubernetes_api`: mount the service-account token because the pod calls the Kubernetes API.
     """
     spec = _copy(pod_spec)
     spec["automountServiceAccountToken"] = kubernetes_api
     spec["securityContext"] = {**pod_security_context(), **spec.get("securityContext", {})}
-    env = writable_env(cache_dir)
+    env = writable_env(cache_dir, bytecode_dir)
     for key in ("initContainers", "containers"):
         for container in spec.get(key, []):
             container["securityContext"] = {**container_security_context(),

@@ -242,6 +242,19 @@ def test_an_s3_error_restores_nothing_keeps_verified_files_and_a_rerun_resumes(s
     assert [k for k in rerun.gets if "/files/" in k] == [obj(CACHE["triton/XYZ/kernel.cubin"])]
 
 
+def test_an_excluded_folder_is_not_another_cache_and_stays_as_it_is(s3, tmp_path):
+    """The pod's own bytecode (PYTHONPYCACHEPREFIX under the cache volume) is written by the pull step's
+    imports before it restores anything: with --exclude it is left alone, without it the pull keeps
+    the folder as another cache's."""
+    _push(s3, _write(tmp_path / "a", CACHE))
+    mine = {"pycache/usr/lib/python3/json/__init__.cpython-312.pyc": b"bytecode"}
+    target = _write(tmp_path / "b", mine)
+    assert _pull(s3, target).outcome == "kept"
+    result = _pull(s3, target, excludes=("pycache",))
+    assert result.outcome == "restored", result.reason
+    assert _tree(target) == {**CACHE, **mine}
+
+
 def test_a_pull_slower_than_its_budget_gives_up_and_the_start_goes_on_cold(s3, tmp_path):
     _push(s3, _write(tmp_path / "a", CACHE))
     target = tmp_path / "b"

@@ -78,6 +78,16 @@ def test_root_filesystem_read_only_with_every_write_location_on_a_volume(dev):
                 assert owner, f"{label}: {variable}={path} is on the read-only root filesystem"
                 assert "emptyDir" in volumes[mounts[owner]], (label, variable)
             assert env["USER"]  # getpass.getuser() without a passwd entry for the UID
+            # Python's bytecode: on a volume for vLLM's servers (the image ships none; each of their
+            # processes would compile torch and vLLM again), not written anywhere for the rest
+            prefix = env.get("PYTHONPYCACHEPREFIX")
+            if container["name"] == "vllm":
+                assert prefix == f"{env['VLLM_CACHE_ROOT']}/pycache" and "PYTHONDONTWRITEBYTECODE" not in env, label
+            if prefix is None:
+                assert env["PYTHONDONTWRITEBYTECODE"] == "1", label
+            else:
+                owner = max((m for m in mounts if prefix.startswith(m.rstrip("/") + "/")), key=len, default=None)
+                assert owner and "emptyDir" in volumes[mounts[owner]], (label, prefix)
 
 
 # -- the harden() helper ------------------------------------------------------------------------

@@ -204,10 +204,12 @@ def _fetch(client, bucket: str, key: str, staged: Path, entry: Entry, bar,
     return None
 
 
-def _local_state(directory: Path, entries: dict[str, Entry], stop: threading.Event) -> tuple[set[str], list[str]]:
-    """(manifest files already in place with the right content, files that are not the manifest's)."""
+def _local_state(directory: Path, entries: dict[str, Entry], stop: threading.Event,
+                 excludes: tuple[str, ...] = ()) -> tuple[set[str], list[str]]:
+    """(manifest files already in place with the right content, files that are not the manifest's);
+    the top-level names in `excludes` (not compile output) are neither."""
     present, foreign = set(), []
-    for f in scan(directory):
+    for f in scan(directory, excludes):
         entry = entries.get(f.rel)
         if entry and f.size == entry.size and sha256_file(f.path, stop=stop) == entry.sha256:
             present.add(f.rel)
@@ -230,7 +232,7 @@ def _abandon(pool: cf.ThreadPoolExecutor, futures, stop: threading.Event, grace_
 
 
 def pull(client, directory: Path, uri: str, *, max_bytes: int | None = None, budget_s: float | None = None,
-         concurrency: int = 8, progress: bool = True, stop: threading.Event | None = None,
+         excludes: tuple[str, ...] = (), concurrency: int = 8, progress: bool = True, stop: threading.Event | None = None,
          log: Callable[[str], None] = print) -> Result:
     """Restore the cache at `uri` into `directory` (see the module's docstring); never raises on S3 errors."""
     from botocore.exceptions import BotoCoreError, ClientError
@@ -264,7 +266,7 @@ def pull(client, directory: Path, uri: str, *, max_bytes: int | None = None, bud
         return done("rejected", f"the cache holds {fmt_bytes(total)}, more than --max-gib allows "
                     f"({fmt_bytes(max_bytes)}, what the cache volume can hold beside the server's own files)",
                     manifest_sha)
-    present, foreign = _local_state(directory, entries, stop)
+    present, foreign = _local_state(directory, entries, stop, excludes)
     if foreign:
         return done("kept", f"{directory} already holds {len(foreign)} file(s) of another cache "
                     f"(e.g. {foreign[0]}); keeping them", manifest_sha)
@@ -464,9 +466,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         s.add_argument("--region", default=None, help="the bucket's region (default: the environment's)")
         s.add_argument("--no-progress", action="store_true",
                        help="no progress (default: a bar on a terminal, else a line every 10 s)")
+        s.add_argument("--exclude", action="append", default=[], metavar="NAME",
+                       help="a top-level name in DIR that is not compile output (repeatable), e.g. assets: "
+                            + ("never uploaded" if name == "push" else "left alone, never taken for another cache"))
         if name == "push":
-            s.add_argument("--exclude", action="append", default=[], metavar="NAME",
-                           help="a top-level name in DIR that is not compile output (repeatable), e.g. assets")
             s.add_argument("--force", action="store_true", help="replace a cache another node stored for the key")
             s.add_argument("--wait-for", default=None, metavar="URL",
                            help="first wait until URL answers 200 (the server's /health)")
@@ -534,6 +537,7 @@ def run(args: argparse.Namespace) -> int:
             client = make_client(args.region, args.concurrency)
             if args.cache_command == "pull":
                 result = pull(client, args.dir, args.uri, budget_s=args.budget_s, concurrency=args.concurrency,
+                              excludes=tuple(args.exclude),
                               max_bytes=int(args.max_gib * 1024**3) if args.max_gib else None,
                               progress=progress, stop=stop, log=log)
                 _emit(result)

@@ -29,7 +29,7 @@ CACHE_ENV: dict[str, str] = {
     "TRITON_CACHE_DIR": "triton",
 }
 # The top-level names of the cache root that the push leaves out (components/compile_cache.py).
-PUSH_EXCLUDES: tuple[str, ...] = ("assets", "huggingface")
+PUSH_EXCLUDES: tuple[str, ...] = ("assets", "huggingface", "pycache")
 SERVE_FLAGS: tuple[str, ...] = ("--enable-prefix-caching", "--enable-sleep-mode")
 # The stack's env keys that gpu-check does not set, and why.
 NOT_SET: dict[str, str] = {
