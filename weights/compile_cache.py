@@ -204,12 +204,10 @@ def _fetch(client, bucket: str, key: str, staged: Path, entry: Entry, bar,
     return None
 
 
-def _local_state(directory: Path, entries: dict[str, Entry], stop: threading.Event,
-                 excludes: tuple[str, ...] = ()) -> tuple[set[str], list[str]]:
-    """(manifest files already in place with the right content, files that are not the manifest's);
-    the top-level names in `excludes` (not compile output) are neither."""
+def _local_state(files: list, entries: dict[str, Entry], stop: threading.Event) -> tuple[set[str], list[str]]:
+    """(manifest files already in place with the right content, files that are not the manifest's)."""
     present, foreign = set(), []
-    for f in scan(directory, excludes):
+    for f in files:
         entry = entries.get(f.rel)
         if entry and f.size == entry.size and sha256_file(f.path, stop=stop) == entry.sha256:
             present.add(f.rel)
@@ -232,8 +230,8 @@ def _abandon(pool: cf.ThreadPoolExecutor, futures, stop: threading.Event, grace_
 
 
 def pull(client, directory: Path, uri: str, *, max_bytes: int | None = None, budget_s: float | None = None,
-         excludes: tuple[str, ...] = (), concurrency: int = 8, progress: bool = True, stop: threading.Event | None = None,
-         log: Callable[[str], None] = print) -> Result:
+         concurrency: int = 8, progress: bool = True, stop: threading.Event | None = None,
+         log: Callable[[str], None] = print, excludes: tuple[str, ...] = ()) -> Result:
     """Restore the cache at `uri` into `directory` (see the module's docstring); never raises on S3 errors."""
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -266,7 +264,7 @@ def pull(client, directory: Path, uri: str, *, max_bytes: int | None = None, bud
         return done("rejected", f"the cache holds {fmt_bytes(total)}, more than --max-gib allows "
                     f"({fmt_bytes(max_bytes)}, what the cache volume can hold beside the server's own files)",
                     manifest_sha)
-    present, foreign = _local_state(directory, entries, stop, excludes)
+    present, foreign = _local_state(scan(directory, excludes), entries, stop)  # excluded names: neither
     if foreign:
         return done("kept", f"{directory} already holds {len(foreign)} file(s) of another cache "
                     f"(e.g. {foreign[0]}); keeping them", manifest_sha)
@@ -466,9 +464,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         s.add_argument("--region", default=None, help="the bucket's region (default: the environment's)")
         s.add_argument("--no-progress", action="store_true",
                        help="no progress (default: a bar on a terminal, else a line every 10 s)")
-        s.add_argument("--exclude", action="append", default=[], metavar="NAME",
-                       help="a top-level name in DIR that is not compile output (repeatable), e.g. assets: "
-                            + ("never uploaded" if name == "push" else "left alone, never taken for another cache"))
+        s.add_argument("--exclude", action="append", default=[], metavar="NAME", help="a top-level name in DIR "
+                       "that is not compile output, left alone (repeatable), e.g. assets")
         if name == "push":
             s.add_argument("--force", action="store_true", help="replace a cache another node stored for the key")
             s.add_argument("--wait-for", default=None, metavar="URL",
@@ -536,9 +533,8 @@ def run(args: argparse.Namespace) -> int:
             _check_args(args)
             client = make_client(args.region, args.concurrency)
             if args.cache_command == "pull":
-                result = pull(client, args.dir, args.uri, budget_s=args.budget_s, concurrency=args.concurrency,
-                              excludes=tuple(args.exclude),
-                              max_bytes=int(args.max_gib * 1024**3) if args.max_gib else None,
+                result = pull(client, args.dir, args.uri, budget_s=args.budget_s, excludes=tuple(args.exclude),
+                              concurrency=args.concurrency, max_bytes=int(args.max_gib * 1024**3) if args.max_gib else None,
                               progress=progress, stop=stop, log=log)
                 _emit(result)
                 if result.lingering:  # downloads still blocked on the network: do not wait for them
