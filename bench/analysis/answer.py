@@ -183,6 +183,8 @@ def capacity_words(interval: dict[str, Any] | None, per_gpu: Any = None) -> str:
     """One capacity in words: the figure (per GPU when `per_gpu` is given), its run, its bracket."""
     if not interval or interval.get("state") in (None, "no_data"):
         return "unknown (no usable run)"
+    if interval.get("state") == "broken_measurement":
+        return "not measured: " + str(interval.get("reason") or "repeats of the same run disagree")
     pair = per_gpu if per_gpu is not None else interval.get("output_tok_s")
     figure = span_words(pair, "tok/s per GPU" if per_gpu is not None else "tok/s")
     if interval.get("state") == "never_meets_slo":

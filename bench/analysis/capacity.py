@@ -18,9 +18,10 @@ Plain functions over plain data (no I/O besides reading result dictionaries), sh
   point are pooled (its typical run's p99, the interval of all its requests, a band shrinking
   with the number of runs). A point that does not pass with confidence counts as failing:
   capacity is never claimed on a maybe.
-- Search: integer bisection between the highest passing and the lowest failing concurrency until
-  fail - pass <= max(1, bracket x pass), then the bracket's ends are settled and run again
-  (`Search`); the passing end must pass with confidence.
+- A decode latency that streaming does not resolve (an ITL p99 under MIN_DECODE_MS: tokens arrive
+  bunched in chunks) is no evidence for the decode limit: such a check is UNMEASURED, and the point
+  cannot pass with confidence on it.
+- The search over loads lives in bench.analysis.search.
 """
 
 from __future__ import annotations
@@ -31,13 +32,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-PASS, FAIL, STRADDLE = "pass", "fail", "straddle"
+PASS, FAIL, STRADDLE, UNMEASURED = "pass", "fail", "straddle", "unmeasured"
 NEVER_MEETS_SLO = "never_meets_slo"
-DEFAULT_BRACKET = 0.25
-DEFAULT_REPEATS = 1
-DEFAULT_SEARCH_REQUESTS = 160  # a pass: above the 100 a p99 interval needs (docs/benchmark.md, "Search")
-DEFAULT_END_REPEATS = 1
-DEFAULT_RATE_PERCENTS = (50, 75, 90, 100, 110)
+# A streamed decode latency below this is tokens arriving bunched in one chunk, not a decode step.
+MIN_DECODE_MS = 1.0
 BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95
 Z95 = 1.96
@@ -172,6 +170,11 @@ class MetricCheck:
     ci_ms: tuple[float, float] | None  # within-run bootstrap interval
     band: float = 0.0  # run-to-run band (fraction) for the runs pooled here
     enough: bool = True  # enough requests for a p99 interval (MIN_P99_REQUESTS)
+    floor_ms: float = 0.0  # a p99 below this measures nothing (MIN_DECODE_MS for a streamed decode latency)
+
+    @property
+    def measurable(self) -> bool:
+        return self.p99_ms is None or self.p99_ms >= self.floor_ms
 
     @property
     def interval_ms(self) -> tuple[float, float] | None:
@@ -185,6 +188,8 @@ class MetricCheck:
     def state(self) -> str:
         if self.p99_ms is None:
             return FAIL
+        if not self.measurable:
+            return UNMEASURED
         if self.ci_ms is None:  # no detail: the point estimate, widened by the band
             if self.p99_ms * (1 + self.band) <= self.limit_ms:
                 return PASS
@@ -243,10 +248,9 @@ def _ci(check: MetricCheck | tuple[float, float] | None) -> list[float] | None:
 
 def combine(checks: Iterable[MetricCheck]) -> str:
     states = [c.state for c in checks]
-    if FAIL in states:
-        return FAIL
-    if STRADDLE in states:
-        return STRADDLE
+    for state in (FAIL, UNMEASURED, STRADDLE):
+        if state in states:
+            return state
     return PASS
 
 
@@ -269,7 +273,7 @@ def judge_samples(samples: Samples, *, ttft_ms: float, decode_ms: float, decode_
     ttft = MetricCheck("ttft", ttft_ms, p99(samples.ttft_ms), bootstrap_p99(ttft_groups, seed=seed), wide, enough)
     flat = [v for g in decode_groups for v in g]
     decode = MetricCheck(decode_metric, decode_ms, p99(flat), bootstrap_p99(decode_groups, seed=seed + 1), wide,
-                         enough)
+                         enough, _floor(decode_metric))
     return Judgement(combine((ttft, decode)), samples.requests, runs, ttft, decode, detailed=True)
 
 
@@ -278,8 +282,14 @@ def judge_summary(ttft_p99: float | None, decode_p99: float | None, *, ttft_ms: 
     """A point without per-request detail: point estimates only (never 'with confidence')."""
     wide = band(noise_pct, 1)
     ttft = MetricCheck("ttft", ttft_ms, ttft_p99, None, wide)
-    decode = MetricCheck(decode_metric, decode_ms, decode_p99, None, wide)
+    decode = MetricCheck(decode_metric, decode_ms, decode_p99, None, wide, floor_ms=_floor(decode_metric))
     return Judgement(combine((ttft, decode)), requests, 1, ttft, decode, detailed=False)
+
+
+def _floor(decode_metric: str) -> float:
+    """ITL is timed per streamed chunk: below MIN_DECODE_MS it times chunk bunching, not decoding.
+    TPOT divides a request's whole decode time and stays measurable."""
+    return MIN_DECODE_MS if decode_metric == "itl" else 0.0
 
 
 def judge_results(results: list[dict[str, Any]], *, ttft_ms: float, decode_ms: float,
@@ -313,7 +323,8 @@ def judge_results(results: list[dict[str, Any]], *, ttft_ms: float, decode_ms: f
             typical = math.exp(sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights))
             scale = typical / whole.p99_ms
             checks.append(MetricCheck(whole.name, whole.limit_ms, typical,
-                                      (whole.ci_ms[0] * scale, whole.ci_ms[1] * scale), whole.band, whole.enough))
+                                      (whole.ci_ms[0] * scale, whole.ci_ms[1] * scale), whole.band, whole.enough,
+                                      whole.floor_ms))
         return Judgement(combine(checks), judged.requests, judged.runs, checks[0], checks[1], detailed=True)
     last = results[-1]
     key = "p99_tpot_ms" if decode_metric == "tpot" else "p99_itl_ms"
@@ -349,11 +360,14 @@ NOISE_KEYS = (("output_throughput",), ("p50_ttft_ms", "median_ttft_ms"), ("p50_i
 class Noise:
     """The run-to-run band used: `pct` = 1.96 x the relative standard deviation of one run (the
     half-width, in % of the mean, that holds 95 % of single runs), the default pooled with what
-    repeats measured (`measured_pct`, None without repeats) as `df` degrees of freedom."""
+    comparable repeats measured (`measured_pct`, None without repeats) as `df` degrees of freedom;
+    `repeats` counts the runs that measured it and `names` names them, one group per point."""
 
     pct: float
     measured_pct: float | None
     df: int
+    repeats: int = 0
+    names: tuple[tuple[str, ...], ...] = ()
 
     @property
     def source(self) -> str:
@@ -368,16 +382,22 @@ def run_figure(result: dict[str, Any], keys: tuple[str, ...]) -> float | None:
     return None
 
 
-def noise(points: Iterable[list[dict[str, Any]]], default_pct: float = DEFAULT_NOISE_PCT) -> Noise:
-    """The run-to-run band from points measured more than once (each a list of its runs' results).
+def noise(points: Iterable[list[dict[str, Any]]], default_pct: float = DEFAULT_NOISE_PCT,
+          names: list[list[str]] | None = None) -> Noise:
+    """The run-to-run band from groups of comparable repeats (each a list of results: one load, one
+    size; the caller groups them, bench.analysis.search.Search.comparable).
 
     Per figure (output tok/s, TTFT p50, decode p50) the pooled variance of log values between the
-    runs of each point; the largest figure's counts. Few repeats estimate a spread poorly, so the
+    runs of each group; the largest figure's counts. Few repeats estimate a spread poorly, so the
     default counts as NOISE_PRIOR_DF degrees of freedom beside them."""
     per_key = [[0.0, 0] for _ in NOISE_KEYS]
+    runs_seen = 0
     for runs in points:
+        runs_seen += len(runs)
         for acc, keys in zip(per_key, NOISE_KEYS):
-            logs = [math.log(v) for v in (run_figure(r, keys) for r in runs) if v is not None]
+            # a decode median under MIN_DECODE_MS times chunk bunching, not decoding: no figure
+            floor = MIN_DECODE_MS if "itl" in keys[0] else 0.0
+            logs = [math.log(v) for v in (run_figure(r, keys) for r in runs) if v is not None and v >= floor]
             if len(logs) >= 2:
                 mean = sum(logs) / len(logs)
                 acc[0] += sum((x - mean) ** 2 for x in logs)
@@ -388,212 +408,5 @@ def noise(points: Iterable[list[dict[str, Any]]], default_pct: float = DEFAULT_N
     var, df = max(measured)
     prior = (default_pct / 100 / Z95) ** 2
     pooled = (df * var + NOISE_PRIOR_DF * prior) / (df + NOISE_PRIOR_DF)
-    return Noise(round(100 * Z95 * math.sqrt(pooled), 2), round(100 * Z95 * math.sqrt(var), 2), df)
-
-
-# ---------------------------------------------------------------------------------------------
-# The search
-
-
-@dataclass
-class Search:
-    """Integer bisection of the SLO capacity (concurrency) of one scenario.
-
-    Give it the grid's results (`grid`, one result dictionary per concurrency) and the SLO, then ask
-    `next_run()` for the concurrency to run and `requests_for()` for how many requests, and
-    `observe()` every run's result, until `next_run()` is None. Every judgement pools all runs of
-    a point (a grid run and the search's runs at the same concurrency are repeats of one point)
-    and widens each p99's interval by the run-to-run band (`noise`), measured from the points run
-    more than once, else the default: it is recomputed as repeats come in.
-
-    A new point is first screened with `screen` requests (the grid's count at that concurrency):
-    a failure with confidence settles it cheaply; anything else is topped up to `min_requests`
-    (pooled), since a pass counts only with confidence on at least `min_requests` requests. A
-    point that still straddles a limit then gets up to `repeats` more runs of `min_requests`;
-    after those it counts as failing. Stop when fail - pass <= max(1, bracket x pass), then run
-    each end of the bracket again (`end_repeats`, fresh seeds, the other end in between) so the
-    spread between repeats is measured where it decides the answer: a failure near the boundary
-    whose repeats pass turns into a pass, and the search goes on from there.
-    """
-
-    grid: dict[int, dict[str, Any]]
-    ttft_ms: float
-    decode_ms: float
-    decode_metric: str = "itl"
-    min_requests: int = DEFAULT_SEARCH_REQUESTS
-    repeats: int = DEFAULT_REPEATS
-    bracket: float = DEFAULT_BRACKET
-    end_repeats: int = DEFAULT_END_REPEATS
-    default_noise_pct: float = DEFAULT_NOISE_PCT
-    runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    run_requests: dict[int, list[int]] = field(default_factory=dict)
-    last: int | None = None
-    reruns: dict[int, int] = field(default_factory=dict)  # runs of a point after it counted as failing
-    _cache: dict[tuple, Judgement] = field(default_factory=dict, repr=False)
-
-    # -- evidence --------------------------------------------------------------------------------
-    def results(self, c: int) -> list[dict[str, Any]]:
-        """Every run at c: the grid's first, then the search's in order."""
-        return ([self.grid[c]] if c in self.grid else []) + self.runs.get(c, [])
-
-    def noise(self) -> Noise:
-        return noise((self.results(c) for c in sorted(set(self.grid) | set(self.runs))), self.default_noise_pct)
-
-    def judgement(self, c: int) -> Judgement:
-        pct = self.noise().pct
-        key = (c, len(self.runs.get(c, [])), pct)
-        if key not in self._cache:
-            self._cache[key] = judge_results(self.results(c), ttft_ms=self.ttft_ms, decode_ms=self.decode_ms,
-                                             decode_metric=self.decode_metric, noise_pct=pct)
-        return self._cache[key]
-
-    def searched(self, c: int) -> bool:
-        return bool(self.runs.get(c))
-
-    def repeats_used(self, c: int) -> int:
-        total, used = 0, 0
-        for n in self.run_requests.get(c, []):
-            if total >= self.min_requests:
-                used += 1
-            total += n
-        return used
-
-    def _passes(self, c: int) -> bool | None:
-        """True/False once decided, None while it still needs a (re)run. A point that still
-        straddles a limit on `min_requests` counts as failing (capacity is never claimed on a
-        maybe); its repeats wait until it turns out to be an end of the bracket (`unsettled`)."""
-        j = self.judgement(c)
-        if confident(j, self.min_requests):
-            return True
-        if not self.searched(c):
-            return None
-        # A miss (even a point estimate's) needs no top-up: a pass needs confidence, a failing end
-        # does not; a straddling one is repeated once it is an end of the bracket.
-        if j.state == FAIL or not j.point_pass or sum(self.run_requests.get(c, [])) >= self.min_requests:
-            return False
-        return False if self.hopeless(j) else None
-
-    def hopeless(self, j: Judgement) -> bool:
-        """A top-up is not worth its GPU time: with the band of one more run on its current p99 (no
-        sampling error left) a limit is still missed. It counts as failing; as a straddling fail end
-        it is run again (`repeats`), where a slow first run shows."""
-        wide = band(self.noise().pct, j.runs + 1)
-        return any(m.p99_ms is not None and m.p99_ms * (1 + wide) > m.limit_ms for m in (j.ttft, j.decode))
-
-    def sure_fail(self, lo: int | None) -> int | None:
-        """The lowest concurrency above `lo` that misses the SLO for sure (the interval's upper end)."""
-        sure = [c for c in sorted(set(self.grid) | set(self.runs))
-                if (lo is None or c > lo) and self.judgement(c).state == FAIL]
-        return min(sure) if sure else None
-
-    def unsettled(self, c: int) -> bool:
-        """Counts as failing only because it straddles a limit, with repeats left to run."""
-        return (self.searched(c) and self._passes(c) is False and self.judgement(c).state == STRADDLE
-                and self.reruns.get(c, 0) < self.repeats)
-
-    def _fails(self, c: int) -> bool:
-        """A failing end: failed in the search, or its grid point estimate misses the SLO."""
-        decided = self._passes(c)
-        if decided is not None:
-            return not decided
-        return not self.searched(c) and c in self.grid and not self.judgement(c).point_pass
-
-    def decided(self, c: int) -> bool | None:
-        return self._passes(c)
-
-    def bounds(self) -> tuple[int | None, int | None]:
-        """(pass end, fail end) as things stand; pass end None = nothing passes.
-
-        The pass end is the highest concurrency whose evidence says pass: confirmed with
-        confidence, or a grid point estimate not yet searched. A confirmed failure of a candidate
-        drops it, and the next lower passing point becomes the pass end.
-        """
-        cands = sorted(set(self.grid) | set(self.runs))
-        passing = [c for c in cands if self._passes(c) is True
-                   or (self._passes(c) is None and not self.searched(c) and self.judgement(c).point_pass)]
-        lo = max(passing) if passing else None
-        above = [c for c in cands if (lo is None or c > lo) and self._fails(c)]
-        hi = min(above) if above else None
-        return lo, hi
-
-    def next_run(self) -> int | None:
-        lo, hi = self.bounds()
-        if lo is None:
-            return None
-        pending = [c for c in self.runs if self._passes(c) is None]
-        if pending:  # a point being topped up or repeated comes first; another one before it if there is one
-            others = [c for c in pending if c != self.last]
-            return min(others or pending)
-        if hi is not None and hi - lo > max(1, math.floor(self.bracket * lo)):
-            return (lo + hi) // 2
-        if self._passes(lo) is None:
-            # The bracket is narrow but its pass end is only a grid point estimate (too few
-            # requests, no detail): confirm it; a failure moves the bracket down.
-            return lo
-        if hi is not None and not self.searched(hi) and self.judgement(hi).state != FAIL:
-            return hi  # a grid fail end near the limit: confirm it like the pass end
-        sure, soft = self.sure_fail(lo), max([c for c in self.runs if c > lo and self._passes(c) is False
-                                              and self.judgement(c).state != FAIL], default=hi)
-        if (sure is not None and soft is not None and sure - lo > max(1, math.floor(self.bracket * lo))
-                and sure - soft > 1):
-            # The fail end only straddles a limit (a miss near it may be a slow run): look for a
-            # sure miss between it and the nearest one, so the interval's upper end comes closer.
-            return (soft + sure) // 2
-        if hi is not None and self.unsettled(hi):
-            return hi  # a failure near the boundary: its repeats may pass
-        short = [c for c in (lo, hi) if c is not None and len(self.results(c)) < 1 + self.end_repeats]
-        if short:  # repeats of the two ends, the one not run last first
-            return sorted(short, key=lambda c: c == self.last)[0]
-        return None
-
-    def requests_for(self, c: int, screen: int | None = None) -> int:
-        have = sum(self.run_requests.get(c, []))
-        if have == 0:
-            return min(screen, self.min_requests) if screen else self.min_requests
-        if self._passes(c) is False:  # a failing end's repeat: as large as what made it fail
-            return self.run_requests[c][0] if have < self.min_requests else self.min_requests
-        if have < self.min_requests:
-            return self.min_requests - have
-        return self.min_requests
-
-    def observe(self, concurrency: int, result: dict[str, Any], requests: int) -> None:
-        """One search run's result (with per-request detail) and its size."""
-        if self.searched(concurrency) and self._passes(concurrency) is False:
-            self.reruns[concurrency] = self.reruns.get(concurrency, 0) + 1
-        self.runs.setdefault(concurrency, []).append(result)
-        self.run_requests.setdefault(concurrency, []).append(requests)
-        self.last = concurrency
-
-    def result(self) -> dict[str, Any]:
-        """The bracket: the pass end and the lowest concurrency above it that misses for sure."""
-        lo, _ = self.bounds()
-        if lo is None:
-            return {"state": NEVER_MEETS_SLO}
-        return {"concurrency_pass": lo, "concurrency_fail": self.sure_fail(lo)}
-
-
-def rate_list(req_s: float, percents: Iterable[float] = DEFAULT_RATE_PERCENTS) -> list[float]:
-    """Offered rates (req/s) around the closed-loop SLO capacity, rounded to 4 significant digits."""
-    out = []
-    for pct in percents:
-        rate = req_s * float(pct) / 100.0
-        if rate > 0:
-            out.append(float(f"{rate:.4g}"))
-    return sorted(set(out))
-
-
-def rate_capacity(points: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Highest offered rate whose p99s meet the SLO, from `{"rate", "meets", ...}` points.
-
-    A rate counts only when it and every lower tested rate meet the SLO: a pass above a failure
-    is noise, not capacity.
-    """
-    best = None
-    for point in sorted(points, key=lambda p: p["rate"]):
-        if not point["meets"]:
-            break
-        best = point
-    if best is None:
-        return None
-    return {"req_s": best["rate"], "output_tok_s": best.get("output_tok_s"),
-            "goodput_req_s": best.get("goodput_req_s")}
+    return Noise(round(100 * Z95 * math.sqrt(pooled), 2), round(100 * Z95 * math.sqrt(var), 2), df, runs_seen,
+                 tuple(tuple(g) for g in (names or [])))

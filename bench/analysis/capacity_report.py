@@ -24,20 +24,23 @@ from typing import Any
 from bench.analysis import answer
 from bench.analysis import capacity as C
 from bench.analysis import results as R
+from bench.analysis import search as S
 from bench.analysis import verdict as V
 
 SEARCH_DIR = "search"
 OPEN_LOOP_DIR = "open_loop"
 _SEARCH_NAME = re.compile(r"^(?P<scenario>[A-Za-z0-9][A-Za-z0-9_-]*)_c(?P<c>[0-9]+)\.run(?P<k>[0-9]+)\.json$")
-_OPEN_NAME = re.compile(r"^(?P<scenario>[A-Za-z0-9][A-Za-z0-9_-]*)_rate(?P<rate>[0-9.]+)\.json$")
+# open-loop runs: `<scenario>_rate<R>.run<k>.json`; a sweep from before the rate search wrote `_rate<R>.json`
+_OPEN_NAME = re.compile(r"^(?P<scenario>[A-Za-z0-9][A-Za-z0-9_-]*)_rate(?P<rate>[0-9]+(?:\.[0-9]+)?)"
+                        r"(?:\.run(?P<k>[0-9]+))?\.json$")
 
 
 def search_filename(scenario: str, concurrency: int, run: int) -> str:
     return f"{scenario}_c{concurrency}.run{run}.json"
 
 
-def open_loop_filename(scenario: str, rate: float) -> str:
-    return f"{scenario}_rate{rate:g}.json"
+def open_loop_filename(scenario: str, rate: float, run: int = 1) -> str:
+    return f"{scenario}_rate{rate:g}.run{run}.json"
 
 
 def _load(path: Path, scenario: str, concurrency: int) -> tuple[R.RunResult, dict[str, Any]] | None:
@@ -59,8 +62,9 @@ def search_runs(folder: Path) -> dict[str, dict[int, list[tuple[R.RunResult, dic
             for s, by_c in out.items()}
 
 
-def open_loop_runs(folder: Path) -> dict[str, list[tuple[float, R.RunResult, dict[str, Any]]]]:
-    out: dict[str, list[tuple[float, R.RunResult, dict[str, Any]]]] = {}
+def open_loop_runs(folder: Path) -> dict[str, dict[float, list[tuple[R.RunResult, dict[str, Any]]]]]:
+    """Valid open-loop runs per scenario and offered rate, repeats in run order."""
+    out: dict[str, dict[float, list[tuple[int, R.RunResult, dict[str, Any]]]]] = {}
     for file in sorted((folder / OPEN_LOOP_DIR).glob("*.json")) if (folder / OPEN_LOOP_DIR).is_dir() else []:
         m = _OPEN_NAME.match(file.name)
         if not m:
@@ -72,19 +76,14 @@ def open_loop_runs(folder: Path) -> dict[str, list[tuple[float, R.RunResult, dic
         cap = data.get("max_concurrency") if isinstance(data, dict) else None
         got = _load(file, m["scenario"], int(cap) if isinstance(cap, int) else 0)
         if got:
-            out.setdefault(m["scenario"], []).append((float(m["rate"]), *got))
-    return {s: sorted(v, key=lambda x: x[0]) for s, v in out.items()}
+            out.setdefault(m["scenario"], {}).setdefault(float(m["rate"]), []).append((int(m["k"] or 1), *got))
+    return {s: {rate: [(r, d) for _, r, d in sorted(v, key=lambda x: x[0])] for rate, v in sorted(by_r.items())}
+            for s, by_r in out.items()}
 
 
-def slo_capacity(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]], *,
-                 ttft_ms: float, decode_ms: float, decode_metric: str = "itl",
-                 min_requests: int = C.DEFAULT_SEARCH_REQUESTS, repeats: int = C.DEFAULT_REPEATS,
-                 noise_pct: float = C.DEFAULT_NOISE_PCT, closed: V.Capacity | None = None) -> dict[str, Any] | None:
-    """The capacity search's confirmed bracket (summary.json `slo_capacity`), read off the one
-    closed-loop capacity (bench.analysis.verdict.closed_loop); None when no pass end was confirmed
-    (the search did not run, or could not confirm one)."""
-    cap = closed or V.closed_loop(grid, search, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
-                                  min_requests=min_requests, repeats=repeats, noise_pct=noise_pct)
+def slo_capacity(cap: V.Capacity) -> dict[str, Any] | None:
+    """summary.json `slo_capacity`: the closed loop's bracket read off the one closed-loop capacity
+    (bench.analysis.verdict.closed_loop); None where no load meets the SLO with confidence."""
     if cap.state == V.NEVER:
         return {"state": C.NEVER_MEETS_SLO}
     if not cap.known or not cap.confirmed:
@@ -102,40 +101,58 @@ def slo_capacity(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResu
     }
 
 
-def open_loop_points(runs: list[tuple[float, R.RunResult, dict[str, Any]]], *, ttft_ms: float,
+def open_loop_points(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]], *, ttft_ms: float,
                      decode_ms: float, decode_metric: str = "itl") -> list[dict[str, Any]]:
+    """Every open-loop run as a row: offered rate, achieved req/s, goodput, attainment, its p99s."""
     points = []
-    for rate, result, data in runs:
-        j = C.judge_results([data], ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
-        goodput = C._num(data.get("request_goodput"))  # noqa: SLF001
-        points.append({
-            "rate": rate,
-            "file": f"{OPEN_LOOP_DIR}/{Path(result.path or '').name}",
-            "req_s": result.req_s,
-            "output_tok_s": result.output_tok_s,
-            "goodput_req_s": goodput,
-            "attainment_pct": (round(100 * goodput / result.req_s, 2)
-                               if goodput is not None and result.req_s else None),
-            "meets": j.point_pass,
-            **{k: v for k, v in j.as_dict().items() if k not in ("state", "runs", "detailed")},
-        })
+    for rate, at_rate in sorted(runs.items()):
+        for result, data in at_rate:
+            j = C.judge_results([data], ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+            goodput = C._num(data.get("request_goodput"))  # noqa: SLF001
+            points.append({
+                "rate": rate,
+                "file": f"{OPEN_LOOP_DIR}/{Path(result.path or '').name}",
+                "req_s": result.req_s,
+                "output_tok_s": result.output_tok_s,
+                "goodput_req_s": goodput,
+                "attainment_pct": (round(100 * goodput / result.req_s, 2)
+                                   if goodput is not None and result.req_s else None),
+                "meets": j.point_pass,
+                **{k: v for k, v in j.as_dict().items() if k not in ("state", "runs", "detailed")},
+            })
     return points
 
 
-def search_settings(folder: Path) -> tuple[int, int]:
-    """(requests behind a pass, repeats) the sweep searched with (manifest), else the defaults."""
+def rate_search(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]], *, ttft_ms: float, decode_ms: float,
+                decode_metric: str, noise_pct: float, target: float) -> S.Search | None:
+    """The open loop's evidence as the rate search sees it; None without open-loop runs."""
+    if not runs:
+        return None
+    state = S.Search(ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric, integer=False,
+                     default_noise_pct=noise_pct, target=target)
+    for rate, at_rate in runs.items():
+        for result, data in at_rate:
+            state.observe(rate, data, f"{OPEN_LOOP_DIR}/{Path(result.path or '').name}")
+    return state
+
+
+def rate_capacity(cap: V.Capacity | None, points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """summary.json `rate_capacity`: the highest offered rate that meets the SLO with confidence."""
+    if cap is None or cap.state != V.MEETS:
+        return None
+    at = [p for p in points if p["rate"] == cap.load_pass and p.get("goodput_req_s") is not None]
+    goodput = sum(p["goodput_req_s"] for p in at) / len(at) if at else None
+    return {"req_s": cap.load_pass, "output_tok_s": None if cap.point is None else round(cap.point, 3),
+            "goodput_req_s": None if goodput is None else round(goodput, 4)}
+
+
+def search_settings(folder: Path) -> tuple[float, float]:
+    """(assumed run-to-run band %, target width) the sweep searched with (manifest), else the defaults."""
     settings = _settings(folder)
-    try:
-        return int(settings["search_requests"]), int(settings["search_repeats"])
-    except (KeyError, TypeError, ValueError):
-        return C.DEFAULT_SEARCH_REQUESTS, C.DEFAULT_REPEATS
-
-
-def noise_setting(folder: Path) -> float:
-    """The run-to-run band the sweep assumed where nothing was repeated (`sweep --noise-pct`,
-    recorded in the manifest), else the default (bench.analysis.capacity.DEFAULT_NOISE_PCT)."""
-    value = C._num(_settings(folder).get("noise_pct"))  # noqa: SLF001
-    return value if value is not None and value >= 0 else C.DEFAULT_NOISE_PCT
+    noise = C._num(settings.get("noise_pct"))  # noqa: SLF001
+    target = C._num(settings.get("target_width"))  # noqa: SLF001
+    return (noise if noise is not None and noise >= 0 else C.DEFAULT_NOISE_PCT,
+            target if target is not None and target > 1 else S.TARGET_WIDTH)
 
 
 def _settings(folder: Path) -> dict[str, Any]:
@@ -147,16 +164,13 @@ def _settings(folder: Path) -> dict[str, Any]:
 
 
 def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, decode_ms: float,
-                      decode_metric: str = "itl", min_requests: int | None = None,
-                      repeats: int | None = None) -> dict[str, dict[str, Any]]:
+                      decode_metric: str = "itl") -> dict[str, dict[str, Any]]:
     """{scenario: {"slo_capacity", "rate_capacity", "open_loop", "closed", "open", "peak"}} for every
     scenario of the grid. `closed` and `open` are the capacity intervals (bench.analysis.verdict.Capacity)
     of the closed loop (grid and search) and of the open loop (None without open-loop runs); `peak`
     the peak over every closed-loop run (bench.analysis.verdict.closed_peak).
     Pass the usable grid runs (valid, not suspect)."""
-    swept_requests, swept_repeats = search_settings(folder)
-    min_requests = swept_requests if min_requests is None else min_requests
-    repeats = swept_repeats if repeats is None else repeats
+    noise_pct, target = search_settings(folder)
     searched = search_runs(folder)
     opened = open_loop_runs(folder)
     out = {}
@@ -164,22 +178,23 @@ def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, 
     for r in grid:
         if r.scenario not in names:
             names.append(r.scenario)
-    noise_pct = noise_setting(folder)
     for name in names:
         runs = [r for r in grid if r.scenario == name]
         found = searched.get(name, {})
-        points = open_loop_points(opened.get(name, []), ttft_ms=ttft_ms, decode_ms=decode_ms,
-                                  decode_metric=decode_metric)
+        at_rates = opened.get(name, {})
+        points = open_loop_points(at_rates, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
         closed = V.closed_loop(runs, found, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
-                               min_requests=min_requests, repeats=repeats, noise_pct=noise_pct)
-        # One server, one scenario: the open loop's single runs take the closed loop's band.
+                               noise_pct=noise_pct, target=target)
+        # One server, one scenario: the open loop starts from the closed loop's band.
         band = closed.noise_pct if closed.noise_pct is not None else noise_pct
+        opener = V.open_loop(rate_search(at_rates, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
+                                         noise_pct=band, target=target))
         out[name] = {
-            "slo_capacity": slo_capacity(runs, found, ttft_ms=ttft_ms, decode_ms=decode_ms, closed=closed),
-            "rate_capacity": C.rate_capacity(points),
+            "slo_capacity": slo_capacity(closed),
+            "rate_capacity": rate_capacity(opener, points),
             "open_loop": points,
             "closed": closed,
-            "open": V.open_loop(points, band, closed.noise_source or "assumed"),
+            "open": opener,
             "peak": V.closed_peak(runs, found),
         }
     return out
@@ -188,7 +203,8 @@ def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, 
 def capacity_files(folder: Path) -> set[Path]:
     """The search and open-loop files the capacity figures read (valid runs with the sweep's names)."""
     used = {Path(r.path) for by_c in search_runs(folder).values() for runs in by_c.values() for r, _ in runs}
-    used |= {Path(r.path) for runs in open_loop_runs(folder).values() for _, r, _ in runs}
+    used |= {Path(r.path) for by_rate in open_loop_runs(folder).values() for runs in by_rate.values()
+             for r, _ in runs}
     return used
 
 
@@ -358,40 +374,30 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
     ext = (manifest or {}).get("extra") or {}
     totals = ext.get("totals")
     if totals:
-        share = (f"{totals['added_pct']}% of the grid's {totals['grid_gpu_s']:.1f} s"
-                 if totals.get("added_pct") is not None else "the grid's GPU time is unknown")
-        lines += ["", f"Extra runs (search and open loop): {totals['runs']} ({totals['search_runs']} search, "
-                      f"{totals['open_loop_runs']} open loop), GPU time {totals['gpu_s']:.1f} s = {share}."
-                  + over_budget(ext)]
+        lines += ["", budget_words(totals)]
         for name, info in (ext.get("scenarios") or {}).items():
-            if info.get("stopped"):
+            for loop in ("closed", "open_loop"):
+                got = info.get(loop)
+                if isinstance(got, dict) and got.get("stopped"):
+                    lines.append(f"- {name}, {'closed' if loop == 'closed' else 'open'} loop: {got['stopped']}")
+                elif isinstance(got, str):
+                    lines.append(f"- {name}, open loop: {got}")
+            if isinstance(info.get("stopped"), str):
                 lines.append(f"- {name}: {info['stopped']}")
     return lines
 
 
-def over_budget(ext: dict[str, Any]) -> str:
-    """Why the extra runs went over their GPU-time budget, '' when they did not."""
-    totals, settings = ext.get("totals") or {}, ext.get("settings") or {}
-    budget, added = settings.get("extra_budget"), totals.get("added_pct")
-    if not isinstance(budget, (int, float)) or not isinstance(added, (int, float)) or added <= 100 * budget + 0.05:
-        return ""
-    over = [f"{name} {info['gpu_s']:.0f} s of a {info['budget_s']:.0f} s budget"
-            for name, info in (ext.get("scenarios") or {}).items()
-            if isinstance(info.get("gpu_s"), (int, float)) and isinstance(info.get("budget_s"), (int, float))
-            and info["gpu_s"] > info["budget_s"] + 0.05]
-    invalid = sum(1 for r in ext.get("runs") or [] if isinstance(r, dict) and r.get("valid") is False)
-    why = (" Over the budget of "
-           f"{100 * budget:.0f}% (--extra-budget {budget:g}) because a run is started when its estimated time fits "
-           "what is left (its requests / the req/s the grid measured near that load), and a run can take longer "
-           "than that estimate (a point near the SLO's edge runs slower than the grid's, an open-loop run outlasts "
-           "its requests / its offered rate); "
-           "the budget then stops the next run, not the one under way.")
-    if over:
-        why += " Over in: " + ", ".join(over) + "."
-    if invalid:
-        why += (f" {invalid} invalid attempt{'s' if invalid != 1 else ''} also cost "
-                f"{'their' if invalid != 1 else 'its'} process time.")
-    return why
+def budget_words(totals: dict[str, Any]) -> str:
+    """The sweep's GPU time against its budget, in a sentence (manifest `extra.totals`)."""
+    def mins(v: Any) -> str:
+        return f"{v / 60:.1f} min" if isinstance(v, (int, float)) else "unknown"
+
+    budget = totals.get("budget_s")
+    return (f"GPU time of the last invocation: {mins(totals.get('total_gpu_s'))}"
+            + (f" of its {mins(budget)} budget" if budget else "")
+            + f" (grid {mins(totals.get('grid_gpu_s'))}, capacity search {mins(totals.get('gpu_s'))} in "
+            f"{totals.get('runs', 0)} runs: {totals.get('search_runs', 0)} closed loop, "
+            f"{totals.get('open_loop_runs', 0)} open loop).")
 
 
 def comparison_markdown(summary: dict[str, Any], labels: tuple[str, str], extra: dict[str, Any]) -> list[str]:

@@ -49,10 +49,11 @@ from typing import Any
 
 from bench.analysis import capacity as C
 from bench.analysis import results as R
+from bench.analysis import search as S
 
 INF = math.inf
 GRID, SEARCH, OPEN_LOOP = "grid", "search", "open_loop"
-MEETS, NEVER, NO_DATA = "meets_slo", "never_meets_slo", "no_data"
+MEETS, NEVER, NO_DATA, BROKEN = "meets_slo", "never_meets_slo", "no_data", "broken_measurement"
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 CONCURRENCY, RATE = "concurrency", "req/s"
 
@@ -93,10 +94,20 @@ class Capacity:
     judgement: Any = None  # the pass end's pooled judgement (bench.analysis.capacity), closed loop
     band_lo: float = 0.0  # the run-to-run band (a fraction) that widened lo, and hi
     band_hi: float = 0.0
+    measured_repeats: int = 0  # comparable runs the band was measured from (0: assumed)
+    reason: str | None = None  # why a broken measurement is broken
+    target: float | None = None  # the width the search aimed for
 
     @property
     def known(self) -> bool:
-        return self.state != NO_DATA
+        return self.state not in (NO_DATA, BROKEN)
+
+    @property
+    def width(self) -> float | None:
+        """hi / lo of the interval; None for an open end or a side that never meets the SLO."""
+        if self.state != MEETS or not self.lo or self.hi is None or math.isinf(self.hi):
+            return None
+        return self.hi / self.lo
 
     @property
     def source_run(self) -> str | None:
@@ -124,6 +135,10 @@ class Capacity:
             "repeats": self.repeats,
             "noise_pct": self.noise_pct,
             "noise_source": self.noise_source,
+            "noise_repeats": self.measured_repeats,
+            "width": _end(self.width),
+            "target_width": self.target,
+            "reason": self.reason,
         }
 
 
@@ -186,106 +201,79 @@ def closed_peak(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
             "source_runs": files}
 
 
+def closed_search(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]], *,
+                  ttft_ms: float, decode_ms: float, decode_metric: str = "itl", noise_pct: float = C.DEFAULT_NOISE_PCT,
+                  target: float = S.TARGET_WIDTH) -> S.Search:
+    """The closed loop's evidence as the search sees it: the grid's runs and the search's per concurrency."""
+    state = S.Search(ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric, default_noise_pct=noise_pct,
+                     target=target)
+    for r in grid:
+        if r.valid and r.raw and r.output_tok_s is not None:
+            state.observe(r.concurrency, r.raw, _run_file(r))
+    for c, runs in search.items():
+        for r, d in runs:
+            if r.valid and d and r.output_tok_s is not None:
+                state.observe(c, d, _run_file(r))
+    return state
+
+
 def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]], *,
                 ttft_ms: float, decode_ms: float, decode_metric: str = "itl",
-                min_requests: int = C.DEFAULT_SEARCH_REQUESTS, repeats: int = C.DEFAULT_REPEATS,
-                noise_pct: float = C.DEFAULT_NOISE_PCT) -> Capacity:
+                noise_pct: float = C.DEFAULT_NOISE_PCT, target: float = S.TARGET_WIDTH) -> Capacity:
     """The capacity under the SLO, closed loop: the one function behind every page's figure.
 
-    The capacity is the output tok/s at the highest concurrency that meets the SLO (the PoC's
-    definition), from the grid's runs and the capacity search's together (bench.analysis.capacity
-    .Search judges each concurrency on all its runs, p99 intervals widened by the run-to-run band);
+    The capacity is the output tok/s at the highest concurrency that meets the SLO with confidence
+    (the PoC's definition), from the grid's runs and the capacity search's together
+    (bench.analysis.search.Search judges each concurrency on all its runs, p99 intervals widened by
+    the run-to-run band); its 95 % interval runs from that figure to the throughput at the lowest
+    concurrency above it that misses the SLO for sure, each end widened by its band.
     `noise_pct` is the band assumed where no point was measured twice."""
-    usable = [r for r in grid if r.valid and r.raw and r.output_tok_s is not None]
-    search = {c: [(r, d) for r, d in runs if d] for c, runs in search.items()}
-    search = {c: runs for c, runs in search.items() if runs}
-    source = SEARCH if search else GRID
-    if not usable and not search:
-        return Capacity(source, NO_DATA)
-    state = C.Search({r.concurrency: r.raw for r in usable}, ttft_ms=ttft_ms, decode_ms=decode_ms,
-                     decode_metric=decode_metric, min_requests=min_requests, repeats=repeats,
-                     default_noise_pct=noise_pct)
-    for c, runs in search.items():
-        state.runs[c] = [d for _, d in runs]
-        state.run_requests[c] = [r.completed or 0 for r, _ in runs]
-    points = closed_points(usable, search)
-    noise = state.noise()
-    common = dict(noise_pct=noise.pct, noise_source=noise.source)
+    state = closed_search(grid, search, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
+                          noise_pct=noise_pct, target=target)
+    return from_search(state, SEARCH if search else GRID, CONCURRENCY)
 
-    def figure(c: int | None) -> tuple[float | None, float | None, float]:
-        runs = points.get(c, []) if c is not None else []
-        return _weighted(runs, "output_tok_s"), _weighted(runs, "req_s"), C.band(noise.pct, _effective(runs))
 
-    loads = sorted(points)
+def from_search(state: S.Search, source: str, unit: str) -> Capacity:
+    """A side's capacity interval read off a search's evidence (closed or open loop)."""
+    loads = state.loads()
     if not loads:
-        return Capacity(source, NO_DATA)
+        return Capacity(source, NO_DATA, unit=unit)
+    noise = state.noise()
+    common = dict(noise_pct=noise.pct, noise_source=noise.source, measured_repeats=noise.repeats)
+    broken = state.broken()
+    if broken:
+        return Capacity(source, BROKEN, unit=unit, load_max=loads[-1], reason=S.broken_words(broken),
+                        fail_runs=tuple(n for g in broken.names for n in g), **common)
+    names = {x: tuple(r.name for r in state.runs(x)) for x in loads}
     lo_c, hi_c = state.bounds()
     if lo_c is None:
         lowest = loads[0]
-        tok, req, wide = figure(lowest)
-        zero = lowest <= 1
-        return Capacity(source, NEVER, 0.0, 0.0 if zero else (tok or 0.0) * (1 + wide), CONCURRENCY,
-                        None, lowest, loads[-1], band_hi=0.0 if zero else wide, req_lo=0.0, req_hi=0.0 if zero else (req or 0.0) * (1 + wide),
-                        fail_runs=tuple(_run_file(r) for r in points[lowest]), **common)
-    # The upper end is the lowest load above that misses the SLO for sure (its p99's interval,
-    # run-to-run band included, above the limit): a miss near the limit may be a slow run.
-    hi_c = state.sure_fail(lo_c)
-    # The highest load meeting the SLO lies below hi_c, so its throughput is at most that at
-    # hi_c - 1 (throughput grows with concurrency): measured there; else, where hi_c - 1 is the one
-    # load between two measured ones, the mean of theirs (bands in quadrature); else hi_c's own.
-    # Never below the figure with its own band (a curve that falls past its best run).
-    tok, req, wide = figure(lo_c)
-    tok, req = tok or 0.0, req or 0.0
-    hi, req_hi, band_hi = tok * (1 + wide), req * (1 + wide), wide
+        tok, req, wide = state.tok_s(lowest) or 0.0, state.req_s(lowest) or 0.0, state.band(lowest)
+        zero = unit == CONCURRENCY and lowest <= 1 and state.state(lowest) == S.FAIL
+        return Capacity(source, NEVER, 0.0, 0.0 if zero else tok * (1 + wide), unit, None, lowest, loads[-1],
+                        band_hi=0.0 if zero else wide, req_lo=0.0, req_hi=0.0 if zero else req * (1 + wide),
+                        fail_runs=names[lowest], **common)
+    tok, req, wide = state.tok_s(lo_c) or 0.0, state.req_s(lo_c) or 0.0, state.band(lo_c)
+    low, top = state.ends()
     if hi_c is None:
         hi, req_hi, band_hi = INF, INF, 0.0
     else:
-        below = max(c for c in points if lo_c <= c < hi_c)
-        tok_f, req_f, wide_f = figure(below if below == hi_c - 1 else hi_c)
-        if below == hi_c - 2:
-            tok_b, req_b, wide_b = figure(below)
-            tok_f, req_f = ((tok_b or 0.0) + (tok_f or 0.0)) / 2, ((req_b or 0.0) + (req_f or 0.0)) / 2
-            wide_f = math.hypot(wide_b, wide_f) / 2
-        if (tok_f or 0.0) * (1 + wide_f) >= hi:
-            hi, req_hi, band_hi = (tok_f or 0.0) * (1 + wide_f), max((req_f or 0.0) * (1 + wide_f), req), wide_f
-    return Capacity(source, MEETS, tok / (1 + wide), hi, CONCURRENCY, lo_c, hi_c, loads[-1], band_lo=wide,
-                    band_hi=band_hi, confirmed=state.decided(lo_c) is True, req_lo=req / (1 + wide), req_hi=req_hi,
-                    point=tok, req_point=req, source_runs=tuple(_run_file(r) for r in points[lo_c]),
-                    fail_runs=tuple(_run_file(r) for r in points.get(hi_c, [])) if hi_c is not None else (),
-                    repeats=len(points[lo_c]), judgement=state.judgement(lo_c), **common)
+        band_hi = state.band(hi_c)
+        hi = top if top is not None else INF
+        req_hi = max(state.req_s(hi_c) or 0.0, req) * (1 + band_hi)
+    judgement = state.judgement(lo_c)
+    return Capacity(source, MEETS, low, hi, unit, lo_c, hi_c, loads[-1], band_lo=wide, band_hi=band_hi,
+                    confirmed=C.confident(judgement, C.MIN_P99_REQUESTS), req_lo=req / (1 + wide), req_hi=req_hi,
+                    point=tok, req_point=req, source_runs=names[lo_c],
+                    fail_runs=names[hi_c] if hi_c is not None else (), repeats=len(names[lo_c]),
+                    judgement=judgement, target=state.target, **common)
 
 
-def open_loop(points: list[dict[str, Any]], noise_pct: float = C.DEFAULT_NOISE_PCT,
-              noise_source: str = "assumed") -> Capacity | None:
-    """The open-loop capacity interval from `{"rate", "meets", "output_tok_s"}` points; None without any.
-
-    A rate counts only when it and every lower offered rate meet the SLO (as the rate capacity);
-    each rate runs once, so its ends are widened by the run-to-run band of one run."""
-    pts = sorted((p for p in points if p.get("output_tok_s") is not None), key=lambda p: p["rate"])
-    if not pts:
+def open_loop(search: S.Search | None) -> Capacity | None:
+    """The open-loop capacity interval from the rate search's runs; None without any."""
+    if search is None or not search.loads():
         return None
-    wide = C.band(noise_pct, 1)
-    common = dict(noise_pct=noise_pct, noise_source=noise_source, repeats=1)
-    best = fail = None
-    for p in pts:
-        if not p["meets"]:
-            fail = p
-            break
-        best = p
-    top = pts[-1]["rate"]
-    fail_runs = (fail["file"],) if fail and fail.get("file") else ()
-    if best is None:
-        return Capacity(OPEN_LOOP, NEVER, 0.0, fail["output_tok_s"] * (1 + wide), RATE, None, fail["rate"], top,
-                        band_hi=wide, req_lo=0.0, req_hi=(fail.get("req_s") or 0.0) * (1 + wide), fail_runs=fail_runs, **common)
-    tok, req = best["output_tok_s"], best.get("req_s")
-    hi = INF if fail is None else max(fail["output_tok_s"] * (1 + wide), tok)
-    req_hi = INF if fail is None else (max((fail.get("req_s") or 0.0) * (1 + wide), req or 0.0)
-                                       if req is not None else fail.get("req_s"))
-    return Capacity(OPEN_LOOP, MEETS, tok / (1 + wide), hi, RATE, best["rate"],
-                    fail["rate"] if fail else None, top, confirmed=True, band_lo=wide,
-                    band_hi=0.0 if fail is None or hi == tok else wide,
-                    req_lo=None if req is None else req / (1 + wide), req_hi=req_hi, point=tok, req_point=req,
-                    source_runs=(best["file"],) if best.get("file") else (), fail_runs=fail_runs, **common)
+    return from_search(search, OPEN_LOOP, RATE)
 
 
 def bounded(cap: Capacity | None) -> bool:
@@ -426,6 +414,8 @@ def capacity_text(cap: Capacity) -> str:
     """A side's capacity in words: the figure with its run, its 95 % interval and the loads that bound it."""
     if cap.state == NO_DATA:
         return "unknown (no usable run)"
+    if cap.state == BROKEN:
+        return f"not measured: {cap.reason}"
     band = noise_text(cap)
     if cap.state == NEVER:
         where = f"misses it from {load_text(cap.unit, cap.load_fail)}"
@@ -450,20 +440,26 @@ def narrowing_advice(source: str | None, a: Capacity, b: Capacity, labels: tuple
     tips = []
     for cap, label in ((a, labels[0]), (b, labels[1])):
         if cap.known and cap.state == MEETS and (cap.hi is None or math.isinf(cap.hi)):
-            more = ("add higher concurrencies (`bench sweep --concurrencies ...,128 --resume`)"
-                    if cap.unit == CONCURRENCY else "add higher offered rates (`--open-loop-rates ...,130`)")
-            tips.append(f"{label} still meets the SLO at its highest load ({load_text(cap.unit, cap.load_pass)}): "
+            more = ("raise `--search-max-concurrency` above c={:g} and run `bench sweep --capacity-search --resume`"
+                    .format(cap.load_max or 0) if cap.unit == CONCURRENCY else
+                    "run `bench sweep --capacity-search --open-loop always --resume`")
+            tips.append(f"{label} still meets the SLO at its highest load ({load_text(cap.unit, cap.load_max)}): "
                         + more)
     if source == GRID:
         tips.append("run both sweeps again with `--capacity-search --resume` (the grid is kept; the search "
-                    "adds only the points that narrow each side's bracket)")
-    elif source == SEARCH:
-        tips.append("narrow the search: `bench sweep --capacity-search --resume` with a smaller --search-bracket "
-                    "(e.g. 0.1), or a larger --extra-budget where the budget stopped it")
-    elif source == OPEN_LOOP:
-        tips.append("add offered rates between the rate capacity and the next rate (`--open-loop-rates`, in "
-                    "percent of the closed-loop capacity) on both sides")
-    return "; ".join(tips)
+                    "adds only the loads that narrow each side's interval)")
+    else:
+        wide = [f"{label} ({cap.width:.2f}x)" for cap, label in ((a, labels[0]), (b, labels[1]))
+                if cap.width is not None and cap.width > (cap.target or S.TARGET_WIDTH) + 1e-9]
+        if wide:
+            tips.append("narrow " + " and ".join(wide) + ": `bench sweep --capacity-search --resume` with more "
+                        "`--budget-min` (the sweep's last lines say how much), or a longer `--window-s` where "
+                        "repeats straddle the limit")
+    return "; ".join(tips) or "measure both sides again: their intervals are as narrow as the search makes them"
+
+
+def broken_call_words(name: str, cap: Capacity, label: str) -> str:
+    return f"{name}: the {label}'s {cap.reason or 'measurement is broken'}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,6 +507,11 @@ def slo_call(name: str, a: Capacity, b: Capacity, source: str | None, *, a_gpus:
                         figure(b) / b_gpus if figure(b) is not None else None)
     state = _state_of(interval, threshold)
     thr = f"{threshold:g}x"
+    broken = [(w, label, cap) for w, label, cap in (("candidate", cand, a), ("baseline", base, b))
+              if cap.state == BROKEN]
+    if broken:
+        reason = "; ".join(broken_call_words(name, cap, f"{w} ({label})") for w, label, cap in broken)
+        return Call(name, INCONCLUSIVE, None, None, source, reason)
     if not a.known or not b.known:
         who = [f"the {w} ({label})" for w, label, cap in (("candidate", cand, a), ("baseline", base, b))
                if not cap.known]

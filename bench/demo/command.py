@@ -52,6 +52,7 @@ from bench.common.cli import out_folder
 from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals, stop_process_group
 from bench.common.progress import human_seconds
 from bench.demo import cpu_vllm
+from bench.run import sizing
 from bench.startup import phases, timeline
 
 DEFAULT_OUT = "build/demo"
@@ -59,6 +60,8 @@ DEFAULT_SCENARIOS = "S1_chat,S2_summary"
 DEFAULT_CONCURRENCIES = "1,2,4,8,16,32"
 DEFAULT_LENGTH_SCALE = 0.125
 DEFAULT_MAX_NUM_SEQS = "1,16"
+DEFAULT_WINDOW_S = 5.0  # the shortest a run may hold its load (bench.run.sizing): a demo, not a PoC
+DEFAULT_BUDGET_MIN = 6.0
 SIDES = ("baseline", "candidate")
 
 
@@ -131,9 +134,13 @@ def check(args: argparse.Namespace) -> tuple[int, int]:
     if not 0 < args.length_scale <= 1:
         raise UsageError(f"--length-scale {args.length_scale:g}: give a factor in (0, 1], e.g. {DEFAULT_LENGTH_SCALE}")
     for flag, value in (("--slo-ttft-p99-ms", args.slo_ttft_p99_ms), ("--slo-itl-p99-ms", args.slo_itl_p99_ms),
-                        ("--price-per-hour", args.price_per_hour), ("--server-timeout", args.server_timeout)):
+                        ("--price-per-hour", args.price_per_hour), ("--server-timeout", args.server_timeout),
+                        ("--budget-min", args.budget_min)):
         if not value > 0:
             raise UsageError(f"{flag} {value:g}: give a positive number")
+    if not args.window_s >= sizing.MIN_WINDOW_S:
+        raise UsageError(f"--window-s {args.window_s:g}: a run of under {sizing.MIN_WINDOW_S:g} s measures start-up, "
+                         f"not throughput; give {sizing.MIN_WINDOW_S:g} or more")
     return seqs
 
 
@@ -143,15 +150,12 @@ def sweep_argv(args: argparse.Namespace, *, url: str, model: Path, out: Path, la
     return ["sweep", "--base-url", url, "--model", cpu_vllm.SERVED_NAME, "--tokenizer", str(model),
             "--out", str(out), "--resume", "--label", label,
             "--scenarios", args.scenarios, "--length-scale", f"{args.length_scale:g}",
-            "--concurrencies", args.concurrencies, "--min-prompts", "16", "--prompts-per-concurrency", "2",
+            "--concurrencies", args.concurrencies, "--window-s", f"{args.window_s:g}",
             "--health-timeout", "60", "--bench-client", "library",
             "--instance-type", "local-cpu", "--gpus", "1", "--capacity-type", "on-demand",
             "--price-per-hour", f"{args.price_per_hour:g}", "--server-args", shlex.join(served),
-            # a p99 interval needs 100 requests; a loaded 2-core CPU spreads 27-61 % between two runs
-            "--capacity-search", "--search-requests", "100", "--search-repeats", "0", "--noise-pct", "40",
-            "--open-loop-rates", "50,100", "--open-loop-requests", "48", "--open-loop-min-requests", "16",
-            "--extra-budget", "1.5", "--slo-ttft-p99-ms", f"{args.slo_ttft_p99_ms:g}",
-            "--slo-itl-p99-ms", f"{args.slo_itl_p99_ms:g}"]
+            "--capacity-search", "--budget-min", f"{args.budget_min:g}",
+            "--slo-ttft-p99-ms", f"{args.slo_ttft_p99_ms:g}", "--slo-itl-p99-ms", f"{args.slo_itl_p99_ms:g}"]
 
 
 RECORD = "demo.json"  # under OUT/runs: the arguments its sweeps ran with
@@ -162,12 +166,12 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     """The demo's arguments that shape its sweeps and its report."""
     return {"scenarios": args.scenarios, "concurrencies": args.concurrencies, "length_scale": args.length_scale,
             "slo_ttft_p99_ms": args.slo_ttft_p99_ms, "slo_itl_p99_ms": args.slo_itl_p99_ms,
-            "max_num_seqs": args.max_num_seqs, "price_per_hour": args.price_per_hour}
+            "max_num_seqs": args.max_num_seqs, "price_per_hour": args.price_per_hour, "window_s": args.window_s}
 
 
 FLAG_OF = {"scenarios": "--scenarios", "concurrencies": "--concurrencies", "length_scale": "--length-scale",
            "slo_ttft_p99_ms": "--slo-ttft-p99-ms", "slo_itl_p99_ms": "--slo-itl-p99-ms",
-           "max_num_seqs": "--max-num-seqs", "price_per_hour": "--price-per-hour"}
+           "max_num_seqs": "--max-num-seqs", "price_per_hour": "--price-per-hour", "window_s": "--window-s"}
 
 
 def changes(out: Path, settings: dict[str, Any]) -> list[str] | None:
@@ -459,5 +463,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="illustrative hourly price of each server, for the plan's costs (default: %(default)s)")
     p.add_argument("--server-timeout", type=float, default=600.0,
                    help="seconds a server may take to answer /health (default: %(default)s)")
+    p.add_argument("--window-s", type=float, default=DEFAULT_WINDOW_S,
+                   help=f"seconds every measured run holds its load (at least {sizing.MIN_WINDOW_S:g}; "
+                        "default: %(default)s)")
+    p.add_argument("--budget-min", type=float, default=DEFAULT_BUDGET_MIN,
+                   help="CPU minutes each side's sweep may spend, grid and search (default: %(default)s)")
     p.set_defaults(func=run)
     return p

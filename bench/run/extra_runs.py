@@ -1,27 +1,28 @@
-"""After the grid: the SLO capacity search and the open-loop runs at the knee (`sweep --capacity-search`).
+"""After the grid: the SLO capacity search to a known width, within a GPU-time budget (`sweep --capacity-search`).
 
-Per scenario, once its grid runs are done:
+Per scenario, once the grid is done:
 
-1. Search (closed loop): integer bisection between the highest passing and the lowest failing
-   grid concurrency (bench.analysis.capacity.Search), running only extra points. Every run stores
-   per-request detail (`--save-detailed`) so the report can put a 95 % bootstrap interval on its
-   p99s; a point is screened with the grid's request count, topped up to `--search-requests`
-   (default 200) before a pass counts, and repeated (`--search-repeats`, default 2) while its
-   interval straddles a limit. Files: `search/<scenario>_c<c>.run<k>.json`.
-2. Open loop: Poisson runs (`--request-rate R`, burstiness 1) at 50/75/90/100/110 % of the
-   closed-loop SLO capacity in req/s (`--open-loop-rates`), `--max-concurrency` only as a safety
-   cap, `--goodput ttft:<limit> tpot:<limit>` from the SLO. Files: `open_loop/<scenario>_rate<R>.json`.
+1. Closed loop: bisection over concurrencies between the highest load that meets the SLO with
+   confidence and the lowest that misses it for sure (bench.analysis.search.Search), until the
+   capacity is known within `--target-width` (1.22: +-10 %), each end widened by its run-to-run band.
+   Every run is sized by time like the grid's (bench.run.sizing): a burst at its concurrency sizes
+   it; a repeat of a point runs at that point's first size, so repeats are comparable and measure
+   the run-to-run band. Files: `search/<scenario>_c<c>.run<k>.json`.
+2. Open loop, where the closed loop cannot narrow the answer (two neighbouring concurrencies further
+   apart in throughput than the target; `--open-loop always` runs it everywhere): the same bisection
+   over offered Poisson rates (`--request-rate R`, burstiness 1, `--max-concurrency` only as a safety
+   cap), which can be split continuously. Files: `open_loop/<scenario>_rate<R>.run<k>.json`.
 
-Every run gets its own seed (derived from the sweep seed, scenario, kind, point and run number):
-no prompt is replayed into the server's prefix cache. Files are written and uploaded as they are
+Every run gets its own seed (derived from the sweep seed, scenario, kind, load and run number): no
+prompt is replayed into the server's prefix cache. Files are written and uploaded as they are
 produced; `--resume` replays the search over the files already there and runs only what is missing.
 
-GPU time: the measured windows (vLLM's `duration`). The extra runs of a scenario may spend at most
-`--extra-budget` (default 0.4) x the GPU time of that scenario's grid; a run whose estimated time
-(its requests / the req/s the grid measured near that load) would overrun the budget is not started,
-and the manifest and the report say where the budget stopped the search or the open loop. The open
-loop's requests per rate are sized to the budget left (between --open-loop-min-requests and
---open-loop-requests). `manifest.json` `extra` lists every extra run with its GPU time.
+GPU time: the wall time of every `vllm bench serve` process the sweep starts (bursts and measured
+runs). `--budget-min` bounds a whole invocation (grid first, then the searches); it is said before
+the first run and accounted for at the end, and what is left after the grid is shared out between
+the scenarios in order (what one leaves goes to the next). A run whose estimate would overrun its
+scenario's share is not started; the sweep then says how wide the answer is and what another
+`--resume` would buy. `manifest.json` `extra` lists every extra run with its GPU time.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import time
 from typing import Any
@@ -36,12 +38,22 @@ from typing import Any
 from bench.analysis import capacity as C
 from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
-from bench.run import grid
+from bench.analysis import search as S
+from bench.run import grid, seeds, sizing
 
 KIND_SEARCH, KIND_OPEN = "search", "open_loop"
 META_KIND = "bench_kind"
-# Order in which open-loop rates are run when the budget cannot pay for all of them.
-RATE_PRIORITY = (100, 90, 110, 75, 50)
+OPEN_LOOP_MODES = ("auto", "always", "never")
+DEFAULT_BUDGET_MIN = 60.0
+# Flags of the earlier search and what replaced them (a clear refusal, not a silent change of meaning).
+GONE = {
+    "search_requests": "--min-prompts (every run is sized by time, at least 100 requests)",
+    "search_bracket": "--target-width (the capacity's interval, in tok/s, bands included)",
+    "extra_budget": "--budget-min (GPU minutes for the whole sweep)",
+    "open_loop_rates": "--open-loop (the rates are bisected, not listed)",
+    "open_loop_requests": "--window-s (open-loop runs are sized by time)",
+    "open_loop_min_requests": "--min-prompts",
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,54 +65,54 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             p.add_argument(flag, *[a for a in aliases if a not in known], **kw)
 
     add("--capacity-search", action="store_true", default=env("VLLM_POC_CAPACITY_SEARCH") in ("1", "true"),
-        help="after the grid, search the SLO capacity per scenario and run open-loop points at it "
+        help="after the grid, search the SLO capacity per scenario to --target-width "
              "(env VLLM_POC_CAPACITY_SEARCH=1)")
-    add("--no-open-loop", action="store_true", help="with --capacity-search: skip the open-loop runs")
     add("--slo-ttft-p99-ms", type=float, default=500.0, help="SLO: TTFT p99 limit (default: %(default)s)")
     add("--slo-itl-p99-ms", type=float, default=50.0, dest="slo_itl_p99_ms",
         help="SLO: decode (ITL or TPOT) p99 limit (default: %(default)s)")
     add("--slo-decode-metric", choices=("itl", "tpot"), default="itl",
         help="decode metric the SLO limits (default: %(default)s)")
-    add("--search-requests", type=int, default=C.DEFAULT_SEARCH_REQUESTS,
-        help="requests behind a passing search point (default: %(default)s)")
-    add("--search-repeats", type=int, default=C.DEFAULT_REPEATS,
-        help="extra runs of a point whose p99 interval straddles a limit (default: %(default)s)")
-    add("--search-end-repeats", type=int, default=C.DEFAULT_END_REPEATS,
-        help="runs of each end of the final bracket beyond its first, interleaved, that measure the "
-             "run-to-run spread (default: %(default)s)")
+    add("--budget-min", type=float, default=DEFAULT_BUDGET_MIN,
+        help="GPU minutes this invocation may spend, grid and search together; the search shares out what "
+             "the grid leaves (default: %(default)s)")
+    add("--target-width", type=float, default=S.TARGET_WIDTH,
+        help="stop when the capacity's interval (hi / lo, run-to-run bands included) is at most this "
+             "(default: %(default)s, i.e. +-10 %%)")
+    add("--search-repeats", type=int, default=S.DEFAULT_REPEATS,
+        help="comparable repeats of a point whose p99 interval straddles a limit (default: %(default)s)")
+    add("--search-end-repeats", type=int, default=S.DEFAULT_END_REPEATS,
+        help="comparable repeats of each end of the bracket where only the band keeps it wide (default: %(default)s)")
     add("--noise-pct", type=float, default=C.DEFAULT_NOISE_PCT,
-        help="run-to-run band (%% of the mean, 95 %% of single runs) assumed where no point was run twice "
-             "(default: %(default)s, measured on a GPU server; a CPU demo spreads 30-60 %%)")
-    add("--search-bracket", type=float, default=C.DEFAULT_BRACKET,
-        help="stop when fail - pass <= this x pass (default: %(default)s)")
-    add("--open-loop-rates", default=",".join(map(str, C.DEFAULT_RATE_PERCENTS)),
-        help="offered rates in %% of the closed-loop SLO capacity (default: %(default)s)")
-    add("--open-loop-requests", type=int, default=200,
-        help="most requests per open-loop run (default: %(default)s)")
-    add("--open-loop-min-requests", type=int, default=50,
-        help="fewest requests per open-loop run; below that the budget skips the rate (default: %(default)s)")
+        help="run-to-run band (%% of the mean, 95 %% of single runs) assumed until repeats measure it "
+             "(default: %(default)s)")
+    add("--search-max-concurrency", type=int, default=0,
+        help="highest concurrency the search may try above the grid (default: 4 x the grid's highest)")
+    add("--open-loop", choices=OPEN_LOOP_MODES, default="auto",
+        help="the open-loop rate search: auto (where neighbouring concurrencies are too far apart), always, "
+             "never (default: %(default)s)")
+    add("--no-open-loop", action="store_true", help=argparse.SUPPRESS)
     add("--open-loop-max-concurrency", type=int, default=0,
-        help="safety cap on in-flight open-loop requests (default: the largest grid concurrency)")
-    add("--extra-budget", type=float, default=0.4,
-        help="GPU time the extra runs of a scenario may add, as a share of its grid's (default: %(default)s)")
+        help="safety cap on in-flight open-loop requests (default: 4 x the grid's highest concurrency)")
+    for gone in GONE:
+        add("--" + gone.replace("_", "-"), default=None, help=argparse.SUPPRESS)
 
 
-def validate(args: argparse.Namespace) -> list[float]:
-    if args.search_requests < 1 or args.search_repeats < 0 or not args.search_bracket > 0:
-        raise ValueError("--search-requests must be >= 1, --search-repeats >= 0, --search-bracket > 0")
-    if args.search_end_repeats < 0 or not 0 <= args.noise_pct < 1000:
-        raise ValueError("--search-end-repeats must be >= 0 and --noise-pct between 0 and 1000")
-    if args.extra_budget < 0:
-        raise ValueError(f"--extra-budget must be >= 0, got {args.extra_budget}")
-    if args.open_loop_min_requests < 1 or args.open_loop_requests < args.open_loop_min_requests:
-        raise ValueError("--open-loop-requests must be >= --open-loop-min-requests >= 1")
-    try:
-        percents = [float(v) for v in args.open_loop_rates.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"--open-loop-rates: expected comma-separated percents, got {args.open_loop_rates!r}") from None
-    if not percents or min(percents) <= 0:
-        raise ValueError(f"--open-loop-rates: need positive percents, got {args.open_loop_rates!r}")
-    return percents
+def validate(args: argparse.Namespace) -> None:
+    for gone, instead in GONE.items():
+        if getattr(args, gone, None) is not None:
+            raise ValueError(f"--{gone.replace('_', '-')} is gone with the search it tuned: use {instead}")
+    if not args.target_width > 1:
+        raise ValueError(f"--target-width must be above 1 (hi / lo of the interval), got {args.target_width:g}")
+    if args.search_repeats < 0 or args.search_end_repeats < 0:
+        raise ValueError("--search-repeats and --search-end-repeats must be 0 or more")
+    if not 0 <= args.noise_pct < 1000:
+        raise ValueError(f"--noise-pct must be between 0 and 1000, got {args.noise_pct:g}")
+    if not args.budget_min > 0:
+        raise ValueError(f"--budget-min must be above 0 (GPU minutes), got {args.budget_min:g}")
+    if args.search_max_concurrency < 0 or args.open_loop_max_concurrency < 0:
+        raise ValueError("--search-max-concurrency and --open-loop-max-concurrency must be 0 (the default) or more")
+    if getattr(args, "no_open_loop", False):
+        args.open_loop = "never"
 
 
 def _set_flag(cmd: list[str], flag: str, *values: str) -> list[str]:
@@ -123,72 +135,97 @@ def _derived_seed(*parts: Any) -> int:
     return int(hashlib.sha256(blob).hexdigest()[:8], 16) % (2**31 - 1)
 
 
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
 class ExtraRuns:
-    def __init__(self, sweep, tokenizer: str, percents: list[float]):
+    def __init__(self, sweep, tokenizer: str):
         self.sweep = sweep
         self.args = sweep.args
         self.tokenizer = tokenizer
-        self.percents = percents
-        self.record: dict[str, Any] = sweep.manifest.setdefault("extra", {"runs": [], "scenarios": {}})
+        self.record: dict[str, Any] = sweep.manifest.setdefault("extra", {})
+        self.record.setdefault("runs", [])
+        self.record.setdefault("scenarios", {})
         self.record["settings"] = {
             "slo": {"ttft_p99_ms": self.args.slo_ttft_p99_ms, "decode_p99_ms": self.args.slo_itl_p99_ms,
                     "decode_metric": self.args.slo_decode_metric},
-            "search_requests": self.args.search_requests, "search_repeats": self.args.search_repeats,
-            "search_bracket": self.args.search_bracket, "search_end_repeats": self.args.search_end_repeats,
-            "noise_pct": self.args.noise_pct, "open_loop_rates_pct": percents,
-            "open_loop_requests": [self.args.open_loop_min_requests, self.args.open_loop_requests],
-            "extra_budget": self.args.extra_budget,
+            "window_s": self.args.window_s, "min_prompts": self.args.min_prompts,
+            "target_width": self.args.target_width, "search_repeats": self.args.search_repeats,
+            "search_end_repeats": self.args.search_end_repeats, "noise_pct": self.args.noise_pct,
+            "open_loop": self.args.open_loop, "budget_min": self.args.budget_min,
         }
 
     # -- one run -------------------------------------------------------------------------------
-    def _run(self, kind: str, grid_spec, *, concurrency: int, num_prompts: int, name: str,
-             seed_parts: tuple, rate: float | None = None) -> tuple[R.RunResult, dict[str, Any] | None]:
+    def _run(self, kind: str, grid_spec, *, load: float, requests: int | None, name: str, seed_parts: tuple,
+             rate: float | None = None, cap: int | None = None) -> tuple[R.RunResult, float]:
+        """One search or open-loop run (a closed-loop one after its burst), retried once when it did
+        not hold its load for the window: (its result, the GPU seconds its processes took)."""
         sweep, args = self.sweep, self.args
         folder = sweep.out / (CR.SEARCH_DIR if kind == KIND_SEARCH else CR.OPEN_LOOP_DIR)
         folder.mkdir(exist_ok=True)
-        run_hash = grid.short_hash({"grid": grid_spec.run_hash, "kind": kind, "c": concurrency, "n": num_prompts,
-                            "rate": rate, "name": name, "slo": self.record["settings"]["slo"]})
-        spec = grid.RunSpec(grid_spec.scenario, grid_spec.input_len, grid_spec.output_len, concurrency, num_prompts,
-                            grid.warmups_for(args.warmups, concurrency), run_hash)
-        expect = spec.expectation()
+        concurrency = int(cap if rate is not None else load)
+        run_hash = grid.short_hash({"grid": grid_spec.run_hash, "kind": kind, "load": load, "name": name,
+                                    "slo": self.record["settings"]["slo"]})
+        spec = grid.RunSpec(grid_spec.scenario, grid_spec.input_len, grid_spec.output_len, concurrency,
+                            args.min_prompts, grid_spec.warmups if rate is None else 0, run_hash,
+                            grid_spec.prefix_cache_check, grid_spec.workload, grid_spec.prompt_format)
         final = folder / name
-        existing = R.load_result(final, expect)
+        existing = R.load_result(final, R.Expectation(grid_spec.scenario, concurrency))
         if existing.valid:
             self.record["runs"].append(self._entry(kind, spec, rate, name, existing, None, resumed=True))
-            return existing, existing.raw
+            return existing, 0.0
         if final.exists():
             os.replace(final, folder / (name[:-5] + f".stale{int(time.time())}.json"))
-
         seed = _derived_seed(args.seed, grid_spec.scenario, kind, *seed_parts)
         result: R.RunResult | None = None
+        spent = 0.0
         for attempt in range(1, args.attempts + 1):
             sweep.partial.mkdir(exist_ok=True)
             partial = sweep.partial / name
             partial.unlink(missing_ok=True)
-            cmd = grid.bench_command(sweep.vllm, args, spec, self.tokenizer, sweep.partial, seed=seed + attempt - 1)
-            cmd = _set_flag(cmd, "--result-filename", name)
-            cmd = _set_flag(cmd, "--seed", str(seed + attempt - 1))
-            cmd = _set_flag(cmd, "--save-detailed")
-            cmd = _set_flag(cmd, "--goodput", f"ttft:{args.slo_ttft_p99_ms:g}", f"tpot:{args.slo_itl_p99_ms:g}")
-            if rate is not None:
-                cmd = _set_flag(cmd, "--request-rate", f"{rate:g}")
-                cmd = _set_flag(cmd, "--burstiness", "1.0")
-            cmd += [f"{META_KIND}={kind}"]
             log = sweep.logs / f"{kind}.{name[:-5]}.attempt{attempt}.log"
             started = time.monotonic()
-            rc, timed_out = sweep.launch(cmd, log)
+            with log.open("w", encoding="utf-8") as fh:
+                warm = None
+                if rate is None and spec.warmups:
+                    warm_seed = _derived_seed(args.seed, grid_spec.scenario, kind, *seed_parts, attempt, seeds.WARMUP)
+                    warm = sweep.burst(spec, self.tokenizer, concurrency, sizing.burst_requests(concurrency),
+                                       warm_seed, fh)
+                if rate is not None:
+                    n = requests or sizing.open_loop_requests(rate, args.window_s, floor=args.min_prompts)
+                else:
+                    n = requests or grid.prompts_for(spec, (warm or {}).get("req_s"), args.window_s,
+                                                     sweep.measured.get(grid_spec.scenario))
+                cmd = grid.bench_command(sweep.vllm, args, spec, self.tokenizer, sweep.partial,
+                                         seed=seed + attempt - 1, num_prompts=n, filename=name)
+                cmd = _set_flag(cmd, "--goodput", f"ttft:{args.slo_ttft_p99_ms:g}", f"tpot:{args.slo_itl_p99_ms:g}")
+                if rate is not None:
+                    cmd = _set_flag(cmd, "--request-rate", f"{rate:g}")
+                    cmd = _set_flag(cmd, "--burstiness", "1.0")
+                cmd += [f"{META_KIND}={kind}"]
+                rc, timed_out, _ = sweep.run_command(cmd, fh)
             process_s = time.monotonic() - started
-            result = R.load_result(partial, expect)
+            spent += process_s
+            result = R.load_result(partial, R.Expectation(grid_spec.scenario, concurrency, n, grid_spec.output_len))
             problems = []
             if timed_out:
                 problems.append(f"timed out after {args.run_timeout:.0f} s")
             elif rc != 0:
                 problems.append(f"vllm bench serve exited {rc}")
+            short = None
+            if result.valid and rate is None:
+                short = sizing.window_problem(result.raw, concurrency, args.window_s)
+            elif result.valid and (result.duration_s or 0.0) + 1e-9 < args.window_s:
+                short = f"it lasted {result.duration_s:.1f} s, less than the {args.window_s:g} s window"
+            problems += [short] if short else []
             if problems:
                 result = result.with_problems(*problems)
             if result.valid:
                 os.replace(partial, final)
                 sweep.note_window(result.duration_s or 0.0)
+                if rate is None:
+                    sweep.measured_rate(grid_spec.scenario, concurrency, result.req_s)
                 kept = final
             elif partial.exists():
                 kept = folder / (name[:-5] + f".attempt{attempt}.invalid.json")
@@ -197,136 +234,202 @@ class ExtraRuns:
                 kept = None
             self.record["runs"].append(self._entry(kind, spec, rate, name if result.valid else
                                                    (kept.name if kept else None), result, process_s,
-                                                   attempt=attempt, seed=seed + attempt - 1))
+                                                   attempt=attempt, seed=seed + attempt - 1, requests=n))
             for path in (kept, log):
                 if path:
                     sweep.publish(path)
             sweep.save_manifest()
             if result.valid:
-                return result, result.raw
+                return result, spent
+            if short and requests is not None:
+                break  # a repeat keeps its point's size: a short one is not run larger
+            if short:
+                held = sizing.steady_window(result.raw, concurrency) if rate is None else result.duration_s
+                requests = sizing.resize(n, held, args.window_s, concurrency)
         assert result is not None
-        return result, None
+        return result, spent
 
     def _entry(self, kind, spec, rate, name, result: R.RunResult, process_s, *, resumed=False,
-               attempt=None, seed=None) -> dict[str, Any]:
+               attempt=None, seed=None, requests=None) -> dict[str, Any]:
         return {
             "kind": kind, "scenario": spec.scenario, "concurrency": spec.concurrency, "rate": rate,
-            "num_prompts": spec.num_prompts, "file": name, "valid": result.valid, "reason": result.reason,
-            "gpu_s": round(result.duration_s or 0.0, 3) if result.valid else round(process_s or 0.0, 3),
-            "process_s": round(process_s, 3) if process_s is not None else None,
+            "num_prompts": requests or result.num_prompts, "file": name, "valid": result.valid,
+            "reason": result.reason, "gpu_s": round(process_s or 0.0, 3),
+            "window_s": round(result.duration_s, 3) if result.valid and result.duration_s else None,
             "attempt": attempt, "seed": seed, "resumed": resumed,
         }
 
     # -- per scenario ----------------------------------------------------------------------------
-    def scenario(self, name: str, specs: list) -> None:
+    def scenario(self, name: str, specs: list, budget_s: float) -> float:
+        """The searches of one scenario within `budget_s` GPU seconds; returns what they spent."""
         args, sweep = self.args, self.sweep
-        grid = [R.load_result(sweep.out / s.filename, s.expectation()) for s in specs]
-        valid = [g for g in grid if g.valid]
-        info: dict[str, Any] = self.record["scenarios"].setdefault(name, {})
-        grid_gpu = sum(g.duration_s or 0.0 for g in valid)
-        budget = args.extra_budget * grid_gpu
-        info.update(grid_gpu_s=round(grid_gpu, 3), budget_s=round(budget, 3), stopped=None)
-        spent = [0.0]
+        loaded = [(s, R.load_result(sweep.out / s.filename, R.Expectation(s.scenario, s.concurrency))) for s in specs]
+        valid = [(s, g) for s, g in loaded if g.valid and g.raw]
+        info: dict[str, Any] = {"budget_s": round(budget_s, 1), "stopped": None}
+        self.record["scenarios"][name] = info
         if not valid:
-            info["stopped"] = "no valid grid run"
-            return
-        speed = sorted((g.concurrency, g.req_s or 0.0) for g in valid)
-
-        def req_s_at(c: float) -> float:
-            return req_s_estimate(speed, c)
-
+            info["stopped"] = "no valid grid run to start from"
+            return 0.0
         slo = self.record["settings"]["slo"]
-        search = C.Search({g.concurrency: g.raw for g in valid if g.raw}, ttft_ms=slo["ttft_p99_ms"],
-                          decode_ms=slo["decode_p99_ms"], decode_metric=slo["decode_metric"],
-                          min_requests=args.search_requests, repeats=args.search_repeats,
-                          bracket=args.search_bracket, end_repeats=args.search_end_repeats,
-                          default_noise_pct=args.noise_pct)
+        top = max(s.concurrency for s in specs)
+        common = dict(ttft_ms=slo["ttft_p99_ms"], decode_ms=slo["decode_p99_ms"], decode_metric=slo["decode_metric"],
+                      target=args.target_width, repeats=args.search_repeats, end_repeats=args.search_end_repeats,
+                      default_noise_pct=args.noise_pct)
+        closed = S.Search(**common, ceiling=args.search_max_concurrency or 4 * top)
+        for s, g in valid:
+            closed.observe(s.concurrency, g.raw, s.filename)
+        for c, runs in CR.search_runs(sweep.out).get(name, {}).items():
+            for result, raw in runs:
+                closed.observe(c, raw, f"{CR.SEARCH_DIR}/{os.path.basename(result.path or '')}")
         by_c = {s.concurrency: s for s in specs}
         first = specs[0]
+        speed = sorted((g.concurrency, g.req_s or 0.0) for _, g in valid)
+        for _, g in valid:  # a --resume's grid runs size the search's runs too
+            sweep.measured_rate(name, g.concurrency, g.req_s)
 
-        def run_at(c: int, n: int, k: int) -> tuple[dict[str, Any] | None, float, str | None]:
-            result, raw = self._run(KIND_SEARCH, by_c.get(c, first), concurrency=c, num_prompts=n,
-                                    name=CR.search_filename(name, c, k), seed_parts=(c, k))
-            return raw, result.duration_s or n / max(req_s_at(c), 1e-9), result.reason
+        def closed_run(step: S.Step, k: int) -> tuple[R.RunResult, float]:
+            c = int(step.load)
+            return self._run(KIND_SEARCH, by_c.get(c, first), load=c, requests=step.requests,
+                             name=CR.search_filename(name, c, k), seed_parts=(c, k))
 
-        runs, spent[0], stopped = drive_search(search, run_at, screen=lambda c: max(args.min_prompts,
-                                               args.prompts_per_concurrency * c),
-                                               seconds=lambda c, n: n / max(req_s_at(c), 1e-9), budget=budget)
-        info["stopped"] = stopped
-        raws = search.runs
-        info["search"] = search.result()
-        info["search_runs"] = runs
+        def closed_estimate(step: S.Step) -> float:
+            c = int(step.load)
+            rate = req_s_estimate(speed, c)
+            n = step.requests or sizing.closed_loop_requests(rate, c, args.window_s, floor=args.min_prompts)
+            return (n + sizing.burst_requests(c)) / max(rate, 1e-9)
+
+        spent, runs, stop = drive(closed, closed_run, closed_estimate, budget_s)
+        info["closed"] = self._summary(closed, runs, spent, stop)
+        print(f"bench sweep: {name}: capacity search, closed loop ({runs} extra runs, {minutes(spent)}): "
+              f"{closed.standing()}" + (f"; {stop}" if stop else ""), flush=True)
+        wanted = args.open_loop == "always" or (args.open_loop == "auto" and closed.stopped == S.ADJACENT)
+        if not wanted or stop:
+            if args.open_loop != "never" and stop and closed.stopped is None:
+                info["open_loop"] = "not run: the budget ended first"
+            info["gpu_s"] = round(spent, 1)
+            return spent
+        lo, hi = closed.bounds()
+        start = closed.req_s(lo) if lo is not None else None
+        if not start:
+            info["open_loop"] = "not run: no concurrency meets the SLO with confidence to start from"
+            info["gpu_s"] = round(spent, 1)
+            return spent
+        cap = args.open_loop_max_concurrency or 4 * top
+        rates = S.Search(**common, integer=False, floor=start / 64, ceiling=max(start * 8, closed.req_s(hi) or 0))
+        for rate, runs_at in CR.open_loop_runs(sweep.out).get(name, {}).items():
+            for result, raw in runs_at:
+                rates.observe(rate, raw, f"{CR.OPEN_LOOP_DIR}/{os.path.basename(result.path or '')}")
+        pass_spec = by_c.get(int(lo), first)
+
+        def open_run(step: S.Step, k: int) -> tuple[R.RunResult, float]:
+            return self._run(KIND_OPEN, pass_spec, load=step.load, requests=step.requests,
+                             name=CR.open_loop_filename(name, step.load, k), seed_parts=(step.load, k),
+                             rate=step.load, cap=cap)
+
+        def open_estimate(step: S.Step) -> float:
+            n = step.requests or sizing.open_loop_requests(step.load, args.window_s, floor=args.min_prompts)
+            return n / step.load
+
+        first_rate = S.Step(float(f"{start:.4g}"), False, "the closed loop's pass end, offered as a Poisson rate")
+        used, opened, why = drive(rates, open_run, open_estimate, budget_s - spent, first=first_rate)
+        spent += used
+        info["open_loop"] = {**self._summary(rates, opened, used, why), "max_concurrency": cap}
+        print(f"bench sweep: {name}: capacity search, open loop ({opened} runs, {minutes(used)}): "
+              f"{rates.standing()}" + (f"; {why}" if why else ""), flush=True)
+        info["gpu_s"] = round(spent, 1)
+        return spent
+
+    def _summary(self, search: S.Search, runs: int, spent: float, stop: str | None) -> dict[str, Any]:
         noise = search.noise()
-        info["noise"] = {"pct": noise.pct, "measured_pct": noise.measured_pct, "source": noise.source}
-        lo, _ = search.bounds()
-        hi = search.sure_fail(lo) if lo is not None else None
-        if lo is not None and search.decided(lo) is True:
-            info["search"].update(confirmed=True)
-        print(f"bench sweep: {name}: SLO capacity search ({runs} extra runs): {search_words(lo, hi, search)}"
-              + (f"; {info['stopped']}" if info["stopped"] else ""), flush=True)
-
-        if args.no_open_loop:
-            return
-        if lo is None or search.decided(lo) is not True:
-            info["open_loop"] = "skipped: no confirmed closed-loop SLO capacity"
-            return
-        pass_runs = raws.get(lo) or [g.raw for g in valid if g.concurrency == lo]
-        cap_req_s = sum(C._num(r.get("request_throughput")) or 0.0 for r in pass_runs) / len(pass_runs)  # noqa: SLF001
-        rates = C.rate_list(cap_req_s, self.percents)
-        cap_c = args.open_loop_max_concurrency or max(s.concurrency for s in specs)
-        left = budget - spent[0]
-        inverse = sum(1.0 / r for r in rates)
-        n = min(args.open_loop_requests, int(left / inverse)) if inverse else 0
-        if n < args.open_loop_min_requests:
-            # Not all rates fit: run the rates nearest the capacity first, at the minimum size.
-            order = sorted(rates, key=lambda r: _priority(r, cap_req_s))
-            keep, cost = [], 0.0
-            for r in order:
-                if cost + args.open_loop_min_requests / r <= left + 1e-9:
-                    keep.append(r)
-                    cost += args.open_loop_min_requests / r
-            n = args.open_loop_min_requests
-            dropped = [r for r in rates if r not in keep]
-            if dropped:
-                info["stopped"] = ((info["stopped"] + "; ") if info["stopped"] else "") + (
-                    f"open loop: budget left {left:.0f} s pays for {len(keep)} of {len(rates)} rates at "
-                    f"{n} requests (skipped {', '.join(f'{r:g}' for r in dropped)} req/s)")
-            rates = sorted(keep)
-        info["open_loop"] = {"capacity_req_s": round(cap_req_s, 4), "rates": rates, "requests": n,
-                             "max_concurrency": cap_c}
-        for rate in rates:
-            result, _ = self._run(KIND_OPEN, by_c.get(lo, first), concurrency=cap_c, num_prompts=n,
-                                  name=CR.open_loop_filename(name, rate), seed_parts=(rate,), rate=rate)
-            spent[0] += result.duration_s or n / rate
-        info["gpu_s"] = round(spent[0], 3)
+        lo, hi = search.bounds()
+        return {"runs": runs, "gpu_s": round(spent, 1), "load_pass": lo, "load_fail": hi,
+                "width": None if search.width() is None else round(search.width(), 4),
+                "stopped": stop or search.stop_words(), "reached_target": search.stopped == S.NARROW,
+                "noise": {"pct": noise.pct, "measured_pct": noise.measured_pct, "source": noise.source,
+                          "repeats": noise.repeats}, "standing": search.standing()}
 
     def run(self) -> None:
         order: list[str] = []
         for spec in self.sweep.plan:
             if spec.scenario not in order:
                 order.append(spec.scenario)
-        for name in order:
+        budget = self.args.budget_min * 60
+        for i, name in enumerate(order):
+            left = budget - self.sweep.bench_seconds
+            share = max(0.0, left) / (len(order) - i)
             specs = [s for s in self.sweep.plan if s.scenario == name]
-            self.scenario(name, specs)
+            self.scenario(name, specs, share)
             self.sweep.save_manifest()
         self.summarise()
 
     def summarise(self) -> dict[str, Any]:
         runs = self.record["runs"]
-        grid = sum(v.get("grid_gpu_s", 0.0) for v in self.record["scenarios"].values())
-        extra = sum(r["gpu_s"] for r in runs)  # invalid attempts cost their process time
-        kinds = {k: sum(1 for r in runs if r["kind"] == k) for k in (KIND_SEARCH, KIND_OPEN)}
+        extra = sum(r["gpu_s"] for r in runs)
+        total = self.sweep.bench_seconds
+        kinds = {k: sum(1 for r in runs if r["kind"] == k and not r.get("resumed")) for k in (KIND_SEARCH, KIND_OPEN)}
         self.record["totals"] = {
-            "runs": len(runs), "search_runs": kinds[KIND_SEARCH], "open_loop_runs": kinds[KIND_OPEN],
-            "gpu_s": round(extra, 3), "grid_gpu_s": round(grid, 3),
-            "added_pct": round(100 * extra / grid, 1) if grid else None,
+            "runs": kinds[KIND_SEARCH] + kinds[KIND_OPEN], "search_runs": kinds[KIND_SEARCH],
+            "open_loop_runs": kinds[KIND_OPEN], "gpu_s": round(extra, 1), "grid_gpu_s": round(total - extra, 1),
+            "total_gpu_s": round(total, 1), "budget_s": round(self.args.budget_min * 60, 1),
         }
         self.sweep.save_manifest()
         t = self.record["totals"]
-        print(f"bench sweep: extra runs: {t['runs']} ({t['search_runs']} search, {t['open_loop_runs']} open loop), "
-              f"GPU time {t['gpu_s']:.1f} s = {t['added_pct']}% of the grid's {t['grid_gpu_s']:.1f} s "
-              f"(budget {100 * self.args.extra_budget:.0f}%)", flush=True)
+        print(f"bench sweep: GPU time {minutes(t['total_gpu_s'])} of the {minutes(t['budget_s'])} budget "
+              f"(grid {minutes(t['grid_gpu_s'])}, capacity search {minutes(t['gpu_s'])} in {t['runs']} runs: "
+              f"{t['search_runs']} closed loop, {t['open_loop_runs']} open loop)", flush=True)
         return t
+
+
+def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | None = None
+          ) -> tuple[float, int, str | None]:
+    """Run a search to its end or to its budget: (GPU seconds spent, runs, why it stopped short or None).
+
+    `run(step, k)` runs the k-th run at the step's load and returns (its result, its GPU seconds);
+    `estimate(step)` is a run's expected GPU seconds. A run whose estimate, plus the run-to-run band,
+    would overrun the budget is not started."""
+    spent, runs = 0.0, 0
+    lost: dict[float, int] = {}  # runs at a load that stayed invalid (their numbers are not reused)
+    while True:
+        step = first if first is not None and not search.loads() else search.next_step()
+        if step is None:
+            return spent, runs, None
+        est = estimate(step) * (1 + search.noise().pct / 100)
+        if spent + est > budget_s + 1e-9:
+            return spent, runs, budget_words(search, step, est, spent, budget_s)
+        load = search.key(step.load)
+        k = len(search.runs(load)) + 1 + lost.get(load, 0)
+        result, used = run(step, k)
+        runs += 1
+        spent += used
+        if not result.valid and step.repeat:
+            # a repeat keeps its point's size; one that no longer holds the window at that size (the
+            # server sped up) is not comparable: the point is not repeated again
+            lost[load] = lost.get(load, 0) + 1
+            search.exhausted.add(load)
+            continue
+        if not result.valid:
+            return spent, runs, f"{search.words(step.load)} run {k} stayed invalid: {result.reason}"
+        search.observe(step.load, result.raw, _file_of(result))
+
+
+def _file_of(result: R.RunResult) -> str:
+    path = result.path or ""
+    parent = os.path.basename(os.path.dirname(path))
+    return f"{parent}/{os.path.basename(path)}" if parent in (CR.SEARCH_DIR, CR.OPEN_LOOP_DIR) else os.path.basename(path)
+
+
+def budget_words(search: S.Search, step: S.Step, est: float, spent: float, budget_s: float) -> str:
+    """Where the budget stopped a search: how wide the answer is, and what another --resume buys."""
+    width = search.width()
+    now = f"known to {width:.2f}x" if width else "without an upper end yet" if search.bounds()[0] is not None \
+        else "not found yet"
+    more = 1
+    if width and width > search.target:
+        more = 1 + max(0, math.ceil(math.log2(math.log(width) / math.log(search.target))))
+    return (f"the GPU budget stopped it before {search.words(step.load)} (about {est:.0f} s; {spent:.0f} of "
+            f"{budget_s:.0f} s spent): the capacity is {now}; --resume with about {minutes(more * est)} more "
+            f"budget (--budget-min) would run about {more} more run{'s' if more != 1 else ''} toward the "
+            f"{search.target:g}x target")
 
 
 def req_s_estimate(speed: list[tuple[int, float]], c: float) -> float:
@@ -342,49 +445,15 @@ def req_s_estimate(speed: list[tuple[int, float]], c: float) -> float:
     return pts[-1][1]
 
 
-def drive_search(search: C.Search, run_at, *, screen, seconds, budget: float,
-                 spent: float = 0.0) -> tuple[int, float, str | None]:
-    """Run the search to its end or to the budget: (runs, GPU seconds spent, why it stopped or None).
-
-    `run_at(c, requests, k)` runs the k-th search run at concurrency c and returns (its result with
-    per-request detail or None when invalid, its GPU seconds, why it is invalid); `screen(c)` is the
-    grid's request count at c and `seconds(c, requests)` the estimated GPU time of a run. A run whose
-    estimate, plus the run-to-run band, would overrun `budget` is not started."""
-    runs = 0
-    while (c := search.next_run()) is not None:
-        n = search.requests_for(c, screen=screen(c))
-        est = seconds(c, n) * (1 + search.noise().pct / 100)  # a slow run must still fit
-        if spent + est > budget + 1e-9:
-            return runs, spent, (f"search stopped by the budget before c={c} ({n} requests, about {est:.0f} s; "
-                                 f"{spent:.0f} of {budget:.0f} s spent)")
-        k = len(search.run_requests.get(c, [])) + 1
-        raw, used, why = run_at(c, n, k)
-        runs += 1
-        spent += used
-        if raw is None:
-            return runs, spent, f"search stopped: c={c} run {k} invalid ({why})"
-        search.observe(c, raw, n)
-    return runs, spent, None
-
-
-def search_words(lo: int | None, hi: int | None, search: C.Search) -> str:
-    """Where the search stands, in words."""
-    if lo is None:
-        return "no concurrency meets the SLO"
-    sure = "confirmed with confidence" if search.decided(lo) is True else "not confirmed with confidence"
-    above = f"misses it for sure at c={hi}" if hi is not None else "no concurrency above it misses it for sure"
-    return f"meets the SLO at c={lo} ({sure}), {above}"
-
-
-def _priority(rate: float, capacity: float) -> tuple[int, float]:
-    pct = 100 * rate / capacity if capacity else 0
-    ranks = {p: i for i, p in enumerate(RATE_PRIORITY)}
-    nearest = min(ranks, key=lambda p: abs(p - pct))
-    return ranks[nearest], abs(nearest - pct)
+def budget_line(args: argparse.Namespace, scenarios: int) -> str:
+    search = ("then the capacity search shares out what the grid leaves" if args.capacity_search
+              else "no capacity search (--capacity-search)")
+    return (f"bench sweep: GPU budget {args.budget_min:g} min for this invocation (--budget-min): the grid of "
+            f"{scenarios} scenario{'s' if scenarios != 1 else ''} first, {search}; every run holds its load for "
+            f"at least {args.window_s:g} s on at least {args.min_prompts} requests")
 
 
 def run_after_grid(sweep, tokenizer: str) -> None:
     if not getattr(sweep.args, "capacity_search", False):
         return
-    percents = validate(sweep.args)
-    ExtraRuns(sweep, tokenizer, percents).run()
+    ExtraRuns(sweep, tokenizer).run()

@@ -23,7 +23,7 @@ from bench.analysis import results as R
 from bench.common import s3
 from bench.common import scenarios as SC
 from bench.common import workloads as W
-from bench.run import seeds
+from bench.run import seeds, sizing
 
 # {name: (input tokens, output tokens)} of the default scenarios (bench/common/scenarios.py, a view
 # of bench/common/workloads.py, which also defines S5_shared_prefix and K_korean, run when named)
@@ -60,6 +60,7 @@ class RunSpec:
     prefix_cache_check: bool = True
     workload: W.Workload | None = None
     prompt_format: str | None = None  # real-text scenarios: custom or chat (bench.common.workloads)
+    sized: bool = False  # num_prompts is the floor: each run is sized from its burst (bench.run.sizing)
 
     @property
     def filename(self) -> str:
@@ -73,7 +74,7 @@ class RunSpec:
         return R.Expectation(
             scenario=self.scenario,
             concurrency=self.concurrency,
-            num_prompts=self.num_prompts,
+            num_prompts=None if self.sized else self.num_prompts,
             output_len=self.output_len,
             run_hash=self.run_hash,
         )
@@ -189,8 +190,7 @@ def build_plan(args: argparse.Namespace) -> list[RunSpec]:
     unknown = sorted(set(own) - {sc.name for sc in scenarios})
     if unknown:
         raise UsageError(f"--scenario-concurrencies: {', '.join(unknown)} not among the scenarios to run")
-    if args.min_prompts < 1 or args.prompts_per_concurrency < 0:
-        raise UsageError("--min-prompts must be >= 1 and --prompts-per-concurrency >= 0")
+    check_sizing(args)
     if args.attempts < 1:
         raise UsageError(f"--attempts must be >= 1, got {args.attempts}")
     plan = []
@@ -204,7 +204,7 @@ def build_plan(args: argparse.Namespace) -> list[RunSpec]:
         sc_concurrencies = own.get(sc.name) or (
             sorted(workload.concurrencies) if workload.concurrencies else concurrencies)
         for conc in sc_concurrencies:
-            num_prompts = max(args.min_prompts, args.prompts_per_concurrency * conc)
+            num_prompts = args.min_prompts
             if workload.num_prefixes:
                 # prefix_repetition makes num_prompts // num_prefixes prompts per prefix: round up
                 num_prompts = -(-num_prompts // workload.num_prefixes) * workload.num_prefixes
@@ -220,7 +220,8 @@ def build_plan(args: argparse.Namespace) -> list[RunSpec]:
                     "input_len": sc.input_len,
                     "output_len": sc.output_len,
                     "concurrency": conc,
-                    "num_prompts": num_prompts,
+                    "sizing": {"window_s": args.window_s, "min_prompts": args.min_prompts,
+                               "rule": "burst at the run's concurrency v1"},
                     "warmups": warmups,
                     "seed": args.seed,
                     "seed_scheme": SEED_SCHEME,
@@ -233,8 +234,32 @@ def build_plan(args: argparse.Namespace) -> list[RunSpec]:
                 }
             )
             plan.append(RunSpec(sc.name, sc.input_len, sc.output_len, conc, num_prompts, warmups, run_hash,
-                                sc.prefix_cache_check, workload, fmt))
+                                sc.prefix_cache_check, workload, fmt, sized=True))
     return plan
+
+
+def check_sizing(args: argparse.Namespace) -> None:
+    """--window-s and --min-prompts: a run must hold its load long enough, on enough requests."""
+    if getattr(args, "prompts_per_concurrency", None) is not None:
+        raise UsageError("--prompts-per-concurrency is gone: every run is sized by time from a burst at its "
+                         "load; set --window-s (seconds each run holds its load, default "
+                         f"{sizing.DEFAULT_WINDOW_S:g})")
+    if not args.window_s >= sizing.MIN_WINDOW_S:
+        raise UsageError(f"--window-s {args.window_s:g}: a run of under {sizing.MIN_WINDOW_S:g} s measures start-up, "
+                         f"not throughput; give {sizing.MIN_WINDOW_S:g} or more (default {sizing.DEFAULT_WINDOW_S:g})")
+    if args.min_prompts < sizing.MIN_REQUESTS:
+        raise UsageError(f"--min-prompts {args.min_prompts}: a p99 of fewer than {sizing.MIN_REQUESTS} requests is "
+                         f"about the slowest one; give {sizing.MIN_REQUESTS} or more")
+
+
+def prompts_for(spec: RunSpec, req_s: float | None, window_s: float, measured: dict[int, float] | None = None) -> int:
+    """A run's requests: its window at the burst's rate (bench.run.sizing; no lower than a lighter load
+    of the scenario measured), at least the spec's floor; a shared-prefix scenario's count rounded up
+    to whole prefixes."""
+    n = sizing.closed_loop_requests(sizing.rate_for(req_s, measured or {}, spec.concurrency), spec.concurrency,
+                                    window_s, floor=spec.num_prompts)
+    prefixes = spec.workload.num_prefixes if spec.workload else 0
+    return -(-n // prefixes) * prefixes if prefixes else n
 
 
 def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, tokenizer: str,
@@ -262,6 +287,7 @@ def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, toke
         "--seed", str(seed),
         "--disable-tqdm",
         "--save-result",
+        *(["--save-detailed"] if phase == seeds.MEASURE else []),
         "--result-dir", str(result_dir),
         "--result-filename", filename or spec.filename,
     ]
@@ -314,7 +340,7 @@ def config_of(args: argparse.Namespace, plan: list[RunSpec]) -> dict[str, Any]:
         "scenarios": scenarios,
         "concurrencies": sorted({s.concurrency for s in plan}),
         "min_prompts": args.min_prompts,
-        "prompts_per_concurrency": args.prompts_per_concurrency,
+        "window_s": args.window_s,
         "warmups": args.warmups,
         "seed": args.seed,
         "seed_scheme": SEED_SCHEME,
@@ -340,7 +366,7 @@ def new_run_record(spec: RunSpec) -> dict[str, Any]:
         "concurrency": spec.concurrency,
         "input_len": spec.input_len,
         "output_len": spec.output_len,
-        "num_prompts": spec.num_prompts,
+        "num_prompts": None if spec.sized else spec.num_prompts,  # a sized run's, once it ran
         "warmups": spec.warmups,
         "run_hash": spec.run_hash,
         "file": spec.filename,

@@ -22,10 +22,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from dataclasses import replace
+
+from bench.analysis import results as R
 from bench.common import s3
 from bench.common.interrupts import stop_process_group
 from bench.run import client as bench_client
-from bench.run.grid import RunSpec
+from bench.run import seeds
+from bench.run.grid import RunSpec, bench_command
 
 MANIFEST = "manifest.json"
 LOGS = "logs"
@@ -134,6 +138,12 @@ class Runner:
         self.launches: list[list[Any]] = []
         self.first_launch: float | None = None
         self.hardware: dict[str, Any] = {}
+        self.measured: dict[str, dict[int, float]] = {}  # req/s of the valid closed-loop runs, per scenario
+
+    def measured_rate(self, scenario: str, concurrency: int, req_s: float | None) -> None:
+        if req_s:
+            known = self.measured.setdefault(scenario, {})
+            known[concurrency] = max(req_s, known.get(concurrency, 0.0))
 
     # -- files -----------------------------------------------------------------------------
     def publish(self, path: Path) -> None:
@@ -242,6 +252,28 @@ class Runner:
         self.bench_seconds += duration
         self.launches.append([time.monotonic(), 0.0, False])
         return rc, timed_out, duration
+
+    def burst(self, spec: RunSpec, tokenizer: str, concurrency: int, requests: int, seed: int,
+              fh) -> dict[str, Any] | None:
+        """The burst before a measured run: `requests` warm-up requests at `concurrency` with prompts of
+        their own. It warms the server at that batch size, and its request rate sizes the run
+        (bench.run.sizing); None where no burst is asked for."""
+        if requests <= 0:
+            return None
+        name = f"{spec.scenario}_c{concurrency}.warmup.json"
+        at = spec if spec.concurrency == concurrency else replace(spec, concurrency=concurrency)
+        cmd = bench_command(self.vllm, self.args, at, tokenizer, self.partial, seed=seed, num_prompts=requests,
+                            filename=name, phase=seeds.WARMUP)
+        self.partial.mkdir(exist_ok=True)
+        rc, timed_out, duration = self.run_command(cmd, fh)
+        warm = R.load_result(self.partial / name)
+        if self.launches and warm.duration_s:
+            self.launches[-1][1] = warm.duration_s  # the warm-up's requests keep the GPU busy
+        (self.partial / name).unlink(missing_ok=True)
+        fh.write(f"--- burst done (exit {rc}); measured run follows\n")
+        fh.flush()
+        return {"seed": seed, "requests": requests, "rc": rc, "timed_out": timed_out, "duration_s": round(duration, 3),
+                "req_s": round(warm.req_s, 4) if warm.valid and warm.req_s else None}
 
     def launch(self, cmd: list[str], log: Path) -> tuple[int | None, bool]:
         """Run one `vllm bench serve` command, output to `log`; (exit code or None, timed out)."""

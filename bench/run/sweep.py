@@ -56,6 +56,7 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +68,10 @@ from bench.common import s3
 from bench.common.cli import out_folder, run_one
 from bench.common.interrupts import rerun_command
 from bench.run import client as bench_client
-from bench.run import extra_runs, folder, hardware, s3reach, seeds
+from bench.run import extra_runs, folder, hardware, s3reach, seeds, sizing
 from bench.run import telemetry as T
 from bench.run.grid import (DEFAULT_CONCURRENCIES, RunSpec, UsageError, bench_command, build_plan, config_of,
-                            new_run_record, prepare_tokenizer, resolve_vllm, short_hash)
+                            new_run_record, prepare_tokenizer, prompts_for, resolve_vllm, short_hash)
 from bench.run.runner import (MANIFEST, EtaModel, Runner, fmt_s, load_manifest, log_errors, log_tail, now,
                               write_json)
 from bench.run.server import probe_server, wait_for_health
@@ -146,36 +147,24 @@ class Sweep(Runner):
             self.manifest["previous_config_hash"] = previous.get("config_hash")
 
     # -- one combination ---------------------------------------------------------------------
-    def _warm_up(self, spec: RunSpec, tokenizer: str, attempt: int, fh) -> dict[str, Any] | None:
-        """One wave of warm-up requests at the run's concurrency, with prompts of their own."""
-        if spec.warmups <= 0:
-            return None
-        seed = seeds.run_seed(self.args.seed, spec.scenario, spec.concurrency, attempt, seeds.WARMUP)
-        name = f"{spec.scenario}_c{spec.concurrency}.warmup.json"
-        cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial, seed=seed,
-                            num_prompts=spec.warmups, filename=name, phase=seeds.WARMUP)
-        rc, timed_out, duration = self.run_command(cmd, fh)
-        warm = R.load_result(self.partial / name)
-        if self.launches and warm.duration_s:
-            self.launches[-1][1] = warm.duration_s  # the warm-up's requests keep the GPU busy
-        (self.partial / name).unlink(missing_ok=True)
-        fh.write(f"--- warm-up done (exit {rc}); measured run follows\n")
-        fh.flush()
-        return {"seed": seed, "requests": spec.warmups, "rc": rc, "timed_out": timed_out,
-                "duration_s": round(duration, 3)}
-
-    def run_once(self, spec: RunSpec, tokenizer: str, attempt: int) -> tuple[R.RunResult, dict[str, Any]]:
+    def run_once(self, spec: RunSpec, tokenizer: str, attempt: int,
+                 requests: int | None = None) -> tuple[R.RunResult, dict[str, Any]]:
+        """One attempt: the burst at the run's concurrency (its warm-up), the run sized from it (or
+        `requests`, a retry's size), its telemetry, and whether it held its load for the window."""
         self.partial.mkdir(exist_ok=True)
         partial_file = self.partial / spec.filename
         partial_file.unlink(missing_ok=True)
         stem = f"{spec.scenario}_c{spec.concurrency}.attempt{attempt}"
         log = self.logs / f"{stem}.log"
         seed = seeds.run_seed(self.args.seed, spec.scenario, spec.concurrency, attempt)
-        cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial, seed=seed)
         started_at = now()
         window = T.Window(self.args.metrics_url, self.args.gpu_metrics_url, self.args.telemetry_interval)
         with log.open("w", encoding="utf-8") as fh:
-            warmup = self._warm_up(spec, tokenizer, attempt, fh)
+            warm_seed = seeds.run_seed(self.args.seed, spec.scenario, spec.concurrency, attempt, seeds.WARMUP)
+            warmup = self.burst(spec, tokenizer, spec.concurrency, spec.warmups, warm_seed, fh)
+            n = requests or prompts_for(spec, (warmup or {}).get("req_s"), self.args.window_s,
+                                        self.measured.get(spec.scenario))
+            cmd = bench_command(self.vllm, self.args, spec, tokenizer, self.partial, seed=seed, num_prompts=n)
             window.start()
             try:
                 rc, timed_out, duration = self.run_command(cmd, fh)
@@ -185,8 +174,11 @@ class Sweep(Runner):
         tele_file = self.logs / f"{stem}.telemetry.json"
         write_json(tele_file, window.record())
 
-        result = R.load_result(partial_file, spec.expectation())
+        result = R.load_result(partial_file, replace(spec.expectation(), num_prompts=n))
         extra = []
+        short = sizing.window_problem(result.raw, spec.concurrency, self.args.window_s) if result.valid else None
+        if short:
+            extra.append(short)
         if timed_out:
             extra.append(f"timed out after {self.args.run_timeout:.0f} s")
         elif rc is None:
@@ -223,10 +215,15 @@ class Sweep(Runner):
             kept = None
         if result.valid:
             self.note_window(result.duration_s or 0.0)
+            self.measured_rate(spec.scenario, spec.concurrency, result.req_s)
         record = {
             "n": attempt,
             "started_at": started_at,
             "seed": seed,
+            "num_prompts": n,
+            "steady_window_s": _round(sizing.steady_window(result.raw, spec.concurrency)),
+            "resize_to": (sizing.resize(n, sizing.steady_window(result.raw, spec.concurrency), self.args.window_s,
+                                        spec.concurrency) if short else None),
             "warmup": warmup,
             "rc": rc,
             "duration_s": round(duration, 3),
@@ -276,7 +273,8 @@ class Sweep(Runner):
             attempt_rec: dict[str, Any] = {}
             for _ in range(self.args.attempts):
                 attempt = len(rec["attempts"]) + 1
-                result, attempt_rec = self.run_once(spec, tokenizer, attempt)
+                resize = rec["attempts"][-1].get("resize_to") if rec["attempts"] else None
+                result, attempt_rec = self.run_once(spec, tokenizer, attempt, resize)
                 rec["attempts"].append(attempt_rec)
                 eta.observe(spec, attempt_rec["duration_s"], result.duration_s if result.valid else None)
                 if result.valid and not attempt_rec["suspect"]:
@@ -287,6 +285,7 @@ class Sweep(Runner):
             if result.valid and not suspect:  # a collapsed draft: not retried, it would collapse again
                 suspect = R.spec_collapse_reason(result, attempt_rec["telemetry"], self.args.min_spec_acceptance_pct)
             rec.update(
+                num_prompts=attempt_rec.get("num_prompts") if result.valid else rec.get("num_prompts"),
                 status="suspect" if suspect else ("valid" if result.valid else "invalid"),
                 reason=suspect or result.reason,
                 suspect=suspect,
@@ -302,7 +301,10 @@ class Sweep(Runner):
     def progress_line(self, index: int, total: int, spec: RunSpec, rec: dict[str, Any],
                       result: R.RunResult, eta: float) -> str:
         tries = rec["attempts"][-1]["n"] if rec["attempts"] else 0
-        head = f"[{index}/{total}] {spec.label} in={spec.input_len} out={spec.output_len} n={spec.num_prompts}"
+        n = rec["attempts"][-1].get("num_prompts") if rec["attempts"] else None
+        held = rec["attempts"][-1].get("steady_window_s") if rec["attempts"] else None
+        head = (f"[{index}/{total}] {spec.label} in={spec.input_len} out={spec.output_len} n={n or spec.num_prompts}"
+                + (f" window {held:.1f} s" if held is not None else ""))
         tele = rec.get("telemetry") or {}
         hits = tele.get("prefix_cache_hit_pct")
         if result.valid:
@@ -314,6 +316,10 @@ class Sweep(Runner):
             body = f"INVALID ({rec['duration_s']:.1f} s, attempt {tries}): {result.reason}"
         elapsed = time.monotonic() - self.t0
         return f"{head} {body} | elapsed {fmt_s(elapsed)}, ETA {fmt_s(eta)}"
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
 
 def _on_sigterm(signum, _frame):
     # Kubernetes stops a pod (eviction, Spot interruption) with SIGTERM; as PID 1 without a
@@ -417,6 +423,7 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
         return EXIT_USAGE
     print(f"bench sweep: {len(plan)} combinations -> {out}; waiting for {args.base_url}/health "
           f"(up to {args.health_timeout:.0f} s)", flush=True)
+    print(extra_runs.budget_line(args, len({s.scenario for s in plan})), flush=True)
     try:
         sweep.health_seconds = wait_for_health(args.base_url, args.health_timeout, args.health_interval,
                                                args.health_say_every)
@@ -545,12 +552,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="multiply every scenario length (tests; outputs stay >= 2 tokens)")
     p.add_argument("--concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)),
                    help="comma-separated client concurrencies (default: %(default)s)")
-    p.add_argument("--prompts-per-concurrency", type=int, default=8,
-                   help="prompts per run = max(--min-prompts, this x concurrency) (default: %(default)s)")
-    p.add_argument("--min-prompts", type=int, default=32,
-                   help="lower bound of prompts per run; p99 needs samples (default: %(default)s)")
+    p.add_argument("--window-s", type=float, default=sizing.DEFAULT_WINDOW_S,
+                   help="seconds every measured run holds its load; each run is sized from a burst at its load "
+                        f"(at least {sizing.MIN_WINDOW_S:g}; default: %(default)s)")
+    p.add_argument("--min-prompts", type=int, default=sizing.MIN_REQUESTS,
+                   help="fewest requests in a measured run, so that its p99 is not its slowest request "
+                        f"(at least {sizing.MIN_REQUESTS}; default: %(default)s)")
+    p.add_argument("--prompts-per-concurrency", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--warmups", default="auto",
-                   help="warm-up requests per run, or 'auto' = min(concurrency, 8) (default: auto)")
+                   help="requests of the burst before each run, or 'auto' = two waves at its concurrency "
+                        "(4 to 256); the burst's rate sizes the run (default: auto)")
     p.add_argument("--seed", type=int, default=0, help="dataset seed (default: %(default)s)")
     p.add_argument("--bench-args", default=_env("VLLM_POC_BENCH_ARGS"),
                    help="extra `vllm bench serve` arguments, one shell-quoted string "

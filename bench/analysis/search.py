@@ -1,0 +1,364 @@
+"""The SLO capacity search: bisection over loads until the capacity is known to a target width.
+
+One class for both kinds of load: closed-loop concurrencies (integers) and open-loop offered rates
+in req/s (any positive number, bisected geometrically). Plain data in, a decision out: the sweep
+(bench/run/extra_runs.py) asks `next_step()` what to run, runs it at the size it chooses, and
+`observe()`s the result; the report (bench.analysis.verdict) builds the same object from the files
+and reads the capacity off it. `--resume` replays the search over the files already there.
+
+The rules (docs/benchmark.md, "The capacity search"):
+
+- A point is judged on all its runs together (bench.analysis.capacity.judge_results): it PASSES
+  with confidence when the upper end of each p99's 95 % interval, widened by the run-to-run band,
+  is within its limit on at least 100 requests; it FAILS for sure when a lower end is above a
+  limit; anything else is SOFT (straddling a limit, a decode latency too small to measure, too few
+  requests): never claimed as capacity, never taken for a miss.
+- The capacity lies between the throughput at the highest load that passes (`lo`) and the
+  throughput at the lowest load above it that fails for sure (`hi`). The search stops when those two
+  throughputs are within `target` of each other (`precision`; 1.22 by default: +-10 % around the
+  middle). The interval it reports (`ends`, `width`) also widens each end by its run-to-run band.
+- The run-to-run band comes only from comparable repeats: runs at the same load with the same
+  number of requests (a repeat is always run at its point's first size). Where none exist, the
+  default band is assumed; the default also counts as one degree of freedom beside measured ones.
+  A measured band above MAX_BAND_PCT means the runs disagree: the measurement is broken, and the
+  search stops naming those runs rather than turning the spread into a wide interval.
+- Narrowing, in order: the untested gap between two tested loads inside [lo, hi] whose throughputs
+  lie furthest apart is bisected; then a SOFT point inside gets its repeats (`repeats`). Once the
+  ends are close enough, a band still assumed (no comparable repeat yet) is measured by repeating
+  the pass end (`end_repeats`). Below the lowest tested load the search halves the load; above the
+  highest it doubles it, up to `ceiling`.
+- Integer loads stop being divisible: where the two ends are neighbouring concurrencies and their
+  throughputs are further apart than the target, the closed loop cannot say more (`ADJACENT`); the
+  open-loop rate search, which can be bisected continuously, then carries the answer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.analysis import capacity as C
+
+TARGET_WIDTH = 1.22  # +-10 %: 1.1 / 0.9
+MAX_BAND_PCT = 30.0
+DEFAULT_REPEATS = 4  # extra comparable runs of a point whose interval straddles a limit
+DEFAULT_END_REPEATS = 1  # repeats of the pass end where no comparable repeat has measured the band yet
+MIN_RATE_STEP = 1.03  # rates closer than this are not worth telling apart
+
+PASS, FAIL, SOFT = "pass", "fail", "soft"
+# Why a search stopped (`Search.stopped`)
+NARROW = "narrow"  # known to the target width
+NEVER = "never"  # the lightest load misses the SLO for sure
+OPEN = "open"  # nothing up to the ceiling misses the SLO for sure
+ADJACENT = "adjacent"  # neighbouring concurrencies further apart than the target
+EDGE = "edge"  # every load between the ends measured and repeated: the SLO's edge is not sharper
+BROKEN = "broken"  # repeats disagree past MAX_BAND_PCT
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run: its result dictionary (with per-request detail) and its file's name."""
+
+    raw: dict[str, Any]
+    name: str
+
+    @property
+    def requests(self) -> int:
+        for key in ("num_prompts", "completed"):
+            v = C._num(self.raw.get(key))  # noqa: SLF001
+            if v:
+                return int(v)
+        return 0
+
+    @property
+    def tok_s(self) -> float | None:
+        return C._num(self.raw.get("output_throughput"))  # noqa: SLF001
+
+    @property
+    def req_s(self) -> float | None:
+        return C._num(self.raw.get("request_throughput"))  # noqa: SLF001
+
+
+@dataclass(frozen=True)
+class Step:
+    """What to run next: a new load (sized by the caller), or a repeat at the point's first size."""
+
+    load: float
+    repeat: bool
+    why: str
+    requests: int | None = None  # a repeat's size (its point's first run's)
+
+
+@dataclass
+class Search:
+    """Bisection of the SLO capacity over one kind of load (see the module docstring)."""
+
+    ttft_ms: float
+    decode_ms: float
+    decode_metric: str = "itl"
+    integer: bool = True  # concurrencies; False: offered rates
+    target: float = TARGET_WIDTH
+    repeats: int = DEFAULT_REPEATS
+    end_repeats: int = DEFAULT_END_REPEATS
+    default_noise_pct: float = C.DEFAULT_NOISE_PCT
+    ceiling: float | None = None  # the highest load the search may try
+    floor: float | None = None  # the lowest (rates; concurrencies stop at 1)
+    points: dict[float, list[Run]] = field(default_factory=dict)
+    stopped: str | None = None
+    exhausted: set = field(default_factory=set)  # loads that are not repeated again (a repeat fell short)
+    _cache: dict[tuple, C.Judgement] = field(default_factory=dict, repr=False)
+
+    # -- evidence --------------------------------------------------------------------------------
+    def observe(self, load: float, raw: dict[str, Any], name: str) -> None:
+        self.points.setdefault(self.key(load), []).append(Run(raw, name))
+
+    def key(self, load: float) -> float:
+        return int(load) if self.integer else float(load)
+
+    def loads(self) -> list[float]:
+        return sorted(load for load, runs in self.points.items() if runs)
+
+    def runs(self, load: float) -> list[Run]:
+        return self.points.get(load, [])
+
+    def comparable(self) -> list[list[Run]]:
+        """Groups of comparable repeats: runs at one load with one number of requests."""
+        groups = []
+        for load in self.loads():
+            by_size: dict[int, list[Run]] = {}
+            for run in self.runs(load):
+                by_size.setdefault(run.requests, []).append(run)
+            groups += [g for g in by_size.values() if len(g) > 1]
+        return groups
+
+    def noise(self) -> C.Noise:
+        groups = self.comparable()
+        return C.noise(([r.raw for r in g] for g in groups), self.default_noise_pct,
+                       names=[[r.name for r in g] for g in groups])
+
+    def broken(self) -> C.Noise | None:
+        """The noise, when the measured band says the repeats disagree (above MAX_BAND_PCT)."""
+        n = self.noise()
+        return n if n.measured_pct is not None and n.measured_pct > MAX_BAND_PCT else None
+
+    def judgement(self, load: float) -> C.Judgement:
+        pct = self.noise().pct
+        runs = self.runs(load)
+        key = (load, len(runs), pct)
+        if key not in self._cache:
+            self._cache[key] = C.judge_results([r.raw for r in runs], ttft_ms=self.ttft_ms, decode_ms=self.decode_ms,
+                                               decode_metric=self.decode_metric, noise_pct=pct)
+        return self._cache[key]
+
+    def state(self, load: float) -> str:
+        """PASS, FAIL or SOFT. A point without per-request detail (a folder from before the sweep kept
+        it) passes on its point estimates widened by the band, unconfirmed (`confirmed`)."""
+        j = self.judgement(load)
+        if C.confident(j, C.MIN_P99_REQUESTS) or (not j.detailed and j.state == C.PASS):
+            return PASS
+        return FAIL if j.state == C.FAIL else SOFT
+
+    def confirmed(self, load: float) -> bool:
+        return C.confident(self.judgement(load), C.MIN_P99_REQUESTS)
+
+    # -- figures ---------------------------------------------------------------------------------
+    def tok_s(self, load: float) -> float | None:
+        return _weighted([(r.tok_s, r.requests) for r in self.runs(load)])
+
+    def req_s(self, load: float) -> float | None:
+        return _weighted([(r.req_s, r.requests) for r in self.runs(load)])
+
+    def band(self, load: float) -> float:
+        """The run-to-run band (a fraction) of the mean of this load's runs."""
+        weights = [max(1, r.requests) for r in self.runs(load)]
+        effective = sum(weights) ** 2 / sum(w * w for w in weights) if weights else 1.0
+        return C.band(self.noise().pct, effective)
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        """(highest load that passes, lowest load above it that fails for sure); None where there is none."""
+        loads = self.loads()
+        passing = [x for x in loads if self.state(x) == PASS]
+        lo = max(passing) if passing else None
+        fails = [x for x in loads if (lo is None or x > lo) and self.state(x) == FAIL]
+        return lo, (min(fails) if fails else None)
+
+    def ends(self) -> tuple[float | None, float | None]:
+        """The capacity interval in output tok/s, bands included: (lo, hi); hi None for an open end."""
+        lo, hi = self.bounds()
+        if lo is None:
+            return None, None
+        low = (self.tok_s(lo) or 0.0) / (1 + self.band(lo))
+        if hi is None:
+            return low, None
+        top = max(self.tok_s(hi) or 0.0, self.tok_s(lo) or 0.0) * (1 + self.band(hi))
+        return low, top
+
+    def width(self) -> float | None:
+        """hi / lo of the capacity interval, bands included; None while it has no upper end."""
+        low, top = self.ends()
+        if low is None or top is None or low <= 0:
+            return None
+        return top / low
+
+    def precision(self) -> float | None:
+        """How far apart the throughputs at the two ends are (hi / lo, bands left out): what the
+        search narrows to `target`; None while there is no upper end."""
+        lo, hi = self.bounds()
+        if lo is None or hi is None:
+            return None
+        return self.spread(lo, hi)
+
+    def spread(self, a: float, b: float) -> float:
+        """How far the throughput at the higher load `b` lies above that at `a` (bands left out); 1
+        where it measured no more (a saturated server, or a slow run: the capacity is then the lower
+        load's throughput within its band)."""
+        x, y = self.tok_s(a) or 0.0, self.tok_s(b) or 0.0
+        if x <= 0:
+            return math.inf
+        return max(1.0, y / x)
+
+    # -- the next run ----------------------------------------------------------------------------
+    def next_step(self) -> Step | None:
+        """What to run next, or None with `stopped` saying why."""
+        self.stopped = None
+        loads = self.loads()
+        if not loads:
+            self.stopped = NEVER
+            return None
+        if self.broken():
+            self.stopped = BROKEN
+            return None
+        lo, hi = self.bounds()
+        if lo is None:
+            return self._below(loads)
+        if hi is None:
+            return self._above(lo, loads)
+        if self.spread(lo, hi) <= self.target * (1 + 1e-9):
+            if (self.noise().measured_pct is None and len(self.runs(lo)) < 1 + self.end_repeats
+                    and lo not in self.exhausted):
+                return self._repeat(lo, "the pass end: a repeat measures the run-to-run band")
+            self.stopped = NARROW
+            return None
+        inside = [x for x in loads if lo <= x <= hi]
+        gaps = [(a, b) for a, b in zip(inside, inside[1:]) if self._between(a, b) is not None]
+        if gaps:
+            a, b = max(gaps, key=lambda g: (self.spread(*g), -g[0]))
+            return Step(self._between(a, b), False, f"bisect between {self.words(a)} and {self.words(b)}")
+        soft = [x for x in inside if lo < x < hi and self._repeatable(x)]
+        if soft:
+            x = min(soft, key=lambda v: (len(self.runs(v)), v))
+            return self._repeat(x, "straddles a limit: a repeat adds requests")
+        self.stopped = ADJACENT if self.integer and hi - lo <= 1 else EDGE
+        return None
+
+    def _repeatable(self, load: float) -> bool:
+        return len(self.runs(load)) < 1 + self.repeats and load not in self.exhausted
+
+    def _repeat(self, load: float, why: str) -> Step:
+        return Step(load, True, why, self.runs(load)[0].requests)
+
+    def _below(self, loads: list[float]) -> Step | None:
+        low = loads[0]
+        if self.state(low) == SOFT and self._repeatable(low):
+            return self._repeat(low, "the lowest load straddles a limit: a repeat adds requests")
+        if self.integer:
+            lower = max(1, int(low) // 2) if low > 1 else None
+        else:
+            lower = low / 2 if self.floor is None or low / 2 >= self.floor else None
+            lower = None if lower is None else _round_rate(lower)
+        if lower is None or lower in self.points:
+            self.stopped = NEVER
+            return None
+        return Step(lower, False, f"nothing passes down to {self.words(low)}: halve the load")
+
+    def _above(self, lo: float, loads: list[float]) -> Step | None:
+        above = [x for x in loads if x > lo]
+        soft = [x for x in above if self._repeatable(x)]
+        if soft:
+            return self._repeat(min(soft), "straddles a limit: a repeat adds requests")
+        top = loads[-1]
+        higher: float | None = 2 * top if self.integer else _round_rate(top * 1.5)
+        if self.ceiling is not None and higher > self.ceiling:
+            higher = self.ceiling if self.ceiling > top else None
+        if higher is None or self.key(higher) in self.points:
+            self.stopped = OPEN
+            return None
+        return Step(self.key(higher), False, f"nothing misses the SLO for sure up to {self.words(top)}: go higher")
+
+    def _between(self, a: float, b: float) -> float | None:
+        if self.integer:
+            return (int(a) + int(b)) // 2 if b - a > 1 else None
+        if b / a <= MIN_RATE_STEP:
+            return None
+        mid = _round_rate(math.sqrt(a * b))
+        return mid if a < mid < b and mid not in self.points else None
+
+    def words(self, load: float | None) -> str:
+        if load is None:
+            return "-"
+        return f"c={int(load)}" if self.integer else f"{load:g} req/s"
+
+    # -- where it stands, in words -----------------------------------------------------------------
+    def standing(self) -> str:
+        """Where the search stands, in one sentence."""
+        noise = self.broken()
+        if noise:
+            return broken_words(noise)
+        lo, hi = self.bounds()
+        if lo is None:
+            loads = self.loads()
+            if not loads:
+                return "nothing was measured"
+            return f"no load meets the SLO with confidence (down to {self.words(loads[0])})"
+        low, top = self.ends()
+        head = f"meets the SLO at {self.words(lo)} ({_tok(self.tok_s(lo))})"
+        if hi is None:
+            return head + f"; nothing up to {self.words(self.loads()[-1])} misses it for sure: at least {_tok(low)}"
+        noise = self.noise()
+        band = (f"band {noise.pct:g} % measured from {noise.repeats} comparable runs" if noise.measured_pct is not None
+                else f"band {noise.pct:g} % assumed: no comparable repeat")
+        return (head + f", misses it for sure at {self.words(hi)} ({_tok(self.tok_s(hi))}): ends "
+                f"{self.precision():.2f}x apart (target {self.target:g}x); with each end's run-to-run band "
+                f"({band}) the capacity lies in {_tok(low)} to {_tok(top)}")
+
+    def stop_words(self) -> str | None:
+        """Why the search stopped short of the target, in words; None when it reached it or has not stopped."""
+        if self.stopped in (None, NARROW):
+            return None
+        lo, hi = self.bounds()
+        if self.stopped == ADJACENT:
+            return (f"{self.words(lo)} and {self.words(hi)} are neighbours {self.spread(lo, hi):.2f}x apart in "
+                    "throughput: the closed loop cannot narrow it further; the open-loop rate search carries "
+                    "the answer")
+        if self.stopped == EDGE:
+            return ("every load between the ends was measured and repeated: at this run size the SLO's edge is "
+                    "not sharper; a longer --window-s adds requests to every run")
+        if self.stopped == OPEN:
+            return f"nothing up to {self.words(self.loads()[-1])} misses the SLO for sure: the upper end stays open"
+        if self.stopped == NEVER:
+            return f"the SLO is missed for sure at {self.words(self.loads()[0])}, the lightest load tried"
+        if self.stopped == BROKEN:
+            return broken_words(self.noise())
+        return None
+
+
+def broken_words(noise: C.Noise) -> str:
+    runs = ", ".join(" = ".join(g) for g in noise.names) if noise.names else "the repeats"
+    return (f"broken measurement: repeats of the same run differ by a band of {noise.measured_pct:.1f} % (more than "
+            f"{MAX_BAND_PCT:g} %), from {noise.repeats} comparable runs ({runs}); a figure from them would not mean "
+            "anything: find what disturbed the server (another load on it, a restart, throttling) and run again")
+
+
+def _weighted(pairs: list[tuple[float | None, int]]) -> float | None:
+    got = [(v, max(1, w)) for v, w in pairs if v is not None]
+    total = sum(w for _, w in got)
+    return sum(v * w for v, w in got) / total if got else None
+
+
+def _round_rate(rate: float) -> float:
+    return float(f"{rate:.4g}")
+
+
+def _tok(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} tok/s"

@@ -1,0 +1,160 @@
+"""Runs sized by time: every measured run holds its load for at least `--window-s` seconds.
+
+A run's request count depends on the device and the load, so each one is sized from a short burst
+at its own load: the warm-up `vllm bench serve` before it (its own prompts, at the run's
+concurrency) measures the server's request rate there, and the run gets enough requests to keep
+that load for the window with a margin, and never fewer than MIN_REQUESTS (a p99 of fewer requests
+is about their slowest one). Open-loop runs need no burst: at an offered rate the window is the
+requests over the rate.
+
+After a run, its steady window (the time during which at least 90 % of its `concurrency` requests
+were in flight, from the per-request start times and latencies `--save-detailed` keeps; estimated
+from the duration where they are missing: a client on a busy machine may lag a request or two
+behind) must reach the window, and the run must have reached its concurrency at all; otherwise it
+is not a measurement of that load (`window_problem`). A run that fell short is run again, sized
+from what it held with a larger margin.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DEFAULT_WINDOW_S = 15.0
+MIN_WINDOW_S = 5.0
+MIN_REQUESTS = 100  # a p99 of fewer requests is about the slowest one
+MARGIN = 1.4  # a burst's first wave runs slower than the steady state: aim above the window
+RETRY_MARGIN = 1.6  # a run that fell short: the rate moved once, it may move again
+HELD_SHARE = 0.9  # the share of its concurrency a run must keep in flight to count as holding it
+MAX_REQUESTS = 20000
+
+
+def burst_requests(concurrency: int) -> int:
+    """The warm-up burst at a concurrency: two waves, at least 8 requests, at most 256."""
+    return max(8, min(256, 2 * concurrency))
+
+
+def rate_for(burst_req_s: float | None, measured: dict[int, float], concurrency: int) -> float | None:
+    """The request rate to size a run with: the burst's, or more where a lighter load of the same
+    scenario already ran faster (a server serves at least as many requests a second at a higher
+    concurrency; a short burst reads low, and a run sized low falls short of its window)."""
+    lighter = [r for c, r in measured.items() if c <= concurrency and r and r > 0]
+    best = max(lighter, default=None)
+    if burst_req_s and best:
+        return max(burst_req_s, best)
+    return burst_req_s or best
+
+
+def closed_loop_requests(req_s: float | None, concurrency: int, window_s: float, *, margin: float = MARGIN,
+                         floor: int = MIN_REQUESTS) -> int:
+    """Requests for a closed-loop run: `window_s` x `margin` at the burst's rate plus the last wave
+    (which drains after the steady window), at least `floor` and two waves. Without a rate (the burst
+    failed) 4 requests per second per slot are assumed."""
+    rate = req_s if req_s and req_s > 0 else 4.0 * concurrency
+    wanted = math.ceil(window_s * margin * rate) + concurrency
+    return int(min(MAX_REQUESTS, max(floor, 2 * concurrency, wanted)))
+
+
+def open_loop_requests(rate: float, window_s: float, *, margin: float = 1.1, floor: int = MIN_REQUESTS) -> int:
+    """Requests for an open-loop run at `rate` req/s: the window's worth of arrivals, at least `floor`."""
+    return int(min(MAX_REQUESTS, max(floor, math.ceil(window_s * margin * rate))))
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _latencies(raw: dict[str, Any]) -> list[float] | None:
+    """Per-request latencies (s): vLLM's `latencies` where written (0.32), else TTFT + the ITLs."""
+    lat = raw.get("latencies")
+    if isinstance(lat, list) and lat:
+        try:
+            return [float(v) for v in lat]
+        except (TypeError, ValueError):
+            return None
+    ttfts, itls = raw.get("ttfts"), raw.get("itls")
+    if isinstance(ttfts, list) and isinstance(itls, list) and len(ttfts) == len(itls) and ttfts:
+        try:
+            return [float(t) + sum(float(g) for g in (gaps or [])) for t, gaps in zip(ttfts, itls)]
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def held_at(concurrency: int) -> int:
+    """The fewest requests in flight that still count as holding a concurrency."""
+    return max(1, math.ceil(HELD_SHARE * concurrency - 1e-9))
+
+
+def in_flight(raw: dict[str, Any]) -> tuple[int, float] | None:
+    """(the most requests in flight at once, seconds with at least `held_at(concurrency)` of them in
+    flight), from per-request start times and latencies; None without that detail."""
+    starts, lat = raw.get("start_times"), _latencies(raw)
+    if not isinstance(starts, list) or lat is None or len(starts) != len(lat) or not starts:
+        return None
+    try:
+        events = sorted([(float(s), 1) for s in starts] + [(float(s) + l, -1) for s, l in zip(starts, lat)],
+                        key=lambda e: (e[0], e[1]))
+    except (TypeError, ValueError):
+        return None
+    wanted = _num(raw.get("max_concurrency"))
+    wanted = held_at(int(wanted)) if wanted else None
+    depth, top, full, since = 0, 0, 0.0, None
+    for t, step in events:
+        before = depth
+        depth += step
+        top = max(top, depth)
+        if wanted is not None:
+            if before < wanted <= depth:
+                since = t
+            elif depth < wanted <= before and since is not None:
+                full += t - since
+                since = None
+    return top, full
+
+
+def steady_window(raw: dict[str, Any], concurrency: int) -> float | None:
+    """Seconds the run held its concurrency: from the detail, else the duration less one wave's
+    share (a closed loop's last wave drains below its concurrency); None without a duration."""
+    flight = in_flight(raw)
+    if flight is not None and _num(raw.get("max_concurrency")):
+        return flight[1]
+    duration, n = _num(raw.get("duration")), _num(raw.get("completed")) or _num(raw.get("num_prompts"))
+    if duration is None or not n:
+        return None
+    return duration * max(0.0, n - concurrency) / n
+
+
+def reached(raw: dict[str, Any]) -> int | None:
+    """The most requests in flight at once, from the detail (vLLM's own `max_concurrent_requests`
+    counts something else: 165 for a run capped at 32); None without it."""
+    flight = in_flight(raw)
+    return flight[0] if flight else None
+
+
+def window_problem(raw: dict[str, Any], concurrency: int, window_s: float) -> str | None:
+    """Why a closed-loop run is not a measurement of its concurrency for this window, in a sentence;
+    None when it is."""
+    top = reached(raw)
+    if top is not None and top < concurrency:
+        return (f"the run never had {concurrency} requests in flight (at most {top}), so it is not a "
+                f"measurement of concurrency {concurrency}")
+    held = steady_window(raw, concurrency)
+    if held is not None and held + 1e-9 < window_s:
+        return (f"it held concurrency {concurrency} (at least {held_at(concurrency)} requests in flight) for "
+                f"{held:.1f} s, less than the {window_s:g} s window: the server ran faster than its burst said, "
+                "so the run is repeated with more requests")
+    return None
+
+
+def resize(requests: int, held_s: float | None, window_s: float, concurrency: int) -> int:
+    """A run that fell short of its window, sized again from what it held."""
+    if not held_s or held_s <= 0:
+        return min(MAX_REQUESTS, 2 * requests)
+    return int(min(MAX_REQUESTS, max(requests + concurrency, math.ceil(requests * window_s * RETRY_MARGIN / held_s))))

@@ -1,0 +1,153 @@
+"""The capacity search's rules (bench/analysis/search.py): bisection to a target width, repeats that are
+repeats, a band from comparable repeats only, a broken measurement named, the open loop's continuous
+bisection where neighbouring concurrencies are too far apart."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from bench.analysis import capacity as C
+from bench.analysis import search as S
+
+LIMITS = {"ttft_ms": 500.0, "decode_ms": 50.0}
+
+
+def result(ttft_p99_ms: float, tok_s: float, n: int = 200, seed: int = 0, itl_ms: float = 20.0) -> dict:
+    """A run of n requests whose TTFTs spread below `ttft_p99_ms` (their p99 is it), at `tok_s`."""
+    rng = np.random.default_rng(seed)
+    ttfts = rng.uniform(0.6, 1.0, n) * ttft_p99_ms / 0.996
+    out = 8
+    itls = [[itl_ms / 1000] * (out - 1) for _ in range(n)]
+    return {"ttfts": list(ttfts / 1000), "itls": itls, "output_lens": [out] * n, "errors": [""] * n,
+            "num_prompts": n, "completed": n, "output_throughput": tok_s, "request_throughput": tok_s / out,
+            "p50_ttft_ms": float(np.median(ttfts)), "p99_ttft_ms": float(np.percentile(ttfts, 99)),
+            "p50_itl_ms": itl_ms, "p99_itl_ms": itl_ms}
+
+
+class Server:
+    """TTFT p99 = ms_per_c x load; throughput = top x c / (c + 24); each run a run-level factor."""
+
+    def __init__(self, ms_per_c: float, top: float = 3000.0, sigma: float = 0.0, seed: int = 0):
+        self.ms_per_c, self.top, self.sigma = ms_per_c, top, sigma
+        self.rng = random.Random(seed)
+
+    def tok(self, c: float) -> float:
+        return self.top * c / (c + 24.0)
+
+    def run(self, c: float, n: int, k: int) -> dict:
+        slow = math.exp(self.rng.gauss(0.0, self.sigma)) if self.sigma else 1.0
+        return result(self.ms_per_c * c * slow, self.tok(c) / slow, n, seed=int(c * 1000) + k)
+
+
+def drive(search: S.Search, server: Server, grid=(1, 2, 4, 8, 16, 32, 64), limit: int = 60) -> list[S.Step]:
+    for c in grid:
+        search.observe(c, server.run(c, 200, 0), f"g{c}")
+    steps = []
+    while (step := search.next_step()) is not None:
+        n = step.requests or 200 + int(step.load)  # a new point's own size; a repeat keeps its point's
+        k = len(search.runs(search.key(step.load))) + 1
+        search.observe(step.load, server.run(step.load, n, k), f"s{step.load}.{k}")
+        steps.append(step)
+        assert len(steps) < limit
+    return steps
+
+
+def test_the_search_bisects_until_the_interval_is_within_the_target():
+    server = Server(ms_per_c=500 / 23.5)  # meets the SLO up to c=23
+    search = S.Search(**LIMITS)
+    steps = drive(search, server)
+    lo, hi = search.bounds()
+    assert lo <= 23 < hi and search.precision() <= S.TARGET_WIDTH
+    assert search.stopped == S.NARROW and search.width() <= S.TARGET_WIDTH * 1.25
+    low, top = search.ends()
+    assert low <= server.tok(23) <= top
+    # bisection: the first new loads split the grid's bracket [16, 32)
+    assert [s.load for s in steps if not s.repeat][:2] == [24, 20]
+
+
+def test_a_repeat_runs_at_its_points_first_size_and_only_comparable_runs_measure_the_band():
+    search = S.Search(**LIMITS)
+    search.observe(8, result(300, 1000, n=200, seed=1), "a")
+    search.observe(8, result(300, 1000, n=200, seed=2) | {"output_throughput": 1020}, "b")  # a repeat
+    search.observe(8, result(300, 600, n=40, seed=3), "top-up")  # another size: never a repeat
+    noise = search.noise()
+    assert noise.repeats == 2 and noise.names == (("a", "b"),)
+    assert noise.measured_pct < 5  # 1000 against 1020, not 600
+    step = S.Search(**LIMITS)
+    step.observe(4, result(200, 900, n=180), "g4")
+    step.observe(8, result(510, 1000, n=240), "g8")  # straddles: repeated at 240
+    got = step.next_step()
+    assert got.repeat and got.load == 8 and got.requests == 240
+
+
+def test_a_band_past_the_bound_is_a_broken_measurement_naming_its_runs():
+    search = S.Search(**LIMITS)
+    search.observe(4, result(200, 900), "grid c=4")
+    search.observe(4, result(200, 400), "search c=4 run 2")
+    assert search.broken() is not None and search.next_step() is None and search.stopped == S.BROKEN
+    words = search.standing()
+    assert "broken measurement" in words and "grid c=4 = search c=4 run 2" in words
+    assert "%" in words and "30" in words
+
+
+def test_neighbouring_concurrencies_too_far_apart_hand_over_to_the_open_loop():
+    # passes at c=1 (400 ms), misses at c=2 (800 ms), and c=2 serves twice c=1's throughput
+    search = S.Search(**LIMITS)
+    search.observe(1, result(400, 100), "g1")
+    search.observe(2, result(800, 200), "g2")
+    assert search.next_step() is None and search.stopped == S.ADJACENT
+    assert "open-loop rate search carries the answer" in search.stop_words()
+
+
+def test_rates_are_bisected_geometrically_to_the_target():
+    # open loop: TTFT p99 = 400 ms x (rate / 1.0) ** 2, throughput 100 tok/s per req/s
+    def run(rate: float, n: int, k: int) -> dict:
+        return result(400 * rate ** 2, 100 * rate, n, seed=k + int(rate * 100))
+
+    search = S.Search(**LIMITS, integer=False, floor=0.01, ceiling=10)
+    search.observe(1.0, run(1.0, 200, 0), "r1")
+    steps = []
+    while (step := search.next_step()) is not None:
+        search.observe(step.load, run(step.load, step.requests or 200, len(steps)), f"r{step.load}")
+        steps.append(step)
+        assert len(steps) < 30
+    lo, hi = search.bounds()
+    truth = math.sqrt(500 / 400)  # where the p99 reaches 500 ms
+    assert lo < truth * 1.01 and hi > truth * 0.99 and search.precision() <= S.TARGET_WIDTH
+    assert not steps[0].repeat and steps[0].load == 1.5  # nothing failed yet: 1.5 x the highest
+
+
+def test_nothing_passes_halves_the_load_and_stops_at_one():
+    search = S.Search(**LIMITS)
+    drive(search, Server(ms_per_c=600), grid=(4, 8))
+    assert search.loads() == [1, 2, 4, 8] and search.stopped == S.NEVER
+    assert "missed for sure at c=1" in search.stop_words()
+
+
+def test_nothing_fails_doubles_up_to_the_ceiling():
+    search = S.Search(**LIMITS, ceiling=64)
+    drive(search, Server(ms_per_c=1), grid=(1, 4, 16))
+    assert search.loads() == [1, 4, 16, 32, 64] and search.stopped == S.OPEN
+    assert search.width() is None and search.ends()[1] is None
+
+
+def test_with_gpu_like_spread_the_interval_covers_the_truth_and_mostly_reaches_the_target():
+    # run-level spread of 4 % (two identical runs on one GPU server) and a TTFT that crosses the limit
+    # between c=11 and c=12: near the edge, points straddle and are repeated
+    narrow, costs = 0, []
+    for seed in range(12):
+        server = Server(ms_per_c=500 / 11.5, sigma=0.04, seed=seed)
+        search = S.Search(**LIMITS)
+        steps = drive(search, server)
+        low, top = search.ends()
+        assert low <= server.tok(11) <= top
+        assert search.stopped in (S.NARROW, S.EDGE)
+        narrow += search.stopped == S.NARROW and search.precision() <= S.TARGET_WIDTH
+        costs.append(len(steps))
+        assert search.width() <= 1.5  # the interval with each end's band
+    print(f"\n[search] reached the target in {narrow} of 12; extra runs {min(costs)} to {max(costs)}")
+    assert narrow >= 10

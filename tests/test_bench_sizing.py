@@ -1,0 +1,71 @@
+"""Runs sized by time (bench/run/sizing.py): from a burst at the run's load, a window held, never fewer
+requests than a p99 needs; a run that did not hold its load is not a measurement of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.run import sizing
+
+
+def closed_loop(concurrency: int, requests: int, latency_s: float, gap_s: float = 0.0) -> dict:
+    """A closed loop as vLLM's client runs it: `concurrency` slots, each starting its next request
+    `gap_s` after the last one ended, every request `latency_s` long."""
+    free = [0.0] * concurrency
+    starts, lat = [], []
+    for _ in range(requests):
+        k = min(range(concurrency), key=lambda i: free[i])
+        starts.append(free[k])
+        lat.append(latency_s)
+        free[k] = free[k] + latency_s + gap_s
+    end = max(s + l for s, l in zip(starts, lat))
+    return {"start_times": starts, "latencies": lat, "max_concurrency": concurrency, "completed": requests,
+            "num_prompts": requests, "duration": end}
+
+
+def test_a_run_is_sized_to_its_window_from_the_burst_and_never_under_the_floor():
+    # 40 req/s at c=8, a 15 s window with the margin, plus the last wave
+    assert sizing.closed_loop_requests(40.0, 8, 15.0) == 15 * 1.4 * 40 + 8
+    assert sizing.closed_loop_requests(0.5, 1, 15.0) == sizing.MIN_REQUESTS  # slow: the p99 floor wins
+    assert sizing.closed_loop_requests(None, 4, 5.0) == max(100, int(5 * 1.4 * 16) + 4)  # no burst: assumed
+    assert sizing.open_loop_requests(2.0, 15.0) == 100 and sizing.open_loop_requests(20.0, 15.0) == 330
+    assert sizing.burst_requests(1) == 8 and sizing.burst_requests(64) == 128 and sizing.burst_requests(500) == 256
+
+
+def test_a_lighter_load_already_measured_bounds_a_bursts_low_reading():
+    measured = {1: 20.0, 4: 60.0, 16: 150.0}
+    assert sizing.rate_for(30.0, measured, 8) == 60.0  # c=4 ran at 60 req/s: c=8 serves at least that
+    assert sizing.rate_for(90.0, measured, 8) == 90.0
+    assert sizing.rate_for(None, measured, 2) == 20.0 and sizing.rate_for(None, {}, 2) is None
+
+
+def test_the_steady_window_is_the_time_the_concurrency_was_held():
+    run = closed_loop(4, 400, latency_s=0.1)  # 10 waves a second: 100 waves, the last one drains
+    top, held = sizing.in_flight(run)
+    assert top == 4 and held == pytest.approx(run["duration"], abs=1e-6)  # waves in lockstep: the last one is full
+    assert sizing.window_problem(run, 4, 5.0) is None
+    short = sizing.window_problem(run, 4, 15.0)
+    assert "held concurrency 4" in short and "less than the 15 s window" in short and "repeated" in short
+
+
+def test_a_run_that_never_reached_its_concurrency_is_not_a_measurement_of_it():
+    run = closed_loop(4, 400, latency_s=0.1)
+    run["max_concurrency"] = 8  # asked for 8, never had more than 4 in flight
+    words = sizing.window_problem(run, 8, 5.0)
+    assert words.startswith("the run never had 8 requests in flight (at most 4)")
+
+
+def test_a_client_a_request_behind_still_holds_a_high_concurrency():
+    # c=32 with a client that lags: 29 of 32 in flight counts as holding it, 28 does not
+    assert sizing.held_at(32) == 29 and sizing.held_at(4) == 4 and sizing.held_at(1) == 1
+
+
+def test_without_detail_the_window_is_estimated_from_the_duration():
+    run = {"duration": 20.0, "completed": 100, "max_concurrency": 10}
+    assert sizing.steady_window(run, 10) == pytest.approx(18.0)  # less the last wave's share
+    assert sizing.window_problem(run, 10, 15.0) is None and sizing.window_problem(run, 10, 19.0) is not None
+
+
+def test_a_short_run_is_sized_again_from_what_it_held():
+    assert sizing.resize(200, 4.0, 5.0, 8) == 400  # 200 x 5 x 1.6 / 4
+    assert sizing.resize(200, None, 5.0, 8) == 400
