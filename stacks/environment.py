@@ -135,8 +135,9 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
     args = [
         "--scenarios", ",".join(bench.scenarios),
         "--concurrencies", ",".join(map(str, bench.concurrencies)),
-        "--prompts-per-concurrency", str(bench.prompts_per_concurrency),
+        "--window-s", f"{bench.window_s:g}",
         "--min-prompts", str(bench.min_prompts),
+        "--budget-min", f"{bench.budget_min:g}",
         "--seed", str(bench.seed),
         "--label", f"{settings.stack}/{server_name}",
         "--instance-type", instance.name,

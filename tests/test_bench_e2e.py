@@ -39,7 +39,7 @@ def bench(server, *args, timeout=600) -> tuple[subprocess.CompletedProcess, floa
 def sweep_args(server, out, *extra):
     return ["sweep", "--base-url", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
             "--out", str(out), "--length-scale", SCALE, "--concurrencies", ",".join(map(str, CONCURRENCIES)),
-            "--min-prompts", "4", "--prompts-per-concurrency", "2", "--health-timeout", "60",
+            "--window-s", "5", "--health-timeout", "60",
             # warm-ups run as processes of their own; test_bench_telemetry_vllm.py covers them
             "--warmups", "0", *extra]
 
@@ -153,8 +153,7 @@ def test_wrong_model_name_stops_before_any_run(tiny_vllm_server, tmp_path):
     out = tmp_path / "wrong"
     proc, _ = bench(tiny_vllm_server, "sweep", "--base-url", tiny_vllm_server.url, "--model", "not-served",
                     "--tokenizer", str(tiny_vllm_server.model_dir), "--out", str(out), "--scenarios", "S1_chat",
-                    "--length-scale", SCALE, "--concurrencies", "2", "--min-prompts", "4",
-                    "--prompts-per-concurrency", "2", "--attempts", "1")
+                    "--length-scale", SCALE, "--concurrencies", "2", "--window-s", "5", "--attempts", "1")
     # vLLM's own client would exit 0 and write a file in which every request failed; the sweep
     # asks the server what it serves first and runs nothing.
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -20,7 +20,7 @@ from tests.fixtures.code_volumes import config_maps, volume_files, write_files
 from tests.fixtures.pulumi_stack import render_with
 
 SMALL_BENCH = {"targets": ["gemma-fp8"], "scenarios": ["S1_chat", "S3_moderation"], "concurrencies": [1, 2],
-               "promptsPerConcurrency": 2, "minPrompts": 4}
+               "windowS": 5, "minPrompts": 100}
 
 
 def deps(registration) -> set[str]:

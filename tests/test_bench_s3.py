@@ -24,7 +24,7 @@ PREFIX = "runs/dev/gemma-fp8/20260805-1000"
 def sweep_args(server, out, fake, *extra):
     return ["--base-url", server.url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
             "--vllm-bin", fake.bin, "--scenarios", "S1_chat,S3_moderation", "--concurrencies", "1,4",
-            "--min-prompts", "4", "--prompts-per-concurrency", "2", "--health-interval", "0.2", *extra]
+            "--window-s", "5", "--health-interval", "0.2", *extra]
 
 
 def keys(client, prefix=PREFIX):

@@ -16,7 +16,7 @@ from bench.run import sweep as S
 def args(server, out, fake, *extra):
     return ["--base-url", server.url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
             "--vllm-bin", fake.bin, "--scenarios", "S1_chat,S3_moderation", "--concurrencies", "1,4,8",
-            "--min-prompts", "4", "--prompts-per-concurrency", "2", "--health-interval", "0.2",
+            "--window-s", "5", "--health-interval", "0.2",
             "--metrics-url", "none", *extra]
 
 

@@ -31,7 +31,7 @@ FLAGS_026 = {
     "--random-input-len", "--random-output-len", "--random-range-ratio", "--ignore-eos",
     "--num-prompts", "--max-concurrency", "--request-rate", "--num-warmups", "--percentile-metrics",
     "--metric-percentiles", "--seed", "--save-result", "--result-dir", "--result-filename",
-    "--metadata", "--disable-tqdm",
+    "--metadata", "--disable-tqdm", "--save-detailed",
 }
 
 
@@ -39,7 +39,7 @@ def sweep_args(server, out, fake, *extra):
     return [
         "--base-url", server.url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
         "--vllm-bin", fake.bin, "--scenarios", "S1_chat,S3_moderation", "--concurrencies", "1,4",
-        "--min-prompts", "4", "--prompts-per-concurrency", "2", "--health-interval", "0.2",
+        "--window-s", "5", "--health-interval", "0.2",
         *extra,
     ]
 
@@ -65,8 +65,23 @@ def test_default_plan_is_the_seed_matrix():
     assert {(p.scenario, p.input_len, p.output_len) for p in plan} == {
         ("S1_chat", 256, 128), ("S2_summary", 1024, 256), ("S3_moderation", 512, 16), ("S4_rag", 4096, 256)}
     assert sorted({p.concurrency for p in plan}) == [1, 2, 4, 8, 16, 32, 64]
-    by_c = {p.concurrency: p.num_prompts for p in plan if p.scenario == "S1_chat"}
-    assert by_c[1] == 32 and by_c[8] == 64 and by_c[64] == 512  # max(min 32, 8 x c)
+    # every run is sized by time from a burst at its load: the plan holds only the floor (a p99 of
+    # fewer than 100 requests is the slowest one) and two waves of burst
+    assert {p.num_prompts for p in plan} == {100} and all(p.sized for p in plan)
+    by_c = {p.concurrency: p.warmups for p in plan if p.scenario == "S1_chat"}
+    assert by_c[1] == 8 and by_c[8] == 16 and by_c[64] == 128
+    longer, plan15 = plan_for("--window-s", "30")
+    assert {p.run_hash for p in plan15}.isdisjoint({p.run_hash for p in plan})  # another window: other runs
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--window-s", "2"], "--window-s 2: a run of under 5 s measures start-up"),
+    (["--min-prompts", "32"], "--min-prompts 32: a p99 of fewer than 100 requests"),
+    (["--prompts-per-concurrency", "8"], "--prompts-per-concurrency is gone"),
+])
+def test_runs_too_short_or_too_small_are_refused(argv, needle):
+    with pytest.raises(G.UsageError, match=needle):
+        plan_for(*argv)
 
 
 def test_overrides_scale_and_warmups():
@@ -100,7 +115,7 @@ def test_run_hash_changes_with_parameters():
 
 def test_command_uses_only_flags_known_in_vllm_026():
     args, plan = plan_for("--bench-args", "--temperature 0")
-    cmd = G.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=123)
+    cmd = G.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=123, num_prompts=240)
     assert cmd[:3] == ["vllm", "bench", "serve"]
     flags = {c for c in cmd if c.startswith("--")}
     assert flags - {"--temperature"} <= FLAGS_026
@@ -108,7 +123,7 @@ def test_command_uses_only_flags_known_in_vllm_026():
     joined = " ".join(cmd)
     for part in ("--dataset-name random", "--random-range-ratio 0", "--request-rate inf",
                  "--percentile-metrics ttft,tpot,itl,e2el", "--metric-percentiles 50,90,99",
-                 "--max-concurrency 1", "--num-prompts 32", "--result-filename S1_chat_c1.json"):
+                 "--max-concurrency 1", "--num-prompts 240", "--save-detailed", "--result-filename S1_chat_c1.json"):
         assert part in joined
     meta = cmd[cmd.index("--metadata") + 1:]
     assert "scenario=S1_chat" in meta and "concurrency=1" in meta
@@ -153,7 +168,7 @@ def test_exit0_with_failed_requests_is_invalid_retried_and_kept(bench_stub_serve
     bad = runs[("S1_chat", 4)]
     assert bad["status"] == "invalid" and len(bad["attempts"]) == 2
     assert [a["rc"] for a in bad["attempts"]] == [0, 0]  # the trap: exit 0, nothing completed
-    assert "8 failed requests" in bad["reason"] and "completed 0 < 8" in bad["reason"]
+    assert "100 failed requests" in bad["reason"] and "completed 0 < 100" in bad["reason"]
     assert "Not Found" in bad["reason"]
     assert (out / "S1_chat_c4.attempt1.invalid.json").exists()
     assert (out / "S1_chat_c4.attempt2.invalid.json").exists()

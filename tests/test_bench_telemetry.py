@@ -113,7 +113,7 @@ def test_gpu_values_from_dcgm_text():
 def sweep_args(server, out, fake, metrics, *extra):
     return ["--base-url", server.url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
             "--vllm-bin", fake.bin, "--scenarios", "S1_chat", "--concurrencies", "2",
-            "--min-prompts", "4", "--prompts-per-concurrency", "2", "--health-interval", "0.2",
+            "--window-s", "5", "--health-interval", "0.2",
             "--metrics-url", metrics.url, "--telemetry-interval", "60", *extra]
 
 

@@ -63,8 +63,7 @@ def test_prompt_format_is_part_of_the_run_hash_and_so_is_the_prompt_set():
 
 
 def test_shared_prefix_rounds_prompts_to_whole_prefix_groups_and_keeps_its_share():
-    _, plan = plan_for("--scenarios", "S5_shared_prefix", "--concurrencies", "1,3", "--min-prompts", "5",
-                       "--prompts-per-concurrency", "1")
+    _, plan = plan_for("--scenarios", "S5_shared_prefix", "--concurrencies", "1,3", "--window-s", "5")
     assert [(p.concurrency, p.num_prompts) for p in plan] == [(1, 8), (3, 8)]  # 4 prefixes
     args, plan = plan_for("--scenarios", "S5_shared_prefix", "--scenario", "S5_shared_prefix=320/8",
                           "--concurrencies", "1")
@@ -80,7 +79,7 @@ def test_sweep_with_korean_and_shared_prefix_against_the_fake(bench_stub_server,
     variant = json.dumps({"base": "gemma-fp8", "settings": {"numSpeculativeTokens": 8}, "cross": False})
     argv = ["--base-url", bench_stub_server.url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
             "--vllm-bin", fake_bench.bin, "--scenarios", "S5_shared_prefix,K_korean", "--concurrencies", "1",
-            "--scenario-concurrencies", "K_korean=1,2", "--min-prompts", "4", "--prompts-per-concurrency", "2",
+            "--scenario-concurrencies", "K_korean=1,2", "--window-s", "5",
             "--health-interval", "0.2", "--length-scale", "0.0625", "--variant", variant]
     assert S.main(argv) == 0
     m = manifest(out)

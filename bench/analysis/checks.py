@@ -73,7 +73,9 @@ def facts(manifest: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "dataset": ",".join(datasets) if datasets else None,
         "seed": (config.get("seed"), config.get("seed_scheme")) if "seed" in config else None,
-        "prompts": (config.get("min_prompts"), config.get("prompts_per_concurrency"))
+        # a sweep sized by time records its window; an older one its prompts per concurrency
+        "prompts": (config.get("min_prompts"), config.get("window_s", config.get("prompts_per_concurrency")),
+                    "window_s" in config)
         if "min_prompts" in config else None,
         "warmups": (config.get("warmups"), config.get("warmup_mode")) if "warmups" in config else None,
         "bench_args": config.get("bench_args") if "bench_args" in config else None,
@@ -92,7 +94,9 @@ def describe_fact(key: str, value: Any) -> str:
         seed, scheme = value
         return f"{seed}" + (f" (seed scheme {scheme})" if scheme else "")
     if key == "prompts":
-        least, per = value
+        least, per, timed = value if len(value) == 3 else (*value, False)
+        if timed:
+            return f"at least {least} requests, each run holding its load for {per:g} s"
         return f"at least {least} prompts, {per} per unit of concurrency"
     if key == "warmups":
         count, mode = value

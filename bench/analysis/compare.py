@@ -89,7 +89,7 @@ _SETTING_OF_FLAG = {
 # Facts that follow from a setting: they may differ whenever that setting differs.
 _CONSEQUENCES = {"tensorParallelSize": {"gpus"}}
 # Benchmark facts: never a variant's setting.
-_BENCH_FACTS = ("scenarios", "model_name", "min_prompts", "prompts_per_concurrency", "warmups", "seed",
+_BENCH_FACTS = ("scenarios", "model_name", "min_prompts", "prompts_per_concurrency", "window_s", "warmups", "seed",
                 "length_scale", "bench_args", "percentile_metrics", "metric_percentiles", "vllm_version", "image")
 
 

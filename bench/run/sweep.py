@@ -221,7 +221,7 @@ class Sweep(Runner):
             "started_at": started_at,
             "seed": seed,
             "num_prompts": n,
-            "steady_window_s": _round(sizing.steady_window(result.raw, spec.concurrency)),
+            "steady_window_s": _round(sizing.steady_window(result.raw, spec.concurrency)) if result.completed else None,
             "resize_to": (sizing.resize(n, sizing.steady_window(result.raw, spec.concurrency), self.args.window_s,
                                         spec.concurrency) if short else None),
             "warmup": warmup,

@@ -79,14 +79,23 @@ class BenchSettings(SettingsModel):
         default_factory=lambda: list(DEFAULT_CONCURRENCIES),
         description="Client concurrencies per scenario.",
     )
-    prompts_per_concurrency: int = Field(
-        8, ge=1, le=100, description="Prompts per run = max(minPrompts, this x concurrency)."
+    window_s: float = Field(
+        15.0, ge=5, le=600, description="Seconds every measured run holds its load; each run is sized from a "
+        "burst at its load (`bench sweep --window-s`; under 5 s a run measures start-up, not throughput).",
     )
-    min_prompts: int = Field(32, ge=1, le=10000, description="Lower bound of prompts per run (p99 needs samples).")
+    min_prompts: int = Field(
+        100, ge=100, le=20000, description="Fewest requests in a measured run, so that its p99 is not its "
+        "slowest request (`bench sweep --min-prompts`).",
+    )
+    budget_min: float = Field(
+        60.0, gt=0, le=600, description="GPU minutes each target's sweep may spend, grid and capacity search "
+        "together (`bench sweep --budget-min`); a full PoC side fits in about an hour.",
+    )
     seed: int = Field(0, description="Random dataset seed; the same seed replays the same prompts.")
     capacity_search: bool = Field(
-        False, description="After the grid: SLO capacity search and open-loop runs per scenario "
-        "(`bench sweep --capacity-search`, at most 40 % more GPU time).",
+        False, description="After the grid: the SLO capacity search per scenario, to +-10 % where the budget "
+        "allows, the open loop where neighbouring concurrencies are too far apart "
+        "(`bench sweep --capacity-search`).",
     )
     price_per_hour: dict[str, dict[Literal["on-demand", "spot"], float] | float] = Field(
         default_factory=dict,
