@@ -283,19 +283,20 @@ def test_zero_current_replicas_is_refused_by_name(figures, tmp_path, capsys, com
     assert "need --current-replicas" not in err and "Traceback" not in err
 
 
-def test_extra_runs_over_their_budget_say_why():
+def test_the_search_budget_and_why_a_search_stopped_are_said():
     from bench.analysis import capacity_report as CR
-    ext = {"settings": {"extra_budget": 1.5}, "totals": {"runs": 5, "search_runs": 3, "open_loop_runs": 2,
-                                                          "gpu_s": 171.0, "grid_gpu_s": 100.0, "added_pct": 171.0},
-           "scenarios": {"S1_chat": {"gpu_s": 120.0, "budget_s": 75.0}, "S2_summary": {"gpu_s": 51.0, "budget_s": 75.0}},
-           "runs": [{"valid": True}, {"valid": False}]}
+    ext = {"settings": {"budget_min": 60},
+           "totals": {"runs": 5, "search_runs": 3, "open_loop_runs": 2, "gpu_s": 171.0, "grid_gpu_s": 900.0,
+                      "total_gpu_s": 1071.0, "budget_s": 3600.0},
+           "scenarios": {"S1_chat": {"closed": {"stopped": "the GPU budget stopped it before c=26 (about 40 s; 880 "
+                                                           "of 900 s spent): the capacity is known to 1.41x"}},
+                         "S4_rag": {"closed": {"stopped": None}, "open_loop": "not run: the budget ended first"}}}
     lines = CR.markdown({"scenarios": {}}, {}, {"extra": ext}, "itl")
-    line = next(x for x in lines if x.startswith("Extra runs"))
-    assert "171.0% of the grid's 100.0 s. Over the budget of 150% (--extra-budget 1.5) because" in line
-    assert "Over in: S1_chat 120 s of a 75 s budget." in line and "S2_summary" not in line
-    assert "1 invalid attempt also cost its process time" in line
-    within = {**ext, "totals": {**ext["totals"], "added_pct": 140.0}}
-    assert "Over the budget" not in " ".join(CR.markdown({"scenarios": {}}, {}, {"extra": within}, "itl"))
+    line = next(x for x in lines if x.startswith("GPU time"))
+    assert line == ("GPU time of the last invocation: 17.9 min of its 60.0 min budget (grid 15.0 min, capacity "
+                    "search 2.9 min in 5 runs: 3 closed loop, 2 open loop).")
+    assert "- S1_chat, closed loop: the GPU budget stopped it before c=26" in "\n".join(lines)
+    assert "- S4_rag, open loop: not run: the budget ended first" in lines
 
 
 def test_a_grid_run_the_search_overruled_says_so_where_it_is_listed(figures):

@@ -160,11 +160,10 @@ def test_baseline_that_never_meets_the_slo(tmp_path):
         data = result("S2_summary", 9, tok * 9, ttft=600.0, n=200, detail=[600.0] * 200)
         (d / "search" / CR.search_filename("S2_summary", 9, 1)).write_text(json.dumps(data))
     assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts") == 0
-    # Adjacent ends [8, 9) on both sides: each capacity is c=8's throughput, 12 x 2,400 / 7,200 = 4
-    # replica-loads, widened by the run-to-run band (c=8 ran twice on each side, the grid's run and
-    # the search's) at each end: 4 to 5
+    # [8, 9) on both sides: each capacity lies between c=8's and c=9's throughputs, 12 x [2,400, 2,700]
+    # over [7,200, 8,100] is 3.6 to 4.5 replica-loads, widened by the run-to-run bands: 3 to 6
     row = read(out)["configurations"][0]
-    assert row["replicas_range"] == [4, 5] and row["replicas"] is None
+    assert row["replicas_range"] == [3, 6] and row["replicas"] is None
     assert "narrow the capacity search" in row["reason"]
     assert "never meets the SLO" in (out / "plan.md").read_text()
 
@@ -201,11 +200,11 @@ def test_candidate_slo_capacity_from_search_runs(tmp_path):
     assert cap["source_run"] == "search/S1_chat_c5.run1.json" and cap["repeats"] == 1
     out = tmp_path / "p"
     assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts") == 0
-    # Both sides bracketed at [5, 6), adjacent ends: each capacity is c=5's throughput, 12 x 500 /
-    # 1,500 = 4 replica-loads, widened at each end by the assumed run-to-run band (11 %, each point ran
-    # once): 4 to 5.
+    # Both sides bracketed at [5, 6): each capacity lies between c=5's and c=6's throughputs, 12 x
+    # [500, 600] over [1,500, 1,800] is 3.3 to 4.8 replica-loads, widened at each end by the assumed
+    # run-to-run band (11 %, each point ran once): 3 to 6.
     row = read(out)["configurations"][0]
-    assert row["replicas_range"] == [4, 5] and row["replicas"] is None
+    assert row["replicas_range"] == [3, 6] and row["replicas"] is None
     assert "| cand | S1_chat | 1,351.4 to 1,665.0 | " in (out / "plan.md").read_text()
     assert "capacity search |" in (out / "plan.md").read_text()
 
@@ -329,8 +328,8 @@ def test_plan_pairs_capacities_as_the_report_does(tmp_path):
     assert plan(tmp_path / "cand", "--baseline", tmp_path / "base", "--current-replicas", 12, "--out", out,
                 "--no-charts") == 0
     text = (out / "plan.md").read_text()
-    assert "| cand | S1_chat | 3,603.6 to 4,440.0 | " in text and "| capacity search |" in text
-    # S1: bracketed [10, 11) on both sides, so each capacity is c=10's throughput (1,000 and 4,000):
-    # 12 x 1,000 / 4,000 = 3; S2: 12 x [800, 1,600) over [3,200, 6,400) = 1.5 to 6; each end widened
+    assert "| cand | S1_chat | 3,603.6 to 4,884.0 | " in text and "| capacity search |" in text
+    # S1: bracketed [10, 11) on both sides, so each capacity lies between c=10's and c=11's
+    # throughputs (1,000-1,100 and 4,000-4,400): about 3; S2: 12 x [800, 1,600) over [3,200, 6,400) = 1.5 to 6; each end widened
     # by the assumed run-to-run band (11 %); the busiest scenario binds each end: 3 to 8.
     assert read(out)["configurations"][0]["replicas_range"] == [3, 8]

@@ -183,7 +183,7 @@ def test_a_collapsed_speculative_draft_is_suspect_at_once_and_the_floor_is_recor
 def test_no_metrics_endpoint_leaves_figures_null_and_runs_valid(bench_stub_server, fake_bench, tmp_path):
     out = tmp_path / "out"
     args = ["--base-url", bench_stub_server.url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
-            "--vllm-bin", fake_bench.bin, "--scenarios", "S1_chat", "--concurrencies", "1", "--min-prompts", "4",
+            "--vllm-bin", fake_bench.bin, "--scenarios", "S1_chat", "--concurrencies", "1", "--window-s", "5",
             "--health-interval", "0.2"]
     assert S.main(args) == 0
     (rec,) = json.loads((out / "manifest.json").read_text())["runs"]

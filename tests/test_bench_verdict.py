@@ -109,22 +109,19 @@ def test_grid_capacity_interval_open_end_and_never(tmp_path):
     assert V.capacity_text(d).startswith("below 444.0 tok/s: never meets the SLO")
 
 
-def test_the_upper_end_is_the_most_a_load_below_the_sure_miss_serves(tmp_path):
+def test_the_upper_end_is_the_throughput_at_the_lowest_sure_miss(tmp_path):
     def closed(name, points):
         grid(tmp_path / name, "S1_chat", points)
         side = SIDE.load_side(tmp_path / name)
         return CR.scenario_capacity(side.path, side.runs, ttft_ms=500, decode_ms=50)["S1_chat"]["closed"]
 
     band = 1 + C.DEFAULT_NOISE_PCT / 100
-    # adjacent ends: the capacity is c=10's own throughput, its band on both sides
+    # the capacity lies between the throughput where the SLO holds and where it is missed for sure
     adjacent = closed("adjacent", {8: (800.0, True), 10: (1000.0, True), 11: (1100.0, False)})
     assert (adjacent.load_pass, adjacent.load_fail) == (10, 11)
-    assert (adjacent.lo, adjacent.hi) == (pytest.approx(1000 / band), pytest.approx(1000 * band))
+    assert (adjacent.lo, adjacent.hi) == (pytest.approx(1000 / band), pytest.approx(1100 * band))
     assert adjacent.fail_runs == ("S1_chat_c11.json",)
-    # c=11 is the one load between two measured ones: the mean of theirs, bands in quadrature
-    between = closed("between", {8: (800.0, True), 10: (1000.0, True), 12: (1300.0, False)})
-    assert between.hi == pytest.approx(1150 * (1 + math.hypot(band - 1, band - 1) / 2))
-    # several loads unmeasured below the sure miss: the sure miss's own throughput
+    assert adjacent.width == pytest.approx(1.1 * band * band)
     wide = closed("wide", {8: (800.0, True), 16: (1600.0, False)})
     assert wide.hi == pytest.approx(1600 * band)
     # a curve falling past its best run: never below the figure with its band
@@ -155,7 +152,8 @@ def test_grid_alone_passes_a_clear_case(tmp_path):
                   "load_unit": "concurrency", "load_pass": 8, "load_fail": 16, "load_max": 64, "confirmed": False,
                   "point_tok_s": 3200.0, "loop": "closed", "source_run": "S1_chat_c8.json",
                   "source_runs": ["S1_chat_c8.json"], "fail_runs": ["S1_chat_c16.json"], "repeats": 1,
-                  "noise_pct": C.DEFAULT_NOISE_PCT, "noise_source": "assumed"}
+                  "noise_pct": C.DEFAULT_NOISE_PCT, "noise_source": "assumed", "noise_repeats": 0,
+                  "width": round(6400 * (1 + band) / (3200 / (1 + band)), 4), "target_width": 1.22, "reason": None}
     # summary's `slo` is the same figure, with its run
     assert summary["scenarios"]["S1_chat"]["slo"] == {"concurrency": 8, "output_tok_s": 3200.0, "loop": "closed",
                                                       "source_run": "S1_chat_c8.json"}
@@ -325,7 +323,7 @@ def test_a_capacity_search_folder_accounts_for_every_file_without_rename_advice(
     _searched_folder(tmp_path / "cand", 400.0, budget_stopped=False)
     _searched_folder(tmp_path / "base", 100.0, budget_stopped=True)  # S2's search never ran: grid bracket
     # a hand-copied open-loop result and a second copy of a grid result in the top folder
-    (tmp_path / "cand" / "copy-of-rate.json").write_text((tmp_path / "cand" / "open_loop" / "S1_chat_rate1.json")
+    (tmp_path / "cand" / "copy-of-rate.json").write_text((tmp_path / "cand" / "open_loop" / "S1_chat_rate1.run1.json")
                                                         .read_text())
     (tmp_path / "cand" / "S1_chat-c8-again.json").write_text((tmp_path / "cand" / "S1_chat_c8.json").read_text())
     rc, summary, md = report(tmp_path, tmp_path / "cand", tmp_path / "base")
@@ -342,15 +340,16 @@ def test_a_capacity_search_folder_accounts_for_every_file_without_rename_advice(
     # every offered rate met the SLO on both sides (an open upper end): the search's bracket decides
     rate = summary["scenarios"]["S1_chat"]["rate_capacity_interval"]
     assert rate["point_tok_s"] == 1600.0 and rate["output_tok_s"][1] is None and rate["loop"] == "open"
-    assert rate["source_run"] == "open_loop/S1_chat_rate1.json"
+    assert rate["source_run"] == "open_loop/S1_chat_rate1.run1.json"
     # bracketed [10, 11) on both sides: cand 4,000 tok/s at c=10 over base 1,000
     closed = summary["scenarios"]["S1_chat"]["slo_capacity_interval"]
     assert (closed["load_pass"], closed["load_fail"], closed["point_tok_s"]) == (10, 11, 4000.0)
     assert closed["source_run"] == "search/S1_chat_c10.run1.json" and closed["noise_source"] == "assumed"
     spread = 1 + math.hypot(C.DEFAULT_NOISE_PCT / 100, C.DEFAULT_NOISE_PCT / 100)
     assert c1["slo_basis_source"] == "search"
-    # adjacent ends ([10, 11) on both sides): each capacity is c=10's own throughput, widened by its band
-    assert c1["slo_ratio_interval"] == [pytest.approx(4000 / 1000 / spread, abs=1e-4), pytest.approx(4.0 * spread, abs=1e-4)]
+    # [10, 11) on both sides: each capacity lies between c=10's and c=11's throughputs, widened by the bands
+    assert c1["slo_ratio_interval"] == [pytest.approx(4000 / 1100 / spread, abs=1e-4),
+                                        pytest.approx(4400 / 1000 * spread, abs=1e-4)]
     assert c1["slo_ratio"] == 4.0  # the two capacity figures: 4,000 / 1,000 tok/s
     assert c2["slo_basis_source"] == "search" and c2["slo_ratio_interval"] is not None
     # the budget stopped the baseline's S2 search, yet its grid bracket still bounds the ratio:
@@ -417,9 +416,9 @@ def test_a_search_rerun_that_misses_at_a_grid_point_moves_the_capacity(tmp_path)
     assert (iv["load_pass"], iv["load_fail"], iv["point_tok_s"]) == (16, 32, 6400.0)
     assert iv["source_run"] == "S1_chat_c16.json" and sc["slo"]["concurrency"] == 16
     assert iv["fail_runs"] == ["S1_chat_c32.json", "search/S1_chat_c32.run1.json"]
-    # c=32 ran twice (12,800 tok/s on 256 requests, 13,600 on 200): a measured spread, and the peak
-    # is their request-weighted mean
-    assert iv["noise_source"] == "measured" and iv["noise_pct"] > 0
+    # c=32 ran twice (12,800 tok/s on 256 requests, 13,600 on 200): runs of two sizes are not repeats,
+    # so they measure no run-to-run band (it stays assumed); the peak is their request-weighted mean
+    assert iv["noise_source"] == "assumed" and iv["noise_repeats"] == 0
     peak = (256 * 12800 + 200 * 13600) / 456
     assert sc["peak"]["concurrency"] == 32 and sc["peak"]["output_tok_s"] == pytest.approx(peak, abs=1e-3)
     assert sc["peak"]["source_runs"] == ["S1_chat_c32.json", "search/S1_chat_c32.run1.json"]

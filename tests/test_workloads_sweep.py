@@ -64,7 +64,10 @@ def test_prompt_format_is_part_of_the_run_hash_and_so_is_the_prompt_set():
 
 def test_shared_prefix_rounds_prompts_to_whole_prefix_groups_and_keeps_its_share():
     _, plan = plan_for("--scenarios", "S5_shared_prefix", "--concurrencies", "1,3", "--window-s", "5")
-    assert [(p.concurrency, p.num_prompts) for p in plan] == [(1, 8), (3, 8)]  # 4 prefixes
+    # the floor of 100 requests and the bursts rounded up to whole groups of the 4 prefixes
+    assert [(p.concurrency, p.num_prompts) for p in plan] == [(1, 100), (3, 100)]
+    assert all(p.warmups % 4 == 0 for p in plan)
+    assert G.prompts_for(plan[0], 30.0, 5.0) % 4 == 0
     args, plan = plan_for("--scenarios", "S5_shared_prefix", "--scenario", "S5_shared_prefix=320/8",
                           "--concurrencies", "1")
     cmd = G.bench_command(["vllm"], args, plan[0], "/tok", Path("/r"), seed=0)

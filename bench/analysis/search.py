@@ -153,9 +153,9 @@ class Search:
 
     def state(self, load: float) -> str:
         """PASS, FAIL or SOFT. A point without per-request detail (a folder from before the sweep kept
-        it) passes on its point estimates widened by the band, unconfirmed (`confirmed`)."""
+        it) passes on its point estimates, as the PoC read its tables, but unconfirmed (`confirmed`)."""
         j = self.judgement(load)
-        if C.confident(j, C.MIN_P99_REQUESTS) or (not j.detailed and j.state == C.PASS):
+        if C.confident(j, C.MIN_P99_REQUESTS) or (not j.detailed and j.point_pass):
             return PASS
         return FAIL if j.state == C.FAIL else SOFT
 
