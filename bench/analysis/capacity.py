@@ -27,7 +27,7 @@ Plain functions over plain data (no I/O besides reading result dictionaries), sh
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 import numpy as np
@@ -134,7 +134,8 @@ def bootstrap_p99(groups: list[list[float]], *, resamples: int = BOOTSTRAP_RESAM
     draws = rng.integers(0, n, size=(resamples, n))
     if all(len(g) == 1 for g in groups):
         values = np.asarray([g[0] for g in groups], dtype=float)
-        stats = np.sort(values[draws], axis=1)[:, max(0, math.ceil(0.99 * n) - 1)]
+        rank = max(0, math.ceil(0.99 * n) - 1)
+        stats = np.partition(values[draws], rank, axis=1)[:, rank]  # the rank-th smallest, as a sort would
     else:
         owner = np.concatenate([np.full(len(g), k) for k, g in enumerate(groups)])
         values = np.concatenate([np.asarray(g, dtype=float) for g in groups])
@@ -331,6 +332,14 @@ def judge_results(results: list[dict[str, Any]], *, ttft_ms: float, decode_ms: f
     return judge_summary(_num(last.get("p99_ttft_ms")), _num(last.get(key)), ttft_ms=ttft_ms,
                          decode_ms=decode_ms, decode_metric=decode_metric,
                          requests=int(_num(last.get("completed")) or 0), noise_pct=noise_pct)
+
+
+def with_band(j: Judgement, noise_pct: float) -> Judgement:
+    """The same judgement under another run-to-run band: the bootstrap intervals are kept, only their
+    widening changes (a search re-judges every point each time a repeat moves the band)."""
+    wide = band(noise_pct, j.runs)
+    checks = [replace(m, band=wide) for m in (j.ttft, j.decode)]
+    return Judgement(combine(checks), j.requests, j.runs, checks[0], checks[1], j.detailed)
 
 
 def _num(v: Any) -> float | None:

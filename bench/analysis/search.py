@@ -24,8 +24,8 @@ The rules (docs/benchmark.md, "The capacity search"):
   search stops naming those runs rather than turning the spread into a wide interval.
 - Narrowing, in order: the untested gap between two tested loads inside [lo, hi] whose throughputs
   lie furthest apart is bisected; then a SOFT point inside gets its repeats (`repeats`). Once the
-  ends are close enough, a band still assumed (no comparable repeat yet) is measured by repeating
-  the pass end (`end_repeats`). Below the lowest tested load the search halves the load; above the
+  ends' throughputs are close enough, each end is repeated (`end_repeats`) while the bands keep the
+  interval wider than the target: the repeats measure the band and narrow it. Below the lowest tested load the search halves the load; above the
   highest it doubles it, up to `ceiling`.
 - Integer loads stop being divisible: where the two ends are neighbouring concurrencies and their
   throughputs are further apart than the target, the closed loop cannot say more (`ADJACENT`); the
@@ -43,7 +43,7 @@ from bench.analysis import capacity as C
 TARGET_WIDTH = 1.22  # +-10 %: 1.1 / 0.9
 MAX_BAND_PCT = 30.0
 DEFAULT_REPEATS = 4  # extra comparable runs of a point whose interval straddles a limit
-DEFAULT_END_REPEATS = 1  # repeats of the pass end where no comparable repeat has measured the band yet
+DEFAULT_END_REPEATS = 1  # repeats of each end where the bands keep the interval wider than the target
 MIN_RATE_STEP = 1.03  # rates closer than this are not worth telling apart
 
 PASS, FAIL, SOFT = "pass", "fail", "soft"
@@ -108,6 +108,7 @@ class Search:
     stopped: str | None = None
     exhausted: set = field(default_factory=set)  # loads that are not repeated again (a repeat fell short)
     _cache: dict[tuple, C.Judgement] = field(default_factory=dict, repr=False)
+    _noise: tuple[int, C.Noise] | None = field(default=None, repr=False)
 
     # -- evidence --------------------------------------------------------------------------------
     def observe(self, load: float, raw: dict[str, Any], name: str) -> None:
@@ -133,9 +134,12 @@ class Search:
         return groups
 
     def noise(self) -> C.Noise:
-        groups = self.comparable()
-        return C.noise(([r.raw for r in g] for g in groups), self.default_noise_pct,
-                       names=[[r.name for r in g] for g in groups])
+        runs = sum(len(v) for v in self.points.values())
+        if self._noise is None or self._noise[0] != runs:
+            groups = self.comparable()
+            self._noise = (runs, C.noise(([r.raw for r in g] for g in groups), self.default_noise_pct,
+                                         names=[[r.name for r in g] for g in groups]))
+        return self._noise[1]
 
     def broken(self) -> C.Noise | None:
         """The noise, when the measured band says the repeats disagree (above MAX_BAND_PCT)."""
@@ -143,13 +147,12 @@ class Search:
         return n if n.measured_pct is not None and n.measured_pct > MAX_BAND_PCT else None
 
     def judgement(self, load: float) -> C.Judgement:
-        pct = self.noise().pct
         runs = self.runs(load)
-        key = (load, len(runs), pct)
-        if key not in self._cache:
+        key = (load, len(runs))
+        if key not in self._cache:  # the bootstrap, once per point and number of runs; the band moves
             self._cache[key] = C.judge_results([r.raw for r in runs], ttft_ms=self.ttft_ms, decode_ms=self.decode_ms,
-                                               decode_metric=self.decode_metric, noise_pct=pct)
-        return self._cache[key]
+                                               decode_metric=self.decode_metric, noise_pct=0.0)
+        return C.with_band(self._cache[key], self.noise().pct)
 
     def state(self, load: float) -> str:
         """PASS, FAIL or SOFT. A point without per-request detail (a folder from before the sweep kept
@@ -235,9 +238,14 @@ class Search:
         if hi is None:
             return self._above(lo, loads)
         if self.spread(lo, hi) <= self.target * (1 + 1e-9):
-            if (self.noise().measured_pct is None and len(self.runs(lo)) < 1 + self.end_repeats
-                    and lo not in self.exhausted):
-                return self._repeat(lo, "the pass end: a repeat measures the run-to-run band")
+            width = self.width()
+            if width is not None and width > self.target * (1 + 1e-9):
+                # the ends' throughputs are close; their bands still widen the interval: repeats at
+                # the ends measure the band and halve its variance (the pass end first)
+                short = [x for x in (lo, hi) if len(self.runs(x)) < 1 + self.end_repeats and x not in self.exhausted]
+                if short:
+                    x = min(short, key=lambda v: (len(self.runs(v)), v != lo))
+                    return self._repeat(x, "an end of the interval: a repeat narrows its run-to-run band")
             self.stopped = NARROW
             return None
         inside = [x for x in loads if lo <= x <= hi]
