@@ -145,9 +145,11 @@ def test_baseline_that_never_meets_the_slo(tmp_path):
     assert "S1_chat: the baseline never meets the SLO at the loads tested" in text
     # S2 from the grids alone: both sides meet the SLO at c=8 (2,400 tok/s) and miss it at c=16
     # (4,800): 12 x [2,400, 4,800) over [2,400, 4,800) is 6 to 24 replica-loads before the assumed
-    # run-to-run band (11 %) widens each end: 12 x 2,400 / 1.11 / (4,800 x 1.11) ... = 5 to 30.
+    # run-to-run band (11 %) widens each end of both capacities: 12 x 2,400 / 1.11 / (4,800 x 1.11)
+    # = 4.87 ... 29.6; the two sides' bands combine in quadrature as in the verdict's ratio, which
+    # takes 1.11 x 1.11 / (1 + 0.11 x sqrt 2) = 1.066 back: 5.19 to 27.7, so 6 to 28.
     row = read(out)["configurations"][0]
-    assert rc == 0 and row["replicas"] is None and row["replicas_range"] == [5, 30]
+    assert rc == 0 and row["replicas"] is None and row["replicas_range"] == [6, 28]
     assert "run the capacity search to narrow it" in row["reason"]
     # Confirm S2 on both sides (search runs with detail) and bracket it: c=8 passes, c=9 misses.
     for d, tok in ((base, 300.0), (cand, 900.0)):
@@ -332,5 +334,6 @@ def test_plan_pairs_capacities_as_the_report_does(tmp_path):
     assert "| cand | S1_chat | 3,603.6 to 4,440.0 | " in text and "| capacity search |" in text
     # S1: bracketed [10, 11) on both sides, so each capacity is c=10's throughput (1,000 and 4,000):
     # 12 x 1,000 / 4,000 = 3; S2: 12 x [800, 1,600) over [3,200, 6,400) = 1.5 to 6; each end widened
-    # by the assumed run-to-run band (11 %); the busiest scenario binds each end: 3 to 8.
-    assert read(out)["configurations"][0]["replicas_range"] == [3, 8]
+    # by the assumed run-to-run band (11 %), the two sides' bands in quadrature (as the verdict's ratio:
+    # 6 x 1.11 x 1.11 / 1.066 = 7.0); the busiest scenario binds each end: 3 to 7.
+    assert read(out)["configurations"][0]["replicas_range"] == [3, 7]

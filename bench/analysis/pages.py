@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.analysis.markup import (capacity_html, cell, credit_html, chart, document, drawing, esc, facts_list, field, fleet_html,
+                                   side_capacity_html,
                                    interval_words, is_number, num, pair_html, ratio_html, rehearsal_html, scenario_items, table, times,
                                    wins_words)
 from bench.analysis import answer
@@ -177,10 +178,8 @@ def ratio_section(summary: dict[str, Any]) -> str:
             c.get("slo_basis_source"), "not stated")
         slo_cells = (f'<td>{ratio_html(c.get("slo_ratio_interval"), [*at, "slo_ratio_interval"])}<br>'
                      f'{credit_html(c, [*at, "slo_ratio_band_credit"])}</td>'
-                     + "<td>" + capacity_html(c.get("candidate_slo_capacity"), per.get("candidate"),
-                                              [*at, "slo_capacity_per_gpu", "candidate"]) + "</td>"
-                     + "<td>" + capacity_html(c.get("baseline_slo_capacity"), per.get("baseline"),
-                                              [*at, "slo_capacity_per_gpu", "baseline"]) + "</td>"
+                     + f"<td>{side_capacity_html(c, name, 'candidate')}</td>"
+                     + f"<td>{side_capacity_html(c, name, 'baseline')}</td>"
                      + f"<td>{esc(answer.decides_words(c.get('slo_state'), v.get('threshold')) if key == 'slo_ratio' else 'not the basis')}"
                      f"<br><small>{esc(source)}</small></td>")
         peak_cells = (cell(times(c.get("throughput_ratio")), [*at, "throughput_ratio"])
@@ -235,6 +234,7 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
             f"{name}: output tok/s, TTFT p99, ITL p99 and TPOT p99 against concurrency"))
         peak = entry.get("peak") or {}
         cap = entry.get("slo_capacity_interval")
+        at = ["scenarios", name, "slo_capacity_interval"]
         summary_line = (
             "<p>Peak "
             + (f'<span data-field="{field(["scenarios", name, "peak", "output_tok_s"])}">{esc(num(peak.get("output_tok_s")))}'
@@ -242,8 +242,8 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
                f'{esc(peak.get("concurrency"))}</span>' if peak else "not measured (no valid run)")
             + ("; the highest concurrency tested, so the test set it, not the server" if entry.get("peak_at_edge") else "")
             + ". Capacity under the SLO: "
-            + capacity_html(cap, (cap or {}).get("output_tok_s"), ["scenarios", name, "slo_capacity_interval",
-                                                                    "output_tok_s"]).replace("<br>", " ")
+            + capacity_html(cap, (cap or {}).get("output_tok_s"), [*at, "output_tok_s"], " tok/s",
+                            (cap or {}).get("point_tok_s"), [*at, "point_tok_s"]).replace("<br>", " ")
             + ".</p>")
         parts.append(summary_line)
         rows, classes = [], []
@@ -287,7 +287,7 @@ def capacity_section(summary: dict[str, Any]) -> str:
         interval = s.get("slo_capacity_interval") or {}
         at = ["scenarios", name, "slo_capacity_interval", "output_tok_s"]
         if interval.get("state") == "meets_slo":
-            closed = [f'<td class="n">{pair_html(interval.get("output_tok_s"), at)}</td>',
+            closed = [f'<td class="n">{capacity_html(interval, interval.get("output_tok_s"), at, "", interval.get("point_tok_s"), [*at[:-1], "point_tok_s"]).split("<br>")[0]}</td>',
                       f"<td>{esc(answer.from_words(interval))}</td>", f"<td>{esc(answer.bracket_words(interval))}</td>"]
         else:
             closed = [f'<td colspan="3">{esc(answer.capacity_words(interval))}</td>']

@@ -160,7 +160,8 @@ def _from_interval(cap: V.Capacity, out_len: int | None) -> Capacity:
         req_hi = cap.hi / out_len
     interval = cap.as_dict()
     return Capacity(cap.lo, req_lo, cap.source, out_len, cap.hi, req_hi, cap.state, V.capacity_text(cap),
-                    f"{answer.from_words(interval)}; {answer.bracket_words(interval)}")
+                    f"{answer.from_words(interval)}; {answer.bracket_words(interval)}", band_lo=cap.band_lo,
+                    band_hi=cap.band_hi, more=V.higher_load_advice(cap))
 
 
 def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, Capacity], dict[str, Any]]:

@@ -452,9 +452,8 @@ def run(args: argparse.Namespace) -> int:
     if base is not None:
         base.plan_link = write_plan(args, out)
         if summary["verdict"] is not None and args.current_replicas:
-            summary["verdict"]["fleet"] = fleet(_read_json(out / "plan" / "plan.json") if base.plan_link else None,
-                                                current=args.current_replicas, threshold=args.threshold,
-                                                candidate=side, baseline=base)
+            summary["verdict"]["fleet"] = fleet(summary, current=args.current_replicas,
+                                                threshold=args.threshold, candidate=side, baseline=base)
     charts: list[str] = []
     note = None
     if args.no_charts:
@@ -496,13 +495,6 @@ def run(args: argparse.Namespace) -> int:
             return V.EXIT_CODES[V.INCONCLUSIVE]
         return V.EXIT_CODES[v["state"]]
     return 0
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def write_plan(args: argparse.Namespace, out: Path) -> str | None:

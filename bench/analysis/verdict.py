@@ -445,21 +445,43 @@ def capacity_text(cap: Capacity) -> str:
 SOURCE_WORDS = {GRID: "grid", SEARCH: "capacity search", OPEN_LOOP: "open loop", None: "none"}
 
 
+def higher_load_advice(cap: Capacity) -> str:
+    """What measures beyond a capacity open at the top: loads above the highest it ran (never one it
+    ran), and how a sweep adds them; '' for a capacity that is not open at the top."""
+    if not cap.known or cap.state != MEETS or not (cap.hi is None or math.isinf(cap.hi)) or cap.load_max is None:
+        return ""
+    top = cap.load_max
+    if cap.unit == CONCURRENCY:
+        return (f"add concurrencies above c={top:g}, the highest it ran: a folder holds one grid, so sweep again "
+                f"into a new folder with them (`bench sweep --concurrencies ...,{2 * top:g} --out NEW_FOLDER`, "
+                "`...` the grid it ran)")
+    return (f"add offered rates above {top:g} req/s, the highest it ran (`bench sweep --resume --capacity-search "
+            "--open-loop-rates PERCENTS`, with percentages of the closed-loop capacity above those it ran)")
+
+
 def narrowing_advice(source: str | None, a: Capacity, b: Capacity, labels: tuple[str, str]) -> str:
-    """The command that narrows a straddling interval."""
+    """The command that narrows a straddling interval; it never asks for a load either side already ran."""
     tips = []
     for cap, label in ((a, labels[0]), (b, labels[1])):
-        if cap.known and cap.state == MEETS and (cap.hi is None or math.isinf(cap.hi)):
-            more = ("add higher concurrencies (`bench sweep --concurrencies ...,128 --resume`)"
-                    if cap.unit == CONCURRENCY else "add higher offered rates (`--open-loop-rates ...,130`)")
+        more = higher_load_advice(cap)
+        if more:
             tips.append(f"{label} still meets the SLO at its highest load ({load_text(cap.unit, cap.load_pass)}): "
-                        + more)
+                        f"{more}")
     if source == GRID:
         tips.append("run both sweeps again with `--capacity-search --resume` (the grid is kept; the search "
                     "adds only the points that narrow each side's bracket)")
     elif source == SEARCH:
-        tips.append("narrow the search: `bench sweep --capacity-search --resume` with a smaller --search-bracket "
-                    "(e.g. 0.1), or a larger --extra-budget where the budget stopped it")
+        adjacent = [cap for cap in (a, b) if cap.state == MEETS and cap.load_pass is not None
+                    and cap.load_fail is not None and cap.load_fail - cap.load_pass <= 1]
+        if len(adjacent) == 2:
+            tips.append(f"both brackets are already adjacent concurrencies ({labels[0]} "
+                        f"{load_text(a.unit, a.load_pass)} and {load_text(a.unit, a.load_fail)}, {labels[1]} "
+                        f"{load_text(b.unit, b.load_pass)} and {load_text(b.unit, b.load_fail)}), so only more runs "
+                        "of their ends narrow it: `bench sweep --capacity-search --resume` with a larger "
+                        "--search-end-repeats and --extra-budget")
+        else:
+            tips.append("narrow the search: `bench sweep --capacity-search --resume` with a smaller --search-bracket "
+                        "(e.g. 0.1), or a larger --extra-budget where the budget stopped it")
     elif source == OPEN_LOOP:
         tips.append("add offered rates between the rate capacity and the next rate (`--open-loop-rates`, in "
                     "percent of the closed-loop capacity) on both sides")
@@ -494,12 +516,13 @@ def _state_of(interval: tuple[float, float] | None, threshold: float) -> str:
 
 
 def figure(cap: Capacity) -> float | None:
-    """The capacity figure (output tok/s at the highest load meeting the SLO), 0 for a side that
-    never meets it, None without data."""
+    """The capacity figure (output tok/s at the highest load meeting the SLO: the mean of that load's
+    runs), 0 for a side that misses the SLO even one request at a time, None without data or where it
+    is known only to lie below a load that was not the lightest (never meeting the SLO from c > 1)."""
     if not cap.known:
         return None
     if cap.state == NEVER:
-        return 0.0
+        return 0.0 if cap.hi == 0 else None
     return cap.point if cap.point is not None else cap.lo
 
 
@@ -555,7 +578,6 @@ def decide(calls: list[Call], *, basis: str, threshold: float, issues: list[str]
     `issues` make the comparison incomplete (no pass); `incomparable` (a subset) make the sides
     differ in what they measured, so even a failing interval is not trusted (no fail either)."""
     states = [c.state for c in calls]
-    intervals = [c.interval for c in calls if c.interval is not None]
     if not calls:
         state = INCONCLUSIVE
     elif FAIL in states and not incomparable:
@@ -579,8 +601,9 @@ def decide(calls: list[Call], *, basis: str, threshold: float, issues: list[str]
             reasons += incomparable
     # The interval of one scenario, the one with the smallest low end (never the low end of one
     # scenario with the high end of another).
-    smallest = min(intervals, key=lambda i: (i[0], i[1]), default=None)
-    lo, hi = smallest if smallest is not None else (None, None)
+    binding = min((c for c in calls if c.interval is not None), key=lambda c: (c.interval[0], c.interval[1]),
+                  default=None)
+    lo, hi = binding.interval if binding is not None else (None, None)
     return {
         "threshold": threshold,
         "min_ratio": _end(lo) if lo is not None else None,
@@ -589,6 +612,7 @@ def decide(calls: list[Call], *, basis: str, threshold: float, issues: list[str]
         "state": state,
         "reasons": reasons,
         "min_ratio_interval": [_end(lo), _end(hi)] if lo is not None else None,
+        "min_ratio_scenario": binding.scenario if binding is not None else None,
     }
 
 
