@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.analysis.verdict import PASS, FAIL, STATE_WORDS, interval_text, noise_words
+from bench.analysis.decision import STATE_WORDS
+from bench.analysis.verdict import FAIL, PASS, interval_text, noise_words
 
 STATES = ("pass", "fail", "inconclusive")
 
@@ -71,6 +72,47 @@ def verdict_line(summary: dict[str, Any] | None, labels: dict[str, str] | None =
     if reasons:
         line += " " + "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "") + "."
     return line
+
+
+def verdict_short(summary: dict[str, Any] | None) -> str | None:
+    """The verdict in one clause for a command's last line (`bench report`, `bench demo`): state, basis,
+    the verdict's own smallest interval with its scenario, the threshold, and the fleet it means, worded
+    as the pages word them; None without a verdict."""
+    v = (summary or {}).get("verdict")
+    state = verdict_state(summary)
+    if not isinstance(v, dict) or state is None:
+        return None
+    text = f"verdict {state.upper()} on the {v.get('basis') or 'peak'} basis"
+    interval = v.get("min_ratio_interval")
+    if isinstance(interval, list) and len(interval) == 2 and (interval[0] is not None or v.get("min_ratio") is not None):
+        where = f" ({v['min_ratio_scenario']})" if v.get("min_ratio_scenario") else ""
+        text += f": smallest ratio per GPU {interval_text(interval)}{where}"
+    if _finite(v.get("threshold")):
+        text += f", threshold {v['threshold']:g}x"
+    fleet = fleet_words(v.get("fleet"))
+    if fleet:
+        text += f"; {fleet[0][0].lower()}{fleet[0][1:-1]}"
+    return text
+
+
+def runs_words(counts: dict[str, Any] | None) -> str:
+    """A side's runs as the report lists them (summary.json `run_counts`): "8 grid runs (6 usable, 1
+    invalid, 1 suspect), 2 capacity-search runs, 1 invalid attempt kept for the record"."""
+    if not isinstance(counts, dict):
+        return "no runs"
+
+    def n(key: str, one: str, many: str) -> str | None:
+        k = counts.get(key) or 0
+        return f"{k} {one if k == 1 else many}" if k else None
+
+    grid = counts.get("grid") or 0
+    how = [f"{counts.get('grid_usable') or 0} usable"] + [
+        f"{counts[k]} {w}" for k, w in (("grid_invalid", "invalid"), ("grid_suspect", "suspect")) if counts.get(k)]
+    parts = [f"{grid} grid run{'' if grid == 1 else 's'} ({', '.join(how)})",
+             n("search", "capacity-search run", "capacity-search runs"),
+             n("open_loop", "open-loop run", "open-loop runs"),
+             n("invalid_attempts", "invalid attempt kept for the record", "invalid attempts kept for the record")]
+    return ", ".join(p for p in parts if p)
 
 
 def plan_line(plan: dict[str, Any] | None) -> str | None:
@@ -294,8 +336,8 @@ def fleet_words(fleet: dict[str, Any] | None) -> list[str]:
                          ran.get("image"), f"flags {ran['served_flags']}" if ran.get("served_flags") else None) if f]
     lines.append(f"\"Today\" is {now} replicas running what the baseline {ran.get('label') or ''} ran"
                  + (f" ({'; '.join(map(str, facts))})" if facts else " (not recorded)")
-                 + "; it holds only if today's fleet runs the same. The replica plan adds headroom and spares to "
-                 "this count and sizes every scenario, each capacity at its own worst end.")
+                 + "; it holds only if today's fleet runs the same. No headroom or spares: the replica plan "
+                 "(`bench plan --headroom --spares`) adds them.")
     return lines
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from bench.analysis import answer
 from bench.analysis import capacity as C
+from bench.analysis import decision as D
 from bench.analysis import results as R
 from bench.analysis import verdict as V
 
@@ -282,7 +283,7 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
                    if peak is None]
         peak_calls.append(V.peak_call(name, comp["throughput_ratio"], threshold=threshold, labels=labels,
                                       missing=missing))
-    summary["verdict"] = V.decide(calls if basis == "slo" else peak_calls, basis=basis, threshold=threshold,
+    summary["verdict"] = D.decide(calls if basis == "slo" else peak_calls, basis=basis, threshold=threshold,
                                   issues=issues, incomparable=incomparable or [])
     return extra
 
@@ -426,5 +427,5 @@ def comparison_markdown(summary: dict[str, Any], labels: tuple[str, str], extra:
                      f"| {answer.capacity_words(b, per.get('baseline'), fig.get('baseline'))} "
                      f"| {answer.ratio_rebuilt(c) or '-'} "
                      f"| {V.SOURCE_WORDS.get(c.get('slo_basis_source'), '-')} | {cost} "
-                     f"| {V.STATE_WORDS.get(c.get('slo_state'), '-').lower()} |")
+                     f"| {D.STATE_WORDS.get(c.get('slo_state'), '-').lower()} |")
     return lines

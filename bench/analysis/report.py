@@ -148,6 +148,7 @@ from typing import Any
 
 from bench.analysis import answer, checks, pages
 from bench.analysis import capacity_report as CR
+from bench.analysis import decision as D
 from bench.analysis import plan as P
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
@@ -471,8 +472,10 @@ def run(args: argparse.Namespace) -> int:
     text = render_markdown(side, base, summary, issues, charts, note) + startup_report.markdown(path)
     (out / "report.md").write_text(text, encoding="utf-8")
     locations.written(out / "report.md")
-    valid = sum(1 for r in side.runs if r.valid)
-    msg = f"bench report: {valid}/{len(side.runs)} valid runs -> {locations.display(out / 'report.md')}, summary.json"
+    counts = summary["run_counts"]
+    msg = (f"bench report: {side.label}: {answer.runs_words(counts['candidate'])}"
+           + (f"; baseline {base.label}: {answer.runs_words(counts['baseline'])}" if base else "")
+           + f" -> {locations.display(out / 'report.md')}, summary.json")
     if not args.no_html:
         pages.write_report(out, summary, side, base, issues, charts=not args.no_charts)
         locations.written(out / "report.html")
@@ -481,19 +484,15 @@ def run(args: argparse.Namespace) -> int:
         msg += f", {len(charts)} charts"
     v = summary["verdict"]
     if v:
-        msg += (f"; verdict {V.STATE_WORDS[v['state']]} on the {v['basis']} basis: smallest ratio per GPU "
-                f"{V.interval_text(v['min_ratio_interval'])}, threshold {v['threshold']:g}x")
-        fleet_line = answer.fleet_words(v.get("fleet"))
-        if fleet_line:
-            msg += f"; {fleet_line[0][0].lower()}{fleet_line[0][1:-1]}"
+        msg += f"; {answer.verdict_short(summary)}"
         if v["reasons"]:
-            msg += f"; {len(v['reasons'])} reason(s) in report.md"
+            msg += f"; {len(v['reasons'])} reason{'s' if len(v['reasons']) != 1 else ''} in report.md"
     print(msg)
     if args.exit_code:
         if v is None:
             print("bench report: --exit-code: no verdict without --baseline; exit 3 (inconclusive)", file=sys.stderr)
-            return V.EXIT_CODES[V.INCONCLUSIVE]
-        return V.EXIT_CODES[v["state"]]
+            return D.EXIT_CODES[V.INCONCLUSIVE]
+        return D.EXIT_CODES[v["state"]]
     return 0
 
 

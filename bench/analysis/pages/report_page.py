@@ -1,19 +1,7 @@
-"""Report pages: `report.html`, `plan.html` and `compare.html`, one self-contained file each.
-
-`bench report`, `bench plan` and `bench compare` write a page beside their Markdown (`--no-html` to
-skip), built from the same dictionaries as the Markdown and the JSON (summary.json, plan.json,
-compare.json) plus the facts those leave out (the manifests, the baseline's runs, startup records).
-
-Self-contained: styles inline, charts as SVG data URIs drawn by matplotlib (bench/analysis/charts.py), no
-script, font, style sheet or image to fetch; the page's Content-Security-Policy forbids any, so
-the browser refuses a stray reference instead of loading it. Without matplotlib, or with the
-command's `--no-charts`, the page is still written, with tables only and a note.
-
-Every figure a table shows carries `data-field`: the JSON path (a list of keys) of the value in
-the page's JSON file, so a reader, and the tests, can check the page against it. Missing data is
-worded ("not measured", "no baseline"), never shown as zero, `None` or `nan`; an interval with an
-open end reads "at least 3.20x".
-"""
+"""report.html: the answer first (the verdict, each scenario's ratio interval beside the capacities it
+divides, the fleet), then the ratios, the curves with every run the report lists, the capacity
+table, start-up, the replica plan, the rehearsal, invalid and suspect runs and attempts, and what each
+side ran (bench/analysis/pages/__init__.py says what every page shares)."""
 
 from __future__ import annotations
 
@@ -22,11 +10,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.analysis.markup import (capacity_html, cell, credit_html, chart, document, drawing, esc, facts_list, field, fleet_html,
-                                   side_capacity_html,
-                                   interval_words, is_number, num, pair_html, ratio_html, rehearsal_html, scenario_items, table, times,
-                                   wins_words)
 from bench.analysis import answer
+from bench.analysis.markup import (capacity_html, cell, chart, credit_html, document, drawing, esc, facts_list, field,
+                                   fleet_html, interval_words, is_number, num, ratio_html, rehearsal_html,
+                                   scenario_items, side_capacity_html, table, times)
+from bench.analysis.pages.plan_page import plan_section
 from bench.analysis.side import run_row
 from bench.common import locations
 from bench.startup import report as startup_report
@@ -332,59 +320,6 @@ def startup_section(records: Sequence[dict[str, Any]]) -> str:
             + table(["Boot", "Total", *[label for _, label in timeline.PHASES]], rows))
 
 
-def plan_section(plan: dict[str, Any] | None, link: str | None, *, tagged: bool = True,
-                 heading: str = "Replica plan") -> str:
-    """The plan's table and chart; `tagged`: its cells carry their plan.json paths (not on the report
-    page, whose paths point into summary.json)."""
-    if not plan:
-        return ""
-
-    def at(*path: Any) -> list[Any] | None:
-        return list(path) if tagged else None
-
-    def span(path: list[Any] | None, text: str, tag: str = "span") -> str:
-        attr = f' data-field="{field(path)}"' if path is not None else ""
-        return f"<{tag}{attr}>{esc(text)}</{tag}>"
-
-    rows = []
-    has_range = any("replicas_range" in row for row in plan.get("configurations") or [])
-    for i, row in enumerate(plan.get("configurations") or []):
-        rng = interval_words(row.get("replicas_range"), "", 0)
-        pair = row.get("replicas_range") or [None, None]
-        if row.get("replicas") is not None:
-            replicas = cell(str(row["replicas"]), at("configurations", i, "replicas"))
-        elif pair[0] is not None:  # a range: each end tagged with its place in plan.json
-            high = (span(at("configurations", i, "replicas_range", 1), str(pair[1])) if pair[1] is not None
-                    else esc("no upper bound"))
-            replicas = (f'<td>{span(at("configurations", i, "replicas_range", 0), str(pair[0]))} to {high}'
-                        f'<br><small>{esc(row.get("reason") or "")}</small></td>')
-        else:
-            replicas = f'<td>{esc(row.get("reason") or "cannot meet the load")}</td>'
-        rows.append(f"<td>{esc(row['label'])}</td><td>{esc(row.get('instance_type') or 'unknown')}</td>"
-                    + replicas + (f"<td>{esc(rng or 'unknown')}</td>" if has_range else "")
-                    + "".join(cell(_money(row.get(key), digits), at("configurations", i, key))
-                              for key, digits in (("usd_hour_on_demand", 2), ("usd_month_on_demand", 0),
-                                                  ("usd_month_spot", 0), ("usd_per_million_output_tokens", 3))))
-    current = plan.get("current")
-    lead = ""
-    if current:
-        cost = (", " + span(at("current", "usd_month"), _money(current["usd_month"])) + " a month"
-                if is_number(current.get("usd_month")) else ", cost unknown")
-        lead = f"<p>Today: {span(at('current', 'replicas'), str(current['replicas']), 'strong')} replicas{cost}.</p>"
-    img = chart(lambda C: C.plan_figure(plan), "replicas and monthly cost per configuration")
-    more = f' Details: <a href="{esc(link)}">{esc(link)}</a>.' if link else ""
-    headroom = f"{plan.get('headroom', 0):.0%}"
-    return (f"<h2>{esc(heading)}</h2><p class=\"note\">{esc(plan.get('basis'))} basis, headroom "
-            f"{esc(headroom)}, spares {esc(plan.get('spares'))}; a month is 730 hours.{more}</p>"
-            + lead + img
-            + table(["Configuration", "Instance type", "Replicas", *(["Replica range"] if has_range else []),
-                     "On-demand $/h", "On-demand $/month", "Spot $/month", "$ per million output tokens"], rows))
-
-
-def _money(value: Any, digits: int = 0) -> str:
-    return f"${value:,.{digits}f}" if is_number(value) else "unknown"
-
-
 def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]] | None, ctx: dict[str, Any]) -> str:
     cand = (ctx.get("candidate") or {}).get("label", "candidate")
     base = (ctx.get("baseline") or {}).get("label", "baseline")
@@ -450,139 +385,4 @@ def write_report(out: Path, summary: dict[str, Any], side, base, issues: Sequenc
     path = out / "report.html"
     with drawing(charts):
         path.write_text(report_page(summary, report_context(side, base, out), issues), encoding="utf-8")
-    return path
-
-
-# ---------------------------------------------------------------------------------------------
-# Plan page
-
-
-def plan_page(plan: dict[str, Any], notes: Sequence[str], load_desc: str,
-              capacities: Sequence[tuple[str, str, Any, Any, str]]) -> str:
-    """capacities: (configuration, scenario, output tok/s, req/s, basis, output tok/s high end, run) per replica."""
-    headline = []
-    current = plan.get("current")
-    for row in plan.get("configurations") or []:
-        span = row.get("replicas_range")
-        if row.get("replicas") is not None:
-            count = str(row["replicas"])
-        elif span and span[0] is not None:
-            count = f"{span[0]}-{span[1]}" if span[1] is not None else f"{span[0]} or more"
-        else:
-            headline.append(f"{row['label']}: {row.get('reason') or 'cannot meet the load at the SLO'}")
-            continue
-        cost = f", {_money(row.get('usd_month_on_demand'))} a month on demand" if is_number(
-            row.get("usd_month_on_demand")) else ""
-        if cost and row.get("replicas") is None:
-            cost += " at the high end"
-        now = f" (today {current['replicas']})" if current else ""
-        if current and is_number(current.get("usd_month")) and cost:
-            cost += f" against {_money(current['usd_month'])} today"
-        why = f"; {row['reason']}" if row.get("reason") else ""
-        headline.append(f"{row['label']}: {count} replicas{now}{cost}{why}")
-    rows = [f"<td>{esc(c)}</td><td>{esc(s)}</td>" + cell(_span_words(t, hi), None) + cell(num(q, 3), None)
-            + f"<td>{esc(_capacity_basis(b))}</td><td>{esc(run or 'not recorded')}</td>"
-            for c, s, t, q, b, hi, run in capacities]
-    body = ["<h1>Replica plan</h1>",
-            f'<section class="verdict state-none"><ul>{"".join(f"<li>{esc(h)}</li>" for h in headline)}</ul></section>',
-            facts_list([("Load", load_desc),
-                        ("Replicas", "ceil(needed replica-loads / (1 - headroom)) + spares"),
-                        ("Cost per million output tokens", "at the planned load, on-demand price (Spot where "
-                         "on-demand is unknown)")]),
-            plan_section(plan, None, heading="Replicas and cost"),
-            "<h2>Capacity per replica</h2><p class=\"note\">The capacity under the SLO <code>bench report</code> "
-            "shows (the same figure, from the same runs), per replica; req/s at its low end.</p>"
-            + table(["Configuration", "Scenario", "Output tok/s", "req/s", "Basis", "From the run"], rows)]
-    if notes:
-        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
-    return document("Replica plan", "\n".join(body), source="bench plan")
-
-
-def _span_words(lo: Any, hi: Any) -> str:
-    if not is_number(lo):
-        return "not measured"
-    return answer.span_words([lo, hi if is_number(hi) else None], "")
-
-
-def _capacity_basis(basis: str) -> str:
-    return {"rate_capacity": "open-loop rate capacity", "slo_capacity": "closed-loop SLO capacity",
-            "peak": "peak throughput", "never_meets_slo": "never meets the SLO", "unknown": "not measured",
-            "reference": "production reference", "stated": "stated load", "grid": "grid",
-            "search": "capacity search", "open_loop": "open loop"}.get(basis, basis)
-
-
-def write_plan(out: Path, plan: dict[str, Any], notes: Sequence[str], load_desc: str, candidates, *,
-               charts: bool = True) -> Path:
-    caps = [(cfg.label, s, c.tok_s, c.req_s, c.basis, c.tok_hi, c.run)
-            for cfg in candidates for s, c in cfg.capacities.items()]
-    path = out / "plan.html"
-    with drawing(charts):
-        path.write_text(plan_page(plan, notes, load_desc, caps), encoding="utf-8")
-    return path
-
-
-# ---------------------------------------------------------------------------------------------
-# Compare page
-
-
-def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> str:
-    labels = [v["label"] for v in data.get("variants") or []]
-    settings = extra.get("settings") or []
-    title = "Variant comparison: " + " vs ".join(labels)
-    incomplete = data.get("incomplete") or []
-    winners = sum(1 for c in data.get("cells") or [] if c.get("winner"))
-    if incomplete:
-        state = ('<section class="verdict state-incomplete"><div class="state">INCOMPLETE</div><p>No winner is '
-                 "named: the sweeps are not like for like.</p><ul>"
-                 + "".join(f"<li>{esc(r)}</li>" for r in incomplete) + "</ul></section>")
-    else:
-        state = ('<section class="verdict state-none"><div class="state">COMPARABLE</div><p>The sweeps differ in '
-                 + esc(", ".join(settings) or "no server setting") + f"; {winners} of {len(data['cells'])} cells have "
-                 "a clear winner" + esc(wins_words(data.get("cells") or [], labels)) + ".</p></section>")
-    variant_rows = [f"<td>{esc(v['label'])}</td><td><code>{esc(v['dir'])}</code></td>"
-                    + "".join(f"<td><code>{esc(v['differs'].get(k, 'not set'))}</code></td>" for k in settings)
-                    for v in data.get("variants") or []]
-    body = [f"<h1>{esc(title)}</h1>", state,
-            "<h2>Variants</h2>" + table(["Variant", "Sweep", *(settings or [])], variant_rows)]
-    if extra.get("gated"):
-        body.append("<h2>Configuration problems (never a winner)</h2><ul>" + "".join(
-            f"<li><strong>{esc(label)}</strong>: {esc(p)}</li>" for label, ps in extra["gated"].items() for p in ps)
-            + "</ul>")
-    body.append("<h2>Output tok/s per scenario and concurrency</h2>"
-                + chart(lambda C: C.compare_figure(data.get("cells") or [], labels),
-                        "output tok/s per variant against concurrency"))
-    has_margin = any("winner_margin_pct" in c for c in data.get("cells") or [])
-    rows, classes = [], []
-    for i, c in enumerate(data.get("cells") or []):
-        row = f"<td>{esc(c['scenario'])}</td>" + cell(str(c["concurrency"]), ["cells", i, "concurrency"])
-        for label in labels:
-            value = c["output_tok_s"].get(label)
-            row += cell(num(value, 1, "no usable run"), ["cells", i, "output_tok_s", label],
-                        cls="win" if c.get("winner") == label else "")
-        row += f"<td>{esc(c.get('winner') or 'none')}</td>"
-        if has_margin:
-            margin, noise = c.get("winner_margin_pct"), c.get("noise_pct")
-            row += (cell(f"{margin:.1f}%" if is_number(margin) else "none", ["cells", i, "winner_margin_pct"]
-                         if is_number(margin) else None)
-                    + cell(f"{noise:.1f}%" if is_number(noise) else "unknown", ["cells", i, "noise_pct"]
-                           if is_number(noise) else None))
-        rows.append(row)
-        classes.append("")
-    head = ["Scenario", "Concurrency", *labels, "Winner"] + (["Winner's margin", "Noise band"] if has_margin else [])
-    body.append(table(head, rows, classes))
-    cap_rows = [f"<td>{esc(s)}</td>" + "".join(cell(num(per.get(label), 1, "no run meets the SLO"),
-                                                    ["slo_capacity", s, label]) for label in labels)
-                for s, per in (data.get("slo_capacity") or {}).items()]
-    body.append(f"<h2>Capacity under the SLO (output tok/s)</h2><p class=\"note\">The low end of each variant's "
-                f"capacity under the SLO (TTFT p99 &le; {esc(f'{ttft_ms:g}')} ms and ITL p99 &le; "
-                f"{esc(f'{itl_ms:g}')} ms), the same figure <code>bench report</code> shows: the throughput of the "
-                "run at the highest load meeting the SLO, from the grid and the capacity search's runs. Colours: "
-                "the first variant (the baseline, if you list it first) blue, the second orange, as in the "
-                "report's charts.</p>" + table(["Scenario", *labels], cap_rows))
-    return document(title, "\n".join(body), source="bench compare")
-
-
-def write_compare(out: Path, data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> Path:
-    path = out / "compare.html"
-    path.write_text(compare_page(data, extra, ttft_ms=ttft_ms, itl_ms=itl_ms), encoding="utf-8")
     return path
