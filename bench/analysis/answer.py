@@ -95,20 +95,23 @@ def verdict_short(summary: dict[str, Any] | None) -> str | None:
     return text
 
 
-def runs_words(counts: dict[str, Any] | None) -> str:
+def runs_words(counts: dict[str, Any] | None, mark=None) -> str:
     """A side's runs as the report lists them (summary.json `run_counts`): "8 grid runs (6 usable, 1
-    invalid, 1 suspect), 2 capacity-search runs, 1 invalid attempt kept for the record"."""
+    invalid, 1 suspect), 2 capacity-search runs, 1 invalid attempt kept for the record"; `mark(key,
+    number)` dresses each number (a page tags it with its JSON path)."""
     if not isinstance(counts, dict):
         return "no runs"
+    mark = mark or (lambda key, number: str(number))
 
     def n(key: str, one: str, many: str) -> str | None:
         k = counts.get(key) or 0
-        return f"{k} {one if k == 1 else many}" if k else None
+        return f"{mark(key, k)} {one if k == 1 else many}" if k else None
 
     grid = counts.get("grid") or 0
-    how = [f"{counts.get('grid_usable') or 0} usable"] + [
-        f"{counts[k]} {w}" for k, w in (("grid_invalid", "invalid"), ("grid_suspect", "suspect")) if counts.get(k)]
-    parts = [f"{grid} grid run{'' if grid == 1 else 's'} ({', '.join(how)})",
+    how = [f"{mark('grid_usable', counts.get('grid_usable') or 0)} usable"] + [
+        f"{mark(k, counts[k])} {w}" for k, w in (("grid_invalid", "invalid"), ("grid_suspect", "suspect"))
+        if counts.get(k)]
+    parts = [f"{mark('grid', grid)} grid run{'' if grid == 1 else 's'} ({', '.join(how)})",
              n("search", "capacity-search run", "capacity-search runs"),
              n("open_loop", "open-loop run", "open-loop runs"),
              n("invalid_attempts", "invalid attempt kept for the record", "invalid attempts kept for the record")]

@@ -11,9 +11,9 @@ from bench.analysis.markup import cell, chart, document, drawing, esc, facts_lis
 
 
 def plan_section(plan: dict[str, Any] | None, link: str | None, *, tagged: bool = True,
-                 heading: str = "Replica plan") -> str:
+                 heading: str = "Replica plan", note: str = "") -> str:
     """The plan's table and chart; `tagged`: its cells carry their plan.json paths (not on the report
-    page, whose paths point into summary.json)."""
+    page, whose paths point into summary.json); `note` says what the count is beside other figures."""
     if not plan:
         return ""
 
@@ -53,7 +53,8 @@ def plan_section(plan: dict[str, Any] | None, link: str | None, *, tagged: bool 
     more = f' Details: <a href="{esc(link)}">{esc(link)}</a>.' if link else ""
     headroom = f"{plan.get('headroom', 0):.0%}"
     return (f"<h2>{esc(heading)}</h2><p class=\"note\">{esc(plan.get('basis'))} basis, headroom "
-            f"{esc(headroom)}, spares {esc(plan.get('spares'))}; a month is 730 hours.{more}</p>"
+            f"{esc(headroom)}, spares {esc(plan.get('spares'))}; a month is 730 hours.{more}"
+            + (f" {esc(note)}" if note else "") + "</p>"
             + lead + img
             + table(["Configuration", "Instance type", "Replicas", *(["Replica range"] if has_range else []),
                      "On-demand $/h", "On-demand $/month", "Spot $/month", "$ per million output tokens"], rows))

@@ -235,30 +235,36 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
             + ".</p>")
         parts.append(summary_line)
         rows, classes = [], []
-        for i, r in enumerate(runs):
-            if r["scenario"] != name:
-                continue
-            if not r.get("valid"):
-                rows.append(cell(str(r["concurrency"]), ["runs", i, "concurrency"])
-                            + f'<td colspan="6">invalid: {esc(r.get("reason") or "no reason recorded")}</td>')
-                classes.append("bad")
-                continue
-            met = _meets(r, slo)
-            status = "suspect, excluded: " + str(r.get("reason")) if r.get("suspect") else ("met" if met else "missed")
-            fail_at = (cap or {}).get("load_fail")
-            if met and not r.get("suspect") and is_number(fail_at) and r["concurrency"] >= fail_at:
-                status = f"met in this run; not counted: the capacity under the SLO misses it from c={fail_at:g}"
-            rows.append(cell(str(r["concurrency"]), ["runs", i, "concurrency"])
-                        + cell(num(r.get("req_s"), 2), ["runs", i, "req_s"])
-                        + cell(num(r.get("output_tok_s")), ["runs", i, "output_tok_s"])
-                        + cell(num(r.get("ttft_p99_ms")), ["runs", i, "ttft_p99_ms"])
-                        + cell(num(r.get("itl_p99_ms")), ["runs", i, "itl_p99_ms"])
-                        + cell(num(r.get("tpot_p99_ms")), ["runs", i, "tpot_p99_ms"])
-                        + f"<td>{esc(status)}</td>")
-            classes.append("warn" if r.get("suspect") else "")
-        parts.append(table(["Concurrency", "req/s", "Output tok/s", "TTFT p99 (ms)", "ITL p99 (ms)",
+        listed = [(r.get("concurrency") or 0, 0, i, r, ["runs", i]) for i, r in enumerate(runs) if r["scenario"] == name]
+        listed += [(r.get("concurrency") or 0 if r["kind"] == "search" else float("inf"), 1, i, r, ["extra_runs", i])
+                   for i, r in enumerate(summary.get("extra_runs") or []) if r["scenario"] == name]
+        for _, _, _, r, at_run in sorted(listed, key=lambda x: x[:3]):
+            row, cls = run_cells(r, at_run, slo, (cap or {}).get("load_fail"))
+            rows.append(row)
+            classes.append(cls)
+        parts.append(table(["Run", "Concurrency", "req/s", "Output tok/s", "TTFT p99 (ms)", "ITL p99 (ms)",
                             "TPOT p99 (ms)", "SLO"], rows, classes))
     return "".join(parts)
+
+
+RUN_KINDS = {"search": "capacity search", "open_loop": "open loop"}
+
+
+def run_cells(r: dict[str, Any], at: list[Any], slo: dict[str, Any], fail_at: Any) -> tuple[str, str]:
+    """One listed run's cells (a grid run, or the capacity search's or the open loop's) and its row class."""
+    kind = RUN_KINDS.get(r.get("kind"), "grid")
+    what = f"<td>{esc(kind)}" + (f"<br><small>{esc(r['file'])}</small>" if r.get("file") else "") + "</td>"
+    load = (cell(str(r["concurrency"]), [*at, "concurrency"]) if r.get("rate") is None
+            else f'<td>offered <span data-field="{field([*at, "rate"])}">{esc(num(r["rate"], 2))}</span> req/s</td>')
+    if not r.get("valid", True):
+        return what + load + f'<td colspan="6">invalid: {esc(r.get("reason") or "no reason recorded")}</td>', "bad"
+    met = _meets(r, slo)
+    status = "suspect, excluded: " + str(r.get("reason")) if r.get("suspect") else ("met" if met else "missed")
+    if met and not r.get("suspect") and r.get("rate") is None and is_number(fail_at) and r["concurrency"] >= fail_at:
+        status = f"met in this run; not counted: the capacity under the SLO misses it from c={fail_at:g}"
+    return (what + load + "".join(cell(num(r.get(k), d), [*at, k]) for k, d in (
+        ("req_s", 2), ("output_tok_s", 1), ("ttft_p99_ms", 1), ("itl_p99_ms", 1), ("tpot_p99_ms", 1)))
+        + f"<td>{esc(status)}</td>"), "warn" if r.get("suspect") else ""
 
 
 def _meets(row: dict[str, Any], slo: dict[str, Any]) -> bool:
@@ -333,12 +339,23 @@ def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]
                         + cell(str(r["concurrency"]), [*prefix, i, "concurrency"] if prefix else None)
                         + f"<td>{kind}</td><td>{esc(r.get('reason') or 'no reason recorded')}</td>")
             classes.append("bad" if kind == "invalid" else "warn")
+    for i, a in enumerate(summary.get("invalid_attempts") or []):
+        then = "run again: valid" if a.get("then") == "valid" else "the run stayed invalid"
+        load = (cell(str(a["concurrency"]), ["invalid_attempts", i, "concurrency"]) if a.get("rate") is None
+                else f'<td>offered <span data-field="{field(["invalid_attempts", i, "rate"])}">{esc(num(a["rate"], 2))}'
+                     "</span> req/s</td>")
+        rows.append(f"<td>{esc(cand if a.get('side') == 'candidate' else base)}</td><td>{esc(a.get('scenario'))}</td>"
+                    + load + f"<td>invalid attempt {esc(a.get('attempt') or '')} of a "
+                    f"{esc(RUN_KINDS.get(a.get('kind'), 'grid'))} run ({esc(then)})</td>"
+                    f"<td>{esc(a.get('reason') or 'no reason recorded')}</td>")
+        classes.append("warn" if a.get("then") == "valid" else "bad")
     if not rows:
         return ("<h2>Invalid and suspect runs</h2><p>There are none: every run completed all of its prompts without "
                 "a failed request, and none was suspect (served from the prefix cache, a collapsed speculative "
                 "draft, or answers in one chunk).</p>")
     return ("<h2>Invalid and suspect runs</h2><p class=\"note\">Excluded from every figure, ratio and chart; "
-            "a comparison with any of them cannot pass.</p>"
+            "a comparison with an invalid or suspect run cannot pass. An invalid attempt that was run again and "
+            "came back valid is kept for the record only.</p>"
             + table(["Sweep", "Scenario", "Concurrency", "Kind", "Why"], rows, classes))
 
 
@@ -360,20 +377,39 @@ def manifest_section(ctx: dict[str, Any]) -> str:
     return "<h2>What was measured</h2><div class=\"cols\">" + "".join(cols) + "</div>"
 
 
+PLAN_NOTE = ("The load today's replicas carry, sized on every scenario's capacities the way the fleet line of the "
+             "verdict divides by its ratio intervals (the two sides' run-to-run bands in quadrature), with no headroom "
+             "or spares: the same count. `bench plan --headroom --spares` adds replicas on top of it.")
+
+
+def runs_header(summary: dict[str, Any], cand: str, base: str | None) -> str:
+    """What the page lists, counted (summary.json `run_counts`, each number tagged) and where."""
+    counts = summary.get("run_counts") or {}
+
+    def side(who: str, label: str, where: str) -> str:
+        def mark(key: str, number: Any) -> str:
+            return f'<span data-field="{field(["run_counts", who, key])}">{esc(number)}</span>'
+        return f"{esc(label)} ({who}): {answer.runs_words(counts.get(who), mark)}, {where}"
+
+    parts = [side("candidate", cand, "each in its scenario's table below")]
+    if base and counts.get("baseline"):
+        parts.append(side("baseline", base, "its grid runs drawn dashed on the curves"))
+    return (f'<p class="sub">{"; ".join(parts)}. Invalid and suspect runs and invalid attempts are listed under '
+            "Invalid and suspect runs. The numbers are those of <code>summary.json</code> beside this page "
+            "(<code>report.md</code> has every table).</p>")
+
+
 def report_page(summary: dict[str, Any], ctx: dict[str, Any], issues: Sequence[str] = ()) -> str:
     cand = (ctx.get("candidate") or {}).get("label", "candidate")
     base = (ctx.get("baseline") or {}).get("label")
     title = f"Benchmark report: {cand}" + (f" against {base}" if base else "")
-    valid = sum(1 for r in summary.get("runs") or [] if r.get("valid"))
-    body = [f"<h1>{esc(title)}</h1>",
-            f'<p class="sub">{valid} of {len(summary.get("runs") or [])} runs valid; the numbers are those of '
-            f"<code>summary.json</code> beside this page (<code>report.md</code> has every table).</p>",
+    body = [f"<h1>{esc(title)}</h1>", runs_header(summary, cand, base),
             verdict_section(summary, issues, ctx),
             ratio_section(summary),
             curves_section(summary, ctx),
             capacity_section(summary),
             startup_section(ctx.get("startup") or []),
-            plan_section(ctx.get("plan"), ctx.get("plan_page"), tagged=False),
+            plan_section(ctx.get("plan"), ctx.get("plan_page"), tagged=False, note=PLAN_NOTE),
             rehearsal_html(summary.get("rehearsal")),
             problems_section(summary, ctx.get("baseline_runs"), ctx),
             manifest_section(ctx)]
