@@ -237,13 +237,13 @@ def test_the_curves_star_and_band_are_one_figure(figures, name):
     interval = entry["slo_capacity_interval"]
     mark = charts.capacity_mark(entry)
     assert (mark["pass"], mark["fail"]) == (interval["load_pass"], interval["load_fail"])
-    assert mark["tok_s"] == interval["output_tok_s"][0]
+    assert mark["tok_s"] == interval["point_tok_s"]  # the figure itself, not the low end of its interval
     assert mark["pass"] <= mark["load"] < mark["fail"]  # the star sits in its own band
     fig = charts.curves_figure(summary["runs"], None, summary["slo"], name, label="candidate", entry=entry)
     labels = fig.axes[0].get_legend_handles_labels()[1]
     charts.close(fig)
     assert f"SLO capacity bracket [c={interval['load_pass']}, c={interval['load_fail']})" in labels
-    assert f"capacity under the SLO {interval['output_tok_s'][0]:,.0f} (c={mark['load']:g})" in labels
+    assert f"capacity under the SLO {interval['point_tok_s']:,.1f} (c={mark['load']:g})" in labels
     assert not any(label.startswith("best under SLO") for label in labels)
 
 
