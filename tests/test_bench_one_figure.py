@@ -300,7 +300,7 @@ def test_advice_asks_only_for_loads_above_those_run():
     # both brackets already adjacent concurrencies: a smaller --search-bracket cannot narrow them
     adjacent = V.narrowing_advice(V.SEARCH, V.Capacity(V.SEARCH, V.MEETS, 300.0, 500.0, V.CONCURRENCY, 10, 11, 64),
                                   closed, ("g7e", "l40s"))
-    assert "--search-bracket" not in adjacent and "--search-end-repeats" in adjacent and "already adjacent" in adjacent
+    assert "--search-bracket" not in adjacent and "--search-end-repeats" in adjacent and "already neighbouring" in adjacent
     assert "--search-bracket" in V.narrowing_advice(V.SEARCH, V.Capacity(V.SEARCH, V.MEETS, 1.0, 2.0, V.CONCURRENCY,
                                                                          8, 12, 64), closed, ("a", "b"))
     # the plan's reason for an open baseline names the same

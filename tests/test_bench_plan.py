@@ -167,7 +167,7 @@ def test_baseline_that_never_meets_the_slo(tmp_path):
     # the search's) at each end: 4 to 5
     row = read(out)["configurations"][0]
     assert row["replicas_range"] == [4, 5] and row["replicas"] is None
-    assert "narrow the capacity search" in row["reason"]
+    assert "only more runs of their ends narrow it" in row["reason"]  # a smaller bracket would add no run
     assert "never meets the SLO" in (out / "plan.md").read_text()
 
 
@@ -208,8 +208,10 @@ def test_candidate_slo_capacity_from_search_runs(tmp_path):
     # once): 4 to 5.
     row = read(out)["configurations"][0]
     assert row["replicas_range"] == [4, 5] and row["replicas"] is None
-    assert "| cand | S1_chat | 1,351.4 to 1,665.0 | " in (out / "plan.md").read_text()
+    assert "| cand | S1_chat | 1,500.0, 95 % interval 1,351.4 to 1,665.0 | " in (out / "plan.md").read_text()
     assert "capacity search |" in (out / "plan.md").read_text()
+    # neighbouring concurrencies on both sides: a smaller search bracket would add no run
+    assert "--search-bracket" not in row["reason"] and "--search-end-repeats" in row["reason"]
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -331,7 +333,7 @@ def test_plan_pairs_capacities_as_the_report_does(tmp_path):
     assert plan(tmp_path / "cand", "--baseline", tmp_path / "base", "--current-replicas", 12, "--out", out,
                 "--no-charts") == 0
     text = (out / "plan.md").read_text()
-    assert "| cand | S1_chat | 3,603.6 to 4,440.0 | " in text and "| capacity search |" in text
+    assert "| cand | S1_chat | 4,000.0, 95 % interval 3,603.6 to 4,440.0 | " in text and "| capacity search |" in text
     # S1: bracketed [10, 11) on both sides, so each capacity is c=10's throughput (1,000 and 4,000):
     # 12 x 1,000 / 4,000 = 3; S2: 12 x [800, 1,600) over [3,200, 6,400) = 1.5 to 6; each end widened
     # by the assumed run-to-run band (11 %), the two sides' bands in quadrature (as the verdict's ratio:

@@ -118,6 +118,25 @@ def runs_words(counts: dict[str, Any] | None, mark=None) -> str:
     return ", ".join(p for p in parts if p)
 
 
+def attempts_markdown(summary: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """report.md's invalid attempts (summary.json `invalid_attempts`): each with its side, load, kind,
+    what became of the run, and its reason."""
+    rows = summary.get("invalid_attempts") or []
+    if not rows:
+        return []
+    lines = ["", "Invalid attempts kept for the record (a run that came back valid counts; one that stayed "
+             "invalid is listed above):", "", "| Sweep | Scenario | Load | Attempt | Then | Reason |",
+             "|---|---|---|---:|---|---|"]
+    for a in rows:
+        load = load_words("req/s" if a.get("rate") is not None else "concurrency",
+                          a.get("rate") if a.get("rate") is not None else a.get("concurrency")) or "unknown"
+        kind = {"search": "capacity search", "open_loop": "open loop"}.get(a.get("kind"), "grid")
+        then = "run again: valid" if a.get("then") == "valid" else "stayed invalid"
+        lines.append(f"| {labels.get(a.get('side'), a.get('side'))} | {a.get('scenario')} | {load} ({kind}) "
+                     f"| {a.get('attempt') or '-'} | {then} | {a.get('reason') or 'no reason recorded'} |")
+    return lines
+
+
 def plan_line(plan: dict[str, Any] | None) -> str | None:
     """Replicas per configuration against the current fleet, e.g. `Plan: g7e/nvfp4-g7e 4 replicas (today 12).`"""
     if not isinstance(plan, dict) or not plan.get("configurations"):
@@ -230,10 +249,15 @@ def figure_words(interval: dict[str, Any], per_gpu: Any = None, figure: Any = No
     where there is no figure."""
     unit = "tok/s per GPU" if per_gpu is not None else "tok/s"
     pair = per_gpu if per_gpu is not None else interval.get("output_tok_s")
-    value = figure if per_gpu is not None else interval.get("point_tok_s")
+    return figure_span(figure if per_gpu is not None else interval.get("point_tok_s"), pair, unit)
+
+
+def figure_span(value: Any, pair: Any, unit: str = "tok/s") -> str:
+    """A figure with its 95 % interval ("498.7 tok/s, 95 % interval 399.9 to 621.9"); the interval
+    alone without a figure."""
     if not _finite(value):
         return span_words(pair, unit)
-    return f"{_tok(value)} {unit}, 95 % interval {span_words(pair, '')}"
+    return f"{_tok(value)}{' ' + unit if unit else ''}, 95 % interval {span_words(pair, '')}"
 
 
 def capacity_words(interval: dict[str, Any] | None, per_gpu: Any = None, figure: Any = None) -> str:

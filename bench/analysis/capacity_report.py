@@ -344,6 +344,14 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
                   else ["-", "-", "-"])
         lines.append(f"| {name} | {figure} | {answer.from_words(interval)} | {answer.bracket_words(interval)} "
                      f"| {_source_text(interval)} | " + " | ".join(cis + opened) + " |")
+    searched = [r for r in summary.get("extra_runs") or [] if r.get("kind") == "search"]
+    if searched:
+        lines += ["", "### Capacity-search runs", "",
+                  f"| Scenario | Concurrency | File | Output tok/s | req/s | TTFT p99 (ms) | {decode_metric.upper()} p99 (ms) |",
+                  "|---|---:|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['scenario']} | {r['concurrency']} | `{r['file']}` | {_n(r.get('output_tok_s'))} "
+                  f"| {_n(r.get('req_s'), 3)} | {_n(r.get('ttft_p99_ms'))} "
+                  f"| {_n(r.get('tpot_p99_ms' if decode_metric == 'tpot' else 'itl_p99_ms'))} |" for r in searched]
     points = {n: e.get("open_loop") or [] for n, e in (extra.get("candidate") or {}).items()}
     if any(points.values()):
         lines += ["", "### Open loop: goodput and SLO attainment against offered rate", "",
@@ -369,8 +377,9 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
     if totals:
         share = (f"{totals['added_pct']}% of the grid's {totals['grid_gpu_s']:.1f} s"
                  if totals.get("added_pct") is not None else "the grid's GPU time is unknown")
-        lines += ["", f"Extra runs (search and open loop): {totals['runs']} ({totals['search_runs']} search, "
-                      f"{totals['open_loop_runs']} open loop), GPU time {totals['gpu_s']:.1f} s = {share}."
+        lines += ["", f"Extra runs (search and open loop): {totals['runs']} attempts ({totals['search_runs']} search, "
+                      f"{totals['open_loop_runs']} open loop; invalid ones included, each cost its process time), GPU "
+                      f"time {totals['gpu_s']:.1f} s = {share}."
                   + over_budget(ext)]
         for name, info in (ext.get("scenarios") or {}).items():
             if info.get("stopped"):

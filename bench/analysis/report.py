@@ -246,7 +246,8 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
     metric = slo["decode_metric"]
     decode_ms = slo["itl_p99_ms"]
     lim = f"TTFT p99 <= {slo['ttft_p99_ms']:g} ms and {metric.upper()} p99 <= {decode_ms:g} ms"
-    lines = [f"# Benchmark report: {side.label}", ""]
+    lines = [f"# Benchmark report: {side.label}", "", f"Runs: {side.label}: {answer.runs_words(summary['run_counts']['candidate'])}"
+             + (f"; baseline {base.label}: {answer.runs_words(summary['run_counts']['baseline'])}." if base else "."), ""]
     lines += _describe(side)
     if base:
         lines += ["", f"Baseline: {base.label}", ""] + _describe(base)
@@ -367,6 +368,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
                   f"| {r.failed if r.failed is not None else '-'} | {r.reason} |" for who, r in bad]
     else:
         lines.append("No invalid run: every run completed all of its prompts without a failed request.")
+    lines += answer.attempts_markdown(summary, {"candidate": side.label, "baseline": base.label if base else ""})
 
     doubtful = [(side.label, r, side.suspect(r)) for r in side.suspect_runs()]
     doubtful += [(base.label, r, base.suspect(r)) for r in base.suspect_runs()] if base else []

@@ -48,6 +48,8 @@ class Capacity:
     band_lo: float = 0.0
     band_hi: float = 0.0
     more: str = ""  # what measures beyond an open upper end (bench.analysis.verdict.higher_load_advice)
+    point: float | None = None  # the capacity figure inside [tok_s, tok_hi] (bench.analysis.verdict.figure)
+    adjacent: bool = False  # its bracket is two neighbouring concurrencies (bench.analysis.verdict.adjacent)
 
     def __post_init__(self) -> None:
         if self.tok_hi is None:
@@ -94,7 +96,7 @@ def fleet_load(current: int, base: dict[str, Capacity]) -> dict[str, Capacity]:
     """What `current` replicas of a configuration serve per scenario (as a Capacity)."""
     return {s: Capacity(_times(c.tok_s, current), _times(c.req_s, current), c.basis, c.output_len,
                         _times(c.tok_hi, current), _times(c.req_hi, current), c.state, c.words,
-                        band_lo=c.band_lo, band_hi=c.band_hi, more=c.more)
+                        band_lo=c.band_lo, band_hi=c.band_hi, more=c.more, adjacent=c.adjacent)
             for s, c in base.items()}
 
 
@@ -139,6 +141,7 @@ class Need:
     binding: str | None = None
     sources: set[str] = field(default_factory=set)
     open_baseline: dict[str, str] = field(default_factory=dict)  # scenario: what measures beyond it
+    adjacent: bool = False  # every capacity it divides is bracketed by neighbouring concurrencies
     # The fleet's request rate per scenario at the high end of the load, where the load is a mix or
     # stated per scenario: what the mixed-traffic check offers one replica (divided by the count).
     rates: dict[str, float] = field(default_factory=dict)
@@ -170,6 +173,7 @@ def needed_replicas(cand: dict[str, Capacity], load: dict[str, Capacity], mix: d
     need = Need()
     need.sources = {cand[s].basis for s in usable} | {d.basis for d in usable.values()}
     need.open_baseline = {s: d.more for s, d in usable.items() if d.tok_hi is not None and math.isinf(d.tok_hi)}
+    need.adjacent = all(cand[s].adjacent and d.adjacent for s, d in usable.items())
 
     def per_scenario(s: str, end: str) -> float:
         d_end, c_end = ENDS[end]
@@ -267,8 +271,7 @@ def range_reason(need: Need, label: str) -> str:
         tips.append("run the capacity search to narrow it (`bench sweep --capacity-search --resume` on "
                     f"{label} and the baseline: the grid is kept, only the search runs are added)")
     elif V.SEARCH in need.sources:
-        tips.append("narrow the capacity search (`bench sweep` with a smaller --search-bracket, or a larger "
-                    "--extra-budget where the budget stopped it)")
+        tips.append(V.search_tip(need.adjacent))
     elif V.OPEN_LOOP in need.sources:
         tips.append("add offered rates near the rate capacity (`bench sweep --open-loop-rates`)")
     return "the capacity under the SLO is known only as an interval; " + "; ".join(tips or ["measure more loads"])

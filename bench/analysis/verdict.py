@@ -459,6 +459,22 @@ def higher_load_advice(cap: Capacity) -> str:
             "--open-loop-rates PERCENTS`, with percentages of the closed-loop capacity above those it ran)")
 
 
+def adjacent(cap: Capacity) -> bool:
+    """A closed-loop capacity whose bracket is two neighbouring concurrencies: no search narrows it."""
+    return (cap.state == MEETS and cap.unit == CONCURRENCY and cap.load_pass is not None
+            and cap.load_fail is not None and cap.load_fail - cap.load_pass <= 1)
+
+
+def search_tip(brackets_adjacent: bool) -> str:
+    """What narrows a capacity search's interval: a smaller bracket, or where every bracket is already two
+    neighbouring concurrencies (a smaller bracket adds no run), more runs of their ends."""
+    if brackets_adjacent:
+        return ("the brackets are already neighbouring concurrencies, so only more runs of their ends narrow it: "
+                "`bench sweep --capacity-search --resume` with a larger --search-end-repeats and --extra-budget")
+    return ("narrow the search: `bench sweep --capacity-search --resume` with a smaller --search-bracket (e.g. 0.1), "
+            "or a larger --extra-budget where the budget stopped it")
+
+
 def narrowing_advice(source: str | None, a: Capacity, b: Capacity, labels: tuple[str, str]) -> str:
     """The command that narrows a straddling interval; it never asks for a load either side already ran."""
     tips = []
@@ -471,17 +487,7 @@ def narrowing_advice(source: str | None, a: Capacity, b: Capacity, labels: tuple
         tips.append("run both sweeps again with `--capacity-search --resume` (the grid is kept; the search "
                     "adds only the points that narrow each side's bracket)")
     elif source == SEARCH:
-        adjacent = [cap for cap in (a, b) if cap.state == MEETS and cap.load_pass is not None
-                    and cap.load_fail is not None and cap.load_fail - cap.load_pass <= 1]
-        if len(adjacent) == 2:
-            tips.append(f"both brackets are already adjacent concurrencies ({labels[0]} "
-                        f"{load_text(a.unit, a.load_pass)} and {load_text(a.unit, a.load_fail)}, {labels[1]} "
-                        f"{load_text(b.unit, b.load_pass)} and {load_text(b.unit, b.load_fail)}), so only more runs "
-                        "of their ends narrow it: `bench sweep --capacity-search --resume` with a larger "
-                        "--search-end-repeats and --extra-budget")
-        else:
-            tips.append("narrow the search: `bench sweep --capacity-search --resume` with a smaller --search-bracket "
-                        "(e.g. 0.1), or a larger --extra-budget where the budget stopped it")
+        tips.append(search_tip(all(adjacent(cap) for cap in (a, b))))
     elif source == OPEN_LOOP:
         tips.append("add offered rates between the rate capacity and the next rate (`--open-loop-rates`, in "
                     "percent of the closed-loop capacity) on both sides")

@@ -70,7 +70,8 @@ def _money(value: Any, digits: int = 0) -> str:
 
 def plan_page(plan: dict[str, Any], notes: Sequence[str], load_desc: str,
               capacities: Sequence[tuple[str, str, Any, Any, str]]) -> str:
-    """capacities: (configuration, scenario, output tok/s, req/s, basis, output tok/s high end, run) per replica."""
+    """capacities: (configuration, scenario, output tok/s low end, req/s, basis, output tok/s high end, run,
+    the figure) per replica."""
     headline = []
     current = plan.get("current")
     for row in plan.get("configurations") or []:
@@ -91,9 +92,9 @@ def plan_page(plan: dict[str, Any], notes: Sequence[str], load_desc: str,
             cost += f" against {_money(current['usd_month'])} today"
         why = f"; {row['reason']}" if row.get("reason") else ""
         headline.append(f"{row['label']}: {count} replicas{now}{cost}{why}")
-    rows = [f"<td>{esc(c)}</td><td>{esc(s)}</td>" + cell(_span_words(t, hi), None) + cell(num(q, 3), None)
+    rows = [f"<td>{esc(c)}</td><td>{esc(s)}</td>" + cell(_span_words(t, hi, point), None) + cell(num(q, 3), None)
             + f"<td>{esc(_capacity_basis(b))}</td><td>{esc(run or 'not recorded')}</td>"
-            for c, s, t, q, b, hi, run in capacities]
+            for c, s, t, q, b, hi, run, point in capacities]
     body = ["<h1>Replica plan</h1>",
             f'<section class="verdict state-none"><ul>{"".join(f"<li>{esc(h)}</li>" for h in headline)}</ul></section>',
             facts_list([("Load", load_desc),
@@ -102,17 +103,18 @@ def plan_page(plan: dict[str, Any], notes: Sequence[str], load_desc: str,
                          "on-demand is unknown)")]),
             plan_section(plan, None, heading="Replicas and cost"),
             "<h2>Capacity per replica</h2><p class=\"note\">The capacity under the SLO <code>bench report</code> "
-            "shows (the same figure, from the same runs), per replica; req/s at its low end.</p>"
+            "shows (the same figure with its 95 % interval, from the same runs), per replica; req/s at its low "
+            "end.</p>"
             + table(["Configuration", "Scenario", "Output tok/s", "req/s", "Basis", "From the run"], rows)]
     if notes:
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     return document("Replica plan", "\n".join(body), source="bench plan")
 
 
-def _span_words(lo: Any, hi: Any) -> str:
+def _span_words(lo: Any, hi: Any, point: Any = None) -> str:
     if not is_number(lo):
         return "not measured"
-    return answer.span_words([lo, hi if is_number(hi) else None], "")
+    return answer.figure_span(point, [lo, hi if is_number(hi) else None], "")
 
 
 def _capacity_basis(basis: str) -> str:
@@ -124,7 +126,7 @@ def _capacity_basis(basis: str) -> str:
 
 def write_plan(out: Path, plan: dict[str, Any], notes: Sequence[str], load_desc: str, candidates, *,
                charts: bool = True) -> Path:
-    caps = [(cfg.label, s, c.tok_s, c.req_s, c.basis, c.tok_hi, c.run)
+    caps = [(cfg.label, s, c.tok_s, c.req_s, c.basis, c.tok_hi, c.run, c.point)
             for cfg in candidates for s, c in cfg.capacities.items()]
     path = out / "plan.html"
     with drawing(charts):
