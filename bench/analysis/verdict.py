@@ -471,7 +471,7 @@ def search_tip(brackets_adjacent: bool) -> str:
     if brackets_adjacent:
         return ("the brackets are already neighbouring concurrencies, so only more runs of their ends narrow it: "
                 "`bench sweep --capacity-search --resume` with a larger --search-end-repeats and --extra-budget")
-    return ("narrow the search: `bench sweep --capacity-search --resume` with a smaller --search-bracket (e.g. 0.1), "
+    return ("narrow the search: `bench sweep --capacity-search --resume` with a smaller --search-bracket, such as 0.1, "
             "or a larger --extra-budget where the budget stopped it")
 
 
