@@ -325,8 +325,8 @@ def fleet_division(fleet: dict[str, Any]) -> str:
                  for d in (fleet.get("divided_by") or [None, None]))
     if low and high:
         if low["scenario"] == high["scenario"]:
-            ends = f"{now} / {low['ratio_per_replica']:.2f}x" + (
-                "" if low["ratio_per_replica"] == high["ratio_per_replica"] else f" and {now} / {high['ratio_per_replica']:.2f}x")
+            a, b = low["ratio_per_replica"], high["ratio_per_replica"]
+            ends = f"{now} / {a:.2f}x" + ("" if a == b else f" and {now} / {b:.2f}x")
             return f"{ends}, {low['scenario']}'s ratio interval per replica{per}, rounded up"
         return (f"{now} / {low['ratio_per_replica']:.2f}x, the high end of {low['scenario']}'s ratio interval, and "
                 f"{now} / {high['ratio_per_replica']:.2f}x, the low end of {high['scenario']}'s, per replica{per}, "

@@ -149,12 +149,18 @@ def capacity_html(interval: dict[str, Any] | None, pair: Any, path: list[Any], u
         return "unknown (no usable run)"
     if interval.get("state") == "never_meets_slo":
         return esc(answer.capacity_words(interval, pair))
-    head = pair_html(pair, path, unit)
-    if is_number(figure) and figure_path is not None:
-        head = (f'<span data-field="{field(figure_path)}">{esc(_f(figure))}</span>{esc(unit)}, 95 % interval '
-                + pair_html(pair, path))
-    return (head + f"<br><small>from {esc(answer.from_words(interval))}; "
+    return (figure_html(pair, path, unit, figure, figure_path) + f"<br><small>from {esc(answer.from_words(interval))}; "
             f"{esc(answer.bracket_words(interval))}</small>")
+
+
+def figure_html(pair: Any, path: list[Any], unit: str = " tok/s", figure: Any = None,
+                figure_path: list[Any] | None = None) -> str:
+    """A capacity's figure and its 95 % interval (bench.analysis.answer.figure_span), each number tagged;
+    the interval alone without a figure."""
+    if not is_number(figure) or figure_path is None:
+        return pair_html(pair, path, unit)
+    return (f'<span data-field="{field(figure_path)}">{esc(_f(figure))}</span>{esc(unit)}, 95 % interval '
+            + pair_html(pair, path))
 
 
 def cell_text(text: str, path: list[Any] | None) -> str:

@@ -95,7 +95,7 @@ is uploaded as it is written):
   SLO limits drawn, peak and the capacity under the SLO (its run, and its bracket shaded) marked (needs matplotlib; skipped with a note
   when it is missing);
 - `report.html` (unless --no-html): the same report as one self-contained page to open in a browser
-  (bench/analysis/pages.py): the verdict and its reasons first, the ratio per scenario with its interval, the
+  (bench/analysis/pages/): the verdict and its reasons first, the ratio per scenario with its interval, the
   curves, capacity brackets, startup timeline, replica plan, invalid and suspect runs, manifests.
 
 Definitions
@@ -246,8 +246,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
     metric = slo["decode_metric"]
     decode_ms = slo["itl_p99_ms"]
     lim = f"TTFT p99 <= {slo['ttft_p99_ms']:g} ms and {metric.upper()} p99 <= {decode_ms:g} ms"
-    lines = [f"# Benchmark report: {side.label}", "", f"Runs: {side.label}: {answer.runs_words(summary['run_counts']['candidate'])}"
-             + (f"; baseline {base.label}: {answer.runs_words(summary['run_counts']['baseline'])}." if base else "."), ""]
+    counts = summary["run_counts"]
+    lines = [f"# Benchmark report: {side.label}", "", f"Runs: {side.label}: {answer.runs_words(counts['candidate'])}"
+             + (f"; baseline {base.label}: {answer.runs_words(counts['baseline'])}." if base else "."), ""]
     lines += _describe(side)
     if base:
         lines += ["", f"Baseline: {base.label}", ""] + _describe(base)

@@ -315,9 +315,9 @@ def fleet(summary: dict[str, Any], *, current: int, threshold: float, candidate:
     """summary.json `verdict.fleet`: what the answer means for today's fleet, from the ratio intervals
     the verdict decided on: the candidate's replicas that carry what `current` replicas of the baseline
     carry (`fleet_range`; `divided_by` names the scenario, end and ratio per replica behind each end of
-    `replicas_range`; no headroom or spares: the replica plan adds those); what the baseline ran (today's fleet must run the same for
-    "today" to hold); and the per-GPU ratio each smaller fleet needs (threshold and twice the
-    threshold: 12 replicas -> 8 need 1.5x, 4 need 3x)."""
+    `replicas_range`; no headroom or spares: the replica plan adds those); what the baseline ran
+    (today's fleet must run the same for "today" to hold); and the per-GPU ratio each smaller fleet
+    needs (threshold and twice the threshold: 12 replicas -> 8 need 1.5x, 4 need 3x)."""
     span, divided, reason = fleet_range(current, basis_intervals(summary), candidate.gpus / baseline.gpus)
     m = baseline.manifest or {}
     ran = {"label": baseline.label, "instance_type": m.get("instance_type"), "gpus": baseline.gpus,

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from bench.analysis import answer
 from bench.analysis.markup import (capacity_html, cell, chart, credit_html, document, drawing, esc, facts_list, field,
-                                   fleet_html, interval_words, is_number, num, ratio_html, rehearsal_html,
+                                   figure_html, fleet_html, interval_words, is_number, num, ratio_html, rehearsal_html,
                                    scenario_items, side_capacity_html, table, times)
 from bench.analysis.pages.plan_page import plan_section
 from bench.analysis.side import run_row
@@ -283,7 +283,8 @@ def capacity_section(summary: dict[str, Any]) -> str:
         interval = s.get("slo_capacity_interval") or {}
         at = ["scenarios", name, "slo_capacity_interval", "output_tok_s"]
         if interval.get("state") == "meets_slo":
-            closed = [f'<td class="n">{capacity_html(interval, interval.get("output_tok_s"), at, "", interval.get("point_tok_s"), [*at[:-1], "point_tok_s"]).split("<br>")[0]}</td>',
+            figure = figure_html(interval.get("output_tok_s"), at, "", interval.get("point_tok_s"), [*at[:-1], "point_tok_s"])
+            closed = [f'<td class="n">{figure}</td>',
                       f"<td>{esc(answer.from_words(interval))}</td>", f"<td>{esc(answer.bracket_words(interval))}</td>"]
         else:
             closed = [f'<td colspan="3">{esc(answer.capacity_words(interval))}</td>']
