@@ -189,6 +189,11 @@ def test_the_header_counts_what_the_page_lists(listed):
     rows = re.findall(r"<tr[^>]*><td>(grid|capacity search|open loop)<", curves)
     assert rows.count("grid") == counts["candidate"]["grid"] and rows.count("capacity search") == 2
     assert curves.count("invalid: ") == counts["candidate"]["grid_invalid"]
+    # the baseline's are drawn: its capacity-search runs as crosses on its scenarios' curves
+    svgs = curve_svgs(listed["report"] / "report.html")
+    crosses = [p for svg in svgs.values() if "baseline-search-output_tok_s" in svg
+               for p in svg_points(svg, "baseline-search-output_tok_s")]
+    assert len(crosses) == counts["baseline"]["search"] == 2
     problems = page[page.index("<h2>Invalid and suspect runs"):]
     assert problems.count("<td>invalid attempt ") == counts["candidate"]["invalid_attempts"]
     # the printed line counts the same

@@ -347,10 +347,10 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
     searched = [r for r in summary.get("extra_runs") or [] if r.get("kind") == "search"]
     if searched:
         lines += ["", "### Capacity-search runs", "",
-                  "| Scenario | Concurrency | File | Output tok/s | req/s | TTFT p99 (ms) "
+                  "| Sweep | Scenario | Concurrency | File | Output tok/s | req/s | TTFT p99 (ms) "
                   f"| {decode_metric.upper()} p99 (ms) |",
-                  "|---|---:|---|---:|---:|---:|---:|"]
-        lines += [f"| {r['scenario']} | {r['concurrency']} | `{r['file']}` | {_n(r.get('output_tok_s'))} "
+                  "|---|---|---:|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['side']} | {r['scenario']} | {r['concurrency']} | `{r['file']}` | {_n(r.get('output_tok_s'))} "
                   f"| {_n(r.get('req_s'), 3)} | {_n(r.get('ttft_p99_ms'))} "
                   f"| {_n(r.get('tpot_p99_ms' if decode_metric == 'tpot' else 'itl_p99_ms'))} |" for r in searched]
     points = {n: e.get("open_loop") or [] for n, e in (extra.get("candidate") or {}).items()}

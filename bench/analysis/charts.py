@@ -65,11 +65,11 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
                   entry: dict[str, Any] | None = None, grid: bool = False,
                   extra: Sequence[dict[str, Any]] | None = None):
     """One scenario's curves from summary.json run rows (the grid's, as a line) and `extra` (summary.json
-    `extra_runs`: the capacity search's runs, as crosses at their concurrencies); `entry` is
+    `extra_runs`: each side's capacity-search runs, as crosses at their concurrencies); `entry` is
     summary["scenarios"][scenario] (its peak and its capacity under the SLO are marked: the star at the
     figure, the mean of the runs at its load, and the bracket from the same interval). The panels side
     by side, or two by two with `grid` (a page's width). SVG ids: `candidate-<metric>` (the curve),
-    `candidate-search-<metric>` (the search's runs), `capacity-star`."""
+    `candidate-search-<metric>` and `baseline-search-<metric>` (the search's runs), `capacity-star`."""
     if grid:
         fig, axes = plt.subplots(2, 2, figsize=(12, 7.6))
         axes = axes.flatten()
@@ -81,11 +81,15 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
         xs, ys = _series(rows, scenario, attr)
         if xs:
             ax.plot(xs, ys, marker="o", color=CANDIDATE, label=label, gid=f"candidate-{attr}")
-        searched = sorted((r["concurrency"], r[attr]) for r in extra or () if r.get("kind") == "search"
-                          and r["scenario"] == scenario and r.get(attr) is not None)
-        if searched:
-            ax.plot([c for c, _ in searched], [v for _, v in searched], linestyle="none", marker="x", markersize=7,
-                    color=CANDIDATE, label=f"{label}: capacity-search runs", gid=f"candidate-search-{attr}")
+        searched = []
+        for who, color, name in (("candidate", CANDIDATE, label), ("baseline", BASELINE, base_label)):
+            points = sorted((r["concurrency"], r[attr]) for r in extra or () if r.get("kind") == "search"
+                            and r.get("side", "candidate") == who and r["scenario"] == scenario
+                            and r.get(attr) is not None)
+            if points:
+                ax.plot([c for c, _ in points], [v for _, v in points], linestyle="none", marker="x", markersize=7,
+                        color=color, label=f"{name}: capacity-search runs", gid=f"{who}-search-{attr}")
+            searched += points
         if base_rows:
             bx, by = _series(base_rows, scenario, attr)
             if bx:

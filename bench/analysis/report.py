@@ -45,8 +45,9 @@ is uploaded as it is written):
                "baseline"}, "candidate", "reason", "baseline": {"label", "instance_type", "gpus",
                "model", "vllm_version", "image", "served_flags"},
                "targets": [{"replicas", "needs_ratio_per_gpu"}]}} | null,
-   "extra_runs": [{"scenario", "kind": "search" | "open_loop", "file", "concurrency", "rate",
-                   "output_tok_s", "req_s", "ttft_p99_ms", "itl_p99_ms", "tpot_p99_ms"}],
+   "extra_runs": [{"side": "candidate" | "baseline", "scenario", "kind": "search" | "open_loop",
+                   "file", "concurrency", "rate", "output_tok_s", "req_s", "ttft_p99_ms", "itl_p99_ms",
+                   "tpot_p99_ms"}],
    "invalid_attempts": [{"side": "candidate" | "baseline", "scenario", "kind": "grid" | "search" |
                          "open_loop", "concurrency", "rate", "attempt", "file", "reason",
                          "then": "valid" | "invalid"}],
@@ -64,7 +65,7 @@ is uploaded as it is written):
   COUNTS = {"grid", "grid_usable", "grid_invalid", "grid_suspect", "search", "open_loop",
   "invalid_attempts"}: the runs the report lists, counted (the page's header and the command's last
   line word these): a side's grid runs (usable, invalid, suspect), its capacity-search and open-loop
-  runs (`extra_runs` lists the candidate's), and its invalid attempts (`invalid_attempts`: every
+  runs (`extra_runs`), and its invalid attempts (`invalid_attempts`: every
   failed attempt the manifest records that no other row lists, its reason whole, and whether the run
   came back valid).
   INTERVAL = {"source": "grid" | "search" | "open_loop", "state": "meets_slo" | "never_meets_slo"

@@ -148,21 +148,21 @@ def comparability_issues(side: Side, base: Side, vary: tuple[str, ...] = ()) -> 
 # The runs a report lists, and their counts (the report's header and its printed line count these)
 
 
-def extra_runs(side: Side) -> list[dict[str, Any]]:
+def extra_runs(side: Side, who: str) -> list[dict[str, Any]]:
     """summary.json `extra_runs`: the capacity search's and the open loop's runs of a side that the
-    figures read (valid), as rows like `runs`' with their kind, file and load."""
+    figures read (valid), as rows like `runs`' with their side, kind, file and load."""
     rows = []
     for scenario, by_c in CR.search_runs(side.path).items():
         for c, runs in sorted(by_c.items()):
-            rows += [_extra_row(r, "search", c, None) for r, _ in runs]
+            rows += [_extra_row(r, who, "search", c, None) for r, _ in runs]
     for scenario, runs in CR.open_loop_runs(side.path).items():
-        rows += [_extra_row(r, "open_loop", None, rate) for rate, r, _ in runs]
+        rows += [_extra_row(r, who, "open_loop", None, rate) for rate, r, _ in runs]
     return rows
 
 
-def _extra_row(run: R.RunResult, kind: str, concurrency: int | None, rate: float | None) -> dict[str, Any]:
+def _extra_row(run: R.RunResult, who: str, kind: str, concurrency: int | None, rate: float | None) -> dict[str, Any]:
     folder = CR.SEARCH_DIR if kind == "search" else CR.OPEN_LOOP_DIR
-    return {"scenario": run.scenario, "kind": kind, "file": f"{folder}/{Path(run.path or '').name}",
+    return {"side": who, "scenario": run.scenario, "kind": kind, "file": f"{folder}/{Path(run.path or '').name}",
             "concurrency": concurrency, "rate": rate, "output_tok_s": run.output_tok_s, "req_s": run.req_s,
             "ttft_p99_ms": run.ttft_p99_ms, "itl_p99_ms": run.itl_p99_ms, "tpot_p99_ms": run.tpot_p99_ms}
 
@@ -236,14 +236,17 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
         "verdict": None,
         "ignored_files": [],
         "rehearsal": rehearsed,
-        "extra_runs": extra_runs(side),
+        "extra_runs": extra_runs(side, "candidate") + (extra_runs(base, "baseline") if base else []),
         "invalid_attempts": invalid_attempts(side, "candidate") + (invalid_attempts(base, "baseline") if base else []),
     }
+
+    def mine(key: str, who: str) -> list[dict[str, Any]]:
+        return [row for row in summary[key] if row["side"] == who]
+
     summary["run_counts"] = {
-        "candidate": run_counts(side, summary["extra_runs"],
-                                [a for a in summary["invalid_attempts"] if a["side"] == "candidate"]),
-        "baseline": run_counts(base, extra_runs(base), [a for a in summary["invalid_attempts"]
-                                                         if a["side"] == "baseline"]) if base else None}
+        "candidate": run_counts(side, mine("extra_runs", "candidate"), mine("invalid_attempts", "candidate")),
+        "baseline": run_counts(base, mine("extra_runs", "baseline"), mine("invalid_attempts", "baseline"))
+        if base else None}
     # Capacity under the SLO (grid, search and open-loop files), SLO ratios, the verdict.
     side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
                                       decode_metric=decode_metric, basis=basis, threshold=threshold,

@@ -207,7 +207,7 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
     ttft, decode = f"{slo['ttft_p99_ms']:g}", f"{slo['itl_p99_ms']:g}"
     parts = [f"<h2>Concurrency curves</h2><p class=\"note\">SLO: TTFT p99 &le; {esc(ttft)} ms "
              f"and {esc(metric.upper())} p99 &le; {esc(decode)} ms (dotted red lines). "
-             "The line joins the grid's runs, crosses mark the capacity search's. The circle marks the peak; the "
+             "A line joins each side's grid runs, crosses mark its capacity-search runs. The circle marks the peak; the "
              "star marks the capacity under the SLO (its figure, the mean of the runs at its load, drawn at that "
              "load) and the green band its bracket [pass, fail): the same figure as every table. Only valid, "
              "non-suspect runs are drawn.</p>"]
@@ -239,7 +239,8 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
         rows, classes = [], []
         listed = [(r.get("concurrency") or 0, 0, i, r, ["runs", i]) for i, r in enumerate(runs) if r["scenario"] == name]
         listed += [(r.get("concurrency") or 0 if r["kind"] == "search" else float("inf"), 1, i, r, ["extra_runs", i])
-                   for i, r in enumerate(summary.get("extra_runs") or []) if r["scenario"] == name]
+                   for i, r in enumerate(summary.get("extra_runs") or [])
+                   if r["scenario"] == name and r.get("side") == "candidate"]
         for _, _, _, r, at_run in sorted(listed, key=lambda x: x[:3]):
             row, cls = run_cells(r, at_run, slo, (cap or {}).get("load_fail"))
             rows.append(row)
@@ -396,7 +397,8 @@ def runs_header(summary: dict[str, Any], cand: str, base: str | None) -> str:
 
     parts = [side("candidate", cand, "each in its scenario's table below")]
     if base and counts.get("baseline"):
-        parts.append(side("baseline", base, "its grid runs drawn dashed on the curves"))
+        parts.append(side("baseline", base, "drawn on the curves in blue (its grid runs dashed, its capacity-search "
+                                            "runs as crosses)"))
     return (f'<p class="sub">{"; ".join(parts)}. Invalid and suspect runs and invalid attempts are listed under '
             "Invalid and suspect runs. The numbers are those of <code>summary.json</code> beside this page "
             "(<code>report.md</code> has every table).</p>")
