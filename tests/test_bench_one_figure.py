@@ -24,7 +24,6 @@ import pytest
 
 from bench.analysis import answer, charts
 from bench.analysis import capacity_report as CR
-from bench.analysis import compare as CMP
 from bench.analysis import report as REP
 from bench.analysis import results as R
 from bench.analysis import sizing
