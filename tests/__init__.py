@@ -31,7 +31,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_bench_report, test_bench_report_checks, test_bench_report_rehearsal,
                                  test_bench_compare,
                                  test_bench_plan, test_bench_answer, test_bench_pages, test_bench_run_settings,
-                                 test_bench_pages_browser, test_bench_pages_figures, test_bench_publish
+                                 test_bench_pages_browser, test_bench_pages_figures, test_bench_publish,
+                                 test_bench_one_figure (one capacity, ratio and fleet everywhere)
   bench: start-up                test_bench_startup, test_startup_collect, test_startup_timeline,
                                  test_startup_timeline_vllm, test_startup_compile_cache,
                                  test_bench_streamer, test_netlimits, test_pod_security_vllm

@@ -263,7 +263,7 @@ def test_command_writes_the_contract_files(tmp_path):
                            "--out", str(out)], cwd=REPO, text=True, capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "compare.json").read_text())
-    assert set(data) == {"variants", "cells", "slo_capacity", "incomplete", "slo"}
+    assert set(data) == {"variants", "cells", "slo_capacity", "slo_capacity_interval", "incomplete", "slo"}
     assert all(set(v) == {"label", "dir", "differs"} for v in data["variants"])
     assert all(set(c) == {"scenario", "concurrency", "output_tok_s", "winner", "winner_margin_pct", "noise_pct",
                           "noise_source"} for c in data["cells"])

@@ -255,11 +255,13 @@ def test_the_closing_verdict_line_gives_the_first_reason_unless_it_passes(tmp_pa
     summary.write_text(json.dumps({"verdict": {"state": "inconclusive", "basis": "slo", "threshold": 1.5,
                                                "min_ratio": None, "reasons": reasons}}))
     line = demo.verdict_line(summary)
-    assert line == f"verdict INCONCLUSIVE (slo basis); first reason: {reasons[0]} (and 1 more in the report)"
+    assert line == (f"verdict INCONCLUSIVE on the slo basis, threshold 1.5x; first reason: {reasons[0]} (and 1 more "
+                    "in the report)")
     summary.write_text(json.dumps({"verdict": {"state": "pass", "basis": "slo", "threshold": 1.5, "min_ratio": 2.54,
+                                               "min_ratio_interval": [2.54, 3.1], "min_ratio_scenario": "S1_chat",
                                                "reasons": []}}))
     assert demo.verdict_line(summary) == (
-        "verdict PASS: the smallest per-scenario ratio is 2.54x against the threshold 1.5x (slo basis)")
+        "verdict PASS on the slo basis: smallest ratio per GPU 2.54x to 3.10x (S1_chat), threshold 1.5x")
     summary.write_text("{")
     assert demo.verdict_line(summary) is None
 

@@ -236,8 +236,11 @@ def test_baseline_that_never_meets_the_slo_is_a_state(bench_stub_server, fake_be
     fleet = summary["verdict"].pop("fleet")  # what it means for the fleet (the report's default 12 replicas)
     print(f"\nfleet when the baseline never meets the SLO: {fleet}")
     assert fleet["current"] == 12 and fleet["baseline"]["label"] == "base"
+    # today's fleet carries no load within the SLO: no count follows, and none is shown as a zero
+    assert fleet["replicas_range"] is None and "only the candidate meets the SLO" in fleet["reason"]
     assert summary["verdict"] == {"threshold": 1.5, "min_ratio": None, "pass": True, "basis": "slo",
-                                  "state": "pass", "reasons": [], "min_ratio_interval": [None, None]}
+                                  "state": "pass", "reasons": [], "min_ratio_interval": [None, None],
+                                  "min_ratio_scenario": "S1_chat"}
     assert comp["slo_ratio_interval"] == [None, None] and comp["slo_state"] == "pass"
 
 

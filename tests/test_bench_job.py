@@ -115,7 +115,7 @@ def test_config_map_carries_what_the_sweep_imports_and_not_the_report_side(dev):
     assert {name for name in files if name.endswith(".py")} == set(module_code(bench_code(), "bench.run.sweep"))
     # the sweep's own wing and the rules it judges runs by; not the pages, the demo or the start-up wing
     assert {"run/sweep.py", "run/client.py", "analysis/results.py", "common/s3.py"} <= set(files)
-    assert not {"analysis/markup.py", "analysis/pages.py", "demo/command.py", "__main__.py"} & set(files)
+    assert not {"analysis/markup.py", "analysis/pages/report_page.py", "demo/command.py", "__main__.py"} & set(files)
     assert files["run/sweep.py"] == (BENCH_DIR / "run" / "sweep.py").read_text()
     assert config_map["data"]["run.sweep.py"] == files["run/sweep.py"]  # a key holds no '/'
 

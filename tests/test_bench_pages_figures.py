@@ -13,6 +13,7 @@ page part again in Chromium.
 from __future__ import annotations
 
 import json
+import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -159,9 +160,11 @@ def Tagged_fields(fragment: str) -> list[tuple[str, str]]:  # noqa: N802 - a par
     return parser.fields
 
 
-VERDICT_LINE = re.compile(r"^- (?P<name>\S+): (?P<ratio>[0-9.]+x(?: to [0-9.]+x)?), .*?Candidate (?P<a>[0-9.,]+"
-                          r"(?: to [0-9.,]+)?) tok/s per GPU \(.*?\); baseline (?P<b>[0-9.,]+(?: to [0-9.,]+)?) "
-                          r"tok/s per GPU \(")
+# a capacity beside a ratio: its figure per GPU, then its 95 % interval per GPU
+SIDE = r"(?P<f{0}>[0-9.,]+) tok/s per GPU, 95 % interval (?P<{0}>[0-9.,]+(?: to [0-9.,]+)?) \("
+VERDICT_LINE = re.compile(r"^- (?P<name>\S+): (?P<ratio>[0-9.]+x(?: to [0-9.]+x)?), .*?Candidate "
+                          + SIDE.format("a") + r".*?\); baseline " + SIDE.format("b"))
+CELL = re.compile(SIDE.format("a"))
 
 
 REBUILT = re.compile(r"low end (?P<a>[0-9.,]+) / (?P<b>[0-9.,]+)(?: × (?P<k>[0-9.]+))?, high end "
@@ -199,23 +202,25 @@ def test_report_md_shows_the_same_capacities_and_ratios_that_rebuild(figures):
         r, a, b = ends(m["ratio"]), ends(m["a"]), ends(m["b"])
         for shown_text, value in zip(r, comp["slo_ratio_interval"]):
             assert close(value, shown_text), (m["name"], shown_text, value)
-        for who, pair in (("candidate", a), ("baseline", b)):
+        for who, pair, fig in (("candidate", a, m["fa"]), ("baseline", b, m["fb"])):
             for shown_text, value in zip(pair, comp["slo_capacity_per_gpu"][who]):
                 assert close(value, shown_text), (m["name"], who, shown_text, value)
+            assert close(comp["slo_figure_per_gpu"][who], fig), (m["name"], who, fig)
         check_rebuilt_words(line[line.index("Rebuilt: "):], r, a, b, comp)
         seen.add(m["name"])
     assert seen == set(summary["comparison"])
     # the capacity table, the peak table's capacity column and the ratio table: summary.json's figures
     for name, entry in summary["scenarios"].items():
         lo, hi = entry["slo_capacity_interval"]["output_tok_s"]
-        figure = f"{lo:,.1f}" + ("" if f"{lo:,.1f}" == f"{hi:,.1f}" else f" to {hi:,.1f}") + " tok/s"
+        figure = (f"{entry['slo_capacity_interval']['point_tok_s']:,.1f} tok/s, 95 % interval {lo:,.1f}"
+                  + ("" if f"{lo:,.1f}" == f"{hi:,.1f}" else f" to {hi:,.1f}"))
         rows = [row for row in md.splitlines() if row.startswith(f"| {name} |")]
         assert sum(figure in row for row in rows) >= 2, (name, figure)
         per = summary["comparison"][name]["slo_capacity_per_gpu"]
         table_row = next(row for row in rows if "tok/s per GPU" in row)
         cells = [c.strip() for c in table_row.strip("|").split("|")]
         r = ends(cells[1])
-        a, b = ends(cells[2].split(" tok/s")[0]), ends(cells[3].split(" tok/s")[0])
+        a, b = (ends(CELL.search(cell)["a"]) for cell in cells[2:4])
         for shown_text, value in zip(a, per["candidate"]):
             assert close(value, shown_text)
         check_rebuilt_words(cells[4], r, a, b, summary["comparison"][name])
@@ -232,13 +237,13 @@ def test_the_curves_star_and_band_are_one_figure(figures, name):
     interval = entry["slo_capacity_interval"]
     mark = charts.capacity_mark(entry)
     assert (mark["pass"], mark["fail"]) == (interval["load_pass"], interval["load_fail"])
-    assert mark["tok_s"] == interval["output_tok_s"][0]
+    assert mark["tok_s"] == interval["point_tok_s"]  # the figure itself, not the low end of its interval
     assert mark["pass"] <= mark["load"] < mark["fail"]  # the star sits in its own band
     fig = charts.curves_figure(summary["runs"], None, summary["slo"], name, label="candidate", entry=entry)
     labels = fig.axes[0].get_legend_handles_labels()[1]
     charts.close(fig)
     assert f"SLO capacity bracket [c={interval['load_pass']}, c={interval['load_fail']})" in labels
-    assert f"capacity under the SLO {interval['output_tok_s'][0]:,.0f} (c={mark['load']:g})" in labels
+    assert f"capacity under the SLO {interval['point_tok_s']:,.1f} (c={mark['load']:g})" in labels
     assert not any(label.startswith("best under SLO") for label in labels)
 
 
@@ -249,25 +254,33 @@ def test_the_curves_star_and_band_are_one_figure(figures, name):
 def test_the_verdict_says_what_it_means_for_the_fleet(figures):
     summary = json.loads((figures["report"] / "summary.json").read_text())
     plan = json.loads((figures["report"] / "plan" / "plan.json").read_text())
-    fleet = summary["verdict"]["fleet"]
+    fleet, verdict = summary["verdict"]["fleet"], summary["verdict"]
+    # today's 12 replicas over the ratio intervals the page shows, per replica (the candidate has 2 GPUs
+    # a replica, the baseline 1), rounded up: the smallest high end gives the low count, the verdict's
+    # own interval (the smallest low end) the high count
+    per_replica = {n: [v * 2 for v in c["slo_ratio_interval"]] for n, c in summary["comparison"].items()}
+    low = min(per_replica, key=lambda n: per_replica[n][1])
+    expected = [math.ceil(12 / per_replica[low][1]), math.ceil(12 / (verdict["min_ratio_interval"][0] * 2))]
+    assert fleet["current"] == 12 and fleet["replicas_range"] == expected == [3, 6]
+    assert fleet["divided_by"][1]["scenario"] == verdict["min_ratio_scenario"] == "S2_summary"
+    assert fleet["divided_by"][0]["scenario"] == low == "S1_chat"
+    # the replica plan beside the report (no headroom, no spares) sizes the same load the same way
     row = plan["configurations"][0]
-    expected = [row["replicas"]] * 2 if row["replicas"] is not None else row["replicas_range"]
-    assert fleet["current"] == 12 and fleet["replicas_range"] == expected  # the plan's count, not a second one
-    assert (fleet["basis"], fleet["headroom"], fleet["spares"]) == (plan["basis"], plan["headroom"], plan["spares"])
+    assert (plan["headroom"], plan["spares"]) == (0.0, 0) and row["replicas_range"] == fleet["replicas_range"]
     # 12 replicas of 1 GPU -> 8 and 4 replicas of 2 GPUs: the per-GPU ratio each needs
     assert fleet["targets"] == [{"replicas": 8, "needs_ratio_per_gpu": 0.75}, {"replicas": 4, "needs_ratio_per_gpu": 1.5}]
     assert fleet["baseline"]["label"] == "today" and "--max-num-seqs 4" in fleet["baseline"]["served_flags"]
     md = (figures["report"] / "report.md").read_text()
-    verdict = md[md.index("## Verdict"):md.index("## Definitions")]
-    lo, hi = fleet["replicas_range"]
-    count = f"{lo} to {hi}" if hi is not None else f"{lo} or more"  # an open upper end is worded
-    assert f"Today 12 replicas: {count} on candidate carry the same load (slo basis, headroom 0%, spares 0)." \
-        in verdict and "None" not in verdict
-    assert "8 need 0.75x, 4 need 1.5x" in verdict and "what the baseline today ran (g6e.2xlarge" in verdict
+    text = md[md.index("## Verdict"):md.index("## Definitions")]
+    r = {k: f"{fleet['divided_by'][k]['ratio_per_replica']:.2f}x" for k in (0, 1)}
+    assert (f"Today 12 replicas: 3 to 6 on candidate carry the same load (12 / {r[0]}, the high end of S1_chat's "
+            f"ratio interval, and 12 / {r[1]}, the low end of S2_summary's, per replica (per GPU x 2 GPUs / 1 GPU), "
+            "rounded up") in text and "None" not in text
+    assert "8 need 0.75x, 4 need 1.5x" in text and "what the baseline today ran (g6e.2xlarge" in text
     from bench.analysis import answer
     line = answer.verdict_line(summary, {"candidate": "candidate", "baseline": "today"})
-    low, high = summary["verdict"]["min_ratio_interval"]
-    assert f"smallest per-GPU ratio {low:.2f}x to {high:.2f}x" in line and f"Today 12 replicas: {count}" in line
+    lo, hi = verdict["min_ratio_interval"]
+    assert f"smallest per-GPU ratio {lo:.2f}x to {hi:.2f}x" in line and "Today 12 replicas: 3 to 6" in line
     assert "None" not in line
 
 

@@ -145,9 +145,11 @@ def test_baseline_that_never_meets_the_slo(tmp_path):
     assert "S1_chat: the baseline never meets the SLO at the loads tested" in text
     # S2 from the grids alone: both sides meet the SLO at c=8 (2,400 tok/s) and miss it at c=16
     # (4,800): 12 x [2,400, 4,800) over [2,400, 4,800) is 6 to 24 replica-loads before the assumed
-    # run-to-run band (11 %) widens each end: 12 x 2,400 / 1.11 / (4,800 x 1.11) ... = 5 to 30.
+    # run-to-run band (11 %) widens each end of both capacities: 12 x 2,400 / 1.11 / (4,800 x 1.11)
+    # = 4.87 ... 29.6; the two sides' bands combine in quadrature as in the verdict's ratio, which
+    # takes 1.11 x 1.11 / (1 + 0.11 x sqrt 2) = 1.066 back: 5.19 to 27.7, so 6 to 28.
     row = read(out)["configurations"][0]
-    assert rc == 0 and row["replicas"] is None and row["replicas_range"] == [5, 30]
+    assert rc == 0 and row["replicas"] is None and row["replicas_range"] == [6, 28]
     assert "run the capacity search to narrow it" in row["reason"]
     # Confirm S2 on both sides (search runs with detail) and bracket it: c=8 passes, c=9 misses.
     for d, tok in ((base, 300.0), (cand, 900.0)):
@@ -161,10 +163,10 @@ def test_baseline_that_never_meets_the_slo(tmp_path):
         (d / "search" / CR.search_filename("S2_summary", 9, 1)).write_text(json.dumps(data))
     assert plan(cand, "--baseline", base, "--current-replicas", 12, "--out", out, "--no-charts") == 0
     # [8, 9) on both sides: each capacity lies between c=8's and c=9's throughputs, 12 x [2,400, 2,700]
-    # over [7,200, 8,100] is 3.6 to 4.5 replica-loads, widened by the run-to-run bands: 3 to 6
+    # over [7,200, 8,100] is 3.6 to 4.5 replica-loads, widened by the run-to-run bands: 4 to 6
     row = read(out)["configurations"][0]
-    assert row["replicas_range"] == [3, 6] and row["replicas"] is None
-    assert "narrow the capacity search" in row["reason"]
+    assert row["replicas_range"] == [4, 6] and row["replicas"] is None
+    assert "narrow the capacity search" in row["reason"] or "neighbouring concurrencies" in row["reason"]
     assert "never meets the SLO" in (out / "plan.md").read_text()
 
 
@@ -205,8 +207,10 @@ def test_candidate_slo_capacity_from_search_runs(tmp_path):
     # run-to-run band (11 %, each point ran once): 3 to 6.
     row = read(out)["configurations"][0]
     assert row["replicas_range"] == [3, 6] and row["replicas"] is None
-    assert "| cand | S1_chat | 1,351.4 to 1,665.0 | " in (out / "plan.md").read_text()
+    assert "| cand | S1_chat | 1,500.0, 95 % interval 1,351.4 to 1,665.0 | " in (out / "plan.md").read_text()
     assert "capacity search |" in (out / "plan.md").read_text()
+    # neighbouring concurrencies on both sides: a smaller search bracket would add no run
+    assert "--search-bracket" not in row["reason"] and "--search-end-repeats" in row["reason"]
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -328,8 +332,9 @@ def test_plan_pairs_capacities_as_the_report_does(tmp_path):
     assert plan(tmp_path / "cand", "--baseline", tmp_path / "base", "--current-replicas", 12, "--out", out,
                 "--no-charts") == 0
     text = (out / "plan.md").read_text()
-    assert "| cand | S1_chat | 3,603.6 to 4,884.0 | " in text and "| capacity search |" in text
-    # S1: bracketed [10, 11) on both sides, so each capacity lies between c=10's and c=11's
-    # throughputs (1,000-1,100 and 4,000-4,400): about 3; S2: 12 x [800, 1,600) over [3,200, 6,400) = 1.5 to 6; each end widened
-    # by the assumed run-to-run band (11 %); the busiest scenario binds each end: 3 to 8.
-    assert read(out)["configurations"][0]["replicas_range"] == [3, 8]
+    assert "| cand | S1_chat | 4,000.0, 95 % interval 3,603.6 to 4,884.0 | " in text and "| capacity search |" in text
+    # S1: bracketed [10, 11) on both sides, so each capacity lies between c=10's and c=11's throughputs
+    # (1,000-1,100 and 4,000-4,400): about 3; S2: 12 x [800, 1,600) over [3,200, 6,400) = 1.5 to 6; each
+    # end widened by the assumed run-to-run band (11 %), the two sides' bands in quadrature (as the
+    # verdict's ratio); the busiest scenario binds each end.
+    assert read(out)["configurations"][0]["replicas_range"] == [3, 7]

@@ -22,7 +22,9 @@ G7E_PEAK = {"S1_chat": 1871.0, "S2_summary": 910.0, "S3_moderation": 395.0, "S4_
 TABLE8_RATIO = {"S1_chat": 3.49, "S2_summary": 4.03, "S3_moderation": 4.83, "S4_rag": 4.08}
 TABLE8_COST = {"S1_chat": 6.4, "S2_summary": 7.4, "S3_moderation": 8.9, "S4_rag": 7.5}
 
-SUMMARY_KEYS = {"slo", "runs", "scenarios", "comparison", "verdict", "ignored_files", "rehearsal"}
+SUMMARY_KEYS = {"slo", "runs", "scenarios", "comparison", "verdict", "ignored_files", "rehearsal", "extra_runs",
+                "invalid_attempts", "run_counts"}
+RUN_COUNT_KEYS = {"grid", "grid_usable", "grid_invalid", "grid_suspect", "search", "open_loop", "invalid_attempts"}
 RUN_KEYS = {"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s", "req_s",
             "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance",
             "suspect", "tpot_p50_ms", "tpot_p99_ms", "prefix_cache_hit_pct", "preemptions",
@@ -83,7 +85,8 @@ def test_table8_ratios_cost_efficiency_and_verdict(tmp_path):
         assert round(c["cost_efficiency_ratio"], 1) == TABLE8_COST[name]
     assert summary["verdict"] == {"threshold": 1.5, "min_ratio": pytest.approx(3.4907, abs=1e-4), "pass": True,
                                   "basis": "peak", "state": "pass", "reasons": [],
-                                  "min_ratio_interval": [pytest.approx(3.4907, abs=1e-4)] * 2}
+                                  "min_ratio_interval": [pytest.approx(3.4907, abs=1e-4)] * 2,
+                                  "min_ratio_scenario": "S1_chat"}
     # The same data against a threshold above the weakest scenario fails.
     summary, _ = summarize(tmp_path / "g7e", tmp_path / "l40s", threshold=3.5)
     assert summary["verdict"]["pass"] is False
@@ -230,10 +233,14 @@ def test_summary_keys_are_exact(tmp_path):
     assert set(sc["slo_capacity_interval"]) == INTERVAL_KEYS and sc["rate_capacity_interval"] is None
     assert set(summary["comparison"]["S1_chat"]) == COMPARISON_KEYS | {
         "gpus", "peak_per_gpu_tok_s", "candidate_slo_capacity", "baseline_slo_capacity", "slo_capacity_per_gpu",
-        "slo_ratio_band_credit"}
+        "slo_ratio_band_credit", "slo_figure_per_gpu"}
     assert set(summary["comparison"]["S1_chat"]["candidate_slo_capacity"]) >= INTERVAL_KEYS
     assert set(summary["verdict"]) == {"threshold", "min_ratio", "pass", "basis", "state", "reasons",
-                                       "min_ratio_interval"}
+                                       "min_ratio_interval", "min_ratio_scenario"}
+    assert set(summary["run_counts"]) == {"candidate", "baseline"}
+    assert all(set(summary["run_counts"][who]) == RUN_COUNT_KEYS for who in ("candidate", "baseline"))
+    assert summary["run_counts"]["candidate"]["grid_invalid"] == 1
+    assert summary["extra_runs"] == [] and summary["invalid_attempts"] == []
 
 
 def test_cli_writes_report_summary_and_charts(tmp_path, capsys):

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.analysis.verdict import PASS, FAIL, STATE_WORDS, interval_text, noise_words
+from bench.analysis.decision import STATE_WORDS
+from bench.analysis.verdict import FAIL, PASS, interval_text, noise_words
 
 STATES = ("pass", "fail", "inconclusive")
 
@@ -71,6 +72,69 @@ def verdict_line(summary: dict[str, Any] | None, labels: dict[str, str] | None =
     if reasons:
         line += " " + "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "") + "."
     return line
+
+
+def verdict_short(summary: dict[str, Any] | None) -> str | None:
+    """The verdict in one clause for a command's last line (`bench report`, `bench demo`): state, basis,
+    the verdict's own smallest interval with its scenario, the threshold, and the fleet it means, worded
+    as the pages word them; None without a verdict."""
+    v = (summary or {}).get("verdict")
+    state = verdict_state(summary)
+    if not isinstance(v, dict) or state is None:
+        return None
+    text = f"verdict {state.upper()} on the {v.get('basis') or 'peak'} basis"
+    interval = v.get("min_ratio_interval")
+    if isinstance(interval, list) and len(interval) == 2 and (interval[0] is not None or v.get("min_ratio") is not None):
+        where = f" ({v['min_ratio_scenario']})" if v.get("min_ratio_scenario") else ""
+        text += f": smallest ratio per GPU {interval_text(interval)}{where}"
+    if _finite(v.get("threshold")):
+        text += f", threshold {v['threshold']:g}x"
+    fleet = fleet_words(v.get("fleet"))
+    if fleet:
+        text += f"; {fleet[0][0].lower()}{fleet[0][1:-1]}"
+    return text
+
+
+def runs_words(counts: dict[str, Any] | None, mark=None) -> str:
+    """A side's runs as the report lists them (summary.json `run_counts`): "8 grid runs (6 usable, 1
+    invalid, 1 suspect), 2 capacity-search runs, 1 invalid attempt kept for the record"; `mark(key,
+    number)` dresses each number (a page tags it with its JSON path)."""
+    if not isinstance(counts, dict):
+        return "no runs"
+    mark = mark or (lambda key, number: str(number))
+
+    def n(key: str, one: str, many: str) -> str | None:
+        k = counts.get(key) or 0
+        return f"{mark(key, k)} {one if k == 1 else many}" if k else None
+
+    grid = counts.get("grid") or 0
+    how = [f"{mark('grid_usable', counts.get('grid_usable') or 0)} usable"] + [
+        f"{mark(k, counts[k])} {w}" for k, w in (("grid_invalid", "invalid"), ("grid_suspect", "suspect"))
+        if counts.get(k)]
+    parts = [f"{mark('grid', grid)} grid run{'' if grid == 1 else 's'} ({', '.join(how)})",
+             n("search", "capacity-search run", "capacity-search runs"),
+             n("open_loop", "open-loop run", "open-loop runs"),
+             n("invalid_attempts", "invalid attempt kept for the record", "invalid attempts kept for the record")]
+    return ", ".join(p for p in parts if p)
+
+
+def attempts_markdown(summary: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """report.md's invalid attempts (summary.json `invalid_attempts`): each with its side, load, kind,
+    what became of the run, and its reason."""
+    rows = summary.get("invalid_attempts") or []
+    if not rows:
+        return []
+    lines = ["", "Invalid attempts kept for the record (a run that came back valid counts; one that stayed "
+             "invalid is listed above):", "", "| Sweep | Scenario | Load | Attempt | Then | Reason |",
+             "|---|---|---|---:|---|---|"]
+    for a in rows:
+        load = load_words("req/s" if a.get("rate") is not None else "concurrency",
+                          a.get("rate") if a.get("rate") is not None else a.get("concurrency")) or "unknown"
+        kind = {"search": "capacity search", "open_loop": "open loop"}.get(a.get("kind"), "grid")
+        then = "run again: valid" if a.get("then") == "valid" else "stayed invalid"
+        lines.append(f"| {labels.get(a.get('side'), a.get('side'))} | {a.get('scenario')} | {load} ({kind}) "
+                     f"| {a.get('attempt') or '-'} | {then} | {a.get('reason') or 'no reason recorded'} |")
+    return lines
 
 
 def plan_line(plan: dict[str, Any] | None) -> str | None:
@@ -179,19 +243,36 @@ def from_words(interval: dict[str, Any], figure: bool = False) -> str:
     return text + ("; " + ", ".join(extra) if extra else "")
 
 
-def capacity_words(interval: dict[str, Any] | None, per_gpu: Any = None) -> str:
-    """One capacity in words: the figure (per GPU when `per_gpu` is given), its run, its bracket."""
+def figure_words(interval: dict[str, Any], per_gpu: Any = None, figure: Any = None) -> str:
+    """A capacity's figure and its 95 % interval: "498.7 tok/s, 95 % interval 399.9 to 621.9" (per GPU
+    when `per_gpu`, the interval per GPU, is given with `figure`, the figure per GPU); the interval alone
+    where there is no figure."""
+    unit = "tok/s per GPU" if per_gpu is not None else "tok/s"
+    pair = per_gpu if per_gpu is not None else interval.get("output_tok_s")
+    return figure_span(figure if per_gpu is not None else interval.get("point_tok_s"), pair, unit)
+
+
+def figure_span(value: Any, pair: Any, unit: str = "tok/s") -> str:
+    """A figure with its 95 % interval ("498.7 tok/s, 95 % interval 399.9 to 621.9"); the interval
+    alone without a figure."""
+    if not _finite(value):
+        return span_words(pair, unit)
+    return f"{_tok(value)}{' ' + unit if unit else ''}, 95 % interval {span_words(pair, '')}"
+
+
+def capacity_words(interval: dict[str, Any] | None, per_gpu: Any = None, figure: Any = None) -> str:
+    """One capacity in words: the figure (per GPU when `per_gpu` and `figure` are given) with its 95 %
+    interval, its run, its bracket."""
     if not interval or interval.get("state") in (None, "no_data"):
         return "unknown (no usable run)"
     if interval.get("state") == "broken_measurement":
         return "not measured: " + str(interval.get("reason") or "repeats of the same run disagree")
     pair = per_gpu if per_gpu is not None else interval.get("output_tok_s")
-    figure = span_words(pair, "tok/s per GPU" if per_gpu is not None else "tok/s")
     if interval.get("state") == "never_meets_slo":
         hi = (pair or [None, None])[1]
-        figure = "0 tok/s" if hi in (0, 0.0) else (f"below {_tok(hi)} tok/s" if _finite(hi) else "0 tok/s")
-        return f"{figure} ({bracket_words(interval)})"
-    return f"{figure} (from {from_words(interval)}; {bracket_words(interval)})"
+        words = "0 tok/s" if hi in (0, 0.0) else (f"below {_tok(hi)} tok/s" if _finite(hi) else "0 tok/s")
+        return f"{words} ({bracket_words(interval)})"
+    return f"{figure_words(interval, per_gpu, figure)} (from {from_words(interval)}; {bracket_words(interval)})"
 
 
 CREDIT_WHY = ("the two sides' run-to-run bands combined in quadrature rather than added: their runs are "
@@ -221,27 +302,59 @@ def ratio_rebuilt(comparison: dict[str, Any]) -> str | None:
             + (f"; × and ÷ {CREDIT_WHY})" if k_lo or k_hi else ")"))
 
 
+def fleet_count(fleet: dict[str, Any]) -> str | None:
+    """The fleet's count in words ("4 to 10", "4", "at most 10", "at least 4"); None without one."""
+    span = fleet.get("replicas_range")
+    if not isinstance(span, list) or len(span) != 2 or span == [None, None]:
+        return None
+    lo, hi = span
+    if lo is None:
+        return f"at most {hi}"
+    if hi is None:
+        return f"at least {lo}"
+    return f"{lo}" if lo == hi else f"{lo} to {hi}"
+
+
+def fleet_division(fleet: dict[str, Any]) -> str:
+    """How the count divides today's replicas by the verdict's ratio intervals: "12 / 3.71x and 12 / 1.21x,
+    S1_chat's ratio interval per replica, rounded up" (each end's scenario where they differ, and what an
+    open end leaves)."""
+    now = fleet["current"]
+    gpus = fleet.get("gpus") or {}
+    a, b = gpus.get("candidate"), gpus.get("baseline")
+    per = f" (per GPU x {a} GPUs / {b} GPU{'s' if b != 1 else ''})" if a and b and a != b else ""
+    low, high = (d if isinstance(d, dict) and _finite(d.get("ratio_per_replica")) else None
+                 for d in (fleet.get("divided_by") or [None, None]))
+    if low and high:
+        if low["scenario"] == high["scenario"]:
+            a, b = low["ratio_per_replica"], high["ratio_per_replica"]
+            ends = f"{now} / {a:.2f}x" + ("" if a == b else f" and {now} / {b:.2f}x")
+            return f"{ends}, {low['scenario']}'s ratio interval per replica{per}, rounded up"
+        return (f"{now} / {low['ratio_per_replica']:.2f}x, the high end of {low['scenario']}'s ratio interval, and "
+                f"{now} / {high['ratio_per_replica']:.2f}x, the low end of {high['scenario']}'s, per replica{per}, "
+                "rounded up: the fleet carries every scenario")
+    if high:
+        return (f"{now} / {high['ratio_per_replica']:.2f}x, the low end of {high['scenario']}'s ratio interval per "
+                f"replica{per}, rounded up; no interval has an upper end, so no smaller count is ruled out")
+    if low:
+        return (f"{now} / {low['ratio_per_replica']:.2f}x, the high end of {low['scenario']}'s ratio interval per "
+                f"replica{per}, rounded up; an interval has no lower end, so no larger count is ruled out")
+    return "the ratio intervals per replica"
+
+
 def fleet_words(fleet: dict[str, Any] | None) -> list[str]:
-    """What the verdict means for today's fleet (summary.json `verdict.fleet`), as sentences."""
+    """What the verdict means for today's fleet (summary.json `verdict.fleet`), as sentences: today's
+    replicas over the verdict's own ratio interval, then what smaller fleets need and what "today" ran."""
     if not isinstance(fleet, dict) or not fleet.get("current"):
         return []
     now = fleet["current"]
-    span = fleet.get("replicas_range")
     who = fleet.get("candidate") or "the candidate"
-    if isinstance(span, list) and span and span[0] is not None:
-        count = (f"{span[0]}" if span[1] == span[0] else
-                 f"{span[0]} to {span[1]}" if span[1] is not None else f"{span[0]} or more")
-        answer, why = f"Today {now} replicas: {count} on {who} carry the same load", ""
+    count = fleet_count(fleet)
+    if count is not None:
+        first = f"Today {now} replicas: {count} on {who} carry the same load ({fleet_division(fleet)})."
     else:
-        answer, why = f"Today {now} replicas: no count on {who}", f": {fleet.get('reason') or 'no replica plan'}"
-    how = []
-    if fleet.get("basis"):
-        how.append(f"{fleet['basis']} basis")
-    if _finite(fleet.get("headroom")):
-        how.append(f"headroom {fleet['headroom']:.0%}")
-    if isinstance(fleet.get("spares"), int):
-        how.append(f"spares {fleet['spares']}")
-    lines = [answer + (f" ({', '.join(how)})" if how else "") + why.rstrip(".") + "."]
+        first = f"Today {now} replicas: no count on {who} follows from the verdict: {fleet.get('reason') or 'no ratio'}."
+    lines = [first]
     needs = [f"{t['replicas']} need {t['needs_ratio_per_gpu']:g}x" for t in fleet.get("targets") or []
              if _finite(t.get("needs_ratio_per_gpu"))]
     if needs:
@@ -252,7 +365,8 @@ def fleet_words(fleet: dict[str, Any] | None) -> list[str]:
                          ran.get("image"), f"flags {ran['served_flags']}" if ran.get("served_flags") else None) if f]
     lines.append(f"\"Today\" is {now} replicas running what the baseline {ran.get('label') or ''} ran"
                  + (f" ({'; '.join(map(str, facts))})" if facts else " (not recorded)")
-                 + "; it holds only if today's fleet runs the same.")
+                 + "; it holds only if today's fleet runs the same. No headroom or spares: the replica plan "
+                 "(`bench plan --headroom --spares`) adds them.")
     return lines
 
 
@@ -281,12 +395,12 @@ def scenario_lines(summary: dict[str, Any]) -> list[str]:
     out = []
     for name, c in (summary.get("comparison") or {}).items():
         if v.get("basis") == "slo":
-            per = c.get("slo_capacity_per_gpu") or {}
+            per, fig = c.get("slo_capacity_per_gpu") or {}, c.get("slo_figure_per_gpu") or {}
             cand, base = c.get("candidate_slo_capacity"), c.get("baseline_slo_capacity")
             out.append(f"{name}: {interval_text(c.get('slo_ratio_interval'))}, "
                        f"{decides_words(c.get('slo_state'), v.get('threshold'))}. Candidate "
-                       f"{capacity_words(cand, per.get('candidate'))}; baseline "
-                       f"{capacity_words(base, per.get('baseline'))}. Rebuilt: "
+                       f"{capacity_words(cand, per.get('candidate'), fig.get('candidate'))}; baseline "
+                       f"{capacity_words(base, per.get('baseline'), fig.get('baseline'))}. Rebuilt: "
                        f"{ratio_rebuilt(c) or 'no ratio to rebuild'}.")
         else:
             per = c.get("peak_per_gpu_tok_s") or {}

@@ -23,6 +23,7 @@ from typing import Any
 
 from bench.analysis import answer
 from bench.analysis import capacity as C
+from bench.analysis import decision as D
 from bench.analysis import results as R
 from bench.analysis import search as S
 from bench.analysis import verdict as V
@@ -286,6 +287,8 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
         comp["candidate_slo_capacity"] = a.as_dict()
         comp["baseline_slo_capacity"] = b.as_dict()
         comp["slo_capacity_per_gpu"] = {"candidate": _per_gpu(a, side.gpus), "baseline": _per_gpu(b, base.gpus)}
+        # The two figures per GPU (each the mean of its load's runs) that `slo_ratio` divides.
+        comp["slo_figure_per_gpu"] = {"candidate": _figure_per_gpu(a, side.gpus), "baseline": _figure_per_gpu(b, base.gpus)}
         # The ratio's ends are the quotients of those capacities times/over this credit: the two
         # sides' run-to-run bands combined in quadrature rather than added (independent runs).
         comp["slo_ratio_band_credit"] = list(band_credit(a, b))
@@ -296,7 +299,7 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
                    if peak is None]
         peak_calls.append(V.peak_call(name, comp["throughput_ratio"], threshold=threshold, labels=labels,
                                       missing=missing))
-    summary["verdict"] = V.decide(calls if basis == "slo" else peak_calls, basis=basis, threshold=threshold,
+    summary["verdict"] = D.decide(calls if basis == "slo" else peak_calls, basis=basis, threshold=threshold,
                                   issues=issues, incomparable=incomparable or [])
     return extra
 
@@ -306,6 +309,11 @@ def _per_gpu(cap: V.Capacity, gpus: int) -> list[float | None] | None:
     if not cap.known or cap.lo is None:
         return None
     return [V._end(cap.lo / gpus), V._end(cap.hi / gpus if cap.hi is not None else None)]  # noqa: SLF001
+
+
+def _figure_per_gpu(cap: V.Capacity, gpus: int) -> float | None:
+    value = V.figure(cap)
+    return None if value is None else round(value / gpus, 4)
 
 
 def _n(v: float | None, digits: int = 1) -> str:
@@ -326,7 +334,8 @@ def _source_text(interval: dict[str, Any]) -> str:
 def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str, Any] | None,
              decode_metric: str) -> list[str]:
     lines = ["", "## Capacity under the SLO", "",
-             "The capacity is the output tok/s at the highest load that meets the SLO, named with its run; its "
+             "The capacity is the output tok/s at the highest load that meets the SLO (the mean of that load's "
+             "runs), named with its run; its "
              "95 % interval runs from that figure to the tok/s at the load just below the lowest one that misses "
              "the SLO for sure (measured there, else the mean of its two measured neighbours, else the sure "
              "miss's own), both ends widened by the run-to-run band (measured from repeats, else assumed). "
@@ -345,12 +354,21 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
         cap, rate = s.get("slo_capacity"), s.get("rate_capacity")
         interval = s.get("slo_capacity_interval") or V.Capacity(V.GRID, V.NO_DATA).as_dict()
         cis = [_ci(cap["ttft_p99_ci_ms"]), _ci(cap["decode_p99_ci_ms"])] if cap and "state" not in cap else ["-", "-"]
-        figure = (answer.span_words(interval.get("output_tok_s")) if interval.get("state") == V.MEETS
+        figure = (answer.figure_words(interval) if interval.get("state") == V.MEETS
                   else answer.capacity_words(interval).split(" (")[0])
         opened = ([_n(rate["req_s"], 3), _n(rate["output_tok_s"]), _n(rate["goodput_req_s"], 3)] if rate
                   else ["-", "-", "-"])
-        lines.append(f"| {name} | {figure} | {answer.from_words(interval, figure=True)} | {answer.bracket_words(interval)} "
+        lines.append(f"| {name} | {figure} | {answer.from_words(interval)} | {answer.bracket_words(interval)} "
                      f"| {_source_text(interval)} | " + " | ".join(cis + opened) + " |")
+    searched = [r for r in summary.get("extra_runs") or [] if r.get("kind") == "search"]
+    if searched:
+        lines += ["", "### Capacity-search runs", "",
+                  "| Sweep | Scenario | Concurrency | File | Output tok/s | req/s | TTFT p99 (ms) "
+                  f"| {decode_metric.upper()} p99 (ms) |",
+                  "|---|---|---:|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['side']} | {r['scenario']} | {r['concurrency']} | `{r['file']}` | {_n(r.get('output_tok_s'))} "
+                  f"| {_n(r.get('req_s'), 3)} | {_n(r.get('ttft_p99_ms'))} "
+                  f"| {_n(r.get('tpot_p99_ms' if decode_metric == 'tpot' else 'itl_p99_ms'))} |" for r in searched]
     points = {n: e.get("open_loop") or [] for n, e in (extra.get("candidate") or {}).items()}
     if any(points.values()):
         lines += ["", "### Open loop: goodput and SLO attainment against offered rate", "",
@@ -415,13 +433,14 @@ def comparison_markdown(summary: dict[str, Any], labels: tuple[str, str], extra:
              f"| {base} capacity per GPU | Rebuilt | From | SLO cost-efficiency ratio | Scenario decides |",
              "|---|---|---|---|---|---|---:|---|"]
     for name, c in comp.items():
-        per = c.get("slo_capacity_per_gpu") or {}
+        per, fig = c.get("slo_capacity_per_gpu") or {}, c.get("slo_figure_per_gpu") or {}
         a = c.get("candidate_slo_capacity") or V.Capacity(V.GRID, V.NO_DATA).as_dict()
         b = c.get("baseline_slo_capacity") or V.Capacity(V.GRID, V.NO_DATA).as_dict()
         cost = "-" if c.get("slo_cost_efficiency_ratio") is None else f"{c['slo_cost_efficiency_ratio']:.2f}x"
         lines.append(f"| {name} | {V.interval_text(c.get('slo_ratio_interval'))} "
-                     f"| {answer.capacity_words(a, per.get('candidate'))} "
-                     f"| {answer.capacity_words(b, per.get('baseline'))} | {answer.ratio_rebuilt(c) or '-'} "
+                     f"| {answer.capacity_words(a, per.get('candidate'), fig.get('candidate'))} "
+                     f"| {answer.capacity_words(b, per.get('baseline'), fig.get('baseline'))} "
+                     f"| {answer.ratio_rebuilt(c) or '-'} "
                      f"| {V.SOURCE_WORDS.get(c.get('slo_basis_source'), '-')} | {cost} "
-                     f"| {V.STATE_WORDS.get(c.get('slo_state'), '-').lower()} |")
+                     f"| {D.STATE_WORDS.get(c.get('slo_state'), '-').lower()} |")
     return lines

@@ -62,10 +62,14 @@ def _series(rows: Sequence[dict[str, Any]], scenario: str, attr: str) -> tuple[l
 def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, Any]] | None, slo: dict[str, Any],
                   scenario: str, *, label: str, base_label: str | None = None,
                   lengths: tuple[int | None, int | None] | None = None,
-                  entry: dict[str, Any] | None = None, grid: bool = False):
-    """One scenario's curves from summary.json run rows; `entry` is summary["scenarios"][scenario]
-    (its peak and its capacity under the SLO, star and bracket from one interval, are marked). The panels side by side, or
-    two by two with `grid` (a page's width)."""
+                  entry: dict[str, Any] | None = None, grid: bool = False,
+                  extra: Sequence[dict[str, Any]] | None = None):
+    """One scenario's curves from summary.json run rows (the grid's, as a line) and `extra` (summary.json
+    `extra_runs`: each side's capacity-search runs, as crosses at their concurrencies); `entry` is
+    summary["scenarios"][scenario] (its peak and its capacity under the SLO are marked: the star at the
+    figure, the mean of the runs at its load, and the bracket from the same interval). The panels side
+    by side, or two by two with `grid` (a page's width). SVG ids: `candidate-<metric>` (the curve),
+    `candidate-search-<metric>` and `baseline-search-<metric>` (the search's runs), `capacity-star`."""
     if grid:
         fig, axes = plt.subplots(2, 2, figsize=(12, 7.6))
         axes = axes.flatten()
@@ -76,7 +80,16 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
     for ax, (attr, title, slo_key) in zip(axes, PANELS):
         xs, ys = _series(rows, scenario, attr)
         if xs:
-            ax.plot(xs, ys, marker="o", color=CANDIDATE, label=label)
+            ax.plot(xs, ys, marker="o", color=CANDIDATE, label=label, gid=f"candidate-{attr}")
+        searched = []
+        for who, color, name in (("candidate", CANDIDATE, label), ("baseline", BASELINE, base_label)):
+            points = sorted((r["concurrency"], r[attr]) for r in extra or () if r.get("kind") == "search"
+                            and r.get("side", "candidate") == who and r["scenario"] == scenario
+                            and r.get(attr) is not None)
+            if points:
+                ax.plot([c for c, _ in points], [v for _, v in points], linestyle="none", marker="x", markersize=7,
+                        color=color, label=f"{name}: capacity-search runs", gid=f"{who}-search-{attr}")
+            searched += points
         if base_rows:
             bx, by = _series(base_rows, scenario, attr)
             if bx:
@@ -89,7 +102,8 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
             _mark_points(ax, entry)
         ax.set_xscale("log", base=2)
         ticks = sorted({r["concurrency"] for r in rows if r["scenario"] == scenario}
-                       | {r["concurrency"] for r in base_rows or () if r["scenario"] == scenario})
+                       | {r["concurrency"] for r in base_rows or () if r["scenario"] == scenario}
+                       | {c for c, _ in searched})
         if ticks:
             ax.set_xticks(ticks)
             ax.set_xticklabels([str(t) for t in ticks])
@@ -112,14 +126,15 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
 
 def capacity_mark(entry: dict[str, Any]) -> dict[str, Any] | None:
     """What the curves mark for the capacity under the SLO, from one figure (the scenario's
-    `slo_capacity_interval`): the star at the run its figure came from, the band [pass, fail) of the
+    `slo_capacity_interval`): the star at the figure itself (`point_tok_s`, the mean of the runs at its
+    load, the tok/s every table shows) at the load of the run it came from, the band [pass, fail) of the
     same interval. None when the interval has no figure."""
     interval = entry.get("slo_capacity_interval") or {}
-    ends = interval.get("output_tok_s")
-    if interval.get("state") != "meets_slo" or not ends or ends[0] is None:
+    if interval.get("state") != "meets_slo" or interval.get("point_tok_s") is None:
         return None
     load, _ = source_run(interval)
-    return {"load": load, "tok_s": ends[0], "pass": interval.get("load_pass"), "fail": interval.get("load_fail")}
+    return {"load": load, "tok_s": interval["point_tok_s"], "pass": interval.get("load_pass"),
+            "fail": interval.get("load_fail"), "repeats": interval.get("repeats") or 1}
 
 
 def _mark_points(ax, entry: dict[str, Any]) -> None:
@@ -135,19 +150,21 @@ def _mark_points(ax, entry: dict[str, Any]) -> None:
         ax.scatter([top["concurrency"]], [top["output_tok_s"]], s=160, facecolors="none", edgecolors="black",
                    linewidths=1.5, zorder=5, label=f"peak {top['output_tok_s']:,.0f} (c={top['concurrency']})")
     if mark and mark["load"] is not None:
-        ax.scatter([mark["load"]], [mark["tok_s"]], s=90, marker="*", color=PASS, zorder=6,
-                   label=f"capacity under the SLO {mark['tok_s']:,.0f} (c={mark['load']:g})")
+        runs = f", mean of {mark['repeats']} runs" if mark["repeats"] > 1 else ""
+        ax.scatter([mark["load"]], [mark["tok_s"]], s=90, marker="*", color=PASS, zorder=6, gid="capacity-star",
+                   label=f"capacity under the SLO {mark['tok_s']:,.1f} (c={mark['load']:g}{runs})")
 
 
 def render(side: Side, base: Side | None, slo: dict[str, Any], out: Path,
-           scenarios: dict[str, Any] | None = None) -> list[str]:
-    """chart_<scenario>.png for each scenario of the candidate (report.md links them)."""
+           scenarios: dict[str, Any] | None = None, extra: Sequence[dict[str, Any]] | None = None) -> list[str]:
+    """chart_<scenario>.png for each scenario of the candidate (report.md links them); `extra` is
+    summary.json `extra_runs`."""
     rows = [run_row(r, side) for r in side.runs]
     base_rows = [run_row(r, base) for r in base.runs] if base else None
     written = []
     for scenario in side.scenarios:
         fig = curves_figure(rows, base_rows, slo, scenario, label=side.label, base_label=base.label if base else None,
-                            lengths=side.lengths.get(scenario), entry=(scenarios or {}).get(scenario))
+                            lengths=side.lengths.get(scenario), entry=(scenarios or {}).get(scenario), extra=extra)
         name = f"chart_{scenario}.png"
         fig.savefig(out / name, dpi=100)
         plt.close(fig)

@@ -14,6 +14,7 @@ server variant. OUT (a folder, or s3://bucket/prefix/: each file uploaded as wri
               "winner": "<label>" | null, "winner_margin_pct": <number or null>,
               "noise_pct": <number>, "noise_source": "repeats" | "default"}],
    "slo_capacity": {"<scenario>": {"<label>": <output tok/s or null>}},
+   "slo_capacity_interval": {"<scenario>": {"<label>": INTERVAL}},
    "incomplete": ["<reason>"],
    "slo": {"ttft_p99_ms", "decode_p99_ms", "decode_metric", "source", "notes"}}
   `slo` is the SLO judged with: the one the sweeps recorded, unless a flag sets another (`source`
@@ -41,9 +42,12 @@ Rules
   default band of 5 % (`noise_source` "default"). Within the noise the cell says "no clear winner"
   with both figures. A variant whose speculative decoding accepted < 10 % of drafts on a real-text
   scenario (K_korean) is a configuration problem (flagged in compare.md) and never a winner.
-- SLO capacity: each variant's capacity under the SLO, as `report` computes it
-  (the output tok/s at the highest load meeting TTFT p99 and ITL p99 within the limits, default
-  500 ms and 50 ms, from the grid and the capacity search's runs); null when no load meets it.
+- SLO capacity: each variant's capacity under the SLO, by the function `report` uses: `slo_capacity`
+  is the figure (the output tok/s at the highest load meeting TTFT p99 and ITL p99 within the
+  limits, default 500 ms and 50 ms, the mean of that load's runs, from the grid and the capacity
+  search's; null when no load meets it) and `slo_capacity_interval` the whole capacity with its 95 %
+  interval and runs (summary.json's INTERVAL, `python -m bench report --help`), the same values
+  `bench report` writes for the same folder (`slo_capacity_interval` of its scenarios).
 
 Exit codes: 0 written (also when incomplete); 2 bad arguments.
 """
@@ -278,6 +282,7 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
                       "noise_pct": noise, "noise_source": "repeats" if measured else "default"})
 
     slo_capacity: dict[str, dict[str, float | None]] = {}
+    slo_intervals: dict[str, dict[str, dict[str, Any]]] = {}
     intervals: dict[str, dict[str, V.Capacity]] = {}
     for s in sides:
         caps = CR.scenario_capacity(s.path, [r for r in s.runs if s.usable(r)], ttft_ms=ttft_ms, decode_ms=itl_ms,
@@ -285,10 +290,14 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
         for scenario in dict.fromkeys(k[0] for k in cells_keys):
             cap = (caps.get(scenario) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
             intervals.setdefault(scenario, {})[s.label] = cap
+            # the figure and its interval as `bench report` writes them (summary.json `slo` and
+            # `slo_capacity_interval`): one capacity function, read the same way
+            slo_intervals.setdefault(scenario, {})[s.label] = cap.as_dict()
             slo_capacity.setdefault(scenario, {})[s.label] = (
                 round(V.figure(cap), 3) if cap.state == V.MEETS and V.figure(cap) is not None else None)
 
-    data = {"variants": variants, "cells": cells, "slo_capacity": slo_capacity, "incomplete": incomplete}
+    data = {"variants": variants, "cells": cells, "slo_capacity": slo_capacity,
+            "slo_capacity_interval": slo_intervals, "incomplete": incomplete}
     extra = {"gated": gated, "settings": settings, "facts": facts, "intervals": intervals}
     return data, extra
 

@@ -141,14 +141,26 @@ def credit_html(comparison: dict[str, Any], path: list[Any]) -> str:
     return f"<small>Rebuilt, per GPU: {'; '.join(parts)} ({esc(answer.CREDIT_WHY)}).</small>"
 
 
-def capacity_html(interval: dict[str, Any] | None, pair: Any, path: list[Any], unit: str = " tok/s") -> str:
-    """A capacity: its figure (ends tagged), the run it came from, where the SLO holds."""
+def capacity_html(interval: dict[str, Any] | None, pair: Any, path: list[Any], unit: str = " tok/s",
+                  figure: Any = None, figure_path: list[Any] | None = None) -> str:
+    """A capacity: its figure (tagged with `figure_path`) and 95 % interval (ends tagged), the run it came
+    from, where the SLO holds; the words of bench.analysis.answer.capacity_words, tagged."""
     if not interval or interval.get("state") in (None, "no_data"):
         return "unknown (no usable run)"
     if interval.get("state") == "never_meets_slo":
         return esc(answer.capacity_words(interval, pair))
-    return (pair_html(pair, path, unit) + f"<br><small>from {esc(answer.from_words(interval))}; "
+    return (figure_html(pair, path, unit, figure, figure_path) + f"<br><small>from {esc(answer.from_words(interval))}; "
             f"{esc(answer.bracket_words(interval))}</small>")
+
+
+def figure_html(pair: Any, path: list[Any], unit: str = " tok/s", figure: Any = None,
+                figure_path: list[Any] | None = None) -> str:
+    """A capacity's figure and its 95 % interval (bench.analysis.answer.figure_span), each number tagged;
+    the interval alone without a figure."""
+    if not is_number(figure) or figure_path is None:
+        return pair_html(pair, path, unit)
+    return (f'<span data-field="{field(figure_path)}">{esc(_f(figure))}</span>{esc(unit)}, 95 % interval '
+            + pair_html(pair, path))
 
 
 def cell_text(text: str, path: list[Any] | None) -> str:
@@ -158,25 +170,36 @@ def cell_text(text: str, path: list[Any] | None) -> str:
 
 
 def fleet_html(fleet: dict[str, Any] | None) -> str:
-    """The fleet answer (summary.json verdict.fleet) in words, its counts tagged."""
+    """The fleet answer (summary.json verdict.fleet) in words, its counts and the ratios they divide by tagged."""
     words = answer.fleet_words(fleet)
     if not words:
         return ""
-    head = words[0]
+    at = ["verdict", "fleet"]
     now = fleet["current"]
-    span = fleet.get("replicas_range") or [None, None]
-    head = esc(head).replace(f"Today {now} replicas",
-                             f'Today <span data-field="{field(["verdict", "fleet", "current"])}">{now}</span> replicas', 1)
-    if span and span[0] is not None:
-        count = (f"{span[0]}" if span[1] == span[0] else
-                 f"{span[0]} to {span[1]}" if span[1] is not None else f"{span[0]} or more")
-        tagged = f'<span data-field="{field(["verdict", "fleet", "replicas_range", 0])}">{span[0]}</span>'
-        if span[1] is not None and span[1] != span[0]:
-            tagged += f' to <span data-field="{field(["verdict", "fleet", "replicas_range", 1])}">{span[1]}</span>'
-        elif span[1] is None:
-            tagged += " or more"
+    head = esc(words[0]).replace(f"Today {now} replicas",
+                                 f'Today <span data-field="{field([*at, "current"])}">{now}</span> replicas', 1)
+    count = answer.fleet_count(fleet)
+    if count is not None:
+        lo, hi = fleet["replicas_range"]
+        tags = [f'<span data-field="{field([*at, "replicas_range", k])}">{v}</span>' for k, v in enumerate((lo, hi))]
+        tagged = (f"at most {tags[1]}" if lo is None else f"at least {tags[0]}" if hi is None
+                  else tags[0] if lo == hi else f"{tags[0]} to {tags[1]}")
         head = head.replace(f": {esc(count)} on", f": <strong>{tagged}</strong> on", 1)
-    return (f'<p class="fleet"><strong>Fleet</strong>: {head} ' + " ".join(esc(w) for w in words[1:]) + "</p>")
+        for k, d in enumerate(fleet.get("divided_by") or []):
+            if isinstance(d, dict) and is_number(d.get("ratio_per_replica")):
+                r = times(d["ratio_per_replica"])
+                head = head.replace(f"/ {r}", f'/ <span data-field="{field([*at, "divided_by", k, "ratio_per_replica"])}">'
+                                    f"{r}</span>", 1)
+    return f'<p class="fleet"><strong>Fleet</strong>: {head} ' + " ".join(esc(w) for w in words[1:]) + "</p>"
+
+
+def side_capacity_html(comparison: dict[str, Any], name: str, who: str) -> str:
+    """One side's capacity per GPU beside a ratio: its figure (`slo_figure_per_gpu`, what `slo_ratio`
+    divides) and its interval (`slo_capacity_per_gpu`, what the ratio's interval divides), tagged."""
+    at = ["comparison", name]
+    return capacity_html(comparison.get(f"{who}_slo_capacity"), (comparison.get("slo_capacity_per_gpu") or {}).get(who),
+                         [*at, "slo_capacity_per_gpu", who], " tok/s per GPU",
+                         (comparison.get("slo_figure_per_gpu") or {}).get(who), [*at, "slo_figure_per_gpu", who])
 
 
 def scenario_items(summary: dict[str, Any]) -> list[str]:
@@ -186,14 +209,10 @@ def scenario_items(summary: dict[str, Any]) -> list[str]:
     for name, c in (summary.get("comparison") or {}).items():
         at = ["comparison", name]
         if v.get("basis") == "slo":
-            per = c.get("slo_capacity_per_gpu") or {}
             items.append(
                 f"<li><strong>{esc(name)}</strong>: {ratio_html(c.get('slo_ratio_interval'), [*at, 'slo_ratio_interval'])}"
                 f", {esc(answer.decides_words(c.get('slo_state'), v.get('threshold')))}. Candidate "
-                + capacity_html(c.get("candidate_slo_capacity"), per.get("candidate"),
-                                [*at, "slo_capacity_per_gpu", "candidate"], " tok/s per GPU")
-                + "; baseline " + capacity_html(c.get("baseline_slo_capacity"), per.get("baseline"),
-                                                [*at, "slo_capacity_per_gpu", "baseline"], " tok/s per GPU")
+                + side_capacity_html(c, name, "candidate") + "; baseline " + side_capacity_html(c, name, "baseline")
                 + ". " + credit_html(c, [*at, "slo_ratio_band_credit"]) + "</li>")
         else:
             per = c.get("peak_per_gpu_tok_s") or {}

@@ -160,7 +160,9 @@ def _from_interval(cap: V.Capacity, out_len: int | None) -> Capacity:
         req_hi = cap.hi / out_len
     interval = cap.as_dict()
     return Capacity(cap.lo, req_lo, cap.source, out_len, cap.hi, req_hi, cap.state, V.capacity_text(cap),
-                    f"{answer.from_words(interval)}; {answer.bracket_words(interval)}")
+                    f"{answer.from_words(interval)}; {answer.bracket_words(interval)}", band_lo=cap.band_lo,
+                    band_hi=cap.band_hi, more=V.higher_load_advice(cap),
+                    point=V.figure(cap) if cap.state == V.MEETS else None, adjacent=V.adjacent(cap))
 
 
 def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, Capacity], dict[str, Any]]:
@@ -276,12 +278,15 @@ def render_markdown(plan: dict[str, Any], notes: list[str], load_desc: str, cand
         lines += ["", "Where the count is not a single number:", ""]
         lines += [f"- {row['label']} ({replicas_text(row, never)}): {row['reason']}" for row in reasons]
     lines += ["", "## Capacity per replica", "",
-              "The capacity under the SLO `bench report` shows (the same figure, from the same runs), per replica.", "",
+              "The capacity under the SLO `bench report` shows (the same figure with its 95 % interval, from the same "
+              "runs), per replica.", "",
               "| Configuration | Scenario | Output tok/s | req/s | Basis | From the run |",
               "|---|---|---|---|---|---|"]
     for cfg in candidates:
         for s, c in cfg.capacities.items():
-            lines.append(f"| {cfg.label} | {s} | {_span(c.tok_s, c.tok_hi, c)} | {_span(c.req_s, c.req_hi, c, 3)} "
+            tok = _span(c.tok_s, c.tok_hi, c)
+            tok = answer.figure_span(c.point, [c.tok_s, c.tok_hi], "") if c.point is not None else tok
+            lines.append(f"| {cfg.label} | {s} | {tok} | {_span(c.req_s, c.req_hi, c, 3)} "
                          f"| {V.SOURCE_WORDS.get(c.basis, c.basis)} | {c.run or '-'} |")
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]

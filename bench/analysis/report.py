@@ -36,12 +36,22 @@ is uploaded as it is written):
                                  "candidate_slo_capacity": INTERVAL, "baseline_slo_capacity": INTERVAL,
                                  "slo_capacity_per_gpu": {"candidate": [lo, hi] | null,
                                                           "baseline": [lo, hi] | null},
+                                 "slo_figure_per_gpu": {"candidate", "baseline"},
                                  "slo_ratio_band_credit": [low end, high end]}} | null,
    "verdict": {"threshold", "min_ratio", "pass", "basis", "state", "reasons",
-               "min_ratio_interval", "fleet" (with --current-replicas): {"current", "replicas_range",
-               "basis", "headroom", "spares", "candidate", "reason", "baseline": {"label",
-               "instance_type", "gpus", "model", "vllm_version", "image", "served_flags"},
+               "min_ratio_interval", "min_ratio_scenario", "fleet" (with --current-replicas):
+               {"current", "replicas_range": [lo, hi] | null, "divided_by": [{"scenario", "end",
+               "ratio_per_replica", "replicas"} | null, same], "basis", "gpus": {"candidate",
+               "baseline"}, "candidate", "reason", "baseline": {"label", "instance_type", "gpus",
+               "model", "vllm_version", "image", "served_flags"},
                "targets": [{"replicas", "needs_ratio_per_gpu"}]}} | null,
+   "extra_runs": [{"side": "candidate" | "baseline", "scenario", "kind": "search" | "open_loop",
+                   "file", "concurrency", "rate", "output_tok_s", "req_s", "ttft_p99_ms", "itl_p99_ms",
+                   "tpot_p99_ms"}],
+   "invalid_attempts": [{"side": "candidate" | "baseline", "scenario", "kind": "grid" | "search" |
+                         "open_loop", "concurrency", "rate", "attempt", "file", "reason",
+                         "then": "valid" | "invalid"}],
+   "run_counts": {"candidate": COUNTS, "baseline": COUNTS | null},
    "ignored_files": [{"file", "reason"}],
    "rehearsal": {"source", "pool", "configuration", "scenario", "request_rate", "planned_peak_req_s",
                  "rate_from", "burstiness", "duration_s", "base_url", "slo": {"ttft_p99_ms", "itl_p99_ms"},
@@ -52,6 +62,12 @@ is uploaded as it is written):
                  "replica_hours": {"autoscaled", "planned", "share_of_plan_pct"},
                  "usd_hour": {"on_demand", "spot"}, "cost_usd": {"autoscaled_on_demand", "planned_on_demand",
                  "autoscaled_spot", "planned_spot"}} | null}
+  COUNTS = {"grid", "grid_usable", "grid_invalid", "grid_suspect", "search", "open_loop",
+  "invalid_attempts"}: the runs the report lists, counted (the page's header and the command's last
+  line word these): a side's grid runs (usable, invalid, suspect), its capacity-search and open-loop
+  runs (`extra_runs`), and its invalid attempts (`invalid_attempts`: every
+  failed attempt the manifest records that no other row lists, its reason whole, and whether the run
+  came back valid).
   INTERVAL = {"source": "grid" | "search" | "open_loop", "state": "meets_slo" | "never_meets_slo"
   | "no_data", "output_tok_s": [lo, hi] | null, "load_unit": "concurrency" | "req/s", "load_pass",
   "load_fail", "load_max", "confirmed", "point_tok_s", "loop": "closed" | "open", "source_run",
@@ -80,7 +96,7 @@ is uploaded as it is written):
   SLO limits drawn, peak and the capacity under the SLO (its run, and its bracket shaded) marked (needs matplotlib; skipped with a note
   when it is missing);
 - `report.html` (unless --no-html): the same report as one self-contained page to open in a browser
-  (bench/analysis/pages.py): the verdict and its reasons first, the ratio per scenario with its interval, the
+  (bench/analysis/pages/): the verdict and its reasons first, the ratio per scenario with its interval, the
   curves, capacity brackets, startup timeline, replica plan, invalid and suspect runs, manifests.
 
 Definitions
@@ -111,9 +127,12 @@ Definitions
   offered rates.
 - SLO ratio (per GPU): `slo_ratio_interval` = [candidate low / baseline high, candidate high /
   baseline low], open loop where both sides ran it, else closed loop (`slo_basis_source`: grid,
-  search or open_loop); `slo_ratio` = candidate low / baseline low. The two capacities it divides
-  are `candidate_slo_capacity` and `baseline_slo_capacity` (per replica, with their runs) and
-  `slo_capacity_per_gpu`; the pages show them beside every ratio. The ends' bands add in
+  search or open_loop); `slo_ratio` = `slo_figure_per_gpu` candidate / baseline: the two capacity
+  figures per GPU (each the mean of the runs at its highest load meeting the SLO, over its side's
+  GPUs; null for a side known only to lie below a load), the figures the pages show, not an end of
+  the interval. The two capacities the interval divides are `candidate_slo_capacity` and
+  `baseline_slo_capacity` (per replica, with their runs) and `slo_capacity_per_gpu`; the pages
+  show them beside every ratio. The ends' bands add in
   quadrature, not at their worst on both sides at once: low end = candidate low / baseline high x
   `slo_ratio_band_credit`[0], high end = candidate high / baseline low / [1] (null for an open end),
   shown beside the ratio too. `baseline_state`: meets_slo, never_meets_slo or no_data.
@@ -128,11 +147,19 @@ Definitions
   length, prefix caching and speculative settings, except those named with --vary); sides that
   are not like for like (or whose manifest cannot be read) never pass nor fail. `min_ratio` is the
   smallest lower end, `min_ratio_interval` the interval of the smallest ratio, `pass` is true in
-  state pass only; `min_ratio_interval` is one scenario's interval (the smallest low end).
-- Fleet (`verdict.fleet`): the replica plan's count for the candidate (plan/plan.json, the
-  verdict's basis, no headroom or spares) carrying what --current-replicas replicas of the baseline
-  serve; what the baseline ran (today's fleet must run the same for "today" to hold); and the per-GPU
-  ratio a fleet of the threshold's and twice the threshold's reduction needs (12 -> 8 at 1.5x, 4 at 3x).
+  state pass only; `min_ratio_interval` is one scenario's interval (the smallest low end), and
+  `min_ratio_scenario` names it.
+- Fleet (`verdict.fleet`): the candidate's replicas that carry what --current-replicas replicas of
+  the baseline carry: today's replicas over the ratio intervals the verdict decided on, per replica
+  (per GPU x candidate GPUs / baseline GPUs), rounded up: `replicas_range` = [ceil(current / the
+  smallest high end), ceil(current / the smallest low end)] (the latter the verdict's own
+  `min_ratio_interval`), `divided_by` naming each end's scenario and ratio. An end without a finite
+  ratio leaves that side open (null: "at most 10", "at least 4"); no range (null, with `reason`) where
+  a scenario has no interval, the candidate meets the SLO at no load, or only the candidate does. No
+  headroom or spares: the replica plan beside the report (plan/plan.json, headroom 0, spares 0) sizes
+  the same load the same way. Also what the baseline ran (today's fleet must run the same for
+  "today" to hold) and the per-GPU ratio a fleet of the threshold's and twice the threshold's
+  reduction needs (12 -> 8 at 1.5x, 4 at 3x).
 
 Exit codes: 0 report written (with --exit-code: pass); 1 with --exit-code: fail; 3 with
 --exit-code: inconclusive (also without a baseline); 2 bad input.
@@ -148,6 +175,7 @@ from typing import Any
 
 from bench.analysis import answer, checks, pages
 from bench.analysis import capacity_report as CR
+from bench.analysis import decision as D
 from bench.analysis import plan as P
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
@@ -219,7 +247,9 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
     metric = slo["decode_metric"]
     decode_ms = slo["itl_p99_ms"]
     lim = f"TTFT p99 <= {slo['ttft_p99_ms']:g} ms and {metric.upper()} p99 <= {decode_ms:g} ms"
-    lines = [f"# Benchmark report: {side.label}", ""]
+    counts = summary["run_counts"]
+    lines = [f"# Benchmark report: {side.label}", "", f"Runs: {side.label}: {answer.runs_words(counts['candidate'])}"
+             + (f"; baseline {base.label}: {answer.runs_words(counts['baseline'])}." if base else "."), ""]
     lines += _describe(side)
     if base:
         lines += ["", f"Baseline: {base.label}", ""] + _describe(base)
@@ -340,6 +370,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
                   f"| {r.failed if r.failed is not None else '-'} | {r.reason} |" for who, r in bad]
     else:
         lines.append("No invalid run: every run completed all of its prompts without a failed request.")
+    lines += answer.attempts_markdown(summary, {"candidate": side.label, "baseline": base.label if base else ""})
 
     doubtful = [(side.label, r, side.suspect(r)) for r in side.suspect_runs()]
     doubtful += [(base.label, r, base.suspect(r)) for r in base.suspect_runs()] if base else []
@@ -452,9 +483,8 @@ def run(args: argparse.Namespace) -> int:
     if base is not None:
         base.plan_link = write_plan(args, out)
         if summary["verdict"] is not None and args.current_replicas:
-            summary["verdict"]["fleet"] = fleet(_read_json(out / "plan" / "plan.json") if base.plan_link else None,
-                                                current=args.current_replicas, threshold=args.threshold,
-                                                candidate=side, baseline=base)
+            summary["verdict"]["fleet"] = fleet(summary, current=args.current_replicas,
+                                                threshold=args.threshold, candidate=side, baseline=base)
     charts: list[str] = []
     note = None
     if args.no_charts:
@@ -463,7 +493,7 @@ def run(args: argparse.Namespace) -> int:
         try:  # matplotlib is imported only when charts are drawn (bench/analysis/charts.py)
             from bench.analysis import charts as C  # local import: charts loads matplotlib
 
-            charts = C.render(side, base, summary["slo"], out, summary["scenarios"])
+            charts = C.render(side, base, summary["slo"], out, summary["scenarios"], summary["extra_runs"])
         except ImportError:
             note = "Charts skipped: matplotlib is not installed (`pip install matplotlib`)."
             print(f"bench report: {note}", file=sys.stderr)
@@ -472,8 +502,10 @@ def run(args: argparse.Namespace) -> int:
     text = render_markdown(side, base, summary, issues, charts, note) + startup_report.markdown(path)
     (out / "report.md").write_text(text, encoding="utf-8")
     locations.written(out / "report.md")
-    valid = sum(1 for r in side.runs if r.valid)
-    msg = f"bench report: {valid}/{len(side.runs)} valid runs -> {locations.display(out / 'report.md')}, summary.json"
+    counts = summary["run_counts"]
+    msg = (f"bench report: {side.label}: {answer.runs_words(counts['candidate'])}"
+           + (f"; baseline {base.label}: {answer.runs_words(counts['baseline'])}" if base else "")
+           + f" -> {locations.display(out / 'report.md')}, summary.json")
     if not args.no_html:
         pages.write_report(out, summary, side, base, issues, charts=not args.no_charts)
         locations.written(out / "report.html")
@@ -482,27 +514,16 @@ def run(args: argparse.Namespace) -> int:
         msg += f", {len(charts)} charts"
     v = summary["verdict"]
     if v:
-        msg += (f"; verdict {V.STATE_WORDS[v['state']]} on the {v['basis']} basis: smallest ratio per GPU "
-                f"{V.interval_text(v['min_ratio_interval'])}, threshold {v['threshold']:g}x")
-        fleet_line = answer.fleet_words(v.get("fleet"))
-        if fleet_line:
-            msg += f"; {fleet_line[0][0].lower()}{fleet_line[0][1:-1]}"
+        msg += f"; {answer.verdict_short(summary)}"
         if v["reasons"]:
-            msg += f"; {len(v['reasons'])} reason(s) in report.md"
+            msg += f"; {len(v['reasons'])} reason{'s' if len(v['reasons']) != 1 else ''} in report.md"
     print(msg)
     if args.exit_code:
         if v is None:
             print("bench report: --exit-code: no verdict without --baseline; exit 3 (inconclusive)", file=sys.stderr)
-            return V.EXIT_CODES[V.INCONCLUSIVE]
-        return V.EXIT_CODES[v["state"]]
+            return D.EXIT_CODES[V.INCONCLUSIVE]
+        return D.EXIT_CODES[v["state"]]
     return 0
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def write_plan(args: argparse.Namespace, out: Path) -> str | None:

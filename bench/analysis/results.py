@@ -351,3 +351,80 @@ def spec_collapse_reason(run: RunResult, telemetry: dict[str, Any] | None,
     return (f"{SPEC_COLLAPSE} {pct:.1f}% of draft tokens (below the floor of {floor_pct:g}%, "
             "bench sweep --min-spec-acceptance-pct): the draft is almost always rejected, so the run measures a broken "
             "draft, not the configuration")
+
+
+# ---------------------------------------------------------------------------------------------
+# Request errors in a run's log, as whole sentences
+
+# `vllm bench serve` prints each failed request's error as "Error N: <text>"; an exception the client
+# raised is a whole Python traceback over many lines, and only its last line says what went wrong.
+_ERROR_LINE = re.compile(r"^Error [0-9]+: ?(?P<msg>.*)$")
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?::.*)?$")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+REQUEST_ERRORS = "request errors: "
+
+
+def exception_line(lines: list[str]) -> str | None:
+    """The exception a traceback ends with ("ConnectionRefusedError: [Errno 111] Connection refused"),
+    from the lines after its head; None when the block holds none."""
+    last = None
+    for line in lines:
+        if _ERROR_LINE.match(line) or line.startswith("="):
+            break
+        text = line.strip()
+        if not text or line[0].isspace() or text == TRACEBACK_HEAD or text.startswith(_CHAINED):
+            continue
+        if _EXCEPTION_LINE.match(text):
+            last = text
+        elif last is not None:
+            break
+    return last
+
+
+def traceback_words(exception: str | None, log_name: str | None = None) -> str:
+    """A traceback in words: the exception it ends with, said to be its last line, and where it all is."""
+    where = f"; all of it in {log_name}" if log_name else ""
+    if exception:
+        return f"{exception[:200]} (the last line of its Python traceback{where})"
+    return "a Python traceback that names no exception" + (f" (all of it in {log_name})" if log_name else "")
+
+
+def request_errors(text: str, log_name: str | None = None, limit: int = 3) -> list[str]:
+    """The first distinct request errors a `vllm bench serve` log shows, each as one phrase: the error
+    as printed ("Not Found"), or for a traceback the exception it ends with, said to be its last line
+    and where the whole of it is (`log_name`); never the traceback's first line."""
+    lines = text.splitlines()
+    seen: list[str] = []
+    for i, line in enumerate(lines):
+        m = _ERROR_LINE.match(line)
+        if not m:
+            continue
+        msg = m["msg"].strip()
+        if not msg or msg == TRACEBACK_HEAD:
+            msg = traceback_words(exception_line(lines[i + 1:]), log_name)
+        else:
+            msg = msg[:200]
+        if msg not in seen:
+            seen.append(msg)
+            if len(seen) >= limit:
+                break
+    return seen
+
+
+def whole_reason(reason: str | None, log_text: str | None, log_name: str | None = None) -> str | None:
+    """A recorded reason whose request errors were cut to a traceback's first line ("request errors:
+    Traceback (most recent call last):", as sweeps before this rule wrote it), made whole again from the
+    run's log where it is at hand, else said to be cut."""
+    if not reason or REQUEST_ERRORS not in reason:
+        return reason
+    head, _, tail = reason.partition(REQUEST_ERRORS)
+    segment, sep, after = tail.partition("; ")
+    if TRACEBACK_HEAD not in segment:
+        return reason
+    errors = request_errors(log_text, log_name) if log_text else []
+    if not errors:
+        cut = ("a Python exception whose traceback the sweep cut to its first line ("
+               + (f"the whole of it is in {log_name})" if log_text and log_name else "the run's log is not in this folder)"))
+        errors = list(dict.fromkeys(cut if e.strip() == TRACEBACK_HEAD else e for e in segment.split(" / ")))
+    return f"{head}{REQUEST_ERRORS}{' / '.join(errors)}{sep}{after}"

@@ -167,8 +167,8 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
             suspects.setdefault((scenario, conc), str(rec["suspect"]))
         if not result.valid and result.path is None:
             status = rec.get("status")
-            why = {"invalid": rec.get("reason"), "valid": "result file missing (manifest says valid)"}.get(
-                status, f"not run (status {status})")
+            why = {"invalid": whole_reason(path, rec.get("reason"), _last_log(rec)),
+                   "valid": "result file missing (manifest says valid)"}.get(status, f"not run (status {status})")
             result = R.missing_result(scenario, conc, why or "no result file")
             last = _last_invalid_file(path, scenario, conc)
             if last is not None:
@@ -235,6 +235,26 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
         manifest_error=manifest_error,
         price_source=price_source,
     )
+
+
+def _last_log(rec: dict[str, Any]) -> str | None:
+    attempts = [a for a in rec.get("attempts") or [] if isinstance(a, dict)]
+    log = attempts[-1].get("log") if attempts else None
+    return log if isinstance(log, str) else None
+
+
+def whole_reason(folder: Path, reason: Any, log: str | None) -> str | None:
+    """A recorded reason, its request errors made whole from the run's log where the sweep cut a
+    traceback to its first line (bench.analysis.results.whole_reason)."""
+    if not isinstance(reason, str) or R.TRACEBACK_HEAD not in reason:
+        return reason if isinstance(reason, str) else None
+    text = None
+    if log:
+        try:
+            text = (folder / log).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = None
+    return R.whole_reason(reason, text, log)
 
 
 def _last_invalid_file(path: Path, scenario: str, conc: int) -> Path | None:

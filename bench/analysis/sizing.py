@@ -44,6 +44,12 @@ class Capacity:
     state: str = V.MEETS
     words: str = ""
     run: str = ""  # the run the figure came from, in words (load, closed or open loop, file)
+    # the run-to-run bands (fractions) that widened the low and the high end (bench.analysis.verdict.Capacity)
+    band_lo: float = 0.0
+    band_hi: float = 0.0
+    more: str = ""  # what measures beyond an open upper end (bench.analysis.verdict.higher_load_advice)
+    point: float | None = None  # the capacity figure inside [tok_s, tok_hi] (bench.analysis.verdict.figure)
+    adjacent: bool = False  # its bracket is two neighbouring concurrencies (bench.analysis.verdict.adjacent)
 
     def __post_init__(self) -> None:
         if self.tok_hi is None:
@@ -89,7 +95,8 @@ def _times(v: float | None, n: float) -> float | None:
 def fleet_load(current: int, base: dict[str, Capacity]) -> dict[str, Capacity]:
     """What `current` replicas of a configuration serve per scenario (as a Capacity)."""
     return {s: Capacity(_times(c.tok_s, current), _times(c.req_s, current), c.basis, c.output_len,
-                        _times(c.tok_hi, current), _times(c.req_hi, current), c.state, c.words)
+                        _times(c.tok_hi, current), _times(c.req_hi, current), c.state, c.words,
+                        band_lo=c.band_lo, band_hi=c.band_hi, more=c.more, adjacent=c.adjacent)
             for s, c in base.items()}
 
 
@@ -105,6 +112,13 @@ def reference_load(current: int, gpus: int, reference: dict[str, float], lengths
 
 # The two ends of a need: the smallest load on the largest capacity, the largest load on the smallest.
 ENDS = {"low": ("lo", "hi"), "high": ("hi", "lo")}
+
+
+def band_credit(x: float, y: float) -> float:
+    """How far two independent capacities' run-to-run bands, combined in quadrature, lie inside the
+    same bands at their worst on both sides at once: (1 + x)(1 + y) / (1 + hypot(x, y)); 1 without bands.
+    The verdict's ratio interval takes its ends this way (bench.analysis.verdict.ratio_interval)."""
+    return (1 + x) * (1 + y) / (1 + math.hypot(x, y))
 
 
 def _ratio(demand: float, capacity: float) -> float:
@@ -126,7 +140,8 @@ class Need:
     never: bool = False  # the configuration never meets the SLO in a scenario the load needs
     binding: str | None = None
     sources: set[str] = field(default_factory=set)
-    open_baseline: list[str] = field(default_factory=list)
+    open_baseline: dict[str, str] = field(default_factory=dict)  # scenario: what measures beyond it
+    adjacent: bool = False  # every capacity it divides is bracketed by neighbouring concurrencies
     # The fleet's request rate per scenario at the high end of the load, where the load is a mix or
     # stated per scenario: what the mixed-traffic check offers one replica (divided by the count).
     rates: dict[str, float] = field(default_factory=dict)
@@ -157,15 +172,21 @@ def needed_replicas(cand: dict[str, Capacity], load: dict[str, Capacity], mix: d
             return Need(reason=f"{label} never meets the SLO in {s} at the loads tested: {c.words}", never=True)
     need = Need()
     need.sources = {cand[s].basis for s in usable} | {d.basis for d in usable.values()}
-    need.open_baseline = [s for s, d in usable.items() if d.tok_hi is not None and math.isinf(d.tok_hi)]
+    need.open_baseline = {s: d.more for s, d in usable.items() if d.tok_hi is not None and math.isinf(d.tok_hi)}
+    need.adjacent = all(cand[s].adjacent and d.adjacent for s, d in usable.items())
 
     def per_scenario(s: str, end: str) -> float:
         d_end, c_end = ENDS[end]
         demand, c = usable[s], cand[s]
+        # A load that is another side's measured capacity (a fleet of the baseline) divides as the
+        # verdict's ratio does: the two sides' bands combined in quadrature, not at their worst at once.
+        d_band, c_band = (demand.band_lo, c.band_hi) if end == "low" else (demand.band_hi, c.band_lo)
+        credit = band_credit(d_band, c_band)
+        credit = credit if end == "low" else 1 / credit
         if demand.tok(d_end) is not None and c.tok(c_end) is not None:
-            return _ratio(demand.tok(d_end), c.tok(c_end))
+            return _ratio(demand.tok(d_end), c.tok(c_end)) * credit
         if demand.req(d_end) is not None and c.req(c_end) is not None:
-            return _ratio(demand.req(d_end), c.req(c_end))
+            return _ratio(demand.req(d_end), c.req(c_end)) * credit
         raise UsageError(f"{s}: load and capacity have no common unit (output length unknown)")
 
     for end in ("low", "high"):
@@ -243,17 +264,17 @@ def range_reason(need: Need, label: str) -> str:
     """Why a replica count is a range, and what narrows it."""
     tips = []
     if need.open_baseline:
+        more = "; ".join(dict.fromkeys(f"{s}: {a}" for s, a in need.open_baseline.items() if a))
         tips.append(f"the baseline still meets the SLO at its highest load tested in {', '.join(need.open_baseline)}, "
-                    "so the load its replicas carry has no upper bound: add higher concurrencies to its sweep "
-                    "(`bench sweep --concurrencies ...,128 --resume`)")
+                    "so the load its replicas carry has no upper bound" + (f" ({more})" if more else ""))
     if V.GRID in need.sources:
         tips.append("run the capacity search to narrow it (`bench sweep --capacity-search --resume` on "
                     f"{label} and the baseline: the grid is kept, only the search runs are added)")
     elif V.SEARCH in need.sources:
-        tips.append("narrow the capacity search (`bench sweep` with a smaller --search-bracket, or a larger "
-                    "--extra-budget where the budget stopped it)")
+        tips.append(V.search_tip(need.adjacent))
     elif V.OPEN_LOOP in need.sources:
-        tips.append("add offered rates near the rate capacity (`bench sweep --open-loop-rates`)")
+        tips.append("the open-loop rate search narrows it with more budget (`bench sweep --capacity-search "
+                    "--open-loop always --resume --budget-min MINUTES`)")
     return "the capacity under the SLO is known only as an interval; " + "; ".join(tips or ["measure more loads"])
 
 

@@ -10,6 +10,7 @@ the command that settles it.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from bench.analysis import capacity_report as CR
 from bench.analysis import checks
 from bench.analysis import results as R
 from bench.analysis import verdict as V
-from bench.analysis.side import MANIFEST, Side, SloChoice, run_row
+from bench.analysis.side import MANIFEST, Side, SloChoice, run_row, whole_reason
 from bench.common import locations
 from bench.startup import report as startup_report
 
@@ -143,6 +144,72 @@ def comparability_issues(side: Side, base: Side, vary: tuple[str, ...] = ()) -> 
     return issues
 
 
+# ---------------------------------------------------------------------------------------------
+# The runs a report lists, and their counts (the report's header and its printed line count these)
+
+
+def extra_runs(side: Side, who: str) -> list[dict[str, Any]]:
+    """summary.json `extra_runs`: the capacity search's and the open loop's runs of a side that the
+    figures read (valid), as rows like `runs`' with their side, kind, file and load."""
+    rows = []
+    for scenario, by_c in CR.search_runs(side.path).items():
+        for c, runs in sorted(by_c.items()):
+            rows += [_extra_row(r, who, "search", c, None) for r, _ in runs]
+    for scenario, runs in CR.open_loop_runs(side.path).items():
+        rows += [_extra_row(r, who, "open_loop", None, rate) for rate, r, _ in runs]
+    return rows
+
+
+def _extra_row(run: R.RunResult, who: str, kind: str, concurrency: int | None, rate: float | None) -> dict[str, Any]:
+    folder = CR.SEARCH_DIR if kind == "search" else CR.OPEN_LOOP_DIR
+    return {"side": who, "scenario": run.scenario, "kind": kind, "file": f"{folder}/{Path(run.path or '').name}",
+            "concurrency": concurrency, "rate": rate, "output_tok_s": run.output_tok_s, "req_s": run.req_s,
+            "ttft_p99_ms": run.ttft_p99_ms, "itl_p99_ms": run.itl_p99_ms, "tpot_p99_ms": run.tpot_p99_ms}
+
+
+def invalid_attempts(side: Side, who: str) -> list[dict[str, Any]]:
+    """summary.json `invalid_attempts`: every invalid attempt a side's manifest records that no other
+    row lists (a grid run's failed attempts before its last one, every failed extra run), with its
+    reason made whole and what became of the run (`then`: "valid" once run again, else "invalid")."""
+    m = side.manifest or {}
+    out = []
+    for rec in m.get("runs") or []:
+        if not isinstance(rec, dict):
+            continue
+        attempts = [a for a in rec.get("attempts") or [] if isinstance(a, dict)]
+        for a in attempts[:-1]:
+            if a.get("valid") is False:
+                out.append({"side": who, "scenario": rec.get("scenario"), "kind": "grid",
+                            "concurrency": rec.get("concurrency"), "rate": None, "attempt": a.get("n"),
+                            "file": a.get("file"), "reason": whole_reason(side.path, a.get("reason"), a.get("log")),
+                            "then": "valid" if attempts[-1].get("valid") else "invalid"})
+    extra = [r for r in ((m.get("extra") or {}).get("runs") or []) if isinstance(r, dict)]
+    for i, r in enumerate(extra):
+        if r.get("valid") is not False:
+            continue
+        stem = str(r.get("file") or "").split(".attempt")[0]
+        later = [x for x in extra[i + 1:] if x.get("valid") and str(x.get("file") or "").startswith(stem + ".")]
+        log = f"logs/{r.get('kind')}.{stem}.attempt{r.get('attempt')}.log" if stem else None
+        out.append({"side": who, "scenario": r.get("scenario"), "kind": r.get("kind"),
+                    "concurrency": r.get("concurrency") if r.get("rate") is None else None, "rate": r.get("rate"),
+                    "attempt": r.get("attempt"), "file": r.get("file"),
+                    "reason": whole_reason(side.path, r.get("reason"), log) or "no reason recorded",
+                    "then": "valid" if stem and later else "invalid"})
+    return out
+
+
+def run_counts(side: Side, extra: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> dict[str, int]:
+    """summary.json `run_counts` of one side: its grid runs (usable, invalid, suspect), its extra runs
+    by kind and its invalid attempts, counted from the rows the report lists."""
+    grid = side.runs
+    return {"grid": len(grid), "grid_usable": sum(1 for r in grid if side.usable(r)),
+            "grid_invalid": sum(1 for r in grid if not r.valid),
+            "grid_suspect": sum(1 for r in grid if r.valid and side.suspect(r)),
+            "search": sum(1 for r in extra if r["kind"] == "search"),
+            "open_loop": sum(1 for r in extra if r["kind"] == "open_loop"),
+            "invalid_attempts": len(attempts)}
+
+
 def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
                   threshold: float, decode_metric: str = "itl",
                   vary: tuple[str, ...] = (), basis: str = "peak",
@@ -169,7 +236,17 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
         "verdict": None,
         "ignored_files": [],
         "rehearsal": rehearsed,
+        "extra_runs": extra_runs(side, "candidate") + (extra_runs(base, "baseline") if base else []),
+        "invalid_attempts": invalid_attempts(side, "candidate") + (invalid_attempts(base, "baseline") if base else []),
     }
+
+    def mine(key: str, who: str) -> list[dict[str, Any]]:
+        return [row for row in summary[key] if row["side"] == who]
+
+    summary["run_counts"] = {
+        "candidate": run_counts(side, mine("extra_runs", "candidate"), mine("invalid_attempts", "candidate")),
+        "baseline": run_counts(base, mine("extra_runs", "baseline"), mine("invalid_attempts", "baseline"))
+        if base else None}
     # Capacity under the SLO (grid, search and open-loop files), SLO ratios, the verdict.
     side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
                                       decode_metric=decode_metric, basis=basis, threshold=threshold,
@@ -185,17 +262,66 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
     return summary, issues
 
 
-def fleet(plan: dict[str, Any] | None, *, current: int, threshold: float, candidate: Side,
+def basis_intervals(summary: dict[str, Any]) -> dict[str, list[Any] | None]:
+    """Per scenario, the ratio interval per GPU the verdict decided on: `slo_ratio_interval` on the slo
+    basis, the peak ratio as [r, r] on the peak basis (null ends: no finite bound)."""
+    basis = (summary.get("verdict") or {}).get("basis")
+    out: dict[str, list[Any] | None] = {}
+    for name, c in (summary.get("comparison") or {}).items():
+        if basis == "slo":
+            out[name] = c.get("slo_ratio_interval")
+        else:
+            out[name] = [c["throughput_ratio"]] * 2 if c.get("throughput_ratio") is not None else None
+    return out
+
+
+def fleet_range(current: int, intervals: dict[str, list[Any] | None], per_replica: float
+                ) -> tuple[list[int | None] | None, list[dict[str, Any] | None], str | None]:
+    """(replicas_range, what each end divides by, why there is no range): today's replicas over the
+    ratio intervals the verdict decided on, per replica (per GPU x `per_replica`, candidate GPUs /
+    baseline GPUs), rounded up. The fleet carries every scenario, so its high end divides by the
+    smallest low end (the verdict's own `min_ratio_interval`) and its low end by the smallest high end:
+    [ceil(current / smallest high end), ceil(current / smallest low end)]. An end without a finite
+    ratio leaves that side open (null); a scenario without an interval, one the candidate does not
+    serve within the SLO, or ends open both ways give no range, and a reason in words."""
+    missing = [n for n, iv in intervals.items() if not iv]
+    if not intervals or missing:
+        return None, [None, None], ("the verdict has no ratio interval in " + (", ".join(missing) or "any scenario")
+                                    + " to divide today's replicas by (see its reasons)")
+    ends = {n: [V.INF if v is None else float(v) * per_replica for v in iv] for n, iv in intervals.items()}
+    zero = [n for n, (lo, hi) in ends.items() if hi <= 0]
+    if zero:
+        return None, [None, None], (f"the candidate meets the SLO at no load tested in {', '.join(zero)}, so no count "
+                                    "of its replicas carries today's load there within the SLO")
+    sized = {n: e for n, e in ends.items() if not math.isinf(e[0])}  # only the candidate meets the SLO: no load
+    if not sized:
+        return None, [None, None], ("only the candidate meets the SLO: today's fleet carries no load within it at "
+                                    "the loads tested, so there is no load to size the candidate's fleet for")
+
+    def end(k: int) -> dict[str, Any] | None:
+        name, (lo, hi) = min(sized.items(), key=lambda item: item[1][k])
+        ratio = (lo, hi)[k]
+        if math.isinf(ratio) or ratio <= 0:
+            return None
+        ratio = round(ratio, 4)
+        return {"scenario": name, "end": ("low", "high")[k], "ratio_per_replica": ratio,
+                "replicas": max(1, math.ceil(current / ratio - 1e-9))}
+
+    divided = [end(1), end(0)]
+    if divided == [None, None]:
+        return None, divided, "the ratio intervals have no bound either way (the capacities they divide are open)"
+    return [d["replicas"] if d else None for d in divided], divided, None
+
+
+def fleet(summary: dict[str, Any], *, current: int, threshold: float, candidate: Side,
           baseline: Side) -> dict[str, Any]:
-    """summary.json `verdict.fleet`: what the answer means for today's fleet, from the replica plan
-    `bench report` writes beside it (never recomputed): the candidate's replicas for the load
-    `current` replicas of the baseline serve, on the plan's basis and headroom; what the baseline
-    ran (today's fleet must run the same for "today" to hold); and the per-GPU ratio each smaller
-    fleet needs (threshold and twice the threshold: 12 replicas -> 8 need 1.5x, 4 need 3x)."""
-    row = ((plan or {}).get("configurations") or [None])[0] or {}
-    span = row.get("replicas_range")
-    if row.get("replicas") is not None:
-        span = [row["replicas"], row["replicas"]]
+    """summary.json `verdict.fleet`: what the answer means for today's fleet, from the ratio intervals
+    the verdict decided on: the candidate's replicas that carry what `current` replicas of the baseline
+    carry (`fleet_range`; `divided_by` names the scenario, end and ratio per replica behind each end of
+    `replicas_range`; no headroom or spares: the replica plan adds those); what the baseline ran
+    (today's fleet must run the same for "today" to hold); and the per-GPU ratio each smaller fleet
+    needs (threshold and twice the threshold: 12 replicas -> 8 need 1.5x, 4 need 3x)."""
+    span, divided, reason = fleet_range(current, basis_intervals(summary), candidate.gpus / baseline.gpus)
     m = baseline.manifest or {}
     ran = {"label": baseline.label, "instance_type": m.get("instance_type"), "gpus": baseline.gpus,
            "model": (m.get("server") or {}).get("model") or (m.get("config") or {}).get("model"),
@@ -209,12 +335,12 @@ def fleet(plan: dict[str, Any] | None, *, current: int, threshold: float, candid
             targets.append({"replicas": k, "needs_ratio_per_gpu": round(current / k * baseline.gpus / candidate.gpus, 4)})
     return {
         "current": current,
-        "replicas_range": list(span) if span else None,
-        "basis": (plan or {}).get("basis"),
-        "headroom": (plan or {}).get("headroom"),
-        "spares": (plan or {}).get("spares"),
+        "replicas_range": span,
+        "divided_by": divided,
+        "basis": (summary.get("verdict") or {}).get("basis"),
+        "gpus": {"candidate": candidate.gpus, "baseline": baseline.gpus},
         "candidate": candidate.label,
-        "reason": row.get("reason") if plan else "no replica plan was written",
+        "reason": reason,
         "baseline": ran,
         "targets": targets,
     }

@@ -435,16 +435,44 @@ def capacity_text(cap: Capacity) -> str:
 SOURCE_WORDS = {GRID: "grid", SEARCH: "capacity search", OPEN_LOOP: "open loop", None: "none"}
 
 
+def higher_load_advice(cap: Capacity) -> str:
+    """What adds loads above a capacity that still meets the SLO at the highest one it ran; '' for a
+    capacity that is not open at the top. The search goes above the grid by itself (up to
+    `--search-max-concurrency`), so `--resume` in the same folder adds them."""
+    if not cap.known or cap.state != MEETS or not (cap.hi is None or math.isinf(cap.hi)) or cap.load_max is None:
+        return ""
+    top = cap.load_max
+    if cap.unit == CONCURRENCY:
+        return (f"raise `--search-max-concurrency` above c={top:g}, the highest it ran, and run "
+                "`bench sweep --capacity-search --resume` on the same folder")
+    return (f"offered rates above {top:g} req/s, the highest it ran, come with `bench sweep --capacity-search "
+            "--open-loop always --resume` on the same folder")
+
+
+def adjacent(cap: Capacity) -> bool:
+    """A closed-loop capacity whose ends are two neighbouring concurrencies: no concurrency narrows it."""
+    return (cap.state == MEETS and cap.unit == CONCURRENCY and cap.load_pass is not None
+            and cap.load_fail is not None and cap.load_fail - cap.load_pass <= 1)
+
+
+def search_tip(ends_adjacent: bool) -> str:
+    """What narrows a capacity search's interval: more budget, or where every interval's ends are already
+    neighbouring concurrencies, the open loop's rates between them."""
+    if ends_adjacent:
+        return ("the ends are already neighbouring concurrencies, so only offered rates between them narrow it: "
+                "`bench sweep --capacity-search --open-loop always --resume`")
+    return ("narrow the capacity search: `bench sweep --capacity-search --resume` with more `--budget-min` (the "
+            "sweep's last lines say how much)")
+
+
 def narrowing_advice(source: str | None, a: Capacity, b: Capacity, labels: tuple[str, str]) -> str:
-    """The command that narrows a straddling interval."""
+    """The command that narrows a straddling interval; it never asks for a load either side already ran."""
     tips = []
     for cap, label in ((a, labels[0]), (b, labels[1])):
-        if cap.known and cap.state == MEETS and (cap.hi is None or math.isinf(cap.hi)):
-            more = ("raise `--search-max-concurrency` above c={:g} and run `bench sweep --capacity-search --resume`"
-                    .format(cap.load_max or 0) if cap.unit == CONCURRENCY else
-                    "run `bench sweep --capacity-search --open-loop always --resume`")
+        more = higher_load_advice(cap)
+        if more:
             tips.append(f"{label} still meets the SLO at its highest load ({load_text(cap.unit, cap.load_max)}): "
-                        + more)
+                        f"{more}")
     if source == GRID:
         tips.append("run both sweeps again with `--capacity-search --resume` (the grid is kept; the search "
                     "adds only the loads that narrow each side's interval)")
@@ -490,12 +518,13 @@ def _state_of(interval: tuple[float, float] | None, threshold: float) -> str:
 
 
 def figure(cap: Capacity) -> float | None:
-    """The capacity figure (output tok/s at the highest load meeting the SLO), 0 for a side that
-    never meets it, None without data."""
+    """The capacity figure (output tok/s at the highest load meeting the SLO: the mean of that load's
+    runs), 0 for a side that misses the SLO even one request at a time, None without data or where it
+    is known only to lie below a load that was not the lightest (never meeting the SLO from c > 1)."""
     if not cap.known:
         return None
     if cap.state == NEVER:
-        return 0.0
+        return 0.0 if cap.hi == 0 else None
     return cap.point if cap.point is not None else cap.lo
 
 
@@ -547,52 +576,3 @@ def peak_call(name: str, ratio: float | None, *, threshold: float, labels: tuple
     reason = None if state == PASS else (f"{name}: the peak ratio per GPU, {ratio:.2f}x, is below the "
                                          f"{threshold:g}x threshold")
     return Call(name, state, interval, ratio, None, reason)
-
-
-def decide(calls: list[Call], *, basis: str, threshold: float, issues: list[str],
-           incomparable: list[str]) -> dict[str, Any]:
-    """summary.json's verdict: state, reasons, and the figures behind them.
-
-    `issues` make the comparison incomplete (no pass); `incomparable` (a subset) make the sides
-    differ in what they measured, so even a failing interval is not trusted (no fail either)."""
-    states = [c.state for c in calls]
-    intervals = [c.interval for c in calls if c.interval is not None]
-    if not calls:
-        state = INCONCLUSIVE
-    elif FAIL in states and not incomparable:
-        state = FAIL
-    elif states and all(s == PASS for s in states) and not issues:
-        state = PASS
-    else:
-        state = INCONCLUSIVE
-    reasons: list[str] = []
-    if not calls:
-        reasons.append("no scenario to compare: neither sweep has a usable run")
-    if state != PASS:
-        # A scenario a side did not measure is already an issue (with the command that runs it).
-        covered = {c.scenario for c in calls if c.interval is None
-                   and any(i.startswith(f"scenario {c.scenario}: no usable run") for i in issues)}
-        reasons += [c.reason for c in calls if c.reason and c.scenario not in covered
-                    and (state == INCONCLUSIVE or c.state == FAIL)]
-        if state == INCONCLUSIVE:
-            reasons += issues
-        elif incomparable:
-            reasons += incomparable
-    # The interval of one scenario, the one with the smallest low end (never the low end of one
-    # scenario with the high end of another).
-    smallest = min(intervals, key=lambda i: (i[0], i[1]), default=None)
-    lo, hi = smallest if smallest is not None else (None, None)
-    return {
-        "threshold": threshold,
-        "min_ratio": _end(lo) if lo is not None else None,
-        "pass": state == PASS,
-        "basis": basis,
-        "state": state,
-        "reasons": reasons,
-        "min_ratio_interval": [_end(lo), _end(hi)] if lo is not None else None,
-    }
-
-
-STATE_WORDS = {PASS: "PASS", FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE"}
-# `bench report --exit-code`
-EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}

@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import answer, compare, report
-from bench.analysis import verdict as V
 from bench.common import scenarios as SC
 from bench.common.cli import out_folder
 from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals, stop_process_group
@@ -368,26 +367,18 @@ class StepFailed(RuntimeError):
 
 
 def verdict_line(summary_path: Path) -> str | None:
+    """The report's verdict as `bench report` words it on its last line (bench.analysis.answer.verdict_short),
+    with the first reason unless it passes."""
     try:
-        verdict = json.loads(summary_path.read_text(encoding="utf-8")).get("verdict")
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(verdict, dict):
+    text = answer.verdict_short(summary) if isinstance(summary, dict) else None
+    if text is None:
         return None
-    state = verdict.get("state") or ("pass" if verdict.get("pass") else "fail")
-    ratio, interval = verdict.get("min_ratio"), verdict.get("min_ratio_interval")
-    text = f"verdict {state.upper()}"
-    if isinstance(interval, list) and len(interval) == 2 and isinstance(ratio, (int, float)):
-        text += (f": the smallest per-scenario ratio per GPU is {V.interval_text(interval)} against the threshold "
-                 f"{verdict.get('threshold', 1.5):g}x")
-    elif isinstance(ratio, (int, float)):
-        text += f": the smallest per-scenario ratio is {ratio:.2f}x against the threshold {verdict.get('threshold', 1.5):g}x"
-    text += f" ({verdict.get('basis', 'slo')} basis)"
-    fleet = answer.fleet_words(verdict.get("fleet"))
-    if fleet:
-        text += f"; {fleet[0][0].lower()}{fleet[0][1:-1]}"
+    verdict = summary["verdict"]
     reasons = [r for r in verdict.get("reasons") or [] if isinstance(r, str) and r]
-    if state != "pass" and reasons:
+    if answer.verdict_state(summary) != "pass" and reasons:
         more = f" (and {len(reasons) - 1} more in the report)" if len(reasons) > 1 else ""
         text += f"; first reason: {reasons[0]}{more}"
     return text

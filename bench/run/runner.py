@@ -18,11 +18,10 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-from dataclasses import replace
 
 from bench.analysis import results as R
 from bench.common import s3
@@ -62,26 +61,25 @@ def fmt_s(seconds: float) -> str:
 
 
 def log_errors(log: Path, limit: int = 3) -> list[str]:
-    """Request errors that `vllm bench serve` prints ("Error 0: Not Found"); first distinct ones."""
-    seen: list[str] = []
+    """Request errors that `vllm bench serve` prints ("Error 0: Not Found"), first distinct ones, each a
+    whole phrase: a traceback is named by the exception it ends with, and where all of it is."""
     try:
-        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("Error ") and ": " in line:
-                msg = line.split(": ", 1)[1].strip()[:200]
-                if msg and msg not in seen:
-                    seen.append(msg)
-                    if len(seen) >= limit:
-                        break
+        text = log.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        pass
-    return seen
+        return []
+    return R.request_errors(text, f"{LOGS}/{log.name}", limit)
 
 
 def log_tail(log: Path, lines: int = 3) -> str:
+    """The end of a log that left no result: the exception a traceback ends with where the process
+    raised one, else its last useful lines."""
     try:
         text = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:
         return ""
+    heads = [i for i, line in enumerate(text) if line.strip() == R.TRACEBACK_HEAD]
+    if heads:
+        return R.traceback_words(R.exception_line(text[heads[-1] + 1:]), f"{LOGS}/{log.name}")
     useful = [l for l in text if l.strip() and "leaked" not in l and not l.startswith((" - ", "$ "))]
     return " | ".join(useful[-lines:])[:400]
 

@@ -1,19 +1,7 @@
-"""Report pages: `report.html`, `plan.html` and `compare.html`, one self-contained file each.
-
-`bench report`, `bench plan` and `bench compare` write a page beside their Markdown (`--no-html` to
-skip), built from the same dictionaries as the Markdown and the JSON (summary.json, plan.json,
-compare.json) plus the facts those leave out (the manifests, the baseline's runs, startup records).
-
-Self-contained: styles inline, charts as SVG data URIs drawn by matplotlib (bench/analysis/charts.py), no
-script, font, style sheet or image to fetch; the page's Content-Security-Policy forbids any, so
-the browser refuses a stray reference instead of loading it. Without matplotlib, or with the
-command's `--no-charts`, the page is still written, with tables only and a note.
-
-Every figure a table shows carries `data-field`: the JSON path (a list of keys) of the value in
-the page's JSON file, so a reader, and the tests, can check the page against it. Missing data is
-worded ("not measured", "no baseline"), never shown as zero, `None` or `nan`; an interval with an
-open end reads "at least 3.20x".
-"""
+"""report.html: the answer first (the verdict, each scenario's ratio interval beside the capacities it
+divides, the fleet), then the ratios, the curves with every run the report lists, the capacity
+table, start-up, the replica plan, the rehearsal, invalid and suspect runs and attempts, and what each
+side ran (bench/analysis/pages/__init__.py says what every page shares)."""
 
 from __future__ import annotations
 
@@ -22,10 +10,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.analysis.markup import (capacity_html, cell, credit_html, chart, document, drawing, esc, facts_list, field, fleet_html,
-                                   interval_words, is_number, num, pair_html, ratio_html, rehearsal_html, scenario_items, table, times,
-                                   wins_words)
 from bench.analysis import answer
+from bench.analysis.markup import (capacity_html, cell, chart, credit_html, document, drawing, esc, facts_list, field,
+                                   figure_html, fleet_html, interval_words, is_number, num, ratio_html, rehearsal_html,
+                                   scenario_items, side_capacity_html, table, times)
+from bench.analysis.pages.plan_page import plan_section
 from bench.analysis.side import run_row
 from bench.common import locations
 from bench.startup import report as startup_report
@@ -177,10 +166,8 @@ def ratio_section(summary: dict[str, Any]) -> str:
             c.get("slo_basis_source"), "not stated")
         slo_cells = (f'<td>{ratio_html(c.get("slo_ratio_interval"), [*at, "slo_ratio_interval"])}<br>'
                      f'{credit_html(c, [*at, "slo_ratio_band_credit"])}</td>'
-                     + "<td>" + capacity_html(c.get("candidate_slo_capacity"), per.get("candidate"),
-                                              [*at, "slo_capacity_per_gpu", "candidate"]) + "</td>"
-                     + "<td>" + capacity_html(c.get("baseline_slo_capacity"), per.get("baseline"),
-                                              [*at, "slo_capacity_per_gpu", "baseline"]) + "</td>"
+                     + f"<td>{side_capacity_html(c, name, 'candidate')}</td>"
+                     + f"<td>{side_capacity_html(c, name, 'baseline')}</td>"
                      + f"<td>{esc(answer.decides_words(c.get('slo_state'), v.get('threshold')) if key == 'slo_ratio' else 'not the basis')}"
                      f"<br><small>{esc(source)}</small></td>")
         peak_cells = (cell(times(c.get("throughput_ratio")), [*at, "throughput_ratio"])
@@ -220,8 +207,9 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
     ttft, decode = f"{slo['ttft_p99_ms']:g}", f"{slo['itl_p99_ms']:g}"
     parts = [f"<h2>Concurrency curves</h2><p class=\"note\">SLO: TTFT p99 &le; {esc(ttft)} ms "
              f"and {esc(metric.upper())} p99 &le; {esc(decode)} ms (dotted red lines). "
-             "The circle marks the peak; the star marks the capacity under the SLO (the run its figure came "
-             "from) and the green band its bracket [pass, fail): the same figure as every table. Only valid, "
+             "A line joins each side's grid runs, crosses mark its capacity-search runs. The circle marks the peak; the "
+             "star marks the capacity under the SLO (its figure, the mean of the runs at its load, drawn at that "
+             "load) and the green band its bracket [pass, fail): the same figure as every table. Only valid, "
              "non-suspect runs are drawn.</p>"]
     parts += [f'<p class="note slo-note">SLO: {esc(n)}</p>' for n in slo.get("notes") or []]
     runs = summary.get("runs") or []
@@ -231,10 +219,12 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
         parts.append(f"<h3 id=\"curve-{esc(name)}\">{esc(title)}</h3>")
         parts.append(chart(lambda C, n=name, e=entry, ln=lengths: C.curves_figure(
             runs, ctx.get("baseline_runs"), slo, n, label=cand.get("label", "candidate"),
-            base_label=base.get("label"), lengths=tuple(ln) if ln else None, entry=e, grid=True),
+            base_label=base.get("label"), lengths=tuple(ln) if ln else None, entry=e, grid=True,
+            extra=summary.get("extra_runs")),
             f"{name}: output tok/s, TTFT p99, ITL p99 and TPOT p99 against concurrency"))
         peak = entry.get("peak") or {}
         cap = entry.get("slo_capacity_interval")
+        at = ["scenarios", name, "slo_capacity_interval"]
         summary_line = (
             "<p>Peak "
             + (f'<span data-field="{field(["scenarios", name, "peak", "output_tok_s"])}">{esc(num(peak.get("output_tok_s")))}'
@@ -242,35 +232,42 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
                f'{esc(peak.get("concurrency"))}</span>' if peak else "not measured (no valid run)")
             + ("; the highest concurrency tested, so the test set it, not the server" if entry.get("peak_at_edge") else "")
             + ". Capacity under the SLO: "
-            + capacity_html(cap, (cap or {}).get("output_tok_s"), ["scenarios", name, "slo_capacity_interval",
-                                                                    "output_tok_s"]).replace("<br>", " ")
+            + capacity_html(cap, (cap or {}).get("output_tok_s"), [*at, "output_tok_s"], " tok/s",
+                            (cap or {}).get("point_tok_s"), [*at, "point_tok_s"]).replace("<br>", " ")
             + ".</p>")
         parts.append(summary_line)
         rows, classes = [], []
-        for i, r in enumerate(runs):
-            if r["scenario"] != name:
-                continue
-            if not r.get("valid"):
-                rows.append(cell(str(r["concurrency"]), ["runs", i, "concurrency"])
-                            + f'<td colspan="6">invalid: {esc(r.get("reason") or "no reason recorded")}</td>')
-                classes.append("bad")
-                continue
-            met = _meets(r, slo)
-            status = "suspect, excluded: " + str(r.get("reason")) if r.get("suspect") else ("met" if met else "missed")
-            fail_at = (cap or {}).get("load_fail")
-            if met and not r.get("suspect") and is_number(fail_at) and r["concurrency"] >= fail_at:
-                status = f"met in this run; not counted: the capacity under the SLO misses it from c={fail_at:g}"
-            rows.append(cell(str(r["concurrency"]), ["runs", i, "concurrency"])
-                        + cell(num(r.get("req_s"), 2), ["runs", i, "req_s"])
-                        + cell(num(r.get("output_tok_s")), ["runs", i, "output_tok_s"])
-                        + cell(num(r.get("ttft_p99_ms")), ["runs", i, "ttft_p99_ms"])
-                        + cell(num(r.get("itl_p99_ms")), ["runs", i, "itl_p99_ms"])
-                        + cell(num(r.get("tpot_p99_ms")), ["runs", i, "tpot_p99_ms"])
-                        + f"<td>{esc(status)}</td>")
-            classes.append("warn" if r.get("suspect") else "")
-        parts.append(table(["Concurrency", "req/s", "Output tok/s", "TTFT p99 (ms)", "ITL p99 (ms)",
+        listed = [(r.get("concurrency") or 0, 0, i, r, ["runs", i]) for i, r in enumerate(runs) if r["scenario"] == name]
+        listed += [(r.get("concurrency") or 0 if r["kind"] == "search" else float("inf"), 1, i, r, ["extra_runs", i])
+                   for i, r in enumerate(summary.get("extra_runs") or [])
+                   if r["scenario"] == name and r.get("side") == "candidate"]
+        for _, _, _, r, at_run in sorted(listed, key=lambda x: x[:3]):
+            row, cls = run_cells(r, at_run, slo, (cap or {}).get("load_fail"))
+            rows.append(row)
+            classes.append(cls)
+        parts.append(table(["Run", "Concurrency", "req/s", "Output tok/s", "TTFT p99 (ms)", "ITL p99 (ms)",
                             "TPOT p99 (ms)", "SLO"], rows, classes))
     return "".join(parts)
+
+
+RUN_KINDS = {"search": "capacity search", "open_loop": "open loop"}
+
+
+def run_cells(r: dict[str, Any], at: list[Any], slo: dict[str, Any], fail_at: Any) -> tuple[str, str]:
+    """One listed run's cells (a grid run, or the capacity search's or the open loop's) and its row class."""
+    kind = RUN_KINDS.get(r.get("kind"), "grid")
+    what = f"<td>{esc(kind)}" + (f"<br><small>{esc(r['file'])}</small>" if r.get("file") else "") + "</td>"
+    load = (cell(str(r["concurrency"]), [*at, "concurrency"]) if r.get("rate") is None
+            else f'<td>offered <span data-field="{field([*at, "rate"])}">{esc(num(r["rate"], 2))}</span> req/s</td>')
+    if not r.get("valid", True):
+        return what + load + f'<td colspan="6">invalid: {esc(r.get("reason") or "no reason recorded")}</td>', "bad"
+    met = _meets(r, slo)
+    status = "suspect, excluded: " + str(r.get("reason")) if r.get("suspect") else ("met" if met else "missed")
+    if met and not r.get("suspect") and r.get("rate") is None and is_number(fail_at) and r["concurrency"] >= fail_at:
+        status = f"met in this run; not counted: the capacity under the SLO misses it from c={fail_at:g}"
+    return (what + load + "".join(cell(num(r.get(k), d), [*at, k]) for k, d in (
+        ("req_s", 2), ("output_tok_s", 1), ("ttft_p99_ms", 1), ("itl_p99_ms", 1), ("tpot_p99_ms", 1)))
+        + f"<td>{esc(status)}</td>"), "warn" if r.get("suspect") else ""
 
 
 def _meets(row: dict[str, Any], slo: dict[str, Any]) -> bool:
@@ -287,7 +284,8 @@ def capacity_section(summary: dict[str, Any]) -> str:
         interval = s.get("slo_capacity_interval") or {}
         at = ["scenarios", name, "slo_capacity_interval", "output_tok_s"]
         if interval.get("state") == "meets_slo":
-            closed = [f'<td class="n">{pair_html(interval.get("output_tok_s"), at)}</td>',
+            figure = figure_html(interval.get("output_tok_s"), at, "", interval.get("point_tok_s"), [*at[:-1], "point_tok_s"])
+            closed = [f'<td class="n">{figure}</td>',
                       f"<td>{esc(answer.from_words(interval))}</td>", f"<td>{esc(answer.bracket_words(interval))}</td>"]
         else:
             closed = [f'<td colspan="3">{esc(answer.capacity_words(interval))}</td>']
@@ -332,59 +330,6 @@ def startup_section(records: Sequence[dict[str, Any]]) -> str:
             + table(["Boot", "Total", *[label for _, label in timeline.PHASES]], rows))
 
 
-def plan_section(plan: dict[str, Any] | None, link: str | None, *, tagged: bool = True,
-                 heading: str = "Replica plan") -> str:
-    """The plan's table and chart; `tagged`: its cells carry their plan.json paths (not on the report
-    page, whose paths point into summary.json)."""
-    if not plan:
-        return ""
-
-    def at(*path: Any) -> list[Any] | None:
-        return list(path) if tagged else None
-
-    def span(path: list[Any] | None, text: str, tag: str = "span") -> str:
-        attr = f' data-field="{field(path)}"' if path is not None else ""
-        return f"<{tag}{attr}>{esc(text)}</{tag}>"
-
-    rows = []
-    has_range = any("replicas_range" in row for row in plan.get("configurations") or [])
-    for i, row in enumerate(plan.get("configurations") or []):
-        rng = interval_words(row.get("replicas_range"), "", 0)
-        pair = row.get("replicas_range") or [None, None]
-        if row.get("replicas") is not None:
-            replicas = cell(str(row["replicas"]), at("configurations", i, "replicas"))
-        elif pair[0] is not None:  # a range: each end tagged with its place in plan.json
-            high = (span(at("configurations", i, "replicas_range", 1), str(pair[1])) if pair[1] is not None
-                    else esc("no upper bound"))
-            replicas = (f'<td>{span(at("configurations", i, "replicas_range", 0), str(pair[0]))} to {high}'
-                        f'<br><small>{esc(row.get("reason") or "")}</small></td>')
-        else:
-            replicas = f'<td>{esc(row.get("reason") or "cannot meet the load")}</td>'
-        rows.append(f"<td>{esc(row['label'])}</td><td>{esc(row.get('instance_type') or 'unknown')}</td>"
-                    + replicas + (f"<td>{esc(rng or 'unknown')}</td>" if has_range else "")
-                    + "".join(cell(_money(row.get(key), digits), at("configurations", i, key))
-                              for key, digits in (("usd_hour_on_demand", 2), ("usd_month_on_demand", 0),
-                                                  ("usd_month_spot", 0), ("usd_per_million_output_tokens", 3))))
-    current = plan.get("current")
-    lead = ""
-    if current:
-        cost = (", " + span(at("current", "usd_month"), _money(current["usd_month"])) + " a month"
-                if is_number(current.get("usd_month")) else ", cost unknown")
-        lead = f"<p>Today: {span(at('current', 'replicas'), str(current['replicas']), 'strong')} replicas{cost}.</p>"
-    img = chart(lambda C: C.plan_figure(plan), "replicas and monthly cost per configuration")
-    more = f' Details: <a href="{esc(link)}">{esc(link)}</a>.' if link else ""
-    headroom = f"{plan.get('headroom', 0):.0%}"
-    return (f"<h2>{esc(heading)}</h2><p class=\"note\">{esc(plan.get('basis'))} basis, headroom "
-            f"{esc(headroom)}, spares {esc(plan.get('spares'))}; a month is 730 hours.{more}</p>"
-            + lead + img
-            + table(["Configuration", "Instance type", "Replicas", *(["Replica range"] if has_range else []),
-                     "On-demand $/h", "On-demand $/month", "Spot $/month", "$ per million output tokens"], rows))
-
-
-def _money(value: Any, digits: int = 0) -> str:
-    return f"${value:,.{digits}f}" if is_number(value) else "unknown"
-
-
 def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]] | None, ctx: dict[str, Any]) -> str:
     cand = (ctx.get("candidate") or {}).get("label", "candidate")
     base = (ctx.get("baseline") or {}).get("label", "baseline")
@@ -398,12 +343,23 @@ def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]
                         + cell(str(r["concurrency"]), [*prefix, i, "concurrency"] if prefix else None)
                         + f"<td>{kind}</td><td>{esc(r.get('reason') or 'no reason recorded')}</td>")
             classes.append("bad" if kind == "invalid" else "warn")
+    for i, a in enumerate(summary.get("invalid_attempts") or []):
+        then = "run again: valid" if a.get("then") == "valid" else "the run stayed invalid"
+        load = (cell(str(a["concurrency"]), ["invalid_attempts", i, "concurrency"]) if a.get("rate") is None
+                else f'<td>offered <span data-field="{field(["invalid_attempts", i, "rate"])}">{esc(num(a["rate"], 2))}'
+                     "</span> req/s</td>")
+        rows.append(f"<td>{esc(cand if a.get('side') == 'candidate' else base)}</td><td>{esc(a.get('scenario'))}</td>"
+                    + load + f"<td>invalid attempt {esc(a.get('attempt') or '')} of a "
+                    f"{esc(RUN_KINDS.get(a.get('kind'), 'grid'))} run ({esc(then)})</td>"
+                    f"<td>{esc(a.get('reason') or 'no reason recorded')}</td>")
+        classes.append("warn" if a.get("then") == "valid" else "bad")
     if not rows:
         return ("<h2>Invalid and suspect runs</h2><p>There are none: every run completed all of its prompts without "
                 "a failed request, and none was suspect (served from the prefix cache, a collapsed speculative "
                 "draft, or answers in one chunk).</p>")
     return ("<h2>Invalid and suspect runs</h2><p class=\"note\">Excluded from every figure, ratio and chart; "
-            "a comparison with any of them cannot pass.</p>"
+            "a comparison with an invalid or suspect run cannot pass. An invalid attempt that was run again and "
+            "came back valid is kept for the record only.</p>"
             + table(["Sweep", "Scenario", "Concurrency", "Kind", "Why"], rows, classes))
 
 
@@ -425,20 +381,40 @@ def manifest_section(ctx: dict[str, Any]) -> str:
     return "<h2>What was measured</h2><div class=\"cols\">" + "".join(cols) + "</div>"
 
 
+PLAN_NOTE = ("The load today's replicas carry, sized on every scenario's capacities the way the fleet line of the "
+             "verdict divides by its ratio intervals (the two sides' run-to-run bands in quadrature), with no headroom "
+             "or spares: the same count. `bench plan --headroom --spares` adds replicas on top of it.")
+
+
+def runs_header(summary: dict[str, Any], cand: str, base: str | None) -> str:
+    """What the page lists, counted (summary.json `run_counts`, each number tagged) and where."""
+    counts = summary.get("run_counts") or {}
+
+    def side(who: str, label: str, where: str) -> str:
+        def mark(key: str, number: Any) -> str:
+            return f'<span data-field="{field(["run_counts", who, key])}">{esc(number)}</span>'
+        return f"{esc(label)} ({who}): {answer.runs_words(counts.get(who), mark)}, {where}"
+
+    parts = [side("candidate", cand, "each in its scenario's table below")]
+    if base and counts.get("baseline"):
+        parts.append(side("baseline", base, "drawn on the curves in blue (its grid runs dashed, its capacity-search "
+                                            "runs as crosses)"))
+    return (f'<p class="sub">{"; ".join(parts)}. Invalid and suspect runs and invalid attempts are listed under '
+            "Invalid and suspect runs. The numbers are those of <code>summary.json</code> beside this page "
+            "(<code>report.md</code> has every table).</p>")
+
+
 def report_page(summary: dict[str, Any], ctx: dict[str, Any], issues: Sequence[str] = ()) -> str:
     cand = (ctx.get("candidate") or {}).get("label", "candidate")
     base = (ctx.get("baseline") or {}).get("label")
     title = f"Benchmark report: {cand}" + (f" against {base}" if base else "")
-    valid = sum(1 for r in summary.get("runs") or [] if r.get("valid"))
-    body = [f"<h1>{esc(title)}</h1>",
-            f'<p class="sub">{valid} of {len(summary.get("runs") or [])} runs valid; the numbers are those of '
-            f"<code>summary.json</code> beside this page (<code>report.md</code> has every table).</p>",
+    body = [f"<h1>{esc(title)}</h1>", runs_header(summary, cand, base),
             verdict_section(summary, issues, ctx),
             ratio_section(summary),
             curves_section(summary, ctx),
             capacity_section(summary),
             startup_section(ctx.get("startup") or []),
-            plan_section(ctx.get("plan"), ctx.get("plan_page"), tagged=False),
+            plan_section(ctx.get("plan"), ctx.get("plan_page"), tagged=False, note=PLAN_NOTE),
             rehearsal_html(summary.get("rehearsal")),
             problems_section(summary, ctx.get("baseline_runs"), ctx),
             manifest_section(ctx)]
@@ -450,139 +426,4 @@ def write_report(out: Path, summary: dict[str, Any], side, base, issues: Sequenc
     path = out / "report.html"
     with drawing(charts):
         path.write_text(report_page(summary, report_context(side, base, out), issues), encoding="utf-8")
-    return path
-
-
-# ---------------------------------------------------------------------------------------------
-# Plan page
-
-
-def plan_page(plan: dict[str, Any], notes: Sequence[str], load_desc: str,
-              capacities: Sequence[tuple[str, str, Any, Any, str]]) -> str:
-    """capacities: (configuration, scenario, output tok/s, req/s, basis, output tok/s high end, run) per replica."""
-    headline = []
-    current = plan.get("current")
-    for row in plan.get("configurations") or []:
-        span = row.get("replicas_range")
-        if row.get("replicas") is not None:
-            count = str(row["replicas"])
-        elif span and span[0] is not None:
-            count = f"{span[0]}-{span[1]}" if span[1] is not None else f"{span[0]} or more"
-        else:
-            headline.append(f"{row['label']}: {row.get('reason') or 'cannot meet the load at the SLO'}")
-            continue
-        cost = f", {_money(row.get('usd_month_on_demand'))} a month on demand" if is_number(
-            row.get("usd_month_on_demand")) else ""
-        if cost and row.get("replicas") is None:
-            cost += " at the high end"
-        now = f" (today {current['replicas']})" if current else ""
-        if current and is_number(current.get("usd_month")) and cost:
-            cost += f" against {_money(current['usd_month'])} today"
-        why = f"; {row['reason']}" if row.get("reason") else ""
-        headline.append(f"{row['label']}: {count} replicas{now}{cost}{why}")
-    rows = [f"<td>{esc(c)}</td><td>{esc(s)}</td>" + cell(_span_words(t, hi), None) + cell(num(q, 3), None)
-            + f"<td>{esc(_capacity_basis(b))}</td><td>{esc(run or 'not recorded')}</td>"
-            for c, s, t, q, b, hi, run in capacities]
-    body = ["<h1>Replica plan</h1>",
-            f'<section class="verdict state-none"><ul>{"".join(f"<li>{esc(h)}</li>" for h in headline)}</ul></section>',
-            facts_list([("Load", load_desc),
-                        ("Replicas", "ceil(needed replica-loads / (1 - headroom)) + spares"),
-                        ("Cost per million output tokens", "at the planned load, on-demand price (Spot where "
-                         "on-demand is unknown)")]),
-            plan_section(plan, None, heading="Replicas and cost"),
-            "<h2>Capacity per replica</h2><p class=\"note\">The capacity under the SLO <code>bench report</code> "
-            "shows (the same figure, from the same runs), per replica; req/s at its low end.</p>"
-            + table(["Configuration", "Scenario", "Output tok/s", "req/s", "Basis", "From the run"], rows)]
-    if notes:
-        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
-    return document("Replica plan", "\n".join(body), source="bench plan")
-
-
-def _span_words(lo: Any, hi: Any) -> str:
-    if not is_number(lo):
-        return "not measured"
-    return answer.span_words([lo, hi if is_number(hi) else None], "")
-
-
-def _capacity_basis(basis: str) -> str:
-    return {"rate_capacity": "open-loop rate capacity", "slo_capacity": "closed-loop SLO capacity",
-            "peak": "peak throughput", "never_meets_slo": "never meets the SLO", "unknown": "not measured",
-            "reference": "production reference", "stated": "stated load", "grid": "grid",
-            "search": "capacity search", "open_loop": "open loop"}.get(basis, basis)
-
-
-def write_plan(out: Path, plan: dict[str, Any], notes: Sequence[str], load_desc: str, candidates, *,
-               charts: bool = True) -> Path:
-    caps = [(cfg.label, s, c.tok_s, c.req_s, c.basis, c.tok_hi, c.run)
-            for cfg in candidates for s, c in cfg.capacities.items()]
-    path = out / "plan.html"
-    with drawing(charts):
-        path.write_text(plan_page(plan, notes, load_desc, caps), encoding="utf-8")
-    return path
-
-
-# ---------------------------------------------------------------------------------------------
-# Compare page
-
-
-def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> str:
-    labels = [v["label"] for v in data.get("variants") or []]
-    settings = extra.get("settings") or []
-    title = "Variant comparison: " + " vs ".join(labels)
-    incomplete = data.get("incomplete") or []
-    winners = sum(1 for c in data.get("cells") or [] if c.get("winner"))
-    if incomplete:
-        state = ('<section class="verdict state-incomplete"><div class="state">INCOMPLETE</div><p>No winner is '
-                 "named: the sweeps are not like for like.</p><ul>"
-                 + "".join(f"<li>{esc(r)}</li>" for r in incomplete) + "</ul></section>")
-    else:
-        state = ('<section class="verdict state-none"><div class="state">COMPARABLE</div><p>The sweeps differ in '
-                 + esc(", ".join(settings) or "no server setting") + f"; {winners} of {len(data['cells'])} cells have "
-                 "a clear winner" + esc(wins_words(data.get("cells") or [], labels)) + ".</p></section>")
-    variant_rows = [f"<td>{esc(v['label'])}</td><td><code>{esc(v['dir'])}</code></td>"
-                    + "".join(f"<td><code>{esc(v['differs'].get(k, 'not set'))}</code></td>" for k in settings)
-                    for v in data.get("variants") or []]
-    body = [f"<h1>{esc(title)}</h1>", state,
-            "<h2>Variants</h2>" + table(["Variant", "Sweep", *(settings or [])], variant_rows)]
-    if extra.get("gated"):
-        body.append("<h2>Configuration problems (never a winner)</h2><ul>" + "".join(
-            f"<li><strong>{esc(label)}</strong>: {esc(p)}</li>" for label, ps in extra["gated"].items() for p in ps)
-            + "</ul>")
-    body.append("<h2>Output tok/s per scenario and concurrency</h2>"
-                + chart(lambda C: C.compare_figure(data.get("cells") or [], labels),
-                        "output tok/s per variant against concurrency"))
-    has_margin = any("winner_margin_pct" in c for c in data.get("cells") or [])
-    rows, classes = [], []
-    for i, c in enumerate(data.get("cells") or []):
-        row = f"<td>{esc(c['scenario'])}</td>" + cell(str(c["concurrency"]), ["cells", i, "concurrency"])
-        for label in labels:
-            value = c["output_tok_s"].get(label)
-            row += cell(num(value, 1, "no usable run"), ["cells", i, "output_tok_s", label],
-                        cls="win" if c.get("winner") == label else "")
-        row += f"<td>{esc(c.get('winner') or 'none')}</td>"
-        if has_margin:
-            margin, noise = c.get("winner_margin_pct"), c.get("noise_pct")
-            row += (cell(f"{margin:.1f}%" if is_number(margin) else "none", ["cells", i, "winner_margin_pct"]
-                         if is_number(margin) else None)
-                    + cell(f"{noise:.1f}%" if is_number(noise) else "unknown", ["cells", i, "noise_pct"]
-                           if is_number(noise) else None))
-        rows.append(row)
-        classes.append("")
-    head = ["Scenario", "Concurrency", *labels, "Winner"] + (["Winner's margin", "Noise band"] if has_margin else [])
-    body.append(table(head, rows, classes))
-    cap_rows = [f"<td>{esc(s)}</td>" + "".join(cell(num(per.get(label), 1, "no run meets the SLO"),
-                                                    ["slo_capacity", s, label]) for label in labels)
-                for s, per in (data.get("slo_capacity") or {}).items()]
-    body.append(f"<h2>Capacity under the SLO (output tok/s)</h2><p class=\"note\">The low end of each variant's "
-                f"capacity under the SLO (TTFT p99 &le; {esc(f'{ttft_ms:g}')} ms and ITL p99 &le; "
-                f"{esc(f'{itl_ms:g}')} ms), the same figure <code>bench report</code> shows: the throughput of the "
-                "run at the highest load meeting the SLO, from the grid and the capacity search's runs. Colours: "
-                "the first variant (the baseline, if you list it first) blue, the second orange, as in the "
-                "report's charts.</p>" + table(["Scenario", *labels], cap_rows))
-    return document(title, "\n".join(body), source="bench compare")
-
-
-def write_compare(out: Path, data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> Path:
-    path = out / "compare.html"
-    path.write_text(compare_page(data, extra, ttft_ms=ttft_ms, itl_ms=itl_ms), encoding="utf-8")
     return path

@@ -1,0 +1,79 @@
+"""compare.html (bench/analysis/pages/__init__.py says what every page shares)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.analysis.markup import capacity_html, cell, chart, document, esc, is_number, num, table, wins_words
+
+
+# ---------------------------------------------------------------------------------------------
+# Compare page
+
+
+def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> str:
+    labels = [v["label"] for v in data.get("variants") or []]
+    settings = extra.get("settings") or []
+    title = "Variant comparison: " + " vs ".join(labels)
+    incomplete = data.get("incomplete") or []
+    winners = sum(1 for c in data.get("cells") or [] if c.get("winner"))
+    if incomplete:
+        state = ('<section class="verdict state-incomplete"><div class="state">INCOMPLETE</div><p>No winner is '
+                 "named: the sweeps are not like for like.</p><ul>"
+                 + "".join(f"<li>{esc(r)}</li>" for r in incomplete) + "</ul></section>")
+    else:
+        state = ('<section class="verdict state-none"><div class="state">COMPARABLE</div><p>The sweeps differ in '
+                 + esc(", ".join(settings) or "no server setting") + f"; {winners} of {len(data['cells'])} cells have "
+                 "a clear winner" + esc(wins_words(data.get("cells") or [], labels)) + ".</p></section>")
+    variant_rows = [f"<td>{esc(v['label'])}</td><td><code>{esc(v['dir'])}</code></td>"
+                    + "".join(f"<td><code>{esc(v['differs'].get(k, 'not set'))}</code></td>" for k in settings)
+                    for v in data.get("variants") or []]
+    body = [f"<h1>{esc(title)}</h1>", state,
+            "<h2>Variants</h2>" + table(["Variant", "Sweep", *(settings or [])], variant_rows)]
+    if extra.get("gated"):
+        body.append("<h2>Configuration problems (never a winner)</h2><ul>" + "".join(
+            f"<li><strong>{esc(label)}</strong>: {esc(p)}</li>" for label, ps in extra["gated"].items() for p in ps)
+            + "</ul>")
+    body.append("<h2>Output tok/s per scenario and concurrency</h2>"
+                + chart(lambda C: C.compare_figure(data.get("cells") or [], labels),
+                        "output tok/s per variant against concurrency"))
+    has_margin = any("winner_margin_pct" in c for c in data.get("cells") or [])
+    rows, classes = [], []
+    for i, c in enumerate(data.get("cells") or []):
+        row = f"<td>{esc(c['scenario'])}</td>" + cell(str(c["concurrency"]), ["cells", i, "concurrency"])
+        for label in labels:
+            value = c["output_tok_s"].get(label)
+            row += cell(num(value, 1, "no usable run"), ["cells", i, "output_tok_s", label],
+                        cls="win" if c.get("winner") == label else "")
+        row += f"<td>{esc(c.get('winner') or 'none')}</td>"
+        if has_margin:
+            margin, noise = c.get("winner_margin_pct"), c.get("noise_pct")
+            row += (cell(f"{margin:.1f}%" if is_number(margin) else "none", ["cells", i, "winner_margin_pct"]
+                         if is_number(margin) else None)
+                    + cell(f"{noise:.1f}%" if is_number(noise) else "unknown", ["cells", i, "noise_pct"]
+                           if is_number(noise) else None))
+        rows.append(row)
+        classes.append("")
+    head = ["Scenario", "Concurrency", *labels, "Winner"] + (["Winner's margin", "Noise band"] if has_margin else [])
+    body.append(table(head, rows, classes))
+    intervals = data.get("slo_capacity_interval") or {}
+    cap_rows = [f"<td>{esc(s)}</td>" + "".join(
+        "<td>" + capacity_html((intervals.get(s) or {}).get(label), ((intervals.get(s) or {}).get(label) or {}).get(
+            "output_tok_s"), ["slo_capacity_interval", s, label, "output_tok_s"], " tok/s", per.get(label),
+            ["slo_capacity", s, label]) + "</td>" for label in labels)
+                for s, per in (data.get("slo_capacity") or {}).items()]
+    body.append(f"<h2>Capacity under the SLO (output tok/s)</h2><p class=\"note\">Each variant's capacity under "
+                f"the SLO (TTFT p99 &le; {esc(f'{ttft_ms:g}')} ms and ITL p99 &le; "
+                f"{esc(f'{itl_ms:g}')} ms), the same figure and 95 % interval <code>bench report</code> shows: the "
+                "throughput at the highest load meeting the SLO (the mean of that load's runs, from the grid and the "
+                "capacity search's), named with its run. Colours: "
+                "the first variant (the baseline, if you list it first) blue, the second orange, as in the "
+                "report's charts.</p>" + table(["Scenario", *labels], cap_rows))
+    return document(title, "\n".join(body), source="bench compare")
+
+
+def write_compare(out: Path, data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> Path:
+    path = out / "compare.html"
+    path.write_text(compare_page(data, extra, ttft_ms=ttft_ms, itl_ms=itl_ms), encoding="utf-8")
+    return path
