@@ -110,3 +110,49 @@ def test_the_serving_images_vllm_parses_the_flags(vllm_image_env, tmp_path):
         assert got["enable_prefix_caching"] is True and got["enable_sleep_mode"] is True
     assert results["bf16"]["ok"] and results["bf16"]["parsed"]["quantization"] is None
     assert not results["misspelt"]["ok"] and "--load-fromat" in results["misspelt"]["error"]
+
+
+@pytest.mark.vllm
+def test_the_experiments_flags_parse_with_the_serving_images_vllm(vllm_image_env, tmp_path):
+    import argparse
+
+    from bench.demo import gpu_experiment, gpu_full
+
+    folder = tmp_path / "g4"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(full_model.config()))
+    args = argparse.Namespace(model_shape=full_model.SHAPE, precision="fp8", kv_cache_dtype="fp8",
+                              tensor_parallel_size=1, gpu_memory_utilization=0.9)
+    cases = [{"id": f"{e.name}/{v.label}",
+              "args": [str(folder), *[f for f in gpu_full.flags(args, **v.override) if f not in v.drop], *v.extra]}
+             for e in gpu_experiment.EXPERIMENTS.values() for v in e.variants]
+    proc = subprocess.run([vllm_image_env.python, str(HELPER)], input=json.dumps(cases), env=vllm_image_env.env,
+                          text=True, capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = {r["id"]: r for r in json.loads(proc.stdout)}
+    assert len(results) == len(cases) >= 15
+    for case, r in results.items():
+        assert r["ok"], f"{case}: {r['error']}"
+    assert results["prefix-caching/caching-off"]["parsed"]["enable_prefix_caching"] is False
+    assert results["prefix-caching/caching-on"]["parsed"]["enable_prefix_caching"] is True
+    assert results["max-num-seqs/seqs-16"]["parsed"]["max_num_seqs"] == 16
+    assert results["kv-sizing/util-0.95"]["parsed"]["gpu_memory_utilization"] == 0.95
+    assert results["tensor-parallel/tp4"]["parsed"]["tensor_parallel_size"] == 4
+    assert results["precision/bf16"]["parsed"]["quantization"] is None
+
+
+@pytest.mark.vllm
+def test_the_transformers_trap_is_found_where_it_is(vllm_env, vllm_image_env):
+    """The image's vLLM (0.26.0, .vllm-image) with .venv-vllm's transformers (5.19.0): a Gemma 4 config as a
+    checkpoint ships it stops vLLM, and the folder without --hf-overrides loses global_head_dim; with the
+    folder's flags it reads right. The CPU build (0.32.0) reads every form right."""
+    from bench.demo import transformers_trap as T
+
+    image = T.run_probe(vllm_image_env.python, {**vllm_image_env.env, "VLLM_TARGET_DEVICE": "cpu"})
+    found = T.finding(image)
+    assert image["vllm"] == "0.26.0" and found["status"] == T.TRAP, image
+    assert found["checkpoint"] == "fails: AmbiguousGlobalPerLayerAttributeError"
+    assert found["served_ok"] is True and "global_head_dim is dropped" in found["without_overrides"]
+    assert "transformers older than 5.15" in found["fix"]
+    cpu = T.finding(T.run_probe(vllm_env.python, vllm_env.env))
+    assert cpu["status"] == T.OK and cpu["vllm"] == vllm_env.version, cpu

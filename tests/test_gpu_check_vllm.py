@@ -38,7 +38,12 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
     record = json.loads((out / "gpu-check.json").read_text())
     checks = record["checks"]
     assert record["broken"] == [] and record["device"]["gpu"] is False
-    assert record["versions"]["vllm"] and record["versions"]["torch"]
+    assert record["versions"]["vllm"] and record["versions"]["torch"] and record["versions"]["transformers"]
+    # the model and tensor-parallel size the figures belong to (TP=1: per GPU = per replica)
+    assert record["model"]["shape"] == "tiny" and record["model"]["tensor_parallel_size"] == 1
+    assert record["model_choice"] == {"shape": "tiny"} and record["device"]["gpus_seen"] == 0
+    # the transformers trap, asked of the CPU build's vLLM (0.32.0 reads Gemma 4 configs right)
+    assert record["transformers_trap"]["status"] == "ok", record["transformers_trap"]
     assert {k: c["status"] for k, c in checks.items()} == {
         "model": "ok", "cold_start": "ok", "timeline": "ok", "sleep_wake": "not available",
         "compile_cache": "skipped", "sweep": "ok", "speculative": "not available"}
@@ -51,6 +56,7 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
     assert sweep["server"] == "cold" and sweep["prefix_cache_reset"] is True
     (point,) = sweep["points"]
     assert point["concurrency"] == 2 and point["burst_req_s"] > 0 and point["bench"]["output_len"] == 16
+    assert sweep["gpus"] == 1 and point["bench"]["per_gpu_output_tok_s"] == round(point["bench"]["output_tok_s"], 1)
     for side in ("bench", "vllm_bench_serve"):
         assert point[side]["valid"], point
         assert point[side]["duration_s"] > 0
@@ -63,4 +69,5 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
     # the page section names every check and carries no Python reprs
     md = (out / "gpu-check.md").read_text()
     assert "Sweep, cross-checked against vllm bench serve" in md and "None" not in md
+    assert "Model: the tiny random Llama. Transformers trap: ok" in md
     assert (out / "gpu-check.html").read_text().startswith("<!doctype html>")

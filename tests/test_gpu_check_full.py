@@ -1,0 +1,183 @@
+"""gpu-check's full-size path and experiments, on the CPU side: the options' checks (exit 2 naming the flag),
+the tensor-parallel size against the GPUs seen, the flags and environment per variant, what a start's log says
+(KV cache tokens, attention backend, head dimensions, precision) from a trimmed CUDA log and a synthetic
+full-size one, the records' page sections, and the transformers trap's judgement. A 31B model cannot run
+on a CPU: tests/test_gpu_check_vllm.py runs the whole check with the tiny model (TP=1), and the
+full-size refusal on the CPU build is the last test here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main as bench_main
+from bench.demo import full_model, gpu_experiment, gpu_full, gpu_page, gpu_settings, transformers_trap
+from bench.startup import phases
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "gpu_check"
+SYNTHETIC = FIXTURES / "h200-gemma4-31b-cold.synthetic.log"
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = {"model_shape": full_model.SHAPE, "precision": "fp8", "kv_cache_dtype": "fp8", "tensor_parallel_size": 1,
+            "gpu_memory_utilization": 0.9, "concurrencies": None, "health_timeout": None}
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--tensor-parallel-size", "0"], "--tensor-parallel-size 0: give a whole number of GPUs"),
+    (["--tensor-parallel-size", "two"], "--tensor-parallel-size: 'two': give a whole number"),
+    (["--tensor-parallel-size", "2"], "--tensor-parallel-size 2: only with --model-shape gemma-4-31b"),
+    (["--precision", "bf16"], "--precision bf16: only with --model-shape gemma-4-31b"),
+    (["--model-shape", "gemma-4-31b", "--precision", "nvfp4"], "--precision nvfp4: choose fp8 or bf16"),
+    (["--model-shape", "gemma-4-31b", "--kv-cache-dtype", "bf16"], "--kv-cache-dtype bf16: choose fp8 or auto"),
+    (["--model-shape", "gemma-4-31b", "--gpu-memory-utilization", "1.2"], "--gpu-memory-utilization 1.2: give a fraction"),
+    (["--model-shape", "llama"], "--model-shape: invalid choice"),
+    (["--variants", "seqs-16"], "--variants: only with --experiment NAME"),
+    (["--experiment", "max-num-seqs", "--variants", "seqs-7"], "experiment max-num-seqs has seqs-16, seqs-32"),
+    (["--experiment", "kv-sizing"], "add --model-shape gemma-4-31b"),
+    (["--model-shape", "gemma-4-31b", "--experiment", "prefix-caching", "--scenarios", "S1_chat"],
+     "experiment prefix-caching sweeps S5_shared_prefix"),
+])
+def test_bad_full_size_input_exits_2_naming_the_flag(argv, words, capsys, tmp_path):
+    try:
+        rc = bench_main(["gpu-check", "--out", str(tmp_path / "gc"), *argv])
+    except SystemExit as stop:  # refused while the arguments are parsed
+        rc = stop.code
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert not (tmp_path / "gc" / "gpu-check.json").exists()
+
+
+def test_the_shapes_defaults_suit_a_31b_model():
+    full, tiny = _args(), _args(model_shape="tiny")
+    gpu_full.check_args(full, ValueError)
+    gpu_full.check_args(tiny, ValueError)
+    assert (full.concurrencies, full.health_timeout) == ("1,16,64", 900.0)  # a cold start took 247 s on an H200
+    assert (tiny.concurrencies, tiny.health_timeout) == ("1,4,16,64", 600.0)
+    given = _args(concurrencies="4", health_timeout=1200.0)
+    gpu_full.check_args(given, ValueError)
+    assert (given.concurrencies, given.health_timeout) == ("4", 1200.0)
+
+
+def test_the_tensor_parallel_size_is_checked_against_the_gpus_seen():
+    with pytest.raises(ValueError, match="--tensor-parallel-size 2: this machine shows 1 GPU; give 1 or fewer"):
+        gpu_full.check_device(_args(tensor_parallel_size=2), True, 1, ValueError)
+    with pytest.raises(ValueError, match="needs a GPU"):
+        gpu_full.check_device(_args(), False, 0, ValueError)
+    gpu_full.check_device(_args(tensor_parallel_size=4), True, 4, ValueError)  # fits: nothing raised
+    gpu_full.check_device(_args(model_shape="tiny"), False, 0, ValueError)  # the tiny model runs on a CPU
+
+
+def test_full_size_flags_and_the_nccl_setting():
+    flags = gpu_full.flags(_args())
+    assert flags == [*full_model.serve_flags(), *gpu_settings.SERVE_FLAGS]
+    two = gpu_full.flags(_args(), tensor_parallel_size=2)
+    assert gpu_full.tp_of(two) == 2 and gpu_full.tp_of(flags) == 1
+    assert gpu_full.environment({"A": "1"}, 2) == {"A": "1", "NCCL_NVLS_ENABLE": "0"}
+    assert gpu_full.environment({"A": "1"}, 1) == {"A": "1"}
+    assert gpu_full.choice(_args(tensor_parallel_size=2))["tensor_parallel_size"] == 2
+    assert gpu_full.describe(gpu_full.choice(_args())) == ("gemma-4-31b with random weights (fp8 weights, fp8 KV "
+                                                           "cache, tensor parallel 1)")
+
+
+def test_a_full_size_start_log_gives_the_engine_it_built():
+    """From the synthetic full-size log (labelled so in its first line: the shared README's figures in vLLM
+    0.26's format), and from a trimmed real log of the tiny model (FlashAttention 3)."""
+    assert SYNTHETIC.read_text().startswith("# SYNTHETIC")
+    text = SYNTHETIC.read_text()
+    got = gpu_full.log_figures(text)
+    assert got["attention_backend"] == "TRITON_ATTN" and got["head_dims"] == [256, 512]
+    assert got["engine"] == {"load_format": "dummy", "tensor_parallel_size": 1, "quantization": "fp8",
+                             "kv_cache_dtype": "fp8", "dtype": "bfloat16"}
+    parsed = phases.parse_file(SYNTHETIC)
+    assert (parsed["kv_cache_tokens"], parsed["kv_cache_gib"], parsed["compile_total_s"]) == (230160, 96.75, 129.8)
+    assert gpu_full.start_problems(got, _args()) == []
+    assert gpu_full.start_problems(got, _args(precision="bf16", tensor_parallel_size=2)) == [
+        "the engine ran quantization fp8, not None", "the engine ran tensor_parallel_size 1, not 2"]
+    # a start without the heterogeneous head dimensions line: the trap's silent half
+    dropped = gpu_full.log_figures("\n".join(l for l in text.splitlines() if "heterogeneous" not in l))
+    assert "did not log the Gemma 4 head dimensions" in gpu_full.start_problems(dropped, _args())[0]
+    tiny = gpu_full.log_figures((FIXTURES / "h200-cold.log").read_text())
+    assert (tiny["attention_backend"], tiny["flash_attn_version"], tiny["head_dims"]) == ("FLASH_ATTN", 3, None)
+
+
+def test_the_page_names_the_model_and_the_trap():
+    trap = transformers_trap.finding({"vllm": "0.26.0", "transformers": "5.17.0",
+                                      "served": {"head_size": 512}, "without_overrides": {"head_size": 256},
+                                      "checkpoint": {"error": "AmbiguousGlobalPerLayerAttributeError"}})
+    summary = full_model.summary(full_model.config(), 32000)
+    record = {"date": "2026-12-05", "device": {"name": "NVIDIA H200"}, "versions": {"vllm": "0.26.0"}, "broken": [],
+              "model": gpu_full.model_record(summary, _args()), "transformers_trap": trap,
+              "checks": {"model": {"status": "ok", **summary},
+                         "cold_start": {"status": "ok", "healthy_s": 247.4, "kv_cache_tokens": 230160,
+                                        "attention_backend": "TRITON_ATTN", "compile_cache": "miss"},
+                         "speculative": {"status": "skipped", "reason": gpu_full.SPECULATIVE_SKIPPED}}}
+    md = gpu_page.markdown(record)
+    assert "Model: gemma-4-31b with random weights, 30.7 B parameters, online FP8 (--quantization fp8)" in md
+    assert "Transformers trap: trap (vLLM 0.26.0 with transformers 5.17.0: a Gemma 4 config as the checkpoint" in md
+    assert "KV cache 230,160 tokens, attention TRITON_ATTN" in md and "30.7 B parameters, vocabulary 262,144" in md
+    assert "| Speculative decoding with a draft model | skipped: random weights: a draft model" in md
+    assert "None" not in md
+
+
+def test_the_trap_is_judged_from_what_vllm_read():
+    ok = transformers_trap.finding({"vllm": "0.32.0", "transformers": "5.19.0", "served": {"head_size": 512},
+                                    "without_overrides": {"head_size": 512}, "checkpoint": {"head_size": 512}})
+    assert ok["status"] == "ok" and ok["served_ok"] and ok["checkpoint_ok"] and ok["fix"] is None
+    dropped = transformers_trap.finding({"vllm": "0.26.0", "transformers": "5.17.0", "served": {"head_size": 256},
+                                         "checkpoint": {"head_size": 512}})
+    assert dropped["status"] == "trap" and dropped["served_ok"] is False and "silently" in dropped["summary"]
+    assert transformers_trap.finding({"error": "ModuleNotFoundError: No module named 'vllm'"})["status"] == "not checked"
+    assert transformers_trap.at_risk("0.26.0", "5.17.0") and transformers_trap.at_risk("0.26.0+cu130", "5.15.0.dev0")
+    assert transformers_trap.at_risk("0.26.0", "5.14.1") is False and transformers_trap.at_risk("0.32.0", "5.19.0") is False
+    assert transformers_trap.at_risk(None, "5.17.0") is None
+
+
+def test_each_experiment_is_one_change_at_a_time():
+    """Every variant of an experiment differs from the others in one `bench compare` setting."""
+    from bench.analysis import compare
+
+    for experiment in gpu_experiment.EXPERIMENTS.values():
+        settings = []
+        for variant in experiment.variants:
+            flags = [f for f in gpu_full.flags(_args(), **variant.override) if f not in variant.drop] + list(variant.extra)
+            settings.append(compare.server_settings(["/m", *flags]))
+        differing = {k for k in set().union(*settings) if len({s.get(k, "-") for s in settings}) > 1}
+        assert len(differing) <= 1, (experiment.name, differing)
+        assert len(experiment.variants) == 1 or differing, experiment.name
+    caching = [compare.server_settings(["/m", "--enable-prefix-caching"]),
+               compare.server_settings(["/m", "--no-enable-prefix-caching"])]
+    assert [c["prefixCaching"] for c in caching] == ["on", "off"]
+
+
+def test_an_experiment_record_renders():
+    record = {"experiment": "kv-sizing", "question": "KV cache tokens", "seeds": "blog", "device": {"name": "H200"},
+              "variants": {"util-0.85": {"status": "ok", "starts": [{"healthy_s": 101.0, "kv_cache_tokens": 200000,
+                                                                     "compile_cache": "hit",
+                                                                     "attention_backend": "TRITON_ATTN"}],
+                                         "sweeps": {"S1_chat": {"rc": 0, "seconds": 40.0, "gpus": 2, "runs": [
+                                             {"concurrency": 32, "output_tok_s": 1800.0, "ttft_p99_ms": 400.0,
+                                              "itl_p99_ms": 30.0, "valid": True}]}}},
+                           "util-0.95": {"status": "broken", "reason": "vllm serve exited 1"}},
+              "compare": {"S1_chat": {"status": "waiting", "reason": "1 variant swept so far; a comparison needs two"}}}
+    md = gpu_page.experiment_markdown(record)
+    assert "| util-0.85 | ok | 101.0 s | hit | 200,000 | TRITON_ATTN |" in md
+    assert "| 32 | 1,800.0 | 900.0 | 400 | 30.0 | yes |" in md
+    assert "| util-0.95 | broken: vllm serve exited 1 | not measured |" in md and "None" not in md
+
+
+@pytest.mark.vllm
+def test_the_full_size_is_refused_on_the_cpu_build(vllm_env, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench", "gpu-check", "--out", str(tmp_path / "gc"), "--model-shape",
+                           full_model.SHAPE], cwd=REPO, env={**vllm_env.env, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "--model-shape gemma-4-31b: this needs a GPU" in proc.stderr and "Traceback" not in proc.stderr
