@@ -181,3 +181,28 @@ def test_the_full_size_is_refused_on_the_cpu_build(vllm_env, tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "--model-shape gemma-4-31b: this needs a GPU" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_resume_carries_the_earlier_checks_of_the_same_model(tmp_path):
+    from bench.demo.gpu_check import Check
+    from bench.demo.gpu_runtime import UsageError
+
+    args = _args(out=str(tmp_path), s3_uri=None, step_list=["sweep"])
+    check = Check(args)
+    check.record["model_choice"] = gpu_full.choice(args)
+    with pytest.raises(UsageError, match="gpu-check.json does not exist; run gpu-check without --resume first"):
+        check.resume()
+    earlier = {"started_at": "2026-12-05T09:00:00Z", "model_choice": gpu_full.choice(_args(precision="bf16")),
+               "checks": {"cold_start": {"status": "ok", "healthy_s": 247.4},
+                          "sleep_wake": {"status": "broken", "reason": "wake-up took back too little"},
+                          "timeline": {"status": "skipped", "reason": "not in --steps"}}}
+    (tmp_path / "gpu-check.json").write_text(json.dumps(earlier))
+    with pytest.raises(UsageError, match=r"was made with gemma-4-31b with random weights \(bf16 weights"):
+        check.resume()
+    (tmp_path / "gpu-check.json").write_text(json.dumps({**earlier, "model_choice": gpu_full.choice(args)}))
+    check.resume()
+    assert check.step("cold_start", lambda: {}) == {"status": "ok", "healthy_s": 247.4,
+                                                     "carried_from": "2026-12-05T09:00:00Z"}
+    assert check.step("timeline", lambda: {})["reason"] == "not in --steps"
+    check.step("sleep_wake", lambda: {})
+    assert check.record["broken"] == ["sleep_wake"]  # a carried broken check stays broken in the record

@@ -71,3 +71,32 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
     assert "Sweep, cross-checked against vllm bench serve" in md and "None" not in md
     assert "Model: the tiny random Llama. Transformers trap: ok" in md
     assert (out / "gpu-check.html").read_text().startswith("<!doctype html>")
+
+
+def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
+    """`--experiment max-num-seqs` with two of its variants on the tiny model: one server per variant on the
+    shared compile cache, `bench sweep` on each, `bench compare` over both, the record and its page."""
+    out = tmp_path / "gc"
+    common = [sys.executable, "-m", "bench", "gpu-check", "--out", str(out), "--experiment", "max-num-seqs",
+              "--allow-small-vocab", "--vocab-words", "2000", "--concurrencies", "2", "--length-scale", "0.125",
+              "--health-timeout", "900"]
+    env = {**vllm_env.env, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([*common, "--variants", "seqs-16,seqs-32"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1800)
+    root = out / "experiments" / "max-num-seqs"
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads((root / "experiment.json").read_text())
+    assert record["kind"] == "vllm-poc/gpu-experiment" and record["scenarios"] == {"S1_chat": [2]}
+    for label, seqs in (("seqs-16", "16"), ("seqs-32", "32")):
+        v = record["variants"][label]
+        assert v["status"] == "ok" and v["flags"][v["flags"].index("--max-num-seqs") + 1] == seqs
+        assert v["starts"][0]["healthy_s"] > 0 and v["starts"][0]["kv_cache_tokens"]
+        (run,) = v["sweeps"]["S1_chat"]["runs"]
+        assert run["concurrency"] == 2 and run["valid"] and run["output_tok_s"] > 0
+        assert (root / label / "S1_chat" / "manifest.json").is_file() and (root / label / "server-1.log").is_file()
+    compared = record["compare"]["S1_chat"]
+    assert compared["status"] == "ok" and compared["variants"] == ["seqs-16", "seqs-32"], compared
+    assert compared["cells"][0]["concurrency"] == 2 and not compared["incomplete"], compared
+    md = (root / "experiment.md").read_text()
+    assert "| seqs-16 | ok |" in md and "**Comparison: S1_chat**" in md and "None" not in md
+    assert (root / "compare" / "S1_chat" / "compare.md").is_file()
