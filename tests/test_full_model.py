@@ -54,6 +54,15 @@ def test_the_folders_flags_are_one_list():
     assert line.endswith(" ".join(gpu_settings.SERVE_FLAGS))
 
 
+def test_the_docs_show_the_flags_the_code_holds():
+    import shlex
+
+    page = (REPO / "docs" / "full-size.md").read_text()
+    assert f"`{shlex.join(full_model.FOLDER_FLAGS)}`" in page.replace("\n", " ")
+    assert f"`{shlex.join(full_model.POC_FLAGS)}`" in page
+    assert f"{full_model.parameters(full_model.config()):,}" in page
+
+
 @pytest.mark.vllm
 def test_the_folder_builds_and_its_transformers_reads_it(vllm_env, tmp_path):
     folder = tmp_path / "g4"
