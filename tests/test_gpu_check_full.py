@@ -101,7 +101,8 @@ def test_a_full_size_start_log_gives_the_engine_it_built():
     assert (parsed["kv_cache_tokens"], parsed["kv_cache_gib"], parsed["compile_total_s"]) == (230160, 96.75, 129.8)
     assert gpu_full.start_problems(got, _args()) == []
     assert gpu_full.start_problems(got, _args(precision="bf16", tensor_parallel_size=2)) == [
-        "the engine ran quantization fp8, not None", "the engine ran tensor_parallel_size 1, not 2"]
+        "the engine ran quantization fp8, not none", "the engine ran tensor_parallel_size 1, not 2"]
+    assert gpu_full.start_problems(got, _args(), precision="bf16") == ["the engine ran quantization fp8, not none"]
     # a start without the heterogeneous head dimensions line: the trap's silent half
     dropped = gpu_full.log_figures("\n".join(l for l in text.splitlines() if "heterogeneous" not in l))
     assert "did not log the Gemma 4 head dimensions" in gpu_full.start_problems(dropped, _args())[0]
@@ -206,3 +207,49 @@ def test_resume_carries_the_earlier_checks_of_the_same_model(tmp_path):
     assert check.step("timeline", lambda: {})["reason"] == "not in --steps"
     check.step("sleep_wake", lambda: {})
     assert check.record["broken"] == ["sleep_wake"]  # a carried broken check stays broken in the record
+
+
+FAKE = FIXTURES / "fake_gpu_python.py"
+
+
+def _fake_run(vllm_env, tmp_path, gpus: int, *argv: str) -> subprocess.CompletedProcess:
+    env = {**vllm_env.env, "PYTHONPATH": str(REPO), "FAKE_GPUS": str(gpus), "FAKE_REAL_PYTHON": vllm_env.python,
+           "FAKE_SERVE_RECORD": str(tmp_path / "serve.json")}
+    return subprocess.run([sys.executable, "-m", "bench", "gpu-check", "--python", str(FAKE), "--out",
+                           str(tmp_path / "gc"), "--model-shape", full_model.SHAPE, *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.vllm
+def test_the_full_size_path_on_a_stand_in_gpu(vllm_env, tmp_path):
+    """The orchestration of the full-size path with a stand-in for vLLM on a GPU (tests/fixtures/gpu_check/
+    fake_gpu_python.py: the synthetic full-size log, /health): the folder built by the real transformers,
+    the flags served, the record's model, KV cache tokens, attention backend and engine, the trap's finding;
+    then TP=2 on a machine of 1 GPU (exit 2) and of 2 (NCCL_NVLS_ENABLE=0, the record per TP size)."""
+    proc = _fake_run(vllm_env, tmp_path, 1, "--steps", "model,cold_start,timeline,speculative")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads((tmp_path / "gc" / "gpu-check.json").read_text())
+    served = json.loads((tmp_path / "serve.json").read_text())
+    assert served["args"][served["args"].index("--load-format") + 1] == "dummy" and served["NCCL_NVLS_ENABLE"] is None
+    assert json.loads(served["args"][served["args"].index("--hf-overrides") + 1]) == full_model.HF_OVERRIDES
+    assert record["model"]["shape"] == full_model.SHAPE and record["model"]["parameters"] == 30_697_345_280
+    assert record["model"]["quantization"].startswith("online FP8") and record["model"]["tensor_parallel_size"] == 1
+    assert record["transformers_trap"]["status"] == "trap" and record["transformers_trap"]["served_ok"] is True
+    cold = record["checks"]["cold_start"]
+    assert cold["status"] == "ok", cold
+    assert (cold["kv_cache_tokens"], cold["attention_backend"], cold["head_dims"]) == (230160, "TRITON_ATTN", [256, 512])
+    assert cold["engine"]["quantization"] == "fp8" and cold["compile_total_s"] == 129.8
+    assert record["checks"]["speculative"] == {"status": "skipped", "reason": gpu_full.SPECULATIVE_SKIPPED}
+    md = (tmp_path / "gc" / "gpu-check.md").read_text()
+    assert "KV cache 230,160 tokens, attention TRITON_ATTN" in md and "None" not in md
+
+    refused = _fake_run(vllm_env, tmp_path, 1, "--steps", "model", "--tensor-parallel-size", "2")
+    assert refused.returncode == 2 and "--tensor-parallel-size 2: this machine shows 1 GPU" in refused.stderr
+
+    two = _fake_run(vllm_env, tmp_path, 2, "--steps", "model,cold_start", "--tensor-parallel-size", "2")
+    assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    served = json.loads((tmp_path / "serve.json").read_text())
+    assert served["NCCL_NVLS_ENABLE"] == "0" and served["args"][served["args"].index("--tensor-parallel-size") + 1] == "2"
+    record = json.loads((tmp_path / "gc" / "gpu-check.json").read_text())
+    assert record["model_choice"]["tensor_parallel_size"] == 2 and record["device"]["gpus_seen"] == 2
+    assert record["checks"]["cold_start"]["engine"]["tensor_parallel_size"] == 2

@@ -273,6 +273,12 @@ class Check:
         if trap.get("served_ok") is False:
             raise S.Broken(f"this vLLM would not read the full-size folder right: {trap.get('summary')}; fix: "
                            f"{trap.get('fix')}")
+        summary_file = self.model_dir / full_model.SUMMARY_FILE
+        if summary_file.is_file() and json.loads(summary_file.read_text()) == full_model.summary(
+                full_model.config(), self.args.vocab_words):  # the same folder: kept
+            summary = json.loads(summary_file.read_text())
+            self.record["model"] = gpu_full.model_record(summary, self.args)
+            return {"built": False, **summary, "serve_line": full_model.serve_line(self.model_dir)}
         proc = subprocess.run([self.runtime.python, "-m", "bench.demo.full_model", str(self.model_dir),
                                "--vocab-words", str(self.args.vocab_words)],
                               env=self.runtime.env, capture_output=True, text=True, timeout=600)

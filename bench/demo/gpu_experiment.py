@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -147,7 +148,7 @@ def sweep_argv(check, experiment: Experiment, variant: Variant, flags: list[str]
             "--tokenizer", str(check.model_dir), "--out", str(folder), "--scenarios", scenario,
             "--concurrencies", ",".join(map(str, points(check, experiment, scenario))),
             "--length-scale", f"{args.length_scale:g}", "--health-timeout", "60", "--instance-type", args.instance_type,
-            "--gpus", str(gpu_full.tp_of(flags)), "--label", variant.label, "--server-args", " ".join(flags),
+            "--gpus", str(gpu_full.tp_of(flags)), "--label", variant.label, "--server-args", shlex.join(flags),
             "--vllm-bin", str(check.vllm_wrapper())]
     return argv + (["--capacity-search"] if experiment.capacity_search else [])
 
@@ -187,6 +188,8 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
                  if k not in ("startup_record", "milestones_s", "log")}
         entry["starts"].append(start)
         save()
+        if check.full and (problems := gpu_full.start_problems(start, check.args, **variant.override)):
+            raise S.Broken("; ".join(problems))
         for scenario in check.args.scenario_list:
             sweep = folder / scenario
             shutil.rmtree(sweep, ignore_errors=True)
@@ -262,9 +265,11 @@ def run(check, name: str) -> int:
     print(f"gpu-check: experiment {name}: {experiment.question}; variants {', '.join(check.args.variant_list)}, "
           f"scenarios {', '.join(check.args.scenario_list)} (about {experiment.minutes:g} min a variant with every "
           "scenario on an H200, compile cache warm)", flush=True)
-    if not (check.model_dir / "config.json").is_file():
-        check.build_model()
-    record["model"] = check.record.get("model") or gpu_full.model_record({}, check.args)
+    try:
+        record["model"] = gpu_full.model_record(check.build_model(), check.args)
+    except S.StepEnd as exc:
+        print(f"gpu-check: experiment {name}: BROKEN model: {str(exc).splitlines()[0][:400]}", file=sys.stderr)
+        return 1
     for label in check.args.variant_list:
         print(f"gpu-check: experiment {name}: {label} ...", flush=True)
         entry = record["variants"].setdefault(label, {})

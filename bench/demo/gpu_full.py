@@ -142,19 +142,22 @@ def log_figures(text: str) -> dict[str, Any]:
     return out
 
 
-def start_problems(figures: dict[str, Any], args: argparse.Namespace) -> list[str]:
-    """What a full-size start must show: the full layers' head size seen, and the precision asked for."""
+def start_problems(figures: dict[str, Any], args: argparse.Namespace, **override: Any) -> list[str]:
+    """What a full-size start must show: the full layers' head size seen, and the precision and tensor-parallel
+    size asked for (the run's, or a variant's `override`)."""
     problems = []
     if figures.get("head_dims") is None:
         problems.append("vLLM did not log the Gemma 4 head dimensions (head_dim 256, global_head_dim 512): the full "
                         "layers may have the sliding layers' shape (the transformers trap: check --hf-overrides)")
+    asked = {"precision": args.precision, "kv_cache_dtype": args.kv_cache_dtype,
+             "tensor_parallel_size": args.tensor_parallel_size, **override}
+    quantization = full_model.PRECISIONS[asked["precision"]]
+    want = {"quantization": quantization[1] if quantization else None, "kv_cache_dtype": asked["kv_cache_dtype"],
+            "load_format": "dummy", "tensor_parallel_size": asked["tensor_parallel_size"]}
     engine = figures.get("engine") or {}
-    want = {"quantization": full_model.PRECISIONS[args.precision][1] if full_model.PRECISIONS[args.precision] else None,
-            "kv_cache_dtype": args.kv_cache_dtype, "load_format": "dummy",
-            "tensor_parallel_size": args.tensor_parallel_size}
     for key, value in want.items():
-        if engine and key in engine and engine[key] != value:
-            problems.append(f"the engine ran {key} {engine[key]}, not {value}")
+        if key in engine and engine[key] != value:
+            problems.append(f"the engine ran {key} {engine[key] or 'none'}, not {value or 'none'}")
     return problems
 
 
@@ -163,6 +166,7 @@ def model_record(summary: dict[str, Any], args: argparse.Namespace) -> dict[str,
     if not full(args):
         return {"shape": TINY, "weights": "random (a tiny Llama, bench/demo/tiny_model.py)",
                 "parameters": summary.get("parameters"), "dtype": summary.get("dtype"), "tensor_parallel_size": 1}
+    summary = {k: v for k, v in summary.items() if k not in ("built", "serve_line")}
     return {**summary, "precision": args.precision, "quantization": "online FP8 (--quantization fp8)"
             if args.precision == "fp8" else "none (bf16)", "kv_cache_dtype": args.kv_cache_dtype,
             "gpu_memory_utilization": args.gpu_memory_utilization, "tensor_parallel_size": args.tensor_parallel_size,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import random
+import shlex
 import shutil
 import subprocess
 import time
@@ -145,7 +146,7 @@ def sweep(check) -> dict[str, Any]:
                 "--length-scale", f"{args.length_scale:g}", "--concurrencies", str(c), "--min-prompts", str(prompts),
                 "--prompts-per-concurrency", "0", "--health-timeout", "60", "--bench-client", "library",
                 "--instance-type", args.instance_type, "--gpus", str(gpus), "--label", "gpu-check",
-                "--server-args", " ".join(check.flags()), "--vllm-bin", str(check.vllm_wrapper())]
+                "--server-args", shlex.join(check.flags()), "--vllm-bin", str(check.vllm_wrapper())]
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.sweep_timeout)
         bench_hits = hit_pct(before, prefix_counters(server.url))
         with (check.logs / "sweep.log").open("a") as fh:
