@@ -75,7 +75,8 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
 
 def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
     """`--experiment max-num-seqs` with two of its variants on the tiny model: one server per variant on the
-    shared compile cache, `bench sweep` on each, `bench compare` over both, the record and its page."""
+    shared compile cache, `bench sweep` on each, `bench compare` over both, the record and its page; then a
+    second command continues a sweep cut off and compares with the first command's variant."""
     out = tmp_path / "gc"
     common = [sys.executable, "-m", "bench", "gpu-check", "--out", str(out), "--experiment", "max-num-seqs",
               "--allow-small-vocab", "--vocab-words", "2000", "--concurrencies", "2", "--length-scale", "0.125",
@@ -100,3 +101,16 @@ def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
     md = (root / "experiment.md").read_text()
     assert "| seqs-16 | ok |" in md and "**Comparison: S1_chat**" in md and "None" not in md
     assert (root / "compare" / "S1_chat" / "compare.md").is_file()
+
+    # a later command: seqs-16's sweep as if a time limit had cut it off (its folder there, the record
+    # without it) continues with `bench sweep --resume`, and the comparison takes seqs-32 from the first command
+    del record["variants"]["seqs-16"]["sweeps"]["S1_chat"]
+    (root / "experiment.json").write_text(json.dumps(record))
+    again = subprocess.run([*common, "--variants", "seqs-16"], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=1800)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    record = json.loads((root / "experiment.json").read_text())
+    sweep = record["variants"]["seqs-16"]["sweeps"]["S1_chat"]
+    assert sweep["resumed"] is True and sweep["rc"] == 0 and sweep["runs"][0]["valid"]
+    assert len(record["variants"]["seqs-16"]["starts"]) == 2 and len(record["variants"]["seqs-32"]["starts"]) == 1
+    assert record["compare"]["S1_chat"]["variants"] == ["seqs-16", "seqs-32"]

@@ -11,7 +11,8 @@ sweep` against it and stops it. Then `python -m bench compare` over every varian
 
 Each scenario is swept on its own (one `bench sweep` per variant and scenario), and compared on its own,
 so a long experiment splits over commands of under ten minutes with --variants and --scenarios: what an
-earlier command swept in --out stays and joins the comparison. It writes experiments/NAME/:
+earlier command swept in --out stays and joins the comparison, and a sweep a command's time limit cut off
+continues (`bench sweep --resume`) when the same command runs again. It writes experiments/NAME/:
 experiment.json (the record), experiment.md, VARIANT/SCENARIO/ (a sweep), VARIANT/server-N.log and
 compare/SCENARIO/ (compare.md, compare.json, compare.html). The record is saved after each sweep, so a
 command cut off by a time limit keeps what it finished. Processes end with the command: nothing runs
@@ -192,13 +193,17 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
             raise S.Broken("; ".join(problems))
         for scenario in check.args.scenario_list:
             sweep = folder / scenario
-            shutil.rmtree(sweep, ignore_errors=True)
+            # a sweep an earlier command left unfinished (cut off by its time limit) continues; a finished one
+            # is measured again
+            resume = (sweep / "manifest.json").is_file() and scenario not in entry["sweeps"]
+            if not resume:
+                shutil.rmtree(sweep, ignore_errors=True)
             t0 = time.monotonic()
-            proc = subprocess.run(sweep_argv(check, experiment, variant, flags, scenario, sweep),
-                                  env=check.runtime.env, capture_output=True, text=True)
+            argv = sweep_argv(check, experiment, variant, flags, scenario, sweep) + (["--resume"] if resume else [])
+            proc = subprocess.run(argv, env=check.runtime.env, capture_output=True, text=True)
             (folder / f"sweep-{scenario}.log").write_text(proc.stdout + proc.stderr)
             entry["sweeps"][scenario] = {"dir": str(sweep), "rc": proc.returncode, "runs": runs_of(sweep),
-                                         "seconds": round(time.monotonic() - t0, 1), "gpus": tp}
+                                         "seconds": round(time.monotonic() - t0, 1), "gpus": tp, "resumed": resume}
             save()
         bad = [s for s, v in entry["sweeps"].items() if v["rc"] != 0]
         entry.update(status="broken" if bad else "ok",
