@@ -166,7 +166,8 @@ def model_record(summary: dict[str, Any], args: argparse.Namespace) -> dict[str,
     if not full(args):
         return {"shape": TINY, "weights": "random (a tiny Llama, bench/demo/tiny_model.py)",
                 "parameters": summary.get("parameters"), "dtype": summary.get("dtype"), "tensor_parallel_size": 1}
-    summary = {k: v for k, v in summary.items() if k not in ("built", "serve_line")}
+    keys = full_model.summary(full_model.config(), 0)  # the folder's summary, not a step's bookkeeping
+    summary = {k: v for k, v in summary.items() if k in keys}
     return {**summary, "precision": args.precision, "quantization": "online FP8 (--quantization fp8)"
             if args.precision == "fp8" else "none (bf16)", "kv_cache_dtype": args.kv_cache_dtype,
             "gpu_memory_utilization": args.gpu_memory_utilization, "tensor_parallel_size": args.tensor_parallel_size,
