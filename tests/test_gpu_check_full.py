@@ -253,3 +253,11 @@ def test_the_full_size_path_on_a_stand_in_gpu(vllm_env, tmp_path):
     record = json.loads((tmp_path / "gc" / "gpu-check.json").read_text())
     assert record["model_choice"]["tensor_parallel_size"] == 2 and record["device"]["gpus_seen"] == 2
     assert record["checks"]["cold_start"]["engine"]["tensor_parallel_size"] == 2
+
+
+def test_the_help_says_the_weights_are_random_and_what_that_leaves_out(capsys):
+    with pytest.raises(SystemExit):
+        bench_main(["gpu-check", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "gemma-4-31b (the Gemma-4-31B architecture with RANDOM weights; needs a GPU)" in text
+    assert "accuracy, speculative decoding's acceptance, the vision tower" in text
