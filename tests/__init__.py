@@ -37,7 +37,7 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_startup_timeline_vllm, test_startup_compile_cache,
                                  test_bench_streamer, test_netlimits, test_pod_security_vllm
   bench: the demo                test_bench_demo, test_bench_demo_vllm
-  bench: one GPU                 test_gpu_check, test_gpu_check_vllm
+  bench: one GPU                 test_gpu_check, test_gpu_check_vllm, test_full_model, test_gpu_check_full
   the fleet                      test_fleet_plan, test_fleet_render, test_fleet_prometheus,
                                  test_fleet_prometheus_vllm, test_fleet_router, test_fleet_router_vllm,
                                  test_fleet_rehearsal

@@ -38,7 +38,12 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
     record = json.loads((out / "gpu-check.json").read_text())
     checks = record["checks"]
     assert record["broken"] == [] and record["device"]["gpu"] is False
-    assert record["versions"]["vllm"] and record["versions"]["torch"]
+    assert record["versions"]["vllm"] and record["versions"]["torch"] and record["versions"]["transformers"]
+    # the model and tensor-parallel size the figures belong to (TP=1: per GPU = per replica)
+    assert record["model"]["shape"] == "tiny" and record["model"]["tensor_parallel_size"] == 1
+    assert record["model_choice"] == {"shape": "tiny"} and record["device"]["gpus_seen"] == 0
+    # the transformers trap, asked of the CPU build's vLLM (0.32.0 reads Gemma 4 configs right)
+    assert record["transformers_trap"]["status"] == "ok", record["transformers_trap"]
     assert {k: c["status"] for k, c in checks.items()} == {
         "model": "ok", "cold_start": "ok", "timeline": "ok", "sleep_wake": "not available",
         "compile_cache": "skipped", "sweep": "ok", "speculative": "not available"}
@@ -51,6 +56,7 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
     assert sweep["server"] == "cold" and sweep["prefix_cache_reset"] is True
     (point,) = sweep["points"]
     assert point["concurrency"] == 2 and point["burst_req_s"] > 0 and point["bench"]["output_len"] == 16
+    assert sweep["gpus"] == 1 and point["bench"]["per_gpu_output_tok_s"] == round(point["bench"]["output_tok_s"], 1)
     for side in ("bench", "vllm_bench_serve"):
         assert point[side]["valid"], point
         assert point[side]["duration_s"] > 0
@@ -63,4 +69,48 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
     # the page section names every check and carries no Python reprs
     md = (out / "gpu-check.md").read_text()
     assert "Sweep, cross-checked against vllm bench serve" in md and "None" not in md
+    assert "Model: the tiny random Llama. Transformers trap: ok" in md
     assert (out / "gpu-check.html").read_text().startswith("<!doctype html>")
+
+
+def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
+    """`--experiment max-num-seqs` with two of its variants on the tiny model: one server per variant on the
+    shared compile cache, `bench sweep` on each, `bench compare` over both, the record and its page; then a
+    second command continues a sweep cut off and compares with the first command's variant."""
+    out = tmp_path / "gc"
+    common = [sys.executable, "-m", "bench", "gpu-check", "--out", str(out), "--experiment", "max-num-seqs",
+              "--allow-small-vocab", "--vocab-words", "2000", "--concurrencies", "2", "--length-scale", "0.125",
+              "--health-timeout", "900"]
+    env = {**vllm_env.env, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([*common, "--variants", "seqs-16,seqs-32"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1800)
+    root = out / "experiments" / "max-num-seqs"
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads((root / "experiment.json").read_text())
+    assert record["kind"] == "vllm-poc/gpu-experiment" and record["scenarios"] == {"S1_chat": [2]}
+    for label, seqs in (("seqs-16", "16"), ("seqs-32", "32")):
+        v = record["variants"][label]
+        assert v["status"] == "ok" and v["flags"][v["flags"].index("--max-num-seqs") + 1] == seqs
+        assert v["starts"][0]["healthy_s"] > 0 and v["starts"][0]["kv_cache_tokens"]
+        (run,) = v["sweeps"]["S1_chat"]["runs"]
+        assert run["concurrency"] == 2 and run["valid"] and run["output_tok_s"] > 0
+        assert (root / label / "S1_chat" / "manifest.json").is_file() and (root / label / "server-1.log").is_file()
+    compared = record["compare"]["S1_chat"]
+    assert compared["status"] == "ok" and compared["variants"] == ["seqs-16", "seqs-32"], compared
+    assert compared["cells"][0]["concurrency"] == 2 and not compared["incomplete"], compared
+    md = (root / "experiment.md").read_text()
+    assert "| seqs-16 | ok |" in md and "**Comparison: S1_chat**" in md and "None" not in md
+    assert (root / "compare" / "S1_chat" / "compare.md").is_file()
+
+    # a later command: seqs-16's sweep as if a time limit had cut it off (its folder there, the record
+    # without it) continues with `bench sweep --resume`, and the comparison takes seqs-32 from the first command
+    del record["variants"]["seqs-16"]["sweeps"]["S1_chat"]
+    (root / "experiment.json").write_text(json.dumps(record))
+    again = subprocess.run([*common, "--variants", "seqs-16"], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=1800)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    record = json.loads((root / "experiment.json").read_text())
+    sweep = record["variants"]["seqs-16"]["sweeps"]["S1_chat"]
+    assert sweep["resumed"] is True and sweep["rc"] == 0 and sweep["runs"][0]["valid"]
+    assert len(record["variants"]["seqs-16"]["starts"]) == 2 and len(record["variants"]["seqs-32"]["starts"]) == 1
+    assert record["compare"]["S1_chat"]["variants"] == ["seqs-16", "seqs-32"]

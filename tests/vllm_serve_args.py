@@ -90,6 +90,8 @@ def _check_configs(engine_args) -> dict:
         "scheduling_policy": engine_args.scheduling_policy,
         "limit_mm_per_prompt": engine_args.limit_mm_per_prompt,
         "enable_sleep_mode": engine_args.enable_sleep_mode,
+        "quantization": engine_args.quantization,
+        "hf_overrides": engine_args.hf_overrides,
         "_registries": {
             "tool_parsers": ToolParserManager.list_registered(),
             "reasoning_parsers": ReasoningParserManager.list_registered(),

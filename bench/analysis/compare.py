@@ -87,6 +87,7 @@ _SETTING_OF_FLAG = {
     "--gpu-memory-utilization": "gpuMemoryUtilization",
     "--speculative-config": "speculative",
     "--enable-sleep-mode": "sleepMode",
+    "--enable-prefix-caching": "prefixCaching",
     "--scheduling-policy": "schedulingPolicy",
     "--limit-mm-per-prompt": "limitMmPerPrompt",
 }
@@ -145,6 +146,8 @@ def server_settings(flags: list[str]) -> dict[str, str]:
         if name == "--model":
             settings["model"] = _short_model(value)
             continue
+        if name.startswith("--no-") and f"--{name[5:]}" in _SETTING_OF_FLAG:  # a boolean flag turned off
+            name, value = f"--{name[5:]}", "off"
         key = _SETTING_OF_FLAG.get(name, name)
         settings[key] = _speculative(value) if key == "speculative" else value
     settings.setdefault("tensorParallelSize", "1")

@@ -7,7 +7,7 @@ server settings that do not depend on the 31B model (bench/demo/gpu_settings.py:
 under VLLM_CACHE_ROOT with Triton's inside it, sleep mode, prefix caching, the offline Hub), and
 checks, in order:
 
-  model          the tiny model builds
+  model          the model builds (the tiny model, or the full-size folder with --model-shape)
   cold_start     a start on an empty compile cache: seconds to /health, engine init, torch.compile
   timeline       the start-up phases parsed from the server's log (`bench startup`'s parser) and the
                  milestones seen while it started, in seconds since launch
@@ -24,6 +24,20 @@ checks, in order:
   speculative    a server with a draft model (`--speculative-config`; the draft is a copy of the tiny
                  model, so greedy drafts should almost all be accepted), acceptance from /metrics
 
+Full size (--model-shape gemma-4-31b): the same checks on the Gemma-4-31B architecture with random
+weights (bench/demo/full_model.py: config and tokenizer only, served with --load-format dummy, online
+FP8 weights and an fp8 KV cache by default, --tensor-parallel-size N on N GPUs with NCCL_NVLS_ENABLE=0).
+The record adds the model (shape, parameters, precision, KV cache dtype), the KV cache tokens and the
+attention backend vLLM chose; speculative decoding is skipped (a random draft measures nothing).
+Random weights do not measure accuracy, speculative acceptance, the vision tower, or anything the
+weights' values decide. On an H200 a cold start takes about 4 minutes and a warm one about 2: split
+the check over commands with --steps and --resume (the same --out keeps the record and the compile
+cache), and run the PoC's experiments with --experiment NAME (bench/demo/gpu_experiment.py; one
+server per variant, `bench sweep` on each, then `bench compare`). docs/full-size.md has the commands.
+
+The transformers trap (bench/demo/transformers_trap.py) is checked with the same python before any
+step: the record says whether this vLLM and transformers read a Gemma 4 config right.
+
 It writes gpu-check.json (one record: date, device, versions, every figure), gpu-check.md and
 gpu-check.html (the page section) and the servers' logs to --out. A step that cannot run here (vLLM's
 CPU build has no sleep mode or GPU memory; a draft the build refuses) is reported "not available on
@@ -36,9 +50,7 @@ the record); 2 bad input (an --out that is a file, a bad flag value, no vLLM to 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import platform
 import shutil
 import subprocess
@@ -48,8 +60,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from bench.demo import cpu_vllm, gpu_page, gpu_settings, gpu_sweep
+from bench.demo import cpu_vllm, full_model, gpu_experiment, gpu_full, gpu_page, gpu_settings, gpu_sweep
 from bench.demo import gpu_steps as S
+from bench.demo.gpu_runtime import Runtime, UsageError
 from bench.demo.command import local_startup_record
 from bench.startup import phases as startup_phases
 from bench.startup import sleepwake
@@ -60,30 +73,6 @@ VERSION = 1
 DEFAULT_OUT = "build/gpu-check"
 STEPS = ("model", "cold_start", "timeline", "sleep_wake", "compile_cache", "sweep", "speculative")
 OK, BROKEN, NOT_AVAILABLE, SKIPPED = "ok", "broken", "not available", "skipped"
-_PROBE = r"""
-import json, platform, sys
-info = {"python": platform.python_version()}
-for name in ("vllm", "torch", "transformers", "triton"):
-    try:
-        info[name] = __import__(name).__version__
-    except Exception as exc:
-        info[name] = None
-try:
-    import torch
-    info["cuda"] = bool(torch.cuda.is_available())
-    if info["cuda"]:
-        p = torch.cuda.get_device_properties(0)
-        info["device_name"] = p.name
-        info["device_memory_gib"] = round(p.total_memory / 2**30, 1)
-        info["cuda_runtime"] = torch.version.cuda
-except Exception:
-    info["cuda"] = False
-print("gpu-check-probe " + json.dumps(info))
-"""
-
-
-class UsageError(ValueError):
-    pass
 
 
 def _say(text: str) -> None:
@@ -100,7 +89,17 @@ def _csv_ints(flag: str, text: str) -> list[int]:
     return values
 
 
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, e.g. 2") from None
+
+
 def check_args(args: argparse.Namespace) -> None:
+    args.concurrencies_given = getattr(args, "concurrencies", None) is not None
+    gpu_full.check_args(args, UsageError)
+    gpu_experiment.check_args(args, UsageError)
     args.concurrency_list = _csv_ints("--concurrencies", args.concurrencies)
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     unknown = [s for s in steps if s not in STEPS]
@@ -119,51 +118,6 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--s3-uri {args.s3_uri!r}: give s3://BUCKET/PREFIX")
 
 
-class Runtime:
-    """Which python runs vLLM, with which environment, on which device."""
-
-    def __init__(self, args: argparse.Namespace, out: Path):
-        self.cpu_build = False
-        if args.python:
-            self.python = args.python
-            self.env = dict(os.environ)
-        else:
-            if importlib.util.find_spec("vllm") is not None:
-                self.python, self.env = sys.executable, dict(os.environ)
-            else:
-                venv = cpu_vllm.venv_dir(None)
-                version = cpu_vllm.installed_version(venv)
-                if version is None:
-                    raise UsageError("no vLLM to run: this python cannot import vllm, and "
-                                     f"{venv} holds no vLLM CPU build; give --python PATH or set VLLM_POC_VLLM_VENV")
-                self.cpu_build = True
-                self.python = str(venv / "bin" / "python")
-                self.env = cpu_vllm.environment(venv, cpu_vllm.dist_info_shim(out / ".vllm-dist-info", version))
-        self.env = cpu_vllm.with_repo(self.env)
-        self.env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
-        self.env["PYTHONUNBUFFERED"] = "1"
-        self.info: dict[str, Any] = {}
-
-    def probe(self) -> dict[str, Any]:
-        proc = subprocess.run([self.python, "-c", _PROBE], env=self.env, capture_output=True, text=True, timeout=300)
-        line = next((l for l in proc.stdout.splitlines() if l.startswith("gpu-check-probe ")), None)
-        if line is None:
-            raise UsageError(f"{self.python} could not report its versions:\n{(proc.stdout + proc.stderr)[-1500:]}")
-        self.info = json.loads(line.split(" ", 1)[1])
-        if shutil.which("nvidia-smi"):
-            smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader",
-                                  "-i", "0"], capture_output=True, text=True)
-            if smi.returncode == 0 and smi.stdout.strip():
-                name, driver, total = [p.strip() for p in smi.stdout.strip().splitlines()[0].split(",")]
-                self.info.update({"nvidia_smi_name": name, "driver": driver, "memory_total": total})
-        self.info["cpu_build"] = self.cpu_build
-        return self.info
-
-    @property
-    def gpu(self) -> bool:
-        return bool(self.info.get("cuda")) and not self.cpu_build
-
-
 class Check:
     def __init__(self, args: argparse.Namespace):
         self.args = args
@@ -173,10 +127,12 @@ class Check:
         self.runtime: Runtime | None = None
         self.server: S.Server | None = None
         self.s3 = S.S3(args.s3_uri)
-        self.model_dir = self.work / "model"
+        self.model_dir = gpu_full.model_dir(self.work, args)
+        self.full = gpu_full.full(args)
         self.cache_root = (self.work / "cache").resolve()
         self.port = 0  # one port for every start, as a pod's (set when the run starts)
         self.server_name: str | None = None  # the pod whose server is up
+        self.previous: dict[str, Any] | None = None  # the record --resume continues
         self.record: dict[str, Any] = {
             "kind": KIND, "version": VERSION, "date": time.strftime("%Y-%m-%d"),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
@@ -190,10 +146,21 @@ class Check:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "gpu-check.json").write_text(json.dumps(self.record, indent=2, sort_keys=False) + "\n")
 
-    def step(self, name: str, fn: Callable[[], dict[str, Any]], needs: tuple[str, ...] = ()) -> dict[str, Any]:
+    def step(self, name: str, fn: Callable[[], dict[str, Any]], needs: tuple[str, ...] = (),
+             skip: str | None = None) -> dict[str, Any]:
         checks = self.record["checks"]
         if name not in self.args.step_list:
-            checks[name] = {"status": SKIPPED, "reason": "not in --steps"}
+            earlier = (self.previous or {}).get("checks", {}).get(name)
+            if earlier and earlier.get("status") != SKIPPED:  # --resume: the earlier run's result stands
+                checks[name] = {**earlier, "carried_from": self.previous.get("started_at")}
+                if earlier.get("status") == BROKEN:
+                    self.record["broken"].append(name)
+            else:
+                checks[name] = {"status": SKIPPED, "reason": "not in --steps"}
+            return checks[name]
+        if skip:
+            checks[name] = {"status": SKIPPED, "reason": skip}
+            _say(f"gpu-check: {name}: skipped ({skip})")
             return checks[name]
         missing = [n for n in needs if checks.get(n, {}).get("status") != OK]
         if missing:
@@ -222,7 +189,9 @@ class Check:
         return entry
 
     # -- serving -----------------------------------------------------------------------------
-    def flags(self) -> list[str]:
+    def flags(self, **override: Any) -> list[str]:
+        if self.full:
+            return gpu_full.flags(self.args, **override)
         if self.runtime.gpu:
             device = ["--dtype", "bfloat16", "--max-model-len", "2048",
                       "--gpu-memory-utilization", f"{self.args.gpu_memory_utilization:g}"]
@@ -246,11 +215,12 @@ class Check:
         (folder / "pod.json").write_text(json.dumps({"name": name}))
         return S.Pod(name, folder, self.cache_root)
 
-    def start(self, pod: S.Pod, extra: tuple[str, ...] = ()) -> S.Server:
-        env = pod.env(self.runtime.env)
+    def start(self, pod: S.Pod, extra: tuple[str, ...] = (), flags: list[str] | None = None) -> S.Server:
+        flags = self.flags() if flags is None else flags
+        env = gpu_full.environment(pod.env(self.runtime.env), gpu_full.tp_of(flags))
         if self.runtime.cpu_build:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", cpu_vllm.KV_CACHE_GIB)
-        cmd = S.serve_command(self.runtime.python, self.model_dir, self.port, [*self.flags(), *extra])
+        cmd = S.serve_command(self.runtime.python, self.model_dir, self.port, [*flags, *extra])
         server = S.start(cmd, env, self.logs / f"server-{pod.name}.log")
         try:
             S.wait_healthy(server, self.args.health_timeout)
@@ -273,10 +243,17 @@ class Check:
                                       f"gpu-check {name}")
         record["instance_type"] = self.args.instance_type
         return {"healthy_s": server.healthy_s, **{k: parsed.get(k) for k in keys},
+                **gpu_full.log_figures(S.tail(server.log, 10**7)),
                 "milestones_s": dict(server.milestones), "startup_record": record, "log": str(server.log)}
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return getattr(self.args, "tensor_parallel_size", 1)
 
     # -- the steps ---------------------------------------------------------------------------
     def build_model(self) -> dict[str, Any]:
+        if self.full:
+            return self.build_full_model()
         size = "gpu" if self.runtime.gpu else "cpu"
         summary_file = self.model_dir / "tiny_model.json"
         if summary_file.is_file():
@@ -291,6 +268,26 @@ class Check:
             raise S.Broken(f"building the tiny model failed:\n{proc.stderr[-2000:]}")
         return {"built": True, **json.loads(summary_file.read_text())}
 
+    def build_full_model(self) -> dict[str, Any]:
+        trap = self.record.get("transformers_trap") or {}
+        if trap.get("served_ok") is False:
+            raise S.Broken(f"this vLLM would not read the full-size folder right: {trap.get('summary')}; fix: "
+                           f"{trap.get('fix')}")
+        summary_file = self.model_dir / full_model.SUMMARY_FILE
+        if summary_file.is_file() and json.loads(summary_file.read_text()) == full_model.summary(
+                full_model.config(), self.args.vocab_words):  # the same folder: kept
+            summary = json.loads(summary_file.read_text())
+            self.record["model"] = gpu_full.model_record(summary, self.args)
+            return {"built": False, **summary, "serve_line": full_model.serve_line(self.model_dir)}
+        proc = subprocess.run([self.runtime.python, "-m", "bench.demo.full_model", str(self.model_dir),
+                               "--vocab-words", str(self.args.vocab_words)],
+                              env=self.runtime.env, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            raise S.Broken(f"building the full-size folder failed:\n{proc.stderr[-2000:]}")
+        summary = json.loads((self.model_dir / full_model.SUMMARY_FILE).read_text())
+        self.record["model"] = gpu_full.model_record(summary, self.args)
+        return {"built": True, **summary, "serve_line": full_model.serve_line(self.model_dir)}
+
     def cold_start(self) -> dict[str, Any]:
         shutil.rmtree(self.cache_root, ignore_errors=True)
         self.cache_root.mkdir(parents=True)
@@ -300,6 +297,8 @@ class Check:
         figures = self.start_figures(self.server, "cold")
         if self.runtime.gpu and figures["compile_cache"] == "hit":
             raise S.Broken("the cold start loaded a compiled graph from the cache: the cache root was not empty")
+        if self.full and (problems := gpu_full.start_problems(figures, self.args)):
+            raise S.Broken("; ".join(problems), figures)
         return figures
 
     def timeline(self) -> dict[str, Any]:
@@ -318,16 +317,17 @@ class Check:
             raise S.NotAvailable("vLLM's CPU build has no sleep mode")
         base = self.server.url
         before_text = S.greedy_text(base)
-        used_awake = S.gpu_memory_mib()
+        gpus = self.tensor_parallel_size
+        used_awake = S.gpu_memory_mib(gpus)
         t0 = time.perf_counter()
         S.post(f"{base}/sleep?level=1")
         sleep_s = time.perf_counter() - t0
-        used_asleep = S.gpu_memory_mib()
+        used_asleep = S.gpu_memory_mib(gpus)
         asleep = sleepwake._sleeping(base)
         t0 = time.perf_counter()
         S.post(f"{base}/wake_up")
         wake_s = time.perf_counter() - t0
-        used_woken = S.gpu_memory_mib()
+        used_woken = S.gpu_memory_mib(gpus)
         awake = sleepwake._sleeping(base) is False
         after_text = S.greedy_text(base)
         out = {"level": 1, "sleep_s": round(sleep_s, 3), "wake_s": round(wake_s, 3),
@@ -438,30 +438,57 @@ class Check:
         return out
 
     # -- the run -----------------------------------------------------------------------------
+    def resume(self) -> None:
+        """--resume (and --experiment): continue the record in --out, keeping its compile cache."""
+        path = self.out / "gpu-check.json"
+        if not path.is_file():
+            raise UsageError(f"--resume: {path} does not exist; run gpu-check without --resume first (its cold "
+                             "start fills the compile cache the next runs start from)")
+        previous = json.loads(path.read_text())
+        mine, theirs = self.record["model_choice"], previous.get("model_choice") or {"shape": gpu_full.TINY}
+        if mine != theirs:
+            raise UsageError(f"--resume: {path} was made with {gpu_full.describe(theirs)}, this run asks for "
+                             f"{gpu_full.describe(mine)}; give another --out, or the same model flags")
+        self.previous = previous
+
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        for stale in ("pod", "pods", "cache", "cache-cold", "cache.pushed", "draft", "bin"):
-            shutil.rmtree(self.work / stale, ignore_errors=True)
+        self.record["model_choice"] = gpu_full.choice(self.args)
+        experiment = getattr(self.args, "experiment", None)
+        if getattr(self.args, "resume", False):
+            self.resume()
+        if self.previous is None and not experiment:
+            for stale in ("pod", "pods", "cache", "cache-cold", "cache.pushed", "draft", "bin"):
+                shutil.rmtree(self.work / stale, ignore_errors=True)
         self.runtime = Runtime(self.args, self.out)
         info = self.runtime.probe()
+        gpu_full.check_device(self.args, self.runtime.gpu, self.runtime.gpus, UsageError)
         self.port = cpu_vllm.free_port()
         self.record["device"] = {"gpu": self.runtime.gpu, "name": info.get("nvidia_smi_name") or info.get("device_name")
                                  or ("CPU (vLLM's CPU build)" if self.runtime.cpu_build else "CPU"),
                                  "memory_gib": info.get("device_memory_gib"), "driver": info.get("driver"),
                                  "cuda_runtime": info.get("cuda_runtime"), "instance_type": self.args.instance_type}
+        self.record["device"]["gpus_seen"] = self.runtime.gpus
         self.record["versions"] = {k: info.get(k) for k in ("vllm", "torch", "transformers", "triton", "python")}
-        self.record["idle_memory_mib"] = S.gpu_memory_mib()
-        _say(f"gpu-check: {self.record['device']['name']}, vLLM {info.get('vllm')}, torch {info.get('torch')}; "
-             f"writing {self.out}/gpu-check.json")
+        self.record["transformers_trap"] = trap = self.runtime.trap()
+        self.record["idle_memory_mib"] = S.gpu_memory_mib(self.tensor_parallel_size)
+        _say(f"gpu-check: {self.record['device']['name']}, vLLM {info.get('vllm')}, torch {info.get('torch')}, "
+             f"transformers {info.get('transformers')}; model {gpu_full.describe(self.record['model_choice'])}")
+        _say(f"gpu-check: transformers trap: {trap['status']}: {trap['summary']}")
+        if experiment:
+            return gpu_experiment.run(self, experiment)
+        _say(f"gpu-check: writing {self.out}/gpu-check.json")
         try:
             self.step("model", self.build_model)
+            self.record.setdefault("model", gpu_full.model_record(self.record["checks"]["model"], self.args))
             self.step("cold_start", self.cold_start, ("model",))
             self.step("timeline", self.timeline, ("cold_start",))
             self.step("sleep_wake", self.sleep_wake, ("cold_start",))
             self.step("compile_cache", self.compile_cache, ("cold_start",))
             self.step("sweep", self.sweep, ("cold_start",))
-            self.step("speculative", self.speculative, ("model",))
+            self.step("speculative", self.speculative, ("model",),
+                      skip=gpu_full.SPECULATIVE_SKIPPED if self.full else None)
         finally:
             self.stop_server()
             self.s3.close()
@@ -497,9 +524,30 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "VLLM_POC_VLLM_VENV or .venv-vllm)")
     p.add_argument("--steps", default=",".join(STEPS), help=f"checks to run, comma-separated (default: all: "
                                                             f"{','.join(STEPS)})")
-    p.add_argument("--vocab-words", type=int, default=32000, help="the tiny model's vocabulary (default 32000)")
+    p.add_argument("--model-shape", choices=gpu_full.SHAPES, default=gpu_full.TINY,
+                   help=f"the model served: {gpu_full.TINY} (a 123 M Llama, the default) or {full_model.SHAPE} (the "
+                        "Gemma-4-31B architecture with RANDOM weights; needs a GPU). " + gpu_full.NOT_MEASURED)
+    p.add_argument("--precision", default="fp8", help="full size: the weights, fp8 (vLLM's online FP8, the default) "
+                                                      "or bf16")
+    p.add_argument("--kv-cache-dtype", default="fp8", help="full size: fp8 (the default, as the PoC) or auto")
+    p.add_argument("--tensor-parallel-size", type=_whole_number, default=1,
+                   help="full size: GPUs per server (default 1); more than 1 sets NCCL_NVLS_ENABLE=0")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the record in --out: the checks not in --steps keep their earlier results and "
+                        "the compile cache stays (split a full-size check over commands of under 10 minutes)")
+    p.add_argument("--experiment", choices=sorted(gpu_experiment.EXPERIMENTS), default=None,
+                   help="instead of the checks, run one of the PoC's experiments on the model: one server per "
+                        "variant on --out's compile cache, `bench sweep` on each, then `bench compare` "
+                        "(docs/full-size.md)")
+    p.add_argument("--scenarios", default=None,
+                   help="with --experiment: its scenarios to sweep now, comma-separated (default: all of them)")
+    p.add_argument("--variants", default=None,
+                   help="with --experiment: the variants to run now, comma-separated (default: all; the comparison "
+                        "takes every variant run so far in --out)")
+    p.add_argument("--vocab-words", type=int, default=32000, help="the model's tokenizer words (default 32000)")
     p.add_argument("--allow-small-vocab", action="store_true", help="allow --vocab-words under 32000 (CPU rehearsals)")
-    p.add_argument("--concurrencies", default="1,4,16,64", help="sweep points (default 1,4,16,64)")
+    p.add_argument("--concurrencies", default=None,
+                   help="sweep points (default 1,4,16,64; full size 1,16,64; an experiment's own unless given)")
     p.add_argument("--window-s", type=float, default=15.0,
                    help="least measured window of each sweep run and each `vllm bench serve` cross-check run, "
                         "seconds (default 15)")
@@ -512,7 +560,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "127.0.0.1 when moto is installed, else a local copy, labelled so)")
     p.add_argument("--spec-tokens", type=int, default=3, help="draft tokens per step (default 3)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM's (default 0.9)")
-    p.add_argument("--health-timeout", type=float, default=600.0, help="seconds a start may take (default 600)")
+    p.add_argument("--health-timeout", type=float, default=None,
+                   help="seconds a start may take (default 600; full size 900)")
     p.add_argument("--sweep-timeout", type=float, default=600.0, help=argparse.SUPPRESS)
     p.add_argument("--instance-type", default="local-gpu",
                    help="a name for this machine in the record and the start-up records (default local-gpu)")

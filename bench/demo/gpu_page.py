@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 TITLES = {
-    "model": "Tiny model built",
+    "model": "Model built",
     "cold_start": "Cold start (empty compile cache)",
     "timeline": "Start-up timeline from the server's log",
     "sleep_wake": "Sleep and wake",
@@ -42,10 +42,29 @@ def _s(value: Any, unit: str = " s", digits: int = 1) -> str:
 
 
 def _start_line(figures: dict[str, Any]) -> str:
+    kv = figures.get("kv_cache_tokens")
+    engine = (f"; KV cache {kv:,} tokens" if kv else "") + (
+        f", attention {figures['attention_backend']}" if figures.get("attention_backend") else "")
     return (f"/health after {_s(figures.get('healthy_s'))}; engine init {_s(figures.get('engine_init_s'))}, "
             f"torch.compile {_s(figures.get('compile_total_s'))}, CUDA graphs {_s(figures.get('cuda_graph_s'))}, "
             f"weights {_s(figures.get('weight_load_s'), digits=2)}; compile cache: "
-            f"{figures.get('compile_cache') or 'no cache line'}")
+            f"{figures.get('compile_cache') or 'no cache line'}{engine}")
+
+
+def model_line(record: dict[str, Any]) -> str | None:
+    """The model and the transformers trap's finding, in words (None for a record without them)."""
+    model, trap = record.get("model") or {}, record.get("transformers_trap") or {}
+    parts = []
+    if model.get("shape") and model["shape"] != "tiny":
+        parts.append(f"Model: {model['shape']} with random weights, {model.get('parameters', 0) / 1e9:.1f} B parameters, "
+                     f"{model.get('quantization')}, KV cache {model.get('kv_cache_dtype')}, tensor parallel "
+                     f"{model.get('tensor_parallel_size')}, GPU memory utilization {model.get('gpu_memory_utilization')}.")
+    elif model.get("shape"):
+        parts.append("Model: the tiny random Llama.")
+    if trap.get("status"):
+        parts.append(f"Transformers trap: {trap['status']} ({trap.get('summary')})"
+                     + (f"; fix: {trap['fix']}" if trap.get("fix") else "") + ".")
+    return " ".join(parts) or None
 
 
 def _side(run: dict[str, Any]) -> str:
@@ -59,7 +78,8 @@ def _details(name: str, c: dict[str, Any]) -> list[str]:
     if c.get("status") in ("skipped", "not available") and name not in ("compile_cache",):
         return []
     if name == "model" and c.get("parameters"):
-        return [f"- {c['parameters'] / 1e6:.1f} M parameters, vocabulary {c.get('vocab_size'):,}, hidden "
+        size = (f"{c['parameters'] / 1e9:.1f} B" if c["parameters"] >= 1e9 else f"{c['parameters'] / 1e6:.1f} M")
+        return [f"- {size} parameters, vocabulary {c.get('vocab_size'):,}, hidden "
                 f"{c.get('hidden_size')}, {c.get('num_hidden_layers')} layers, {c.get('dtype')}"]
     if name == "cold_start" and c.get("healthy_s") is not None:
         return [f"- {_start_line(c)}"]
@@ -121,6 +141,7 @@ def markdown(record: dict[str, Any]) -> str:
              f"{known or 'Versions not recorded'}; driver {dev.get('driver') or 'none'}. "
              + ("Broken: " + ", ".join(record["broken"]) + "." if record.get("broken")
                 else "No check is broken."), "",
+             *([line, ""] if (line := model_line(record)) else []),
              "| Check | Result |", "|---|---|"]
     checks = record.get("checks") or {}
     for name, title in TITLES.items():
@@ -135,6 +156,56 @@ def markdown(record: dict[str, Any]) -> str:
         extra = _details(name, c) if c else []
         if extra:
             lines += ["", f"**{title}**", "", *extra]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _runs_table(runs: list[dict[str, Any]], gpus: int) -> list[str]:
+    rows = ["| c | output tok/s | per GPU | TTFT p99 ms | ITL p99 ms | valid |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        tok = r.get("output_tok_s")
+        rows.append(f"| {r['concurrency']} | {_s(tok, '', 1)} | {_s(tok / gpus if tok else None, '', 1)} | "
+                    f"{_s(r.get('ttft_p99_ms'), '', 0)} | {_s(r.get('itl_p99_ms'), '', 1)} | "
+                    f"{'yes' if r.get('valid') else 'no: ' + str(r.get('reason') or 'invalid').replace('|', '/')} |")
+    return rows
+
+
+def experiment_markdown(record: dict[str, Any]) -> str:
+    """experiment.md: the question, the seeds' figures, each variant's start and runs, each comparison."""
+    dev = record.get("device") or {}
+    lines = [f"## Experiment {record.get('experiment')}: {dev.get('name')}", "", f"{record.get('question')}.", "",
+             f"Set beside: {record.get('seeds')}.", ""]
+    if line := model_line(record):
+        lines += [line, ""]
+    lines += ["| Variant | Status | /health | compile cache | KV cache tokens | attention |", "|---|---|---|---|---|---|"]
+    variants = record.get("variants") or {}
+    for label, v in variants.items():
+        start = (v.get("starts") or [{}])[-1]
+        reason = f": {v['reason']}" if v.get("reason") else ""
+        kv = start.get("kv_cache_tokens")
+        lines.append(f"| {label} | {v.get('status')}{reason.replace('|', '/')} | {_s(start.get('healthy_s'))} | "
+                     f"{start.get('compile_cache') or 'not measured'} | {f'{kv:,}' if kv else 'not measured'} | "
+                     f"{start.get('attention_backend') or 'not measured'} |")
+    for label, v in variants.items():
+        for scenario, sweep in (v.get("sweeps") or {}).items():
+            lines += ["", f"**{label}: {scenario}** (bench sweep exit {sweep.get('rc')}, {_s(sweep.get('seconds'))})", "",
+                      *_runs_table(sweep.get("runs") or [], sweep.get("gpus") or 1)]
+    for scenario, c in (record.get("compare") or {}).items():
+        lines += ["", f"**Comparison: {scenario}**", ""]
+        if c.get("status") == "waiting":
+            lines.append(f"- {c.get('reason')}")
+            continue
+        lines.append(f"- bench compare: {c.get('said') or 'no summary line'}")
+        for cell in c.get("cells") or []:
+            winner = cell.get("winner")
+            lines.append(f"- c={cell.get('concurrency')}: " + (
+                f"{winner} by {_s(cell.get('winner_margin_pct'), ' %')} (noise {_s(cell.get('noise_pct'), ' %')})"
+                if winner else f"no clear winner (noise {_s(cell.get('noise_pct'), ' %')})"))
+        capacity = c.get("slo_capacity") or {}
+        if capacity:
+            lines.append("- capacity under the SLO (output tok/s): " + ", ".join(
+                f"{label} {_s(value, '', 1)}" for label, value in capacity.items()))
+        for why in c.get("incomplete") or []:
+            lines.append(f"- incomplete: {why}")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -260,14 +260,15 @@ def acceptance(before: str, after: str) -> dict[str, Any] | None:
 # The GPU's memory
 
 
-def gpu_memory_mib() -> float | None:
-    """Memory in use on GPU 0 as nvidia-smi reports it (all processes), None without nvidia-smi."""
+def gpu_memory_mib(gpus: int = 1) -> float | None:
+    """Memory in use on GPUs 0 .. gpus-1 together as nvidia-smi reports it (all processes; a tensor-parallel
+    server holds all of them), None without nvidia-smi."""
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=30)
-        return float(out.stdout.strip().splitlines()[0])
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i",
+                              ",".join(str(i) for i in range(gpus))], capture_output=True, text=True, timeout=30)
+        return sum(float(line) for line in out.stdout.strip().splitlines()[:gpus]) if out.stdout.strip() else None
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import random
+import shlex
 import shutil
 import subprocess
 import time
@@ -127,6 +128,7 @@ def summary(points: list[dict[str, Any]], window_s: float) -> dict[str, Any]:
 def sweep(check) -> dict[str, Any]:
     """The step (bench/demo/gpu_check.py calls it with its Check, a server up)."""
     args, server, python, env = check.args, check.server, check.runtime.python, check.runtime.env
+    gpus = getattr(args, "tensor_parallel_size", 1)
     folder = check.out / "sweep"
     shutil.rmtree(folder, ignore_errors=True)
     input_len, output_len = round(256 * args.length_scale), max(2, round(128 * args.length_scale))
@@ -143,8 +145,8 @@ def sweep(check) -> dict[str, Any]:
                 "--tokenizer", str(check.model_dir), "--out", str(folder / f"bench-c{c}"), "--scenarios", "S1_chat",
                 "--length-scale", f"{args.length_scale:g}", "--concurrencies", str(c), "--min-prompts", str(prompts),
                 "--prompts-per-concurrency", "0", "--health-timeout", "60", "--bench-client", "library",
-                "--instance-type", args.instance_type, "--gpus", "1", "--label", "gpu-check",
-                "--server-args", " ".join(check.flags()), "--vllm-bin", str(check.vllm_wrapper())]
+                "--instance-type", args.instance_type, "--gpus", str(gpus), "--label", "gpu-check",
+                "--server-args", shlex.join(check.flags()), "--vllm-bin", str(check.vllm_wrapper())]
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.sweep_timeout)
         bench_hits = hit_pct(before, prefix_counters(server.url))
         with (check.logs / "sweep.log").open("a") as fh:
@@ -166,7 +168,8 @@ def sweep(check) -> dict[str, Any]:
         theirs = R.load_result(cli_dir / R.result_filename("S1_chat", c))
         gap = signed_gap(run.output_tok_s, theirs.output_tok_s)
         points.append({"concurrency": c, "burst_req_s": round(rates[c], 2) if rates[c] else None,
-                       "bench": {**run_figures(run), "prefix_cache_hit_pct": bench_hits},
+                       "bench": {**run_figures(run), "prefix_cache_hit_pct": bench_hits,
+                                 "per_gpu_output_tok_s": round(run.output_tok_s / gpus, 1) if run.output_tok_s else None},
                        "vllm_bench_serve": {**run_figures(theirs), "prefix_cache_hit_pct": cli_hits},
                        "vllm_bench_serve_rc": cli.returncode, "bench_minus_cli_pct": gap,
                        "apart_pct": abs(gap) if gap is not None else None})
@@ -178,7 +181,7 @@ def sweep(check) -> dict[str, Any]:
             problems.append(f"c={c}: the bench measured {run.output_tok_s:,.0f} output tok/s, vllm bench serve "
                             f"{theirs.output_tok_s:,.0f} ({abs(gap):.0f} % apart, more than --agree-pct "
                             f"{args.agree_pct:g})")
-    out = {"scenario": "S1_chat", "server": check.server_name, "length_scale": args.length_scale,
+    out = {"scenario": "S1_chat", "server": check.server_name, "gpus": gpus, "length_scale": args.length_scale,
            "window_s": args.window_s, "agree_pct": args.agree_pct, "prefix_cache_reset": all(resets),
            "seconds": round(time.monotonic() - t0, 1), "points": points, "spread": summary(points, args.window_s)}
     if problems:
