@@ -210,7 +210,7 @@ def test_candidate_slo_capacity_from_search_runs(tmp_path):
     assert "| cand | S1_chat | 1,500.0, 95 % interval 1,351.4 to 1,998.0 | " in (out / "plan.md").read_text()
     assert "capacity search |" in (out / "plan.md").read_text()
     # neighbouring concurrencies on both sides: a smaller search bracket would add no run
-    assert "--search-bracket" not in row["reason"] and "--search-end-repeats" in row["reason"]
+    assert "--search-bracket" not in row["reason"] and "--open-loop always" in row["reason"]
 
 
 @pytest.mark.parametrize("argv, needle", [
