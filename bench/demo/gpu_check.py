@@ -544,6 +544,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--variants", default=None,
                    help="with --experiment: the variants to run now, comma-separated (default: all; the comparison "
                         "takes every variant run so far in --out)")
+    p.add_argument("--budget-min", type=float, default=None,
+                   help="with --experiment: GPU minutes each sweep may spend, grid and capacity search (default: the "
+                        "sweep's, 60)")
     p.add_argument("--vocab-words", type=int, default=32000, help="the model's tokenizer words (default 32000)")
     p.add_argument("--allow-small-vocab", action="store_true", help="allow --vocab-words under 32000 (CPU rehearsals)")
     p.add_argument("--concurrencies", default=None,

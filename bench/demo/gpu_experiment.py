@@ -127,6 +127,9 @@ def check_args(args: argparse.Namespace, error: type[Exception]) -> None:
     if not gpu_full.full(args) and any(experiment.variant(v).override for v in labels):
         raise error(f"--experiment {name}: its variants change the full-size model's flags; add --model-shape "
                     f"{full_model.SHAPE}")
+    budget = getattr(args, "budget_min", None)
+    if budget is not None and not budget > 0:
+        raise error(f"--budget-min {budget:g}: give the GPU minutes each sweep may spend, above 0")
     args.variant_list, args.scenario_list = labels, scenarios
 
 
@@ -150,7 +153,9 @@ def sweep_argv(check, experiment: Experiment, variant: Variant, flags: list[str]
             "--concurrencies", ",".join(map(str, points(check, experiment, scenario))),
             "--length-scale", f"{args.length_scale:g}", "--health-timeout", "60", "--instance-type", args.instance_type,
             "--gpus", str(gpu_full.tp_of(flags)), "--label", variant.label, "--server-args", shlex.join(flags),
-            "--vllm-bin", str(check.vllm_wrapper())]
+            "--vllm-bin", str(check.vllm_wrapper()), "--window-s", f"{args.window_s:g}"]
+    if getattr(args, "budget_min", None):
+        argv += ["--budget-min", f"{args.budget_min:g}"]
     return argv + (["--capacity-search"] if experiment.capacity_search else [])
 
 
