@@ -27,6 +27,16 @@ IMDS_OPTIONS = {"http_endpoint": "enabled", "http_tokens": "required", "http_put
 ROOT_DEVICE = "/dev/xvda"  # AL2023 EKS AMIs
 
 
+# EKS node group names are at most 63 characters and a prefix gets 26 more (AWS provider's unique suffix).
+NODE_GROUP_PREFIX_MAX = 37
+
+
+def system_node_group_prefix(cluster_name: str) -> str:
+    """`<cluster>-system-`, the cluster name shortened where the prefix would pass 37 characters."""
+    suffix = "-system-"
+    return f"{cluster_name[:NODE_GROUP_PREFIX_MAX - len(suffix)]}{suffix}"
+
+
 def system_launch_template(name: str, args: ClusterArgs, opts: pulumi.ResourceOptions) -> aws.ec2.LaunchTemplate:
     """The system node group's launch template: instance metadata and the root volume."""
     return aws.ec2.LaunchTemplate(
@@ -175,7 +185,10 @@ class Cluster(pulumi.ComponentResource):
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.eks,
-            node_group_name=f"{args.name}-system",
+            # Named by a prefix, never fixed: a change EKS cannot make in place (instance types, subnets, role,
+            # AMI type) replaces the group, and Pulumi creates the new one before deleting the old, so the system
+            # pods move onto new nodes first. A fixed name would make that create collide with the old group.
+            node_group_name_prefix=system_node_group_prefix(args.name),
             node_role=node_role,
             ami_type="AL2023_x86_64_STANDARD",
             capacity_type="ON_DEMAND",

@@ -218,3 +218,23 @@ def test_the_policy_pack_finds_nothing_in_the_fleet(fleet):
                  for r in fleet.registrations]
     config = {"vllm-max-num-seqs": {"benchMaxConcurrency": settings.bench.max_concurrency}}
     assert policies.check_resources(resources, config) == []
+
+
+def test_the_fleets_kubernetes_version_is_one_keda_is_tested_with():
+    """Both pins read from where they live: KEDA's chart and its tested range (pyproject.toml), the fleet's
+    cluster version (Pulumi.fleet.yaml); config refuses a fleet stack outside the range, naming the key."""
+    from stacks.settings import ConfigError, settings_from_config
+    from stacks.loader import load_config
+
+    versions = pins()
+    assert versions.keda_chart.startswith("2.20.") and versions.keda_kubernetes == "1.33-1.35"
+    assert versions.keda_kubernetes_versions == ("1.33", "1.34", "1.35")
+    assert load_settings("fleet").cluster.kubernetes_version in versions.keda_kubernetes_versions
+    config = load_config("fleet")
+    config["vllm-poc:cluster"] = {**config["vllm-poc:cluster"], "kubernetesVersion": "1.36"}
+    with pytest.raises(ConfigError) as err:
+        settings_from_config(config, stack="fleet")
+    (problem,) = [p for p in err.value.problems if "KEDA" in p]
+    assert problem.startswith("vllm-poc:cluster.kubernetesVersion: 1.36 is outside") and "set 1.35" in problem
+    # a stack without a fleet runs no KEDA: 1.36 stays allowed there
+    assert load_settings("dev").cluster.kubernetes_version == "1.36"

@@ -78,7 +78,8 @@ class StackSettings(SettingsModel):
     @model_validator(mode="after")
     def _stack(self) -> StackSettings:
         problems = cross_key_problems(self.gpu_pools, self.servers, self.bench)
-        problems += fleet_problems(self.fleet, self.servers, self.gpu_pools, self.bench.targets)
+        problems += fleet_problems(self.fleet, self.servers, self.gpu_pools, self.bench.targets,
+                                   self.cluster.kubernetes_version)
         problems += self._weight_problems()
         staged = {server.model for server in self.servers}
         for index, pool in enumerate(self.gpu_pools):
