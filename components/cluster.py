@@ -15,6 +15,14 @@ from components.network import DISCOVERY_TAG
 
 SYSTEM_LABEL = "vllm-poc/role"
 SYSTEM_TAINT_KEY = "CriticalAddonsOnly"
+
+
+def system_placement() -> dict[str, object]:
+    """`nodeSelector` and `tolerations` that put a pod on the system node group (its label, and its
+    CriticalAddonsOnly taint tolerated): for what is neither a GPU workload nor allowed to wait for a
+    Karpenter node (controllers, charts' components, the router, the Jobs that run before any GPU node)."""
+    return {"nodeSelector": {SYSTEM_LABEL: "system"},
+            "tolerations": [{"key": SYSTEM_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]}
 # The add-ons the cluster needs from EKS. They are installed as managed add-ons after the system node
 # group exists: CoreDNS on a cluster without nodes stays DEGRADED until the create times out.
 ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent")

@@ -22,6 +22,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.cluster import system_placement
 from components.labels import PART_OF
 
 REPOSITORY = "https://prometheus-community.github.io/helm-charts"
@@ -85,11 +86,17 @@ def scrape_configs(workload_namespace: str, server_port: int, server_pod_labels:
 
 
 def chart_values(args: MonitoringArgs) -> dict:
+    # Every pod the chart starts goes to the system nodes: each component reads its own nodeSelector
+    # and tolerations (the chart's defaults tolerate no taint, and every node here has one), including
+    # the admission webhook's certificate Jobs, which Helm runs before and after the install.
+    placed = system_placement()
     return {
         "fullnameOverride": FULLNAME,
         # Node metrics are not what the fleet is judged by; the node exporter needs host access.
         "nodeExporter": {"enabled": False},
+        "prometheusOperator": {**placed, "admissionWebhooks": {"patch": dict(placed)}},
         "prometheus": {"prometheusSpec": {
+            **placed,
             "retention": "15d",
             "scrapeInterval": "15s",
             "evaluationInterval": "30s",
@@ -97,9 +104,11 @@ def chart_values(args: MonitoringArgs) -> dict:
                                                       args.server_pod_labels),
             "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
         }},
+        "alertmanager": {"alertmanagerSpec": dict(placed)},
+        "kube-state-metrics": dict(placed),
         "additionalPrometheusRulesMap": {"vllm-slo": args.rules},
-        "grafana": {"sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL,
-                                               "searchNamespace": args.namespace}}},
+        "grafana": {**placed, "sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL,
+                                                         "searchNamespace": args.namespace}}},
     }
 
 

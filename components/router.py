@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.cluster import system_placement
 from components.labels import PART_OF
 from components.network_policy import INTERNET_EGRESS_LABEL, _first_ip, service_cidr
 from components.pod_security import harden
@@ -83,6 +84,9 @@ def manifests(args: RouterArgs) -> list[dict[str, Any]]:
     meta = {"name": name, "namespace": ns, "labels": labels}
     pod = harden({
         "serviceAccountName": name,
+        # On the system nodes: the GPU nodes' taint is not tolerated, and the router must never wait
+        # for (or hold up) a GPU node.
+        **system_placement(),
         "containers": [{
             "name": "router",
             "image": args.image,

@@ -16,7 +16,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_job_lifetimes, test_bench_job, test_report_job, test_gpu_release,
                                  test_bench_hardware_render, test_startup_render, test_prompt_set
   outside judges of the renders  test_k8s_schemas, test_schema_source, test_scanners, test_policies,
-                                 test_policies_workloads, test_image_provenance
+                                 test_policies_workloads, test_image_provenance, test_placement (every pod
+                                 has a node it may run on)
   operator commands              test_preflight, test_preflight_offline, test_teardown, test_staging,
                                  test_stacks_diff, test_life_of_ups, test_operator_friction, test_interrupts,
                                  test_workflows, test_cli_advice (both CLIs' advice and --out)
