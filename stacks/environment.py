@@ -36,7 +36,7 @@ from stacks.account_checks import (check_api_placeholder, check_caller, check_gp
 from stacks.release_stack import RELEASE_POD_LABELS, gpu_release, release_gpus, release_output
 from stacks.report_stack import report_job
 from stacks.settings import BenchSettings, StackSettings
-from stacks.fleet_stack import fleet, fleet_spec
+from stacks.fleet_stack import fleet, fleet_spec, rolling_update
 from stacks.fleet_stack import pool_of as fleet_pool
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
@@ -70,6 +70,7 @@ def gpu_pool_specs(settings: StackSettings) -> list[GpuPoolSpec]:
             expire_after=pool.expire_after,
             on_demand_fallback=pool.on_demand_fallback,
             image_cache=image_cache_spec(pool),
+            benchmarks=any(settings.server(t).pool == pool.name for t in settings.bench.targets),
         )
         for pool in settings.gpu_pools
     ]
@@ -408,6 +409,7 @@ def build(settings: StackSettings) -> dict[str, object]:
                 do_not_disrupt=server.name in settings.bench.targets,
                 released_by_job=settings.bench.release_gpus and server.name in settings.bench.targets,
                 autoscaled=fleet_pool(settings, server.name) is not None,
+                rolling_update=rolling_update(settings, spec),
             ),
             opts=on_cluster,
         )

@@ -13,7 +13,7 @@ from bench.common import fleet_queries as Q
 from components.autoscaling import Autoscaling, AutoscalingArgs, ScaledServer, TriggerSpec
 from components.monitoring import Monitoring, MonitoringArgs
 from components.router import Router, RouterArgs
-from components.vllm_server import ServeSpec, selector_labels
+from components.vllm_server import RollingUpdate, ServeSpec, selector_labels
 from stacks.settings import FleetPool, StackSettings
 from stacks.versions import extra, pins
 
@@ -29,6 +29,31 @@ def fleet_spec(settings: StackSettings, spec: ServeSpec) -> ServeSpec:
     """A server of a fleet pool starts at the pool's floor; the ScaledObject moves it from there."""
     pool = pool_of(settings, spec.name)
     return spec if pool is None else dataclasses.replace(spec, replicas=pool.min_replicas)
+
+
+def most_gpus(settings: StackSettings, server_name: str) -> int:
+    """The GPUs a server may hold at once: its pool's maxReplicas (autoscaled), else its replicas."""
+    server = settings.server(server_name)
+    pool = pool_of(settings, server_name)
+    return (pool.max_replicas if pool is not None else server.replicas) * server.tensor_parallel_size
+
+
+def rolling_update(settings: StackSettings, spec: ServeSpec) -> RollingUpdate | None:
+    """An autoscaled server's rollout (components/vllm_server.py RollingUpdate); None for a fixed server.
+
+    One replica more than the pool's maximum (surge) where the GPU pool's limit holds it beside every
+    server of that GPU pool at its own maximum: the pool keeps all its replicas through the rollout.
+    Otherwise one replica down at a time. Each replica of the rollout is a start-up, so Pulumi waits for
+    maxReplicas of them."""
+    pool = pool_of(settings, spec.name)
+    if pool is None:
+        return None
+    server = settings.server(spec.name)
+    gpu_pool = settings.pool(server.pool)
+    held = sum(most_gpus(settings, s.name) for s in settings.servers if s.pool == server.pool)
+    surge = held + server.tensor_parallel_size <= gpu_pool.gpu_limit
+    return RollingUpdate(max_surge=1 if surge else 0, max_unavailable=0 if surge else 1,
+                         timeout_s=max(1, pool.max_replicas) * spec.deploy_timeout_s)
 
 
 def triggers(namespace: str, server: str, pool: FleetPool) -> list[TriggerSpec]:

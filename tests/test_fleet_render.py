@@ -238,3 +238,52 @@ def test_the_fleets_kubernetes_version_is_one_keda_is_tested_with():
     assert problem.startswith("vllm-poc:cluster.kubernetesVersion: 1.36 is outside") and "set 1.35" in problem
     # a stack without a fleet runs no KEDA: 1.36 stays allowed there
     assert load_settings("dev").cluster.kubernetes_version == "1.36"
+
+
+def test_autoscaled_servers_roll_one_replica_at_a_time_and_benchmark_targets_recreate(fleet):
+    """A new pod template (an image pin, a flag, the compile-cache key) reaches an autoscaled pool a replica
+    at a time: with room in the GPU pool's limit the new replica starts before an old one goes (chat: g7e
+    holds 8 GPUs, the pool at most 6), else one goes down at a time (batch: l40s holds 4, the pool at most
+    4). Pulumi waits for the whole rollout; a PodDisruptionBudget holds drains and consolidation to one."""
+    deployments = {o["metadata"]["name"]: o for o in fleet.k8s("Deployment") if o["metadata"]["namespace"] == "vllm"}
+    assert deployments["chat"]["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert deployments["batch"]["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    settings = load_settings("fleet")
+    for name in ("chat", "batch"):
+        resource = fleet.one("kubernetes:apps/v1:Deployment", f"server-{name}-deployment")
+        timeout = int(deployments[name]["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
+        pool = settings.fleet.pools[settings.server(name).traffic_class]
+        assert resource.options["customTimeouts"] == {"create": f"{timeout}s",
+                                                      "update": f"{pool.max_replicas * timeout}s"}
+    budgets = {o["metadata"]["name"]: o for o in fleet.k8s("PodDisruptionBudget")}
+    assert set(budgets) == {"chat", "batch"}
+    for name, budget in budgets.items():
+        assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": {
+            "app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}}}
+    # a benchmark target keeps Recreate: a sweep never meets two configurations at once
+    dev = render_stack("dev")
+    assert {o["spec"]["strategy"]["type"] for o in dev.k8s("Deployment")} == {"Recreate"}
+    assert not dev.k8s("PodDisruptionBudget")
+
+
+def test_a_pool_without_room_for_a_surge_replica_rolls_one_down_at_a_time():
+    import dataclasses
+
+    from stacks.fleet_stack import rolling_update
+
+    settings = load_settings("fleet")
+    spec = dataclasses.replace(_spec("chat"), deploy_timeout_s=100)
+    assert rolling_update(settings, spec).max_surge == 1
+    tight = settings.model_copy(update={"gpu_pools": [p.model_copy(update={"gpu_limit": 6}) if p.name == "g7e" else p
+                                                      for p in settings.gpu_pools]})
+    roll = rolling_update(tight, spec)
+    assert (roll.max_surge, roll.max_unavailable, roll.timeout_s) == (0, 1, 600)
+
+
+def _spec(name: str):
+    from components.vllm_server import ServeSpec
+
+    fields = {f: None for f in ServeSpec.__dataclass_fields__}
+    return ServeSpec(**{**fields, "name": name, "deploy_timeout_s": 1})

@@ -95,6 +95,10 @@ def test_what_a_change_costs_is_said_in_words():
     assert D.effects(old, scaled, D.compare(old, scaled)) == ["scales server gemma-fp8 to 0 replicas"]
     assert D.effects([], old, D.compare([], old)) == [
         "records the start-up of gemma-fp8", "runs sweep bench-gemma-fp8", "starts server gemma-fp8"]
+    # an autoscaled server rolls instead
+    rolling = [{**r, "inputs": {**r["inputs"], "spec": {**r["inputs"]["spec"], "strategy": {"type": "RollingUpdate"}}}}
+               if r["type"] == D.DEPLOYMENT else r for r in new]
+    assert "rolls server gemma-fp8 one replica at a time" in D.effects(old, rolling, D.compare(old, rolling))
     text = D.format_text(D.compare(old, new), "header", 0, said=D.effects(old, new, D.compare(old, new)))
     assert text.splitlines()[1:4] == ["this change re-records the start-up of gemma-fp8",
                                       "this change re-runs sweep bench-gemma-fp8", "this change restarts server gemma-fp8"]

@@ -20,7 +20,8 @@ registers). Without `--against`, the ref is where the branch left main: `git mer
 `{"create": [...], "update": [...], "replace": [...], "delete": [...], "effects": [...]}`.
 
 What costs GPU time is said first, in words (`effects`): "restarts server gemma-fp8" (its pod
-template changed: a cold start), "re-runs sweep bench-gemma-fp8" (a new sweep identity: hours of GPU),
+template changed: a cold start; "rolls server chat one replica at a time" for an autoscaled server, whose
+replicas restart one after another), "re-runs sweep bench-gemma-fp8" (a new sweep identity: hours of GPU),
 "scales server gemma-fp8 to 0 replicas", "re-records the start-up of gemma-fp8", "writes the report
 again". A change with no effect there restarts nothing and re-runs nothing.
 
@@ -293,7 +294,10 @@ def effects(old: list[dict[str, Any]], new: list[dict[str, Any]],
                     said.append(f"starts server {server}")
                     continue
                 if any(_under(f, "spec.template") for f in fields) or kind == "replace":
-                    said.append(f"restarts server {server}")
+                    rolling = ((record.get("inputs") or {}).get("spec") or {}).get("strategy", {}).get("type")
+                    # an autoscaled server rolls: each replica restarts, never all at once
+                    said.append(f"rolls server {server} one replica at a time" if rolling == "RollingUpdate"
+                                and kind != "replace" else f"restarts server {server}")
                 replicas = [c for c in entry.get("changes") or [] if c["field"] == "spec.replicas"]
                 for change in replicas:
                     said.append(f"scales server {server} to {change.get('after', 'its default of 1')} replicas")
