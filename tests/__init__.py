@@ -39,8 +39,9 @@ package would file them arbitrarily. The names say the room instead; this is the
   bench: the demo                test_bench_demo, test_bench_demo_vllm
   bench: one GPU                 test_gpu_check, test_gpu_check_vllm
   the fleet                      test_fleet_plan, test_fleet_render, test_fleet_prometheus,
-                                 test_fleet_prometheus_vllm, test_fleet_router, test_fleet_router_vllm,
-                                 test_fleet_rehearsal
+                                 test_fleet_prometheus_vllm, test_fleet_router, test_fleet_router_pools
+                                 (a router per pool, on its rendered arguments), test_fleet_router_vllm,
+                                 test_fleet_rehearsal, test_fleet_alerts (the SLO alerts' receiver)
   the house                      test_package_graph, test_bench_wings, test_layout, test_docs,
                                  test_locks (the set-up: locks/ and the Makefile), test_suite_grouping
                                  (the vLLM tests on one worker)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from stacks.serving import TRAFFIC_CLASSES
+from stacks.settings.alerts import FleetAlerts
 from stacks.settings.base import SettingsModel
 from stacks.versions import pins
 
@@ -56,6 +57,9 @@ class FleetSettings(SettingsModel):
         default_factory=dict, description="Per traffic class (interactive, batch, ...): the servers of that "
         "trafficClass scale within these bounds on these targets.")
     namespace: str = Field("monitoring", description="Namespace of Prometheus, Grafana and KEDA.")
+    alerts: FleetAlerts | None = Field(
+        None, description="Who the SLO alerts reach: the receiver Alertmanager sends them to (its URL is "
+        "vllm-poc:alertWebhookUrl, a secret). Required with a fleet.")
 
     @field_validator("pools")
     @classmethod
