@@ -1,7 +1,8 @@
-"""The fleet of a stack with `vllm-poc:fleet`: Prometheus with the SLO's rules and the dashboard
-(components/monitoring.py), and KEDA with a ScaledObject per server of each pool
-(components/autoscaling.py), and the router in front of the pools (components/router.py), from the targets `bench plan` wrote (bench/analysis/fleet.py) and the
-queries of bench/common/fleet_queries.py."""
+"""The fleet of a stack with `vllm-poc:fleet`: Prometheus with the SLO's rules, alerts routed to the
+stack's receiver and the dashboard (components/monitoring.py), KEDA with a ScaledObject per server of
+each pool (components/autoscaling.py), a router per pool (components/router.py), and how an autoscaled
+server rolls, from the targets `bench plan` wrote (bench/analysis/fleet.py) and the queries of
+bench/common/fleet_queries.py."""
 
 from __future__ import annotations
 

@@ -40,7 +40,8 @@ def where(pods: list[Pod], nodes: list[Node], name: str) -> list[str]:
 def test_the_fleets_controllers_run_on_the_system_nodes_and_its_servers_on_their_pools(all_stacks):
     nodes, pods = cluster(all_stacks["fleet"])
     system = ["system node group cluster-system"]
-    for name in ("Deployment vllm/vllm-router", "Helm release keda (keda 2.20.2): operator",
+    for name in ("Deployment vllm/vllm-router-interactive", "Deployment vllm/vllm-router-batch",
+                 "Helm release keda (keda 2.20.2): operator",
                  "Helm release keda (keda 2.20.2): metricsServer", "Helm release keda (keda 2.20.2): webhooks",
                  "Helm release kube-prometheus-stack (kube-prometheus-stack 88.4.0): prometheus-operator",
                  "Helm release kube-prometheus-stack (kube-prometheus-stack 88.4.0): admission webhook create-secret Job",
