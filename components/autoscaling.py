@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.cluster import system_placement
 from components.labels import PART_OF
 
 REPOSITORY = "https://kedacore.github.io/charts"
@@ -113,7 +114,11 @@ def scaled_object(server: ScaledServer, *, namespace: str, prometheus_url: str, 
 
 
 def chart_values() -> dict:
+    # The operator, the metrics API server and the admission webhooks all read the top-level
+    # nodeSelector and tolerations (each component's own would take precedence); the chart's default
+    # tolerates no taint, and every node of this cluster has one.
     return {
+        **system_placement(),
         "resources": {
             "operator": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
             "metricServer": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},

@@ -15,6 +15,14 @@ from components.network import DISCOVERY_TAG
 
 SYSTEM_LABEL = "vllm-poc/role"
 SYSTEM_TAINT_KEY = "CriticalAddonsOnly"
+
+
+def system_placement() -> dict[str, object]:
+    """`nodeSelector` and `tolerations` that put a pod on the system node group (its label, and its
+    CriticalAddonsOnly taint tolerated): for what is neither a GPU workload nor allowed to wait for a
+    Karpenter node (controllers, charts' components, the router, the Jobs that run before any GPU node)."""
+    return {"nodeSelector": {SYSTEM_LABEL: "system"},
+            "tolerations": [{"key": SYSTEM_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]}
 # The add-ons the cluster needs from EKS. They are installed as managed add-ons after the system node
 # group exists: CoreDNS on a cluster without nodes stays DEGRADED until the create times out.
 ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent")
@@ -25,6 +33,16 @@ ADDON_CONFIGURATION = {"vpc-cni": json.dumps({"enableNetworkPolicy": "true"}, so
 # role's credentials; hostNetwork add-ons (VPC CNI, Pod Identity agent) are on the node itself.
 IMDS_OPTIONS = {"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 1}
 ROOT_DEVICE = "/dev/xvda"  # AL2023 EKS AMIs
+
+
+# EKS node group names are at most 63 characters and a prefix gets 26 more (AWS provider's unique suffix).
+NODE_GROUP_PREFIX_MAX = 37
+
+
+def system_node_group_prefix(cluster_name: str) -> str:
+    """`<cluster>-system-`, the cluster name shortened where the prefix would pass 37 characters."""
+    suffix = "-system-"
+    return f"{cluster_name[:NODE_GROUP_PREFIX_MAX - len(suffix)]}{suffix}"
 
 
 def system_launch_template(name: str, args: ClusterArgs, opts: pulumi.ResourceOptions) -> aws.ec2.LaunchTemplate:
@@ -175,7 +193,10 @@ class Cluster(pulumi.ComponentResource):
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.eks,
-            node_group_name=f"{args.name}-system",
+            # Named by a prefix, never fixed: a change EKS cannot make in place (instance types, subnets, role,
+            # AMI type) replaces the group, and Pulumi creates the new one before deleting the old, so the system
+            # pods move onto new nodes first. A fixed name would make that create collide with the old group.
+            node_group_name_prefix=system_node_group_prefix(args.name),
             node_role=node_role,
             ami_type="AL2023_x86_64_STANDARD",
             capacity_type="ON_DEMAND",

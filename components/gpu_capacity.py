@@ -30,6 +30,15 @@ DISRUPTION_BUDGETS = [
     {"nodes": "0", "reasons": ["Drifted", "Underutilized"]},
     {"nodes": "1", "reasons": ["Empty"]},
 ]
+# A Spot pool's on-demand fallback gives way to Spot when Spot returns: its nodes are consolidated when
+# underutilized too, which for a node of one server means replaced by a cheaper (Spot) node of the pool
+# and the server moved there, one node at a time (the server's PodDisruptionBudget holds it to one
+# replica). Where a benchmark target runs on the pool its fallback stays WhenEmpty with the budgets above:
+# a sweep is never moved, and its server's node is removed once empty (do-not-disrupt holds it till then).
+FALLBACK_BUDGETS = [
+    {"nodes": "0", "reasons": ["Drifted"]},
+    {"nodes": "1", "reasons": ["Underutilized", "Empty"]},
+]
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,7 @@ class GpuPoolSpec:
     expire_after: str
     on_demand_fallback: bool = False
     image_cache: ImageCacheSpec | None = None  # vLLM image pre-loaded on an EBS snapshot
+    benchmarks: bool = False  # a benchmark target runs on this pool: no node of it is ever consolidated
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,20 @@ def ec2_node_class_spec(pool: GpuPoolSpec, args: GpuCapacityArgs, role: str) -> 
     return with_image_cache(spec, pool.image_cache)
 
 
-def node_pool_spec(pool: GpuPoolSpec, node_class: str, capacity_types: list[str], weight: int) -> dict:
+def disruption(pool: GpuPoolSpec, fallback: bool) -> dict:
+    """Voluntary disruption of a NodePool: only empty nodes go, one at a time; a Spot pool's on-demand
+    fallback also consolidates back onto Spot, unless the pool runs a benchmark target."""
+    gives_way = fallback and not pool.benchmarks
+    budgets = FALLBACK_BUDGETS if gives_way else DISRUPTION_BUDGETS
+    return {
+        "consolidationPolicy": "WhenEmptyOrUnderutilized" if gives_way else "WhenEmpty",
+        "consolidateAfter": pool.consolidate_after,
+        "budgets": [{**budget, "reasons": list(budget["reasons"])} for budget in budgets],
+    }
+
+
+def node_pool_spec(pool: GpuPoolSpec, node_class: str, capacity_types: list[str], weight: int,
+                   fallback: bool = False) -> dict:
     return {
         "weight": weight,
         "template": {
@@ -106,11 +129,7 @@ def node_pool_spec(pool: GpuPoolSpec, node_class: str, capacity_types: list[str]
             },
         },
         "limits": {"nvidia.com/gpu": str(pool.gpu_limit)},
-        "disruption": {
-            "consolidationPolicy": "WhenEmpty",
-            "consolidateAfter": pool.consolidate_after,
-            "budgets": [{**budget, "reasons": list(budget["reasons"])} for budget in DISRUPTION_BUDGETS],
-        },
+        "disruption": disruption(pool, fallback),
     }
 
 
@@ -146,16 +165,16 @@ class GpuCapacity(pulumi.ComponentResource):
             )
             self.node_classes[pool.name] = node_class
             pool_opts = after_karpenter.merge(pulumi.ResourceOptions(depends_on=[*args.karpenter, node_class]))
-            variants = [(pool.name, pool.capacity_types, pool.weight)]
+            variants = [(pool.name, pool.capacity_types, pool.weight, False)]
             if pool.on_demand_fallback:
-                variants.append((f"{pool.name}-on-demand", ["on-demand"], max(1, pool.weight // 10)))
-            for pool_name, capacity_types, weight in variants:
+                variants.append((f"{pool.name}-on-demand", ["on-demand"], max(1, pool.weight // 10), True))
+            for pool_name, capacity_types, weight, fallback in variants:
                 self.node_pools[pool_name] = k8s.apiextensions.CustomResource(
                     f"{name}-{pool_name}",
                     api_version="karpenter.sh/v1",
                     kind="NodePool",
                     metadata={"name": pool_name, "labels": dict(PART_OF)},
-                    spec=node_pool_spec(pool, pool.name, capacity_types, weight),
+                    spec=node_pool_spec(pool, pool.name, capacity_types, weight, fallback),
                     opts=pool_opts,
                 )
 

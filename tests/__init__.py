@@ -16,7 +16,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_job_lifetimes, test_bench_job, test_report_job, test_gpu_release,
                                  test_bench_hardware_render, test_startup_render, test_prompt_set
   outside judges of the renders  test_k8s_schemas, test_schema_source, test_scanners, test_policies,
-                                 test_policies_workloads, test_image_provenance
+                                 test_policies_workloads, test_image_provenance, test_placement (every pod
+                                 has a node it may run on)
   operator commands              test_preflight, test_preflight_offline, test_teardown, test_staging,
                                  test_stacks_diff, test_life_of_ups, test_operator_friction, test_interrupts,
                                  test_workflows, test_cli_advice (both CLIs' advice and --out)
@@ -39,8 +40,9 @@ package would file them arbitrarily. The names say the room instead; this is the
   bench: the demo                test_bench_demo, test_bench_demo_vllm
   bench: one GPU                 test_gpu_check, test_gpu_check_vllm, test_full_model, test_gpu_check_full
   the fleet                      test_fleet_plan, test_fleet_render, test_fleet_prometheus,
-                                 test_fleet_prometheus_vllm, test_fleet_router, test_fleet_router_vllm,
-                                 test_fleet_rehearsal
+                                 test_fleet_prometheus_vllm, test_fleet_router, test_fleet_router_pools
+                                 (a router per pool, on its rendered arguments), test_fleet_router_vllm,
+                                 test_fleet_rehearsal, test_fleet_alerts (the SLO alerts' receiver)
   the house                      test_package_graph, test_bench_wings, test_layout, test_docs,
                                  test_locks (the set-up: locks/ and the Makefile), test_suite_grouping
                                  (the vLLM tests on one worker)

@@ -365,4 +365,5 @@ def test_a_secret_is_taken_where_a_setting_is_secret_and_refused_elsewhere():
     config["vllm-poc:tags"] = {"Owner": {"secure": "v1:abcd"}}
     with pytest.raises(loader.StackFileError) as caught:
         loader.settings_from_values(config, stack="case")
-    assert "vllm-poc:tags.Owner: a secret (`secure:`) value, but only vllm-poc:hfToken may be secret" in str(caught.value)
+    assert ("vllm-poc:tags.Owner: a secret (`secure:`) value, but only vllm-poc:alertWebhookUrl, vllm-poc:hfToken "
+            "may be secret") in str(caught.value)

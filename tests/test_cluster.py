@@ -36,6 +36,16 @@ def test_system_node_group_spans_the_private_subnets_and_is_tainted(dev):
     assert group["amiType"] == "AL2023_x86_64_STANDARD"
     assert group["labels"] == {"vllm-poc/role": "system"}
     assert group["taints"] == [{"key": "CriticalAddonsOnly", "value": "true", "effect": "NO_SCHEDULE"}]
+    # named by a prefix, so that a replacement (created before the old group goes) never collides with it
+    assert group["nodeGroupNamePrefix"] == "vllm-poc-dev-system-" and "nodeGroupName" not in group
+
+
+def test_the_node_group_prefix_leaves_room_for_the_unique_suffix():
+    from components.cluster import NODE_GROUP_PREFIX_MAX, system_node_group_prefix
+
+    assert system_node_group_prefix("vllm-poc-fleet") == "vllm-poc-fleet-system-"
+    longest = system_node_group_prefix("a" * 38)  # the longest cluster name config accepts
+    assert len(longest) == NODE_GROUP_PREFIX_MAX == 63 - 26 and longest.endswith("-system-")
 
 
 def test_addons_are_created_after_the_system_node_group(dev):

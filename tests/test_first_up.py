@@ -124,7 +124,7 @@ def test_hf_token_becomes_a_secret_the_job_reads(dev):
     assert not dev.k8s("Secret") and "HF_TOKEN" not in str(sync_jobs(dev))
     rendered = render_with(hfToken="hf_abc")
     (secret,) = rendered.k8s("Secret")
-    assert secret["metadata"]["name"] == "hf-token" and secret["stringData"] == "[secret]"
+    assert secret["metadata"]["name"] == "hf-token" and secret["stringData"] == {"token": "[secret]"}
     registration = rendered.one("kubernetes:core/v1:Secret")
     assert is_secret(registration.inputs["stringData"])  # a Pulumi secret in state, never plain text
     env = sync_jobs(rendered)[0]["spec"]["template"]["spec"]["containers"][0]["env"]

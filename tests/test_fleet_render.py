@@ -6,7 +6,9 @@ renders none of it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 
 import pytest
 
@@ -168,38 +170,80 @@ def test_the_dashboard_and_the_scrape_reach_are_valid_objects(fleet, karpenter_c
         assert report.ok, report.errors
 
 
-def test_the_router_fronts_every_pool_cache_aware_with_discovery_by_the_servers_labels(fleet):
-    (deployment,) = [o for o in fleet.k8s("Deployment") if o["metadata"]["name"] == "vllm-router"]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    args = container["args"]
-    assert args[args.index("--policy") + 1] == "cache_aware" and "--enable-igw" in args  # pools by model name
-    assert "--service-discovery" in args and args[args.index("--service-discovery-namespace") + 1] == "vllm"
-    selector = dict(a.split("=", 1) for a in args[args.index("--selector") + 1:args.index("--prometheus-host")])
-    # every server of every pool carries the selector's labels, so the router finds them all
-    servers = [o for o in fleet.k8s("Deployment") if o["metadata"]["labels"].get("app.kubernetes.io/name") == "vllm"]
-    assert {s["metadata"]["name"] for s in servers} == {"chat", "batch"}
-    for server in servers:
-        assert selector.items() <= server["spec"]["template"]["metadata"]["labels"].items()
-    # the pinned wheel, installed at start; discovery may read pods in the servers' namespace only
-    (pin,) = extra("router")
-    assert pin.startswith("vllm-router==") and pin in container["command"][2]
+def test_each_pool_has_a_router_that_finds_only_that_pools_servers(fleet):
+    """A router per traffic class, cache-aware, discovering the servers whose labels include the pool's: the
+    batch router's list can never hold an interactive server (and the other way round), and each pool's
+    servers accept only their own router (tests/test_fleet_router_pools.py runs the pinned router on the
+    rendered arguments against a Kubernetes API serving both pools' pods)."""
+    routers = {o["metadata"]["name"]: o for o in fleet.k8s("Deployment")
+               if o["metadata"]["labels"].get("app.kubernetes.io/name") == "vllm-router"}
+    assert set(routers) == {"vllm-router-batch", "vllm-router-interactive"}
+    servers = {o["metadata"]["name"]: o for o in fleet.k8s("Deployment")
+               if o["metadata"]["labels"].get("app.kubernetes.io/name") == "vllm"}
+    assert set(servers) == {"chat", "batch"}
+    pools = {"interactive": "chat", "batch": "batch"}
+    for pool, server in pools.items():
+        (container,) = routers[f"vllm-router-{pool}"]["spec"]["template"]["spec"]["containers"]
+        args = container["args"]
+        assert args[args.index("--policy") + 1] == "cache_aware" and "--enable-igw" in args
+        assert "--service-discovery" in args and args[args.index("--service-discovery-namespace") + 1] == "vllm"
+        selector = dict(a.split("=", 1) for a in args[args.index("--selector") + 1:args.index("--prometheus-host")])
+        assert selector == {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/component": "server",
+                            "vllm-poc/traffic-class": pool}
+        for name, deployment in servers.items():
+            labels = deployment["spec"]["template"]["metadata"]["labels"]
+            assert (selector.items() <= labels.items()) == (name == server), (pool, name)
+        # the namespace denies by default: this pool's servers accept this router's pods, and it reaches no other
+        (reach,) = [o for o in fleet.k8s("NetworkPolicy") if o["metadata"]["name"] == f"vllm-router-{pool}-to-servers"]
+        assert reach["spec"]["podSelector"]["matchLabels"] == selector
+        (egress,) = [o for o in fleet.k8s("NetworkPolicy") if o["metadata"]["name"] == f"vllm-router-{pool}-egress"]
+        assert egress["spec"]["egress"][0]["to"] == [{"podSelector": {"matchLabels": selector}}]
+        (service,) = [o for o in fleet.k8s("Service") if o["metadata"]["name"] == f"vllm-router-{pool}"]
+        template = routers[f"vllm-router-{pool}"]["spec"]["template"]
+        assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+        assert reach["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == service["spec"]["selector"]
+        assert template["spec"]["automountServiceAccountToken"] is True
+        assert fleet.outputs["fleet"]["routers"][pool] == f"http://vllm-router-{pool}.vllm.svc:8000"
+    # discovery may read pods in the servers' namespace only
     (role,) = [o for o in fleet.k8s("Role") if o["metadata"]["name"] == "vllm-router"]
     assert role["metadata"]["namespace"] == "vllm"
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
     (binding,) = [o for o in fleet.k8s("RoleBinding") if o["metadata"]["name"] == "vllm-router"]
-    assert binding["subjects"][0]["name"] == deployment["spec"]["template"]["spec"]["serviceAccountName"]
-    assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
-    (service,) = [o for o in fleet.k8s("Service") if o["metadata"]["name"] == "vllm-router"]
-    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    # the namespace denies by default: the servers accept the router's pods on their port
-    (reach,) = [o for o in fleet.k8s("NetworkPolicy") if o["metadata"]["name"] == "vllm-router-to-servers"]
-    assert reach["spec"]["podSelector"]["matchLabels"] == selector
-    assert reach["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    assert {r["spec"]["template"]["spec"]["serviceAccountName"] for r in routers.values()} == {
+        binding["subjects"][0]["name"]}
     # the batch servers schedule by priority, the priority a batch request carries in its body
-    (batch,) = [s for s in servers if s["metadata"]["name"] == "batch"]
-    words = " ".join(batch["spec"]["template"]["spec"]["containers"][0]["args"])
+    words = " ".join(servers["batch"]["spec"]["template"]["spec"]["containers"][0]["args"])
     assert "--scheduling-policy priority" in words
-    assert fleet.outputs["fleet"]["router"] == "http://vllm-router.vllm.svc:8000"
+
+
+def test_every_router_start_installs_the_committed_hashed_lock(fleet):
+    """The router pod installs locks/router.txt as committed (every package pinned, each of its files by
+    sha256) with pip's hash checking, nothing resolved beside it; the lock reaches the pod in an immutable
+    ConfigMap named after its content, so a new lock rolls the routers."""
+    from stacks.versions import lock_text, read_lock
+
+    lock = lock_text("router.txt")
+    pinned, _ = read_lock(lock)
+    (pin,) = extra("router")
+    assert pin == f"vllm-router=={pinned['vllm-router']}" and len(pinned) >= 10
+    # every requirement carries at least one sha256 (pip refuses the whole install otherwise)
+    entries = [e for e in lock.replace("\\\n", " ").splitlines() if e and not e.startswith((" ", "#"))]
+    assert len(entries) == len(pinned)
+    assert all(re.search(r"--hash=sha256:[0-9a-f]{64}", e) for e in entries), entries[:3]
+    (config_map,) = [o for o in fleet.k8s("ConfigMap") if o["metadata"]["name"].startswith("vllm-router-lock-")]
+    assert config_map["data"] == {"requirements.txt": lock} and config_map["immutable"] is True
+    assert config_map["metadata"]["name"] == f"vllm-router-lock-{hashlib.sha256(lock.encode()).hexdigest()[:10]}"
+    for router in (o for o in fleet.k8s("Deployment") if o["metadata"]["name"].startswith("vllm-router-")):
+        pod = router["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        script = container["command"][2]
+        install = [line for line in script.splitlines() if "pip install" in line]
+        assert len(install) == 1 and script.startswith("set -e\n")
+        for flag in ("--require-hashes", "--no-deps", "--only-binary=:all:", "-r /opt/router-lock/requirements.txt"):
+            assert flag in install[0], flag
+        assert "vllm-router==" not in script  # nothing named beside the lock
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "lock"]
+        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
 
 
 def test_a_stack_without_a_fleet_renders_none_of_it():
@@ -218,3 +262,72 @@ def test_the_policy_pack_finds_nothing_in_the_fleet(fleet):
                  for r in fleet.registrations]
     config = {"vllm-max-num-seqs": {"benchMaxConcurrency": settings.bench.max_concurrency}}
     assert policies.check_resources(resources, config) == []
+
+
+def test_the_fleets_kubernetes_version_is_one_keda_is_tested_with():
+    """Both pins read from where they live: KEDA's chart and its tested range (pyproject.toml), the fleet's
+    cluster version (Pulumi.fleet.yaml); config refuses a fleet stack outside the range, naming the key."""
+    from stacks.settings import ConfigError, settings_from_config
+    from stacks.loader import load_config
+
+    versions = pins()
+    assert versions.keda_chart.startswith("2.20.") and versions.keda_kubernetes == "1.33-1.35"
+    assert versions.keda_kubernetes_versions == ("1.33", "1.34", "1.35")
+    assert load_settings("fleet").cluster.kubernetes_version in versions.keda_kubernetes_versions
+    config = load_config("fleet")
+    config["vllm-poc:cluster"] = {**config["vllm-poc:cluster"], "kubernetesVersion": "1.36"}
+    with pytest.raises(ConfigError) as err:
+        settings_from_config(config, stack="fleet")
+    (problem,) = [p for p in err.value.problems if "KEDA" in p]
+    assert problem.startswith("vllm-poc:cluster.kubernetesVersion: 1.36 is outside") and "set 1.35" in problem
+    # a stack without a fleet runs no KEDA: 1.36 stays allowed there
+    assert load_settings("dev").cluster.kubernetes_version == "1.36"
+
+
+def test_autoscaled_servers_roll_one_replica_at_a_time_and_benchmark_targets_recreate(fleet):
+    """A new pod template (an image pin, a flag, the compile-cache key) reaches an autoscaled pool a replica
+    at a time: with room in the GPU pool's limit the new replica starts before an old one goes (chat: g7e
+    holds 8 GPUs, the pool at most 6), else one goes down at a time (batch: l40s holds 4, the pool at most
+    4). Pulumi waits for the whole rollout; a PodDisruptionBudget holds drains and consolidation to one."""
+    deployments = {o["metadata"]["name"]: o for o in fleet.k8s("Deployment") if o["metadata"]["namespace"] == "vllm"}
+    assert deployments["chat"]["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert deployments["batch"]["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    settings = load_settings("fleet")
+    for name in ("chat", "batch"):
+        resource = fleet.one("kubernetes:apps/v1:Deployment", f"server-{name}-deployment")
+        timeout = int(deployments[name]["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
+        pool = settings.fleet.pools[settings.server(name).traffic_class]
+        assert resource.options["customTimeouts"] == {"create": f"{timeout}s",
+                                                      "update": f"{pool.max_replicas * timeout}s"}
+    budgets = {o["metadata"]["name"]: o for o in fleet.k8s("PodDisruptionBudget")}
+    assert set(budgets) == {"chat", "batch"}
+    for name, budget in budgets.items():
+        assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": {
+            "app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}}}
+    # a benchmark target keeps Recreate: a sweep never meets two configurations at once
+    dev = render_stack("dev")
+    assert {o["spec"]["strategy"]["type"] for o in dev.k8s("Deployment")} == {"Recreate"}
+    assert not dev.k8s("PodDisruptionBudget")
+
+
+def test_a_pool_without_room_for_a_surge_replica_rolls_one_down_at_a_time():
+    import dataclasses
+
+    from stacks.fleet_stack import rolling_update
+
+    settings = load_settings("fleet")
+    spec = dataclasses.replace(_spec("chat"), deploy_timeout_s=100)
+    assert rolling_update(settings, spec).max_surge == 1
+    tight = settings.model_copy(update={"gpu_pools": [p.model_copy(update={"gpu_limit": 6}) if p.name == "g7e" else p
+                                                      for p in settings.gpu_pools]})
+    roll = rolling_update(tight, spec)
+    assert (roll.max_surge, roll.max_unavailable, roll.timeout_s) == (0, 1, 600)
+
+
+def _spec(name: str):
+    from components.vllm_server import ServeSpec
+
+    fields = {f: None for f in ServeSpec.__dataclass_fields__}
+    return ServeSpec(**{**fields, "name": name, "deploy_timeout_s": 1})

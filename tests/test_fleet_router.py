@@ -2,7 +2,8 @@
 front of stand-in servers on 127.0.0.1 that answer like vLLM's OpenAI API and record what reached
 them: a request goes to the pool its model names; within a pool, requests sharing a prefix stay on
 one replica (cache_aware); the priority a batch client sets in the body, or in vLLM's X-Vllm-Priority header,
-reaches the batch server.
+reaches the batch server. The stack runs one such router per pool (tests/test_fleet_router_pools.py: each
+on its rendered arguments, finding its pool through a Kubernetes API); here one router holds both models.
 tests/test_fleet_router_vllm.py runs it in front of real vLLM CPU servers."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tests.fixtures.vllm_env import router_binary, start_router
 class Replica:
     """A stand-in server for one model: /v1/models, /health, completions; records each request body."""
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, port: int = 0):
         self.model, self.bodies, self.headers = model, [], []
         outer = self
 
@@ -54,7 +55,7 @@ class Replica:
             def log_message(self, *args) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
@@ -136,16 +137,20 @@ def test_a_priority_header_reaches_the_batch_server_too(fleet):
 def test_the_pinned_router_accepts_the_arguments_the_stack_gives_it(tmp_path):
     from stacks.ops.render import render_stack
 
-    (deployment,) = [o for o in render_stack("fleet").k8s("Deployment") if o["metadata"]["name"] == "vllm-router"]
-    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    script = ("import json, sys\nfrom vllm_router.launch_router import parse_router_args\n"
-              "a = parse_router_args(sys.argv[1:])\n"
-              "print(json.dumps({'policy': str(a.policy), 'igw': a.enable_igw, 'sd': a.service_discovery,"
-              " 'selector': a.selector, 'ns': a.service_discovery_namespace, 'port': a.service_discovery_port}))")
-    python = router_binary().parent / "python"
-    proc = subprocess.run([str(python), "-c", script, *args], text=True, capture_output=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    parsed = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert parsed["igw"] and parsed["sd"] and "cache_aware" in parsed["policy"].lower()
-    assert parsed["selector"] == {"app.kubernetes.io/component": "server", "app.kubernetes.io/name": "vllm"}
-    assert parsed["ns"] == "vllm" and parsed["port"] == 8000
+    routers = [o for o in render_stack("fleet").k8s("Deployment") if o["metadata"]["name"].startswith("vllm-router-")]
+    assert len(routers) == 2
+    for deployment in routers:
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        script = ("import json, sys\nfrom vllm_router.launch_router import parse_router_args\n"
+                  "a = parse_router_args(sys.argv[1:])\n"
+                  "print(json.dumps({'policy': str(a.policy), 'igw': a.enable_igw, 'sd': a.service_discovery,"
+                  " 'selector': a.selector, 'ns': a.service_discovery_namespace, 'port': a.service_discovery_port}))")
+        python = router_binary().parent / "python"
+        proc = subprocess.run([str(python), "-c", script, *args], text=True, capture_output=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        parsed = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert parsed["igw"] and parsed["sd"] and "cache_aware" in parsed["policy"].lower()
+        pool = deployment["metadata"]["labels"]["app.kubernetes.io/instance"]
+        assert parsed["selector"] == {"app.kubernetes.io/component": "server", "app.kubernetes.io/name": "vllm",
+                                      "vllm-poc/traffic-class": pool}
+        assert parsed["ns"] == "vllm" and parsed["port"] == 8000

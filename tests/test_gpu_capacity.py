@@ -86,7 +86,9 @@ def test_gpu_taint_labels_limits_and_disruption(pools):
         assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in template["spec"]["taints"]
         assert template["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
         assert template["metadata"]["labels"][POOL_LABEL] == name.removesuffix("-on-demand")
-        assert pool["spec"]["disruption"]["consolidationPolicy"] == "WhenEmpty"
+        # dev runs no benchmark on g7e: its on-demand fallback gives way to Spot (below)
+        assert pool["spec"]["disruption"]["consolidationPolicy"] == (
+            "WhenEmptyOrUnderutilized" if name == "g7e-on-demand" else "WhenEmpty")
         assert pool["spec"]["disruption"]["consolidateAfter"] == "10m"
         assert template["spec"]["expireAfter"] == "720h"
         assert template["spec"]["nodeClassRef"]["group"] == "karpenter.k8s.aws"
@@ -122,13 +124,21 @@ def _budgets_for(pool: dict, reason: str) -> list[str]:
 
 def test_every_gpu_node_pool_of_every_stack_allows_no_drift_or_underutilized_disruption(all_stacks, karpenter_crds):
     # A drifting `up` (an AMI bump, a tag, a subnet change) must never evict a running server and its
-    # sweep: terminationGracePeriod overrides do-not-disrupt, so the budgets hold drift at 0 nodes.
+    # sweep: terminationGracePeriod overrides do-not-disrupt, so the budgets hold drift at 0 nodes. The one
+    # exception to "no Underutilized": the on-demand fallback of a pool without benchmark targets, which
+    # gives way to Spot one node at a time (the next test).
     seen = 0
     for stack, rendered in all_stacks.items():
         for pool in rendered.k8s("NodePool"):
             name = f"{stack}/{pool['metadata']['name']}"
             assert validate_object(pool, crds=karpenter_crds).errors == [], name
-            for reason in ("Drifted", "Underutilized"):
+            gives_way = pool["spec"]["disruption"]["consolidationPolicy"] == "WhenEmptyOrUnderutilized"
+            label = pool["spec"]["template"]["metadata"]["labels"]["vllm-poc/pool"]
+            benchmarked = [d for d in rendered.k8s("Deployment") if d["spec"]["template"]["metadata"].get(
+                "annotations", {}).get("karpenter.sh/do-not-disrupt") == "true"
+                and d["spec"]["template"]["spec"].get("nodeSelector", {}).get("vllm-poc/pool") == label]
+            assert not gives_way or (pool["metadata"]["name"].endswith("-on-demand") and not benchmarked), name
+            for reason in ("Drifted",) if gives_way else ("Drifted", "Underutilized"):
                 allowed = _budgets_for(pool, reason)
                 # Karpenter takes the most restrictive budget that applies: one of 0 holds the reason.
                 assert "0" in allowed, f"{name}: {reason} disruption is allowed ({allowed})"
@@ -138,6 +148,28 @@ def test_every_gpu_node_pool_of_every_stack_allows_no_drift_or_underutilized_dis
             assert pool["spec"]["template"]["spec"]["terminationGracePeriod"] == "1h", name
             seen += 1
     assert seen >= len(all_stacks)
+
+
+def test_the_fleets_on_demand_fallback_gives_way_to_spot_and_a_benchmarks_never_does(all_stacks):
+    """The fleet's g7e replicas land on on-demand g7e when Spot is short; once Spot is back, Karpenter
+    consolidates those nodes (underutilized: a cheaper Spot node of the pool takes the replica), one node
+    at a time, the server's PodDisruptionBudget holding the pool to one replica moving. The g7e stack runs
+    its benchmark targets on the same kind of pool: there the fallback stays WhenEmpty, so a sweep is never
+    moved (its pods are do-not-disrupt as well)."""
+    fleet = {p["metadata"]["name"]: p for p in all_stacks["fleet"].k8s("NodePool")}
+    fallback = fleet["g7e-on-demand"]["spec"]["disruption"]
+    assert fallback["consolidationPolicy"] == "WhenEmptyOrUnderutilized"
+    assert _budgets_for(fleet["g7e-on-demand"], "Underutilized") == ["1"]
+    assert _budgets_for(fleet["g7e-on-demand"], "Drifted") == ["0"]
+    assert fleet["g7e"]["spec"]["disruption"]["consolidationPolicy"] == "WhenEmpty"  # Spot stays where it is
+    assert {p["metadata"]["name"] for p in all_stacks["fleet"].k8s("PodDisruptionBudget")} == {"chat", "batch"}
+    g7e = {p["metadata"]["name"]: p for p in all_stacks["g7e"].k8s("NodePool")}
+    targets = {d["metadata"]["name"] for d in all_stacks["g7e"].k8s("Deployment")
+               if d["spec"]["template"]["metadata"]["annotations"].get("karpenter.sh/do-not-disrupt") == "true"}
+    assert "g7e" in {d["spec"]["template"]["spec"]["nodeSelector"]["vllm-poc/pool"]
+                     for d in all_stacks["g7e"].k8s("Deployment") if d["metadata"]["name"] in targets}
+    assert g7e["g7e-on-demand"]["spec"]["disruption"]["consolidationPolicy"] == "WhenEmpty"
+    assert _budgets_for(g7e["g7e-on-demand"], "Underutilized") == ["0"]
 
 
 def test_the_drift_budget_check_can_fail():

@@ -95,6 +95,10 @@ def test_what_a_change_costs_is_said_in_words():
     assert D.effects(old, scaled, D.compare(old, scaled)) == ["scales server gemma-fp8 to 0 replicas"]
     assert D.effects([], old, D.compare([], old)) == [
         "records the start-up of gemma-fp8", "runs sweep bench-gemma-fp8", "starts server gemma-fp8"]
+    # an autoscaled server rolls instead
+    rolling = [{**r, "inputs": {**r["inputs"], "spec": {**r["inputs"]["spec"], "strategy": {"type": "RollingUpdate"}}}}
+               if r["type"] == D.DEPLOYMENT else r for r in new]
+    assert "rolls server gemma-fp8 one replica at a time" in D.effects(old, rolling, D.compare(old, rolling))
     text = D.format_text(D.compare(old, new), "header", 0, said=D.effects(old, new, D.compare(old, new)))
     assert text.splitlines()[1:4] == ["this change re-records the start-up of gemma-fp8",
                                       "this change re-runs sweep bench-gemma-fp8", "this change restarts server gemma-fp8"]
@@ -132,6 +136,40 @@ def test_the_text_names_objects_and_never_prints_python_values():
     assert "data.gone: x => (not set)" in text
     assert "None" not in text and "{'" not in text and "_ABSENT" not in text
     assert "no changes: 5 resources render the same" in D.format_text(D.compare(new, new), "h", unchanged=5)
+
+
+def test_a_new_system_instance_type_replaces_the_node_group_under_a_new_name():
+    """The system node group is named by a prefix: a change EKS cannot make in place (here its instance type)
+    replaces it, and the replacement, created before the old group is deleted, gets a name of its own. The
+    same change under a fixed name is flagged as a replacement AWS would refuse."""
+    from stacks.loader import load_config
+    from stacks.ops.render import render_config
+
+    config = load_config("dev")
+    old = json.loads(render_config(config, stack="dev").files()["resources.json"])
+    bigger = {**config, "vllm-poc:systemNodes": {**config["vllm-poc:systemNodes"], "instanceTypes": ["m7i.2xlarge"]}}
+    new = json.loads(render_config(bigger, stack="dev").files()["resources.json"])
+    result = D.compare(old, new)
+    (entry,) = [e for e in result["replace"] if e["type"] == "eks:index:ManagedNodeGroup"]
+    assert entry["reasons"] == ["instanceTypes changed"] and "collides" not in entry
+    (group,) = [r for r in new if r["type"] == "eks:index:ManagedNodeGroup"]
+    assert group["inputs"]["nodeGroupNamePrefix"] == "vllm-poc-dev-system-" and "nodeGroupName" not in group["inputs"]
+    text = D.format_text(result, "h", unchanged=0)
+    assert "replaces ManagedNodeGroup cluster-system: instanceTypes changed" in text and "WILL FAIL" not in text
+
+    # what the stack did before: a fixed name, which the replacement would reuse
+    def fixed(records):
+        return [{**r, "inputs": {k: v for k, v in {**r["inputs"], "nodeGroupName": "vllm-poc-dev-system"}.items()
+                                 if k != "nodeGroupNamePrefix"}} if r["type"] == "eks:index:ManagedNodeGroup" else r
+                for r in records]
+    result = D.compare(fixed(old), fixed(new))
+    (entry,) = [e for e in result["replace"] if e["type"] == "eks:index:ManagedNodeGroup"]
+    assert "the same nodeGroupName 'vllm-poc-dev-system', which AWS refuses" in entry["collides"]
+    assert "WILL FAIL: the replacement is created before" in D.format_text(result, "h", unchanged=0)
+    # deleting first avoids the collision (at the price of the nodes' pods)
+    first = [{**r, "options": {"deleteBeforeReplace": True}} for r in fixed(new)]
+    (entry,) = [e for e in D.compare(fixed(old), first)["replace"] if e["type"] == "eks:index:ManagedNodeGroup"]
+    assert "collides" not in entry
 
 
 # -- the command, in a fixture repository ----------------------------------------------------------

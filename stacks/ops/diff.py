@@ -20,7 +20,8 @@ registers). Without `--against`, the ref is where the branch left main: `git mer
 `{"create": [...], "update": [...], "replace": [...], "delete": [...], "effects": [...]}`.
 
 What costs GPU time is said first, in words (`effects`): "restarts server gemma-fp8" (its pod
-template changed: a cold start), "re-runs sweep bench-gemma-fp8" (a new sweep identity: hours of GPU),
+template changed: a cold start; "rolls server chat one replica at a time" for an autoscaled server, whose
+replicas restart one after another), "re-runs sweep bench-gemma-fp8" (a new sweep identity: hours of GPU),
 "scales server gemma-fp8 to 0 replicas", "re-records the start-up of gemma-fp8", "writes the report
 again". A change with no effect there restarts nothing and re-runs nothing.
 
@@ -88,7 +89,15 @@ FORCE_NEW: dict[str, tuple[str, ...]] = {
     "aws:sqs/queue:Queue": ("name", "fifoQueue"),
     "aws:sqs/queuePolicy:QueuePolicy": ("queueUrl",),
     "eks:index:Cluster": ("name",),
+    # pulumi-eks passes these to the aws.eks.NodeGroup inside, which cannot take them in place
+    "eks:index:ManagedNodeGroup": ("amiType", "capacityType", "clusterName", "diskSize", "instanceTypes",
+                                   "nodeGroupName", "nodeGroupNamePrefix", "nodeRole", "nodeRoleArn", "remoteAccess",
+                                   "subnetIds"),
 }
+# Inputs that give an AWS resource a fixed name. Pulumi creates a replacement before it deletes the
+# resource it replaces; under an unchanged fixed name AWS refuses that second resource, unless
+# deleteBeforeReplace is set (then the old one goes first, and what ran on it with it).
+FIXED_NAME_FIELDS = ("name", "bucket", "nodeGroupName")
 # A hash in a name (a ConfigMap or Job named after its content): stripped to pair renamed resources.
 _HASH = re.compile(r"-[0-9a-f]{8,}(?=-|$)")
 
@@ -178,6 +187,22 @@ def replace_reasons(typ: str, before: dict[str, Any], changes: list[dict[str, An
     return reasons
 
 
+def name_collision(before: dict[str, Any], after: dict[str, Any]) -> str | None:
+    """Why replacing this AWS resource would fail: its replacement is created first under the same fixed
+    name (None for Kubernetes objects, which pulumi-kubernetes deletes first when they are named, for a
+    name that changes or is generated, and with deleteBeforeReplace)."""
+    if _is_k8s_object(after["type"]) or after["type"] == HELM_RELEASE:
+        return None
+    if (after.get("options") or {}).get("deleteBeforeReplace"):
+        return None
+    old, new = before.get("inputs") or {}, after.get("inputs") or {}
+    for name in FIXED_NAME_FIELDS:
+        if isinstance(new.get(name), str) and new.get(name) == old.get(name):
+            return (f"the replacement is created before the old one is deleted, under the same {name} "
+                    f"{new[name]!r}, which AWS refuses; let Pulumi or AWS name it (a prefix), or set deleteBeforeReplace")
+    return None
+
+
 def _index(resources: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["type"], r["name"]): r for r in resources}
 
@@ -206,8 +231,10 @@ def compare(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, l
         if any(c["field"] == "(parent)" for c in changes):
             reasons.append("moved to another parent (a new resource identity)")
         if reasons:
-            out["replace"].append({**_entry(after[key]), "replaces": describe(before[key]), "reasons": reasons,
-                                   "changes": changes})
+            entry = {**_entry(after[key]), "replaces": describe(before[key]), "reasons": reasons, "changes": changes}
+            if collision := name_collision(before[key], after[key]):
+                entry["collides"] = collision
+            out["replace"].append(entry)
         else:
             out["update"].append({**_entry(after[key]), "changes": changes})
     created = sorted(after.keys() - before.keys())
@@ -267,7 +294,10 @@ def effects(old: list[dict[str, Any]], new: list[dict[str, Any]],
                     said.append(f"starts server {server}")
                     continue
                 if any(_under(f, "spec.template") for f in fields) or kind == "replace":
-                    said.append(f"restarts server {server}")
+                    rolling = ((record.get("inputs") or {}).get("spec") or {}).get("strategy", {}).get("type")
+                    # an autoscaled server rolls: each replica restarts, never all at once
+                    said.append(f"rolls server {server} one replica at a time" if rolling == "RollingUpdate"
+                                and kind != "replace" else f"restarts server {server}")
                 replicas = [c for c in entry.get("changes") or [] if c["field"] == "spec.replicas"]
                 for change in replicas:
                     said.append(f"scales server {server} to {change.get('after', 'its default of 1')} replicas")
@@ -311,6 +341,8 @@ def format_text(result: dict[str, list[dict[str, Any]]], header: str, unchanged:
             lines.append(f"{_SIGN[kind]} {kind} {entry['object']}  [{entry['type']} {entry['name']}]")
             if kind == "replace":
                 lines.append(f"    replaces {entry['replaces']}: {'; '.join(entry['reasons'])}")
+                if entry.get("collides"):
+                    lines.append(f"    WILL FAIL: {entry['collides']}")
             changes = entry.get("changes") or []
             lines += [_change_line(c) for c in changes[:max_fields]]
             if len(changes) > max_fields:

@@ -53,10 +53,19 @@ def unsecret(value: Any) -> Any:
     return value["value"] if is_secret(value) else value
 
 
+def _masked(value: Any) -> Any:
+    """A secret's shape with every leaf masked: a Secret's stringData keeps its keys, so it still reads as one."""
+    if isinstance(value, dict) and not is_secret(value):
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_masked(v) for v in value]
+    return "[secret]"
+
+
 def _plain(value: Any) -> Any:
-    """JSON-able copy of a deserialized input value; secrets are masked."""
+    """JSON-able copy of a deserialized input value; secrets are masked (their keys kept, every value hidden)."""
     if is_secret(value):
-        return "[secret]"
+        return _masked(unsecret(value))
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -7,7 +7,9 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from stacks.serving import TRAFFIC_CLASSES
+from stacks.settings.alerts import FleetAlerts
 from stacks.settings.base import SettingsModel
+from stacks.versions import pins
 
 # A pool whose requests may wait for a cold start (a node, the image, the weights: minutes).
 COLD_START_TOLERANT = frozenset({"batch"})
@@ -55,6 +57,9 @@ class FleetSettings(SettingsModel):
         default_factory=dict, description="Per traffic class (interactive, batch, ...): the servers of that "
         "trafficClass scale within these bounds on these targets.")
     namespace: str = Field("monitoring", description="Namespace of Prometheus, Grafana and KEDA.")
+    alerts: FleetAlerts | None = Field(
+        None, description="Who the SLO alerts reach: the receiver Alertmanager sends them to (its URL is "
+        "vllm-poc:alertWebhookUrl, a secret). Required with a fleet.")
 
     @field_validator("pools")
     @classmethod
@@ -69,11 +74,24 @@ class FleetSettings(SettingsModel):
         return v
 
 
-def fleet_problems(fleet: FleetSettings | None, servers: list, pools: list, bench_targets: list[str]) -> list[str]:
-    """Problems between vllm-poc:fleet and the servers, pools and bench targets (one line each)."""
+def keda_version_problems(kubernetes_version: str) -> list[str]:
+    """The fleet's autoscaler against the cluster: KEDA is tested with a few Kubernetes minors only."""
+    versions = pins()
+    if kubernetes_version in versions.keda_kubernetes_versions:
+        return []
+    return [f"cluster.kubernetesVersion: {kubernetes_version} is outside the Kubernetes versions KEDA {versions.keda_chart} "
+            f"(the fleet's autoscaler) is tested with, {versions.keda_kubernetes}; set "
+            f"{versions.keda_kubernetes_versions[-1]}, or move keda_chart and keda_kubernetes in pyproject.toml to a "
+            f"KEDA release that lists {kubernetes_version}"]
+
+
+def fleet_problems(fleet: FleetSettings | None, servers: list, pools: list, bench_targets: list[str],
+                   kubernetes_version: str | None = None) -> list[str]:
+    """Problems between vllm-poc:fleet and the servers, pools, bench targets and the cluster's version
+    (one line each)."""
     if fleet is None:
         return []
-    problems = []
+    problems = keda_version_problems(kubernetes_version) if kubernetes_version else []
     gpu_pools = {p.name: p for p in pools if p is not None}
     for name, pool in fleet.pools.items():
         members = [s for s in servers if s is not None and s.traffic_class == name]

@@ -34,9 +34,10 @@ _TOP_LEVEL = {
     "hfToken": "hfToken",
     "tags": "tags",
     "fleet": "fleet",
+    "alertWebhookUrl": "alertWebhookUrl",
 }
 # Plain strings rather than structured (JSON) values.
-_STRING_KEYS = {"hfToken"}
+_STRING_KEYS = {"hfToken", "alertWebhookUrl"}
 TOP_LEVEL_KEYS = tuple(_TOP_LEVEL)
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 
 from stacks import variants
 from stacks.serving import ServerSettings, check_server, server_model_ids
+from stacks.settings.alerts import alert_problems
 from stacks.settings.base import DEFAULT_REGION, PROJECT, SettingsModel
 from stacks.settings.bench import BenchSettings, compare_problems
 from stacks.settings.cluster import ClusterSettings, SystemNodeSettings
@@ -54,6 +55,12 @@ class StackSettings(SettingsModel):
         description="Hugging Face token for the weight sync (gated repositories such as google/gemma-*): "
         "`pulumi config set --secret vllm-poc:hfToken hf_...`; handed to the Job as a Kubernetes Secret.",
     )
+    alert_webhook_url: SecretStr | None = Field(
+        None,
+        description="URL of the receiver vllm-poc:fleet.alerts names (a webhook, or a Slack incoming webhook), "
+        "carrying its token: `pulumi config set --secret vllm-poc:alertWebhookUrl https://...`; refused in plain "
+        "text. Alertmanager reads it from a Secret mounted into it, never from the chart's values.",
+    )
     bench: BenchSettings = Field(default_factory=BenchSettings, description="The benchmark Jobs run after `pulumi up`.")
     security: SecuritySettings = Field(
         default_factory=SecuritySettings, description="Who may reach the servers, and their API key."
@@ -78,8 +85,11 @@ class StackSettings(SettingsModel):
     @model_validator(mode="after")
     def _stack(self) -> StackSettings:
         problems = cross_key_problems(self.gpu_pools, self.servers, self.bench)
-        problems += fleet_problems(self.fleet, self.servers, self.gpu_pools, self.bench.targets)
+        problems += fleet_problems(self.fleet, self.servers, self.gpu_pools, self.bench.targets,
+                                   self.cluster.kubernetes_version)
         problems += self._weight_problems()
+        problems += alert_problems(self.fleet.alerts if self.fleet else None, self.fleet is not None,
+                                   self.alert_webhook_url.get_secret_value() if self.alert_webhook_url else None)
         staged = {server.model for server in self.servers}
         for index, pool in enumerate(self.gpu_pools):
             if pool.streamer_job is None:

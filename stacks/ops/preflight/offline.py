@@ -2,7 +2,7 @@
 
 The offline checks read the stack file and this machine only: the stack file itself, the way to the
 Kubernetes API (the shipped placeholder address, this machine's egress address), an API open to
-0.0.0.0/0, the Hub token and revisions, and the zones. Each is a function (settings, context) ->
+0.0.0.0/0, the Hub token and revisions, a fleet's alert receiver (its placeholder URL), and the zones. Each is a function (settings, context) ->
 findings in OFFLINE_CHECKS; a check added there runs with and without credentials alike (the stack's
 time budgets belong there too).
 """
@@ -19,7 +19,7 @@ from stacks.ops import api_access
 from stacks.ops import time_budget as time_budget_mod
 from stacks.ops.credentials import NotRun
 from stacks.ops.preflight.report import Finding
-from stacks.settings import is_commit
+from stacks.settings import alerts, is_commit
 from stacks.versions import pins
 
 
@@ -75,6 +75,18 @@ def hub_weights(settings, ctx: Context) -> list[Finding]:
     return findings
 
 
+def alert_receiver(settings, ctx: Context) -> list[Finding]:
+    """A fleet's alert receiver: the shipped placeholder URL is a blocker, as `pulumi up` refuses it."""
+    fleet, url = getattr(settings, "fleet", None), getattr(settings, "alert_webhook_url", None)
+    if fleet is None or fleet.alerts is None:
+        return []
+    problem = alerts.placeholder_problem(url.get_secret_value() if url else None, settings.stack)
+    if problem:
+        return [Finding("blocker", alerts.URL_KEY, problem.split("; set")[0],
+                        alerts.SET_COMMAND.replace("<stack>", settings.stack))]
+    return [Finding("note", "fleet.alerts", f"the SLO alerts go to {fleet.alerts.receiver} ({fleet.alerts.kind})")]
+
+
 def zones(settings, ctx: Context) -> list[Finding]:
     """Where the nodes will run: pinned zones, an existing VPC's subnets, or a choice made at `up`."""
     network = getattr(settings, "network", None)
@@ -112,7 +124,8 @@ def time_budget(settings, ctx: Context) -> list[Finding]:
                     f"{chain.describe()}")]
 
 
-OFFLINE_CHECKS: tuple[Callable[..., list[Finding]], ...] = (stack_file, api_path, hub_weights, zones, time_budget)
+OFFLINE_CHECKS: tuple[Callable[..., list[Finding]], ...] = (stack_file, api_path, hub_weights, alert_receiver, zones,
+                                                            time_budget)
 
 
 def offline_findings(settings, ctx: Context) -> list[Finding]:
