@@ -153,7 +153,9 @@ def sweep_argv(check, experiment: Experiment, variant: Variant, flags: list[str]
             "--concurrencies", ",".join(map(str, points(check, experiment, scenario))),
             "--length-scale", f"{args.length_scale:g}", "--health-timeout", "60", "--instance-type", args.instance_type,
             "--gpus", str(gpu_full.tp_of(flags)), "--label", variant.label, "--server-args", shlex.join(flags),
-            "--vllm-bin", str(check.vllm_wrapper()), "--window-s", f"{args.window_s:g}"]
+            "--vllm-bin", str(check.vllm_wrapper()), "--window-s", f"{args.window_s:g}",
+            # one long-lived client: a process per run would import vLLM again before every run and burst
+            "--bench-client", "library"]
     if getattr(args, "budget_min", None):
         argv += ["--budget-min", f"{args.budget_min:g}"]
     return argv + (["--capacity-search"] if experiment.capacity_search else [])
