@@ -100,7 +100,7 @@ def made_model(out: Path) -> None:
 def start_demo(venv: Path, out: Path, *args: str, serve: str = "hang") -> subprocess.Popen:
     env = dict(os.environ, FAKE_SERVE=serve)
     return subprocess.Popen([sys.executable, "-m", "bench", "demo", "--vllm-venv", str(venv), "--out", str(out),
-                             "--server-timeout", "120", *args], cwd=REPO, env=env, text=True,
+                             "--health-timeout-s", "120", *args], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -139,7 +139,7 @@ def test_a_stop_while_a_server_starts_stops_the_server(fake_venv, tmp_path, sig,
     assert all(map(gone, servers)), "a vllm serve stand-in is still running"
     assert f"stopped by {name}; servers stopped. Kept: {out}/runs/baseline (nothing yet)" in stderr
     assert "Run the demo again to continue" in stderr and "Traceback" not in stderr
-    assert stderr.rstrip().endswith(f"python -m bench demo --vllm-venv {fake_venv} --out {out} --server-timeout 120")
+    assert stderr.rstrip().endswith(f"python -m bench demo --vllm-venv {fake_venv} --out {out} --health-timeout-s 120")
     assert "baseline (max-num-seqs 1) on http://127.0.0.1:" in stdout
 
 
@@ -215,9 +215,11 @@ def test_the_decision_to_start_fresh(tmp_path):
     (["--max-num-seqs", "4,4"], "--max-num-seqs '4,4': give two different positive numbers"),
     (["--max-num-seqs", "16"], "BASELINE,CANDIDATE"),
     (["--scenarios", "S1_chat,K_korean"], "--scenarios: unknown K_korean"),
-    (["--concurrencies", "1,two"], "--concurrencies '1,two'"),
+    (["--concurrencies", "1,two"], "argument --concurrencies: 1,two is not a list of whole numbers"),
+    (["--concurrencies", "1,4,2"], "argument --concurrencies: 1,4,2 is not in increasing order; give 1,2,4"),
     (["--length-scale", "2"], "--length-scale 2: give a factor in (0, 1]"),
-    (["--slo-ttft-p99-ms", "0"], "--slo-ttft-p99-ms 0: give a positive number"),
+    (["--slo-ttft-p99-ms", "0"], "argument --slo-ttft-p99-ms: 0 cannot be right: give a number above 0"),
+    (["--price-per-hour", "0"], "argument --price-per-hour: 0 cannot be right: a price is above 0"),
 ])
 def test_bad_input_exits_2_naming_the_flag(fake_venv, tmp_path, argv, needle):
     proc = start_demo(fake_venv, tmp_path / "demo", *argv)

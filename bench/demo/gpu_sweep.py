@@ -142,7 +142,7 @@ def sweep(check) -> dict[str, Any]:
         argv = [python, "-m", "bench", "sweep", "--base-url", server.url, "--model", S.SERVED_NAME,
                 "--tokenizer", str(check.model_dir), "--out", str(folder / f"bench-c{c}"), "--scenarios", "S1_chat",
                 "--length-scale", f"{args.length_scale:g}", "--concurrencies", str(c), "--min-prompts", str(prompts),
-                "--prompts-per-concurrency", "0", "--health-timeout", "60", "--bench-client", "library",
+                "--prompts-per-concurrency", "0", "--health-timeout-s", "60", "--bench-client", "library",
                 "--instance-type", args.instance_type, "--gpus", "1", "--label", "gpu-check",
                 "--server-args", " ".join(check.flags()), "--vllm-bin", str(check.vllm_wrapper())]
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.sweep_timeout)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from bench.common import s3
-from bench.common.cli import out_folder, run_one
+from bench.common.cli import Help, out_folder, run_one
 from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals
 
 
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "fetch", help="download a sweep from S3", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Help,
     )
     p.add_argument("uri", help="s3://bucket/prefix of the sweep (the --upload of `sweep`)")
     p.add_argument("dir", type=out_folder, help="local folder to copy into")
