@@ -15,7 +15,7 @@ plan line. While the report Job is still waiting for its sweeps, it prints where
 instead (from the Job's status.json).
 
 Exit codes: 0 downloaded (or found); 1 no report there yet, or S3 failed; 2 bad argument; 130/143 stopped
-(complete files stay in DIR; run it again to fetch the rest).
+(complete files stay in --out; run it again to fetch the rest).
 """
 
 from __future__ import annotations
