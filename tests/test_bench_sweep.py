@@ -106,6 +106,14 @@ def test_concurrencies_are_refused_unless_increasing_whole_numbers(text, needle,
     assert G.parse_concurrencies("1,2,4") == [1, 2, 4]
 
 
+def test_a_scenario_s_own_concurrencies_follow_the_same_rule(tmp_path, capsys):
+    assert S.main(["--base-url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", "t", "--out",
+                   str(tmp_path / "o"), "--scenario-concurrencies", "K_korean=64,1,8"]) == 2
+    err = capsys.readouterr().err
+    assert ("argument --scenario-concurrencies: K_korean: 64,1,8 is not in increasing order; give 1,8,64" in err
+            and "Traceback" not in err)
+
+
 def test_run_hash_changes_with_parameters():
     _, a = plan_for("--concurrencies", "4")
     _, b = plan_for("--concurrencies", "4", "--seed", "1")

@@ -1,5 +1,5 @@
 """The flags that mean the same thing in several commands, defined once: one spelling, one default and
-one accepted form per meaning ([the table](docs/benchmark.md#one-vocabulary)).
+one accepted form per meaning (the table: docs/benchmark.md#one-vocabulary).
 
 A command calls the helper here instead of writing its own `add_argument`, so a flag added later
 follows the same vocabulary. The conventions behind the names: a duration names its unit at the
@@ -77,17 +77,17 @@ def add_renamed(p: argparse.ArgumentParser, flag: str, **kw: Any) -> argparse.Ac
 # --- value forms ---------------------------------------------------------------------------------
 
 
-def above_zero(kind: type = float, why: str = "") -> Callable[[str], Any]:
-    """argparse `type`: a number above 0 (finite), else a message with `why` it must be."""
+def _bounded(kind: type, *, zero_ok: bool, why: str = "") -> Callable[[str], Any]:
+    noun = "a whole number" if kind is int else "a number"
+    limit = "of 0 or more" if zero_ok else "above 0"
 
     def parse(text: str) -> Any:
-        noun = "a whole number" if kind is int else "a number"
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text} is not {noun}; give {noun} above 0") from None
-        if not (value > 0 and math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"{text} cannot be right: give {noun} above 0{why}")
+            raise argparse.ArgumentTypeError(f"{text} is not {noun}; give {noun} {limit}") from None
+        if not (math.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
+            raise argparse.ArgumentTypeError(f"{text} cannot be right: give {noun} {limit}{why}")
         return value
 
     parse.kind = kind.__name__  # type: ignore[attr-defined]  # the value's kind, as the vocabulary test compares it
@@ -95,22 +95,14 @@ def above_zero(kind: type = float, why: str = "") -> Callable[[str], Any]:
     return parse
 
 
+def above_zero(kind: type = float, why: str = "") -> Callable[[str], Any]:
+    """argparse `type`: a finite number above 0, else a message with `why` it must be."""
+    return _bounded(kind, zero_ok=False, why=why)
+
+
 def at_least_zero(kind: type = float) -> Callable[[str], Any]:
-    """argparse `type`: a number of 0 or more."""
-
-    def parse(text: str) -> Any:
-        noun = "a whole number" if kind is int else "a number"
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text} is not {noun}; give {noun} of 0 or more") from None
-        if not (value >= 0 and math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"{text} cannot be right: give {noun} of 0 or more")
-        return value
-
-    parse.kind = kind.__name__  # type: ignore[attr-defined]
-    parse.metavar = "N" if kind is int else "X"  # type: ignore[attr-defined]
-    return parse
+    """argparse `type`: a finite number of 0 or more."""
+    return _bounded(kind, zero_ok=True)
 
 
 def share(text: str) -> float:
@@ -161,6 +153,19 @@ def concurrencies_text(text: str) -> str:
     return text
 
 
+def named_concurrencies(text: str) -> str:
+    """argparse `type` of NAME=C1,C2,...: a scenario's own concurrencies, by the same rule; kept as given."""
+    name, sep, values = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text}: give NAME=C1,C2,..., e.g. K_korean=1,8,64")
+    try:
+        increasing(values)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
+    return text
+
+
+named_concurrencies.metavar = "NAME=C1,C2"  # type: ignore[attr-defined]
 concurrencies.kind = concurrencies_text.kind = "increasing whole numbers"  # type: ignore[attr-defined]
 concurrencies.metavar = concurrencies_text.metavar = "C1,C2,..."  # type: ignore[attr-defined]
 

@@ -512,7 +512,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="scenarios to run (default: S1_chat to S4_rag, and any --scenario)")
     p.add_argument("--scenario", action="append", metavar="NAME=IN/OUT",
                    help="set or add a scenario's input/output tokens, e.g. S1_chat=32/8 (repeatable)")
-    p.add_argument("--scenario-concurrencies", action="append", metavar="NAME=C1,C2",
+    p.add_argument("--scenario-concurrencies", action="append", type=O.named_concurrencies,
                    help="a scenario's own concurrencies, e.g. K_korean=1,8,64 (repeatable)")
     p.add_argument("--prompt-format", choices=("auto", "custom", "chat"), default="auto",
                    help="K_korean's chat template: custom (client side; needs pandas), chat (server side) or auto "
