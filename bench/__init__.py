@@ -14,7 +14,7 @@ a laptop. `python -m bench <command> --help` describes each command.
     python -m bench mix-check --plan DIR|s3://... --base-url URL --model NAME --tokenizer ... --out DIR
     python -m bench startup  SERVER.LOG|RECORD.json [--json] [--instance-type T]
     python -m bench timeline --namespace NS --selector LABELS --out DIR   (in the cluster)
-    python -m bench streamer s3://weights/models/ORG/NAME/ [--concurrency 8,16,32,64] --out DIR
+    python -m bench streamer s3://weights/models/ORG/NAME/ [--concurrencies 8,16,32,64] --out DIR
     python -m bench fetch    s3://bucket/prefix DIR
     python -m bench demo     (make demo: the whole benchmark on this machine, on vLLM's CPU build)
     python -m bench gpu-check --out DIR   (the serving configuration checked on one GPU in ~10 minutes)

@@ -1,4 +1,5 @@
-"""Entry point: `python -m bench <sweep|report|plan|compare|publish|open|mix-check|rehearse|startup|fetch|streamer|timeline|demo|gpu-check> ...`."""
+"""Entry point: `python -m bench <command> ...`; `python -m bench --help` lists the commands a person
+types apart from the ones the stack's Jobs run in the cluster."""
 
 from __future__ import annotations
 
@@ -12,16 +13,29 @@ from bench.demo import gpu_check
 from bench.run import fetch, mixcheck, rehearse, sweep
 from bench.startup import collect, phases, streamer
 
+# What a person types, in the order one meets it: try it, measure, judge, size, check the plan.
+COMMANDS = (demo, gpu_check, sweep, report, plan, compare, opener, mixcheck, rehearse, phases)
+# What the stack's Jobs run in the cluster (each works by hand too)
+IN_CLUSTER = (publish, collect, streamer, fetch)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench",
-        description="Benchmark a vLLM server: sweep scenarios x concurrencies, report, startup phases.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (sweep, report, plan, compare, publish, opener, mixcheck, rehearse, phases, fetch, streamer,
-                   collect, demo, gpu_check):
-        module.add_parser(sub)
+    parser = argparse.ArgumentParser(prog="python -m bench", usage="%(prog)s COMMAND [options]",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     description="Benchmark a vLLM server: sweep scenarios x concurrencies, "
+                                                 "judge and size the fleet, time its start-up.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
+                                prog="python -m bench")
+    lines = []
+    for title, modules in (("commands", COMMANDS), ("run by the stack's Jobs in the cluster", IN_CLUSTER)):
+        lines.append(f"{title}:")
+        for module in modules:
+            before = set(sub.choices)
+            module.add_parser(sub)
+            for name in [n for n in sub.choices if n not in before]:
+                lines.append(f"  {name:<10}  {sub._choices_actions[-1].help}")
+        lines.append("")
+    parser.epilog = "\n".join(lines) + "python -m bench COMMAND --help says more; docs/benchmark.md#commands has them all.\n"
     return parser
 
 

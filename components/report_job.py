@@ -130,7 +130,7 @@ def publish_args(args: ReportJobArgs, bucket: pulumi.Input[str], prefix: str) ->
         argv += [f"--{sweep.role}", uri(sweep.prefix)]
     s = args.settings
     argv += ["--out", uri(prefix), "--current-replicas", str(s["current_replicas"]),
-             "--threshold", f"{s['threshold']:g}", "--verdict-basis", s["verdict_basis"],
+             "--threshold", f"{s['threshold']:g}", "--basis", s["verdict_basis"],
              "--headroom", f"{s['headroom']:g}", "--spares", str(s["spares"]), "--wait-hours", str(WAIT_HOURS)]
     if s.get("mix"):
         argv += ["--mix", ",".join(f"{k}={v:g}" for k, v in sorted(s["mix"].items()))]

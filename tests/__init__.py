@@ -21,6 +21,7 @@ package would file them arbitrarily. The names say the room instead; this is the
   operator commands              test_preflight, test_preflight_offline, test_teardown, test_staging,
                                  test_stacks_diff, test_life_of_ups, test_operator_friction, test_interrupts,
                                  test_workflows, test_cli_advice (both CLIs' advice and --out)
+                                 test_cli_vocabulary (one name, form and default per meaning; help length)
   weights                        test_weight_sync (the Job), test_compile_cache, test_model_loading_s3
   bench: running a sweep         test_bench_sweep, test_bench_e2e, test_bench_extra_runs,
                                  test_bench_seeds, test_bench_telemetry, test_bench_telemetry_vllm,

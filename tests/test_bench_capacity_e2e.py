@@ -29,7 +29,7 @@ def test_capacity_search_and_poisson_goodput_on_a_real_server(tiny_vllm_server, 
     server, out = tiny_vllm_server, tmp_path / "run"
     argv = ["sweep", "--base-url", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
             "--out", str(out), "--scenarios", "S1_chat", "--length-scale", "0.0625", "--concurrencies", "1,2",
-            "--window-s", "5", "--health-timeout", "60",
+            "--window-s", "5", "--health-timeout-s", "60",
             "--bench-client", "library", "--capacity-search", "--search-requests", "100", "--search-repeats", "0",
             "--open-loop-rates", "50,100", "--open-loop-min-requests", "12", "--open-loop-requests", "16",
             # the search's 100 requests against a grid of 8 per point: a budget of 20 grid-times once fell short

@@ -100,7 +100,7 @@ def made_model(out: Path) -> None:
 def start_demo(venv: Path, out: Path, *args: str, serve: str = "hang") -> subprocess.Popen:
     env = dict(os.environ, FAKE_SERVE=serve)
     return subprocess.Popen([sys.executable, "-m", "bench", "demo", "--vllm-venv", str(venv), "--out", str(out),
-                             "--server-timeout", "120", *args], cwd=REPO, env=env, text=True,
+                             "--health-timeout-s", "120", *args], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -139,7 +139,7 @@ def test_a_stop_while_a_server_starts_stops_the_server(fake_venv, tmp_path, sig,
     assert all(map(gone, servers)), "a vllm serve stand-in is still running"
     assert f"stopped by {name}; servers stopped. Kept: {out}/runs/baseline (nothing yet)" in stderr
     assert "Run the demo again to continue" in stderr and "Traceback" not in stderr
-    assert stderr.rstrip().endswith(f"python -m bench demo --vllm-venv {fake_venv} --out {out} --server-timeout 120")
+    assert stderr.rstrip().endswith(f"python -m bench demo --vllm-venv {fake_venv} --out {out} --health-timeout-s 120")
     assert "baseline (max-num-seqs 1) on http://127.0.0.1:" in stdout
 
 
@@ -215,9 +215,11 @@ def test_the_decision_to_start_fresh(tmp_path):
     (["--max-num-seqs", "4,4"], "--max-num-seqs '4,4': give two different positive numbers"),
     (["--max-num-seqs", "16"], "BASELINE,CANDIDATE"),
     (["--scenarios", "S1_chat,K_korean"], "--scenarios: unknown K_korean"),
-    (["--concurrencies", "1,two"], "--concurrencies '1,two'"),
+    (["--concurrencies", "1,two"], "argument --concurrencies: 1,two is not a list of whole numbers"),
+    (["--concurrencies", "1,4,2"], "argument --concurrencies: 1,4,2 is not in increasing order; give 1,2,4"),
     (["--length-scale", "2"], "--length-scale 2: give a factor in (0, 1]"),
-    (["--slo-ttft-p99-ms", "0"], "--slo-ttft-p99-ms 0: give a positive number"),
+    (["--slo-ttft-p99-ms", "0"], "argument --slo-ttft-p99-ms: 0 cannot be right: give a number above 0"),
+    (["--price-per-hour", "0"], "argument --price-per-hour: 0 cannot be right: a price is above 0"),
 ])
 def test_bad_input_exits_2_naming_the_flag(fake_venv, tmp_path, argv, needle):
     proc = start_demo(fake_venv, tmp_path / "demo", *argv)
@@ -266,24 +268,68 @@ def test_the_closing_verdict_line_gives_the_first_reason_unless_it_passes(tmp_pa
     assert demo.verdict_line(summary) is None
 
 
-def test_readme_opens_with_render_demo_test_and_what_the_demo_prints():
+def test_readme_opens_with_render_and_test_then_what_the_demo_prints():
     readme = (REPO / "README.md").read_text()
-    first = readme[:readme.index("## A first real run")]
-    at = [first.index(command) for command in ("make render STACK=dev", "make demo", "make test")]
+    first = readme[:readme.index("## The commands")]
+    at = [first.index(command) for command in ("make render STACK=dev", "make test", "make demo")]
     assert at == sorted(at)
     assert "bench demo: report page: " in first and "verdict" in first and "report.html" in first
     assert re.search(r"^demo: venv venv-vllm$", (REPO / "Makefile").read_text(), re.M)
 
 
-def test_every_flag_the_docs_show_for_the_pages_and_the_demo_exists():
-    from bench.__main__ import build_parser
+# --- the README's demo output has the shape of what the demo prints ------------------------------------
 
-    method = (REPO / "docs" / "benchmark.md").read_text()
-    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")  # noqa: SLF001
-    block = method[method.index("python -m bench demo ["):]
-    block = block[:block.index("```")]
-    shown = set(re.findall(r"(--[a-z][a-z0-9-]*)", block))
-    assert shown and shown <= set(sub.choices["demo"]._option_string_actions)  # noqa: SLF001
-    for command in ("report", "plan", "compare"):
-        assert "--no-html" in sub.choices[command]._option_string_actions  # noqa: SLF001
-    assert method.count("[--no-html]") >= 3
+RECORDED = REPO / "tests" / "fixtures" / "demo_stdout.txt"  # a `make demo`'s stdout, as it printed
+_SWEEP = re.compile(r"^(bench sweep: |\[\d+/\d+\] |\.\.\.$)")  # a sweep's own lines, or the README's elision
+_DURATION = re.compile(r"\b(\d+ min )?\d+(\.\d+)? s\b")
+_URL = re.compile(r"https?://\S+?(?=[\s,;)]|$)")
+_PATH = re.compile(r"(?<![\w/])(/|[A-Za-z_.][\w.-]*/)[^\s,;()]*")
+_STATE = re.compile(r"\b(PASS|FAIL|INCONCLUSIVE)\b")
+
+
+def readme_demo_block(readme: str | None = None) -> str:
+    """The code block of the README that shows what `make demo` prints."""
+    text = (REPO / "README.md").read_text() if readme is None else readme
+    start = text.index("```\nbench demo: ") + 4
+    return text[start:text.index("```", start)]
+
+
+def demo_output_shape(text: str) -> list[str]:
+    """What a demo's stdout says, line by line, without what varies from run to run: each sweep's own
+    output (its progress lines, or the README's `...`) is one line SWEEP; in the others numbers, URLs,
+    paths, durations and the verdict's state are placeholders, and a line ends at the first `; `, `, ` or
+    `: ` after its first placeholder (what follows depends on the figures: reasons, winners, a fleet)."""
+    shape: list[str] = []
+    for line in text.strip().splitlines():
+        if _SWEEP.match(line.strip()):
+            if shape[-1:] != ["SWEEP"]:
+                shape.append("SWEEP")
+            continue
+        tool, _, rest = line.partition(": ")
+        rest = _STATE.sub("STATE", _PATH.sub("PATH", _URL.sub("URL", _DURATION.sub("DURATION", rest))))
+        rest = re.sub(r"\d+(\.\d+)*", "N", rest)
+        first = re.search(r"\b(N|PATH|URL|DURATION|STATE)\b", rest)
+        if first:
+            rest = rest[:first.end()] + re.split(r"; |, |: ", rest[first.end():], maxsplit=1)[0]
+        shape.append(f"{tool}: {rest.rstrip()}")
+    return shape
+
+
+def test_the_readme_shows_the_demo_output_in_the_shape_the_demo_prints_it():
+    recorded, shown = demo_output_shape(RECORDED.read_text()), demo_output_shape(readme_demo_block())
+    assert shown == recorded
+    assert recorded[0].startswith("bench demo: vLLM CPU build N") and recorded.count("SWEEP") == 2
+    assert recorded[-1] == "bench demo: report page: PATH" and "bench demo: verdict STATE" in recorded
+
+
+def test_the_shape_check_can_fail():
+    text = RECORDED.read_text()
+    recorded = demo_output_shape(text)
+    dropped = "\n".join(line for line in text.splitlines() if "[2/5]" not in line)
+    reworded = text.replace("bench demo: compare page:", "bench demo: comparison page:")
+    assert demo_output_shape(dropped) != recorded and demo_output_shape(reworded) != recorded
+    # What varies from run to run does not count: other figures, ports, paths, a verdict and its reasons.
+    varied = (text.replace("39743", "40001").replace("INCONCLUSIVE", "PASS").replace("3 min 47 s", "58 s")
+              .replace("/tmp/i37demo/full/", "/home/me/src/vllm-poc/build/demo/")
+              .replace("12 winners, 0 cells", "10 winners, 2 cells"))
+    assert varied != text and demo_output_shape(varied) == recorded

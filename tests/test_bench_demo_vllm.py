@@ -1,7 +1,8 @@
 """`make demo`'s steps on the real vLLM CPU build, at reduced size: one scenario at 1/16 length, two
 concurrencies, `--max-num-seqs` 1 against 4. The demo builds the tiny model, starts and stops each
 server, sweeps it with `--capacity-search`, then writes the report (verdict, plan) and the compare
-page; the report page is opened in headless Chromium and its numbers compared with summary.json.
+page; the report page is opened in headless Chromium and its numbers compared with summary.json, and
+what the demo printed is compared, line by line, with the shape of the README's demo output.
 The full demo's timing is measured by tests/benchmarks/time_demo.py, not asserted here.
 """
 
@@ -17,6 +18,7 @@ import pytest
 
 from bench.analysis import compare as CMP
 from bench.analysis import pages
+from tests.test_bench_demo import demo_output_shape, readme_demo_block
 from tests.test_bench_pages import external_references
 from tests.test_bench_pages_browser import check_against, open_checked
 
@@ -30,7 +32,7 @@ def test_the_demo_end_to_end_on_the_cpu_build(vllm_env, tmp_path, page_browser):
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "bench", "demo", "--vllm-venv", str(vllm_env.venv), "--out", str(out),
                            "--scenarios", "S1_chat", "--concurrencies", "1,2", "--length-scale", "0.0625",
-                           "--max-num-seqs", "1,4", "--server-timeout", "400"],
+                           "--max-num-seqs", "1,4", "--health-timeout-s", "400"],
                           cwd=REPO, text=True, capture_output=True, timeout=1200)
     wall = time.monotonic() - t0
     lines = proc.stdout.strip().splitlines()
@@ -41,6 +43,8 @@ def test_the_demo_end_to_end_on_the_cpu_build(vllm_env, tmp_path, page_browser):
     page = out / "report" / "report.html"
     assert lines[-1] == f"bench demo: report page: {page.resolve()}"
     assert any(line.startswith("bench demo: verdict ") for line in lines)
+    # What it printed has the shape of the README's demo output, line by line.
+    assert demo_output_shape(proc.stdout) == demo_output_shape(readme_demo_block())
     timing = json.loads((out / "timing.json").read_text())
     assert [s["step"] for s in timing["steps"]] == ["model", "servers start", "baseline sweep",
                                                     "candidate sweep", "report"]

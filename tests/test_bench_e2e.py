@@ -39,7 +39,7 @@ def bench(server, *args, timeout=600) -> tuple[subprocess.CompletedProcess, floa
 def sweep_args(server, out, *extra):
     return ["sweep", "--base-url", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
             "--out", str(out), "--length-scale", SCALE, "--concurrencies", ",".join(map(str, CONCURRENCIES)),
-            "--window-s", "5", "--health-timeout", "60",
+            "--window-s", "5", "--health-timeout-s", "60",
             # warm-ups run as processes of their own; test_bench_telemetry_vllm.py covers them
             "--warmups", "0", *extra]
 

@@ -216,7 +216,7 @@ def test_report_slo_basis_verdict_and_plan(bench_stub_server, fake_bench, tmp_pa
           f"plan {row['replicas_range']}")
     # The PoC report's method on request.
     assert RP.main([str(cand), "--baseline", str(base), "--out", str(out), "--no-charts",
-                    "--verdict-basis", "peak"]) == 0
+                    "--basis", "peak"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verdict"]["basis"] == "peak"
     assert summary["verdict"]["min_ratio"] == summary["comparison"]["S1_chat"]["throughput_ratio"]

@@ -122,7 +122,7 @@ def test_a_run_that_never_ends_is_stopped_and_the_check_cannot_tell(planned, fak
     _cand, _base, plan_dir = planned
     fake_bench.plan({"S1_chat_c64": ["hang"]})
     out = tmp_path / "mixed"
-    assert check(plan_dir, out, fake_bench, "--timeout-s", "3") == 1
+    assert check(plan_dir, out, fake_bench, "--run-timeout-s", "3") == 1
     result = json.loads((out / "mixed_traffic.json").read_text())
     # The other scenario ran at the same time and finished; the hung one was stopped.
     assert result["held"] is None and result["scenarios"]["S4_rag"]["valid"] is True

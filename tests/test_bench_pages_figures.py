@@ -292,7 +292,7 @@ def test_zero_current_replicas_is_refused_by_name(figures, tmp_path, capsys, com
     rc = main([str(figures["cand"]), "--baseline", str(figures["base"]), "--current-replicas", "0",
                "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert rc == 2 and "--current-replicas must be 1 or more" in err and "got 0" in err
+    assert rc == 2 and "argument --current-replicas: 0 cannot be right: give a whole number above 0" in err
     assert "need --current-replicas" not in err and "Traceback" not in err
 
 

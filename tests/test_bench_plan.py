@@ -103,6 +103,17 @@ def test_ratio_one_and_a_half_gives_eight_headroom_and_spares(tmp_path):
     assert got["configurations"][0]["usd_hour_spot"] == pytest.approx(11 * 1.5)
 
 
+def test_current_replicas_defaults_to_twelve_as_in_report(tmp_path):
+    base = sweep_dir(tmp_path, "base", {"S1_chat": 536.0})
+    cand = sweep_dir(tmp_path, "cand", {"S1_chat": 536.0 * 1.5})
+    assert plan(cand, "--baseline", base, "--basis", "peak", "--no-charts", "--out", tmp_path / "p") == 0
+    got = read(tmp_path / "p")
+    assert got["current"]["replicas"] == 12 and got["configurations"][0]["replicas"] == 8
+    # A stated load has no fleet of today: none is assumed.
+    assert plan(cand, "--load", "S1_chat=1", "--no-charts", "--out", tmp_path / "q") == 0
+    assert read(tmp_path / "q")["current"] is None
+
+
 def test_reference_is_the_denominator(tmp_path):
     cand = sweep_dir(tmp_path, "g7e", G7E, instance_type="g7e.2xlarge")
     out = tmp_path / "p"
@@ -215,7 +226,7 @@ def test_candidate_slo_capacity_from_search_runs(tmp_path):
 
 @pytest.mark.parametrize("argv, needle", [
     (["--current-replicas", "12"], "exactly one load"),
-    (["--baseline", "X"], "need --current-replicas"),
+    (["--baseline", "X"], "no such sweep folder: X"),
     (["--load", "S1_chat=-1"], "--load"),
     (["--load", "S1_chat=1", "--headroom", "1"], "--headroom"),
     (["--load", "S1_chat=1", "--price-per-hour", "x=cheap"], "--price-per-hour"),

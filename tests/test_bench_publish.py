@@ -23,7 +23,7 @@ from tests.test_bench_s3_folders import BUCKET, files, recorded_sweep, s3_files
 
 CAND, BASE = "runs/g7e/nvfp4-g7e/0123456789/", "runs/g7e/nvfp4-l40s/9876543210/"
 OUT = "runs/g7e/report/feedc0ffee/"
-FAST = ["--poll-seconds", "0.2", "--max-poll-seconds", "0.4", "--log-seconds", "0.3"]
+FAST = ["--poll-s", "0.2", "--max-poll-s", "0.4", "--log-every-s", "0.3"]
 
 
 def finish(folder: Path, *, interrupted_after: int | None = None) -> bytes:
@@ -68,7 +68,7 @@ def results(aws, tmp_path):
 
 def publish(*extra: str, charts: bool = False) -> int:
     return PUB.main([*([] if charts else ["--no-charts"]), "--candidate", f"s3://{BUCKET}/{CAND}", "--baseline", f"s3://{BUCKET}/{BASE}",
-                     "--current-replicas", "12", "--verdict-basis", "peak", "--out", f"s3://{BUCKET}/{OUT}",
+                     "--current-replicas", "12", "--basis", "peak", "--out", f"s3://{BUCKET}/{OUT}",
                      *FAST, *extra])
 
 
@@ -175,8 +175,9 @@ def test_after_the_wait_it_reports_what_is_there_and_says_so(results, capsys):
     (["--candidate", "s3://b/c/", "--baseline", "s3://b/x/", "--out", "s3://b"], "--out: s3://b/ has no prefix"),
     (["--candidate", "/local/dir", "--baseline", "s3://b/x/", "--out", "s3://b/r/"], "--candidate: expected s3://"),
     (["--variant", "s3://b/v/", "--baseline", "s3://b/x/", "--out", "s3://b/r/"], "at least two"),
-    (["--candidate", "s3://b/c/", "--baseline", "s3://b/x/", "--out", "s3://b/r/", "--poll-seconds", "0"],
-     "--poll-seconds must be positive"),
+    (["--candidate", "s3://b/c/", "--baseline", "s3://b/x/", "--out", "s3://b/r/", "--poll-s", "0"],
+     "argument --poll-s: 0 cannot be right: give a number above 0"),
+    (["--candidate", "s3://b/c/", "--out", "s3://b/r/"], "give --baseline"),
 ])
 def test_bad_arguments_exit_2_naming_the_flag(argv, message, capsys):
     assert PUB.main(argv) == 2
@@ -211,10 +212,10 @@ def test_open_before_and_after_the_report(results, tmp_path, capsys, monkeypatch
     assert lines[3] == "Plan on the peak basis: nvfp4-g7e 4 replicas (today 12)."
     assert files(dest) == s3_files(client, OUT)
     assert {"chart_S1_chat.png", "plan.png", "inputs.json", "report.html", "plan.html"} <= set(files(dest))
-    # Default folder: reports/<stack>/<hash>
+    # Default folder: build/open/<stack>/<hash>
     monkeypatch.chdir(tmp_path)
     assert opener.main([f"s3://{BUCKET}/{OUT}", "--no-progress"]) == 0
-    assert (tmp_path / "reports" / "g7e" / "feedc0ffee" / "report.md").is_file()
+    assert (tmp_path / "build" / "open" / "g7e" / "feedc0ffee" / "report.md").is_file()
 
 
 def test_open_refuses_what_is_not_a_report_address(capsys):
@@ -239,7 +240,7 @@ def test_the_plan_waits_for_the_mixed_traffic_check_and_says_whether_it_held(res
     codes = []
 
     def the_check_job():
-        codes.append(mixcheck.main(["--plan", out_uri, "--wait-hours", "0.02", "--poll-seconds", "0.2",
+        codes.append(mixcheck.main(["--plan", out_uri, "--wait-hours", "0.02", "--poll-s", "0.2",
                                     "--base-url", "http://127.0.0.1:9", "--model", "tiny", "--tokenizer", "/tokenizer",
                                     "--configuration", "nvfp4-g7e", "--out", out_uri, "--vllm-bin", fake_bench.bin,
                                     "--duration-s", "2", "--min-requests", "10", "--no-progress"]))
@@ -281,7 +282,7 @@ def test_sigterm_while_waiting_stops_at_once_and_says_what_stays(results, tmp_pa
 
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     proc = subprocess.Popen([sys.executable, "-m", "bench", "publish", "--candidate", f"s3://{BUCKET}/{CAND}",
-                             "--baseline", f"s3://{BUCKET}/{BASE}", "--out", f"s3://{BUCKET}/{OUT}", "--poll-seconds",
+                             "--baseline", f"s3://{BUCKET}/{BASE}", "--out", f"s3://{BUCKET}/{OUT}", "--poll-s",
                              "600"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     client = results[0]
     deadline = time.monotonic() + 60

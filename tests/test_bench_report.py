@@ -269,6 +269,25 @@ def test_cli_writes_report_summary_and_charts(tmp_path, capsys):
     assert "verdict INCONCLUSIVE on the slo basis" in capsys.readouterr().out
 
 
+def test_prices_take_the_plan_s_form_a_label_picks_the_side(tmp_path, capsys):
+    """`--price-per-hour [LABEL=]ON_DEMAND[/SPOT]` as in `bench plan`: a label prices the sweep of that label,
+    a Spot node pays the Spot price; an unknown label exits 2 naming the labels."""
+    write_curve(tmp_path / "l40s", L40S_PEAK)
+    write_curve(tmp_path / "g7e", G7E_PEAK)
+    base = [str(tmp_path / "g7e"), "--baseline", str(tmp_path / "l40s"), "--capacity-type", "spot",
+            "--baseline-capacity-type", "on-demand", "--no-charts", "--no-html"]
+    assert REP.main([*base, "--price-per-hour", "4.13/1.5", "--price-per-hour", "l40s=2.76", "--out",
+                     str(tmp_path / "a")]) == 0
+    assert REP.main([*base, "--price-per-hour", "1.5", "--baseline-price-per-hour", "2.76", "--out",
+                     str(tmp_path / "b")]) == 0
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in "ab")
+    assert a["comparison"] == b["comparison"]  # the same prices, said two ways
+    assert a["comparison"]["S1_chat"]["cost_efficiency_ratio"] is not None
+    capsys.readouterr()
+    assert REP.main([*base, "--price-per-hour", "h100=2", "--out", str(tmp_path / "c")]) == 2
+    assert "no sweep here is labelled h100 (the labels are g7e and l40s" in capsys.readouterr().err
+
+
 def test_report_without_matplotlib_still_writes_tables(tmp_path, monkeypatch):
     import builtins
 

@@ -65,7 +65,7 @@ def test_grid_against_moto(staged_model, tmp_path):
     uri, tensor_bytes = staged_model
     boto3.client("s3").create_bucket(Bucket="results",
                                      CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
-    proc = _bench(uri, "--concurrency", "4,1", "--memory-limit-gib", "1,0", "--instance-type", "g6e.2xlarge",
+    proc = _bench(uri, "--concurrencies", "1,4", "--memory-limit-gib", "1,0", "--instance-type", "g6e.2xlarge",
                   "--out", str(tmp_path), "--upload", "s3://results/runs/dev/streamer/l40s/")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "streamer.json").read_text())
@@ -101,7 +101,7 @@ def test_loader_profile_line_cites_the_result():
 
 @pytest.mark.vllm
 def test_prefix_without_safetensors_fails_clearly(staged_model, tmp_path):
-    proc = _bench("s3://weights/models/none/", "--concurrency", "2", "--memory-limit-gib", "1", "--out",
+    proc = _bench("s3://weights/models/none/", "--concurrencies", "2", "--memory-limit-gib", "1", "--out",
                   str(tmp_path))
     assert proc.returncode == 1
     assert "no *.safetensors under s3://weights/models/none/" in proc.stderr
@@ -123,9 +123,9 @@ def test_bad_grid_is_an_argparse_error(capsys):
     from bench.__main__ import main
 
     with pytest.raises(SystemExit) as exc:
-        main(["streamer", "s3://weights/m/", "--concurrency", "0,8", "--out", "x"])
+        main(["streamer", "s3://weights/m/", "--concurrencies", "0,8", "--out", "x"])
     assert exc.value.code == 2
-    assert "--concurrency" in capsys.readouterr().err
+    assert "--concurrencies" in capsys.readouterr().err
 
 
 def _p(concurrency: int, memory: int, seconds: float) -> dict:

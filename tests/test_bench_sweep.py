@@ -86,7 +86,7 @@ def test_runs_too_short_or_too_small_are_refused(argv, needle):
 
 def test_overrides_scale_and_warmups():
     _, plan = plan_for("--scenario", "S1_chat=32/8", "--scenario", "X_new=100/10", "--length-scale", "0.5",
-                       "--concurrencies", "2,1,2", "--warmups", "auto")
+                       "--concurrencies", "1,2", "--warmups", "auto")
     got = {(p.scenario, p.concurrency): (p.input_len, p.output_len, p.warmups) for p in plan}
     assert got[("S1_chat", 1)] == (16, 4, 1)
     assert got[("X_new", 2)] == (50, 5, 2)
@@ -97,12 +97,36 @@ def test_overrides_scale_and_warmups():
 @pytest.mark.parametrize("argv, needle", [
     (["--scenario", "S1_chat=32"], "NAME=INPUT/OUTPUT"),
     (["--scenarios", "S9"], "unknown S9"),
-    (["--concurrencies", "0,2"], "positive"),
     (["--warmups", "many"], "--warmups"),
 ])
 def test_bad_inputs_name_the_option(argv, needle):
     with pytest.raises(G.UsageError, match=needle):
         plan_for(*argv)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("0,2", "0,2 cannot be right: give whole numbers of 1 or more"),
+    ("1,two", "1,two is not a list of whole numbers"),
+    ("4,2,2", "4,2,2 names 2 twice; give each concurrency once: 2,4"),
+    ("4,2", "4,2 is not in increasing order; give 2,4"),
+])
+def test_concurrencies_are_refused_unless_increasing_whole_numbers(text, needle, tmp_path, capsys):
+    with pytest.raises(G.UsageError, match=needle):
+        G.parse_concurrencies(text)
+    # The sweep refuses them while its arguments are parsed: exit 2, the flag and the fix, no traceback.
+    assert S.main(["--base-url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", "t", "--out",
+                   str(tmp_path / "o"), "--concurrencies", text]) == 2
+    err = capsys.readouterr().err
+    assert f"argument --concurrencies: {needle}" in err and "Traceback" not in err
+    assert G.parse_concurrencies("1,2,4") == [1, 2, 4]
+
+
+def test_a_scenario_s_own_concurrencies_follow_the_same_rule(tmp_path, capsys):
+    assert S.main(["--base-url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", "t", "--out",
+                   str(tmp_path / "o"), "--scenario-concurrencies", "K_korean=64,1,8"]) == 2
+    err = capsys.readouterr().err
+    assert ("argument --scenario-concurrencies: K_korean: 64,1,8 is not in increasing order; give 1,8,64" in err
+            and "Traceback" not in err)
 
 
 def test_run_hash_changes_with_parameters():
@@ -237,13 +261,13 @@ def test_a_folder_of_another_grid_or_slo_is_refused_naming_the_difference(bench_
 
 def test_health_wait_is_bounded_and_says_why(bench_stub_server, fake_bench, tmp_path, capsys):
     bench_stub_server.unhealthy_for(3600)
-    assert S.main(sweep_args(bench_stub_server, tmp_path / "o", fake_bench, "--health-timeout", "1.5",
+    assert S.main(sweep_args(bench_stub_server, tmp_path / "o", fake_bench, "--health-timeout-s", "1.5",
                              "--health-say-every", "0.5")) == 3
     assert fake_bench.keys() == []
     captured = capsys.readouterr()
     said = [line for line in captured.out.splitlines() if "still waiting for" in line]
     assert said and all("HTTP 503 (the server is up but not ready" in line for line in said)
-    assert "did not answer 200 within" in captured.err and "--health-timeout" in captured.err
+    assert "did not answer 200 within" in captured.err and "--health-timeout-s" in captured.err
 
 
 def _closed_port() -> int:
@@ -259,7 +283,7 @@ def test_wrong_port_says_why_within_fifteen_seconds(fake_bench, tmp_path):
     url = f"http://127.0.0.1:{_closed_port()}"
     argv = ["--base-url", url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(tmp_path / "o"),
             "--vllm-bin", fake_bench.bin, "--scenarios", "S1_chat", "--concurrencies", "1",
-            "--health-timeout", "11", "--health-interval", "0.5"]
+            "--health-timeout-s", "11", "--health-interval", "0.5"]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", *argv], env=env, cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -114,7 +114,7 @@ def sweep_args(server, out, fake, metrics, *extra):
     return ["--base-url", server.url, "--model", "tiny", "--tokenizer", "/unused", "--out", str(out),
             "--vllm-bin", fake.bin, "--scenarios", "S1_chat", "--concurrencies", "2",
             "--window-s", "5", "--health-interval", "0.2",
-            "--metrics-url", metrics.url, "--telemetry-interval", "60", *extra]
+            "--metrics-url", metrics.url, "--telemetry-interval-s", "60", *extra]
 
 
 def test_a_restart_during_the_run_makes_it_invalid_and_it_is_retried(bench_stub_server, fake_bench, fake_metrics,
@@ -198,7 +198,7 @@ def test_no_metrics_endpoint_leaves_figures_null_and_runs_valid(bench_stub_serve
     (["--prices", "spot=abc"], "--prices"),
     (["--prices", "reserved=1"], "--prices"),
     (["--capacity-type", "reserved"], "--capacity-type"),
-    (["--telemetry-interval", "0"], "--telemetry-interval"),
+    (["--telemetry-interval-s", "0"], "--telemetry-interval-s"),
 ])
 def test_bad_telemetry_and_price_options_exit_2(argv, needle, tmp_path, capsys):
     args = ["--base-url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", "t", "--out", str(tmp_path / "o"),

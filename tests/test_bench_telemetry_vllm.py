@@ -35,7 +35,7 @@ def sweep(server, out: Path, concurrencies: str, *extra: str) -> subprocess.Comp
     args = ["sweep", "--base-url", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
             "--out", str(out), "--scenarios", "S1_chat", "--scenario", "S1_chat=384/4",
             "--concurrencies", concurrencies, "--window-s", "5",
-            "--seed", SEED, "--health-timeout", "60", "--telemetry-interval", "0.5", *extra]
+            "--seed", SEED, "--health-timeout-s", "60", "--telemetry-interval-s", "0.5", *extra]
     return subprocess.run([server.python, "-m", "bench", *args], env=server.bench_env(), cwd=REPO, text=True,
                           capture_output=True, timeout=300)
 

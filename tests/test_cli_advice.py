@@ -274,7 +274,7 @@ def _writers() -> list[tuple[str, str, str]]:
             for action in parser._actions:
                 if "--out" in action.option_strings:
                     found.append((cli, command, "--out"))
-    found.append(("bench", "fetch", "dir"))  # `bench fetch URI DIR` copies into DIR
+    found.append(("bench", "fetch", "DIR"))  # `bench fetch URI DIR` copies into DIR
     return found
 
 
@@ -289,7 +289,7 @@ def test_an_existing_file_as_output_folder_exits_2_with_the_fix(cli, command, ar
     existing = tmp_path / "report.md"
     existing.write_text("a file\n")
     parser = bench_parser() if cli == "bench" else stacks_parser()
-    argv = [command, "s3://bucket/in/", str(existing)] if argument == "dir" else [command, "--out", str(existing)]
+    argv = [command, "s3://bucket/in/", str(existing)] if argument == "DIR" else [command, "--out", str(existing)]
     with pytest.raises(SystemExit) as stop:
         parser.parse_args(argv)
     assert stop.value.code == 2

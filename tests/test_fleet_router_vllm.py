@@ -76,7 +76,7 @@ def test_the_bench_sweeps_through_the_router_and_both_replicas_serve(pool, tmp_p
     proc = bench(server, "sweep", "--base-url", router.url, "--model", server.model, "--tokenizer",
                  str(server.model_dir), "--out", str(out), "--scenarios", "S1_chat", "--length-scale", LOAD_SCALE,
                  "--concurrencies", "1,4", "--window-s", "5",
-                 "--warmups", "0", "--health-timeout", "60", "--instance-type", "cpu-test")
+                 "--warmups", "0", "--health-timeout-s", "60", "--instance-type", "cpu-test")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = json.loads((out / "manifest.json").read_text())["runs"]
     assert len(runs) == 2 and all(r["status"] == "valid" for r in runs), runs

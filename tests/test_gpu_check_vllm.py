@@ -32,7 +32,7 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "gpu-check", "--out", str(out), "--allow-small-vocab", "--vocab-words", "2000",
          "--steps", "model,cold_start,timeline,sleep_wake,sweep,speculative", "--concurrencies", "2",
-         "--window-s", "2", "--length-scale", "0.125", "--agree-pct", "1000", "--health-timeout", "900"],
+         "--window-s", "2", "--length-scale", "0.125", "--agree-pct", "1000", "--health-timeout-s", "900"],
         cwd=REPO, env={**vllm_env.env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + gpu_steps.tail(out / "logs" / "server-cold.log")
     record = json.loads((out / "gpu-check.json").read_text())
@@ -80,7 +80,7 @@ def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
     out = tmp_path / "gc"
     common = [sys.executable, "-m", "bench", "gpu-check", "--out", str(out), "--experiment", "max-num-seqs",
               "--allow-small-vocab", "--vocab-words", "2000", "--concurrencies", "2", "--length-scale", "0.125",
-              "--health-timeout", "900"]
+              "--health-timeout-s", "900", "--window-s", "5"]
     env = {**vllm_env.env, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([*common, "--variants", "seqs-16,seqs-32"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=1800)

@@ -58,7 +58,7 @@ def test_g7e_reports_the_g7e_sweep_against_the_l40s_sweep(all_stacks):
     digest = job["metadata"]["name"].removeprefix("report-g7e-")
     assert report["uri"] == f"s3://{g7e.outputs['resultsBucket']}/runs/g7e/report/{digest}/"
     assert flag(argv, "--current-replicas") == ["12"] and flag(argv, "--threshold") == ["1.5"]
-    assert flag(argv, "--verdict-basis") == ["slo"]
+    assert flag(argv, "--basis") == ["slo"]
     # Prices and capacity types come from the sweeps' manifests: no price flag is passed.
     assert not [a for a in argv if "price" in a or "capacity" in a]
 
@@ -315,8 +315,8 @@ def test_the_rendered_command_waits_for_late_sweeps_then_reports(aws, all_stacks
         (folder / "manifest.json").write_text(json.dumps({**manifest, "label": f"g7e/{server}"}))
     env = {**os.environ, "PYTHONPATH": str(code.parent), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "HOME": str(tmp_path / "home"), "MPLCONFIGDIR": str(tmp_path / "mpl")}
-    proc = subprocess.Popen(["sh", "-ec", script, "publish", *argv, "--poll-seconds", "0.3",
-                             "--max-poll-seconds", "0.6", "--log-seconds", "1", "--no-charts"],
+    proc = subprocess.Popen(["sh", "-ec", script, "publish", *argv, "--poll-s", "0.3",
+                             "--max-poll-s", "0.6", "--log-every-s", "1", "--no-charts"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # nothing to report yet: it says so and waits (read its lines until it does, however slow the

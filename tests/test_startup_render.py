@@ -221,7 +221,8 @@ def test_jobs_mount_only_the_modules_they_run(startup_render):
     assert _module_run(streamer) == "bench.startup.streamer" and _module_run(startup) == "bench.startup.collect"
     assert set(_code_files(startup_render, streamer)) == {
         "__init__.py", "startup/__init__.py", "startup/streamer.py", "startup/netlimits.py",
-        "common/__init__.py", "common/cli.py", "common/s3.py", "common/progress.py", "common/instances.py"}
+        "common/__init__.py", "common/cli.py", "common/options.py", "common/s3.py", "common/progress.py",
+        "common/instances.py"}
     files = set(_code_files(startup_render, startup))
     assert {"startup/collect.py", "startup/timeline.py", "startup/phases.py", "startup/sleepwake.py",
             "common/kube.py"} <= files

@@ -90,7 +90,7 @@ def test_dry_run_prints_commands_and_runs_nothing(monkeypatch, capsys):
     def no_runner(*a, **k):
         raise AssertionError("dry run must not execute anything")
 
-    args = argparse.Namespace(stack="dev", kubeconfig=None, context=None, timeout_minutes=20, poll_seconds=15, dry_run=True)
+    args = argparse.Namespace(stack="dev", kubeconfig=None, context=None, wait_minutes=20, poll_seconds=15, dry_run=True)
     assert teardown.run_pre_destroy(args, runner=no_runner) == 0
     out = capsys.readouterr().out
     assert f"aws eks update-kubeconfig --name {CLUSTER} --region {REGION} --kubeconfig " in out
@@ -163,7 +163,7 @@ def test_pre_destroy_runs_cleanup_then_waits(ec2, ami, monkeypatch, capsys):
     monkeypatch.setattr(teardown, "_load_settings", lambda stack: _settings())
     node = _run_instance(ec2, ami, karpenter_node_tags(CLUSTER))
     runner = FakeRunner()
-    args = argparse.Namespace(stack="dev", kubeconfig="/kc", context=None, timeout_minutes=1, poll_seconds=15, dry_run=False)
+    args = argparse.Namespace(stack="dev", kubeconfig="/kc", context=None, wait_minutes=1, poll_seconds=15, dry_run=False)
     rc = teardown.run_pre_destroy(args, clients={"ec2": ec2}, runner=runner,
                                   sleep=lambda s: ec2.terminate_instances(InstanceIds=[node]))
     assert rc == 0

@@ -24,7 +24,7 @@ def test_korean_runs_at_its_own_concurrencies_unless_told():
     _, plan = plan_for("--scenarios", "S1_chat,K_korean", "--concurrencies", "1,4,64")
     assert [(p.scenario, p.concurrency) for p in plan] == [
         ("S1_chat", 1), ("S1_chat", 4), ("S1_chat", 64), ("K_korean", 1), ("K_korean", 8)]
-    _, plan = plan_for("--scenarios", "K_korean", "--scenario-concurrencies", "K_korean=64,1,8")
+    _, plan = plan_for("--scenarios", "K_korean", "--scenario-concurrencies", "K_korean=1,8,64")
     assert [p.concurrency for p in plan] == [1, 8, 64]
     with pytest.raises(G.UsageError, match="S5_shared_prefix not among the scenarios"):
         plan_for("--scenarios", "K_korean", "--scenario-concurrencies", "S5_shared_prefix=1")

@@ -73,7 +73,7 @@ def sweep(vllm_env, url, model, env, out, scenario, *extra):
     before = metrics(url)
     proc = subprocess.run(
         [vllm_env.python, "-m", "bench", "sweep", "--base-url", url, "--model", "tiny", "--tokenizer", str(model),
-         "--out", str(out), "--scenarios", scenario, "--concurrencies", "1", "--window-s", "5", "--warmups", "0", "--health-timeout", "60",
+         "--out", str(out), "--scenarios", scenario, "--concurrencies", "1", "--window-s", "5", "--warmups", "0", "--health-timeout-s", "60",
          "--bench-args", "--temperature 0", *extra],
         env=env, cwd=REPO, text=True, capture_output=True, timeout=600)
     return proc, before, metrics(url)

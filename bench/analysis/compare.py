@@ -1,53 +1,22 @@
-"""`python -m bench compare DIR... [--labels a,b,...] --out OUT`: one report over N sweeps.
+"""`python -m bench compare DIR... [--labels a,b,...] [--out DIR]`: N sweeps of server variants side by side.
 
 Each DIR is one sweep (as `sweep --out` or `fetch` leave it, or its s3://bucket/prefix/) of one
-server variant. OUT (a folder, or s3://bucket/prefix/: each file uploaded as written) gets:
+server variant. --out gets compare.md (per scenario and concurrency each variant's output tok/s and
+the winner where there is a clear one, each variant's capacity under the SLO, spec-decode
+acceptance, what differs between the manifests, and why the comparison is incomplete when it is),
+compare.json and compare.html. The page draws the first variant blue and the second orange, the
+colours `bench report` gives the baseline and the candidate: list the baseline first.
 
-- `compare.md`: per scenario and concurrency the output tok/s of each variant and the winner
-  where there is a clear one (variants side by side, as the PoC report laid out its precision
-  and KV-cache comparison), the SLO capacity of each variant, spec-decode acceptance where present
-  (for K_korean: acceptance, c1 tok/s, c1 E2E p50, c8 tok/s), what differs between the variants'
-  manifests, and why the comparison is incomplete when it is;
-- `compare.json` with exactly these keys:
-  {"variants": [{"label", "dir", "differs": {"<setting>": "<value>"}}],
-   "cells": [{"scenario", "concurrency", "output_tok_s": {"<label>": <number or null>},
-              "winner": "<label>" | null, "winner_margin_pct": <number or null>,
-              "noise_pct": <number>, "noise_source": "repeats" | "default"}],
-   "slo_capacity": {"<scenario>": {"<label>": <output tok/s or null>}},
-   "slo_capacity_interval": {"<scenario>": {"<label>": INTERVAL}},
-   "incomplete": ["<reason>"],
-   "slo": {"ttft_p99_ms", "decode_p99_ms", "decode_metric", "source", "notes"}}
-  `slo` is the SLO judged with: the one the sweeps recorded, unless a flag sets another (`source`
-  "flags", each difference named in `notes`); sweeps recorded under different SLOs exit 2 unless
-  the flags set one for all.
-- `compare.html` (unless --no-html): the same as one self-contained page to open in a browser. Its
-  chart draws the first variant blue and the second orange, the colours `bench report` gives the
-  baseline and the candidate: list the baseline first.
+Rules: the sweeps may differ in ONE server setting, the variant's own (a cross product the manifests
+declare aside); a second difference, any difference in the benchmark itself, an invalid, suspect
+or missing run, or a missing manifest makes the comparison incomplete and no cell names a winner. A
+cell's winner must lead the next variant by more than the run-to-run noise (measured where a point
+was run more than once, else 5 %); a variant whose speculative decoding accepted under 10 % of
+drafts on real text never wins. The SLO is the one the sweeps recorded unless an SLO flag sets
+another.
 
-Rules
-- Like for like (as `report`): the sweeps may differ in ONE server setting (model, kvCacheDtype,
-  speculative, tensorParallelSize, instanceType, maxNumSeqs, ...), the variant's own. The settings
-  are read from each manifest's recorded server flags, GPUs and instance type; a setting's
-  consequences belong to it (tensorParallelSize brings its GPU count and loader split with it).
-  A second differing setting (unless the manifests declare a cross product), any difference in the
-  benchmark itself (scenario lengths, prompts, seed, warm-ups, extra bench args, concurrencies,
-  vLLM version), an invalid, suspect or missing run, or a sweep without a manifest makes the comparison
-  incomplete: every reason is listed under `incomplete` and no cell names a winner.
-- `differs` lists, per variant, the value of every setting that is not the same in all sweeps.
-- Winner of a cell: the variant with the highest output tok/s, but only when it leads the next one
-  by more than the noise: `winner_margin_pct` = (first - second) / second in percent; `noise_pct`
-  = the run-to-run spread measured from repeats ((max - min) / mean of the output tok/s of one
-  point measured more than once: a grid point the capacity search ran again, or the search's
-  repeats), the largest of the variants' in that scenario (`noise_source` "repeats"), else a
-  default band of 5 % (`noise_source` "default"). Within the noise the cell says "no clear winner"
-  with both figures. A variant whose speculative decoding accepted < 10 % of drafts on a real-text
-  scenario (K_korean) is a configuration problem (flagged in compare.md) and never a winner.
-- SLO capacity: each variant's capacity under the SLO, by the function `report` uses: `slo_capacity`
-  is the figure (the output tok/s at the highest load meeting TTFT p99 and ITL p99 within the
-  limits, default 500 ms and 50 ms, the mean of that load's runs, from the grid and the capacity
-  search's; null when no load meets it) and `slo_capacity_interval` the whole capacity with its 95 %
-  interval and runs (summary.json's INTERVAL, `python -m bench report --help`), the same values
-  `bench report` writes for the same folder (`slo_capacity_interval` of its scenarios).
+Reference: the keys of compare.json, docs/files.md#compare-comparejson; the rules,
+docs/benchmark.md#compare.
 
 Exit codes: 0 written (also when incomplete); 2 bad arguments.
 """
@@ -66,10 +35,11 @@ from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
-from bench.analysis.side import SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side, slo_given
+from bench.analysis.side import SLO_FLAGS, Side, SloConflict, choose_slo, load_side, slo_given
 from bench.common import locations
+from bench.common import options as O
 from bench.common import workloads as W
-from bench.common.cli import out_folder, run_one
+from bench.common.cli import Help, run_one
 
 # Two variants closer than this (in percent) name no winner where no repeats measured the noise.
 DEFAULT_NOISE_PCT = 5.0
@@ -489,15 +459,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("compare", help="compare N sweeps of server variants side by side",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser("compare", help="N sweeps of server variants side by side",
+                              description=__doc__, formatter_class=Help)
     p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep folders (or s3://bucket/prefix/), one per variant")
+    O.add_out(p, "compare", "compare.md, compare.json and compare.html")
     p.add_argument("--labels", help="comma-separated names, one per folder (default: manifest label or folder name)")
-    p.add_argument("--out", type=out_folder, required=True,
-                   help="folder for compare.md and compare.json, or s3://bucket/prefix/ (uploaded as written)")
-    add_slo_arguments(p)
-    p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
-    p.add_argument("--no-html", action="store_true", help="write no compare.html (the self-contained page)")
+    O.add_slo(p, recorded_by="the sweeps recorded")
+    p.add_argument("--no-html", action="store_true", help="write no compare.html")
+    O.add_no_progress(p)
     p.set_defaults(func=locations.remote_io(run, command="compare", inputs=("dirs",)))
     return p
 

@@ -9,13 +9,13 @@ wrote; it is opened where it is):
     python -m bench open build/demo/report
 
 Every file under the prefix (report.html and report.md with their charts, summary.json, plan.*,
-compare.*, inputs.json) is copied to DIR (default reports/<stack>/<hash>/), keeping relative paths.
+compare.*, inputs.json) is copied to --out (default build/open/<stack>/<hash>/), keeping relative paths.
 Then it prints the local path of the page (report.html, else report.md), the verdict line and the
 plan line. While the report Job is still waiting for its sweeps, it prints where each sweep stands
 instead (from the Job's status.json).
 
 Exit codes: 0 downloaded (or found); 1 no report there yet, or S3 failed; 2 bad argument; 130/143 stopped
-(complete files stay in DIR; run it again to fetch the rest).
+(complete files stay in --out; run it again to fetch the rest).
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bench.analysis import answer
+from bench.common import options as O
 from bench.common import s3
-from bench.common.cli import out_folder, run_one
+from bench.common.cli import Help, run_one
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals
 
 PAGES = ("report.html", "report.md")
+DEFAULT_OUT = "build/open"
 
 
 def report_uri(text: str) -> str:
@@ -52,10 +54,10 @@ def report_uri(text: str) -> str:
 
 def default_dir(loc: s3.S3Location) -> Path:
     parts = PurePosixPath(loc.prefix.rstrip("/")).parts
-    # runs/<stack>/report/<hash>/ -> reports/<stack>/<hash>
+    # runs/<stack>/report/<hash>/ -> build/open/<stack>/<hash>, under build/ as every command's --out
     if len(parts) >= 4 and parts[-2] == "report" and parts[-4] == "runs":
-        return Path("reports") / parts[-3] / parts[-1]
-    return Path("reports") / (parts[-1] if parts else loc.bucket)
+        return Path(DEFAULT_OUT) / parts[-3] / parts[-1]
+    return Path(DEFAULT_OUT) / (parts[-1] if parts else loc.bucket)
 
 
 def _json(path: Path) -> dict[str, Any] | None:
@@ -153,13 +155,13 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("open", help="download a published report and print its path and verdict",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, formatter_class=Help)
     p.add_argument("report", metavar="REPORT",
                    help="`pulumi stack output report --json` (or - for stdin), the report's s3:// prefix, or a local "
                    "report folder (e.g. build/demo/report)")
-    p.add_argument("--out", type=out_folder, help="local folder for a download (default: reports/<stack>/<hash>)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress (default: a bar on a terminal, else a line every 10 s)")
+    p.add_argument("--out", type=O.local_folder, metavar="DIR",
+                   help=f"folder for a download (default: {DEFAULT_OUT}/<stack>/<hash>)")
+    O.add_no_progress(p)
     p.set_defaults(func=run)
     return p
 

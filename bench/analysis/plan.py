@@ -1,61 +1,27 @@
-"""`python -m bench plan CANDIDATE_DIR... --out OUT`: how many replicas serve the load, at what cost.
+"""`python -m bench plan CANDIDATE_DIR... [--out DIR]`: how many replicas serve the load, at what cost.
 
 The question behind the benchmark is a fleet size: can 12 replicas become 8, or 4, with users
 still inside the SLO? The plan answers it from sweep folders (the same files `bench report` reads):
 
-    python -m bench plan results/g7e --baseline results/l40s --current-replicas 12 --out plan/
-    python -m bench plan results/g7e --reference S1_chat=420,S2_summary=180 --current-replicas 12 --out plan/
-    python -m bench plan results/g7e --load S1_chat=20,S4_rag=2 --headroom 0.2 --spares 1 --out plan/
+    python -m bench plan results/g7e --baseline results/l40s --current-replicas 12
+    python -m bench plan results/g7e --reference S1_chat=420,S2_summary=180 --current-replicas 12
+    python -m bench plan results/g7e --load S1_chat=20,S4_rag=2 --headroom 0.2 --spares 1
 
-Load, per scenario:
-- `--baseline DIR --current-replicas N`: what N replicas of the baseline serve (its capacity per
-  replica times N);
-- `--reference S=TOK_S,...` (the output tok/s per GPU that production serves today, which a
-  benchmark cannot measure) with `--current-replicas N` and `--current-gpus-per-replica G`:
-  N x G x reference;
-- `--load S=REQ_S,...`: a stated request rate per scenario (or one total with `--mix`).
-Scenario names are checked against the sweeps (a misspelt name exits 2 with the closest match).
+The load, one of: what --current-replicas replicas of the --baseline serve; --current-replicas x
+--current-gpus-per-replica x the production output tok/s per GPU in --reference; or a stated
+--load per scenario (or one total with --mix). Each configuration's capacity per replica is the
+--basis figure (slo: the capacity under the SLO, an interval, as `bench report` computes it; peak:
+the peak output tok/s). Replicas = ceil(needed / (1 - headroom)) + spares; an interval of capacity
+gives a range of replicas ("4-6 replicas"; the capacity search narrows it). Costs come from
+--price-per-hour, else the manifest, else the instance catalog: on-demand and Spot, a month being
+730 hours, at the high end of a range.
 
-Capacity per replica of each configuration (basis `--basis`): `slo` = the capacity under the SLO
-as `bench report` computes it: an interval between the highest load meeting the SLO and the lowest
-load above it missing it (grid, or the capacity search's tighter bracket; the open loop's offered
-rates where every configuration ran it and bracketed its rate capacity: the same kind for all,
-never mixed); `peak` = the peak
-output tok/s (the PoC report's method).
+Writes plan.md, plan.json, plan.png, plan.html and fleet.yaml (the `vllm-poc:fleet` stack-file
+fragment: per serving pool the replica bounds and the autoscaler's targets). Reference: the keys of
+plan.json, docs/files.md#plan-planjson; the method, docs/benchmark.md#the-replica-plan.
 
-Replicas = ceil(needed / (1 - headroom)) + spares, where needed is, without `--mix`, the largest
-per-scenario need for a fleet-derived load (the fleet may be busy with any one scenario) and the
-sum for stated loads; with `--mix S=share,...` (shares of requests, adding up to 1) the scenarios
-share replicas in proportion (assuming they add up). With a mix (or stated loads) each
-configuration lists `per_replica_req_s`, the load one working replica carries at the planned count;
-`bench mix-check` runs that load on a server, all scenarios at once, and `--mixed-traffic` puts
-its finding in the plan (did the scenarios add up?). Where a capacity is an interval, so is the
-replica count: the low end divides the smallest possible load by the highest possible capacity,
-the high end the largest load by the lowest capacity ("4-6 replicas"; the capacity search narrows
-it); an open end of the baseline's capacity leaves the count without an upper bound. Costs:
-replicas x the hourly price (on-demand and Spot; `--price-per-hour [LABEL=]ON_DEMAND[/SPOT]`, else
-the manifest, else the instance catalog), a month = 730 hours, at the high end of a range (the
-count that carries the load whatever the true capacity); cost per million output tokens at the
-planned load, on-demand.
-
-plan.json: {"basis", "headroom", "spares", "configurations": [{"label", "instance_type", "gpus",
-"replicas" (int, or null unless known exactly), "replicas_range" ([lo, hi], hi null = no upper
-bound; null when it cannot be computed), "reason" (null when replicas is known; else why, and what
-narrows or settles it), "usd_hour_on_demand", "usd_hour_spot", "usd_month_on_demand",
-"usd_month_spot", "usd_per_million_output_tokens", "per_replica_req_s" (with a mix or stated
-loads)}], "current": {"replicas", "usd_month"} | null, "mixed_traffic" (with --mixed-traffic),
-"slo": {"ttft_p99_ms", "decode_p99_ms", "decode_metric", "source", "notes"},
-"fleet" (bench/analysis/fleet.py: per serving pool, the replica bounds and the autoscaler's targets)}.
-The SLO is the one the sweeps recorded unless a flag sets another (`source` "flags", each difference in
-`notes` and in plan.md's notes); sweeps recorded under different SLOs exit 2 unless the flags set one for all.
-
-Writes fleet.yaml (the `vllm-poc:fleet` stack-file fragment: per serving pool, min and max replicas and
-the autoscaler's targets from the same capacity, `--fleet-pool POOL=LABEL`, `--startup-s`), plan.md, plan.json, plan.png (replicas and monthly cost per configuration, each bar labelled
-with its value; an unknown count gets no bar, a range a solid bar to its low end, hatched on to its
-high end) and plan.html (the same as one self-contained page; `--no-html` to skip). Folders may be
-s3://bucket/prefix/ (inputs downloaded first, --out uploaded file by file). Exit 0 when written
-(counts, ranges or stated reasons), 1 when some candidate never meets the SLO in a scenario the
-load needs (a measured limit), 2 on bad input.
+Exit codes: 0 written (counts, ranges or stated reasons); 1 some candidate never meets the SLO in a
+scenario the load needs (a measured limit); 2 bad input.
 """
 
 from __future__ import annotations
@@ -72,12 +38,13 @@ from bench.analysis import answer, mixed_traffic, pages
 from bench.analysis import capacity_report as CR
 from bench.analysis import fleet as F
 from bench.analysis import verdict as V
-from bench.analysis.side import (MANIFEST, SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side,
+from bench.analysis.side import (MANIFEST, SLO_FLAGS, Side, SloConflict, choose_slo, load_side,
                                  peak, read_manifest, slo_given)
 from bench.analysis.sizing import (Capacity, Config, UsageError, build_plan, fleet_load, reference_load,
                                    replicas_text)
 from bench.common import locations
-from bench.common.cli import out_folder, run_one
+from bench.common import options as O
+from bench.common.cli import Help, run_one
 from bench.common.instances import GPU_INSTANCE_TYPES
 
 MIX_TOLERANCE = 0.001
@@ -108,19 +75,16 @@ def parse_pairs(text: str | None, option: str, *, allow_total: bool = False) -> 
     return out
 
 
-def parse_prices(items: list[str] | None) -> dict[str | None, tuple[float | None, float | None]]:
+def parse_prices(items: list[O.Price | str] | None) -> dict[str | None, tuple[float | None, float | None]]:
+    """`--price-per-hour` values (parsed, or as text) -> {label or None: (on-demand, Spot or None)}."""
     out: dict[str | None, tuple[float | None, float | None]] = {}
     for item in items or []:
-        label, sep, value = item.rpartition("=")
-        od, _, spot = value.partition("/")
-        try:
-            pair = (float(od) if od else None, float(spot) if spot else None)
-            if any(p is not None and p < 0 for p in pair) or pair == (None, None):
-                raise ValueError
-        except ValueError:
-            raise UsageError(f"--price-per-hour {item}: expected [LABEL=]ON_DEMAND[/SPOT] in USD, "
-                             "e.g. g7e=4.13/1.50") from None
-        out[label if sep else None] = pair
+        if not isinstance(item, O.Price):
+            try:
+                item = O.price(item)
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"--price-per-hour {exc}") from None
+        out[item.label] = (float(item), item.spot)
     return out
 
 
@@ -340,12 +304,12 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
         raise UsageError(f"--current-replicas must be 1 or more (the replicas serving today), got "
                          f"{args.current_replicas}")
     if (args.baseline or args.reference) and args.current_replicas is None:
-        raise UsageError("--baseline and --reference need --current-replicas (the fleet they serve today)")
+        args.current_replicas = O.CURRENT_REPLICAS  # the fleet the question starts from, as in report
     folders = [Path(d) for d in [*args.candidates, *([args.baseline] if args.baseline else [])]]
     recorded = [((m or {}).get("label") or d.resolve().name, m)
                 for d in folders for m in [read_manifest(d / MANIFEST)[0]]]
     try:
-        choice = choose_slo(recorded, slo_given(args, "slo_decode_p99_ms"), SLO_FLAGS)
+        choice = choose_slo(recorded, slo_given(args), SLO_FLAGS)
     except SloConflict as exc:
         raise UsageError(str(exc)) from None
     slo = choice.as_dict()
@@ -356,6 +320,11 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
     check_mix(mix)
     candidates = [load_config(Path(d), args.basis, slo, prices) for d in args.candidates]
     current_config = load_config(Path(args.baseline), args.basis, slo, prices) if args.baseline else None
+    labels = [cfg.label for cfg in candidates + ([current_config] if current_config else [])]
+    unknown = [label for label in prices if label not in (None, "current", *labels)]
+    if unknown:
+        raise UsageError(f"--price-per-hour: no configuration is labelled {', '.join(unknown)} (the labels are "
+                         f"{', '.join(labels)}; current prices the fleet of --reference)")
     known: list[str] = []
     for cfg in candidates + ([current_config] if current_config else []):
         known += [n for n in cfg.lengths if n not in known]
@@ -447,38 +416,40 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help="replicas and cost that serve a load at the SLO",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, formatter_class=Help)
     p.add_argument("candidates", nargs="+", metavar="CANDIDATE_DIR",
                    help="sweep folder(s) of the candidate(s), or their s3://bucket/prefix/")
-    p.add_argument("--out", type=out_folder, required=True,
-                   help="folder for plan.md, plan.json and plan.png, or s3://bucket/prefix/ (uploaded as written)")
-    p.add_argument("--baseline", help="sweep folder (or s3://bucket/prefix/) of the hardware serving today")
-    p.add_argument("--current-replicas", type=int, help="replicas serving today (e.g. 12)")
-    p.add_argument("--current-gpus-per-replica", type=int, default=1,
+    O.add_out(p, "plan", "plan.md, plan.json, plan.png, plan.html and fleet.yaml")
+    O.add_baseline(p)
+    O.add_current_replicas(p, "replicas serving today, with --baseline or --reference")
+    p.add_argument("--current-gpus-per-replica", type=O.above_zero(int), default=1, metavar="N",
                    help="GPUs per current replica, for --reference (default: %(default)s)")
-    p.add_argument("--reference", help="production output tok/s per GPU per scenario, e.g. S1_chat=420,S4_rag=80")
-    p.add_argument("--load", help="request rate per scenario, e.g. S1_chat=20,S4_rag=2 (or one total with --mix)")
-    p.add_argument("--mix", help="shares of requests per scenario, adding up to 1, e.g. S1_chat=0.4,S2_summary=0.6")
-    p.add_argument("--basis", default="slo", help="slo (default) or peak")
-    p.add_argument("--headroom", type=float, default=0.0,
+    p.add_argument("--reference", metavar="S=TOK_S,...",
+                   help="production output tok/s per GPU per scenario, e.g. S1_chat=420,S4_rag=80")
+    p.add_argument("--load", metavar="S=REQ_S,...",
+                   help="request rate per scenario, e.g. S1_chat=20,S4_rag=2 (or one total with --mix)")
+    p.add_argument("--mix", metavar="S=SHARE,...",
+                   help="shares of requests per scenario, adding up to 1, e.g. S1_chat=0.4,S2_summary=0.6")
+    O.add_basis(p, "the plan")
+    p.add_argument("--headroom", type=O.share, default=0.0,
                    help="share of capacity kept free, e.g. 0.2 (default: %(default)s)")
-    p.add_argument("--spares", type=int, default=0, help="replicas added on top (default: %(default)s)")
-    p.add_argument("--price-per-hour", action="append", metavar="[LABEL=]OD[/SPOT]",
-                   help="hourly price per replica (repeatable; LABEL 'current' prices the current fleet for "
-                        "--reference); default: the manifest, else the instance catalog")
-    add_slo_arguments(p, decode_flags=("--slo-decode-p99-ms", "--slo-itl-p99-ms"), decode_dest="slo_decode_p99_ms")
+    p.add_argument("--spares", type=O.at_least_zero(int), default=0,
+                   help="replicas added on top (default: %(default)s)")
+    O.add_price(p, repeatable=True, prices="a configuration's replica, LABEL= naming it (current: the fleet of "
+                                          "--reference); default: the manifest, else the instance catalog")
+    O.add_slo(p, recorded_by="the sweeps recorded")
     p.add_argument("--mixed-traffic", metavar="FILE_OR_DIR",
                    help="mixed_traffic.json of `bench mix-check` (or its folder, or s3:// prefix): the plan says "
                         "whether its scenarios added up at the planned load")
     p.add_argument("--fleet-pool", action="append", metavar="POOL=LABEL",
                    help="the candidate that serves a serving pool in fleet.yaml (interactive or batch; repeatable); "
                         "default: each candidate's own pool (batch where it runs priority scheduling)")
-    p.add_argument("--startup-s", type=float, metavar="SECONDS",
+    p.add_argument("--startup-s", type=O.above_zero(float), metavar="SECONDS",
                    help="start-up time of a replica the autoscaler adds (pod created to /health); default: the "
                         "candidate folder's start-up records, else the start-up model's estimate")
-    p.add_argument("--no-charts", action="store_true", help="write no plan.png")
-    p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
-    p.add_argument("--no-html", action="store_true", help="write no plan.html (the self-contained page)")
+    p.add_argument("--no-charts", action="store_true", help="draw no plan.png")
+    p.add_argument("--no-html", action="store_true", help="write no plan.html")
+    O.add_no_progress(p)
     p.set_defaults(func=locations.remote_io(run, command="plan", inputs=("candidates", "baseline", "mixed_traffic")))
     return p
 

@@ -10,8 +10,8 @@ The report Job of a stack runs this (components/report_job.py); it runs on a lap
    manifest.json says the sweep ended (`finished_at`) with no combination pending or running. A
    sweep stopped by a Spot interruption uploads a manifest with pending runs and is resumed by its
    Job's next pod, so it is waited for, never reported half done. The manifests are read every
-   `--poll-seconds`, backing off to `--max-poll-seconds` while nothing changes; a line says where
-   each sweep stands at least every `--log-seconds`, and `status.json` under --out says the same
+   `--poll-s`, backing off to `--max-poll-s` while nothing changes; a line says where
+   each sweep stands at least every `--log-every-s`, and `status.json` under --out says the same
    for `bench open`. After `--wait-hours` the report is written from what is there, saying which
    sweeps did not finish (a verdict never passes on missing runs).
 2. Write, with the prices, capacity types and SLO the sweeps recorded in their manifests (an SLO
@@ -47,9 +47,10 @@ from typing import Any
 
 from bench.analysis import answer, compare, plan, report
 from bench.analysis import mixed_traffic as MT
-from bench.analysis.side import SLO_FLAGS, add_slo_arguments, slo_given
+from bench.analysis.side import SLO_FLAGS, slo_given
 from bench.common import locations, s3
-from bench.common.cli import out_folder, run_one
+from bench.common import options as O
+from bench.common.cli import Help, run_one
 from bench.common.interrupts import Interrupted, exit_code, signal_name, stop_on_signals
 from bench.common.progress import human_seconds
 
@@ -151,7 +152,7 @@ def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: 
     """Poll the manifests until every sweep has finished (True) or the wait ends (False)."""
     started = time.monotonic()
     deadline = _now() + timedelta(hours=args.wait_hours)
-    interval = args.poll_seconds
+    interval = args.poll_s
     last_line = None
     last_seen: list[tuple[str, int]] | None = None
     while True:
@@ -163,9 +164,9 @@ def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: 
         changed = seen != last_seen
         if changed:
             s3.put_json(client, out, STATUS, status("writing" if finished else "waiting", sweeps, deadline))
-            interval = args.poll_seconds
+            interval = args.poll_s
         else:
-            interval = min(args.max_poll_seconds, interval * 2)
+            interval = min(args.max_poll_s, interval * 2)
         if finished:
             print(f"bench publish: every sweep has finished after {human_seconds(waited)}: "
                   + "; ".join(s.describe() for s in sweeps), flush=True)
@@ -174,7 +175,7 @@ def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: 
             print(f"bench publish: gave up waiting after {human_seconds(waited)}; writing the report from what is "
                   "there: " + "; ".join(s.describe() for s in sweeps), flush=True)
             return False
-        if changed or last_line is None or time.monotonic() - last_line >= args.log_seconds:
+        if changed or last_line is None or time.monotonic() - last_line >= args.log_every_s:
             print(f"bench publish: waiting ({human_seconds(waited)} so far): "
                   + "; ".join(s.describe() for s in sweeps)
                   + f"; next look in {human_seconds(interval)}", flush=True)
@@ -189,8 +190,8 @@ def _commands(args: argparse.Namespace, local: dict[str, str], out: str
     steps = []
     subject = local.get("candidate") or local["baseline"]
     slo = _slo_flags(args)
-    report_args = [subject, "--out", out, "--threshold", f"{args.threshold:g}", "--verdict-basis",
-                   args.verdict_basis, "--current-replicas", str(args.current_replicas), "--no-progress"]
+    report_args = [subject, "--out", out, "--threshold", f"{args.threshold:g}", "--basis",
+                   args.basis, "--current-replicas", str(args.current_replicas), "--no-progress"]
     if local.get("candidate"):
         report_args += ["--baseline", local["baseline"]]
     if args.no_charts:
@@ -198,7 +199,7 @@ def _commands(args: argparse.Namespace, local: dict[str, str], out: str
     steps.append(("report", report_args + slo, report.main))
     candidates = [local[k] for k in sorted(local) if k.startswith("variant:")] or [subject]
     plan_args = [*candidates, "--baseline", local["baseline"], "--current-replicas", str(args.current_replicas),
-                 "--basis", args.verdict_basis, "--headroom", f"{args.headroom:g}", "--spares", str(args.spares),
+                 "--basis", args.basis, "--headroom", f"{args.headroom:g}", "--spares", str(args.spares),
                  "--out", out, "--no-progress"]
     if args.mix:
         plan_args += ["--mix", args.mix]
@@ -249,7 +250,7 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) 
                     "state": s.state()[0]} for s in sweeps],
         "complete": complete,
         "settings": {"current_replicas": args.current_replicas, "threshold": args.threshold,
-                     "verdict_basis": args.verdict_basis, "headroom": args.headroom, "spares": args.spares,
+                     "verdict_basis": args.basis, "headroom": args.headroom, "spares": args.spares,
                      "mix": args.mix, "slo_flags": _slo_flags(args)},
         "commands": done,
         "mixed_traffic": mixed,
@@ -265,18 +266,18 @@ def mixed_traffic(args: argparse.Namespace, sweeps: list[Sweep], out: s3.S3Locat
     client = s3.client()
     s3.put_json(client, out, STATUS, status("waiting for the mixed-traffic check", sweeps,
                                          _now() + timedelta(hours=args.mixed_traffic_wait_hours)))
-    started, interval, said = time.monotonic(), args.poll_seconds, None
+    started, interval, said = time.monotonic(), args.poll_s, None
     while s3.get_json(client, out, MT.CHECK_FILE) is None:
         waited = time.monotonic() - started
         if waited >= args.mixed_traffic_wait_hours * 3600:
             print(f"bench publish: no mixed-traffic check in {out.uri} after {human_seconds(waited)}; the plan "
                   "stands without it", flush=True)
             return "not received"
-        if said is None or time.monotonic() - said >= args.log_seconds:
+        if said is None or time.monotonic() - said >= args.log_every_s:
             print(f"bench publish: waiting for the mixed-traffic check ({human_seconds(waited)} so far)", flush=True)
             said = time.monotonic()
         time.sleep(interval)
-        interval = min(args.max_poll_seconds, interval * 2)
+        interval = min(args.max_poll_s, interval * 2)
     (name, argv, main), = [step for step in steps if step[0] == "plan"]
     argv = [*argv, "--mixed-traffic", out.uri]
     print(f"bench publish: bench plan with the mixed-traffic check -> {out.uri}", flush=True)
@@ -304,6 +305,8 @@ def say_answer(client: Any, out: s3.S3Location, sweeps: list[Sweep]) -> None:
 
 
 def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep]]:
+    if not args.baseline:
+        raise UsageError("give --baseline, the s3:// prefix of the sweep of the hardware serving today")
     if not args.candidate and not args.variant:
         raise UsageError("give --candidate (the sweep the verdict is about) or --variant (two or more)")
     if args.variant and len(args.variant) < 2:
@@ -315,8 +318,9 @@ def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep]]:
     if args.candidate:
         sweeps.insert(0, Sweep("candidate", s3.S3Location.parse(args.candidate, option="--candidate")))
     sweeps += [Sweep("variant", s3.S3Location.parse(v, option="--variant")) for v in args.variant or []]
-    for option, value in (("--poll-seconds", args.poll_seconds), ("--max-poll-seconds", args.max_poll_seconds),
-                          ("--log-seconds", args.log_seconds), ("--wait-hours", args.wait_hours),
+    args.current_replicas = O.current_replicas(args)
+    for option, value in (("--poll-s", args.poll_s), ("--max-poll-s", args.max_poll_s),
+                          ("--log-every-s", args.log_every_s), ("--wait-hours", args.wait_hours),
                           ("--current-replicas", args.current_replicas)):
         if not value > 0:
             raise UsageError(f"{option} must be positive, got {value:g}")
@@ -384,33 +388,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("publish", help="wait for sweeps in S3, then write report, plan and compare to S3",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--candidate", help="s3:// prefix of the sweep the verdict is about")
-    p.add_argument("--baseline", required=True, help="s3:// prefix of the sweep of the hardware serving today")
+    p = subparsers.add_parser("publish", help="the report Job: wait for sweeps in S3, then write report, plan and "
+                                              "compare to S3",
+                              description=__doc__, formatter_class=Help)
+    p.add_argument("--candidate", metavar="URI", help="s3:// prefix of the sweep the verdict is about")
+    O.add_baseline(p, help="s3:// prefix of the sweep of the hardware serving today (required)")
     p.add_argument("--variant", action="append", metavar="URI",
                    help="s3:// prefix of a variant's sweep, compared side by side (repeat; two or more)")
-    p.add_argument("--out", type=out_folder, required=True, help="s3://bucket/prefix/ for the report, plan and compare files")
-    p.add_argument("--current-replicas", type=int, default=12,
-                   help="replicas of the baseline serving today, for the plan (default: %(default)s)")
-    p.add_argument("--threshold", type=float, default=1.5, help="verdict threshold per GPU (default: %(default)s)")
-    p.add_argument("--verdict-basis", choices=("slo", "peak"), default="slo",
-                   help="slo (throughput under the SLO, default) or peak, for the verdict and the plan")
-    p.add_argument("--headroom", type=float, default=0.0, help="plan headroom, e.g. 0.2 (default: %(default)s)")
-    add_slo_arguments(p)  # passed on to report, plan and compare
-    p.add_argument("--spares", type=int, default=0, help="plan spares (default: %(default)s)")
-    p.add_argument("--mix", help="plan mix, shares of requests per scenario, e.g. S1_chat=0.4,S2_summary=0.6")
-    p.add_argument("--mixed-traffic-wait-hours", type=float, default=0.0,
+    O.add_out(p, "publish", "the report, plan and compare files", required=True)
+    O.add_current_replicas(p)
+    O.add_threshold(p)
+    O.add_basis(p, "the verdict and the plan")
+    O.add_slo(p, recorded_by="the sweeps recorded")  # passed on to report, plan and compare
+    p.add_argument("--headroom", type=O.share, default=0.0, help="plan headroom, e.g. 0.2 (default: %(default)s)")
+    p.add_argument("--spares", type=O.at_least_zero(int), default=0, help="plan spares (default: %(default)s)")
+    p.add_argument("--mix", metavar="S=SHARE,...",
+                   help="plan mix, shares of requests per scenario, e.g. S1_chat=0.4,S2_summary=0.6")
+    p.add_argument("--mixed-traffic-wait-hours", type=O.at_least_zero(float), default=0.0,
                    help="after the plan, wait up to this long for `bench mix-check` to write mixed_traffic.json "
                         "under --out, then plan again with its finding (default: %(default)s, no check)")
-    p.add_argument("--no-charts", action="store_true", help="write no PNG charts (report and plan)")
-    p.add_argument("--poll-seconds", type=float, default=60.0,
-                   help="first wait between two looks at the manifests (default: %(default)s)")
-    p.add_argument("--max-poll-seconds", type=float, default=600.0,
-                   help="longest wait between two looks while nothing changes (default: %(default)s)")
-    p.add_argument("--log-seconds", type=float, default=900.0,
-                   help="print where the sweeps stand at least this often (default: %(default)s)")
-    p.add_argument("--wait-hours", type=float, default=13.0,
+    p.add_argument("--no-charts", action="store_true", help="draw no charts (report and plan)")
+    O.add_poll(p, 60.0, "the manifests")
+    O.add_renamed(p, "--max-poll-s", type=O.above_zero(float), default=600.0, metavar="SECONDS",
+                  help="longest wait between two looks while nothing changes (default: %(default)s)")
+    O.add_renamed(p, "--log-every-s", type=O.above_zero(float), default=900.0, metavar="SECONDS",
+                  help="say where the sweeps stand at least this often (default: %(default)s)")
+    p.add_argument("--wait-hours", type=O.above_zero(float), default=13.0,
                    help="write the report from what is there after this long (default: %(default)s, past the "
                         "bench Jobs' 12 h deadline)")
     p.set_defaults(func=run)

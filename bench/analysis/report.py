@@ -1,165 +1,19 @@
-"""`python -m bench report DIR [--baseline DIR ...] --out OUT`: tables, summary.json and charts.
+"""`python -m bench report DIR [--baseline DIR] [--out DIR]`: tables, the verdict, summary.json, pages.
 
-Reads a sweep folder (results, manifest.json; `python -m bench fetch` downloads one from S3, or give
-its s3://bucket/prefix/ directly) and writes to OUT (a folder, or s3://bucket/prefix/ where each file
-is uploaded as it is written):
+Reads a sweep folder (what `bench sweep --out` or `bench fetch` wrote, or its s3://bucket/prefix/)
+and writes to --out: report.md, summary.json (stable keys that other tools read), report.html (one
+self-contained page), a chart per scenario and, with a baseline, the replica plan under plan/.
 
-- `report.md`: with a baseline, the verdict first (state, basis, the figure that decided it, and
-  what settles an open question); per scenario the peak output tok/s with its req/s and
-  concurrency, the concurrency curve (req/s, output tok/s, TTFT and ITL p50/p99, SLO met), the
-  capacity under the SLO as an interval, invalid runs with their reasons, spec-decode acceptance
-  where the results have it; with a baseline the per-GPU peak and SLO ratios (the SLO ratio with
-  its interval) and the cost-efficiency ratios;
-- `summary.json` with exactly these keys (other tools read it):
-  {"slo": {"ttft_p99_ms", "itl_p99_ms", "decode_metric", "source", "notes"},
-   "runs": [{"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s",
-             "req_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance",
-             "suspect", "tpot_p50_ms", "tpot_p99_ms", "prefix_cache_hit_pct", "preemptions",
-             "kv_cache_usage_max_pct", "requests_waiting_max", "gpu_util_mean_pct",
-             "gpu_mem_used_max_gib", "gpu_power_mean_w", "spec_acceptance_by_position"}],
-   "scenarios": {"<scenario>": {"peak": {"concurrency", "output_tok_s", "req_s", "loop", "source_run",
-                                         "source_runs"} | null,
-                                "slo": {"concurrency", "output_tok_s", "loop", "source_run"} | null,
-                                "peak_at_edge": bool | null,
-                                "slo_capacity": {"concurrency_pass", "concurrency_fail", "output_tok_s",
-                                                 "req_s", "ttft_p99_ci_ms", "decode_p99_ci_ms",
-                                                 "source_run", "repeats"}
-                                                | {"state": "never_meets_slo"} | null,
-                                "rate_capacity": {"req_s", "output_tok_s", "goodput_req_s"} | null,
-                                "slo_capacity_interval": INTERVAL,
-                                "rate_capacity_interval": INTERVAL | null}},
-   "comparison": {"<scenario>": {"baseline_peak_tok_s", "peak_tok_s", "throughput_ratio",
-                                 "cost_efficiency_ratio", "slo_ratio", "slo_cost_efficiency_ratio",
-                                 "baseline_state", "slo_ratio_interval", "slo_basis_source",
-                                 "slo_state", "gpus": {"candidate", "baseline"},
-                                 "peak_per_gpu_tok_s": {"candidate", "baseline"},
-                                 "candidate_slo_capacity": INTERVAL, "baseline_slo_capacity": INTERVAL,
-                                 "slo_capacity_per_gpu": {"candidate": [lo, hi] | null,
-                                                          "baseline": [lo, hi] | null},
-                                 "slo_figure_per_gpu": {"candidate", "baseline"},
-                                 "slo_ratio_band_credit": [low end, high end]}} | null,
-   "verdict": {"threshold", "min_ratio", "pass", "basis", "state", "reasons",
-               "min_ratio_interval", "min_ratio_scenario", "fleet" (with --current-replicas):
-               {"current", "replicas_range": [lo, hi] | null, "divided_by": [{"scenario", "end",
-               "ratio_per_replica", "replicas"} | null, same], "basis", "gpus": {"candidate",
-               "baseline"}, "candidate", "reason", "baseline": {"label", "instance_type", "gpus",
-               "model", "vllm_version", "image", "served_flags"},
-               "targets": [{"replicas", "needs_ratio_per_gpu"}]}} | null,
-   "extra_runs": [{"side": "candidate" | "baseline", "scenario", "kind": "search" | "open_loop",
-                   "file", "concurrency", "rate", "output_tok_s", "req_s", "ttft_p99_ms", "itl_p99_ms",
-                   "tpot_p99_ms"}],
-   "invalid_attempts": [{"side": "candidate" | "baseline", "scenario", "kind": "grid" | "search" |
-                         "open_loop", "concurrency", "rate", "attempt", "file", "reason",
-                         "then": "valid" | "invalid"}],
-   "run_counts": {"candidate": COUNTS, "baseline": COUNTS | null},
-   "ignored_files": [{"file", "reason"}],
-   "rehearsal": {"source", "pool", "configuration", "scenario", "request_rate", "planned_peak_req_s",
-                 "rate_from", "burstiness", "duration_s", "base_url", "slo": {"ttft_p99_ms", "itl_p99_ms"},
-                 "ttft_p99_ms", "itl_p99_ms", "ttft_within_slo", "itl_within_slo",
-                 "requests": {"sent", "answered", "met"}, "attainment_pct", "held",
-                 "autoscaler": {"min_replicas", "max_replicas", "startup_s", "peak_replicas", "short_s",
-                                "samples", "decisions": [{"t", "values", "recommended", "replicas", "ready"}]},
-                 "replica_hours": {"autoscaled", "planned", "share_of_plan_pct"},
-                 "usd_hour": {"on_demand", "spot"}, "cost_usd": {"autoscaled_on_demand", "planned_on_demand",
-                 "autoscaled_spot", "planned_spot"}} | null}
-  COUNTS = {"grid", "grid_usable", "grid_invalid", "grid_suspect", "search", "open_loop",
-  "invalid_attempts"}: the runs the report lists, counted (the page's header and the command's last
-  line word these): a side's grid runs (usable, invalid, suspect), its capacity-search and open-loop
-  runs (`extra_runs`), and its invalid attempts (`invalid_attempts`: every
-  failed attempt the manifest records that no other row lists, its reason whole, and whether the run
-  came back valid).
-  INTERVAL = {"source": "grid" | "search" | "open_loop", "state": "meets_slo" | "never_meets_slo"
-  | "no_data", "output_tok_s": [lo, hi] | null, "load_unit": "concurrency" | "req/s", "load_pass",
-  "load_fail", "load_max", "confirmed", "point_tok_s", "loop": "closed" | "open", "source_run",
-  "source_runs", "fail_runs", "repeats", "noise_pct", "noise_source": "measured" | "assumed"}: the
-  capacity (`point_tok_s`, the output tok/s at `load_pass`, the highest load meeting the SLO, from
-  `source_runs`, `repeats` runs) and its 95 % interval, up to the lowest load above it missing the
-  SLO for sure, both ends widened by the run-to-run band `noise_pct`. In every interval [lo, hi] of summary.json a null end has
-  no finite bound (an open upper end; a lower end of a ratio where only the candidate meets the
-  SLO).
-  Metrics of invalid runs are null (their completed/failed counts are kept); `spec_acceptance` is
-  vLLM's draft acceptance rate in percent, null without speculative decoding. Telemetry figures
-  (prefix-cache hits, preemptions, KV, GPU) come from the manifest, null where not measured;
-  `spec_acceptance_by_position` is a list of percents. A suspect run keeps its metrics, with its
-  reason in `reason`. `itl_p99_ms` is the decode limit, applied to the p99 of `decode_metric`;
-  `source` says where the SLO comes from: "recorded" (the sweeps' manifests), "flags" (a flag that
-  differs from them, or sweeps that recorded none) or "default"; `notes` names each flag that
-  differs from what a sweep recorded, with both values.
-  `rehearsal` (with --rehearsal) is what `bench rehearse` found, read from its rehearsal.json
-  (`source`): the run's p99s against the SLO, `attainment_pct` the share of requests sent that met
-  it each on its own, the autoscaler's simulated `decisions` (the reads where the rule's
-  recommendation, the replicas asked for or those serving changed; `t` seconds into the trace),
-  replica-hours and cost autoscaled against the plan's fixed fleet; null without a rehearsal.
-  `ignored_files` lists every file of the folder (and, prefixed `baseline:`, of the baseline) that
-  the report did not use, with why.
-- `chart_<scenario>.png`: output tok/s, TTFT p99 and ITL p99 against concurrency, baseline dashed,
-  SLO limits drawn, peak and the capacity under the SLO (its run, and its bracket shaded) marked (needs matplotlib; skipped with a note
-  when it is missing);
-- `report.html` (unless --no-html): the same report as one self-contained page to open in a browser
-  (bench/analysis/pages/): the verdict and its reasons first, the ratio per scenario with its interval, the
-  curves, capacity brackets, startup timeline, replica plan, invalid and suspect runs, manifests.
+Per scenario: the peak output tok/s, the concurrency curve, and the capacity under the SLO as an
+interval (TTFT p99 and the decode p99 within their limits: the SLO the sweeps recorded unless an
+SLO flag sets another). With --baseline: the per-GPU ratios, cost efficiency, and the verdict
+against --threshold on the --basis figure: pass, fail, or inconclusive with the reasons and the
+command that settles each (a missing or invalid run is never a fail).
 
-Definitions
-- Valid run: `bench.analysis.results` rules (every prompt completed, none failed, ...), and the server did
-  not restart during it. Invalid runs are listed and appear in no figure, peak, SLO or ratio.
-- Suspect run: valid, but a random-prompt scenario got more than 5 % of its prompt tokens from
-  the prefix cache (replayed prompts), speculative decoding accepted fewer draft tokens on real
-  text than the floor the sweep recorded (`--min-spec-acceptance-pct`, default 10 %), or the answers streamed
-  fewer than two chunks per request (decode latency not measured: no evidence on the decode
-  limit; such a run whose TTFT p99 misses the limit counts, as a miss on TTFT alone); excluded
-  like an invalid run, with its reason.
-- Peak: the highest output tok/s over every closed-loop run (the grid's and the capacity search's;
-  runs of one concurrency averaged).
-- Throughput under the SLO (`slo`): the capacity figure, the output tok/s at the highest load whose
-  TTFT p99 and decode p99 (ITL, or TPOT with `--slo-decode-metric tpot`) are both within the
-  limits (default 500 ms and 50 ms), with its run; the same figure as `slo_capacity_interval`'s.
-- Peak at the edge: the peak is at the highest concurrency tested; the test set it, not the server.
-- Throughput ratio (per GPU): (peak / GPUs) / (baseline peak / baseline GPUs); GPUs come from
-  --gpus/--baseline-gpus, else the manifest, else 1.
-- Cost-efficiency ratio: (tok/s / price per hour) / (baseline tok/s / baseline price per hour),
-  the prices being those of the hardware that served each sweep: --price-per-hour, else the
-  manifest. A price given explicitly (here, or to the sweep) is used as given; a price looked up
-  by capacity type (Spot or on-demand) needs that type known, else there is no cost ratio.
-- SLO capacity (`slo_capacity_interval`): between the output tok/s at the highest load meeting
-  the SLO and at the lowest load above it missing it; from the grid, or the capacity search's
-  tighter bracket where it ran; an open upper end where the highest load tested still meets it;
-  0 where even concurrency 1 misses it. `rate_capacity_interval`: the same over the open loop's
-  offered rates.
-- SLO ratio (per GPU): `slo_ratio_interval` = [candidate low / baseline high, candidate high /
-  baseline low], open loop where both sides ran it, else closed loop (`slo_basis_source`: grid,
-  search or open_loop); `slo_ratio` = `slo_figure_per_gpu` candidate / baseline: the two capacity
-  figures per GPU (each the mean of the runs at its highest load meeting the SLO, over its side's
-  GPUs; null for a side known only to lie below a load), the figures the pages show, not an end of
-  the interval. The two capacities the interval divides are `candidate_slo_capacity` and
-  `baseline_slo_capacity` (per replica, with their runs) and `slo_capacity_per_gpu`; the pages
-  show them beside every ratio. The ends' bands add in
-  quadrature, not at their worst on both sides at once: low end = candidate low / baseline high x
-  `slo_ratio_band_credit`[0], high end = candidate high / baseline low / [1] (null for an open end),
-  shown beside the ratio too. `baseline_state`: meets_slo, never_meets_slo or no_data.
-- Verdict (`--verdict-basis`, default slo): `state` pass, fail or inconclusive, with `reasons`
-  (what is missing or too uncertain, and the command that settles it) unless it passes. On the
-  slo basis: pass when the lower end of the SLO ratio clears --threshold in every scenario and the
-  comparison is complete; fail when the upper end is below it in some scenario; inconclusive
-  otherwise. On the peak basis (the PoC report's method): the smallest per-scenario peak ratio
-  against the threshold. Missing data is never a fail. Complete means every scenario on both
-  sides, no invalid or suspect run, the same concurrencies and input/output lengths, and like for
-  like (`bench.analysis.checks`: the same dataset, seed, prompts, warm-ups, bench arguments, max model
-  length, prefix caching and speculative settings, except those named with --vary); sides that
-  are not like for like (or whose manifest cannot be read) never pass nor fail. `min_ratio` is the
-  smallest lower end, `min_ratio_interval` the interval of the smallest ratio, `pass` is true in
-  state pass only; `min_ratio_interval` is one scenario's interval (the smallest low end), and
-  `min_ratio_scenario` names it.
-- Fleet (`verdict.fleet`): the candidate's replicas that carry what --current-replicas replicas of
-  the baseline carry: today's replicas over the ratio intervals the verdict decided on, per replica
-  (per GPU x candidate GPUs / baseline GPUs), rounded up: `replicas_range` = [ceil(current / the
-  smallest high end), ceil(current / the smallest low end)] (the latter the verdict's own
-  `min_ratio_interval`), `divided_by` naming each end's scenario and ratio. An end without a finite
-  ratio leaves that side open (null: "at most 10", "at least 4"); no range (null, with `reason`) where
-  a scenario has no interval, the candidate meets the SLO at no load, or only the candidate does. No
-  headroom or spares: the replica plan beside the report (plan/plan.json, headroom 0, spares 0) sizes
-  the same load the same way. Also what the baseline ran (today's fleet must run the same for
-  "today" to hold) and the per-GPU ratio a fleet of the threshold's and twice the threshold's
-  reduction needs (12 -> 8 at 1.5x, 4 at 3x).
+    python -m bench report results/g7e --baseline results/l40s --out build/report/g7e
+
+Reference: the files and every key of summary.json, docs/files.md#report-summaryjson-and-the-reports-files;
+how the verdict is decided, docs/benchmark.md#how-the-verdict-is-decided.
 
 Exit codes: 0 report written (with --exit-code: pass); 1 with --exit-code: fail; 3 with
 --exit-code: inconclusive (also without a baseline); 2 bad input.
@@ -180,11 +34,11 @@ from bench.analysis import plan as P
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
-from bench.analysis.side import (SLO_FLAGS, Side, SloConflict, add_slo_arguments, choose_slo, load_side, meets_slo,
-                                 slo_given)
+from bench.analysis.side import SLO_FLAGS, Side, SloConflict, choose_slo, give_prices, load_side, meets_slo, slo_given
 from bench.analysis.summary import build_summary, fleet, load_rehearsal
 from bench.common import locations
-from bench.common.cli import out_folder, run_one
+from bench.common import options as O
+from bench.common.cli import Help, run_one
 from bench.startup import report as startup_report
 
 # ---------------------------------------------------------------------------------------------
@@ -437,8 +291,7 @@ def run(args: argparse.Namespace) -> int:
     if not path.is_dir():
         print(f"bench report: no such folder: {path}", file=sys.stderr)
         return 2
-    side = load_side(path, label=args.label, gpus=args.gpus, price_per_hour=args.price_per_hour,
-                     capacity_type=args.capacity_type)
+    side = load_side(path, label=args.label, gpus=args.gpus, capacity_type=args.capacity_type)
     if not side.runs:
         print(f"bench report: no results or manifest in {path} (give a folder written by `bench sweep --out` "
               "or `bench fetch`)", file=sys.stderr)
@@ -450,16 +303,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"bench report: --baseline: no such folder: {bpath}", file=sys.stderr)
             return 2
         base = load_side(bpath, label=args.baseline_label, gpus=args.baseline_gpus,
-                         price_per_hour=args.baseline_price_per_hour, capacity_type=args.baseline_capacity_type)
+                         capacity_type=args.baseline_capacity_type)
+    try:
+        give_prices(side, base, args.price_per_hour or [], args.baseline_price_per_hour)
+    except ValueError as exc:
+        print(f"bench report: {exc}", file=sys.stderr)
+        return 2
     bad_vary = [v for v in args.vary or [] if v not in checks.VARIABLE]
     if bad_vary:
         print(f"bench report: --vary: unknown {', '.join(bad_vary)}; known: {', '.join(checks.VARIABLE)}",
               file=sys.stderr)
         return 2
-    if args.current_replicas is not None and args.current_replicas < 1:
-        print(f"bench report: --current-replicas must be 1 or more (the replicas of the baseline serving today), "
-              f"got {args.current_replicas}", file=sys.stderr)
-        return 2
+    args.current_replicas = O.current_replicas(args)
     try:
         slo = choose_slo([(s.label, s.manifest) for s in (side, base) if s is not None], slo_given(args), SLO_FLAGS)
     except SloConflict as exc:
@@ -476,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     summary, issues = build_summary(side, base, ttft_ms=args.slo_ttft_p99_ms, itl_ms=args.slo_itl_p99_ms,
                                     threshold=args.threshold, decode_metric=args.slo_decode_metric,
-                                    vary=tuple(args.vary or ()), basis=args.verdict_basis, slo_choice=slo,
+                                    vary=tuple(args.vary or ()), basis=args.basis, slo_choice=slo,
                                     rehearsed=rehearsed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -530,8 +385,8 @@ def write_plan(args: argparse.Namespace, out: Path) -> str | None:
     """The replica plan next to the report (plan/plan.md), on the verdict's basis."""
     plan_args = argparse.Namespace(
         candidates=[args.dir], out=str(out / "plan"), baseline=args.baseline, current_replicas=args.current_replicas,
-        current_gpus_per_replica=1, reference=None, load=None, mix=None, basis=args.verdict_basis, headroom=0.0,
-        spares=0, price_per_hour=None, slo_ttft_p99_ms=args.slo_ttft_p99_ms, slo_decode_p99_ms=args.slo_itl_p99_ms,
+        current_gpus_per_replica=1, reference=None, load=None, mix=None, basis=args.basis, headroom=0.0,
+        spares=0, price_per_hour=None, slo_ttft_p99_ms=args.slo_ttft_p99_ms, slo_itl_p99_ms=args.slo_itl_p99_ms,
         slo_decode_metric=getattr(args, "slo_decode_metric", "itl"), no_charts=args.no_charts,
         no_html=getattr(args, "no_html", False))
     try:
@@ -544,46 +399,38 @@ def write_plan(args: argparse.Namespace, out: Path) -> str | None:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "report", help="report.md, summary.json and charts from a sweep folder", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "report", help="tables, the verdict, summary.json and report.html from a sweep folder", description=__doc__,
+        formatter_class=Help,
     )
-    p.add_argument("dir", help="sweep folder (from `sweep --out` or `fetch`), or its s3://bucket/prefix/")
-    p.add_argument("--out", type=out_folder, required=True,
-                   help="folder for report.md, summary.json and charts, or s3://bucket/prefix/ (each file is "
-                        "uploaded as it is written)")
+    p.add_argument("dir", metavar="DIR", help="sweep folder (from `sweep --out` or `fetch`), or its s3://bucket/prefix/")
+    O.add_out(p, "report", "report.md, summary.json, report.html, charts and plan/")
+    O.add_baseline(p, help="sweep folder (or s3://bucket/prefix/) to compare against")
     p.add_argument("--label", help="name of this sweep (default: manifest label or folder name)")
-    p.add_argument("--gpus", type=int, help="GPUs behind this sweep's server (default: manifest, else 1)")
-    p.add_argument("--price-per-hour", type=float, help="hourly price of that hardware (default: manifest)")
-    p.add_argument("--baseline", help="sweep folder (or s3://bucket/prefix/) to compare against")
-    p.add_argument("--baseline-label", help="name of the baseline")
-    p.add_argument("--baseline-gpus", type=int, help="GPUs behind the baseline (default: manifest, else 1)")
-    p.add_argument("--baseline-price-per-hour", type=float, help="hourly price of the baseline hardware")
-    add_slo_arguments(p)
-    p.add_argument("--capacity-type", choices=("on-demand", "spot"),
-                   help="capacity type of this sweep's node (default: manifest)")
-    p.add_argument("--baseline-capacity-type", choices=("on-demand", "spot"),
-                   help="capacity type of the baseline's node (default: its manifest)")
+    p.add_argument("--baseline-label", help="name of the baseline (default: its manifest label or folder name)")
+    p.add_argument("--gpus", type=O.above_zero(int), help="GPUs behind this sweep's server (default: manifest, else 1)")
+    p.add_argument("--baseline-gpus", type=O.above_zero(int), help="GPUs behind the baseline (default: manifest, else 1)")
+    O.add_price(p, repeatable=True, prices="this sweep's hardware, or with LABEL= of the sweep so labelled "
+                                          "(default: the manifest)")
+    p.add_argument("--baseline-price-per-hour", type=O.price, metavar="OD[/SPOT]",
+                   help="USD per hour of the baseline's hardware (default: its manifest)")
+    O.add_capacity_type(p, of="this sweep's node (default: manifest)")
+    O.add_capacity_type(p, "--baseline-capacity-type", of="the baseline's node (default: its manifest)")
+    O.add_slo(p, recorded_by="the sweeps recorded")
+    O.add_threshold(p)
+    O.add_basis(p, "the verdict and the plan")
+    O.add_current_replicas(p)
     p.add_argument("--vary", action="append", metavar="SETTING",
                    help="a setting the comparison tests, allowed to differ between the sides: "
                         + ", ".join(checks.VARIABLE) + " (repeatable)")
-    p.add_argument("--threshold", type=float, default=1.5,
-                   help="verdict threshold on the per-GPU throughput ratio (default: %(default)s)")
-    p.add_argument("--verdict-basis", choices=("slo", "peak"), default="slo",
-                   help="ratio the verdict uses: slo (capacity under the SLO, an interval per side; default) or "
-                        "peak (peak output tok/s per GPU, the PoC report's method)")
-    p.add_argument("--current-replicas", type=int, default=12,
-                   help="replicas of the baseline serving today, for the replica plan (default: %(default)s)")
-    p.add_argument("--rehearsal",
+    p.add_argument("--rehearsal", metavar="DIR",
                    help="the folder `bench rehearse --out` wrote (or its rehearsal.json, or s3://bucket/prefix/): "
                         "its SLO attainment, replica-hours and cost against the plan become a section")
-    p.add_argument("--no-charts", action="store_true", help="write no PNG charts")
     p.add_argument("--exit-code", action="store_true",
                    help="exit with the verdict's state once the report is written: 0 pass, 1 fail, 3 inconclusive "
                         "(no baseline counts as inconclusive); without it a written report exits 0")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no download progress for s3:// folders (default: a bar on a terminal, else a line every 10 s)")
-    p.add_argument("--no-html", action="store_true",
-                   help="write no report.html (the self-contained page: verdict, ratios, charts, plan, manifests)")
+    p.add_argument("--no-charts", action="store_true", help="draw no charts")
+    p.add_argument("--no-html", action="store_true", help="write no report.html")
+    O.add_no_progress(p)
     p.set_defaults(func=locations.remote_io(run, command="report", inputs=("dir", "baseline", "rehearsal")))
     return p
 

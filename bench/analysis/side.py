@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import results as R
+from bench.common import options as O
 from bench.common import scenarios as SC
 
 MANIFEST = "manifest.json"
@@ -274,7 +275,7 @@ def _last_invalid_file(path: Path, scenario: str, conc: int) -> Path | None:
 # Run figures
 
 
-DECODE_METRICS = ("itl", "tpot")
+DECODE_METRICS = O.DECODE_METRICS
 
 
 def decode_p99(run: R.RunResult, metric: str) -> float | None:
@@ -326,11 +327,26 @@ def run_row(run: R.RunResult, side: Side | None = None) -> dict[str, Any]:
     }
 
 
+def give_prices(side: Side, base: Side | None, given: list[O.Price], base_price: O.Price | None) -> None:
+    """Set the prices `--price-per-hour` (and `--baseline-price-per-hour`) give: one without a label prices
+    `side`, one with a label the side of that label; a side on Spot takes the Spot price where given.
+    ValueError names a label no side has."""
+    sides = {s.label: s for s in (side, base) if s is not None}
+    for price in given:
+        target = sides.get(price.label) if price.label else side
+        if target is None:
+            raise ValueError(f"--price-per-hour {price}: no sweep here is labelled {price.label} (the labels are "
+                             f"{' and '.join(sides)}; give the price without LABEL= for {side.label})")
+        target.price_per_hour, target.price_source = price.for_capacity(target.capacity_type), "given"
+    if base is not None and base_price is not None:
+        base.price_per_hour, base.price_source = base_price.for_capacity(base.capacity_type), "given"
+
+
 # ---------------------------------------------------------------------------------------------
 # The SLO a sweep was run under, and the one an analysis judges with
 
 
-DEFAULT_SLO = {"ttft_p99_ms": 500.0, "decode_p99_ms": 50.0, "decode_metric": "itl"}
+DEFAULT_SLO = O.SLO_DEFAULTS
 SLO_KEYS = tuple(DEFAULT_SLO)
 
 
@@ -354,28 +370,12 @@ def slo_text(slo: dict[str, Any]) -> str:
             f"{slo['decode_p99_ms']:g} ms")
 
 
-# The flags that set the SLO in report, plan, compare, publish and mix-check (each defaults to what was recorded)
-SLO_FLAGS = {"ttft_p99_ms": "--slo-ttft-p99-ms", "decode_p99_ms": "--slo-itl-p99-ms",
-             "decode_metric": "--slo-decode-metric"}
+# The flags that set the SLO in every command (bench/common/options.py adds them)
+SLO_FLAGS = O.SLO_FLAGS
 
 
-def add_slo_arguments(p, *, recorded_by: str = "the sweeps recorded (manifest.json)",
-                      decode_flags: tuple[str, ...] = ("--slo-itl-p99-ms",), decode_dest: str = "slo_itl_p99_ms") -> None:
-    """The three SLO flags, none with a default: what `recorded_by` recorded applies unless one is given."""
-    p.add_argument("--slo-ttft-p99-ms", type=float,
-                   help=f"the SLO's TTFT p99 limit (default: the one {recorded_by}, else 500; a value that differs "
-                        "is used and said; sweeps recorded under different SLOs need it, else exit 2)")
-    p.add_argument(*decode_flags, type=float, dest=decode_dest,
-                   help=f"the SLO's decode limit, on the p99 of --slo-decode-metric (default: the one {recorded_by}, "
-                        "else 50)")
-    p.add_argument("--slo-decode-metric", choices=DECODE_METRICS,
-                   help="which p99 the decode limit applies to: itl (per streamed chunk, the PoC report's rule) or "
-                        f"tpot (per output token; fairer with speculative decoding) (default: the one {recorded_by}, "
-                        "else itl)")
-
-
-def slo_given(args, decode_dest: str = "slo_itl_p99_ms") -> dict[str, Any]:
-    return {"ttft_p99_ms": getattr(args, "slo_ttft_p99_ms", None), "decode_p99_ms": getattr(args, decode_dest, None),
+def slo_given(args) -> dict[str, Any]:
+    return {"ttft_p99_ms": getattr(args, "slo_ttft_p99_ms", None), "decode_p99_ms": getattr(args, "slo_itl_p99_ms", None),
             "decode_metric": getattr(args, "slo_decode_metric", None)}
 
 

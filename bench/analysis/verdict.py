@@ -548,7 +548,7 @@ def slo_call(name: str, a: Capacity, b: Capacity, source: str | None, *, a_gpus:
                   "run the scenario (`bench sweep --scenarios " + name + " --resume` on that side)")
     elif interval is None:
         reason = (f"{name}: neither side meets the SLO at any load tested, so there is no ratio under the SLO; "
-                  "compare the peaks (`--verdict-basis peak`) or review the SLO limits")
+                  "compare the peaks (`--basis peak`) or review the SLO limits")
     elif state == FAIL:
         if a.state == NEVER:
             reason = (f"{name}: the candidate ({cand}) never meets the SLO at the loads tested "

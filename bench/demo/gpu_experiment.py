@@ -151,7 +151,7 @@ def sweep_argv(check, experiment: Experiment, variant: Variant, flags: list[str]
     argv = [check.runtime.python, "-m", "bench", "sweep", "--base-url", check.server.url, "--model", S.SERVED_NAME,
             "--tokenizer", str(check.model_dir), "--out", str(folder), "--scenarios", scenario,
             "--concurrencies", ",".join(map(str, points(check, experiment, scenario))),
-            "--length-scale", f"{args.length_scale:g}", "--health-timeout", "60", "--instance-type", args.instance_type,
+            "--length-scale", f"{args.length_scale:g}", "--health-timeout-s", "60", "--instance-type", args.instance_type,
             "--gpus", str(gpu_full.tp_of(flags)), "--label", variant.label, "--server-args", shlex.join(flags),
             "--vllm-bin", str(check.vllm_wrapper()), "--window-s", f"{args.window_s:g}",
             # one long-lived client: a process per run would import vLLM again before every run and burst

@@ -143,8 +143,10 @@ def sweep(check) -> dict[str, Any]:
         before = prefix_counters(server.url)
         argv = [python, "-m", "bench", "sweep", "--base-url", server.url, "--model", S.SERVED_NAME,
                 "--tokenizer", str(check.model_dir), "--out", str(folder / f"bench-c{c}"), "--scenarios", "S1_chat",
-                "--length-scale", f"{args.length_scale:g}", "--concurrencies", str(c), "--min-prompts", str(prompts),
-                "--prompts-per-concurrency", "0", "--health-timeout", "60", "--bench-client", "library",
+                "--length-scale", f"{args.length_scale:g}", "--concurrencies", str(c),
+                # the sweep sizes its run from its own burst; the floor carries this step's own estimate
+                "--min-prompts", str(max(100, prompts)), "--window-s", f"{max(5.0, args.window_s):g}",
+                "--health-timeout-s", "60", "--bench-client", "library",
                 "--instance-type", args.instance_type, "--gpus", str(gpus), "--label", "gpu-check",
                 "--server-args", shlex.join(check.flags()), "--vllm-bin", str(check.vllm_wrapper())]
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.sweep_timeout)

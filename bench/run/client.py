@@ -210,10 +210,8 @@ class Driver:
 def add_arguments(p) -> None:
     p.add_argument("--bench-client", choices=("auto", "library", "process"),
                    default=os.environ.get("VLLM_POC_BENCH_CLIENT") or "auto",
-                   help="library: one long-lived driver runs vLLM's benchmark code for every run (no "
-                        "start-up between measured windows); process: a `vllm bench serve` process per run; "
-                        "auto: library when `vllm` is importable and no --vllm-bin is given "
-                        "(env VLLM_POC_BENCH_CLIENT, default auto)")
+                   help="library (one driver runs every run) or process (one `vllm bench serve` per run) "
+                        "(default: auto: library where vllm imports; env VLLM_POC_BENCH_CLIENT)")
     p.add_argument("--bench-client-cmd", default=os.environ.get("VLLM_POC_BENCH_CLIENT_CMD"),
                    help=argparse.SUPPRESS)
 

@@ -76,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="GPU minutes this invocation may spend, grid and search together; the search shares out what "
              "the grid leaves (default: %(default)s)")
     add("--target-width", type=float, default=S.TARGET_WIDTH,
-        help="stop when the capacity's interval (hi / lo, run-to-run bands included) is at most this "
+        help="stop when the throughputs at the capacity's two ends are within this factor "
              "(default: %(default)s, i.e. +-10 %%)")
     add("--search-repeats", type=int, default=S.DEFAULT_REPEATS,
         help="comparable repeats of a point whose p99 interval straddles a limit (default: %(default)s)")

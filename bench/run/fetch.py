@@ -11,8 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench.common import options as O
 from bench.common import s3
-from bench.common.cli import out_folder, run_one
+from bench.common.cli import Help, run_one
 from bench.common.interrupts import exit_code, rerun_command, signal_name, stop_on_signals
 
 
@@ -46,13 +47,12 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "fetch", help="download a sweep from S3", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Help,
     )
-    p.add_argument("uri", help="s3://bucket/prefix of the sweep (the --upload of `sweep`)")
-    p.add_argument("dir", type=out_folder, help="local folder to copy into")
+    p.add_argument("uri", metavar="URI", help="s3://bucket/prefix of the sweep (the --upload of `sweep`)")
+    p.add_argument("dir", metavar="DIR", type=O.local_folder, help="local folder to copy into")
     p.add_argument("--skip-existing", action="store_true", help="keep local files that already exist (resume)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress (default: a bar on a terminal, else a line every 10 s)")
+    O.add_no_progress(p)
     p.set_defaults(func=run)
     return p
 

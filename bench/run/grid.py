@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import results as R
-from bench.common import s3
+from bench.common import options, s3
 from bench.common import scenarios as SC
 from bench.common import workloads as W
 from bench.run import seeds, sizing
@@ -155,13 +155,12 @@ def parse_scenario_concurrencies(items: list[str]) -> dict[str, list[int]]:
 
 
 def parse_concurrencies(text: str) -> list[int]:
+    """"1,2,4" -> [1, 2, 4]: whole numbers of 1 or more, each once, in increasing order (a repeat or a
+    step back is a typo, so it is refused rather than quietly sorted away)."""
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"--concurrencies: expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise UsageError(f"--concurrencies: need positive integers, got {text!r}")
-    return sorted(set(values))
+        return options.increasing(text)
+    except ValueError as exc:
+        raise UsageError(f"--concurrencies: {exc}") from None
 
 
 def warmups_for(setting: str, concurrency: int) -> int:

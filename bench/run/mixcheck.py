@@ -15,17 +15,13 @@ decode p99 within their limits) under the mix.
     python -m bench plan ... --mix S1_chat=0.6,S4_rag=0.4 --mixed-traffic mixed/ --out report/plan
 
 --plan is the folder (or plan.json, or an s3:// prefix, waited for up to --wait-hours) of a plan made
-with a mix: its configuration (default: the first) lists `per_replica_req_s`. Each scenario runs max(--min-requests, rate x
---duration-s) requests. --out (a folder or s3://bucket/prefix/) gets `mixed/<scenario>.json`
-(vLLM's results), `mixed/<scenario>.log` and `mixed_traffic.json`:
+with a mix: its configuration (default: the first) lists `per_replica_req_s`. Each scenario runs
+max(--min-requests, rate x --duration-s) requests. --out (a folder or s3://bucket/prefix/) gets
+vLLM's results and logs under mixed/ and mixed_traffic.json (its keys:
+docs/files.md#mix-check-mixed_trafficjson).
 
-  {"configuration", "per_replica_req_s": {"<scenario>": req/s}, "duration_s", "slo": {...},
-   "scenarios": {"<scenario>": {"offered_req_s", "achieved_req_s", "requests", "valid", "reason",
-                                "ttft_p99_ms", "decode_p99_ms", "meets_slo"}},
-   "held": true | false | null}
-
-`held` is null when a run was invalid (the check could not tell). Exit codes: 0 held; 1 did not
-hold or could not tell; 2 bad arguments; 130/143 stopped (the processes are stopped too).
+Exit codes: 0 held; 1 did not hold or could not tell; 2 bad arguments; 130/143 stopped (the
+processes are stopped too).
 """
 
 from __future__ import annotations
@@ -45,8 +41,9 @@ from bench.analysis import results as R
 from bench.analysis import side as SIDE
 from bench.analysis.mixed_traffic import CHECK_FILE, finding, read_json
 from bench.common import locations, s3
+from bench.common import options as O
 from bench.common import workloads as W
-from bench.common.cli import out_folder, run_one
+from bench.common.cli import Help, run_one
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals, stop_process_group
 from bench.common.progress import human_seconds
 from bench.run import grid, seeds
@@ -157,13 +154,13 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
                                                 start_new_session=True), log, n)
         print(f"bench mix-check: {len(procs)} scenarios at once: "
               + ", ".join(f"{s} {r:g} req/s" for s, r in sorted(rates.items())), flush=True)
-        deadline = time.monotonic() + args.timeout_s
+        deadline = time.monotonic() + args.run_timeout
         for scenario, (proc, log, _n) in procs.items():
             try:
                 proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 stop_process_group(proc, 5)
-                log.write(f"stopped after {args.timeout_s:g} s\n")
+                log.write(f"stopped after {args.run_timeout:g} s\n")
     finally:
         for proc, log, _n in procs.values():
             stop_process_group(proc, 5)
@@ -184,16 +181,16 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.duration_s > 0 or args.min_requests < 1 or args.max_concurrency < 1 or not args.timeout_s > 0 \
-            or args.wait_hours < 0 or not args.poll_seconds > 0:
-        print("bench mix-check: --duration-s and --timeout-s must be positive, --min-requests and --max-concurrency "
-              ">= 1, --wait-hours >= 0, --poll-seconds > 0", file=sys.stderr)
+    if not args.duration_s > 0 or args.min_requests < 1 or args.max_concurrency < 1 or not args.run_timeout > 0 \
+            or args.wait_hours < 0 or not args.poll_s > 0:
+        print("bench mix-check: --duration-s and --run-timeout-s must be positive, --min-requests and "
+              "--max-concurrency >= 1, --wait-hours >= 0, --poll-s > 0", file=sys.stderr)
         return 2
     out = Path(args.out)
     try:
         with stop_on_signals(), tempfile.TemporaryDirectory(prefix="bench-mix-") as scratch:
             try:
-                plan = load_plan(wait_for_plan(args.plan, args.wait_hours, Path(scratch), args.poll_seconds))
+                plan = load_plan(wait_for_plan(args.plan, args.wait_hours, Path(scratch), args.poll_s))
                 label, rates = per_replica(plan, args.configuration)
                 slo = SIDE.choose_slo([("the plan", {"config": {"slo": plan.get("slo")}})], SIDE.slo_given(args),
                                       SIDE.SLO_FLAGS, noun="")
@@ -233,31 +230,31 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("mix-check", help="run the plan's scenarios at once on a server: do they add up?",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, formatter_class=Help)
     p.add_argument("--plan", required=True, help="plan.json, or its folder or s3:// prefix (`bench plan --mix`)")
-    p.add_argument("--wait-hours", type=float, default=0.0,
-                   help="with an s3:// --plan: wait up to this long for plan.json to appear, as the report Job "
-                        "writes it once the sweeps finish (default: %(default)s, no waiting)")
-    p.add_argument("--poll-seconds", type=float, default=15.0,
-                   help="first wait between two looks for the plan, doubling up to 5 min (default: %(default)s)")
-    p.add_argument("--configuration", help="plan configuration to check (default: the first with a per-replica mix)")
     p.add_argument("--base-url", required=True, help="the server, e.g. http://SERVER:8000")
     p.add_argument("--model", required=True, help="served model name")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder or s3:// model prefix")
-    p.add_argument("--out", type=out_folder, required=True, help="folder (or s3://bucket/prefix/) for mixed_traffic.json and mixed/")
-    p.add_argument("--duration-s", type=float, default=120.0,
+    O.add_out(p, "mix-check", "mixed_traffic.json and mixed/")
+    p.add_argument("--configuration", help="plan configuration to check (default: the first with a per-replica mix)")
+    p.add_argument("--wait-hours", type=O.at_least_zero(float), default=0.0,
+                   help="with an s3:// --plan: wait up to this long for plan.json to appear, as the report Job "
+                        "writes it once the sweeps finish (default: %(default)s, no waiting)")
+    O.add_poll(p, 15.0, "the plan (up to 5 min)")
+    p.add_argument("--duration-s", type=O.above_zero(float), default=120.0,
                    help="how long the mix runs: requests per scenario = rate x this (default: %(default)s)")
-    p.add_argument("--min-requests", type=int, default=50, help="fewest requests per scenario (default: %(default)s)")
-    p.add_argument("--max-concurrency", type=int, default=64,
+    p.add_argument("--min-requests", type=O.above_zero(int), default=50,
+                   help="fewest requests per scenario (default: %(default)s)")
+    p.add_argument("--max-concurrency", type=O.above_zero(int), default=64,
                    help="safety cap on in-flight requests per scenario (default: %(default)s)")
-    p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the runs after this (default: %(default)s)")
+    O.add_run_timeout(p, 1800.0, "the scenarios' runs")
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default: %(default)s)")
-    SIDE.add_slo_arguments(p, recorded_by="the plan recorded (plan.json slo)")
+    O.add_slo(p, recorded_by="the plan recorded (plan.json slo)")
     p.add_argument("--bench-args", default=os.environ.get("VLLM_POC_BENCH_ARGS"),
                    help="extra `vllm bench serve` arguments, one shell-quoted string")
     p.add_argument("--vllm-bin", default=os.environ.get("VLLM_POC_VLLM_BIN") or None,
                    help="vllm executable or command (default: `vllm` on PATH; env VLLM_POC_VLLM_BIN)")
-    p.add_argument("--no-progress", action="store_true", help="no download progress for s3:// folders")
+    O.add_no_progress(p)
     p.set_defaults(func=locations.remote_io(run, command="mix-check", inputs=()))
     return p
 

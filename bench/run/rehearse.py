@@ -13,14 +13,16 @@ exits): the client's start-up before its first request is left out.
 
     python -m bench rehearse --plan report/plan --pool interactive --base-url http://ROUTER:8000 \\
         --model NAME --tokenizer DIR --metrics-url http://SERVER1:8000/metrics \\
-        --metrics-url http://SERVER2:8000/metrics --out rehearsal/ [--duration-s 120] [--burstiness 0.5]
+        --metrics-url http://SERVER2:8000/metrics [--duration-s 120] [--burstiness 0.5]
 
 --plan is the folder of `bench plan` (or its plan.json); its `fleet` must have the pool, with
 figures (a pool the plan could not size says why). --request-rate replaces the plan's peak (a few
-CPU servers carry less than the planned fleet), and the report says so. --out is a folder: it gets
-rehearsal.json, rehearsal.md and rehearsal.html (the report's section on its own; give the folder
-to `bench report --rehearsal` for the report's), and the run under rehearsal/. Exit codes: 0 the SLO held; 1 it did not, or no request was answered; 2 bad arguments;
-130/143 stopped.
+CPU servers carry less than the planned fleet), and the report says so. --out gets rehearsal.json,
+rehearsal.md and rehearsal.html (the report's section on its own; give the folder to
+`bench report --rehearsal` for the report's), and the run under rehearsal/.
+
+Exit codes: 0 the SLO held; 1 it did not, or no request was answered; 2 bad arguments; 130/143
+stopped.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ from bench.analysis import results as R
 from bench.common import fleet_queries as Q
 from bench.common import locations
 from bench.common import prometheus as P
+from bench.common import options as O
 from bench.common import workloads as W
-from bench.common.cli import out_folder, run_one
+from bench.common.cli import Help, run_one
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals, stop_process_group
 from bench.run import grid, mixcheck, seeds, telemetry
 
@@ -152,9 +155,9 @@ def replay(args: argparse.Namespace, vllm: list[str], tokenizer: str, scenario: 
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         try:
-            proc.wait(timeout=args.timeout_s)
+            proc.wait(timeout=args.run_timeout)
         except subprocess.TimeoutExpired:
-            log.write(f"stopped after {args.timeout_s:g} s\n")
+            log.write(f"stopped after {args.run_timeout:g} s\n")
         finally:
             stop_process_group(proc, 5)
             ended = time.monotonic() - reader.t0
@@ -195,9 +198,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench rehearse: {message}", file=sys.stderr)
         return 2
 
-    if not args.duration_s > 0 or args.min_requests < 1 or args.max_concurrency < 1 or not args.timeout_s > 0 \
+    if not args.duration_s > 0 or args.min_requests < 1 or args.max_concurrency < 1 or not args.run_timeout > 0 \
             or not args.burstiness > 0 or not args.scrape_interval_s > 0 or not args.length_scale > 0:
-        return usage("--duration-s, --timeout-s, --burstiness, --scrape-interval-s and --length-scale must be positive, "
+        return usage("--duration-s, --run-timeout-s, --burstiness, --scrape-interval-s and --length-scale must be positive, "
                      "--min-requests and --max-concurrency >= 1")
     if args.request_rate is not None and not args.request_rate > 0:
         return usage("--request-rate must be positive (or left out: the plan's peak)")
@@ -252,31 +255,33 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("rehearse", help="replay the plan's peak through the router; SLO, replica-hours, cost",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, formatter_class=Help)
     p.add_argument("--plan", required=True, help="plan.json or its folder (`bench plan --out`)")
-    p.add_argument("--pool", default="interactive", help="the plan's fleet pool to rehearse (default: %(default)s)")
     p.add_argument("--base-url", required=True, help="the router (or one server), e.g. http://ROUTER:8000")
     p.add_argument("--model", required=True, help="served model name of the pool")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder or s3:// model prefix")
-    p.add_argument("--out", type=out_folder, required=True, help="folder for rehearsal.json, rehearsal.md, rehearsal.html")
+    O.add_out(p, "rehearse", "rehearsal.json, rehearsal.md, rehearsal.html and the run", s3=False)
+    p.add_argument("--pool", default="interactive", help="the plan's fleet pool to rehearse (default: %(default)s)")
     p.add_argument("--metrics-url", action="append", default=[],
                    help="a server's /metrics (repeat per server); or use --prometheus-url")
     p.add_argument("--prometheus-url", help="the fleet's Prometheus (reads the ScaledObject's trigger queries)")
     p.add_argument("--namespace", default="vllm", help="with --prometheus-url: the servers' namespace")
     p.add_argument("--server", help="with --prometheus-url: the pool's server Deployment")
     p.add_argument("--scenario", help="scenario to replay (default: the one the pool's capacity was measured in)")
-    p.add_argument("--request-rate", type=float, help="req/s instead of the plan's peak (say why in your notes)")
-    p.add_argument("--burstiness", type=float, default=0.5,
+    p.add_argument("--request-rate", type=O.above_zero(float),
+                   help="req/s instead of the plan's peak (say why in your notes)")
+    p.add_argument("--burstiness", type=O.above_zero(float), default=0.5,
                    help="vllm bench serve's burstiness: below 1 burstier than Poisson (default: %(default)s)")
-    p.add_argument("--length-scale", type=float, default=1.0,
+    p.add_argument("--length-scale", type=O.above_zero(float), default=1.0,
                    help="scale the scenario's input and output lengths, as the sweep's (default: %(default)s)")
-    p.add_argument("--duration-s", type=float, default=120.0,
+    p.add_argument("--duration-s", type=O.above_zero(float), default=120.0,
                    help="requests = rate x this (default: %(default)s)")
-    p.add_argument("--min-requests", type=int, default=20, help="fewest requests (default: %(default)s)")
-    p.add_argument("--max-concurrency", type=int, default=256,
+    p.add_argument("--min-requests", type=O.above_zero(int), default=20, help="fewest requests (default: %(default)s)")
+    p.add_argument("--max-concurrency", type=O.above_zero(int), default=256,
                    help="safety cap on in-flight requests (default: %(default)s)")
-    p.add_argument("--scrape-interval-s", type=float, default=1.0, help="seconds between reads (default: %(default)s)")
-    p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the run after this (default: %(default)s)")
+    p.add_argument("--scrape-interval-s", type=O.above_zero(float), default=1.0,
+                   help="seconds between reads (default: %(default)s)")
+    O.add_run_timeout(p, 1800.0, "the run")
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default: %(default)s)")
     p.add_argument("--bench-args", default=os.environ.get("VLLM_POC_BENCH_ARGS"),
                    help="extra `vllm bench serve` arguments, one shell-quoted string")

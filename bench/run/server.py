@@ -68,7 +68,7 @@ def wait_for_health(base_url: str, timeout_s: float, interval_s: float = 5.0, sa
         elapsed = now - start
         if elapsed >= timeout_s:
             raise TimeoutError(f"{base_url}/health did not answer 200 within {elapsed:.0f} s (last: {last}); check "
-                               "--base-url and the server's log, or wait longer with --health-timeout")
+                               "--base-url and the server's log, or wait longer with --health-timeout-s")
         if now - said >= say_every_s:
             said = now
             say(f"bench sweep: still waiting for {base_url}/health after {elapsed:.0f} s: {last} "

@@ -1,49 +1,13 @@
-"""`python -m bench sweep`: run `vllm bench serve` over scenarios x concurrencies against a server.
+"""`python -m bench sweep --base-url URL --model NAME --tokenizer DIR`: `vllm bench serve` over scenarios x
+concurrencies against a server.
 
-For every (scenario, concurrency) the sweep runs a warm-up `vllm bench serve` (one wave at the
-run's concurrency, prompts of its own) and then the measured one with the random dataset (fixed
-input/output lengths, ignore-eos, request rate inf, client concurrency cap), TTFT, TPOT, ITL and
-E2EL at percentiles 50/90/99. Each process draws prompts with its own seed (`bench.run.seeds`), so no
-run replays another's prompts into the server's prefix cache. Around the measured process the
-server's /metrics and the GPU exporter are read (`bench.run.telemetry`). Files:
+Per scenario and concurrency a warm-up, then the measured run (prompts of its own seed, the
+concurrency as the client's cap); a failed or suspect run is retried; --resume runs only what is
+missing. Files: docs/files.md#the-sweep-folder; method: docs/benchmark.md#the-sweep.
 
-    <out>/<scenario>_c<concurrency>.json      raw vLLM result of the valid (or last suspect) attempt
-    <out>/<scenario>_c<c>.attempt<n>.invalid.json   raw result of an invalid attempt (kept)
-    <out>/<scenario>_c<c>.attempt<n>.suspect.json   raw result of a suspect attempt that was retried
-    <out>/logs/<scenario>_c<c>.attempt<n>.log      stdout+stderr of that attempt (warm-up first)
-    <out>/logs/<scenario>_c<c>.attempt<n>.telemetry.json   /metrics before/after, samples, GPU
-    <out>/manifest.json                        inputs, hardware, server facts, per-run status,
-                                               telemetry summary, timing, and at the end this
-                                               side's capacity under the SLO per scenario
-                                               (`capacity`, intervals as in `bench report`)
-
-A run is valid only by `bench.analysis.results.load_result`'s rules (all prompts completed, none failed,
-...): `vllm bench serve` exits 0 and writes a file even when every request failed. An invalid run
-is retried once (`--attempts`), recorded with its reason, and the sweep goes on; the exit code is
-1 when any combination stays invalid or suspect. A run is invalid as well when the server restarted
-during it, and suspect when a random-prompt scenario got more than 5 % of its prompt tokens from the
-prefix cache (prompts were replayed): a suspect attempt is retried with new prompts.
-
-`--resume` keeps every combination whose result file re-validates against the current plan
-(same scenario lengths, prompts, seed, model, hardware, image, server flags: the run hash) and
-runs the rest, suspect runs included. With
-`--upload s3://bucket/prefix` every file is uploaded as soon as it is written, and `--resume` first
-downloads what is already there: a Kubernetes Job restarted after a pod failure or a Spot
-interruption continues where it stopped.
-
-Example (inside the vllm/vllm-openai image):
-
-    python3 -m bench sweep --base-url http://gemma-fp8:8000 --model gemma-fp8 \\
-        --tokenizer s3://weights/models/RedHatAI/gemma-4-31B-it-FP8-dynamic/ \\
-        --out /results --upload s3://results/runs/dev/gemma-fp8/<run id>/ --resume \\
-        --instance-type g6e.2xlarge --gpus 1
-
-While it waits for the server, the sweep says every 10 s why (connection refused, the HTTP status,
-a timeout). A --model the server does not serve (GET /v1/models) stops it before any run.
-
-Exit codes: 0 every combination valid; 1 some combination invalid; 2 bad arguments (also a --model
-the server does not serve, or an --out holding a sweep of another grid or SLO: bench/run/folder.py);
-3 server not healthy in time; 4 results could not be uploaded; 130 stopped by Ctrl-C; 143 terminated (SIGTERM).
+Exit codes: 0 every run valid; 1 some invalid or suspect; 2 bad arguments (also a --model the server
+does not serve, or an --out holding another grid's or SLO's sweep); 3 server not healthy in time;
+4 upload failed; 130 Ctrl-C; 143 SIGTERM.
 """
 
 from __future__ import annotations
@@ -64,8 +28,9 @@ from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
 from bench.analysis import side as SIDE
 from bench.analysis import verdict as V
+from bench.common import options as O
 from bench.common import s3
-from bench.common.cli import out_folder, run_one
+from bench.common.cli import Help, run_one
 from bench.common.interrupts import rerun_command
 from bench.run import client as bench_client
 from bench.run import extra_runs, folder, hardware, s3reach, seeds, sizing
@@ -331,12 +296,13 @@ def _on_sigterm(signum, _frame):
 def run(args: argparse.Namespace) -> int:
     try:
         args.prices_table = hardware.parse_prices(args.prices)
+        args.price_per_hour = _own_price(args)
         args.allowed_capacity_types = hardware.parse_capacity_types(args.capacity_types)
         if args.capacity_type and args.capacity_type not in hardware.CAPACITY_TYPES:
             raise UsageError(f"--capacity-type: {args.capacity_type!r} is not one of "
                              f"{', '.join(hardware.CAPACITY_TYPES)}")
         if args.telemetry_interval <= 0:
-            raise UsageError(f"--telemetry-interval must be > 0, got {args.telemetry_interval}")
+            raise UsageError(f"--telemetry-interval-s must be > 0, got {args.telemetry_interval}")
         plan = build_plan(args)
         extra_runs.validate(args)
         vllm = resolve_vllm(args.vllm_bin)
@@ -514,6 +480,21 @@ def _variant(args: argparse.Namespace) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {"raw": value}
 
 
+def _own_price(args: argparse.Namespace) -> float | None:
+    """--price-per-hour of this one server: ON_DEMAND whatever the capacity type, or with /SPOT a price per
+    capacity type (over --prices), the node's own then recorded."""
+    price = args.price_per_hour
+    if price is None:
+        return None
+    if price.label:
+        raise UsageError(f"--price-per-hour {price}: a sweep prices its one server; give {str(price).split('=')[1]} "
+                         "without LABEL=")
+    if price.spot is None:
+        return float(price)
+    args.prices_table = {**args.prices_table, "on-demand": float(price), "spot": price.spot}
+    return None
+
+
 def _asked(plan: list[RunSpec]) -> dict[str, set[int]]:
     return {name: {s.concurrency for s in plan if s.scenario == name} for name in dict.fromkeys(s.scenario for s in plan)}
 
@@ -527,70 +508,60 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "sweep",
         help="run vllm bench serve over scenarios x concurrencies",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Help,
     )
-    p.add_argument("--base-url", required=True, help="server URL, e.g. http://gemma-fp8:8000")
-    p.add_argument("--model", required=True, help="served model name (as in GET /v1/models)")
-    p.add_argument("--tokenizer", required=True,
-                   help="local tokenizer folder, or s3://bucket/prefix of the model folder "
-                        "(tokenizer files are downloaded, weights are not)")
-    p.add_argument("--out", type=out_folder, required=True, help="output folder for results, logs and manifest.json")
-    p.add_argument("--scenarios", help="comma-separated scenario names to run (default: S1_chat, "
-                   "S2_summary, S3_moderation, S4_rag and any added with --scenario)")
+    p.add_argument("--base-url", required=True, metavar="URL", help="the server, e.g. http://gemma-fp8:8000")
+    p.add_argument("--model", required=True, metavar="NAME", help="served model name (as in GET /v1/models)")
+    p.add_argument("--tokenizer", required=True, metavar="DIR",
+                   help="tokenizer folder, or the model's s3:// prefix")
+    O.add_out(p, "sweep", "results, logs and manifest.json")
+    p.add_argument("--scenarios", metavar="NAMES",
+                   help="scenarios to run (default: S1_chat to S4_rag, and any --scenario)")
     p.add_argument("--scenario", action="append", metavar="NAME=IN/OUT",
                    help="set or add a scenario's input/output tokens, e.g. S1_chat=32/8 (repeatable)")
-    p.add_argument("--scenario-concurrencies", action="append", metavar="NAME=C1,C2",
-                   help="a scenario's own concurrencies, e.g. K_korean=1,8,64 (repeatable; default: the "
-                        "scenario's own, K_korean 1,8, else --concurrencies)")
+    p.add_argument("--scenario-concurrencies", action="append", type=O.named_concurrencies,
+                   help="a scenario's own concurrencies, e.g. K_korean=1,8,64 (repeatable)")
     p.add_argument("--prompt-format", choices=("auto", "custom", "chat"), default="auto",
-                   help="how K_korean's prompts are sent: custom (vLLM custom dataset, client-side chat "
-                        "template; needs pandas), chat (/v1/chat/completions, server-side template) or "
-                        "auto (custom where pandas is installed) (default: auto)")
-    p.add_argument("--variant", default=_env("VLLM_POC_VARIANT"),
-                   help="JSON: what this server changes from its base (recorded for `bench compare`)")
-    p.add_argument("--length-scale", type=float, default=1.0,
-                   help="multiply every scenario length (tests; outputs stay >= 2 tokens)")
-    p.add_argument("--concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)),
-                   help="comma-separated client concurrencies (default: %(default)s)")
+                   help="K_korean's chat template: custom (client side; needs pandas), chat (server side) or auto "
+                        "(default: auto)")
+    p.add_argument("--length-scale", type=O.above_zero(float), default=1.0,
+                   help="factor on every scenario's lengths (tests)")
+    p.add_argument("--concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)), type=O.concurrencies_text,
+                   help="client concurrencies, increasing (default: %(default)s)")
     p.add_argument("--window-s", type=float, default=sizing.DEFAULT_WINDOW_S,
-                   help="seconds every measured run holds its load; each run is sized from a burst at its load "
-                        f"(at least {sizing.MIN_WINDOW_S:g}; default: %(default)s)")
+                   help=f"seconds each run holds its load, sized from a burst (at least {sizing.MIN_WINDOW_S:g}; "
+                        "default: %(default)s)")
     p.add_argument("--min-prompts", type=int, default=sizing.MIN_REQUESTS,
-                   help="fewest requests in a measured run, so that its p99 is not its slowest request "
-                        f"(at least {sizing.MIN_REQUESTS}; default: %(default)s)")
+                   help=f"fewest requests in a run (at least {sizing.MIN_REQUESTS}; default: %(default)s)")
     p.add_argument("--prompts-per-concurrency", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--warmups", default="auto",
-                   help="requests of the burst before each run, or 'auto' = two waves at its concurrency "
-                        "(4 to 256); the burst's rate sizes the run (default: auto)")
+    p.add_argument("--warmups", default="auto", metavar="N",
+                   help="requests of the burst that sizes each run, or auto: two waves (default: auto)")
     p.add_argument("--seed", type=int, default=0, help="dataset seed (default: %(default)s)")
     p.add_argument("--bench-args", default=_env("VLLM_POC_BENCH_ARGS"),
-                   help="extra `vllm bench serve` arguments, one shell-quoted string "
-                        "(env VLLM_POC_BENCH_ARGS), e.g. '--temperature 0'")
-    p.add_argument("--attempts", type=int, default=2,
-                   help="attempts per combination before it is recorded invalid (default: %(default)s)")
-    p.add_argument("--run-timeout", type=float, default=3600.0,
-                   help="seconds one vllm bench serve may run (default: %(default)s)")
-    p.add_argument("--health-timeout", type=float, default=1800.0,
-                   help="seconds to wait for GET /health = 200 (default: %(default)s)")
+                   help="more `vllm bench serve` arguments, one quoted string (env VLLM_POC_BENCH_ARGS)")
+    p.add_argument("--attempts", type=O.above_zero(int), default=2,
+                   help="attempts before a combination is recorded invalid (default: %(default)s)")
+    O.add_run_timeout(p, 3600.0)
+    O.add_health_timeout(p, 1800.0)
     p.add_argument("--health-interval", type=float, default=5.0, help=argparse.SUPPRESS)
     p.add_argument("--health-say-every", type=float, default=10.0, help=argparse.SUPPRESS)
     p.add_argument("--resume", action="store_true",
                    help="skip combinations whose result file re-validates against this plan")
-    p.add_argument("--upload", default=_env("VLLM_POC_RESULTS_URI"),
-                   help="s3://bucket/prefix to upload every file to as it is written "
-                        "(env VLLM_POC_RESULTS_URI); with --resume, download from there first")
-    p.add_argument("--vllm-bin", default=_env("VLLM_POC_VLLM_BIN"),
-                   help="vllm executable or command (default: `vllm` on PATH; env VLLM_POC_VLLM_BIN)")
+    p.add_argument("--upload", default=_env("VLLM_POC_RESULTS_URI"), metavar="URI",
+                   help="s3:// prefix each file goes to as it is written; --resume reads it first (env "
+                        "VLLM_POC_RESULTS_URI)")
+    p.add_argument("--vllm-bin", default=_env("VLLM_POC_VLLM_BIN"), metavar="CMD",
+                   help="vllm command (default: `vllm` on PATH; env VLLM_POC_VLLM_BIN)")
     p.add_argument("--label", default=_env("VLLM_POC_LABEL"),
                    help="name of this configuration in reports (env VLLM_POC_LABEL)")
-    p.add_argument("--instance-type", default=_env("VLLM_POC_INSTANCE_TYPE"),
+    p.add_argument("--instance-type", default=_env("VLLM_POC_INSTANCE_TYPE"), metavar="TYPE",
                    help="recorded in the manifest (env VLLM_POC_INSTANCE_TYPE)")
-    p.add_argument("--gpus", type=int, default=_env("VLLM_POC_GPUS", "1"),
-                   help="GPUs behind the server, for per-GPU ratios (env VLLM_POC_GPUS, default 1)")
-    p.add_argument("--price-per-hour", type=float, default=_env("VLLM_POC_PRICE_PER_HOUR"),
-                   help="hourly price of those GPUs whatever the capacity type; wins over --prices "
-                        "(env VLLM_POC_PRICE_PER_HOUR)")
+    p.add_argument("--gpus", type=O.above_zero(int), default=_env("VLLM_POC_GPUS", "1"),
+                   help="GPUs behind the server (default: 1; env VLLM_POC_GPUS)")
+    O.add_price(p, repeatable=False, default=_env("VLLM_POC_PRICE_PER_HOUR"),
+                prices="those GPUs (/SPOT: on a Spot node); wins over --prices (env VLLM_POC_PRICE_PER_HOUR)")
     add_measurement_options(p)
+    O.add_slo(p)
     extra_runs.add_arguments(p)
     bench_client.add_arguments(p)
     p.set_defaults(func=run)

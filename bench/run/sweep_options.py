@@ -1,4 +1,7 @@
-"""`bench sweep` options that tie a sweep to its hardware and record telemetry around each run."""
+"""`bench sweep` options that tie a sweep to its hardware and record telemetry around each run.
+
+The bench Job sets the ones it knows from the stack (`JOB_FLAGS`); they keep one line in the help
+and are described in docs/benchmark.md#the-bench-job."""
 
 from __future__ import annotations
 
@@ -6,7 +9,11 @@ import argparse
 import os
 
 from bench.analysis import results as R
+from bench.common import options as O
 from bench.run import telemetry as T
+
+JOB_FLAGS = ("--variant", "--prices", "--capacity-types", "--node-name", "--image", "--server-args",
+             "--gpu-metrics-url")
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -14,36 +21,27 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 
 def add_measurement_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prices", default=_env("VLLM_POC_PRICES"),
-                   help="hourly price per capacity type, e.g. spot=1.50,on-demand=4.13: the one of the "
-                        "node's capacity type is recorded (env VLLM_POC_PRICES)")
-    p.add_argument("--capacity-type", default=_env("VLLM_POC_CAPACITY_TYPE"),
-                   help="capacity type of the server's node (default: read from the node's "
-                        "karpenter.sh/capacity-type label; env VLLM_POC_CAPACITY_TYPE)")
-    p.add_argument("--capacity-types", default=_env("VLLM_POC_CAPACITY_TYPES"),
-                   help="capacity types the server's pool allows; with one, it is the capacity type "
-                        "when the node cannot be read (env VLLM_POC_CAPACITY_TYPES)")
-    p.add_argument("--node-name", default=_env("NODE_NAME"),
-                   help="node the bench runs on (the server's); its labels are read with the pod's "
-                        "service account (env NODE_NAME)")
-    p.add_argument("--image", default=_env("VLLM_POC_IMAGE"),
-                   help="the server's container image, recorded and part of the run hash (env VLLM_POC_IMAGE)")
-    p.add_argument("--metrics-url", default=None,
-                   help="the server's Prometheus metrics, read before and after each run and sampled "
-                        "during it (default: <base-url>/metrics; 'none' to skip)")
-    p.add_argument("--gpu-metrics-url", default=_env("VLLM_POC_GPU_METRICS_URL"),
-                   help="NVIDIA DCGM exporter metrics of the server's node, sampled during each run "
-                        "(default: none; the Job sets it; env VLLM_POC_GPU_METRICS_URL)")
-    p.add_argument("--telemetry-interval", type=float, default=T.DEFAULT_INTERVAL_S,
-                   help="seconds between telemetry samples during a run (default: %(default)s)")
-    p.add_argument("--suspect-prefix-cache-pct", type=float, default=R.SUSPECT_PREFIX_CACHE_PCT,
-                   help="a random-prompt run with more prefix-cache hits than this percent of its "
-                        "prompt tokens is suspect: retried, and left out of the report's figures "
+    O.add_capacity_type(p, default=_env("VLLM_POC_CAPACITY_TYPE"),
+                        of="the server's node (default: its node label; env VLLM_POC_CAPACITY_TYPE)")
+    p.add_argument("--metrics-url", default=None, metavar="URL",
+                   help="the server's metrics, read around each run (default: <base-url>/metrics; none: skip)")
+    O.add_renamed(p, "--telemetry-interval-s", type=O.above_zero(float), default=T.DEFAULT_INTERVAL_S,
+                  dest="telemetry_interval", metavar="SECONDS",
+                  help="between telemetry samples during a run (default: %(default)s)")
+    p.add_argument("--suspect-prefix-cache-pct", type=float, default=R.SUSPECT_PREFIX_CACHE_PCT, metavar="PCT",
+                   help="a random-prompt run with more prompt tokens from the prefix cache is suspect "
                         "(default: %(default)s)")
-    p.add_argument("--min-spec-acceptance-pct", type=float, default=R.MIN_SPEC_ACCEPTANCE_PCT,
-                   help="a run on real text (K_korean) whose speculative decoding accepted fewer draft tokens "
-                        "(accepted / draft, from the server's counters) than this percent is suspect: a collapsed "
-                        "draft, left out of the "
-                        "report's figures (default: %(default)s; a working MTP draft accepts about 55 %% on real text)")
-    p.add_argument("--server-args", default=_env("VLLM_POC_SERVER_ARGS"),
-                   help="the server's vllm serve flags, recorded in the manifest (env VLLM_POC_SERVER_ARGS)")
+    p.add_argument("--min-spec-acceptance-pct", type=float, default=R.MIN_SPEC_ACCEPTANCE_PCT, metavar="PCT",
+                   help="a K_korean run whose speculative decoding accepted fewer drafts is suspect "
+                        "(default: %(default)s)")
+    job = p.add_argument_group(
+        "set by the bench Job, each also from its environment variable (docs/benchmark.md#the-bench-job)",
+        "  " + ", ".join(JOB_FLAGS))
+    hidden = argparse.SUPPRESS
+    job.add_argument("--variant", default=_env("VLLM_POC_VARIANT"), help=hidden)
+    job.add_argument("--prices", default=_env("VLLM_POC_PRICES"), help=hidden)
+    job.add_argument("--capacity-types", default=_env("VLLM_POC_CAPACITY_TYPES"), help=hidden)
+    job.add_argument("--node-name", default=_env("NODE_NAME"), help=hidden)
+    job.add_argument("--image", default=_env("VLLM_POC_IMAGE"), help=hidden)
+    job.add_argument("--server-args", default=_env("VLLM_POC_SERVER_ARGS"), help=hidden)
+    job.add_argument("--gpu-metrics-url", default=_env("VLLM_POC_GPU_METRICS_URL"), help=hidden)

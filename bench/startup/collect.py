@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.common import kube
-from bench.common.cli import out_folder, run_one
+from bench.common import options as O
+from bench.common.cli import Help, run_one
 from bench.startup import phases, sleepwake, timeline
 from bench.startup import report as startup_report
 from bench.startup.streamer import upload
@@ -171,12 +172,12 @@ def run(args: argparse.Namespace, client: Any = None) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "timeline", help="record server pods' startup timelines from the Kubernetes API (in the cluster)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "timeline", help="record server pods' startup timelines from the Kubernetes API",
+        description=__doc__, formatter_class=Help,
     )
     p.add_argument("--namespace", required=True, help="namespace of the server pods")
     p.add_argument("--selector", required=True, help="label selector of the server pods")
-    p.add_argument("--out", type=out_folder, required=True, help="results folder; records go to OUT/startup/")
+    O.add_out(p, "timeline", "the records (under startup/)", s3=False)
     p.add_argument("--container", default="vllm", help="server container name (default: %(default)s)")
     p.add_argument("--server", default=None, help="server name recorded with the timeline")
     p.add_argument("--config-hash", default=None,

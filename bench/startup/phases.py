@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from bench.common.cli import run_one
+from bench.common.cli import Help, run_one
 from bench.startup import netlimits, timeline
 from bench.startup import report as startup_report
 
@@ -341,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "startup", help="startup phases from a vLLM server log or a stored startup record", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Help,
     )
     p.add_argument("log", help="server log file (e.g. `kubectl logs --timestamps deploy/<server>`) or a "
                    "stored startup record (results' startup/*.json)")

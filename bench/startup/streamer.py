@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import options as O
 from bench.common import s3
-from bench.common.cli import out_folder, run_one
+from bench.common.cli import Help, run_one
 from bench.startup import netlimits
 
 GIB = 2**30
@@ -202,11 +203,11 @@ def loader_profile_line(result: dict[str, Any], where: str) -> str | None:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "streamer", help="Run:ai streamer S3 throughput over concurrency x memory limit", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Help,
     )
     p.add_argument("uri", help="s3:// prefix of a staged model's safetensors (models/<hf id>/)")
-    p.add_argument("--concurrency", type=lambda t: _ints(t, "--concurrency", 1),
-                   default=list(DEFAULT_CONCURRENCY), help="S3 clients per point (default: 8,16,32,64)")
+    O.add_renamed(p, "--concurrencies", type=O.concurrencies, default=list(DEFAULT_CONCURRENCY), dest="concurrency",
+                  help="S3 clients per point, increasing (default: 8,16,32,64)")
     p.add_argument("--memory-limit-gib", type=lambda t: _ints(t, "--memory-limit-gib", -1),
                    default=list(DEFAULT_MEMORY_LIMIT_GIB),
                    help="CPU buffer per point in GiB, -1 = unlimited (default: 8,24)")
@@ -215,7 +216,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="runs per point; the median counts (default: 1)")
     p.add_argument("--tolerance-pct", type=float, default=5.0,
                    help="points this close to the fastest count as equal for the recommendation (default: 5)")
-    p.add_argument("--out", type=out_folder, required=True, help="folder for streamer.json")
+    O.add_out(p, "streamer", "streamer.json", s3=False)
     p.add_argument("--upload", default=os.environ.get("VLLM_POC_RESULTS_URI") or None,
                    help="s3://bucket/prefix/ to store streamer.json under (env VLLM_POC_RESULTS_URI)")
     p.set_defaults(func=run)

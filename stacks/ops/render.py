@@ -351,20 +351,29 @@ def render_stack(stack: str, directory: Path = REPO) -> Rendered:
     return render_config(loader.load_config(stack, directory), stack=stack)
 
 
+def _folder(value: str) -> Path:
+    return Path(out_folder(value))
+
+
+_folder.kind = "folder"  # type: ignore[attr-defined]  # as every --out (tests/test_cli_vocabulary.py)
+
+
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "render", help="render a stack's desired state offline (no cloud, no Pulumi CLI)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
-    parser.add_argument("--out", type=lambda value: Path(out_folder(value)), required=True,
+    parser.add_argument("--out", type=_folder, metavar="DIR",
                         help="directory for resources.json, kubernetes.yaml, helm.json, outputs.json and code/ "
-                             "(created; files of an earlier render there are replaced)")
+                             "(created; files of an earlier render there are replaced; default: build/render/STACK)")
     parser.add_argument("--dir", type=Path, default=REPO, help="directory holding the stack files (default: the project)")
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.out is None:
+        args.out = Path("build") / "render" / args.stack
     if args.out.exists() and not args.out.is_dir():
         print(f"render: error: --out {args.out} is a file, not a directory; give a directory "
               "(it is created if missing)", file=sys.stderr)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.common.interrupts import exit_code, rerun_command, signal_name
+from bench.common.options import above_zero, add_renamed
 from components.labels import PART_OF_SELECTOR
 from stacks.loader import load_settings
 from stacks.ops.credentials import HOW_TO_PROVIDE, INCOMPLETE, NotRun, credentials_problem, missing_credentials
@@ -81,8 +82,9 @@ def add_parser(subparsers) -> None:
     pre.add_argument("stack", help="stack name (reads Pulumi.<stack>.yaml)")
     pre.add_argument("--kubeconfig", help="kubeconfig of the cluster (default: written by `aws eks update-kubeconfig`)")
     pre.add_argument("--context", help="kubeconfig context to use")
-    pre.add_argument("--timeout-minutes", type=float, default=20, help="how long to wait for instances (default %(default)s)")
-    pre.add_argument("--poll-seconds", type=float, default=10, help=argparse.SUPPRESS)
+    add_renamed(pre, "--wait-minutes", type=above_zero(float), default=20,
+                help="how long to wait for the instances to go (default %(default)s)")
+    add_renamed(pre, "--poll-s", type=above_zero(float), default=10, dest="poll_seconds", help=argparse.SUPPRESS)
     pre.add_argument("--dry-run", action="store_true", help="print the commands, change nothing")
     pre.add_argument("--dir", help="directory holding the stack files (default: the project)")
     pre.set_defaults(func=run_pre_destroy)
@@ -98,7 +100,8 @@ def add_parser(subparsers) -> None:
     check.add_argument("--yes", action="store_true", help="with --delete: do not ask for confirmation")
     check.add_argument("--json", action="store_true", help="print the findings as JSON")
     check.add_argument("--dir", help="directory holding the stack files (default: the project)")
-    check.add_argument("--wait-minutes", type=float, default=10, help="with --delete: wait for terminations (default %(default)s)")
+    check.add_argument("--wait-minutes", type=above_zero(float), default=10,
+                       help="with --delete: how long to wait for terminations (default %(default)s)")
     check.set_defaults(func=run_teardown_check)
 
 
@@ -137,7 +140,7 @@ def run_pre_destroy(args: argparse.Namespace, clients: dict[str, Any] | None = N
         if args.dry_run:
             for step in steps:
                 print(f"# {step.description}\n{shlex.join(step.argv)}")
-            print(f"# then wait up to {args.timeout_minutes:g} min until no EC2 instance tagged karpenter.sh/nodepool "
+            print(f"# then wait up to {args.wait_minutes:g} min until no EC2 instance tagged karpenter.sh/nodepool "
                   f"and kubernetes.io/cluster/{cluster}=owned (or eks:eks-cluster-name={cluster}) is left in {region}")
             return 0
         if clients is None and (missing := missing_credentials()):
@@ -150,7 +153,7 @@ def run_pre_destroy(args: argparse.Namespace, clients: dict[str, Any] | None = N
             return 1
     try:
         ec2 = (clients or make_clients(region))["ec2"]
-        left = wait_for_instances_gone(ec2, cluster, args.timeout_minutes * 60, args.poll_seconds, sleep=sleep)
+        left = wait_for_instances_gone(ec2, cluster, args.wait_minutes * 60, args.poll_seconds, sleep=sleep)
     except Exception as exc:  # noqa: BLE001
         print(f"{PRE_DESTROY}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
