@@ -34,9 +34,11 @@ def test_a_run_is_sized_to_its_window_from_the_burst_and_never_under_the_floor()
 
 def test_a_lighter_load_already_measured_bounds_a_bursts_low_reading():
     measured = {1: 20.0, 4: 60.0, 16: 150.0}
-    assert sizing.rate_for(30.0, measured, 8) == 60.0  # c=4 ran at 60 req/s: c=8 serves at least that
+    # c=4 ran at 60 req/s: c=8 serves about sqrt(2) x that; never more than twice the burst
+    assert sizing.rate_for(50.0, measured, 8) == pytest.approx(60.0 * 2 ** 0.5)
+    assert sizing.rate_for(30.0, measured, 8) == 60.0
     assert sizing.rate_for(90.0, measured, 8) == 90.0
-    assert sizing.rate_for(None, measured, 2) == 20.0 and sizing.rate_for(None, {}, 2) is None
+    assert sizing.rate_for(None, measured, 2) == pytest.approx(20.0 * 2 ** 0.5) and sizing.rate_for(None, {}, 2) is None
 
 
 def test_the_steady_window_is_the_time_the_concurrency_was_held():

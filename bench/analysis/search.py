@@ -249,11 +249,16 @@ class Search:
             self.stopped = NARROW
             return None
         inside = [x for x in loads if lo <= x <= hi]
+        soft = [x for x in inside if lo < x < hi and self._repeatable(x)]
+        if soft and self.noise().measured_pct is None:
+            # the band is still assumed: a repeat of a point at the edge measures it and may settle the
+            # point, which moves an end as far as a bisection would
+            x = min(soft, key=lambda v: (len(self.runs(v)), v))
+            return self._repeat(x, "straddles a limit while the band is assumed: a repeat measures it")
         gaps = [(a, b) for a, b in zip(inside, inside[1:]) if self._between(a, b) is not None]
         if gaps:
             a, b = max(gaps, key=lambda g: (self.spread(*g), -g[0]))
             return Step(self._between(a, b), False, f"bisect between {self.words(a)} and {self.words(b)}")
-        soft = [x for x in inside if lo < x < hi and self._repeatable(x)]
         if soft:
             x = min(soft, key=lambda v: (len(self.runs(v)), v))
             return self._repeat(x, "straddles a limit: a repeat adds requests")
