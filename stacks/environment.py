@@ -138,7 +138,7 @@ def bench_sweep_args(settings: StackSettings, server_name: str, spec: ServeSpec)
         "--concurrencies", ",".join(map(str, bench.concurrencies)),
         "--window-s", f"{bench.window_s:g}",
         "--min-prompts", str(bench.min_prompts),
-        "--budget-min", f"{bench.budget_min:g}",
+        "--budget-minutes", f"{bench.budget_minutes:g}",
         "--seed", str(bench.seed),
         "--label", f"{settings.stack}/{server_name}",
         "--instance-type", instance.name,

@@ -298,7 +298,7 @@ def test_zero_current_replicas_is_refused_by_name(figures, tmp_path, capsys, com
 
 def test_the_search_budget_and_why_a_search_stopped_are_said():
     from bench.analysis import capacity_report as CR
-    ext = {"settings": {"budget_min": 60},
+    ext = {"settings": {"budget_minutes": 60},
            "totals": {"runs": 5, "search_runs": 3, "open_loop_runs": 2, "gpu_s": 171.0, "grid_gpu_s": 900.0,
                       "total_gpu_s": 1071.0, "budget_s": 3600.0},
            "scenarios": {"S1_chat": {"closed": {"stopped": "the GPU budget stopped it before c=26 (about 40 s; 880 "

@@ -305,7 +305,7 @@ def test_bench_help_lists_what_a_person_types_apart_from_the_jobs(monkeypatch):
 
 # --- the docs show no flag that no parser has, and no old spelling ------------------------------------------
 
-# Flags of other tools the docs show (aws, kubectl, pulumi, pip, pytest, the repository's own scripts, vLLM's
+# Flags of other tools the docs show (aws, kubectl, pulumi, pip, docker, pytest, the repository's own scripts, vLLM's
 # benchmark client and router), which no parser here has
 OTHER_TOOLS = {
     "--aws-service-name", "--role-name", "--max-session-duration", "--secret", "--secrets-provider", "--diff",
@@ -314,7 +314,8 @@ OTHER_TOOLS = {
     "--recursive", "--secret-string", "--repository-name", "--replicas", "--refresh", "--policy-pack",
     "--policy-pack-config", "--no-deps", "--framework", "--ci", "--control", "--demo", "--fresh", "--size",
     "--no-compile", "--dist", "--versions", "--goodput", "--num-warmups", "--save-detailed", "--enable-igw",
-    "--policy", "--service-discovery", "--wasm-middleware",
+    "--policy", "--service-discovery", "--wasm-middleware", "--rm", "--entrypoint", "--only-binary",
+    "--require-hashes",
     "--max-num-seq",  # docs/verification.md: the typo `vllm serve` refuses, as an example
 }
 

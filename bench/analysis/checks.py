@@ -138,7 +138,7 @@ def like_for_like(side_manifest: dict[str, Any] | None, base_manifest: dict[str,
 
 _ATTEMPT = re.compile(r"^(?P<stem>.+_c[0-9]+)\.attempt(?P<n>[0-9]+)\.(?P<kind>invalid|suspect)\.json$")
 _STALE = re.compile(r"^(?P<stem>.+_c[0-9]+)\.stale[0-9]+\.json$")
-# search/<scenario>_c<c>.run<k>.attempt<n>.invalid.json, open_loop/<scenario>_rate<r>.attempt<n>.invalid.json
+# search/<scenario>_c<c>.run<k>.attempt<n>.invalid.json, open_loop/<scenario>_rate<r>.run<k>.attempt<n>.invalid.json
 _EXTRA_ATTEMPT = re.compile(r"^(?P<stem>.+)\.attempt(?P<n>[0-9]+)\.invalid\.json$")
 _EXTRA_STALE = re.compile(r"^.+\.stale[0-9]+\.json$")
 _RESULT_KEYS = ("completed", "failed", "duration", "output_throughput")
@@ -174,7 +174,7 @@ def _capacity_file(rel: str, name: str) -> str | None:
         return f"{what} run of an earlier plan (other parameters), moved aside by `bench sweep --resume`"
     if name.endswith(".json"):
         return (f"a {what} file the capacity section could not use (not a valid run, or not named "
-                f"<scenario>_c<N>.run<K>.json / <scenario>_rate<R>.json as the sweep writes them)")
+                f"<scenario>_c<N>.run<K>.json / <scenario>_rate<R>.run<K>.json as the sweep writes them)")
     return f"not a file the report reads (in the {what} folder)"
 
 

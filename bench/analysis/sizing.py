@@ -274,7 +274,7 @@ def range_reason(need: Need, label: str) -> str:
         tips.append(V.search_tip(need.adjacent))
     elif V.OPEN_LOOP in need.sources:
         tips.append("the open-loop rate search narrows it with more budget (`bench sweep --capacity-search "
-                    "--open-loop always --resume --budget-min MINUTES`)")
+                    "--open-loop always --resume --budget-minutes MINUTES`)")
     return "the capacity under the SLO is known only as an interval; " + "; ".join(tips or ["measure more loads"])
 
 

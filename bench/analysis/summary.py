@@ -155,8 +155,9 @@ def extra_runs(side: Side, who: str) -> list[dict[str, Any]]:
     for scenario, by_c in CR.search_runs(side.path).items():
         for c, runs in sorted(by_c.items()):
             rows += [_extra_row(r, who, "search", c, None) for r, _ in runs]
-    for scenario, runs in CR.open_loop_runs(side.path).items():
-        rows += [_extra_row(r, who, "open_loop", None, rate) for rate, r, _ in runs]
+    for scenario, by_rate in CR.open_loop_runs(side.path).items():
+        for rate, runs in sorted(by_rate.items()):
+            rows += [_extra_row(r, who, "open_loop", None, rate) for r, _ in runs]
     return rows
 
 

@@ -461,7 +461,7 @@ def search_tip(ends_adjacent: bool) -> str:
     if ends_adjacent:
         return ("the ends are already neighbouring concurrencies, so only offered rates between them narrow it: "
                 "`bench sweep --capacity-search --open-loop always --resume`")
-    return ("narrow the capacity search: `bench sweep --capacity-search --resume` with more `--budget-min` (the "
+    return ("narrow the capacity search: `bench sweep --capacity-search --resume` with more `--budget-minutes` (the "
             "sweep's last lines say how much)")
 
 
@@ -481,7 +481,7 @@ def narrowing_advice(source: str | None, a: Capacity, b: Capacity, labels: tuple
                 if cap.width is not None and cap.width > (cap.target or S.TARGET_WIDTH) + 1e-9]
         if wide:
             tips.append("narrow " + " and ".join(wide) + ": `bench sweep --capacity-search --resume` with more "
-                        "`--budget-min` (the sweep's last lines say how much), or a longer `--window-s` where "
+                        "`--budget-minutes` (the sweep's last lines say how much), or a longer `--window-s` where "
                         "repeats straddle the limit")
     return "; ".join(tips) or "measure both sides again: their intervals are as narrow as the search makes them"
 

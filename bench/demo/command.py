@@ -62,7 +62,7 @@ DEFAULT_CONCURRENCIES = "1,2,4,8,16,32"
 DEFAULT_LENGTH_SCALE = 0.125
 DEFAULT_MAX_NUM_SEQS = "1,16"
 DEFAULT_WINDOW_S = 5.0  # the shortest a run may hold its load (bench.run.sizing): a demo, not a PoC
-DEFAULT_BUDGET_MIN = 6.0
+DEFAULT_BUDGET_MINUTES = 6.0
 SIDES = ("baseline", "candidate")
 
 
@@ -136,7 +136,7 @@ def check(args: argparse.Namespace) -> tuple[int, int]:
         raise UsageError(f"--length-scale {args.length_scale:g}: give a factor in (0, 1], e.g. {DEFAULT_LENGTH_SCALE}")
     for flag, value in (("--slo-ttft-p99-ms", args.slo_ttft_p99_ms), ("--slo-itl-p99-ms", args.slo_itl_p99_ms),
                         ("--price-per-hour", args.price_per_hour), ("--health-timeout-s", args.health_timeout),
-                        ("--budget-min", args.budget_min)):
+                        ("--budget-minutes", args.budget_minutes)):
         if not value > 0:
             raise UsageError(f"{flag} {value:g}: give a positive number")
     if not args.window_s >= sizing.MIN_WINDOW_S:
@@ -155,7 +155,7 @@ def sweep_argv(args: argparse.Namespace, *, url: str, model: Path, out: Path, la
             "--health-timeout-s", "60", "--bench-client", "library",
             "--instance-type", "local-cpu", "--gpus", "1", "--capacity-type", "on-demand",
             "--price-per-hour", f"{args.price_per_hour:g}", "--server-args", shlex.join(served),
-            "--capacity-search", "--budget-min", f"{args.budget_min:g}",
+            "--capacity-search", "--budget-minutes", f"{args.budget_minutes:g}",
             "--slo-ttft-p99-ms", f"{args.slo_ttft_p99_ms:g}", "--slo-itl-p99-ms", f"{args.slo_itl_p99_ms:g}"]
 
 
@@ -458,7 +458,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--window-s", type=float, default=DEFAULT_WINDOW_S,
                    help=f"seconds every measured run holds its load (at least {sizing.MIN_WINDOW_S:g}; "
                         "default: %(default)s)")
-    p.add_argument("--budget-min", type=float, default=DEFAULT_BUDGET_MIN,
+    p.add_argument("--budget-minutes", type=float, default=DEFAULT_BUDGET_MINUTES,
                    help="CPU minutes each side's sweep may spend, grid and search (default: %(default)s)")
     p.set_defaults(func=run)
     return p

@@ -520,7 +520,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                                             f"{','.join(STEPS)})")
     p.add_argument("--model-shape", choices=gpu_full.SHAPES, default=gpu_full.TINY,
                    help=f"the model served: {gpu_full.TINY} (a 123 M Llama, the default) or {full_model.SHAPE} (the "
-                        "Gemma-4-31B architecture with RANDOM weights; needs a GPU). " + gpu_full.NOT_MEASURED)
+                        "Gemma-4-31B architecture with RANDOM weights, on a GPU: what they do not measure is above)")
     p.add_argument("--precision", default="fp8", help="full size: the weights, fp8 (vLLM's online FP8, the default) "
                                                       "or bf16")
     p.add_argument("--kv-cache-dtype", default="fp8", help="full size: fp8 (the default, as the PoC) or auto")
@@ -538,7 +538,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--variants", default=None,
                    help="with --experiment: the variants to run now, comma-separated (default: all; the comparison "
                         "takes every variant run so far in --out)")
-    p.add_argument("--budget-min", type=float, default=None,
+    p.add_argument("--budget-minutes", type=float, default=None,
                    help="with --experiment: GPU minutes each sweep may spend, grid and capacity search (default: the "
                         "sweep's, 60)")
     p.add_argument("--vocab-words", type=int, default=32000, help="the model's tokenizer words (default 32000)")

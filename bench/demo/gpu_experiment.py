@@ -127,9 +127,9 @@ def check_args(args: argparse.Namespace, error: type[Exception]) -> None:
     if not gpu_full.full(args) and any(experiment.variant(v).override for v in labels):
         raise error(f"--experiment {name}: its variants change the full-size model's flags; add --model-shape "
                     f"{full_model.SHAPE}")
-    budget = getattr(args, "budget_min", None)
+    budget = getattr(args, "budget_minutes", None)
     if budget is not None and not budget > 0:
-        raise error(f"--budget-min {budget:g}: give the GPU minutes each sweep may spend, above 0")
+        raise error(f"--budget-minutes {budget:g}: give the GPU minutes each sweep may spend, above 0")
     args.variant_list, args.scenario_list = labels, scenarios
 
 
@@ -156,8 +156,8 @@ def sweep_argv(check, experiment: Experiment, variant: Variant, flags: list[str]
             "--vllm-bin", str(check.vllm_wrapper()), "--window-s", f"{args.window_s:g}",
             # one long-lived client: a process per run would import vLLM again before every run and burst
             "--bench-client", "library"]
-    if getattr(args, "budget_min", None):
-        argv += ["--budget-min", f"{args.budget_min:g}"]
+    if getattr(args, "budget_minutes", None):
+        argv += ["--budget-minutes", f"{args.budget_minutes:g}"]
     return argv + (["--capacity-search"] if experiment.capacity_search else [])
 
 

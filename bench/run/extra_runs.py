@@ -18,7 +18,7 @@ prompt is replayed into the server's prefix cache. Files are written and uploade
 produced; `--resume` replays the search over the files already there and runs only what is missing.
 
 GPU time: the wall time of every `vllm bench serve` process the sweep starts (bursts and measured
-runs). `--budget-min` bounds a whole invocation (grid first, then the searches); it is said before
+runs). `--budget-minutes` bounds a whole invocation (grid first, then the searches); it is said before
 the first run and accounted for at the end, and what is left after the grid is shared out between
 the scenarios in order (what one leaves goes to the next). A run whose estimate would overrun its
 scenario's share is not started; the sweep then says how wide the answer is and what another
@@ -44,12 +44,12 @@ from bench.run import grid, seeds, sizing
 KIND_SEARCH, KIND_OPEN = "search", "open_loop"
 META_KIND = "bench_kind"
 OPEN_LOOP_MODES = ("auto", "always", "never")
-DEFAULT_BUDGET_MIN = 60.0
+DEFAULT_BUDGET_MINUTES = 60.0
 # Flags of the earlier search and what replaced them (a clear refusal, not a silent change of meaning).
 GONE = {
     "search_requests": "--min-prompts (every run is sized by time, at least 100 requests)",
     "search_bracket": "--target-width (the capacity's interval, in tok/s, bands included)",
-    "extra_budget": "--budget-min (GPU minutes for the whole sweep)",
+    "extra_budget": "--budget-minutes (GPU minutes for the whole sweep)",
     "open_loop_rates": "--open-loop (the rates are bisected, not listed)",
     "open_loop_requests": "--window-s (open-loop runs are sized by time)",
     "open_loop_min_requests": "--min-prompts",
@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="SLO: decode (ITL or TPOT) p99 limit (default: %(default)s)")
     add("--slo-decode-metric", choices=("itl", "tpot"), default="itl",
         help="decode metric the SLO limits (default: %(default)s)")
-    add("--budget-min", type=float, default=DEFAULT_BUDGET_MIN,
+    add("--budget-minutes", type=float, default=DEFAULT_BUDGET_MINUTES,
         help="GPU minutes this invocation may spend, grid and search together; the search shares out what "
              "the grid leaves (default: %(default)s)")
     add("--target-width", type=float, default=S.TARGET_WIDTH,
@@ -107,8 +107,8 @@ def validate(args: argparse.Namespace) -> None:
         raise ValueError("--search-repeats and --search-end-repeats must be 0 or more")
     if not 0 <= args.noise_pct < 1000:
         raise ValueError(f"--noise-pct must be between 0 and 1000, got {args.noise_pct:g}")
-    if not args.budget_min > 0:
-        raise ValueError(f"--budget-min must be above 0 (GPU minutes), got {args.budget_min:g}")
+    if not args.budget_minutes > 0:
+        raise ValueError(f"--budget-minutes must be above 0 (GPU minutes), got {args.budget_minutes:g}")
     if args.search_max_concurrency < 0 or args.open_loop_max_concurrency < 0:
         raise ValueError("--search-max-concurrency and --open-loop-max-concurrency must be 0 (the default) or more")
     if getattr(args, "no_open_loop", False):
@@ -153,7 +153,7 @@ class ExtraRuns:
             "window_s": self.args.window_s, "min_prompts": self.args.min_prompts,
             "target_width": self.args.target_width, "search_repeats": self.args.search_repeats,
             "search_end_repeats": self.args.search_end_repeats, "noise_pct": self.args.noise_pct,
-            "open_loop": self.args.open_loop, "budget_min": self.args.budget_min,
+            "open_loop": self.args.open_loop, "budget_minutes": self.args.budget_minutes,
         }
 
     # -- one run -------------------------------------------------------------------------------
@@ -353,7 +353,7 @@ class ExtraRuns:
         for spec in self.sweep.plan:
             if spec.scenario not in order:
                 order.append(spec.scenario)
-        budget = self.args.budget_min * 60
+        budget = self.args.budget_minutes * 60
         for i, name in enumerate(order):
             left = budget - self.sweep.bench_seconds
             share = max(0.0, left) / (len(order) - i)
@@ -370,7 +370,7 @@ class ExtraRuns:
         self.record["totals"] = {
             "runs": kinds[KIND_SEARCH] + kinds[KIND_OPEN], "search_runs": kinds[KIND_SEARCH],
             "open_loop_runs": kinds[KIND_OPEN], "gpu_s": round(extra, 1), "grid_gpu_s": round(total - extra, 1),
-            "total_gpu_s": round(total, 1), "budget_s": round(self.args.budget_min * 60, 1),
+            "total_gpu_s": round(total, 1), "budget_s": round(self.args.budget_minutes * 60, 1),
         }
         self.sweep.save_manifest()
         t = self.record["totals"]
@@ -428,7 +428,7 @@ def budget_words(search: S.Search, step: S.Step, est: float, spent: float, budge
         more = 1 + max(0, math.ceil(math.log2(math.log(width) / math.log(search.target))))
     return (f"the GPU budget stopped it before {search.words(step.load)} (about {est:.0f} s; {spent:.0f} of "
             f"{budget_s:.0f} s spent): the capacity is {now}; --resume with about {minutes(more * est)} more "
-            f"budget (--budget-min) would run about {more} more run{'s' if more != 1 else ''} toward the "
+            f"budget (--budget-minutes) would run about {more} more run{'s' if more != 1 else ''} toward the "
             f"{search.target:g}x target")
 
 
@@ -448,7 +448,7 @@ def req_s_estimate(speed: list[tuple[int, float]], c: float) -> float:
 def budget_line(args: argparse.Namespace, scenarios: int) -> str:
     search = ("then the capacity search shares out what the grid leaves" if args.capacity_search
               else "no capacity search (--capacity-search)")
-    return (f"bench sweep: GPU budget {args.budget_min:g} min for this invocation (--budget-min): the grid of "
+    return (f"bench sweep: GPU budget {args.budget_minutes:g} min for this invocation (--budget-minutes): the grid of "
             f"{scenarios} scenario{'s' if scenarios != 1 else ''} first, {search}; every run holds its load for "
             f"at least {args.window_s:g} s on at least {args.min_prompts} requests")
 

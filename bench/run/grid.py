@@ -165,8 +165,8 @@ def parse_concurrencies(text: str) -> list[int]:
 
 def warmups_for(setting: str, concurrency: int) -> int:
     if setting == "auto":
-        # One warm-up wave at the run's own concurrency, capped: it exercises that batch size.
-        return min(concurrency, 8)
+        # The burst: two waves at the run's own concurrency; its request rate sizes the run.
+        return sizing.burst_requests(concurrency)
     try:
         value = int(setting)
     except ValueError:

@@ -87,9 +87,9 @@ class BenchSettings(SettingsModel):
         100, ge=100, le=20000, description="Fewest requests in a measured run, so that its p99 is not its "
         "slowest request (`bench sweep --min-prompts`).",
     )
-    budget_min: float = Field(
+    budget_minutes: float = Field(
         60.0, gt=0, le=600, description="GPU minutes each target's sweep may spend, grid and capacity search "
-        "together (`bench sweep --budget-min`); a full PoC side fits in about an hour.",
+        "together (`bench sweep --budget-minutes`); a full PoC side fits in about an hour.",
     )
     seed: int = Field(0, description="Random dataset seed; the same seed replays the same prompts.")
     capacity_search: bool = Field(
