@@ -27,8 +27,10 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_bench_seeds, test_bench_telemetry, test_bench_telemetry_vllm,
                                  test_bench_kube, test_bench_s3, test_bench_s3_folders,
                                  test_bench_mixcheck, test_workloads, test_workloads_sweep,
-                                 test_workloads_vllm, test_bench_client
+                                 test_workloads_vllm, test_bench_client,
+                                 test_bench_sizing (runs sized by time from a burst; the window held)
   bench: analysis                test_bench_verdict, test_bench_capacity, test_bench_capacity_calibration,
+                                 test_bench_search (the search to a target width, repeats, the band),
                                  test_bench_capacity_e2e,
                                  test_bench_report, test_bench_report_checks, test_bench_report_rehearsal,
                                  test_bench_compare,

@@ -1,4 +1,4 @@
-"""The capacity search's rules (bench/analysis/search.py): bisection to a target width, repeats that are
+"""The capacity search's rules (bench/analysis/capacity/search.py): bisection to a target width, repeats that are
 repeats, a band from comparable repeats only, a broken measurement named, the open loop's continuous
 bisection where neighbouring concurrencies are too far apart."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bench.analysis import capacity as C
-from bench.analysis import search as S
+from bench.analysis.capacity import search as S
 
 LIMITS = {"ttft_ms": 500.0, "decode_ms": 50.0}
 

@@ -45,9 +45,9 @@ def test_every_process_of_a_sweep_draws_its_own_prompts(bench_stub_server, fake_
     assert len({c["seed"] for c in warmups}) == 8
     for call in fake_bench.calls_made():
         assert flag(call, "--num-warmups") == "0"  # vLLM's own warm-up would replay the first prompt
-    for call in warmups:  # one wave at the run's concurrency, capped at 8
+    for call in warmups:  # the burst: two waves at the run's concurrency, 8 to 256 requests
         conc = int(call["key"].rsplit("_c", 1)[1])
-        assert flag(call, "--num-prompts") == str(min(conc, 8)) and flag(call, "--max-concurrency") == str(conc)
+        assert flag(call, "--num-prompts") == str(max(8, min(256, 2 * conc))) and flag(call, "--max-concurrency") == str(conc)
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     retried = next(r for r in manifest["runs"] if r["scenario"] == "S1_chat" and r["concurrency"] == 4)
     assert [a["seed"] for a in retried["attempts"]] == [runs[("S1_chat_c4", 1)], runs[("S1_chat_c4", 2)]]

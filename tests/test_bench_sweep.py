@@ -88,9 +88,9 @@ def test_overrides_scale_and_warmups():
     _, plan = plan_for("--scenario", "S1_chat=32/8", "--scenario", "X_new=100/10", "--length-scale", "0.5",
                        "--concurrencies", "1,2", "--warmups", "auto")
     got = {(p.scenario, p.concurrency): (p.input_len, p.output_len, p.warmups) for p in plan}
-    assert got[("S1_chat", 1)] == (16, 4, 1)
-    assert got[("X_new", 2)] == (50, 5, 2)
-    assert got[("S3_moderation", 1)] == (256, 8, 1)
+    assert got[("S1_chat", 1)] == (16, 4, 8)  # the burst: two waves, at least 8 requests
+    assert got[("X_new", 2)] == (50, 5, 8)
+    assert got[("S3_moderation", 1)] == (256, 8, 8)
     assert [p.concurrency for p in plan if p.scenario == "S4_rag"] == [1, 2]
 
 

@@ -259,5 +259,5 @@ def test_the_help_says_the_weights_are_random_and_what_that_leaves_out(capsys):
     with pytest.raises(SystemExit):
         bench_main(["gpu-check", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "gemma-4-31b (the Gemma-4-31B architecture with RANDOM weights; needs a GPU)" in text
-    assert "accuracy, speculative decoding's acceptance, the vision tower" in text
+    assert "gemma-4-31b (the Gemma-4-31B architecture with RANDOM weights, on a GPU" in text
+    assert "Random weights do not measure accuracy, speculative acceptance, the vision tower" in text

@@ -25,7 +25,7 @@ from bench.analysis import answer
 from bench.analysis import capacity as C
 from bench.analysis import decision as D
 from bench.analysis import results as R
-from bench.analysis import search as S
+from bench.analysis.capacity import search as S
 from bench.analysis import verdict as V
 
 SEARCH_DIR = "search"

@@ -49,7 +49,7 @@ from typing import Any
 
 from bench.analysis import capacity as C
 from bench.analysis import results as R
-from bench.analysis import search as S
+from bench.analysis.capacity import search as S
 
 INF = math.inf
 GRID, SEARCH, OPEN_LOOP = "grid", "search", "open_loop"
@@ -224,7 +224,7 @@ def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
 
     The capacity is the output tok/s at the highest concurrency that meets the SLO with confidence
     (the PoC's definition), from the grid's runs and the capacity search's together
-    (bench.analysis.search.Search judges each concurrency on all its runs, p99 intervals widened by
+    (bench.analysis.capacity.search.Search judges each concurrency on all its runs, p99 intervals widened by
     the run-to-run band); its 95 % interval runs from that figure to the throughput at the lowest
     concurrency above it that misses the SLO for sure, each end widened by its band.
     `noise_pct` is the band assumed where no point was measured twice."""
@@ -476,6 +476,8 @@ def narrowing_advice(source: str | None, a: Capacity, b: Capacity, labels: tuple
     if source == GRID:
         tips.append("run both sweeps again with `--capacity-search --resume` (the grid is kept; the search "
                     "adds only the loads that narrow each side's interval)")
+    elif source == SEARCH and a.known and b.known and all(adjacent(cap) for cap in (a, b)):
+        tips.append(search_tip(True))
     else:
         wide = [f"{label} ({cap.width:.2f}x)" for cap, label in ((a, labels[0]), (b, labels[1]))
                 if cap.width is not None and cap.width > (cap.target or S.TARGET_WIDTH) + 1e-9]

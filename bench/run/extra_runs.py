@@ -3,7 +3,7 @@
 Per scenario, once the grid is done:
 
 1. Closed loop: bisection over concurrencies between the highest load that meets the SLO with
-   confidence and the lowest that misses it for sure (bench.analysis.search.Search), until the
+   confidence and the lowest that misses it for sure (bench.analysis.capacity.search.Search), until the
    capacity is known within `--target-width` (1.22: +-10 %), each end widened by its run-to-run band.
    Every run is sized by time like the grid's (bench.run.sizing): a burst at its concurrency sizes
    it; a repeat of a point runs at that point's first size, so repeats are comparable and measure
@@ -38,7 +38,7 @@ from typing import Any
 from bench.analysis import capacity as C
 from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
-from bench.analysis import search as S
+from bench.analysis.capacity import search as S
 from bench.run import grid, seeds, sizing
 
 KIND_SEARCH, KIND_OPEN = "search", "open_loop"

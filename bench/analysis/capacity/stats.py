@@ -21,7 +21,7 @@ Plain functions over plain data (no I/O besides reading result dictionaries), sh
 - A decode latency that streaming does not resolve (an ITL p99 under MIN_DECODE_MS: tokens arrive
   bunched in chunks) is no evidence for the decode limit: such a check is UNMEASURED, and the point
   cannot pass with confidence on it.
-- The search over loads lives in bench.analysis.search.
+- The search over loads lives in bench.analysis.capacity.search.
 """
 
 from __future__ import annotations
@@ -394,7 +394,7 @@ def run_figure(result: dict[str, Any], keys: tuple[str, ...]) -> float | None:
 def noise(points: Iterable[list[dict[str, Any]]], default_pct: float = DEFAULT_NOISE_PCT,
           names: list[list[str]] | None = None) -> Noise:
     """The run-to-run band from groups of comparable repeats (each a list of results: one load, one
-    size; the caller groups them, bench.analysis.search.Search.comparable).
+    size; the caller groups them, bench.analysis.capacity.search.Search.comparable).
 
     Per figure (output tok/s, TTFT p50, decode p50) the pooled variance of log values between the
     runs of each group; the largest figure's counts. Few repeats estimate a spread poorly, so the

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.analysis import capacity as C
+from bench.analysis.capacity import stats as C
 
 TARGET_WIDTH = 1.22  # +-10 %: 1.1 / 0.9
 MAX_BAND_PCT = 30.0
