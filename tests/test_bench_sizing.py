@@ -34,11 +34,20 @@ def test_a_run_is_sized_to_its_window_from_the_burst_and_never_under_the_floor()
 
 def test_a_lighter_load_already_measured_bounds_a_bursts_low_reading():
     measured = {1: 20.0, 4: 60.0, 16: 150.0}
-    # c=4 ran at 60 req/s: c=8 serves about sqrt(2) x that; never more than twice the burst
-    assert sizing.rate_for(50.0, measured, 8) == pytest.approx(60.0 * 2 ** 0.5)
-    assert sizing.rate_for(30.0, measured, 8) == 60.0
+    assert sizing.rate_for(30.0, measured, 8) == 60.0  # c=4 ran at 60 req/s: c=8 serves at least that
     assert sizing.rate_for(90.0, measured, 8) == 90.0
-    assert sizing.rate_for(None, measured, 2) == pytest.approx(20.0 * 2 ** 0.5) and sizing.rate_for(None, {}, 2) is None
+    assert sizing.rate_for(None, measured, 2) == 20.0 and sizing.rate_for(None, {}, 2) is None
+
+
+def test_a_burst_reads_its_rate_after_the_first_wave():
+    # a first wave slowed by its start (each request 0.5 s), then steady 0.1 s requests: 4 slots
+    run = closed_loop(4, 4, latency_s=0.5)
+    tail = closed_loop(4, 8, latency_s=0.1)
+    run["start_times"] += [s + 0.5 for s in tail["start_times"]]
+    run["latencies"] += tail["latencies"]
+    run.update(completed=12, duration=0.7)
+    assert sizing.burst_rate(run, 4) == pytest.approx(8 / 0.2)  # 8 requests in the 0.2 s after the first wave
+    assert sizing.burst_rate({"completed": 12, "duration": 0.7}, 4) == pytest.approx(12 / 0.7)  # no detail
 
 
 def test_the_steady_window_is_the_time_the_concurrency_was_held():

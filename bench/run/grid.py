@@ -286,7 +286,7 @@ def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, toke
         "--seed", str(seed),
         "--disable-tqdm",
         "--save-result",
-        *(["--save-detailed"] if phase == seeds.MEASURE else []),
+        "--save-detailed",  # per-request detail: a run's p99 intervals and window, a burst's rate after its first wave
         "--result-dir", str(result_dir),
         "--result-filename", filename or spec.filename,
     ]

@@ -27,7 +27,7 @@ from bench.analysis import results as R
 from bench.common import s3
 from bench.common.interrupts import stop_process_group
 from bench.run import client as bench_client
-from bench.run import seeds
+from bench.run import seeds, sizing
 from bench.run.grid import RunSpec, bench_command
 
 MANIFEST = "manifest.json"
@@ -270,8 +270,9 @@ class Runner:
         (self.partial / name).unlink(missing_ok=True)
         fh.write(f"--- burst done (exit {rc}); measured run follows\n")
         fh.flush()
+        rate = sizing.burst_rate(warm.raw, concurrency) if warm.valid else None
         return {"seed": seed, "requests": requests, "rc": rc, "timed_out": timed_out, "duration_s": round(duration, 3),
-                "req_s": round(warm.req_s, 4) if warm.valid and warm.req_s else None}
+                "req_s": round(rate, 4) if rate else None}
 
     def launch(self, cmd: list[str], log: Path) -> tuple[int | None, bool]:
         """Run one `vllm bench serve` command, output to `log`; (exit code or None, timed out)."""

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bench.analysis.results import _num  # noqa: F401 - the one reader's number rule
+
 DEFAULT_WINDOW_S = 15.0
 MIN_WINDOW_S = 5.0
 MIN_REQUESTS = 100  # a p99 of fewer requests is about the slowest one
@@ -34,16 +36,30 @@ def burst_requests(concurrency: int) -> int:
     return max(8, min(256, 2 * concurrency))
 
 
+def burst_rate(raw: dict[str, Any], concurrency: int) -> float | None:
+    """A burst's request rate after its first wave: the requests that ended after the first
+    `concurrency` of them, over the time since (the first wave starts together and ends together, so
+    its own rate reads low: on an H200 the 31B model's 32-request burst at c=16 read 4.4 req/s over
+    its whole duration, where the run then held 7.8); the whole burst's rate without per-request detail."""
+    starts, lat = raw.get("start_times"), _latencies(raw)
+    if isinstance(starts, list) and lat is not None and len(starts) == len(lat) > concurrency:
+        try:
+            ends = sorted(float(s) + float(l) for s, l in zip(starts, lat))
+        except (TypeError, ValueError):
+            ends = []
+        if ends and ends[-1] > ends[concurrency - 1]:
+            return (len(ends) - concurrency) / (ends[-1] - ends[concurrency - 1])
+    n, duration = _num(raw.get("completed")), _num(raw.get("duration"))
+    return n / duration if n and duration else None
+
+
 def rate_for(burst_req_s: float | None, measured: dict[int, float], concurrency: int) -> float | None:
-    """The request rate to size a run with. A short burst reads low (a server's first requests at a new
-    batch size run slower: on an H200 the 31B model's 32-request burst at c=16 read 4.4 req/s, the run
-    then held 7.8), and a run sized low falls short of its window and runs again. So a lighter load of the same scenario that
-    already ran bounds it from below, scaled by the square root of the concurrencies' ratio (throughput
-    grows with concurrency, less than in proportion); never above twice the burst's reading."""
-    lighter = [r * math.sqrt(concurrency / c) for c, r in measured.items() if c <= concurrency and r and r > 0]
+    """The request rate to size a run with: the burst's, and no lower than a lighter load of the same
+    scenario already ran (a server serves at least as many requests a second at a higher concurrency)."""
+    lighter = [r for c, r in measured.items() if c <= concurrency and r and r > 0]
     best = max(lighter, default=None)
     if burst_req_s and best:
-        return min(max(burst_req_s, best), 2 * burst_req_s)
+        return max(burst_req_s, best)
     return burst_req_s or best
 
 
@@ -60,16 +76,6 @@ def closed_loop_requests(req_s: float | None, concurrency: int, window_s: float,
 def open_loop_requests(rate: float, window_s: float, *, margin: float = 1.1, floor: int = MIN_REQUESTS) -> int:
     """Requests for an open-loop run at `rate` req/s: the window's worth of arrivals, at least `floor`."""
     return int(min(MAX_REQUESTS, max(floor, math.ceil(window_s * margin * rate))))
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _latencies(raw: dict[str, Any]) -> list[float] | None:
