@@ -61,7 +61,7 @@ DEFAULT_SCENARIOS = "S1_chat,S2_summary"
 DEFAULT_CONCURRENCIES = "1,4,16"
 DEFAULT_LENGTH_SCALE = 0.125
 DEFAULT_MAX_NUM_SEQS = "1,16"
-DEFAULT_WINDOW_S = 10.0  # on 2 shared cores, two 5 s runs at one load differed by 20 to 50 %, two 12 s runs by 14 %
+DEFAULT_WINDOW_S = 8.0  # two identical 5 s runs on 2 cores differed by 11 % (bench/demo/cpu_vllm.py PASSIVE_OMP)
 DEFAULT_BUDGET_MINUTES = 6.0
 SIDES = ("baseline", "candidate")
 
