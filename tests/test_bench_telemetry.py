@@ -76,12 +76,25 @@ def test_spec_decode_acceptance_by_position():
 
 
 def test_restart_is_seen_in_start_time_or_counters_going_backwards():
-    moved = window(vllm_text(start=1000, queries=10), vllm_text(start=1000, queries=20),
+    moved = window(vllm_text(start=1000, queries=10), vllm_text(start=2000, queries=20),
                    [vllm_text(start=2000)])
     assert "start time changed" in moved.summary()["restart_evidence"]
     assert moved.summary()["prefix_cache_hit_pct"] is None  # differences across a restart mean nothing
     reset = window(vllm_text(queries=5000, prompt=5000), vllm_text(queries=200, prompt=200))
     assert "went backwards" in R.restart_problem(reset.summary())
+
+
+def test_a_url_that_answers_for_several_servers_is_no_restart_and_no_difference():
+    """Through a router /metrics comes from one replica or another: start times alternate."""
+    mixed = window(vllm_text(start=1000, queries=10), vllm_text(start=2000, queries=5),
+                   [vllm_text(start=2000), vllm_text(start=1000), vllm_text(start=2000)])
+    s = mixed.summary()
+    assert s["several_servers"] is True and s["server_restarted"] is False and s["restart_evidence"] is None
+    assert s["prefix_cache_queries"] is None and s["prefix_cache_hit_pct"] is None
+    assert R.restart_problem(s) is None
+    # one server that started again, once, is still a restart
+    once = window(vllm_text(start=1000), vllm_text(start=2000), [vllm_text(start=1000), vllm_text(start=2000)])
+    assert once.summary()["several_servers"] is False and "start time changed" in once.summary()["restart_evidence"]
 
 
 def test_suspect_needs_a_random_prompt_scenario():

@@ -44,6 +44,8 @@ def _args(**kw) -> argparse.Namespace:
     (["--experiment", "kv-sizing"], "add --model-shape gemma-4-31b"),
     (["--model-shape", "gemma-4-31b", "--experiment", "prefix-caching", "--scenarios", "S1_chat"],
      "experiment prefix-caching sweeps S5_shared_prefix"),
+    (["--model-shape", "gemma-4-31b", "--experiment", "scenarios", "--target-width", "1"],
+     "--target-width 1: give hi / lo of the capacity's ends, above 1"),
 ])
 def test_bad_full_size_input_exits_2_naming_the_flag(argv, words, capsys, tmp_path):
     try:
@@ -157,6 +159,20 @@ def test_each_experiment_is_one_change_at_a_time():
     caching = [compare.server_settings(["/m", "--enable-prefix-caching"]),
                compare.server_settings(["/m", "--no-enable-prefix-caching"])]
     assert [c["prefixCaching"] for c in caching] == ["on", "off"]
+
+
+def test_an_experiment_passes_the_search_target_to_its_sweeps():
+    from types import SimpleNamespace
+
+    experiment = gpu_experiment.EXPERIMENTS["scenarios"]
+    for width, tail in ((None, ["--capacity-search"]), (1.1, ["--capacity-search", "--target-width", "1.1"])):
+        args = _args(target_width=width, budget_minutes=9.0, window_s=15.0, length_scale=1.0,
+                     instance_type="h200-box", concurrencies_given=False)
+        check = SimpleNamespace(args=args, runtime=SimpleNamespace(python="py"), server=SimpleNamespace(url="u"),
+                                model_dir=Path("/m"), vllm_wrapper=lambda: Path("/v"))
+        argv = gpu_experiment.sweep_argv(check, experiment, experiment.variants[0], ["/m"], "S4_rag", Path("/o"))
+        assert argv[-len(tail):] == tail
+        assert argv[argv.index("--budget-minutes") + 1] == "9"
 
 
 def test_an_experiment_record_renders():

@@ -61,8 +61,9 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
         assert point[side]["valid"], point
         assert point[side]["duration_s"] > 0
         assert point[side]["prefix_cache_hit_pct"] is not None
-    # (the record rounds the burst's rate to 0.01 request/s: one prompt either way)
-    assert abs(point["bench"]["prompts"] - gpu_sweep.point_prompts(point["burst_req_s"], 2, 2.0)) <= 1
+    # this step's estimate is the sweep's floor (the record rounds the burst's rate to 0.01 request/s: one
+    # prompt either way); the sweep sizes up from its own burst, or repeats a run that held too short
+    assert point["bench"]["prompts"] >= max(100, gpu_sweep.point_prompts(point["burst_req_s"], 2, 2.0)) - 1
     assert point["bench_minus_cli_pct"] is not None
     assert sweep["spread"]["gap_range_pct"] == [point["bench_minus_cli_pct"]] * 2
     assert "not available on this device" in checks["speculative"]["reason"]

@@ -25,7 +25,11 @@ TINY_MODEL_SCRIPT = Path(__file__).resolve().with_name("tiny_model.py")
 SERVED_NAME = "tiny"
 # The tiny model on the CPU build: float32, a short context, eager mode (torch.compile's warm-up
 # would add about 50 s to every start); the KV cache size is VLLM_CPU_KVCACHE_SPACE (GiB) below.
-SERVE_FLAGS = ("--dtype", "float32", "--max-model-len", "1024", "--enforce-eager")
+# The KV cache is capped at 256 blocks of 128 tokens (32,768 tokens, room for 16 requests of 1,024
+# tokens and twice that of the scenarios' lengths): a cache of VLLM_CPU_KVCACHE_SPACE's 1 GiB keeps
+# every prompt of a session (a million tokens), and random prompts that start on the same word would
+# then be served from it (tiny_model.VOCAB_WORDS) where a GPU's cache would have evicted them.
+SERVE_FLAGS = ("--dtype", "float32", "--max-model-len", "1024", "--enforce-eager", "--num-gpu-blocks-override", "256")
 KV_CACHE_GIB = "1"
 
 

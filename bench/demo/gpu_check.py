@@ -21,8 +21,7 @@ checks, in order:
                  cross-checked against vLLM's own `vllm bench serve` at the same points, each side with a
                  measured window of at least --window-s seconds (sized from a short burst at each point);
                  the signed gaps' range and the shortest windows are recorded (bench/demo/gpu_sweep.py)
-  speculative    a server with a draft model (`--speculative-config`; the draft is a copy of the tiny
-                 model, so greedy drafts should almost all be accepted), acceptance from /metrics
+  speculative    a draft model (a copy of the tiny one: nearly every draft accepted), from /metrics
 
 Full size (--model-shape gemma-4-31b): the same checks on the Gemma-4-31B architecture with random
 weights (bench/demo/full_model.py: config and tokenizer only, served with --load-format dummy, online
@@ -38,10 +37,9 @@ server per variant, `bench sweep` on each, then `bench compare`). docs/full-size
 The transformers trap (bench/demo/transformers_trap.py) is checked with the same python before any
 step: the record says whether this vLLM and transformers read a Gemma 4 config right.
 
-It writes gpu-check.json (one record: date, device, versions, every figure), gpu-check.md and
-gpu-check.html (the page section) and the servers' logs to --out. A step that cannot run here (vLLM's
-CPU build has no sleep mode or GPU memory; a draft the build refuses) is reported "not available on
-this device", which is not a failure.
+It writes gpu-check.json (the record), gpu-check.md, gpu-check.html and the servers' logs to --out. A
+step that cannot run here (vLLM's CPU build has no sleep mode; a draft the build refuses) is reported
+"not available on this device", which is not a failure.
 
 Exit codes: 0 every check passed or was not available; 1 a check is broken (each named on stderr and in
 the record); 2 bad input (an --out that is a file, a bad flag value, no vLLM to run).
@@ -541,6 +539,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--budget-minutes", type=float, default=None,
                    help="with --experiment: GPU minutes each sweep may spend, grid and capacity search (default: the "
                         "sweep's, 60)")
+    p.add_argument("--target-width", type=float, default=None,
+                   help="with --experiment: the capacity search's target, hi / lo of its ends (default: the sweep's, "
+                        "1.22)")
     p.add_argument("--vocab-words", type=int, default=32000, help="the model's tokenizer words (default 32000)")
     p.add_argument("--allow-small-vocab", action="store_true", help="allow --vocab-words under 32000 (CPU rehearsals)")
     p.add_argument("--concurrencies", default=None, type=O.concurrencies_text,

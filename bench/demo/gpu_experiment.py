@@ -130,6 +130,9 @@ def check_args(args: argparse.Namespace, error: type[Exception]) -> None:
     budget = getattr(args, "budget_minutes", None)
     if budget is not None and not budget > 0:
         raise error(f"--budget-minutes {budget:g}: give the GPU minutes each sweep may spend, above 0")
+    width = getattr(args, "target_width", None)
+    if width is not None and not width > 1:
+        raise error(f"--target-width {width:g}: give hi / lo of the capacity's ends, above 1 (the sweep's is 1.22)")
     args.variant_list, args.scenario_list = labels, scenarios
 
 
@@ -158,7 +161,12 @@ def sweep_argv(check, experiment: Experiment, variant: Variant, flags: list[str]
             "--bench-client", "library"]
     if getattr(args, "budget_minutes", None):
         argv += ["--budget-minutes", f"{args.budget_minutes:g}"]
-    return argv + (["--capacity-search"] if experiment.capacity_search else [])
+    if not experiment.capacity_search:
+        return argv
+    argv.append("--capacity-search")
+    if getattr(args, "target_width", None):
+        argv += ["--target-width", f"{args.target_width:g}"]
+    return argv
 
 
 def runs_of(folder: Path) -> list[dict[str, Any]]:

@@ -245,7 +245,7 @@ class ExtraRuns:
                 break  # a repeat keeps its point's size: a short one is not run larger
             if short:
                 held = sizing.steady_window(result.raw, concurrency) if rate is None else result.duration_s
-                requests = sizing.resize(n, held, args.window_s, concurrency)
+                requests = grid.whole_prefixes(spec, sizing.resize(n, held, args.window_s, concurrency))
         assert result is not None
         return result, spent
 

@@ -257,6 +257,12 @@ def prompts_for(spec: RunSpec, req_s: float | None, window_s: float, measured: d
     to whole prefixes."""
     n = sizing.closed_loop_requests(sizing.rate_for(req_s, measured or {}, spec.concurrency), spec.concurrency,
                                     window_s, floor=spec.num_prompts)
+    return whole_prefixes(spec, n)
+
+
+def whole_prefixes(spec: RunSpec, n: int) -> int:
+    """`n` requests, rounded up to whole prefixes for a shared-prefix scenario (vLLM's prefix_repetition
+    dataset makes n // prefixes prompts per prefix, so a remainder would never be sent)."""
     prefixes = spec.workload.num_prefixes if spec.workload else 0
     return -(-n // prefixes) * prefixes if prefixes else n
 

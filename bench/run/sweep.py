@@ -36,7 +36,8 @@ from bench.run import client as bench_client
 from bench.run import extra_runs, folder, hardware, s3reach, seeds, sizing
 from bench.run import telemetry as T
 from bench.run.grid import (DEFAULT_CONCURRENCIES, RunSpec, UsageError, bench_command, build_plan, config_of,
-                            new_run_record, prepare_tokenizer, prompts_for, resolve_vllm, short_hash)
+                            new_run_record, prepare_tokenizer, prompts_for, resolve_vllm, short_hash,
+                            whole_prefixes)
 from bench.run.runner import (MANIFEST, EtaModel, Runner, fmt_s, load_manifest, log_errors, log_tail, now,
                               write_json)
 from bench.run.server import probe_server, wait_for_health
@@ -187,8 +188,9 @@ class Sweep(Runner):
             "seed": seed,
             "num_prompts": n,
             "steady_window_s": _round(sizing.steady_window(result.raw, spec.concurrency)) if result.completed else None,
-            "resize_to": (sizing.resize(n, sizing.steady_window(result.raw, spec.concurrency), self.args.window_s,
-                                        spec.concurrency) if short else None),
+            "resize_to": (whole_prefixes(spec, sizing.resize(n, sizing.steady_window(result.raw, spec.concurrency),
+                                                          self.args.window_s, spec.concurrency))
+                          if short else None),
             "warmup": warmup,
             "rc": rc,
             "duration_s": round(duration, 3),

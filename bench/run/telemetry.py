@@ -11,7 +11,9 @@ stored with the run:
 - gauges as maxima over the samples: KV-cache usage, requests waiting and running;
 - GPU (NVIDIA DCGM exporter): utilisation mean, framebuffer memory used max (per GPU, GiB), power
   mean (per GPU, W);
-- `server_restarted`: the server's process start time changed, or a counter went backwards.
+- `server_restarted`: the server's process start time changed, or a counter went backwards;
+- `several_servers`: the URL answered for more than one process (start times alternate, as through a
+  router): then nothing is judged from differences and the counters are not given.
 
 Metric names move between vLLM releases; `SERVER_COUNTERS` and `SERVER_GAUGES` list, per figure,
 the names of vLLM 0.26 (the image) and of the CPU build the tests run (0.32), first match wins.
@@ -182,7 +184,18 @@ class Window:
             self.gpu_samples.append({"t": round(time.monotonic() - self._t0, 3), **gpu})
 
     # -- figures --------------------------------------------------------------------------
+    def several_servers(self) -> bool:
+        """The metrics URL answered for more than one server process: a start time seen, then another,
+        then the first again (a router or a Service that spreads /metrics over its replicas). Each
+        reading then counts one replica, so no difference of two readings means anything."""
+        starts = [s["process_start"] for s in [self.before or {}, *self.samples, self.after or {}]
+                  if s.get("process_start")]
+        changes = [v for i, v in enumerate(starts) if i == 0 or v != starts[i - 1]]
+        return len(changes) > len(set(changes))
+
     def restart_evidence(self) -> str | None:
+        if self.several_servers():
+            return None
         starts = [s["process_start"] for s in [self.before or {}, *self.samples, self.after or {}]
                   if s.get("process_start")]
         if len(set(starts)) > 1:
@@ -205,8 +218,8 @@ class Window:
             seen = [s[key] for s in [before, *self.samples, after] if s.get(key) is not None]
             return max(seen) if seen else None
 
-        restart = self.restart_evidence()
-        counters = {key: delta(key) for key in SERVER_COUNTERS}
+        restart, several = self.restart_evidence(), self.several_servers()
+        counters = {key: None if several else delta(key) for key in SERVER_COUNTERS}
         queries, hits = counters["prefix_cache_queries"], counters["prefix_cache_hits"]
         hit_pct = None
         if not restart and queries is not None and hits is not None:
@@ -233,6 +246,7 @@ class Window:
             "error_count": self.error_count,
             "server_restarted": bool(restart) if self.before is not None else None,
             "restart_evidence": restart,
+            "several_servers": several,
             **{k: (None if restart else v) for k, v in counters.items()},
             "prefix_cache_hit_pct": hit_pct,
             "kv_cache_usage_max_pct": round(100.0 * kv, 2) if kv is not None else None,
