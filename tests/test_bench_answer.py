@@ -58,6 +58,12 @@ def test_a_capacity_is_worded_with_the_run_it_came_from():
     assert answer.from_words({**recorded, "noise_source": "measured", "point_tok_s": 2836.4}, figure=True) == (
         "2,836.4 tok/s (c=28, closed loop, search/S1_chat_c28.run2.json); 2 repeats, run-to-run band 12.5 %, "
         "measured from repeats")
+    # a band set by another figure than output tok/s says which, and the tok/s band that widened the ends
+    by_figure = {"output_tok_s": 6.43, "ttft": 6.35, "decode": 14.18}
+    assert answer.from_words({**recorded, "noise_pct": 14.18, "noise_source": "measured",
+                              "noise_pct_by_figure": by_figure}) == (
+        "c=28, closed loop, search/S1_chat_c28.run2.json; 2 repeats, run-to-run band 14.18 % (decode median; "
+        "output tok/s 6.43 %), measured from repeats")
     assert answer.source_run({**interval, "source_run": {"file": "S1_chat_c24.json", "load": 24}}) == (
         24, "S1_chat_c24.json")
     assert answer.capacity_words({**interval, "output_tok_s": [2836.4, None], "load_fail": None},

@@ -130,3 +130,82 @@ def test_a_decode_latency_streaming_does_not_resolve_is_no_evidence():
     # without detail the point estimate is treated alike
     summary = C.judge_results([{"p99_ttft_ms": 100, "p99_itl_ms": 0.0045, "completed": 500}], **LIMITS)
     assert summary.state == C.UNMEASURED
+
+
+# --- one band per figure ---------------------------------------------------------------------
+
+
+def agreeing_tok_s_spread_itl(itl_medians=(20.0, 24.0, 22.0)):
+    """Three comparable repeats as on the H200 at c=24: output tok/s within 1 %, the same TTFT
+    median, ITL medians 20 % apart."""
+    return [detailed([100.0] * 200, itl_ms=itl, seed=k)
+            | {"output_throughput": tok, "p50_ttft_ms": 100.0, "p50_itl_ms": itl}
+            for k, (tok, itl) in enumerate(zip((1000.0, 1005.0, 1010.0), itl_medians))]
+
+
+def pooled_band(values, default_pct):
+    """The band of one figure, computed apart from the code: 1.96 x the standard deviation of the logs
+    (n - 1 degrees of freedom), pooled with the default as one more degree of freedom."""
+    logs = np.log(values)
+    df = len(values) - 1
+    var = float(np.var(logs, ddof=1))
+    prior = (default_pct / 100 / C.Z95) ** 2
+    return 100 * C.Z95 * math.sqrt((df * var + prior) / (df + 1))
+
+
+def test_each_figure_has_its_own_band_and_the_largest_is_the_headline():
+    noise = C.noise([agreeing_tok_s_spread_itl()], default_pct=11.0)
+    tok, ttft, decode = (noise.figure(f) for f in (C.OUTPUT_TOK_S, C.TTFT, C.DECODE))
+    assert tok == pytest.approx(pooled_band([1000.0, 1005.0, 1010.0], 11.0), abs=0.01)
+    assert ttft == pytest.approx(pooled_band([100.0] * 3, 11.0), abs=0.01)  # agreeing runs: the default / sqrt(3)
+    assert decode == pytest.approx(pooled_band([20.0, 24.0, 22.0], 11.0), abs=0.01)
+    assert tok < 7 and decode > 15
+    # the headline stays the largest: the decode median's, what the repeats alone measured of it
+    assert noise.pct == decode == max(noise.bands().values()) and noise.widest == C.DECODE
+    logs = np.log([20.0, 24.0, 22.0])
+    assert noise.measured_pct == pytest.approx(100 * C.Z95 * float(np.std(logs, ddof=1)), abs=0.01)
+    assert noise.df == 2 and noise.repeats == 3 and noise.source == "measured"
+    assert noise.bands() == {"output_tok_s": tok, "ttft": ttft, "decode": decode}
+
+
+def test_a_figure_no_repeat_measured_keeps_the_default():
+    runs = agreeing_tok_s_spread_itl()
+    for r in runs:
+        del r["p50_ttft_ms"]  # an older result without medians of TTFT
+    noise = C.noise([runs], default_pct=11.0)
+    assert noise.figure(C.TTFT) == 11.0 and noise.figure(C.DECODE) == noise.pct > 15
+    # nothing measured: every figure has the default
+    assumed = C.noise([[runs[0]]], default_pct=11.0)
+    assert assumed.bands() == dict.fromkeys(C.NOISE_FIGURES, 11.0) and assumed.widest is None
+    # per-figure defaults (the open loop starting from the closed loop's bands)
+    start = {C.OUTPUT_TOK_S: 4.0, C.TTFT: 6.0, C.DECODE: 15.0}
+    opened = C.noise([[runs[0]]], default_pct=start)
+    assert opened.bands() == start and opened.pct == 15.0 and opened.source == "assumed"
+    with pytest.raises(ValueError, match="no default run-to-run band for ttft"):
+        C.noise([runs], default_pct={C.OUTPUT_TOK_S: 4.0, C.DECODE: 15.0})
+    with pytest.raises(ValueError, match="no run-to-run band for 'p99'"):
+        noise.figure("p99")
+
+
+def test_each_check_is_widened_by_its_own_figures_band():
+    noise = C.noise([agreeing_tok_s_spread_itl()], default_pct=11.0)
+    ttft, decode = noise.figure(C.TTFT) / 100, noise.figure(C.DECODE) / 100
+    # TTFT 460 ms against 500: within the TTFT band (about 6 %), not within the decode band (about 16 %)
+    point = [detailed([460.0] * 200, itl_ms=20.0)]
+    judged = C.judge_results(point, **LIMITS, noise_pct=noise)
+    assert judged.ttft.band == pytest.approx(ttft) and judged.decode.band == pytest.approx(decode)
+    assert judged.ttft.interval_ms[1] == pytest.approx(460.0 * (1 + ttft))
+    assert judged.ttft.state == C.PASS and judged.state == C.PASS
+    assert C.judge_results(point, **LIMITS, noise_pct=noise.pct).state == C.STRADDLE  # one band for both: it would not
+    # ITL 46 ms against 50: the decode band (about 16 %) makes it straddle, whatever the TTFT band
+    slow_decode = C.judge_results([detailed([100.0] * 200, itl_ms=46.0)], **LIMITS, noise_pct=noise)
+    assert slow_decode.decode.state == C.STRADDLE and slow_decode.ttft.state == C.PASS
+    # the search's way: judged once without a band, re-judged under the band; four runs halve each band
+    bare = C.judge_results(point * 4, **LIMITS)
+    again = C.with_band(bare, noise)
+    assert (again.ttft.band, again.decode.band) == pytest.approx((ttft / 2, decode / 2))
+    # one number still widens both checks alike (the assumed default, a caller with one figure)
+    single = C.with_band(bare, 17.0)
+    assert single.ttft.band == single.decode.band == pytest.approx(0.085)
+    summary = C.judge_summary(460.0, 46.0, **LIMITS, noise_pct=noise)
+    assert summary.ttft.band == pytest.approx(ttft) and summary.decode.band == pytest.approx(decode)

@@ -35,7 +35,7 @@ SCENARIO_KEYS = {"peak", "slo", "peak_at_edge", "slo_capacity", "rate_capacity",
                  "rate_capacity_interval"}
 INTERVAL_KEYS = {"source", "state", "output_tok_s", "load_unit", "load_pass", "load_fail", "load_max", "confirmed",
                  "point_tok_s", "loop", "source_run", "source_runs", "fail_runs", "repeats", "noise_pct",
-                 "noise_source", "noise_repeats", "width", "target_width", "reason"}
+                 "noise_pct_by_figure", "noise_source", "noise_repeats", "width", "target_width", "reason"}
 
 
 def write_result(folder: Path, scenario: str, conc: int, tok_s: float, *, ttft99=100.0, itl99=20.0,

@@ -151,3 +151,36 @@ def test_with_gpu_like_spread_the_interval_covers_the_truth_and_mostly_reaches_t
         assert search.width() <= 1.5  # the interval with each end's band
     print(f"\n[search] reached the target in {narrow} of 12; extra runs {min(costs)} to {max(costs)}")
     assert narrow >= 10
+
+
+def agreeing_tok_s_spread_itl() -> S.Search:
+    """c=8 run three times as on the H200 at c=24: output tok/s within 1 %, the same TTFT median, ITL
+    medians 20 % apart; TTFT p99 460 ms against 500. c=16 misses for sure."""
+    search = S.Search(**LIMITS)
+    for k, (tok, itl) in enumerate(((1000.0, 20.0), (1005.0, 24.0), (1010.0, 22.0))):
+        search.observe(8, result(460, tok, seed=k, itl_ms=itl) | {"p50_ttft_ms": 300.0}, f"c8.run{k + 1}")
+    search.observe(16, result(900, 1500.0, seed=9), "c16")
+    return search
+
+
+def test_the_ends_take_the_tok_s_band_and_each_check_its_own():
+    search = agreeing_tok_s_spread_itl()
+    noise = search.noise()
+    tok, ttft, decode = (noise.figure(f) for f in (C.OUTPUT_TOK_S, C.TTFT, C.DECODE))
+    assert tok < 7 and ttft < 7 and decode > 15 and noise.pct == decode and noise.widest == C.DECODE
+    # the TTFT check of c=8 is widened by the TTFT band alone: 460 ms x (1 + 6.4 % / sqrt 3) passes,
+    # where the decode band (16 % / sqrt 3) would have left it straddling
+    j = search.judgement(8)
+    assert j.ttft.band == pytest.approx(C.band(ttft, 3)) and j.decode.band == pytest.approx(C.band(decode, 3))
+    assert C.with_band(j, noise.pct).state == C.STRADDLE and j.state == C.PASS
+    assert search.bounds() == (8, 16)
+    # the ends by the output tok/s band alone
+    assert search.band(8) == pytest.approx(C.band(tok, 3)) and search.band(16) == pytest.approx(tok / 100)
+    low, top = search.ends()
+    assert low == pytest.approx(1005.0 / (1 + tok / 100 / math.sqrt(3)))
+    assert top == pytest.approx(1500.0 * (1 + tok / 100))
+    headline = 1500.0 * (1 + decode / 100) / (1005.0 / (1 + C.band(decode, 3)))  # the ends under the decode band
+    assert search.width() == pytest.approx(top / low) and search.width() < headline - 0.2
+    words = search.standing()
+    assert f"output tok/s band {tok:g} % measured from 3 comparable runs; the largest, {decode:g} %, on the " \
+           "decode median" in words

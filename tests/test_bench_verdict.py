@@ -152,7 +152,9 @@ def test_grid_alone_passes_a_clear_case(tmp_path):
                   "load_unit": "concurrency", "load_pass": 8, "load_fail": 16, "load_max": 64, "confirmed": False,
                   "point_tok_s": 3200.0, "loop": "closed", "source_run": "S1_chat_c8.json",
                   "source_runs": ["S1_chat_c8.json"], "fail_runs": ["S1_chat_c16.json"], "repeats": 1,
-                  "noise_pct": C.DEFAULT_NOISE_PCT, "noise_source": "assumed", "noise_repeats": 0,
+                  "noise_pct": C.DEFAULT_NOISE_PCT,
+                  "noise_pct_by_figure": dict.fromkeys(("output_tok_s", "ttft", "decode"), C.DEFAULT_NOISE_PCT),
+                  "noise_source": "assumed", "noise_repeats": 0,
                   "width": round(6400 * (1 + band) / (3200 / (1 + band)), 4), "target_width": 1.22, "reason": None}
     # summary's `slo` is the same figure, with its run
     assert summary["scenarios"]["S1_chat"]["slo"] == {"concurrency": 8, "output_tok_s": 3200.0, "loop": "closed",
@@ -425,3 +427,25 @@ def test_a_search_rerun_that_misses_at_a_grid_point_moves_the_capacity(tmp_path)
     ratio = summary["comparison"]["S1_chat"]
     assert ratio["slo_ratio"] == 4.0 and ratio["throughput_ratio"] == 4.0
     assert re.search(r"6,400\.0 tok/s, 95 % interval [0-9,.]+ to [0-9,.]+ \(from c=16, closed loop, S1_chat_c16\.json", md)
+
+
+def test_the_capacity_carries_each_figures_band_and_names_the_largest():
+    from tests.test_bench_search import agreeing_tok_s_spread_itl
+    state = agreeing_tok_s_spread_itl()
+    noise = state.noise()
+    tok, decode = noise.figure(C.OUTPUT_TOK_S), noise.figure(C.DECODE)
+    cap = V.from_search(state, V.SEARCH, V.CONCURRENCY)
+    assert cap.state == V.MEETS and cap.load_pass == 8 and cap.load_fail == 16
+    assert cap.band_lo == pytest.approx(C.band(tok, 3)) and cap.band_hi == pytest.approx(tok / 100)
+    assert (cap.lo, cap.hi) == pytest.approx(state.ends())
+    iv = cap.as_dict()
+    assert iv["noise_pct"] == decode and iv["noise_source"] == "measured" and iv["noise_repeats"] == 3
+    assert iv["noise_pct_by_figure"] == {"output_tok_s": tok, "ttft": noise.figure(C.TTFT), "decode": decode}
+    words = f"run-to-run band {decode:g} % (decode median; output tok/s {tok:g} %), measured from repeats"
+    assert V.noise_text(cap) == words and words in V.capacity_text(cap)
+    assert_words(V.capacity_text(cap))
+    # where output tok/s set the band, or the band is assumed, the words stay as they were
+    assert V.noise_words(8.0, "measured", {"output_tok_s": 8.0, "ttft": 5.0, "decode": 3.0}) == (
+        "run-to-run band 8 %, measured from repeats")
+    assert V.noise_words(11.0, "assumed", dict.fromkeys(("output_tok_s", "ttft", "decode"), 11.0)) == (
+        "run-to-run band 11 %, assumed, no point was run twice")

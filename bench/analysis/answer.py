@@ -239,7 +239,8 @@ def from_words(interval: dict[str, Any], figure: bool = False) -> str:
     if isinstance(interval.get("repeats"), int):
         extra.append(f"{interval['repeats']} repeat{'s' if interval['repeats'] != 1 else ''}")
     if _finite(interval.get("noise_pct")):
-        extra.append(noise_words(interval["noise_pct"], interval.get("noise_source")))
+        extra.append(noise_words(interval["noise_pct"], interval.get("noise_source"),
+                                 interval.get("noise_pct_by_figure")))
     return text + ("; " + ", ".join(extra) if extra else "")
 
 

@@ -125,7 +125,7 @@ def open_loop_points(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]]
 
 
 def rate_search(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]], *, ttft_ms: float, decode_ms: float,
-                decode_metric: str, noise_pct: float, target: float) -> S.Search | None:
+                decode_metric: str, noise_pct: float | dict[str, float], target: float) -> S.Search | None:
     """The open loop's evidence as the rate search sees it; None without open-loop runs."""
     if not runs:
         return None
@@ -186,8 +186,8 @@ def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, 
         points = open_loop_points(at_rates, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
         closed = V.closed_loop(runs, found, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
                                noise_pct=noise_pct, target=target)
-        # One server, one scenario: the open loop starts from the closed loop's band.
-        band = closed.noise_pct if closed.noise_pct is not None else noise_pct
+        # One server, one scenario: the open loop starts from the closed loop's bands, figure by figure.
+        band = closed.noise_by_figure or (closed.noise_pct if closed.noise_pct is not None else noise_pct)
         opener = V.open_loop(rate_search(at_rates, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
                                          noise_pct=band, target=target))
         out[name] = {

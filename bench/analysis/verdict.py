@@ -64,12 +64,13 @@ class Capacity:
 
     `point` is the capacity figure itself: the output tok/s at `load_pass`, the highest load that
     met the SLO (the mean of its runs), measured by `source_runs` (`source_run` the first). [lo, hi)
-    is its 95 % interval: from the point divided by (1 + the run-to-run band of its runs) to the
-    most a load below `load_fail` (the lowest load above it that missed the SLO) serves, times
+    is its 95 % interval: from the point divided by (1 + the output tok/s run-to-run band of its runs)
+    to the most a load below `load_fail` (the lowest load above it that missed the SLO) serves, times
     (1 + its band) (`closed_loop`); hi is INF for an open upper end. For a side that never meets the SLO `load_fail` is the lowest
     load tested. Loads are concurrencies or offered req/s (`unit`); `loop` is closed or open.
-    `noise_pct` is the run-to-run band of one run that widened the ends (`noise_source`: measured
-    from repeats, or assumed), `repeats` how many runs measured the point.
+    `noise_pct` is the largest figure's run-to-run band of one run (`noise_source`: measured from
+    repeats, or assumed); `noise_by_figure` each figure's (output tok/s, TTFT, decode), the output
+    tok/s one widening the ends; `repeats` how many runs measured the point.
     """
 
     source: str
@@ -91,6 +92,7 @@ class Capacity:
     repeats: int = 0
     noise_pct: float | None = None
     noise_source: str | None = None
+    noise_by_figure: dict[str, float] | None = None
     judgement: Any = None  # the pass end's pooled judgement (bench.analysis.capacity), closed loop
     band_lo: float = 0.0  # the run-to-run band (a fraction) that widened lo, and hi
     band_hi: float = 0.0
@@ -134,6 +136,7 @@ class Capacity:
             "fail_runs": list(self.fail_runs),
             "repeats": self.repeats,
             "noise_pct": self.noise_pct,
+            "noise_pct_by_figure": self.noise_by_figure,
             "noise_source": self.noise_source,
             "noise_repeats": self.measured_repeats,
             "width": _end(self.width),
@@ -239,7 +242,8 @@ def from_search(state: S.Search, source: str, unit: str) -> Capacity:
     if not loads:
         return Capacity(source, NO_DATA, unit=unit)
     noise = state.noise()
-    common = dict(noise_pct=noise.pct, noise_source=noise.source, measured_repeats=noise.repeats)
+    common = dict(noise_pct=noise.pct, noise_source=noise.source, measured_repeats=noise.repeats,
+                  noise_by_figure=noise.bands())
     broken = state.broken()
     if broken:
         return Capacity(source, BROKEN, unit=unit, load_max=loads[-1], reason=S.broken_words(broken),
@@ -397,17 +401,32 @@ def run_text(cap: Capacity) -> str:
             + (f", {named}" if named else "") + (f", mean of {cap.repeats} runs" if cap.repeats > 1 else ""))
 
 
-def noise_words(pct: float | None, source: str | None) -> str:
-    """The run-to-run band in words: "run-to-run band 11 %, assumed, no point was run twice"."""
+def noise_words(pct: float | None, source: str | None, by_figure: dict[str, Any] | None = None) -> str:
+    """The run-to-run band in words: "run-to-run band 11 %, assumed, no point was run twice"; where a
+    figure other than output tok/s set it (`by_figure`, summary.json's `noise_pct_by_figure`), which one
+    and the output tok/s band that widened the ends: "run-to-run band 14.18 % (decode median; output
+    tok/s 6.43 %), measured from repeats"."""
     if pct is None:
         return ""
     how = {"measured": ", measured from repeats", "assumed": ", assumed, no point was run twice",
            "default": ", assumed, no point was run twice"}.get(source or "", "")
-    return f"run-to-run band {pct:g} %{how}"
+    return f"run-to-run band {pct:g} %{_widest_words(pct, by_figure)}{how}"
+
+
+def _widest_words(pct: float, by_figure: dict[str, Any] | None) -> str:
+    """" (decode median; output tok/s 6.43 %)" where the output tok/s band is below the headline."""
+    if not isinstance(by_figure, dict):
+        return ""
+    tok = by_figure.get(C.OUTPUT_TOK_S)
+    if not isinstance(tok, (int, float)) or isinstance(tok, bool) or tok >= pct:
+        return ""
+    widest = next((name for name in C.NOISE_FIGURES if by_figure.get(name) == pct), None)
+    named = f"{C.FIGURE_WORDS[widest]}; " if widest else ""
+    return f" ({named}output tok/s {tok:g} %)"
 
 
 def noise_text(cap: Capacity) -> str:
-    return noise_words(cap.noise_pct, cap.noise_source)
+    return noise_words(cap.noise_pct, cap.noise_source, cap.noise_by_figure)
 
 
 def capacity_text(cap: Capacity) -> str:

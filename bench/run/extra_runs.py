@@ -346,7 +346,7 @@ class ExtraRuns:
                 "width": None if search.width() is None else round(search.width(), 4),
                 "stopped": stop or search.stop_words(), "reached_target": search.stopped == S.NARROW,
                 "noise": {"pct": noise.pct, "measured_pct": noise.measured_pct, "source": noise.source,
-                          "repeats": noise.repeats}, "standing": search.standing()}
+                          "repeats": noise.repeats, "by_figure": noise.bands()}, "standing": search.standing()}
 
     def run(self) -> None:
         order: list[str] = []

@@ -9,19 +9,22 @@ and reads the capacity off it. `--resume` replays the search over the files alre
 The rules (docs/benchmark.md, "The capacity search"):
 
 - A point is judged on all its runs together (bench.analysis.capacity.judge_results): it PASSES
-  with confidence when the upper end of each p99's 95 % interval, widened by the run-to-run band,
-  is within its limit on at least 100 requests; it FAILS for sure when a lower end is above a
-  limit; anything else is SOFT (straddling a limit, a decode latency too small to measure, too few
+  with confidence when the upper end of each p99's 95 % interval, widened by its own figure's
+  run-to-run band (the TTFT median's for the TTFT p99, the decode median's for the decode p99), is
+  within its limit on at least 100 requests; it FAILS for sure when a lower end is above a limit;
+  anything else is SOFT (straddling a limit, a decode latency too small to measure, too few
   requests): never claimed as capacity, never taken for a miss.
 - The capacity lies between the throughput at the highest load that passes (`lo`) and the
   throughput at the lowest load above it that fails for sure (`hi`). The search stops when those two
   throughputs are within `target` of each other (`precision`; 1.22 by default: +-10 % around the
-  middle). The interval it reports (`ends`, `width`) also widens each end by its run-to-run band.
-- The run-to-run band comes only from comparable repeats: runs at the same load with the same
+  middle). The interval it reports (`ends`, `width`) also widens each end by its run-to-run band:
+  the output tok/s band, the figure the ends are.
+- The run-to-run bands come only from comparable repeats: runs at the same load with the same
   number of requests (a repeat is always run at its point's first size). Where none exist, the
   default band is assumed; the default also counts as one degree of freedom beside measured ones.
-  A measured band above MAX_BAND_PCT means the runs disagree: the measurement is broken, and the
-  search stops naming those runs rather than turning the spread into a wide interval.
+  A measured band (the largest figure's) above MAX_BAND_PCT means the runs disagree: the
+  measurement is broken, and the search stops naming those runs rather than turning the spread
+  into a wide interval.
 - Narrowing, in order: the untested gap between two tested loads inside [lo, hi] whose throughputs
   lie furthest apart is bisected; then a SOFT point inside gets its repeats (`repeats`). Once the
   ends' throughputs are close enough, each end is repeated (`end_repeats`) while the bands keep the
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from bench.analysis.capacity import stats as C
 
@@ -101,7 +104,7 @@ class Search:
     target: float = TARGET_WIDTH
     repeats: int = DEFAULT_REPEATS
     end_repeats: int = DEFAULT_END_REPEATS
-    default_noise_pct: float = C.DEFAULT_NOISE_PCT
+    default_noise_pct: float | Mapping[str, float] = C.DEFAULT_NOISE_PCT  # one for all figures, or per figure
     ceiling: float | None = None  # the highest load the search may try
     floor: float | None = None  # the lowest (rates; concurrencies stop at 1)
     points: dict[float, list[Run]] = field(default_factory=dict)
@@ -152,7 +155,7 @@ class Search:
         if key not in self._cache:  # the bootstrap, once per point and number of runs; the band moves
             self._cache[key] = C.judge_results([r.raw for r in runs], ttft_ms=self.ttft_ms, decode_ms=self.decode_ms,
                                                decode_metric=self.decode_metric, noise_pct=0.0)
-        return C.with_band(self._cache[key], self.noise().pct)
+        return C.with_band(self._cache[key], self.noise())  # each check its own figure's band
 
     def state(self, load: float) -> str:
         """PASS, FAIL or SOFT. A point without per-request detail (a folder from before the sweep kept
@@ -173,10 +176,10 @@ class Search:
         return _weighted([(r.req_s, r.requests) for r in self.runs(load)])
 
     def band(self, load: float) -> float:
-        """The run-to-run band (a fraction) of the mean of this load's runs."""
+        """The run-to-run band (a fraction) of the mean output tok/s of this load's runs."""
         weights = [max(1, r.requests) for r in self.runs(load)]
         effective = sum(weights) ** 2 / sum(w * w for w in weights) if weights else 1.0
-        return C.band(self.noise().pct, effective)
+        return C.band(self.noise().figure(C.OUTPUT_TOK_S), effective)
 
     def bounds(self) -> tuple[float | None, float | None]:
         """(highest load that passes, lowest load above it that fails for sure); None where there is none."""
@@ -328,9 +331,7 @@ class Search:
         head = f"meets the SLO at {self.words(lo)} ({_tok(self.tok_s(lo))})"
         if hi is None:
             return head + f"; nothing up to {self.words(self.loads()[-1])} misses it for sure: at least {_tok(low)}"
-        noise = self.noise()
-        band = (f"band {noise.pct:g} % measured from {noise.repeats} comparable runs" if noise.measured_pct is not None
-                else f"band {noise.pct:g} % assumed: no comparable repeat")
+        band = band_words(self.noise())
         return (head + f", misses it for sure at {self.words(hi)} ({_tok(self.tok_s(hi))}): ends "
                 f"{self.precision():.2f}x apart (target {self.target:g}x); with each end's run-to-run band "
                 f"({band}) the capacity lies in {_tok(low)} to {_tok(top)}")
@@ -354,6 +355,19 @@ class Search:
         if self.stopped == BROKEN:
             return broken_words(self.noise())
         return None
+
+
+def band_words(noise: C.Noise) -> str:
+    """The band that widens the ends, in words: "output tok/s band 6.43 % measured from 3 comparable
+    runs", with the largest figure's where another figure set it ("...; the largest, 14.18 %, on the
+    decode median")."""
+    tok = noise.figure(C.OUTPUT_TOK_S)
+    if noise.measured_pct is None:
+        return f"output tok/s band {tok:g} % assumed: no comparable repeat"
+    words = f"output tok/s band {tok:g} % measured from {noise.repeats} comparable runs"
+    if noise.widest not in (None, C.OUTPUT_TOK_S) and noise.pct != tok:
+        words += f"; the largest, {noise.pct:g} %, on the {C.FIGURE_WORDS[noise.widest]}"
+    return words
 
 
 def broken_words(noise: C.Noise) -> str:

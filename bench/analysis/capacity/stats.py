@@ -11,7 +11,8 @@ Plain functions over plain data (no I/O besides reading result dictionaries), sh
 - 95 % interval of a p99: percentile bootstrap over requests (a resample draws whole requests, so
   the ITLs of one request stay together), fixed seed: the same file always gives the same interval.
 - Run-to-run noise: two identical runs differ by more than one run's requests say (a run-level
-  slowdown), so each p99 interval is widened by the run-to-run band (`noise`): measured from the
+  slowdown), so each p99 interval is widened by the run-to-run band (`noise`) of its own figure
+  (the TTFT p99 by the TTFT median's, the decode p99 by the decode median's): measured from the
   points run more than once, else the default. A point passes with confidence when the upper ends
   of the TTFT and decode intervals are within the limits (on at least MIN_P99_REQUESTS requests),
   fails with confidence when a lower end is above a limit; otherwise it straddles. Repeats of one
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -260,8 +261,16 @@ def band(noise_pct: float | None, runs: int) -> float:
     return (noise_pct or 0.0) / 100.0 / math.sqrt(max(1.0, runs))
 
 
+def check_bands(noise_pct: float | Noise | None, runs: int) -> tuple[float, float]:
+    """(TTFT band, decode band) as fractions for the mean of `runs` runs: a Noise widens each check
+    by its own figure's band; one number (an assumed band, a caller with one figure) widens both."""
+    if isinstance(noise_pct, Noise):
+        return band(noise_pct.figure(TTFT), runs), band(noise_pct.figure(DECODE), runs)
+    return band(noise_pct, runs), band(noise_pct, runs)
+
+
 def judge_samples(samples: Samples, *, ttft_ms: float, decode_ms: float, decode_metric: str = "itl",
-                  runs: int = 1, seed: int = 0, noise_pct: float = 0.0) -> Judgement:
+                  runs: int = 1, seed: int = 0, noise_pct: float | Noise = 0.0) -> Judgement:
     ttft_groups = [[v] for v in samples.ttft_ms]
     if decode_metric == "tpot":
         decode_groups = [[v] for v in samples.tpot_ms if v is not None]
@@ -269,21 +278,22 @@ def judge_samples(samples: Samples, *, ttft_ms: float, decode_ms: float, decode_
         decode_groups = [list(g) for g in samples.itl_ms]
     else:
         raise ValueError(f"decode metric must be itl or tpot, got {decode_metric!r}")
-    wide = band(noise_pct, runs)
+    ttft_wide, decode_wide = check_bands(noise_pct, runs)
     enough = samples.requests >= MIN_P99_REQUESTS
-    ttft = MetricCheck("ttft", ttft_ms, p99(samples.ttft_ms), bootstrap_p99(ttft_groups, seed=seed), wide, enough)
+    ttft = MetricCheck("ttft", ttft_ms, p99(samples.ttft_ms), bootstrap_p99(ttft_groups, seed=seed), ttft_wide,
+                       enough)
     flat = [v for g in decode_groups for v in g]
-    decode = MetricCheck(decode_metric, decode_ms, p99(flat), bootstrap_p99(decode_groups, seed=seed + 1), wide,
-                         enough, _floor(decode_metric))
+    decode = MetricCheck(decode_metric, decode_ms, p99(flat), bootstrap_p99(decode_groups, seed=seed + 1),
+                         decode_wide, enough, _floor(decode_metric))
     return Judgement(combine((ttft, decode)), samples.requests, runs, ttft, decode, detailed=True)
 
 
 def judge_summary(ttft_p99: float | None, decode_p99: float | None, *, ttft_ms: float, decode_ms: float,
-                  decode_metric: str = "itl", requests: int = 0, noise_pct: float = 0.0) -> Judgement:
+                  decode_metric: str = "itl", requests: int = 0, noise_pct: float | Noise = 0.0) -> Judgement:
     """A point without per-request detail: point estimates only (never 'with confidence')."""
-    wide = band(noise_pct, 1)
-    ttft = MetricCheck("ttft", ttft_ms, ttft_p99, None, wide)
-    decode = MetricCheck(decode_metric, decode_ms, decode_p99, None, wide, floor_ms=_floor(decode_metric))
+    ttft_wide, decode_wide = check_bands(noise_pct, 1)
+    ttft = MetricCheck("ttft", ttft_ms, ttft_p99, None, ttft_wide)
+    decode = MetricCheck(decode_metric, decode_ms, decode_p99, None, decode_wide, floor_ms=_floor(decode_metric))
     return Judgement(combine((ttft, decode)), requests, 1, ttft, decode, detailed=False)
 
 
@@ -294,10 +304,10 @@ def _floor(decode_metric: str) -> float:
 
 
 def judge_results(results: list[dict[str, Any]], *, ttft_ms: float, decode_ms: float,
-                  decode_metric: str = "itl", noise_pct: float = 0.0) -> Judgement:
+                  decode_metric: str = "itl", noise_pct: float | Noise = 0.0) -> Judgement:
     """Judge one point from its result dictionaries: the runs with per-request detail pooled (their
     requests together, the run-to-run band shrinking with the number of runs), else the last run's
-    point estimates."""
+    point estimates. `noise_pct`: one band for both checks, or a Noise (each check its figure's)."""
     if not results:
         raise ValueError("no results to judge")
     per_run = [s for s in (samples_from_result(r) for r in results) if s is not None]
@@ -334,11 +344,12 @@ def judge_results(results: list[dict[str, Any]], *, ttft_ms: float, decode_ms: f
                          requests=int(_num(last.get("completed")) or 0), noise_pct=noise_pct)
 
 
-def with_band(j: Judgement, noise_pct: float) -> Judgement:
+def with_band(j: Judgement, noise_pct: float | Noise) -> Judgement:
     """The same judgement under another run-to-run band: the bootstrap intervals are kept, only their
-    widening changes (a search re-judges every point each time a repeat moves the band)."""
-    wide = band(noise_pct, j.runs)
-    checks = [replace(m, band=wide) for m in (j.ttft, j.decode)]
+    widening changes (a search re-judges every point each time a repeat moves the band). A Noise
+    widens the TTFT check by the TTFT band and the decode check by the decode band."""
+    ttft_wide, decode_wide = check_bands(noise_pct, j.runs)
+    checks = [replace(j.ttft, band=ttft_wide), replace(j.decode, band=decode_wide)]
     return Judgement(combine(checks), j.requests, j.runs, checks[0], checks[1], j.detailed)
 
 
@@ -361,26 +372,47 @@ def confident(j: Judgement, min_requests: int) -> bool:
 # Run-to-run noise
 
 # The figures of one run that a run-level slowdown moves together; their spread between repeats
-# of one point is the run-to-run noise (a p99 would add its own sampling error, so medians).
-NOISE_KEYS = (("output_throughput",), ("p50_ttft_ms", "median_ttft_ms"), ("p50_itl_ms", "median_itl_ms"))
+# of one point is the run-to-run noise (a p99 would add its own sampling error, so medians). Each
+# figure's band widens what it measures: output tok/s the capacity's ends, the TTFT median the TTFT
+# p99 check, the decode median the decode p99 check. They need not spread alike: on the H200 the
+# c=24 repeats' output tok/s agreed within 0.7 to 1.4 % while their ITL medians set a 14.18 % band.
+OUTPUT_TOK_S, TTFT, DECODE = "output_tok_s", "ttft", "decode"
+NOISE_FIGURES = {OUTPUT_TOK_S: ("output_throughput",), TTFT: ("p50_ttft_ms", "median_ttft_ms"),
+                 DECODE: ("p50_itl_ms", "median_itl_ms")}
+FIGURE_WORDS = {OUTPUT_TOK_S: "output tok/s", TTFT: "TTFT median", DECODE: "decode median"}
 
 
 @dataclass(frozen=True)
 class Noise:
-    """The run-to-run band used: `pct` = 1.96 x the relative standard deviation of one run (the
+    """The run-to-run bands used. A band is 1.96 x the relative standard deviation of one run (the
     half-width, in % of the mean, that holds 95 % of single runs), the default pooled with what
-    comparable repeats measured (`measured_pct`, None without repeats) as `df` degrees of freedom;
-    `repeats` counts the runs that measured it and `names` names them, one group per point."""
+    comparable repeats measured. `pct` is the headline: the band of the figure that spread most
+    (`widest`), with `measured_pct` (None without repeats) what the repeats alone measured of it, as
+    `df` degrees of freedom; `repeats` counts the runs that measured it and `names` names them, one
+    group per point. `by_figure` holds each figure's own band (NOISE_FIGURES), pooled alike; a figure
+    that no repeat measured has the default; empty where nothing was measured (all the default)."""
 
     pct: float
     measured_pct: float | None
     df: int
     repeats: int = 0
     names: tuple[tuple[str, ...], ...] = ()
+    by_figure: Mapping[str, float] = field(default_factory=dict)
+    widest: str | None = None
 
     @property
     def source(self) -> str:
         return "measured" if self.measured_pct is not None else "assumed"
+
+    def figure(self, name: str) -> float:
+        """The band (%) of one figure of NOISE_FIGURES."""
+        if name not in NOISE_FIGURES:
+            raise ValueError(f"no run-to-run band for {name!r}: one of {', '.join(NOISE_FIGURES)}")
+        return self.by_figure.get(name, self.pct)
+
+    def bands(self) -> dict[str, float]:
+        """Every figure's band (%), for summary.json's `noise_pct_by_figure`."""
+        return {name: self.figure(name) for name in NOISE_FIGURES}
 
 
 def run_figure(result: dict[str, Any], keys: tuple[str, ...]) -> float | None:
@@ -391,31 +423,49 @@ def run_figure(result: dict[str, Any], keys: tuple[str, ...]) -> float | None:
     return None
 
 
-def noise(points: Iterable[list[dict[str, Any]]], default_pct: float = DEFAULT_NOISE_PCT,
+def noise(points: Iterable[list[dict[str, Any]]], default_pct: float | Mapping[str, float] = DEFAULT_NOISE_PCT,
           names: list[list[str]] | None = None) -> Noise:
-    """The run-to-run band from groups of comparable repeats (each a list of results: one load, one
+    """The run-to-run bands from groups of comparable repeats (each a list of results: one load, one
     size; the caller groups them, bench.analysis.capacity.search.Search.comparable).
 
     Per figure (output tok/s, TTFT p50, decode p50) the pooled variance of log values between the
-    runs of each group; the largest figure's counts. Few repeats estimate a spread poorly, so the
-    default counts as NOISE_PRIOR_DF degrees of freedom beside them."""
-    per_key = [[0.0, 0] for _ in NOISE_KEYS]
+    runs of each group, and that figure's band; the largest figure's is the headline `pct`. Few
+    repeats estimate a spread poorly, so the default counts as NOISE_PRIOR_DF degrees of freedom
+    beside each figure's. `default_pct`: one default for every figure, or one per figure (the open
+    loop starts from the closed loop's bands)."""
+    defaults = (dict(default_pct) if isinstance(default_pct, Mapping)
+                else dict.fromkeys(NOISE_FIGURES, float(default_pct)))
+    missing = [name for name in NOISE_FIGURES if name not in defaults]
+    if missing:
+        raise ValueError(f"no default run-to-run band for {', '.join(missing)}")
+    per_figure = {name: [0.0, 0] for name in NOISE_FIGURES}
     runs_seen = 0
     for runs in points:
         runs_seen += len(runs)
-        for acc, keys in zip(per_key, NOISE_KEYS):
+        for name, keys in NOISE_FIGURES.items():
             # a decode median under MIN_DECODE_MS times chunk bunching, not decoding: no figure
-            floor = MIN_DECODE_MS if "itl" in keys[0] else 0.0
+            floor = MIN_DECODE_MS if name == DECODE else 0.0
             logs = [math.log(v) for v in (run_figure(r, keys) for r in runs) if v is not None and v >= floor]
             if len(logs) >= 2:
                 mean = sum(logs) / len(logs)
-                acc[0] += sum((x - mean) ** 2 for x in logs)
-                acc[1] += len(logs) - 1
-    measured = [(ss / df, df) for ss, df in per_key if df > 0]
+                per_figure[name][0] += sum((x - mean) ** 2 for x in logs)
+                per_figure[name][1] += len(logs) - 1
+    measured = {name: (ss / df, df) for name, (ss, df) in per_figure.items() if df > 0}
     if not measured:
-        return Noise(default_pct, None, 0)
-    var, df = max(measured)
+        if isinstance(default_pct, Mapping):
+            return Noise(max(defaults.values()), None, 0, by_figure=defaults)
+        return Noise(float(default_pct), None, 0)
+    bands = {name: _pooled(*measured[name], defaults[name]) if name in measured else defaults[name]
+             for name in NOISE_FIGURES}
+    widest = max(measured, key=lambda name: measured[name])
+    var, df = measured[widest]
+    return Noise(bands[widest], round(100 * Z95 * math.sqrt(var), 2), df, runs_seen,
+                 tuple(tuple(g) for g in (names or [])), bands, widest)
+
+
+def _pooled(var: float, df: int, default_pct: float) -> float:
+    """A measured variance of log values (df degrees of freedom) pooled with the default as
+    NOISE_PRIOR_DF degrees of freedom, as a band in %."""
     prior = (default_pct / 100 / Z95) ** 2
     pooled = (df * var + NOISE_PRIOR_DF * prior) / (df + NOISE_PRIOR_DF)
-    return Noise(round(100 * Z95 * math.sqrt(pooled), 2), round(100 * Z95 * math.sqrt(var), 2), df, runs_seen,
-                 tuple(tuple(g) for g in (names or [])))
+    return round(100 * Z95 * math.sqrt(pooled), 2)
