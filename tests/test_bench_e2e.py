@@ -39,9 +39,8 @@ def bench(server, *args, timeout=600) -> tuple[subprocess.CompletedProcess, floa
 def sweep_args(server, out, *extra):
     return ["sweep", "--base-url", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
             "--out", str(out), "--length-scale", SCALE, "--concurrencies", ",".join(map(str, CONCURRENCIES)),
-            "--window-s", "5", "--health-timeout-s", "60",
-            # warm-ups run as processes of their own; test_bench_telemetry_vllm.py covers them
-            "--warmups", "0", *extra]
+            # each run's burst sizes it (a run without one is sized blind and, on this CPU, mostly runs twice)
+            "--window-s", "5", "--health-timeout-s", "60", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +144,10 @@ def test_resume_reruns_only_the_missing_result(swept, tiny_vllm_server, tmp_path
     session = manifest(copy)["sessions"][-1]
     assert session["executed"] == ["S2_summary_c4.json"]
     assert len(session["skipped_valid"]) == 7
-    assert sorted(p.name for p in (copy / "logs").glob("*attempt2.log")) == ["S2_summary_c4.attempt2.log"]
+    # the logs this session wrote are the missing run's only (a run repeated for a short window keeps both)
+    before = {p.name for p in (out / "logs").glob("*.log")}
+    written = {p.name for p in (copy / "logs").glob("*.log")} - before
+    assert written and all(name.startswith("S2_summary_c4.attempt") for name in written), written
     assert R.load_result(copy / "S2_summary_c4.json").valid
 
 
