@@ -319,7 +319,8 @@ def test_the_readme_shows_the_demo_output_in_the_shape_the_demo_prints_it():
     recorded, shown = demo_output_shape(RECORDED.read_text()), demo_output_shape(readme_demo_block())
     assert shown == recorded
     assert recorded[0].startswith("bench demo: vLLM CPU build N") and recorded.count("SWEEP") == 2
-    assert recorded[-1] == "bench demo: report page: PATH" and "bench demo: verdict STATE" in recorded
+    assert recorded[-1] == "bench demo: report page: PATH"
+    assert any(line.startswith("bench demo: verdict STATE") for line in recorded)
 
 
 def test_the_shape_check_can_fail():
