@@ -46,7 +46,7 @@ def steady_load(tiny) -> list[str]:
     return [str(tiny.python).replace("/python", "/vllm"), "bench", "serve", "--base-url", tiny.url,
             "--model", tiny.model, "--tokenizer", str(tiny.model_dir), "--dataset-name", "random",
             "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN), "--ignore-eos",
-            "--num-prompts", str(CONCURRENCY * 20), "--max-concurrency", str(CONCURRENCY),
+            "--num-prompts", str(CONCURRENCY * 60), "--max-concurrency", str(CONCURRENCY),
             "--request-rate", "inf", "--num-warmups", "0", "--seed", "3031", "--disable-tqdm"]
 
 
