@@ -209,3 +209,18 @@ def test_each_check_is_widened_by_its_own_figures_band():
     assert single.ttft.band == single.decode.band == pytest.approx(0.085)
     summary = C.judge_summary(460.0, 46.0, **LIMITS, noise_pct=noise)
     assert summary.ttft.band == pytest.approx(ttft) and summary.decode.band == pytest.approx(decode)
+
+
+def test_a_bootstrap_is_kept_for_the_same_values_and_never_for_others():
+    """A search judges its runs again and again: the same requests' interval is computed once; requests
+    of the same count with other values get their own."""
+    from bench.analysis.capacity import stats
+
+    rng = np.random.default_rng(7)
+    one = [[float(v)] for v in rng.uniform(100, 500, 200)]
+    other = [[v[0] * 1.5] for v in one]
+    first = stats.bootstrap_p99(one)
+    kept = len(stats._BOOTSTRAPS)
+    assert stats.bootstrap_p99([list(g) for g in one]) == first and len(stats._BOOTSTRAPS) == kept
+    assert stats.bootstrap_p99(other) == pytest.approx((first[0] * 1.5, first[1] * 1.5))
+    assert len(stats._BOOTSTRAPS) == kept + 1

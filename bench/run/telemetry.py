@@ -184,20 +184,22 @@ class Window:
             self.gpu_samples.append({"t": round(time.monotonic() - self._t0, 3), **gpu})
 
     # -- figures --------------------------------------------------------------------------
+    def _starts(self) -> list[tuple[float, ...]]:
+        return [s["process_start"] for s in [self.before or {}, *self.samples, self.after or {}]
+                if s.get("process_start")]
+
     def several_servers(self) -> bool:
         """The metrics URL answered for more than one server process: a start time seen, then another,
         then the first again (a router or a Service that spreads /metrics over its replicas). Each
         reading then counts one replica, so no difference of two readings means anything."""
-        starts = [s["process_start"] for s in [self.before or {}, *self.samples, self.after or {}]
-                  if s.get("process_start")]
+        starts = self._starts()
         changes = [v for i, v in enumerate(starts) if i == 0 or v != starts[i - 1]]
         return len(changes) > len(set(changes))
 
     def restart_evidence(self) -> str | None:
         if self.several_servers():
             return None
-        starts = [s["process_start"] for s in [self.before or {}, *self.samples, self.after or {}]
-                  if s.get("process_start")]
+        starts = self._starts()
         if len(set(starts)) > 1:
             return f"server process start time changed during the run ({starts[0]} -> {starts[-1]})"
         if self.before and self.after:

@@ -34,6 +34,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from bench.analysis.results import _num  # the one reader's number rule (as bench.run.sizing)
+
 PASS, FAIL, STRADDLE, UNMEASURED = "pass", "fail", "straddle", "unmeasured"
 NEVER_MEETS_SLO = "never_meets_slo"
 # A streamed decode latency below this is tokens arriving bunched in one chunk, not a decode step.
@@ -369,16 +371,6 @@ def with_band(j: Judgement, noise_pct: float | Noise) -> Judgement:
     ttft_wide, decode_wide = check_bands(noise_pct, j.runs)
     checks = [replace(j.ttft, band=ttft_wide), replace(j.decode, band=decode_wide)]
     return Judgement(combine(checks), j.requests, j.runs, checks[0], checks[1], j.detailed)
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def confident(j: Judgement, min_requests: int) -> bool:
