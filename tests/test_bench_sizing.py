@@ -80,3 +80,16 @@ def test_without_detail_the_window_is_estimated_from_the_duration():
 def test_a_short_run_is_sized_again_from_what_it_held():
     assert sizing.resize(200, 4.0, 5.0, 8) == 400  # 200 x 5 x 1.6 / 4
     assert sizing.resize(200, None, 5.0, 8) == 400
+
+
+def test_a_clients_turn_around_between_requests_is_not_a_drop_in_load():
+    # c=1, 9 ms requests with a 9 ms turn-around (a busy 2-core machine serving 2-token requests):
+    # the load never left, the whole run holds it
+    run = closed_loop(1, 500, latency_s=0.009, gap_s=0.009)
+    top, held = sizing.in_flight(run)
+    assert top == 1 and held == pytest.approx(run["duration"], rel=1e-6)
+    assert sizing.window_problem(run, 1, 5.0) is None
+    # a client that falls behind by longer than a turn-around: only the time in flight counts
+    lagging = closed_loop(1, 50, latency_s=0.1, gap_s=0.1)
+    assert sizing.in_flight(lagging)[1] == pytest.approx(50 * 0.1)
+    assert sizing.window_problem(lagging, 1, 8.0) is not None

@@ -10,7 +10,8 @@ requests over the rate.
 After a run, its steady window (the time during which at least 90 % of its `concurrency` requests
 were in flight, from the per-request start times and latencies `--save-detailed` keeps; estimated
 from the duration where they are missing: a client on a busy machine may lag a request or two
-behind) must reach the window, and the run must have reached its concurrency at all; otherwise it
+behind, and its turn-around between one request's end and the next one's start, up to REFILL_S,
+is not a drop in load) must reach the window, and the run must have reached its concurrency at all; otherwise it
 is not a measurement of that load (`window_problem`). A run that fell short is run again, sized
 from what it held with a larger margin.
 """
@@ -29,6 +30,10 @@ MARGIN = 1.4  # a burst's first wave runs slower than the steady state: aim abov
 RETRY_MARGIN = 1.6  # a run that fell short: the rate moved once, it may move again
 HELD_SHARE = 0.9  # the share of its concurrency a run must keep in flight to count as holding it
 MAX_REQUESTS = 20000
+# a closed-loop client's turn-around: the gap between one request's end and the next one's start.
+# On a busy 2-core machine serving 2-token requests it was as long as the requests themselves
+# (496 requests of about 9 ms in 9.0 s "held" c=1 for 4.6 s); a longer dip is a client that fell behind.
+REFILL_S = 0.05
 
 
 def burst_requests(concurrency: int) -> int:
@@ -102,7 +107,8 @@ def held_at(concurrency: int) -> int:
 
 def in_flight(raw: dict[str, Any]) -> tuple[int, float] | None:
     """(the most requests in flight at once, seconds with at least `held_at(concurrency)` of them in
-    flight), from per-request start times and latencies; None without that detail."""
+    flight, dips of at most REFILL_S between two such stretches included), from per-request start
+    times and latencies; None without that detail."""
     starts, lat = raw.get("start_times"), _latencies(raw)
     if not isinstance(starts, list) or lat is None or len(starts) != len(lat) or not starts:
         return None
@@ -113,17 +119,22 @@ def in_flight(raw: dict[str, Any]) -> tuple[int, float] | None:
         return None
     wanted = _num(raw.get("max_concurrency"))
     wanted = held_at(int(wanted)) if wanted else None
-    depth, top, full, since = 0, 0, 0.0, None
+    depth, top, full = 0, 0, 0.0
+    since: float | None = None  # the start of the stretch now held
+    dropped: float | None = None  # when the last held stretch ended
     for t, step in events:
         before = depth
         depth += step
         top = max(top, depth)
-        if wanted is not None:
-            if before < wanted <= depth:
-                since = t
-            elif depth < wanted <= before and since is not None:
-                full += t - since
-                since = None
+        if wanted is None:
+            continue
+        if before < wanted <= depth:
+            if dropped is not None and t - dropped <= REFILL_S:
+                full += t - dropped  # the client's turn-around: the load never left
+            since = t
+        elif depth < wanted <= before and since is not None:
+            full += t - since
+            since, dropped = None, t
     return top, full
 
 
