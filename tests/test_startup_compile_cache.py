@@ -108,7 +108,7 @@ def test_the_collector_reads_the_steps_logs_with_the_same_rights(log026):
 
 def test_without_records_the_model_is_the_pocs_figures_and_labelled_estimates():
     cold, target = (startup_model.estimate_summary("g6e.2xlarge")[k] for k in ("cold", "snapshot+cache"))
-    # 48 node + 82 image + 29 weights (Run:ai) + 73 compile + 185 init (93 engine + 92 unnamed)
+    # 48 node + 82 image + 29 weights (Run:ai) + 73 compile + 185 init (20 engine besides the compile + 165 unnamed)
     assert cold == {"node": 48.0, "image": 82.0, "restore": None, "weights": 29.0, "compile": 73.0, "init": 185.0,
                     "total": 417.0}
     # 48 node + 0 image (snapshot) + 5 restore + 29 weights + 8.5 compile + 117.5 init (25 + 92.5)

@@ -7,15 +7,20 @@ compile (torch.compile, with the cache or without), init (everything else to /he
 init, KV cache, CUDA graphs, the API server, the process start).
 
 Where the estimates come from: the PoC's two fully broken-down starts of the recommended
-configuration (FP8-dynamic, 31.6 GiB, on g6e.2xlarge, vLLM 0.26), taken as additive phases:
+configuration (FP8-dynamic, 31.6 GiB, on g6e.2xlarge, vLLM 0.26), pod creation to /health:
 
-    cold start 537 s  = node 48 + image pull 82 + weights 149 (Mountpoint) + compile 73 + engine init 93
-                        + 92 s that no phase names
-    best warm  155 s  = weights 29 (Run:ai) + compile 8.5 (cache hit) + engine init 25
-                        + 92.5 s that no phase names (a warm node: no node, image present)
+    cold start 537 s  = node 48 + image pull 82 + weights 149 (Mountpoint) + engine init 93 + 165 s that no
+                        phase names; the engine init holds the compile, 73 s
+    best warm  155 s  = weights 29 (Run:ai) + engine init 25 + 101 s that no phase names (a warm node: no
+                        node, image present); the engine init holds the compile from the cache, 8.5 s
 
-The unnamed remainders agree (92 s and 92.5 s), so the model counts them in init: init is 185 s
-after a compile without cache and 117.5 s after one from the cache. Weights: the Run:ai loads the
+The engine init holds the compile: vLLM 0.26 logs them on one line, "init engine (profile, create kv
+cache, warmup model) took 180.75 s (compilation: 126.41 s)" in the full-size H200 cold start below,
+whose timeline puts the compile (92.7 to 189.3 s) inside the engine init (62.1 to 242.9 s). Read that
+way, the PoC's engine init besides the compile is 20 s after a full compile and 16.5 s after a cache
+hit, and the H200's at full size 15.7 s after a hit (the median of six boots): the two agree. The
+model's phases stay additive: compile is its own phase and init everything else, 185 s after a compile
+without cache and 117.5 s after one from the cache. Weights: the Run:ai loads the
 PoC measured (29 s on g6e.2xlarge, 19 s on g6e.12xlarge, 18 s on g7e.2xlarge, for about 31 GiB),
 scaled by the bytes; on another instance type, the bytes over the rate the PoC reached relative to
 the network: 47% of the burst bandwidth (g6e.2xlarge: 9.4 of 20 Gbps) but at most 14.5 Gbps (the
@@ -24,18 +29,18 @@ compile and init were measured on g6e.2xlarge (L40S) only: on other instance typ
 estimates. The compile cache restore was never measured by the PoC: 5 s is an estimate for a few
 hundred MB of small objects from S3 in the same region.
 
-What one GPU measured (`python -m bench gpu-check` on an NVIDIA H200 with the image's vLLM 0.26.0, CUDA
-build, 2026-12-03; docs/records/gpu-check-2026-12-03-h200-run*.json): the part of a start that does not
-depend on the model. From launch to the engine process's first line (process start, imports, the API
-server's set-up, the engine process's own imports) took 58.1, 76.6, 66.6 and 64.6 s on four fresh machines,
-and from the engine's "init engine" line to /health 2.0, 2.5, 2.5 and 2.5 s: a floor of 68.1 s (the medians)
-inside init.
-The model splits init into that floor (measured, on an H200 box: other CPUs and disks start faster or
-slower), the PoC's engine init (25 s after a cache hit, 93 s after a full compile) and the rest of the
-PoC's unnamed remainder (24.4 s), which nothing has attributed yet. The total is unchanged; what moved
-is which part is measured. The compile cache restore of that check (31.6 MB, 384 files, through a moto
-S3 server on the same machine: 0.84 s) says nothing about a 31B model's cache over the network, so the
-5 s estimate stays.
+What one GPU measured at full size (`python -m bench gpu-check --model-shape gemma-4-31b` on an NVIDIA
+H200 with the image's vLLM 0.26.0, the Gemma-4-31B architecture with random FP8 weights, 2026-12-04;
+docs/records/*gemma4-31b*, docs/records/experiment-kv-sizing-2026-12-04-h200): the part of a start
+that is neither the weights nor the engine init, launch to /health less both (process start, imports,
+the API server's set-up, the engine process's own start, engine ready to /health). Eight boots:
+58.6 and 58.3 s after an empty compile cache (each its machine's first start of vLLM), 38.0 to 56.9 s
+after a cache hit; the median, 47.4 s, is the start-up floor inside init. (The tiny model on the same
+box, 2026-12-03, gave 68.1 s: its packages had no bytecode.) The model splits init into that floor,
+the PoC's engine init besides the compile, and the rest of the PoC's unnamed start-up (53.6 s after a
+cache hit, 117.6 s after a full compile), which nothing has attributed yet: the real checkpoint's
+vision tower and its profiling, the container's start and what Mountpoint or the streamer set up are
+candidates the H200 runs do not have. The total is unchanged; what moved is which part is measured.
 
 The target: the recommended g6e.2xlarge configuration on a new Spot node, with the image from the
 snapshot and the compile cache restored, at most 150 s from pod creation to /health.
@@ -62,15 +67,21 @@ POC_WEIGHTS: dict[str, tuple[float, int]] = {
 }
 SHARE_OF_BURST = 0.47
 MAX_EFFECTIVE_GBPS = 14.5
+# The PoC's phases as the model adds them: compile on its own, init everything else (engine init less
+# the compile, plus what no phase names): 537 - 48 - 82 - 149 - 73 = 185 s; 155 - 29 - 8.5 = 117.5 s.
 POC = {"node_s": 48.0, "image_pull_s": 82.0, "compile_miss_s": 73.0, "compile_hit_s": 8.5,
-       "init_miss_s": 93.0 + 92.0, "init_hit_s": 25.0 + 92.5}
+       "init_miss_s": 537.0 - 48.0 - 82.0 - 149.0 - 73.0, "init_hit_s": 155.0 - 29.0 - 8.5}
 RESTORE_ESTIMATE_S = 5.0
-# The model-independent floor inside init, measured by gpu-check on an H200 (see the module's docstring):
-# launch -> the engine process's first line (58.1, 76.6, 66.6, 64.6 s) and engine ready -> /health (2.0, 2.5,
-# 2.5, 2.5 s).
-GPU_CHECK_WHERE = "gpu-check on an NVIDIA H200, vLLM 0.26.0, 2026-12-03, docs/records/"
-START_FLOOR_S = round(statistics.median([58.1, 76.6, 66.6, 64.6]) + statistics.median([2.0, 2.5, 2.5, 2.5]), 1)
+# vLLM's engine init as the PoC read it (it holds the compile: see the module's docstring).
 POC_ENGINE_INIT = {"hit": 25.0, "miss": 93.0}
+POC_ENGINE_BESIDES_COMPILE = {"hit": POC_ENGINE_INIT["hit"] - POC["compile_hit_s"],
+                              "miss": POC_ENGINE_INIT["miss"] - POC["compile_miss_s"]}
+# The model-independent floor inside init, from the full-size boots on an H200 (see the module's docstring):
+# launch -> /health less vLLM's engine init and its model load, one figure per boot (two after an empty
+# compile cache, six after a hit); tests/test_gpu_check.py recomputes them from docs/records.
+GPU_CHECK_WHERE = "full-size boots on an NVIDIA H200, vLLM 0.26.0, 2026-12-04, docs/records/"
+FULL_SIZE_FLOORS_S = (58.6, 58.3, 40.1, 50.7, 44.0, 56.9, 38.0, 41.6)
+START_FLOOR_S = round(statistics.median(FULL_SIZE_FLOORS_S), 1)
 
 
 @dataclass(frozen=True)
@@ -211,13 +222,14 @@ def model(instance_type: str, records: list[dict], scenario: Scenario) -> dict[s
 
 
 def _init_estimate(instance_type: str, hit: bool) -> Figure:
-    """Init from its parts: the floor gpu-check measured, the PoC's engine init, the PoC's unattributed rest."""
+    """Init from its parts: the floor measured at full size, the PoC's engine init besides the compile,
+    the PoC's unattributed rest."""
     total = POC["init_hit_s" if hit else "init_miss_s"]
-    engine = POC_ENGINE_INIT["hit" if hit else "miss"]
-    rest = round(total - engine - START_FLOOR_S, 1)
+    engine = POC_ENGINE_BESIDES_COMPILE["hit" if hit else "miss"]
+    rest = unattributed_s(hit)
     note = (f"{START_FLOOR_S:g} s measured start-up floor (process, imports, API server; {GPU_CHECK_WHERE}) + the "
-            f"PoC's {engine:g} s engine init {'after a cache hit' if hit else 'after a full compile'} + {rest:g} s "
-            "of the PoC's start-up that no phase names yet")
+            f"PoC's {engine:g} s of engine init besides the compile {'from the cache' if hit else 'without cache'} + "
+            f"{rest:g} s of the PoC's start-up that no phase names yet")
     if instance_type != POC_INSTANCE:
         note += f"; the PoC's parts are {POC_INSTANCE}'s"
     return Figure(total, "PoC" if instance_type == POC_INSTANCE else "estimate", note)
@@ -226,7 +238,7 @@ def _init_estimate(instance_type: str, hit: bool) -> Figure:
 def unattributed_s(hit: bool) -> float:
     """The PoC's start-up inside init that neither the measured floor nor its engine init explains."""
     key = "hit" if hit else "miss"
-    return round(POC[f"init_{key}_s"] - POC_ENGINE_INIT[key] - START_FLOOR_S, 1)
+    return round(POC[f"init_{key}_s"] - POC_ENGINE_BESIDES_COMPILE[key] - START_FLOOR_S, 1)
 
 
 def floor_total(figures: dict[str, Figure], hit: bool) -> float | None:
@@ -320,9 +332,9 @@ def target_line(figures: dict[str, Figure], measured: Figure | None) -> str:
                                                        if floor > TARGET_S else ", within the target") + ".")
     why = ""
     if largest_key == "init" and largest.basis != "measured":
-        why = (f" ({START_FLOOR_S:g} s of it the start-up floor measured on one GPU, the rest the PoC's engine init "
-               "and start-up its breakdown leaves unnamed; a recorded boot splits it into container start, CUDA graph "
-               "capture and the rest)")
+        why = (f" ({START_FLOOR_S:g} s of it the start-up floor measured at full size on one GPU, the rest the PoC's "
+               "engine init besides the compile and start-up its breakdown leaves unnamed; a recorded boot splits it "
+               "into container start, CUDA graph capture and the rest)")
     return goal + (f"The model estimates {estimate:,.1f} s, {estimate - TARGET_S:,.1f} s over the target; this "
                    f"is the model's estimate until a cluster measures it. The largest phase is "
                    f"{NAMES[largest_key]}, {largest.seconds:,.1f} s{why}.{floor_text}")
