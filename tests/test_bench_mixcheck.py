@@ -143,3 +143,48 @@ def test_a_plan_without_a_mix_is_refused(tmp_path, fake_bench, capsys):
     assert P.main([str(cand), "--load", "S1_chat=1", "--mixed-traffic", str(out / "plan.json"), "--no-charts",
                    "--out", str(tmp_path / "p2")]) == 2
     assert "is not a `bench mix-check` result" in capsys.readouterr().err
+
+
+def test_stated_rates_with_a_priority_per_scenario(fake_bench, tmp_path, monkeypatch):
+    """--rates instead of a plan (the priority experiment's loads), and --priority sent with vLLM's
+    `priority` field on that scenario's requests only; the end-to-end p99 is kept per scenario."""
+    monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 20.0, "itl_ms": 10.0}))
+    out = tmp_path / "mixed"
+    assert MIX.main(["--rates", "S1_chat=3,S2_summary=0.5", "--priority", "S2_summary=1", "--configuration", "fcfs",
+                     "--base-url", "http://127.0.0.1:9", "--model", "tiny", "--tokenizer", "/nonexistent-tokenizer",
+                     "--out", str(out), "--vllm-bin", fake_bench.bin, "--duration-s", "2",
+                     "--min-requests", "10"]) == 0
+    result = json.loads((out / "mixed_traffic.json").read_text())
+    assert result["rates_from"] == "--rates" and result["configuration"] == "fcfs"
+    assert result["per_replica_req_s"] == {"S1_chat": 3.0, "S2_summary": 0.5}
+    assert result["priority"] == {"S2_summary": 1}
+    assert result["scenarios"]["S2_summary"]["priority"] == 1 and "priority" not in result["scenarios"]["S1_chat"]
+    assert all(r["e2e_p99_ms"] is not None and r["e2e_p99_ms"] >= r["ttft_p99_ms"]
+               for r in result["scenarios"].values())
+    calls = {c["key"].rsplit("_c", 1)[0]: c["argv"] for c in fake_bench.calls_made()}
+    assert json.loads(calls["S2_summary"][calls["S2_summary"].index("--extra-body") + 1]) == {"priority": 1}
+    assert "--extra-body" not in calls["S1_chat"]
+    assert calls["S1_chat"][calls["S1_chat"].index("--request-rate") + 1] == "3"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--rates", "S1_chat=0"], "--rates S1_chat=0: expected SCENARIO=REQ_PER_S above 0"),
+    (["--rates", "S1_chat=2", "--priority", "S1_chat=high"], "--priority S1_chat=high: expected SCENARIO=INTEGER"),
+    (["--rates", "S1_chat=2", "--priority", "S4_rag=1"], "--priority: S4_rag not among this check's scenarios"),
+    (["--rates", "S1_chat=2", "--priority", "S1_chat=1", "--bench-args", "--extra-body '{\"a\": 1}'"],
+     "--bench-args sets that body too"),
+])
+def test_bad_rates_or_priorities_are_refused_by_name(argv, words, fake_bench, tmp_path, capsys):
+    assert MIX.main([*argv, "--base-url", "http://127.0.0.1:9", "--model", "tiny", "--tokenizer", "/nonexistent",
+                     "--out", str(tmp_path / "m"), "--vllm-bin", fake_bench.bin]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert fake_bench.calls_made() == []
+
+
+def test_the_loads_come_one_way(fake_bench, tmp_path, capsys):
+    common = ["--base-url", "http://127.0.0.1:9", "--model", "tiny", "--tokenizer", "/nonexistent",
+              "--out", str(tmp_path / "m"), "--vllm-bin", fake_bench.bin]
+    for loads in ([], ["--plan", str(tmp_path), "--rates", "S1_chat=1"]):
+        assert MIX.main([*loads, *common]) == 2
+        assert "give the loads one way: --plan (a plan made with --mix) or --rates" in capsys.readouterr().err

@@ -8,6 +8,8 @@ import html
 from pathlib import Path
 from typing import Any
 
+from bench.demo import gpu_mixed
+
 TITLES = {
     "model": "Model built",
     "cold_start": "Cold start (empty compile cache)",
@@ -206,6 +208,7 @@ def experiment_markdown(record: dict[str, Any]) -> str:
                 f"{label} {_s(value, '', 1)}" for label, value in capacity.items()))
         for why in c.get("incomplete") or []:
             lines.append(f"- incomplete: {why}")
+    lines += gpu_mixed.markdown(record)
     return "\n".join(lines).rstrip() + "\n"
 
 

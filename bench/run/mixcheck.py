@@ -15,8 +15,14 @@ decode p99 within their limits) under the mix.
     python -m bench plan ... --mix S1_chat=0.6,S4_rag=0.4 --mixed-traffic mixed/ --out report/plan
 
 --plan is the folder (or plan.json, or an s3:// prefix, waited for up to --wait-hours) of a plan made
-with a mix: its configuration (default: the first) lists `per_replica_req_s`. Each scenario runs
-max(--min-requests, rate x --duration-s) requests. --out (a folder or s3://bucket/prefix/) gets
+with a mix: its configuration (default: the first) lists `per_replica_req_s`. --rates states the
+loads instead (S1_chat=2.5,S2_summary=0.8 req/s), as `gpu-check --experiment priority` does at a share
+of the server's saturation. Each scenario runs max(--min-requests, rate x --duration-s) requests.
+
+--priority S2_summary=1 sends that scenario's requests with vLLM's `priority` field in their body:
+under `vllm serve --scheduling-policy priority` a lower value is served first; the default policy
+(first come, first served) accepts the field and ignores it, so the same traffic can be run against
+both. Each scenario's end-to-end latency p99 is kept beside its TTFT and decode p99. --out (a folder or s3://bucket/prefix/) gets
 vLLM's results and logs under mixed/ and mixed_traffic.json (its keys:
 docs/files.md#mix-check-mixed_trafficjson).
 
@@ -30,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -106,8 +113,43 @@ def requests_for(rate: float, duration_s: float, minimum: int) -> int:
     return max(minimum, math.ceil(rate * duration_s))
 
 
+def parse_rates(text: str) -> dict[str, float]:
+    """--rates: SCENARIO=REQ_PER_S pairs, each a bench scenario at a positive rate."""
+    rates: dict[str, float] = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        name, sep, value = item.partition("=")
+        try:
+            rate = float(value) if sep else float("nan")
+        except ValueError:
+            rate = float("nan")
+        if not math.isfinite(rate) or rate <= 0:
+            raise UsageError(f"--rates {item}: expected SCENARIO=REQ_PER_S above 0, e.g. S1_chat=2.5")
+        rates[name.strip()] = rate
+    if not rates:
+        raise UsageError("--rates: give SCENARIO=REQ_PER_S pairs, e.g. S1_chat=2.5,S2_summary=0.8")
+    return rates
+
+
+def parse_priority(text: str | None, scenarios: dict[str, float]) -> dict[str, int]:
+    """--priority: SCENARIO=INTEGER pairs for scenarios of this check (vLLM serves a lower value first)."""
+    out: dict[str, int] = {}
+    for item in filter(None, (i.strip() for i in (text or "").split(","))):
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = int(value) if sep else int("x")
+        except ValueError:
+            raise UsageError(f"--priority {item}: expected SCENARIO=INTEGER, e.g. S2_summary=1 "
+                             "(vLLM serves a lower value first)") from None
+    unknown = [s for s in out if s not in scenarios]
+    if unknown:
+        raise UsageError(f"--priority: {', '.join(unknown)} not among this check's scenarios "
+                         f"({', '.join(sorted(scenarios))})")
+    return out
+
+
 def command(vllm: list[str], args: argparse.Namespace, scenario: str, rate: float, n: int, seed: int,
-            tokenizer: str, result_dir: Path, workload: W.Workload | None = None) -> list[str]:
+            tokenizer: str, result_dir: Path, workload: W.Workload | None = None,
+            priority: int | None = None) -> list[str]:
     """One open-loop `vllm bench serve` of a scenario (the sweep's own command line, at a rate)."""
     workload = workload or W.WORKLOADS[scenario]
     spec = grid.RunSpec(scenario, workload.input_len, workload.output_len, args.max_concurrency, n, 0,
@@ -117,8 +159,9 @@ def command(vllm: list[str], args: argparse.Namespace, scenario: str, rate: floa
     at = cmd.index("--request-rate")
     cmd[at + 1] = f"{rate:g}"
     at = cmd.index("--metadata")
+    extra = ["--extra-body", json.dumps({"priority": priority})] if priority is not None else []
     return [*cmd[:at], "--burstiness", "1.0", "--goodput", f"ttft:{args.slo_ttft_p99_ms:g}",
-            f"tpot:{args.slo_itl_p99_ms:g}", *cmd[at:], "bench_kind=mixed"]
+            f"tpot:{args.slo_itl_p99_ms:g}", *extra, *cmd[at:], "bench_kind=mixed"]
 
 
 def judge(result: R.RunResult, rate: float, args: argparse.Namespace) -> dict[str, Any]:
@@ -128,7 +171,9 @@ def judge(result: R.RunResult, rate: float, args: argparse.Namespace) -> dict[st
     return {"offered_req_s": round(rate, 4), "achieved_req_s": result.req_s if result.valid else None,
             "requests": result.num_prompts, "valid": result.valid, "reason": result.reason,
             "ttft_p99_ms": result.ttft_p99_ms if result.valid else None,
-            "decode_p99_ms": decode if result.valid else None, "meets_slo": ok if result.valid else None}
+            "decode_p99_ms": decode if result.valid else None,
+            "e2e_p50_ms": result.e2el_p50_ms if result.valid else None,
+            "e2e_p99_ms": result.e2el_p99_ms if result.valid else None, "meets_slo": ok if result.valid else None}
 
 
 def held(scenarios: dict[str, dict[str, Any]]) -> bool | None:
@@ -138,7 +183,7 @@ def held(scenarios: dict[str, dict[str, Any]]) -> bool | None:
 
 
 def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: dict[str, float],
-            out: Path) -> dict[str, dict[str, Any]]:
+            out: Path, priority: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
     folder = out / RUN_DIR
     folder.mkdir(parents=True, exist_ok=True)
     procs: dict[str, tuple[subprocess.Popen, Any, int]] = {}
@@ -146,7 +191,8 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
         for scenario, rate in sorted(rates.items()):
             n = requests_for(rate, args.duration_s, args.min_requests)
             seed = seeds.run_seed(args.seed, scenario, 0, 1, purpose="mixed")
-            cmd = command(vllm, args, scenario, rate, n, seed, tokenizer, folder)
+            cmd = command(vllm, args, scenario, rate, n, seed, tokenizer, folder,
+                          priority=(priority or {}).get(scenario))
             log = (folder / f"{scenario}.log").open("w")
             log.write("$ " + " ".join(cmd) + "\n")
             log.flush()
@@ -174,6 +220,8 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
         if proc.returncode not in (0, None) and result.valid:
             result = result.with_problems(f"vllm bench serve exited {proc.returncode}")
         rows[scenario] = judge(result, rates[scenario], args)
+        if priority and scenario in priority:
+            rows[scenario]["priority"] = priority[scenario]
         for name in (f"{scenario}.json", f"{scenario}.log"):
             if (folder / name).exists():
                 locations.written(folder / name)
@@ -186,12 +234,23 @@ def run(args: argparse.Namespace) -> int:
         print("bench mix-check: --duration-s and --run-timeout-s must be positive, --min-requests and "
               "--max-concurrency >= 1, --wait-hours >= 0, --poll-s > 0", file=sys.stderr)
         return 2
+    if (args.plan is None) == (args.rates is None):
+        print("bench mix-check: give the loads one way: --plan (a plan made with --mix) or --rates "
+              "SCENARIO=REQ_PER_S,...", file=sys.stderr)
+        return 2
     out = Path(args.out)
     try:
         with stop_on_signals(), tempfile.TemporaryDirectory(prefix="bench-mix-") as scratch:
             try:
-                plan = load_plan(wait_for_plan(args.plan, args.wait_hours, Path(scratch), args.poll_s))
-                label, rates = per_replica(plan, args.configuration)
+                if args.plan is not None:
+                    plan = load_plan(wait_for_plan(args.plan, args.wait_hours, Path(scratch), args.poll_s))
+                    label, rates = per_replica(plan, args.configuration)
+                else:
+                    plan, label, rates = {}, args.configuration, parse_rates(args.rates)
+                priority = parse_priority(args.priority, rates)
+                if priority and "--extra-body" in shlex.split(args.bench_args or ""):
+                    raise UsageError("--priority puts the priority in vLLM's extra request body, and --bench-args "
+                                     "sets that body too: give one of them")
                 slo = SIDE.choose_slo([("the plan", {"config": {"slo": plan.get("slo")}})], SIDE.slo_given(args),
                                       SIDE.SLO_FLAGS, noun="")
                 for note in slo.notes:
@@ -208,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"bench mix-check: {exc}", file=sys.stderr)
                 return 2
             out.mkdir(parents=True, exist_ok=True)
-            rows = run_mix(args, vllm, tokenizer, rates, out)
+            rows = run_mix(args, vllm, tokenizer, rates, out, priority)
     except KeyboardInterrupt as exc:
         print(f"bench mix-check: stopped by {signal_name(exc)}; the runs were stopped, nothing was judged. "
               "Run the same command again.", file=sys.stderr)
@@ -216,6 +275,8 @@ def run(args: argparse.Namespace) -> int:
     check = {
         "configuration": label,
         "per_replica_req_s": dict(sorted(rates.items())),
+        "rates_from": "plan" if args.plan is not None else "--rates",
+        "priority": dict(sorted(priority.items())),
         "duration_s": args.duration_s,
         "slo": {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
                 "decode_metric": args.slo_decode_metric},
@@ -231,12 +292,18 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("mix-check", help="run the plan's scenarios at once on a server: do they add up?",
                               description=__doc__, formatter_class=Help)
-    p.add_argument("--plan", required=True, help="plan.json, or its folder or s3:// prefix (`bench plan --mix`)")
+    p.add_argument("--plan", help="plan.json, or its folder or s3:// prefix (`bench plan --mix`); this or --rates")
+    p.add_argument("--rates", metavar="SCENARIO=REQ_PER_S,...",
+                   help="the loads stated instead of a plan's, e.g. S1_chat=2.5,S2_summary=0.8")
     p.add_argument("--base-url", required=True, help="the server, e.g. http://SERVER:8000")
     p.add_argument("--model", required=True, help="served model name")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder or s3:// model prefix")
     O.add_out(p, "mix-check", "mixed_traffic.json and mixed/")
-    p.add_argument("--configuration", help="plan configuration to check (default: the first with a per-replica mix)")
+    p.add_argument("--configuration", help="plan configuration to check (default: the first with a per-replica mix); "
+                                           "with --rates, a label for the server checked")
+    p.add_argument("--priority", metavar="SCENARIO=INTEGER,...",
+                   help="vLLM request priority per scenario, sent in the request body (a lower value is served first "
+                        "under `vllm serve --scheduling-policy priority`; ignored by the default policy)")
     p.add_argument("--wait-hours", type=O.at_least_zero(float), default=0.0,
                    help="with an s3:// --plan: wait up to this long for plan.json to appear, as the report Job "
                         "writes it once the sweeps finish (default: %(default)s, no waiting)")

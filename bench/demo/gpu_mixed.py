@@ -1,0 +1,159 @@
+"""An experiment's mixed load (`gpu-check --experiment priority`): after a variant's sweeps, every scenario at
+once through `python -m bench mix-check --rates`, open loop, each at `utilization` x an equal share x its
+saturation rate (the request rate its sweep measured at the highest concurrency), the batch scenarios sent
+with a lower priority (a higher value). The rates are fixed by the first variant that measured them and
+kept in the record, so every variant gets the same traffic and differs in one server flag only.
+
+With equal shares the load is `utilization` of saturation in the sense a plan uses: the sum over the
+scenarios of rate / saturation rate. vLLM's default policy accepts the priority field and ignores it,
+so the first-come-first-served variant is sent the very same requests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.analysis import results as R
+from bench.demo import gpu_steps as S
+
+
+@dataclass(frozen=True)
+class MixedLoad:
+    batch: tuple[str, ...]  # scenarios sent at the lower priority
+    utilization: float = 0.81
+    duration_s: float = 60.0  # requests per scenario = rate x this, at least MIN_REQUESTS
+    batch_priority: int = 1
+
+
+MIN_REQUESTS = 100  # a p99 of fewer requests is about the slowest one
+FIGURES = (("ttft_p99_ms", "TTFT p99"), ("decode_p99_ms", "ITL p99"), ("e2e_p50_ms", "e2e p50"),
+           ("e2e_p99_ms", "e2e p99"))
+
+
+def saturation_req_s(sweep: Path) -> tuple[int, float] | None:
+    """(concurrency, request rate) of the sweep's valid run at its highest concurrency; None without one."""
+    runs = []
+    for path in sweep.glob("*_c*.json"):
+        if R.parse_result_filename(path.name) is None:
+            continue
+        run = R.load_result(path)
+        if run.valid and run.req_s:
+            runs.append((run.concurrency, run.req_s))
+    return max(runs) if runs else None
+
+
+def rates(load: MixedLoad, saturation: dict[str, float]) -> dict[str, float]:
+    """Each scenario's offered rate: `utilization` x an equal share x its saturation rate."""
+    share = load.utilization / len(saturation)
+    return {s: round(share * r, 4) for s, r in sorted(saturation.items())}
+
+
+def priorities(load: MixedLoad, scenarios: list[str]) -> dict[str, int]:
+    return {s: load.batch_priority for s in scenarios if s in load.batch}
+
+
+def argv(check, load: MixedLoad, label: str, offered: dict[str, float], folder: Path) -> list[str]:
+    order = sorted(offered)
+    cmd = [check.runtime.python, "-m", "bench", "mix-check", "--rates", ",".join(f"{s}={offered[s]:g}" for s in order),
+           "--configuration", label, "--base-url", check.server.url, "--model", S.SERVED_NAME,
+           "--tokenizer", str(check.model_dir), "--out", str(folder), "--duration-s", f"{load.duration_s:g}",
+           "--min-requests", str(MIN_REQUESTS), "--vllm-bin", str(check.vllm_wrapper())]
+    ranks = priorities(load, order)
+    if ranks:
+        cmd += ["--priority", ",".join(f"{s}={p}" for s, p in ranks.items())]
+    return cmd
+
+
+def run(check, load: MixedLoad, label: str, variant_dir: Path, record: dict[str, Any],
+        scenarios: list[str]) -> dict[str, Any]:
+    """The mixed load on the variant's running server; its rates from the record, else from this variant's
+    sweeps (then kept in the record for the others)."""
+    mixed = record.setdefault("mixed", {})
+    if not mixed.get("rates"):
+        saturation, missing = {}, []
+        for scenario in scenarios:
+            found = saturation_req_s(variant_dir / scenario)
+            if found is None:
+                missing.append(scenario)
+            else:
+                saturation[scenario] = found[1]
+                mixed.setdefault("saturation", {})[scenario] = {"concurrency": found[0], "req_s": found[1],
+                                                               "measured_by": label}
+        if missing:
+            return {"status": "not run", "reason": f"no saturation rate for {', '.join(missing)}: its sweep has no "
+                                                  "valid run"}
+        mixed.update(rates=rates(load, saturation), utilization=load.utilization,
+                     priority=priorities(load, scenarios), duration_s=load.duration_s)
+    folder = variant_dir / "mixed"
+    t0 = time.monotonic()
+    proc = subprocess.run(argv(check, load, label, mixed["rates"], folder), env=check.runtime.env,
+                          capture_output=True, text=True)
+    (variant_dir / "mix-check.log").write_text(proc.stdout + proc.stderr)
+    result_file = folder / "mixed_traffic.json"
+    if proc.returncode not in (0, 1) or not result_file.is_file():
+        tail = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1][:300]
+        return {"status": "broken", "rc": proc.returncode, "reason": f"bench mix-check exited {proc.returncode}: {tail}"}
+    check_result = json.loads(result_file.read_text())
+    rows = {s: {k: r.get(k) for k in ("offered_req_s", "achieved_req_s", "requests", "valid", "reason", "priority",
+                                      *(key for key, _ in FIGURES), "meets_slo")}
+            for s, r in (check_result.get("scenarios") or {}).items()}
+    return {"status": "ok", "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1), "dir": str(folder),
+            "held": check_result.get("held"), "scenarios": rows}
+
+
+def _ms(value: Any) -> str:
+    return f"{value:,.0f} ms" if isinstance(value, (int, float)) else "not measured"
+
+
+def _change(before: Any, after: Any) -> str:
+    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)) or before <= 0:
+        return "not measured"
+    return f"{100 * (after - before) / before:+.1f} %"
+
+
+def markdown(record: dict[str, Any]) -> list[str]:
+    """experiment.md's lines on the mixed load: the rates, each variant's figures per scenario, and the change
+    from the first variant to each other (one run each: a change inside run-to-run noise is no finding)."""
+    mixed = record.get("mixed") or {}
+    runs = {label: v["mixed"] for label, v in (record.get("variants") or {}).items() if v.get("mixed")}
+    if not mixed.get("rates") and not runs:
+        return []
+    offered = ", ".join(f"{s} {r:g} req/s" for s, r in (mixed.get("rates") or {}).items()) or "not set"
+    ranks = mixed.get("priority") or {}
+    said = (", ".join(f"{s} at priority {p}" for s, p in ranks.items()) + ", the rest at 0") if ranks else \
+        "every request at priority 0"
+    lines = ["", f"**Mixed load at {100 * float(mixed.get('utilization') or 0):.0f} % of saturation** "
+                 f"(`bench mix-check --rates`: {offered}; {said}; one run per variant of about "
+                 f"{float(mixed.get('duration_s') or 0):g} s)", ""]
+    for label, m in runs.items():
+        if m.get("status") != "ok":
+            lines.append(f"- {label}: {m.get('status')}: {m.get('reason')}")
+    done = {label: m for label, m in runs.items() if m.get("status") == "ok"}
+    if not done:
+        return lines
+    lines += ["| Variant | Scenario | " + " | ".join(name for _, name in FIGURES) + " | meets the SLO |",
+              "|---|---|" + "---|" * (len(FIGURES) + 1)]
+    for label, m in done.items():
+        for scenario, row in sorted(m["scenarios"].items()):
+            if not row.get("valid"):
+                lines.append(f"| {label} | {scenario} | invalid: {str(row.get('reason')).replace('|', '/')} |"
+                             + " |" * len(FIGURES))
+                continue
+            slo = {True: "yes", False: "no"}.get(row.get("meets_slo"), "not judged")
+            lines.append(f"| {label} | {scenario} | " + " | ".join(_ms(row.get(k)) for k, _ in FIGURES) + f" | {slo} |")
+    labels = list(done)
+    for other in labels[1:]:
+        first = labels[0]
+        parts = []
+        for scenario in sorted(done[first]["scenarios"]):
+            a, b = done[first]["scenarios"].get(scenario) or {}, done[other]["scenarios"].get(scenario) or {}
+            parts.append(f"{scenario} e2e p99 {_change(a.get('e2e_p99_ms'), b.get('e2e_p99_ms'))}, TTFT p99 "
+                         f"{_change(a.get('ttft_p99_ms'), b.get('ttft_p99_ms'))}")
+        lines += ["", f"- {other} against {first}: " + "; ".join(parts) + ". One run each: a change inside the "
+                  "run-to-run band of a repeat (5 % or more at these loads) is not a finding."]
+    return lines

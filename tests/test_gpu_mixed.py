@@ -1,0 +1,91 @@
+"""The priority experiment's mixed load (bench/demo/gpu_mixed.py): rates from the sweeps' saturation, fixed by
+the first variant and kept for the others, `bench mix-check --rates --priority` run as a process (with the fake
+`vllm bench serve`), and the page's table and change line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bench.demo import gpu_experiment, gpu_mixed, gpu_page
+from tests.test_bench_plan import sweep_dir
+
+REPO = Path(__file__).resolve().parents[1]
+PEAKS = {"S1_chat": 1280.0, "S4_rag": 256.0, "S2_summary": 512.0}  # output tok/s at c=64
+
+
+def _check(fake_bench):
+    return SimpleNamespace(runtime=SimpleNamespace(python=sys.executable, env={**os.environ, "PYTHONPATH": str(REPO)}),
+                           server=SimpleNamespace(url="http://127.0.0.1:9"), model_dir=Path("/nonexistent-tokenizer"),
+                           vllm_wrapper=lambda: fake_bench.bin)
+
+
+def test_the_priority_experiment_is_one_flag_and_a_mixed_load():
+    experiment = gpu_experiment.EXPERIMENTS["priority"]
+    assert [v.label for v in experiment.variants] == ["fcfs", "priority"]
+    assert experiment.variant("priority").extra == ("--scheduling-policy", "priority")
+    assert experiment.mixed.batch == ("S2_summary",) and experiment.mixed.utilization == 0.81
+    assert set(experiment.scenarios) == {"S1_chat", "S4_rag", "S2_summary"}
+
+
+def test_rates_are_the_utilization_shared_equally_over_saturation():
+    load = gpu_mixed.MixedLoad(batch=("S2_summary",))
+    got = gpu_mixed.rates(load, {"S1_chat": 9.0, "S2_summary": 3.0, "S4_rag": 1.5})
+    assert got == {"S1_chat": 2.43, "S2_summary": 0.81, "S4_rag": 0.405}
+    assert sum(r / s for r, s in zip(got.values(), (9.0, 3.0, 1.5))) == pytest.approx(0.81)
+    assert gpu_mixed.priorities(load, ["S1_chat", "S2_summary"]) == {"S2_summary": 1}
+
+
+def test_the_mixed_load_runs_the_same_traffic_on_each_variant(fake_bench, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 20.0, "itl_ms": 10.0}))
+    load = gpu_mixed.MixedLoad(batch=("S2_summary",), duration_s=2.0)
+    scenarios = list(PEAKS)
+    fcfs = tmp_path / "fcfs"
+    fcfs.mkdir()
+    for scenario, peak in PEAKS.items():
+        sweep_dir(fcfs, scenario, {scenario: peak})
+    record: dict = {}
+    first = gpu_mixed.run(_check(fake_bench), load, "fcfs", fcfs, record, scenarios)
+    assert first["status"] == "ok" and first["rc"] == 0, first
+    assert record["mixed"]["saturation"]["S1_chat"] == {"concurrency": 64, "req_s": pytest.approx(10.0),
+                                                        "measured_by": "fcfs"}
+    rates = record["mixed"]["rates"]
+    assert rates["S1_chat"] == pytest.approx(0.27 * 10.0, rel=1e-3) and record["mixed"]["priority"] == {"S2_summary": 1}
+    row = first["scenarios"]["S2_summary"]
+    assert row["priority"] == 1 and row["valid"] and row["e2e_p99_ms"] >= row["ttft_p99_ms"] > 0
+    assert first["scenarios"]["S1_chat"]["priority"] is None
+
+    # the second variant has no sweeps of its own here: it gets the record's rates, the same traffic
+    other = tmp_path / "priority"
+    other.mkdir()
+    second = gpu_mixed.run(_check(fake_bench), load, "priority", other, record, scenarios)
+    assert second["status"] == "ok"
+    assert {s: r["offered_req_s"] for s, r in second["scenarios"].items()} == rates
+    argvs = [c["argv"] for c in fake_bench.calls_made()]
+    assert len(argvs) == 6 and sum("--extra-body" in a for a in argvs) == 2
+
+    record["variants"] = {"fcfs": {"status": "ok", "mixed": first}, "priority": {"status": "ok", "mixed": second}}
+    record["mixed"]["utilization"] = 0.81
+    md = "\n".join(gpu_mixed.markdown(record))
+    assert "**Mixed load at 81 % of saturation**" in md and "S2_summary at priority 1, the rest at 0" in md
+    assert "| fcfs | S2_summary |" in md and "| priority | S4_rag |" in md
+    assert "- priority against fcfs: S1_chat e2e p99 " in md and "is not a finding" in md
+    page = gpu_page.experiment_markdown({"experiment": "priority", "question": "Q", "seeds": "the blog",
+                                         "device": {"name": "H200"}, **record})
+    assert "Mixed load at 81 %" in page and "None" not in page
+
+
+def test_without_a_saturation_rate_the_mixed_load_is_not_run(fake_bench, tmp_path):
+    record: dict = {}
+    got = gpu_mixed.run(_check(fake_bench), gpu_mixed.MixedLoad(batch=("S2_summary",)), "fcfs", tmp_path, record,
+                        ["S1_chat", "S2_summary"])
+    assert got == {"status": "not run", "reason": "no saturation rate for S1_chat, S2_summary: its sweep has no "
+                                                  "valid run"}
+    assert "rates" not in record["mixed"] and fake_bench.calls_made() == []
+    record["variants"] = {"fcfs": {"mixed": got}}
+    assert "- fcfs: not run: no saturation rate" in "\n".join(gpu_mixed.markdown(record))
