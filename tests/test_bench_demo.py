@@ -95,6 +95,7 @@ def made_model(out: Path) -> None:
     model.mkdir(parents=True)
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         (model / name).write_text("{}")
+    (model / "tiny_model.json").write_text(json.dumps({"size": demo.MODEL_SIZE}))
 
 
 def start_demo(venv: Path, out: Path, *args: str, serve: str = "hang") -> subprocess.Popen:
@@ -186,7 +187,7 @@ def test_a_demo_with_other_arguments_starts_fresh_and_keeps_the_earlier_runs(fak
     (out / "report").mkdir()
     proc = start_demo(fake_venv, out, "--concurrencies", "1,2,4", serve="exit")  # stops after the decision
     stdout, _ = proc.communicate(timeout=60)
-    assert "starting fresh" in stdout and "--concurrencies 1,4,16 -> 1,2,4" in stdout
+    assert "starting fresh" in stdout and "--concurrencies 1,4,16,64 -> 1,2,4" in stdout
     [aside] = (out / "earlier").iterdir()
     assert (aside / "runs" / "candidate" / "S1_chat_c32.json").exists() and (aside / "report").is_dir()
     assert not (out / "runs" / "candidate").exists() and (out / "model").is_dir()  # the model is kept
@@ -334,3 +335,19 @@ def test_the_shape_check_can_fail():
               .replace("/tmp/i37demo/full/", "/home/me/src/vllm-poc/build/demo/")
               .replace("12 winners, 0 cells", "10 winners, 2 cells"))
     assert varied != text and demo_output_shape(varied) == recorded
+
+
+def test_a_model_of_another_size_is_built_again(tmp_path):
+    """The demo serves the `demo` size (the model's work sets the pace on 2 cores, not the API server and
+    the client); a folder an earlier demo built at the `cpu` size is not taken as built."""
+    from bench.demo import cpu_vllm, tiny_model
+
+    model = tmp_path / "model"
+    made_model(tmp_path)
+    assert cpu_vllm.model_size(model) == demo.MODEL_SIZE == "demo"
+    (model / "tiny_model.json").write_text(json.dumps({"size": "cpu"}))
+    assert cpu_vllm.model_size(model) == "cpu"
+    (model / "tiny_model.json").unlink()
+    assert cpu_vllm.model_size(model) is None
+    shape = tiny_model.SIZES["demo"]
+    assert (shape["hidden_size"], shape["num_hidden_layers"], shape["dtype"]) == (512, 4, "float32")

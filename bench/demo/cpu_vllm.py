@@ -11,6 +11,7 @@ its own on PYTHONPATH answers both lookups without touching the virtualenv's sit
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -81,9 +82,18 @@ def with_repo(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def build_tiny_model(venv: Path, env: dict[str, str], out: Path, *, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv / "bin" / "python"), str(TINY_MODEL_SCRIPT), str(out)], env=env, text=True,
-                          capture_output=True, timeout=timeout)
+def build_tiny_model(venv: Path, env: dict[str, str], out: Path, *, size: str = "cpu",
+                     timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(venv / "bin" / "python"), str(TINY_MODEL_SCRIPT), str(out), "--size", size], env=env,
+                          text=True, capture_output=True, timeout=timeout)
+
+
+def model_size(folder: Path) -> str | None:
+    """The size a model folder was built at (tiny_model.json), None when it does not say."""
+    try:
+        return json.loads((folder / "tiny_model.json").read_text()).get("size")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def tiny_model_ready(folder: Path) -> bool:
