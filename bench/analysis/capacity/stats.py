@@ -400,7 +400,8 @@ class Noise:
     (`widest`), with `measured_pct` (None without repeats) what the repeats alone measured of it, as
     `df` degrees of freedom; `repeats` counts the runs that measured it and `names` names them, one
     group per point. `by_figure` holds each figure's own band (NOISE_FIGURES), pooled alike; a figure
-    that no repeat measured has the default; empty where nothing was measured (all the default)."""
+    that no repeat measured has the default; empty where nothing was measured (all the default).
+    `measured_by_figure` holds what the repeats alone measured of each figure they measured."""
 
     pct: float
     measured_pct: float | None
@@ -409,6 +410,7 @@ class Noise:
     names: tuple[tuple[str, ...], ...] = ()
     by_figure: Mapping[str, float] = field(default_factory=dict)
     widest: str | None = None
+    measured_by_figure: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def source(self) -> str:
@@ -469,8 +471,9 @@ def noise(points: Iterable[list[dict[str, Any]]], default_pct: float | Mapping[s
              for name in NOISE_FIGURES}
     widest = max(measured, key=lambda name: measured[name])
     var, df = measured[widest]
-    return Noise(bands[widest], round(100 * Z95 * math.sqrt(var), 2), df, runs_seen,
-                 tuple(tuple(g) for g in (names or [])), bands, widest)
+    alone = {name: round(100 * Z95 * math.sqrt(v), 2) for name, (v, _df) in measured.items()}
+    return Noise(bands[widest], alone[widest], df, runs_seen, tuple(tuple(g) for g in (names or [])), bands, widest,
+                 alone)
 
 
 def _pooled(var: float, df: int, default_pct: float) -> float:
