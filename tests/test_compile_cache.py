@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -426,7 +427,16 @@ def test_sigterm_while_waiting_for_health_stops_at_once_and_a_sidecar_idles_afte
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     waiting = _cli(["push", "--dir", str(tmp_path), "--uri", URI, "--no-progress", "--poll-s", "0.2",
                     "--wait-for", f"http://127.0.0.1:{_free_port()}/health"], env)
-    time.sleep(2)
+    # SIGTERM once it says it waits (a fixed 2 s could land in its start-up on a busy machine)
+    said, deadline = "", time.monotonic() + 60
+    while "to answer 200" not in said and time.monotonic() < deadline:
+        ready, _, _ = select.select([waiting.stdout], [], [], 1.0)
+        if ready:
+            line = waiting.stdout.readline()
+            assert line, waiting.communicate()  # it ended before waiting
+            said += line
+    assert "waiting for http://127.0.0.1:" in said, said
+    time.sleep(0.5)
     assert waiting.poll() is None  # nothing answers /health yet
     waiting.send_signal(signal.SIGTERM)
     out, err = waiting.communicate(timeout=10)
