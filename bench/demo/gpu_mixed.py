@@ -20,6 +20,7 @@ from typing import Any
 
 from bench.analysis import results as R
 from bench.demo import gpu_steps as S
+from bench.run.sizing import MIN_REQUESTS  # a p99 of fewer requests is about the slowest one
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,6 @@ class MixedLoad:
     batch_priority: int = 1
 
 
-MIN_REQUESTS = 100  # a p99 of fewer requests is about the slowest one
 FIGURES = (("ttft_p99_ms", "TTFT p99"), ("decode_p99_ms", "ITL p99"), ("e2e_p50_ms", "e2e p50"),
            ("e2e_p99_ms", "e2e p99"))
 

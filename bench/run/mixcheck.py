@@ -47,6 +47,7 @@ from typing import Any
 from bench.analysis import results as R
 from bench.analysis import side as SIDE
 from bench.analysis.mixed_traffic import CHECK_FILE, finding, read_json
+from bench.analysis.plan import parse_pairs
 from bench.common import locations, s3
 from bench.common import options as O
 from bench.common import workloads as W
@@ -114,17 +115,14 @@ def requests_for(rate: float, duration_s: float, minimum: int) -> int:
 
 
 def parse_rates(text: str) -> dict[str, float]:
-    """--rates: SCENARIO=REQ_PER_S pairs, each a bench scenario at a positive rate."""
-    rates: dict[str, float] = {}
-    for item in filter(None, (i.strip() for i in text.split(","))):
-        name, sep, value = item.partition("=")
-        try:
-            rate = float(value) if sep else float("nan")
-        except ValueError:
-            rate = float("nan")
-        if not math.isfinite(rate) or rate <= 0:
-            raise UsageError(f"--rates {item}: expected SCENARIO=REQ_PER_S above 0, e.g. S1_chat=2.5")
-        rates[name.strip()] = rate
+    """--rates: SCENARIO=REQ_PER_S pairs (the plan's own pair reader), each rate above 0."""
+    try:
+        rates = parse_pairs(text, "--rates")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for name, rate in rates.items():
+        if rate <= 0:
+            raise UsageError(f"--rates {name}={rate:g}: expected SCENARIO=REQ_PER_S above 0, e.g. S1_chat=2.5")
     if not rates:
         raise UsageError("--rates: give SCENARIO=REQ_PER_S pairs, e.g. S1_chat=2.5,S2_summary=0.8")
     return rates
