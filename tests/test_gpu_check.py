@@ -5,6 +5,7 @@ vLLM's CPU build was tests/test_gpu_check_vllm.py, taken out until its cold star
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,50 @@ def test_a_start_that_exits_names_its_last_error():
     log = "INFO starting\nTraceback (most recent call last):\nzmq.error.ZMQError: ipc path is too long\n  \n"
     assert S.last_error(log) == "zmq.error.ZMQError: ipc path is too long"
     assert S.last_error("INFO a\nINFO b\n") == "INFO b" and S.last_error("") == "an empty log"
+
+
+def test_a_start_that_failed_in_its_engine_names_the_cause_not_the_follow_on():
+    """The H200 box, 2026-12-05: a server an earlier command left running held the GPU; vLLM's engine core named
+    the cause and the API server then said only "See root cause above" (lines as vLLM 0.26 wrote them)."""
+    log = "\n".join([
+        "(EngineCore pid=2775) ERROR 12-05 02:15:27 [core.py:1330] Traceback (most recent call last):",
+        "(EngineCore pid=2775) ERROR 12-05 02:15:27 [core.py:1330]     raise ValueError(",
+        "(EngineCore pid=2775) ERROR 12-05 02:15:27 [core.py:1330] ValueError: Free memory on device cuda:0 "
+        "(5.49/139.8 GiB) on startup is less than desired GPU memory utilization (0.9, 125.82 GiB).",
+        "(APIServer pid=2710)     raise RuntimeError(",
+        "(APIServer pid=2710) RuntimeError: Engine core initialization failed. See root cause above. "
+        "Failed core proc(s): {}", ""])
+    assert S.last_error(log) == ("ValueError: Free memory on device cuda:0 (5.49/139.8 GiB) on startup is less "
+                                 "than desired GPU memory utilization (0.9, 125.82 GiB).")
+    # with only the follow-on in the log's tail, it is still named, prefix left off
+    assert S.last_error(log.splitlines()[-1]).startswith("RuntimeError: Engine core initialization failed")
+
+
+def _fake_nvidia_smi(tmp_path, monkeypatch, rows: str) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '{rows}'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_a_gpu_held_by_a_left_over_server_is_named_before_a_start(tmp_path, monkeypatch):
+    """The H200 box, 2026-12-05: a command cut off by its time limit left its server holding 133.8 GiB, and the
+    next command's server stopped in vLLM's memory check. A start now names the holder and the fix first."""
+    _fake_nvidia_smi(tmp_path, monkeypatch, "2050, /usr/bin/python3, 137002\\n77, Xorg, 40\\n")
+    assert S.gpu_processes() == [(2050, "/usr/bin/python3", 137002.0), (77, "Xorg", 40.0)]
+    with pytest.raises(S.Broken) as err:
+        S.ensure_gpu_free(1, grace_s=0)
+    text = str(err.value)
+    assert "the GPU already holds 133.8 GiB in another process (pid 2050 (python3, 133.8 GiB))" in text
+    assert "kill 2050" in text and "Xorg" not in text  # a small holder leaves room and is not named
+
+
+def test_a_gpu_with_only_small_holders_lets_a_server_start(tmp_path, monkeypatch):
+    _fake_nvidia_smi(tmp_path, monkeypatch, "77, Xorg, 40\\n")
+    S.ensure_gpu_free(1, grace_s=0)  # no exception
+    assert S.gpu_processes() == [(77, "Xorg", 40.0)]
 
 
 def test_a_pods_engine_sockets_fit_a_unix_socket_path(tmp_path):

@@ -12,11 +12,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bench.__main__ import main as bench_main
 from bench.demo import full_model, gpu_experiment, gpu_full, gpu_page, gpu_settings, transformers_trap
+from bench.demo import gpu_steps as S
 from bench.startup import phases
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,16 +164,19 @@ def test_each_experiment_is_one_change_at_a_time():
 
 
 def test_an_experiment_passes_the_search_target_to_its_sweeps():
-    from types import SimpleNamespace
 
     experiment = gpu_experiment.EXPERIMENTS["scenarios"]
     for width, tail in ((None, ["--capacity-search"]), (1.1, ["--capacity-search", "--target-width", "1.1"])):
         args = _args(target_width=width, budget_minutes=9.0, window_s=15.0, length_scale=1.0,
                      instance_type="h200-box", concurrencies_given=False)
-        check = SimpleNamespace(args=args, runtime=SimpleNamespace(python="py"), server=SimpleNamespace(url="u"),
+        # the server answers to the full-size name, and the sweep (so its report) names that model
+        server = S.Server(proc=None, url="u", log=Path("/l"), launched=0.0,
+                          cmd=S.serve_command("py", Path("/m"), 1, [], S.FULL_SERVED_NAME))
+        check = SimpleNamespace(args=args, runtime=SimpleNamespace(python="py"), server=server,
                                 model_dir=Path("/m"), vllm_wrapper=lambda: Path("/v"))
         argv = gpu_experiment.sweep_argv(check, experiment, experiment.variants[0], ["/m"], "S4_rag", Path("/o"))
         assert argv[-len(tail):] == tail
+        assert argv[argv.index("--model") + 1] == "gemma-4-31b-random"
         assert argv[argv.index("--budget-minutes") + 1] == "9"
 
 
@@ -277,3 +282,41 @@ def test_the_help_says_the_weights_are_random_and_what_that_leaves_out(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "gemma-4-31b (the Gemma-4-31B architecture with RANDOM weights, on a GPU" in text
     assert "Random weights do not measure accuracy, speculative acceptance, the vision tower" in text
+
+
+def test_an_experiment_cut_off_says_so_and_shows_only_this_commands_start(tmp_path, monkeypatch, capsys):
+    """The H200 box, 2026-12-05: a second command's server failed to start, and its line showed the first command's
+    /health and KV cache as if they were its own. A variant that adds no start shows none; a stop mid-variant marks
+    it cut off in the record, which is saved, and goes on up."""
+    from bench.common.interrupts import Interrupted
+    import signal as sig
+
+    args = SimpleNamespace(experiment="scenarios", variants=None, scenarios="S1_chat", model_shape="gemma-4-31b",
+                           precision="fp8", kv_cache_dtype="fp8", gpu_memory_utilization=0.9, tensor_parallel_size=1,
+                           budget_minutes=None, target_width=None)
+    gpu_experiment.check_args(args, ValueError)
+    check = SimpleNamespace(out=tmp_path, args=args, build_model=lambda: {"parameters": 1},
+                            record={"model_choice": {"shape": "gemma-4-31b"}, "device": {}, "versions": {},
+                                    "transformers_trap": {}})
+    (tmp_path / "experiments" / "scenarios").mkdir(parents=True)
+    (tmp_path / "experiments" / "scenarios" / "experiment.json").write_text(json.dumps({"variants": {"fp8": {
+        "status": "ok", "starts": [{"healthy_s": 54.1, "kv_cache_tokens": 233816}], "sweeps": {}}}}))
+
+    def fails_to_start(check, experiment, variant, root, entry, save, record):
+        entry.update(status="broken", reason="vllm serve exited 1 before /health answered: ValueError: Free memory")
+
+    monkeypatch.setattr(gpu_experiment, "run_variant", fails_to_start)
+    assert gpu_experiment.run(check, "scenarios") == 1
+    line = [l for l in capsys.readouterr().out.splitlines() if ": fp8: " in l][0]
+    assert line.endswith("fp8: broken: vllm serve exited 1 before /health answered: ValueError: Free memory")
+    assert "54.1" not in line and "233816" not in line
+
+    def stopped(check, experiment, variant, root, entry, save, record):
+        raise Interrupted(sig.SIGTERM)
+
+    monkeypatch.setattr(gpu_experiment, "run_variant", stopped)
+    with pytest.raises(Interrupted):
+        gpu_experiment.run(check, "scenarios")
+    entry = json.loads((tmp_path / "experiments" / "scenarios" / "experiment.json").read_text())["variants"]["fp8"]
+    assert entry["status"] == "cut off" and entry["reason"].startswith("stopped by SIGTERM; the same command continues")
+    assert entry["starts"] == [{"healthy_s": 54.1, "kv_cache_tokens": 233816}]

@@ -21,7 +21,7 @@ PEAKS = {"S1_chat": 1280.0, "S4_rag": 256.0, "S2_summary": 512.0}  # output tok/
 
 def _check(fake_bench):
     return SimpleNamespace(runtime=SimpleNamespace(python=sys.executable, env={**os.environ, "PYTHONPATH": str(REPO)}),
-                           server=SimpleNamespace(url="http://127.0.0.1:9"), model_dir=Path("/nonexistent-tokenizer"),
+                           server=SimpleNamespace(url="http://127.0.0.1:9", name="tiny"), model_dir=Path("/nonexistent-tokenizer"),
                            vllm_wrapper=lambda: fake_bench.bin)
 
 

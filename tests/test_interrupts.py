@@ -223,3 +223,31 @@ def test_asyncio_report_of_a_task_step_cut_by_a_stop_is_dropped_only_after_the_s
         assert not quiet.filter(cut) and quiet.filter(other)
     finally:
         interrupts._stop_requested.clear()  # noqa: SLF001
+
+
+def test_a_stop_reaches_a_logged_child_which_saves_before_the_stop_goes_on(tmp_path):
+    """gpu-check runs its sweeps through run_logged: on the H200 box a command cut off by its time limit had
+    lost the sweep's log (written only at the end) and left its server on the GPU. The child now writes its log
+    as it goes, gets SIGTERM when this process is stopped, and its last words are kept."""
+    from bench.common import interrupts as I
+
+    child = tmp_path / "child.py"
+    child.write_text("import signal, sys, time\n"
+                     "def stop(*_):\n    print('child: saved what was measured', flush=True); sys.exit(143)\n"
+                     "signal.signal(signal.SIGTERM, stop)\nprint('child: running', flush=True)\ntime.sleep(60)\n")
+    log = tmp_path / "child.log"
+
+    def stop_me_once_running():
+        deadline = time.monotonic() + STOP_BOUND_S
+        while "running" not in (log.read_text() if log.is_file() else "") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    import threading
+    threading.Thread(target=stop_me_once_running, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(I.Interrupted) as stop:
+        with I.stop_on_signals():
+            I.run_logged([sys.executable, str(child)], log)
+    assert I.exit_code(stop.value) == 143 and time.monotonic() - t0 < STOP_BOUND_S
+    assert log.read_text().splitlines() == ["child: running", "child: saved what was measured"]

@@ -119,3 +119,23 @@ def stop_process_group(proc: subprocess.Popen | None, grace_s: float) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def run_logged(argv: list[str], log, *, env: dict[str, str] | None = None, grace_s: float = 60.0) -> int:
+    """Run `argv` with its output going into the file `log` as it is written (a command cut off keeps what its
+    child had said), and its exit status back. A stop (Ctrl-C, SIGTERM) reaching this process is passed on to
+    the child as SIGTERM, which gets `grace_s` seconds to save and say what it kept before it is killed; then
+    the stop goes on up."""
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            raise

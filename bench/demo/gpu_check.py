@@ -58,6 +58,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from bench.common import interrupts as I
 from bench.common import options as O
 from bench.common.cli import Help
 from bench.demo import cpu_vllm, full_model, gpu_experiment, gpu_full, gpu_page, gpu_settings, gpu_sweep
@@ -212,7 +213,10 @@ class Check:
         env = gpu_full.environment(pod.env(self.runtime.env), gpu_full.tp_of(flags))
         if self.runtime.cpu_build:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", cpu_vllm.KV_CACHE_GIB)
-        cmd = S.serve_command(self.runtime.python, self.model_dir, self.port, [*flags, *extra])
+        if self.runtime.gpu:
+            S.ensure_gpu_free(gpu_full.tp_of(flags))
+        cmd = S.serve_command(self.runtime.python, self.model_dir, self.port, [*flags, *extra],
+                                self.served_name)
         server = S.start(cmd, env, self.logs / f"server-{pod.name}.log")
         try:
             S.wait_healthy(server, self.args.health_timeout)
@@ -237,6 +241,12 @@ class Check:
         return {"healthy_s": server.healthy_s, **{k: parsed.get(k) for k in keys},
                 **gpu_full.log_figures(S.tail(server.log, 10**7)),
                 "milestones_s": dict(server.milestones), "startup_record": record, "log": str(server.log)}
+
+    @property
+    def served_name(self) -> str:
+        """The name the servers answer to, which the sweeps' reports show as the model: the tiny model's, or
+        the full-size architecture's with its random weights."""
+        return S.FULL_SERVED_NAME if self.full else S.SERVED_NAME
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -308,7 +318,7 @@ class Check:
         if not self.runtime.gpu:
             raise S.NotAvailable("vLLM's CPU build has no sleep mode")
         base = self.server.url
-        before_text = S.greedy_text(base)
+        before_text = S.greedy_text(base, model=self.server.name)
         gpus = self.tensor_parallel_size
         used_awake = S.gpu_memory_mib(gpus)
         t0 = time.perf_counter()
@@ -321,7 +331,7 @@ class Check:
         wake_s = time.perf_counter() - t0
         used_woken = S.gpu_memory_mib(gpus)
         awake = sleepwake._sleeping(base) is False
-        after_text = S.greedy_text(base)
+        after_text = S.greedy_text(base, model=self.server.name)
         out = {"level": 1, "sleep_s": round(sleep_s, 3), "wake_s": round(wake_s, 3),
                "memory_used_mib": {"before_start": self.record.get("idle_memory_mib"), "awake": used_awake,
                                    "asleep": used_asleep, "woken": used_woken},
@@ -481,6 +491,13 @@ class Check:
             self.step("sweep", self.sweep, ("cold_start",))
             self.step("speculative", self.speculative, ("model",),
                       skip=gpu_full.SPECULATIVE_SKIPPED if self.full else None)
+        except KeyboardInterrupt as exc:
+            self.record["stopped"] = {"by": I.signal_name(exc),
+                                      "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                      "checks_done": [n for n, c in self.record["checks"].items()
+                                                      if c.get("status") != SKIPPED]}
+            self.save()
+            raise
         finally:
             self.stop_server()
             self.s3.close()
@@ -501,10 +518,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_args(args)
         check = Check(args)
-        return check.run()
+        with I.stop_on_signals():
+            return check.run()
     except UsageError as exc:
         print(f"bench gpu-check: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        # every server this command started is stopped by now (the steps' and variants' own clean-up): the next
+        # command finds the GPU free
+        again = ("run the same command again: the experiment keeps its finished sweeps and runs, and a sweep cut "
+                 "short resumes" if getattr(args, "experiment", None) else
+                 "run it again with --resume and --steps naming the checks still to run")
+        print(f"bench gpu-check: stopped by {I.signal_name(exc)}; its vLLM server is stopped, and {args.out} keeps "
+              f"what was measured: {again}", file=sys.stderr)
+        return I.exit_code(exc)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

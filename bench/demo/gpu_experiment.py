@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.analysis import results as R
+from bench.common.interrupts import run_logged, signal_name
 from bench.demo import full_model, gpu_full, gpu_mixed, gpu_page, gpu_settings
 from bench.demo import gpu_steps as S
 
@@ -154,7 +155,7 @@ def points(check, experiment: Experiment, scenario: str) -> tuple[int, ...]:
 def sweep_argv(check, experiment: Experiment, variant: Variant, flags: list[str], scenario: str,
                folder: Path) -> list[str]:
     args = check.args
-    argv = [check.runtime.python, "-m", "bench", "sweep", "--base-url", check.server.url, "--model", S.SERVED_NAME,
+    argv = [check.runtime.python, "-m", "bench", "sweep", "--base-url", check.server.url, "--model", check.server.name,
             "--tokenizer", str(check.model_dir), "--out", str(folder), "--scenarios", scenario,
             "--concurrencies", ",".join(map(str, points(check, experiment, scenario))),
             "--length-scale", f"{args.length_scale:g}", "--health-timeout-s", "60", "--instance-type", args.instance_type,
@@ -219,9 +220,8 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
                 shutil.rmtree(sweep, ignore_errors=True)
             t0 = time.monotonic()
             argv = sweep_argv(check, experiment, variant, flags, scenario, sweep) + (["--resume"] if resume else [])
-            proc = subprocess.run(argv, env=check.runtime.env, capture_output=True, text=True)
-            (folder / f"sweep-{scenario}.log").write_text(proc.stdout + proc.stderr)
-            entry["sweeps"][scenario] = {"dir": str(sweep), "rc": proc.returncode, "runs": runs_of(sweep),
+            rc = run_logged(argv, folder / f"sweep-{scenario}.log", env=check.runtime.env)
+            entry["sweeps"][scenario] = {"dir": str(sweep), "rc": rc, "runs": runs_of(sweep),
                                          "seconds": round(time.monotonic() - t0, 1), "gpus": tp, "resumed": resume}
             save()
         bad = [s for s, v in entry["sweeps"].items() if v["rc"] != 0]
@@ -303,8 +303,16 @@ def run(check, name: str) -> int:
     for label in check.args.variant_list:
         print(f"gpu-check: experiment {name}: {label} ...", flush=True)
         entry = record["variants"].setdefault(label, {})
-        run_variant(check, experiment, experiment.variant(label), root, entry, save, record)
-        start = (entry.get("starts") or [{}])[-1]
+        before = len(entry.get("starts") or [])
+        try:
+            run_variant(check, experiment, experiment.variant(label), root, entry, save, record)
+        except KeyboardInterrupt as exc:
+            entry.update(status="cut off", reason=f"stopped by {signal_name(exc)}; the same command continues it "
+                                                  "(a sweep cut short resumes with its finished runs kept)")
+            save()
+            raise
+        # this command's start only: a start that failed added none, and an earlier command's is no news
+        start = entry["starts"][-1] if len(entry.get("starts") or []) > before else None
         print(f"gpu-check: experiment {name}: {label}: {entry.get('status')}"
               + (f" (/health {start.get('healthy_s')} s, KV cache {start.get('kv_cache_tokens')} tokens, "
                  f"attention {start.get('attention_backend')})" if start else "")

@@ -12,13 +12,13 @@ so the first-come-first-served variant is sent the very same requests.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.analysis import results as R
+from bench.common.interrupts import run_logged
 from bench.demo import gpu_steps as S
 from bench.run.sizing import MIN_REQUESTS  # a p99 of fewer requests is about the slowest one
 
@@ -60,7 +60,7 @@ def priorities(load: MixedLoad, scenarios: list[str]) -> dict[str, int]:
 def argv(check, load: MixedLoad, label: str, offered: dict[str, float], folder: Path) -> list[str]:
     order = sorted(offered)
     cmd = [check.runtime.python, "-m", "bench", "mix-check", "--rates", ",".join(f"{s}={offered[s]:g}" for s in order),
-           "--configuration", label, "--base-url", check.server.url, "--model", S.SERVED_NAME,
+           "--configuration", label, "--base-url", check.server.url, "--model", check.server.name,
            "--tokenizer", str(check.model_dir), "--out", str(folder), "--duration-s", f"{load.duration_s:g}",
            "--min-requests", str(MIN_REQUESTS), "--vllm-bin", str(check.vllm_wrapper())]
     ranks = priorities(load, order)
@@ -91,18 +91,17 @@ def run(check, load: MixedLoad, label: str, variant_dir: Path, record: dict[str,
                      priority=priorities(load, scenarios), duration_s=load.duration_s)
     folder = variant_dir / "mixed"
     t0 = time.monotonic()
-    proc = subprocess.run(argv(check, load, label, mixed["rates"], folder), env=check.runtime.env,
-                          capture_output=True, text=True)
-    (variant_dir / "mix-check.log").write_text(proc.stdout + proc.stderr)
+    log = variant_dir / "mix-check.log"
+    rc = run_logged(argv(check, load, label, mixed["rates"], folder), log, env=check.runtime.env)
     result_file = folder / "mixed_traffic.json"
-    if proc.returncode not in (0, 1) or not result_file.is_file():
-        tail = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1][:300]
-        return {"status": "broken", "rc": proc.returncode, "reason": f"bench mix-check exited {proc.returncode}: {tail}"}
+    if rc not in (0, 1) or not result_file.is_file():
+        tail = (log.read_text(errors="replace").strip() or "no output").splitlines()[-1][:300]
+        return {"status": "broken", "rc": rc, "reason": f"bench mix-check exited {rc}: {tail}"}
     check_result = json.loads(result_file.read_text())
     rows = {s: {k: r.get(k) for k in ("offered_req_s", "achieved_req_s", "requests", "valid", "reason", "priority",
                                       *(key for key, _ in FIGURES), "meets_slo")}
             for s, r in (check_result.get("scenarios") or {}).items()}
-    return {"status": "ok", "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1), "dir": str(folder),
+    return {"status": "ok", "rc": rc, "seconds": round(time.monotonic() - t0, 1), "dir": str(folder),
             "held": check_result.get("held"), "scenarios": rows}
 
 

@@ -29,6 +29,7 @@ from bench.startup import timeline
 
 REPO = Path(__file__).resolve().parents[2]
 SERVED_NAME = "tiny"
+FULL_SERVED_NAME = "gemma-4-31b-random"  # what a full-size server holds: the architecture, random weights
 
 # Milestones of a start, first seen in the server's log while it starts (stamped by this process's clock,
 # so the times are seconds since launch even where vLLM's own stamps have one-second resolution).
@@ -112,9 +113,16 @@ class Server:
     def stop(self) -> None:
         stop_process_group(self.proc, 30)
 
+    @property
+    def name(self) -> str:
+        """The model name the server answers to (its --served-model-name)."""
+        if "--served-model-name" in self.cmd[:-1]:
+            return self.cmd[self.cmd.index("--served-model-name") + 1]
+        return SERVED_NAME
 
-def serve_command(python: str, model: Path, port: int, flags: list[str]) -> list[str]:
-    return [python, "-m", "vllm.entrypoints.cli.main", "serve", str(model), "--served-model-name", SERVED_NAME,
+
+def serve_command(python: str, model: Path, port: int, flags: list[str], name: str = SERVED_NAME) -> list[str]:
+    return [python, "-m", "vllm.entrypoints.cli.main", "serve", str(model), "--served-model-name", name,
             "--host", "127.0.0.1", "--port", str(port), *flags]
 
 
@@ -150,9 +158,8 @@ def wait_healthy(server: Server, budget_s: float) -> float:
         if chunk:
             _scan(server, chunk)
         if server.proc.poll() is not None:
-            last = tail(server.log)
-            raise Broken(f"vllm serve exited {server.proc.returncode} before /health answered ({last_error(last)}):"
-                         f"\n{last}")
+            raise Broken(f"vllm serve exited {server.proc.returncode} before /health answered: "
+                         f"{last_error(tail(server.log, 20000))}\n{tail(server.log)}")
         try:
             with urllib.request.urlopen(f"{server.url}/health", timeout=5) as resp:
                 if resp.status == 200:
@@ -174,12 +181,27 @@ def tail(log: Path, chars: int = 3000) -> str:
         return "(no log)"
 
 
+# vLLM's line prefix: "(EngineCore pid=2775) ERROR 12-05 02:15:27 [core.py:1330] "
+_LOG_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:]+\s+"
+                         r"\[[^\]]*\]\s*)?")
+# An exception's own line ("ValueError: Free memory on device ..."), not a traceback's source line
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): ")
+# What a process says after its child failed: the cause is in the child's lines above it
+_FOLLOW_ON = re.compile(r"root cause above|initialization failed|Failed core proc")
+
+
 def last_error(text: str) -> str:
-    """The last line of a log that names an error (else its last line), for the one-line reason."""
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    """The error a log ends on, for the one-line reason, vLLM's line prefix left off: the last exception raised
+    that is not a follow-on of another (an engine's start-up failure names its cause in the engine core's lines,
+    then the API server adds "Engine core initialization failed. See root cause above"), else the last line
+    that names an error, else the last line."""
+    lines = [_LOG_PREFIX.sub("", l.strip()).strip() for l in text.splitlines()]
+    lines = [l for l in lines if l]
+    raised = [l for l in lines if _RAISED.match(l)]
+    causes = [l for l in raised if not _FOLLOW_ON.search(l)]
     named = [l for l in lines if re.search(r"Error|Exception|error:", l)]
-    line = (named or lines or ["an empty log"])[-1]
-    return line if len(line) <= 240 else line[:237] + "..."
+    line = (causes or raised or named or lines or ["an empty log"])[-1]
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def refused(log: Path) -> str | None:
@@ -213,14 +235,15 @@ def get_text(url: str, timeout: float = 30) -> str:
         return resp.read().decode(errors="replace")
 
 
-def greedy_text(base: str, prompt: str = "w1 w2 w3 w4 w5 w6 w7 w8", tokens: int = 16) -> str:
-    _, out = post(f"{base}/v1/completions", {"model": SERVED_NAME, "prompt": prompt, "max_tokens": tokens,
+def greedy_text(base: str, prompt: str = "w1 w2 w3 w4 w5 w6 w7 w8", tokens: int = 16,
+                model: str = SERVED_NAME) -> str:
+    _, out = post(f"{base}/v1/completions", {"model": model, "prompt": prompt, "max_tokens": tokens,
                                               "temperature": 0, "ignore_eos": True})
     return out["choices"][0]["text"]
 
 
 def completions(base: str, n: int, concurrency: int, max_tokens: int, seed: int = 0,
-                prompts: list[str] | None = None) -> tuple[int, float]:
+                prompts: list[str] | None = None, model: str = SERVED_NAME) -> tuple[int, float]:
     """`n` greedy completions of distinct prompts (or of `prompts`), `concurrency` at a time, ignoring
     the end of sequence: (completed, seconds)."""
     queue = list(prompts) if prompts is not None else [
@@ -235,7 +258,7 @@ def completions(base: str, n: int, concurrency: int, max_tokens: int, seed: int 
                     return
                 prompt = queue.pop()
             try:
-                post(f"{base}/v1/completions", {"model": SERVED_NAME, "prompt": prompt, "max_tokens": max_tokens,
+                post(f"{base}/v1/completions", {"model": model, "prompt": prompt, "max_tokens": max_tokens,
                                                 "temperature": 0, "ignore_eos": True})
                 with lock:
                     done[0] += 1
@@ -271,6 +294,51 @@ def gpu_memory_mib(gpus: int = 1) -> float | None:
         return sum(float(line) for line in out.stdout.strip().splitlines()[:gpus]) if out.stdout.strip() else None
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None
+
+
+def gpu_processes(gpus: int = 1) -> list[tuple[int, str, float]]:
+    """(pid, name, MiB) of each process nvidia-smi sees holding memory on GPUs 0 .. gpus-1; [] without nvidia-smi."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                              "--format=csv,noheader,nounits", "-i", ",".join(str(i) for i in range(gpus))],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            found.append((int(parts[0]), parts[1], float(parts[-1])))
+        except (ValueError, IndexError):
+            continue  # "[N/A]" and the like: nothing to name
+    return found
+
+
+HOLDER_MIB = 1024.0  # a process holding less than this leaves a server room to start (a monitor, a driver's helper)
+HOLDER_GRACE_S = 30.0  # a server just stopped frees its memory within seconds: wait this long before naming it
+
+
+def ensure_gpu_free(gpus: int = 1, grace_s: float = HOLDER_GRACE_S) -> None:
+    """Raise Broken naming the processes that hold GPU memory before a server starts: vLLM would take the
+    GPU's free memory for its utilization and stop with a traceback. Waits up to `grace_s` first, as the
+    last server's engine process may still be exiting."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        holders = [p for p in gpu_processes(gpus) if p[2] >= HOLDER_MIB]
+        if not holders or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    if not holders:
+        return
+    gib = sum(p[2] for p in holders) / 1024
+    who = ", ".join(f"pid {pid} ({Path(name).name or 'unnamed'}, {mib / 1024:.1f} GiB)" for pid, name, mib in holders)
+    pids = " ".join(str(p[0]) for p in holders)
+    raise Broken(f"the GPU already holds {gib:.1f} GiB in {'another process' if len(holders) == 1 else 'other processes'}"
+                 f" ({who}), so vLLM would find too little free memory to start: a server an earlier command left "
+                 f"running (one cut off by a time limit), or another job. Stop it (kill {pids}) and run the command "
+                 "again")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,11 +454,11 @@ def cli_prompts(req_s: float | None, concurrency: int, window_s: float, cap: int
 
 
 def cli_argv(*, url: str, tokenizer: Path, concurrency: int, prompts: int, input_len: int, output_len: int,
-             out: Path, seed: int) -> list[str]:
+             out: Path, seed: int, model: str = SERVED_NAME) -> list[str]:
     """`vllm bench serve` at one point: the random dataset the sweep's S1_chat draws, fixed lengths."""
     return ["bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions", "--dataset-name", "random",
             "--random-input-len", str(input_len), "--random-output-len", str(output_len), "--random-range-ratio", "0",
-            "--ignore-eos", "--base-url", url, "--model", SERVED_NAME, "--tokenizer", str(tokenizer),
+            "--ignore-eos", "--base-url", url, "--model", model, "--tokenizer", str(tokenizer),
             "--num-prompts", str(prompts), "--max-concurrency", str(concurrency), "--request-rate", "inf",
             "--num-warmups", str(min(concurrency, 8)), "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "50,90,99", "--seed", str(seed), "--save-result", "--result-dir", str(out),

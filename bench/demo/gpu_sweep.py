@@ -39,24 +39,24 @@ SPREAD_NOTE = ("One run per side per point, the sweep's before vllm bench serve'
 
 
 def burst_rate(base: str, concurrency: int, requests: int, input_words: int, output_tokens: int,
-               vocab_words: int, seed: int) -> float | None:
+               vocab_words: int, seed: int, model: str = S.SERVED_NAME) -> float | None:
     """Requests per second of `requests` greedy completions (`input_words` random words in, `output_tokens`
     out, ignore-eos), `concurrency` at a time; None if fewer than half completed."""
     rng = random.Random(seed)
     prompts = [" ".join(f"w{rng.randrange(vocab_words)}" for _ in range(input_words)) for _ in range(requests)]
-    done, seconds = S.completions(base, requests, concurrency, output_tokens, prompts=prompts)
+    done, seconds = S.completions(base, requests, concurrency, output_tokens, prompts=prompts, model=model)
     if done < requests / 2 or seconds <= 0:
         return None
     return done / seconds
 
 
 def calibrate(base: str, concurrencies: list[int], input_len: int, output_len: int,
-              vocab_words: int) -> dict[int, float | None]:
+              vocab_words: int, model: str = S.SERVED_NAME) -> dict[int, float | None]:
     """Each point's request rate from a burst of max(8, 3 x c) requests, after a warm-up burst at the
     highest concurrency (a server's first requests run slower, and a rate read low sizes windows short)."""
     top = max(concurrencies)
-    burst_rate(base, top, max(8, 2 * top), input_len, output_len, vocab_words, seed=499)
-    return {c: burst_rate(base, c, max(8, 3 * c), input_len, output_len, vocab_words, seed=500 + c)
+    burst_rate(base, top, max(8, 2 * top), input_len, output_len, vocab_words, seed=499, model=model)
+    return {c: burst_rate(base, c, max(8, 3 * c), input_len, output_len, vocab_words, seed=500 + c, model=model)
             for c in concurrencies}
 
 
@@ -132,7 +132,7 @@ def sweep(check) -> dict[str, Any]:
     folder = check.out / "sweep"
     shutil.rmtree(folder, ignore_errors=True)
     input_len, output_len = round(256 * args.length_scale), max(2, round(128 * args.length_scale))
-    rates = calibrate(server.url, args.concurrency_list, input_len, output_len, args.vocab_words)
+    rates = calibrate(server.url, args.concurrency_list, input_len, output_len, args.vocab_words, server.name)
     problems: list[str] = []
     points = []
     resets = []
@@ -141,7 +141,7 @@ def sweep(check) -> dict[str, Any]:
         prompts = point_prompts(rates[c], c, args.window_s)
         resets.append(reset_prefix_cache(server.url))
         before = prefix_counters(server.url)
-        argv = [python, "-m", "bench", "sweep", "--base-url", server.url, "--model", S.SERVED_NAME,
+        argv = [python, "-m", "bench", "sweep", "--base-url", server.url, "--model", server.name,
                 "--tokenizer", str(check.model_dir), "--out", str(folder / f"bench-c{c}"), "--scenarios", "S1_chat",
                 "--length-scale", f"{args.length_scale:g}", "--concurrencies", str(c),
                 # the sweep sizes its run from its own burst; the floor carries this step's own estimate
@@ -163,7 +163,7 @@ def sweep(check) -> dict[str, Any]:
             url=server.url, tokenizer=check.model_dir, concurrency=c,
             prompts=S.cli_prompts(run.req_s, c, args.window_s * 1.15),
             input_len=run.input_len or input_len, output_len=run.output_len or output_len, out=cli_dir,
-            seed=9000 + c)], env=env, capture_output=True, text=True, timeout=args.sweep_timeout)
+            seed=9000 + c, model=server.name)], env=env, capture_output=True, text=True, timeout=args.sweep_timeout)
         cli_hits = hit_pct(before, prefix_counters(server.url))
         with (check.logs / "vllm-bench-serve.log").open("a") as fh:
             fh.write(f"==== c={c} rc={cli.returncode}\n{cli.stdout[-6000:]}{cli.stderr[-4000:]}\n")
