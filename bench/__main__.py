@@ -9,12 +9,12 @@ import sys
 from bench.analysis import compare, opener, plan, publish, report
 from bench.common.interrupts import exit_code, quiet_broken_pipe, signal_name
 from bench.demo import command as demo
-from bench.demo import gpu_check
+from bench.demo import gpu_cli
 from bench.run import fetch, mixcheck, rehearse, sweep
 from bench.startup import collect, phases, streamer
 
 # What a person types, in the order one meets it: try it, measure, judge, size, check the plan.
-COMMANDS = (demo, gpu_check, sweep, report, plan, compare, opener, mixcheck, rehearse, phases)
+COMMANDS = (demo, gpu_cli, sweep, report, plan, compare, opener, mixcheck, rehearse, phases)
 # What the stack's Jobs run in the cluster (each works by hand too)
 IN_CLUSTER = (publish, collect, streamer, fetch)
 
