@@ -76,42 +76,59 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
 
 def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
     """`--experiment max-num-seqs` with two of its variants on the tiny model: one server per variant on the
-    shared compile cache, `bench sweep` on each, `bench compare` over both, the record and its page; then a
-    second command continues a sweep cut off and compares with the first command's variant."""
+    shared compile cache, `bench sweep` on each. The first command is stopped with SIGTERM (what `timeout` sends
+    when a GPU box's time limit ends) while the second variant's sweep runs: it stops that sweep and that
+    server, marks the variant cut off and exits 143 saying how to continue (on the H200 box a stopped command
+    had left its server holding the GPU). The cut-off variant's command again continues its sweep and compares
+    both variants: `bench compare`, the record and its page."""
+    import os
+    import signal
+    import time
+
     out = tmp_path / "gc"
     common = [sys.executable, "-m", "bench", "gpu-check", "--out", str(out), "--experiment", "max-num-seqs",
               "--allow-small-vocab", "--vocab-words", "2000", "--concurrencies", "2", "--length-scale", "0.125",
               "--health-timeout-s", "900", "--window-s", "5"]
     env = {**vllm_env.env, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([*common, "--variants", "seqs-16,seqs-32"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1800)
     root = out / "experiments" / "max-num-seqs"
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = tmp_path / "first.log"
+    with log.open("w") as fh:
+        first = subprocess.Popen([*common, "--variants", "seqs-16,seqs-32"], cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True)
+        manifest = root / "seqs-32" / "S1_chat" / "manifest.json"
+        deadline = time.monotonic() + 1200
+        while not manifest.is_file() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert manifest.is_file(), log.read_text()[-3000:]
+        os.kill(first.pid, signal.SIGTERM)  # to gpu-check alone: it passes the stop on to its sweep
+        rc = first.wait(timeout=120)
+    said = log.read_text()
+    assert rc == 143, said[-3000:]
+    assert "stopped by SIGTERM; its vLLM server is stopped" in said and "run the same command again" in said
+    assert "Traceback" not in said
+    record = json.loads((root / "experiment.json").read_text())
+    cut = record["variants"]["seqs-32"]
+    assert cut["status"] == "cut off" and "S1_chat" not in cut["sweeps"], cut
+    assert "stopped" in (root / "seqs-32" / "sweep-S1_chat.log").read_text()  # the sweep said so, in its log
+    left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
+    assert left == [], f"processes of the stopped command still run: {left}"
+    assert record["variants"]["seqs-16"]["status"] == "ok"
+
+    # the cut-off variant alone: its sweep resumes, and the comparison takes seqs-16 from the first command
+    again = subprocess.run([*common, "--variants", "seqs-32"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     record = json.loads((root / "experiment.json").read_text())
     assert record["kind"] == "vllm-poc/gpu-experiment" and record["scenarios"] == {"S1_chat": [2]}
-    for label, seqs in (("seqs-16", "16"), ("seqs-32", "32")):
+    for label, seqs, starts in (("seqs-16", "16", 1), ("seqs-32", "32", 2)):
         v = record["variants"][label]
         assert v["status"] == "ok" and v["flags"][v["flags"].index("--max-num-seqs") + 1] == seqs
-        assert v["starts"][0]["healthy_s"] > 0 and v["starts"][0]["kv_cache_tokens"]
+        assert len(v["starts"]) == starts and v["starts"][0]["healthy_s"] > 0 and v["starts"][0]["kv_cache_tokens"]
         (run,) = v["sweeps"]["S1_chat"]["runs"]
         assert run["concurrency"] == 2 and run["valid"] and run["output_tok_s"] > 0
         assert (root / label / "S1_chat" / "manifest.json").is_file() and (root / label / "server-1.log").is_file()
+    assert record["variants"]["seqs-32"]["sweeps"]["S1_chat"]["resumed"] is True
     compared = record["compare"]["S1_chat"]
     assert compared["status"] == "ok" and compared["variants"] == ["seqs-16", "seqs-32"], compared
     assert compared["cells"][0]["concurrency"] == 2 and not compared["incomplete"], compared
     md = (root / "experiment.md").read_text()
     assert "| seqs-16 | ok |" in md and "**Comparison: S1_chat**" in md and "None" not in md
     assert (root / "compare" / "S1_chat" / "compare.md").is_file()
-
-    # a later command: seqs-16's sweep as if a time limit had cut it off (its folder there, the record
-    # without it) continues with `bench sweep --resume`, and the comparison takes seqs-32 from the first command
-    del record["variants"]["seqs-16"]["sweeps"]["S1_chat"]
-    (root / "experiment.json").write_text(json.dumps(record))
-    again = subprocess.run([*common, "--variants", "seqs-16"], cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=1800)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    record = json.loads((root / "experiment.json").read_text())
-    sweep = record["variants"]["seqs-16"]["sweeps"]["S1_chat"]
-    assert sweep["resumed"] is True and sweep["rc"] == 0 and sweep["runs"][0]["valid"]
-    assert len(record["variants"]["seqs-16"]["starts"]) == 2 and len(record["variants"]["seqs-32"]["starts"]) == 1
-    assert record["compare"]["S1_chat"]["variants"] == ["seqs-16", "seqs-32"]
