@@ -296,7 +296,7 @@ def test_an_experiment_cut_off_says_so_and_shows_only_this_commands_start(tmp_pa
                            budget_minutes=None, target_width=None)
     gpu_experiment.check_args(args, ValueError)
     check = SimpleNamespace(out=tmp_path, args=args, build_model=lambda: {"parameters": 1},
-                            record={"model_choice": {"shape": "gemma-4-31b"}, "device": {}, "versions": {},
+                            record={"model_choice": {"shape": "gemma-4-31b"}, "device": {"name": "H200"}, "versions": {},
                                     "transformers_trap": {}})
     (tmp_path / "experiments" / "scenarios").mkdir(parents=True)
     (tmp_path / "experiments" / "scenarios" / "experiment.json").write_text(json.dumps({"variants": {"fp8": {
@@ -320,3 +320,5 @@ def test_an_experiment_cut_off_says_so_and_shows_only_this_commands_start(tmp_pa
     entry = json.loads((tmp_path / "experiments" / "scenarios" / "experiment.json").read_text())["variants"]["fp8"]
     assert entry["status"] == "cut off" and entry["reason"].startswith("stopped by SIGTERM; the same command continues")
     assert entry["starts"] == [{"healthy_s": 54.1, "kv_cache_tokens": 233816}]
+    page = (tmp_path / "experiments" / "scenarios" / "experiment.md").read_text()
+    assert "| fp8 | cut off: stopped by SIGTERM" in page and "None" not in page

@@ -310,6 +310,7 @@ def run(check, name: str) -> int:
             entry.update(status="cut off", reason=f"stopped by {signal_name(exc)}; the same command continues it "
                                                   "(a sweep cut short resumes with its finished runs kept)")
             save()
+            (root / "experiment.md").write_text(gpu_page.experiment_markdown(record))  # the page says so too
             raise
         # this command's start only: a start that failed added none, and an earlier command's is no news
         start = entry["starts"][-1] if len(entry.get("starts") or []) > before else None
