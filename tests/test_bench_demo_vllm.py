@@ -32,7 +32,7 @@ def test_the_demo_end_to_end_on_the_cpu_build(vllm_env, tmp_path, page_browser):
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "bench", "demo", "--vllm-venv", str(vllm_env.venv), "--out", str(out),
                            "--scenarios", "S1_chat", "--concurrencies", "1,2", "--length-scale", "0.0625",
-                           "--max-num-seqs", "1,4", "--window-s", "5", "--budget-minutes", "1.5", "--health-timeout-s", "400"],
+                           "--max-num-seqs", "1,4", "--window-s", "5", "--budget-minutes", "1.25", "--health-timeout-s", "400"],
                           cwd=REPO, text=True, capture_output=True, timeout=1200)
     wall = time.monotonic() - t0
     lines = proc.stdout.strip().splitlines()
