@@ -172,7 +172,7 @@ def test_a_gpu_held_by_a_left_over_server_is_named_before_a_start(tmp_path, monk
     with pytest.raises(S.Broken) as err:
         S.ensure_gpu_free(1, grace_s=0)
     text = str(err.value)
-    assert "the GPU already holds 133.8 GiB in another process (pid 2050 (python3, 133.8 GiB))" in text
+    assert "the GPU already holds 133.8 GiB in another process (pid 2050: python3 with 133.8 GiB)" in text
     assert "kill 2050" in text and "Xorg" not in text  # a small holder leaves room and is not named
 
 

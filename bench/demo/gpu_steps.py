@@ -333,7 +333,7 @@ def ensure_gpu_free(gpus: int = 1, grace_s: float = HOLDER_GRACE_S) -> None:
     if not holders:
         return
     gib = sum(p[2] for p in holders) / 1024
-    who = ", ".join(f"pid {pid} ({Path(name).name or 'unnamed'}, {mib / 1024:.1f} GiB)" for pid, name, mib in holders)
+    who = "; ".join(f"pid {pid}: {Path(name).name or 'unnamed'} with {mib / 1024:.1f} GiB" for pid, name, mib in holders)
     pids = " ".join(str(p[0]) for p in holders)
     raise Broken(f"the GPU already holds {gib:.1f} GiB in {'another process' if len(holders) == 1 else 'other processes'}"
                  f" ({who}), so vLLM would find too little free memory to start: a server an earlier command left "
