@@ -286,28 +286,29 @@ def acceptance(before: str, after: str) -> dict[str, Any] | None:
 def gpu_memory_mib(gpus: int = 1) -> float | None:
     """Memory in use on GPUs 0 .. gpus-1 together as nvidia-smi reports it (all processes; a tensor-parallel
     server holds all of them), None without nvidia-smi."""
+    lines = _nvidia_smi("--query-gpu=memory.used", gpus)
+    try:
+        return sum(float(line) for line in lines[:gpus]) if lines else None
+    except ValueError:
+        return None
+
+
+def _nvidia_smi(query: str, gpus: int) -> list[str] | None:
+    """nvidia-smi's CSV lines (no header, no units) for `query` on GPUs 0 .. gpus-1; None without it."""
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i",
+        out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits", "-i",
                               ",".join(str(i) for i in range(gpus))], capture_output=True, text=True, timeout=30)
-        return sum(float(line) for line in out.stdout.strip().splitlines()[:gpus]) if out.stdout.strip() else None
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError):
         return None
+    return [line for line in out.stdout.strip().splitlines() if line.strip()]
 
 
 def gpu_processes(gpus: int = 1) -> list[tuple[int, str, float]]:
     """(pid, name, MiB) of each process nvidia-smi sees holding memory on GPUs 0 .. gpus-1; [] without nvidia-smi."""
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
-                              "--format=csv,noheader,nounits", "-i", ",".join(str(i) for i in range(gpus))],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return []
     found = []
-    for line in out.stdout.splitlines():
+    for line in _nvidia_smi("--query-compute-apps=pid,process_name,used_memory", gpus) or []:
         parts = [p.strip() for p in line.split(",")]
         try:
             found.append((int(parts[0]), parts[1], float(parts[-1])))
