@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench.common.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_on_signals
+from bench.common.interrupts import exit_code, quiet_broken_pipe, signal_name, stop_behind, stop_on_signals
 from stacks.ops import api_access, config_reference, diff, pin_zones, preflight, render, staging, teardown
 
 # Each module exposes add_parser(subparsers), which sets `func` on its parser; --help lists them in this order.
@@ -35,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         # `| head` closed the pipe: the reader has what it wanted.
         quiet_broken_pipe()
         return 0
+    except Exception as exc:  # an error a stop caused (inside an import, a library's task) is that stop
+        stop = stop_behind(exc)
+        if stop is None:
+            raise
+        print(f"{args.command}: stopped by {signal_name(stop)}; rerun the same command to start again",
+              file=sys.stderr)
+        return exit_code(stop)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -251,3 +252,37 @@ def test_a_stop_reaches_a_logged_child_which_saves_before_the_stop_goes_on(tmp_p
             I.run_logged([sys.executable, str(child)], log)
     assert I.exit_code(stop.value) == 143 and time.monotonic() - t0 < STOP_BOUND_S
     assert log.read_text().splitlines() == ["child: running", "child: saved what was measured"]
+
+
+def test_an_error_a_stop_caused_is_the_stop(monkeypatch, capsys):
+    """A fresh-clone CI run: SIGTERM landed while the diff's render imported pulumi_aws.iam; the half-imported
+    module then failed the render with "module 'pulumi_aws.iam' has no attribute 'Role'" and a traceback. An
+    error after a stop now stands for the stop (exit 143, the diff's own words), and only then."""
+    from bench.common import interrupts as I
+    from stacks.ops import diff
+
+    def render_cut_by_a_stop(stack, against):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except I.Interrupted:
+            pass  # a library swallowed the stop...
+        raise AttributeError("module 'pulumi_aws.iam' has no attribute 'Role'")  # ...and failed on its own
+
+    monkeypatch.setattr(diff, "stack_path", lambda stack: None)
+    monkeypatch.setattr(diff, "run_diff", render_cut_by_a_stop)
+    args = SimpleNamespace(stack="dev", against=None, json=False)
+    with I.stop_on_signals():
+        assert diff.main(args) == 143
+    said = capsys.readouterr().err
+    assert "diff: stopped by SIGTERM; nothing was kept" in said and "Traceback" not in said
+    # a new block starts without the earlier stop: the same error is an error again
+    def broken_render(stack, against):
+        raise AttributeError("a real bug")
+
+    monkeypatch.setattr(diff, "run_diff", broken_render)
+    with I.stop_on_signals():
+        assert I.stop_behind(AttributeError("x")) is None
+        with pytest.raises(AttributeError):
+            diff.main(args)
+    assert I.exit_code(I.stop_behind(KeyboardInterrupt())) == 130

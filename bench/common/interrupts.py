@@ -39,11 +39,25 @@ def signal_name(exc: BaseException) -> str:
 
 
 _stop_requested = threading.Event()
+_stop_signal = [int(signal.SIGINT)]
 
 
 def _raise(signum, _frame):
+    _stop_signal[0] = signum
     _stop_requested.set()
     raise Interrupted(signum)
+
+
+def stop_behind(exc: BaseException) -> Interrupted | None:
+    """The stop an error stands for, or None. A signal's exception can land inside an import or a library's
+    asyncio task, which then fails with an error of its own (a half-imported module without the attribute
+    asked for: `pulumi_aws.iam` has no `Role`) that surfaces instead of the stop. Within stop_on_signals,
+    once a stop was requested, any error is that stop."""
+    if isinstance(exc, Interrupted):
+        return exc
+    if isinstance(exc, KeyboardInterrupt):
+        return Interrupted(signal.SIGINT)
+    return Interrupted(_stop_signal[0]) if _stop_requested.is_set() else None
 
 
 class _QuietAfterStop(logging.Filter):
@@ -71,6 +85,7 @@ def stop_on_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _stop_requested.clear()  # a stop of an earlier block is not this block's
     previous = signal.signal(signal.SIGTERM, _raise)
     previous_int = signal.getsignal(signal.SIGINT)
     if previous_int is signal.default_int_handler:

@@ -48,7 +48,7 @@ from typing import Any
 
 import pulumi
 
-from bench.common.interrupts import exit_code, signal_name, stop_process_group
+from bench.common.interrupts import exit_code, signal_name, stop_behind, stop_process_group
 from stacks.loader import stack_path
 from stacks.ops.render import render_stack
 from stacks.settings import REPO, ConfigError
@@ -479,6 +479,12 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=main)
 
 
+def _stopped(exc: BaseException) -> int:
+    print(f"diff: stopped by {signal_name(exc)}; nothing was kept (both renders were in a temporary "
+          f"folder, now removed); rerun the same command", file=sys.stderr)
+    return exit_code(exc)
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         stack_path(args.stack)  # an unknown stack fails before git and the renders
@@ -486,13 +492,16 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, DiffError) as err:
         print(f"diff: error: {err}", file=sys.stderr)
         return 2
+    except Exception as err:  # noqa: BLE001 - an error a stop caused is the stop; any other goes on up
+        stop = stop_behind(err)
+        if stop is None:
+            if isinstance(err, OSError):
+                print(f"diff: error: {err.strerror or err}", file=sys.stderr)
+                return 2
+            raise
+        return _stopped(stop)
     except KeyboardInterrupt as exc:
-        print(f"diff: stopped by {signal_name(exc)}; nothing was kept (both renders were in a temporary "
-              f"folder, now removed); rerun the same command", file=sys.stderr)
-        return exit_code(exc)
-    except OSError as err:
-        print(f"diff: error: {err.strerror or err}", file=sys.stderr)
-        return 2
+        return _stopped(exc)
     if args.json:
         print(json.dumps({**diff.result, "effects": diff.effects}, indent=2, sort_keys=True, ensure_ascii=False))
     else:
