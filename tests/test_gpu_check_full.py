@@ -322,3 +322,74 @@ def test_an_experiment_cut_off_says_so_and_shows_only_this_commands_start(tmp_pa
     assert entry["starts"] == [{"healthy_s": 54.1, "kv_cache_tokens": 233816}]
     page = (tmp_path / "experiments" / "scenarios" / "experiment.md").read_text()
     assert "| fp8 | cut off: stopped by SIGTERM" in page and "None" not in page
+
+
+def test_a_variant_an_earlier_command_finished_is_kept_without_a_start(tmp_path, monkeypatch, capsys):
+    """The H200 box, 2026-12-05: the prefix-caching command run again after a time limit started caching-off's
+    server once more (109 s) and measured its finished sweep again. A variant whose asked-for sweeps (and mixed
+    load, where the experiment has one) finished is kept; one missing a scenario, or not ok, runs."""
+    root = tmp_path / "experiments" / "prefix-caching"
+    for label in ("caching-off", "caching-on"):
+        (root / label / "S5_shared_prefix").mkdir(parents=True)
+        (root / label / "S5_shared_prefix" / "manifest.json").write_text("{}")
+    done = {"status": "ok", "starts": [{"healthy_s": 273.0}], "sweeps": {"S5_shared_prefix": {"rc": 0}}}
+    experiment = gpu_experiment.EXPERIMENTS["prefix-caching"]
+    assert gpu_experiment.finished(experiment, done, root / "caching-off", ["S5_shared_prefix"])
+    assert not gpu_experiment.finished(experiment, done, root / "caching-off", ["S5_shared_prefix", "S1_chat"])
+    assert not gpu_experiment.finished(experiment, {**done, "status": "broken"}, root / "caching-off",
+                                       ["S5_shared_prefix"])
+    assert not gpu_experiment.finished(experiment, {**done, "sweeps": {"S5_shared_prefix": {"rc": 1}}},
+                                       root / "caching-off", ["S5_shared_prefix"])
+    priority = gpu_experiment.EXPERIMENTS["priority"]
+    assert not gpu_experiment.finished(priority, done, root / "caching-off", ["S5_shared_prefix"])
+    assert gpu_experiment.finished(priority, {**done, "mixed": {"status": "ok"}}, root / "caching-off",
+                                   ["S5_shared_prefix"])
+
+    args = SimpleNamespace(experiment="prefix-caching", variants=None, scenarios=None, model_shape="gemma-4-31b",
+                           precision="fp8", kv_cache_dtype="fp8", gpu_memory_utilization=0.9, tensor_parallel_size=1,
+                           budget_minutes=None, target_width=None)
+    gpu_experiment.check_args(args, ValueError)
+    check = SimpleNamespace(out=tmp_path, args=args, build_model=lambda: {"parameters": 1},
+                            record={"model_choice": {"shape": "gemma-4-31b"}, "device": {"name": "H200"}, "versions": {},
+                                    "transformers_trap": {}})
+    (root / "experiment.json").write_text(json.dumps({"variants": {"caching-off": done}}))
+    ran = []
+
+    def runs(check, experiment, variant, root, entry, save, record):
+        ran.append(variant.label)
+        entry.update(status="ok", sweeps={"S5_shared_prefix": {"rc": 0}})
+
+    monkeypatch.setattr(gpu_experiment, "run_variant", runs)
+    monkeypatch.setattr(gpu_experiment, "compare", lambda *a: {"status": "ok", "variants": ["caching-off", "caching-on"]})
+    assert gpu_experiment.run(check, "prefix-caching") == 0
+    assert ran == ["caching-on"]
+    said = capsys.readouterr().out
+    assert "caching-off: kept from an earlier command" in said
+    record = json.loads((root / "experiment.json").read_text())
+    assert record["variants"]["caching-off"]["starts"] == [{"healthy_s": 273.0}]
+
+
+def test_the_experiment_page_states_each_capacity_as_bench_compare_does():
+    """The prefix-caching record from the H200 (2026-12-05): its page said "caching-off not measured" where
+    compare.md said "below 432.5 tok/s (never meets the SLO ...)" for the same runs, and "bench compare: bench
+    compare: ... 1 cells". The page now words each capacity from bench compare's interval, with its words."""
+    from bench.analysis import answer
+    from bench.demo import gpu_page
+
+    records = REPO / "docs" / "records" / "experiment-prefix-caching-2026-12-05-h200"
+    record = json.loads((records / "experiment.json").read_text())
+    compared = json.loads((records / "compare-S5_shared_prefix.json").read_text())
+    entry = record["compare"]["S5_shared_prefix"]
+    entry["slo_capacity_interval"] = compared["slo_capacity_interval"]["S5_shared_prefix"]
+    entry["said"] = entry["said"].replace("1 cells", "1 cell")
+    page = gpu_page.experiment_markdown(record)
+    compare_md = (records / "compare-S5_shared_prefix.md").read_text()
+    for label in ("caching-off", "caching-on"):
+        words = answer.capacity_words(entry["slo_capacity_interval"][label])
+        assert f"  - {label}: {words}" in page and words in compare_md, words
+    assert "below 432.5 tok/s (never meets the SLO at the loads tested: misses it from c=8)" in page
+    assert "- bench compare: 2 variants, 1 cell, 1 winner" in page and "not measured" not in page.split("**Comparison")[1]
+    # a record from before the intervals were kept: a capacity none met reads as no figure, not "not measured"
+    del entry["slo_capacity_interval"]
+    old = gpu_page.experiment_markdown(record).split("**Comparison")[1]
+    assert "caching-off no figure (see compare.md)" in old and "not measured" not in old

@@ -79,8 +79,9 @@ def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
     shared compile cache, `bench sweep` on each. The first command is stopped with SIGTERM (what `timeout` sends
     when a GPU box's time limit ends) while the second variant's sweep runs: it stops that sweep and that
     server, marks the variant cut off and exits 143 saying how to continue (on the H200 box a stopped command
-    had left its server holding the GPU). The cut-off variant's command again continues its sweep and compares
-    both variants: `bench compare`, the record and its page."""
+    had left its server holding the GPU). The same command again keeps the finished variant without starting
+    its server, continues the cut-off variant's sweep and compares both: `bench compare`, the record and its
+    page."""
     import os
     import signal
     import time
@@ -113,9 +114,13 @@ def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
     assert left == [], f"processes of the stopped command still run: {left}"
     assert record["variants"]["seqs-16"]["status"] == "ok"
 
-    # the cut-off variant alone: its sweep resumes, and the comparison takes seqs-16 from the first command
-    again = subprocess.run([*common, "--variants", "seqs-32"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    # the same command again: seqs-16, finished, is kept without a start; the cut-off seqs-32 resumes its sweep,
+    # and the comparison takes both
+    again = subprocess.run([*common, "--variants", "seqs-16,seqs-32"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=1800)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "seqs-16: kept from an earlier command" in again.stdout, again.stdout[-3000:]
+    assert not (out / "server.pid.json").exists()  # the note of a running server goes with the server
     record = json.loads((root / "experiment.json").read_text())
     assert record["kind"] == "vllm-poc/gpu-experiment" and record["scenarios"] == {"S1_chat": [2]}
     for label, seqs, starts in (("seqs-16", "16", 1), ("seqs-32", "32", 2)):

@@ -453,7 +453,8 @@ def run(args: argparse.Namespace) -> int:
     state = (f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"]
              else f"{winners} {'winner' if winners == 1 else 'winners'}, {close} {'cell' if close == 1 else 'cells'} "
                   "without a clear winner (within the noise)")
-    print(f"bench compare: {len(sides)} variants, {len(data['cells'])} cells, {state} -> "
+    n = len(data["cells"])
+    print(f"bench compare: {len(sides)} variants, {n} {'cell' if n == 1 else 'cells'}, {state} -> "
           f"{locations.display(out / 'compare.md')}, compare.json" + ("" if args.no_html else ", compare.html"))
     return 0
 

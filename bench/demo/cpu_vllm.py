@@ -19,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench.common import leftovers
 from bench.common.interrupts import stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,12 +122,13 @@ PASSIVE_OMP = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
 
 
 def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """The server in a process group of its own (stopped with `stop`), its output into `log`."""
+    """The server in a process group of its own (stopped with `stop`, and sent SIGTERM when this process dies
+    however it dies), its output into `log`."""
     env = {**PASSIVE_OMP, **env, "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as fh:
         return subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=leftovers.die_with_parent())
 
 
 def wait_healthy(proc: subprocess.Popen, url: str, log: Path, *, what: str = "vllm serve",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.common import interrupts as I
+from bench.common import leftovers
 from bench.demo import cpu_vllm, full_model, gpu_experiment, gpu_full, gpu_page, gpu_settings, gpu_sweep
 from bench.demo import gpu_steps as S
 from bench.demo.gpu_runtime import Runtime, UsageError
@@ -27,6 +28,7 @@ from bench.startup import sleepwake
 
 KIND = "vllm-poc/gpu-check"
 VERSION = 1
+SERVER_NOTE = "server.pid.json"  # under --out: the running server's process group, for the next command
 STEPS = ("model", "cold_start", "timeline", "sleep_wake", "compile_cache", "sweep", "speculative")
 OK, BROKEN, NOT_AVAILABLE, SKIPPED = "ok", "broken", "not available", "skipped"
 
@@ -137,11 +139,13 @@ class Check:
         env = gpu_full.environment(pod.env(self.runtime.env), gpu_full.tp_of(flags))
         if self.runtime.cpu_build:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", cpu_vllm.KV_CACHE_GIB)
+        if said := leftovers.stop_leftover(self.out / SERVER_NOTE):
+            print(f"gpu-check: {said}", flush=True)
         if self.runtime.gpu:
             S.ensure_gpu_free(gpu_full.tp_of(flags))
         cmd = S.serve_command(self.runtime.python, self.model_dir, self.port, [*flags, *extra],
                                 self.served_name)
-        server = S.start(cmd, env, self.logs / f"server-{pod.name}.log")
+        server = S.start(cmd, env, self.logs / f"server-{pod.name}.log", noted=self.out / SERVER_NOTE)
         try:
             S.wait_healthy(server, self.args.health_timeout)
         except BaseException:

@@ -8,6 +8,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from bench.analysis import answer
 from bench.demo import gpu_mixed
 
 TITLES = {
@@ -196,16 +197,22 @@ def experiment_markdown(record: dict[str, Any]) -> str:
         if c.get("status") == "waiting":
             lines.append(f"- {c.get('reason')}")
             continue
-        lines.append(f"- bench compare: {c.get('said') or 'no summary line'}")
+        said = c.get("said") or ""
+        lines.append(f"- bench compare: {said.removeprefix('bench compare:').strip() or 'no summary line'}")
         for cell in c.get("cells") or []:
             winner = cell.get("winner")
             lines.append(f"- c={cell.get('concurrency')}: " + (
                 f"{winner} by {_s(cell.get('winner_margin_pct'), ' %')} (noise {_s(cell.get('noise_pct'), ' %')})"
                 if winner else f"no clear winner (noise {_s(cell.get('noise_pct'), ' %')})"))
+        intervals = c.get("slo_capacity_interval") or {}
         capacity = c.get("slo_capacity") or {}
-        if capacity:
+        if intervals:  # in bench compare's words, from its interval: the figure compare.md shows
+            lines += ["- capacity under the SLO:"] + [f"  - {label}: {answer.capacity_words(interval)}"
+                                                      for label, interval in intervals.items()]
+        elif capacity:  # a record from before the intervals were kept: the figure, or none met the SLO
             lines.append("- capacity under the SLO (output tok/s): " + ", ".join(
-                f"{label} {_s(value, '', 1)}" for label, value in capacity.items()))
+                f"{label} {_s(value, '', 1) if value is not None else 'no figure (see compare.md)'}"
+                for label, value in capacity.items()))
         for why in c.get("incomplete") or []:
             lines.append(f"- incomplete: {why}")
     lines += gpu_mixed.markdown(record)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import spec as spec_metrics
+from bench.common import leftovers
 from bench.common.interrupts import stop_process_group
 from bench.demo import cpu_vllm, gpu_settings
 from bench.startup import timeline
@@ -109,9 +110,11 @@ class Server:
     cmd: list[str] = field(default_factory=list)
     milestones: dict[str, float] = field(default_factory=dict)
     healthy_s: float | None = None
+    noted: Path | None = None  # the file naming its process group while it runs (leftovers.note_group)
 
     def stop(self) -> None:
         stop_process_group(self.proc, 30)
+        leftovers.forget_group(self.noted)
 
     @property
     def name(self) -> str:
@@ -126,13 +129,17 @@ def serve_command(python: str, model: Path, port: int, flags: list[str], name: s
             "--host", "127.0.0.1", "--port", str(port), *flags]
 
 
-def start(cmd: list[str], env: dict[str, str], log: Path) -> Server:
+def start(cmd: list[str], env: dict[str, str], log: Path, noted: Path | None = None) -> Server:
+    """`vllm serve` in a process group of its own that ends with this command however it ends (SIGTERM when
+    its starter dies), the group noted in `noted` while it runs (stop_leftover's file)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     launched = time.time()
     with log.open("w") as fh:
         proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    return Server(proc, f"http://127.0.0.1:{cmd[cmd.index('--port') + 1]}", log, launched, list(cmd))
+                                start_new_session=True, preexec_fn=leftovers.die_with_parent())
+    if noted is not None:
+        leftovers.note_group(noted, proc.pid, "vLLM server")
+    return Server(proc, f"http://127.0.0.1:{cmd[cmd.index('--port') + 1]}", log, launched, list(cmd), noted=noted)
 
 
 def _scan(server: Server, text: str) -> None:
