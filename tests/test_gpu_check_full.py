@@ -393,3 +393,71 @@ def test_the_experiment_page_states_each_capacity_as_bench_compare_does():
     del entry["slo_capacity_interval"]
     old = gpu_page.experiment_markdown(record).split("**Comparison")[1]
     assert "caching-off no figure (see compare.md)" in old and "not measured" not in old
+
+
+def test_again_measures_a_finished_variant_anew_and_keeps_the_earlier_sweep(tmp_path, monkeypatch, capsys):
+    """--again: a repeat from a fresh server in the same --out (its compile cache warm), as issue 34 asks of
+    each capacity; the earlier sweep moves aside (SCENARIO.earlier-N, and the record's `earlier`), never lost."""
+    folder = tmp_path / "caching-off"
+    (folder / "S5_shared_prefix").mkdir(parents=True)
+    (folder / "S5_shared_prefix" / "manifest.json").write_text('{"run": 1}')
+    entry = {"status": "ok", "sweeps": {"S5_shared_prefix": {"dir": str(folder / "S5_shared_prefix"), "rc": 0,
+                                                             "runs": [{"concurrency": 8}], "seconds": 107.8}}}
+    gpu_experiment.set_aside(entry, folder, "S5_shared_prefix")
+    assert not (folder / "S5_shared_prefix").exists() and entry["sweeps"] == {}
+    assert json.loads((folder / "S5_shared_prefix.earlier-1" / "manifest.json").read_text()) == {"run": 1}
+    assert entry["earlier"] == [{"scenario": "S5_shared_prefix", "dir": str(folder / "S5_shared_prefix.earlier-1"),
+                                 "rc": 0, "runs": [{"concurrency": 8}], "seconds": 107.8}]
+    (folder / "S5_shared_prefix").mkdir()  # a second repeat: the next number
+    gpu_experiment.set_aside(entry, folder, "S5_shared_prefix")
+    assert (folder / "S5_shared_prefix.earlier-2").is_dir() and len(entry["earlier"]) == 2
+    gpu_experiment.set_aside(entry, folder, "S1_chat")  # nothing measured: nothing to move
+    assert len(entry["earlier"]) == 2
+
+    with pytest.raises(ValueError, match="--again: only with --experiment NAME"):
+        gpu_experiment.check_args(SimpleNamespace(experiment=None, variants=None, scenarios=None, again=True),
+                                  ValueError)
+    root = tmp_path / "experiments" / "prefix-caching"
+    (root / "caching-off" / "S5_shared_prefix").mkdir(parents=True)
+    (root / "caching-off" / "S5_shared_prefix" / "manifest.json").write_text("{}")
+    (root / "experiment.json").write_text(json.dumps({"variants": {"caching-off": {
+        "status": "ok", "starts": [{"healthy_s": 273.0}], "sweeps": {"S5_shared_prefix": {"rc": 0}}}}}))
+    args = SimpleNamespace(experiment="prefix-caching", variants="caching-off", scenarios=None, again=True,
+                           model_shape="gemma-4-31b", precision="fp8", kv_cache_dtype="fp8",
+                           gpu_memory_utilization=0.9, tensor_parallel_size=1, budget_minutes=None, target_width=None)
+    gpu_experiment.check_args(args, ValueError)
+    check = SimpleNamespace(out=tmp_path, args=args, build_model=lambda: {"parameters": 1},
+                            record={"model_choice": {"shape": "gemma-4-31b"}, "device": {"name": "H200"}, "versions": {},
+                                    "transformers_trap": {}})
+    ran = []
+    monkeypatch.setattr(gpu_experiment, "run_variant", lambda check, experiment, variant, *a: ran.append(variant.label))
+    monkeypatch.setattr(gpu_experiment, "compare", lambda *a: {"status": "waiting", "reason": "one variant"})
+    gpu_experiment.run(check, "prefix-caching")
+    assert ran == ["caching-off"] and "kept from an earlier command" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("again, advice", [
+    (False, "run the same command again: the experiment keeps its finished sweeps"),
+    (True, "run the same command without --again: the experiment keeps its finished sweeps"),
+])
+def test_a_stopped_experiment_says_how_to_continue(tmp_path, monkeypatch, capsys, again, advice):
+    """A stopped --again command run as it was would set its own runs aside and start them over: it says to
+    drop --again, which continues them."""
+    import signal as sig
+
+    from bench.common.interrupts import Interrupted
+    from bench.demo import gpu_cli
+
+    class Stopped:
+        def __init__(self, args):
+            pass
+
+        def run(self):
+            raise Interrupted(sig.SIGTERM)
+
+    monkeypatch.setattr(gpu_cli, "Check", Stopped)
+    argv = ["gpu-check", "--out", str(tmp_path / "gc"), "--model-shape", "gemma-4-31b", "--experiment",
+            "prefix-caching"] + (["--again"] if again else [])
+    assert bench_main(argv) == 143
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM; its vLLM server is stopped" in err and advice in err, err

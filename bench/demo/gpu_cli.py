@@ -103,9 +103,14 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:
         # every server this command started is stopped by now (the steps' and variants' own clean-up): the next
         # command finds the GPU free
-        again = ("run the same command again: the experiment keeps its finished sweeps and runs, and a sweep cut "
-                 "short resumes" if getattr(args, "experiment", None) else
-                 "run it again with --resume and --steps naming the checks still to run")
+        if not getattr(args, "experiment", None):
+            again = "run it again with --resume and --steps naming the checks still to run"
+        elif getattr(args, "again", False):  # the same command would set this command's runs aside too
+            again = ("run the same command without --again: the experiment keeps its finished sweeps and runs, "
+                     "and a sweep cut short resumes")
+        else:
+            again = ("run the same command again: the experiment keeps its finished sweeps and runs, and a sweep "
+                     "cut short resumes")
         print(f"bench gpu-check: stopped by {I.signal_name(exc)}; its vLLM server is stopped, and {args.out} keeps "
               f"what was measured: {again}", file=sys.stderr)
         return I.exit_code(exc)
@@ -129,8 +134,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tensor-parallel-size", type=_whole_number, default=1,
                    help="full size: GPUs per server (default 1); more than 1 sets NCCL_NVLS_ENABLE=0")
     p.add_argument("--resume", action="store_true",
-                   help="continue the record in --out: the checks not in --steps keep their earlier results and "
-                        "the compile cache stays (split a full-size check over commands of under 10 minutes)")
+                   help="continue the record in --out: checks not in --steps keep their results and the "
+                        "compile cache stays")
     p.add_argument("--experiment", choices=sorted(gpu_experiment.EXPERIMENTS), default=None,
                    help="instead of the checks, run one of the PoC's experiments on the model: one server per "
                         "variant on --out's compile cache, `bench sweep` on each, then `bench compare` "
@@ -138,8 +143,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--scenarios", default=None,
                    help="with --experiment: its scenarios to sweep now, comma-separated (default: all of them)")
     p.add_argument("--variants", default=None,
-                   help="with --experiment: the variants to run now, comma-separated (default: all; the comparison "
-                        "takes every variant run so far in --out)")
+                   help="with --experiment: the variants to run now, comma-separated (default: all)")
+    p.add_argument("--again", action="store_true",
+                   help="with --experiment: measure finished variants anew (a repeat from a fresh server; the "
+                        "earlier sweeps stay beside as SCENARIO.earlier-N)")
     p.add_argument("--budget-minutes", type=float, default=None,
                    help="with --experiment: GPU minutes each sweep may spend, grid and capacity search (default: the "
                         "sweep's, 60)")

@@ -115,7 +115,8 @@ def check_args(args: argparse.Namespace, error: type[Exception]) -> None:
     name = getattr(args, "experiment", None)
     if name is None:
         for flag, value in (("--variants", getattr(args, "variants", None)),
-                            ("--scenarios", getattr(args, "scenarios", None))):
+                            ("--scenarios", getattr(args, "scenarios", None)),
+                            ("--again", getattr(args, "again", False))):
             if value:
                 raise error(f"{flag}: only with --experiment NAME")
         return
@@ -193,6 +194,23 @@ def swept(entry: dict[str, Any], folder: Path, scenario: str) -> bool:
     return sweep.get("rc") == 0 and (folder / scenario / "manifest.json").is_file()
 
 
+def set_aside(entry: dict[str, Any], folder: Path, scenario: str) -> None:
+    """--again: this command measures `scenario` anew; what an earlier command measured (finished or cut off)
+    moves to SCENARIO.earlier-N beside it, and its record entry to the variant's `earlier` list, so nothing
+    measured is lost and the comparison takes the new sweep."""
+    sweep = folder / scenario
+    done = (entry.get("sweeps") or {}).pop(scenario, None)
+    if not sweep.exists() and done is None:
+        return
+    n = 1
+    while (folder / f"{scenario}.earlier-{n}").exists():
+        n += 1
+    if sweep.exists():
+        sweep.rename(folder / f"{scenario}.earlier-{n}")
+    entry.setdefault("earlier", []).append({"scenario": scenario, "dir": str(folder / f"{scenario}.earlier-{n}"),
+                                            **{k: v for k, v in (done or {}).items() if k != "dir"}})
+
+
 def finished(experiment: Experiment, entry: dict[str, Any], folder: Path, scenarios: list[str]) -> bool:
     """Whether the variant has all it is asked for from earlier commands: every scenario swept and, where the
     experiment has one, its mixed load measured. Such a variant needs no server start."""
@@ -215,6 +233,7 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
         return
     entry.setdefault("starts", [])
     entry.setdefault("sweeps", {})
+    again = bool(getattr(check.args, "again", False))
     check.stop_server()
     try:
         check.server = check.start(check.pod(f"{experiment.name}-{variant.label}"), flags=flags)
@@ -227,8 +246,10 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
             raise S.Broken("; ".join(problems))
         for scenario in check.args.scenario_list:
             sweep = folder / scenario
-            if swept(entry, folder, scenario):
-                continue  # an earlier command's finished sweep is kept (a fresh --out measures it again)
+            if again:
+                set_aside(entry, folder, scenario)
+            elif swept(entry, folder, scenario):
+                continue  # an earlier command's finished sweep is kept (--again measures it anew)
             # a sweep an earlier command left unfinished (cut off by its time limit) continues
             resume = (sweep / "manifest.json").is_file()
             if not resume:
@@ -325,9 +346,10 @@ def run(check, name: str) -> int:
     for label in check.args.variant_list:
         print(f"gpu-check: experiment {name}: {label} ...", flush=True)
         entry = record["variants"].setdefault(label, {})
-        if finished(experiment, entry, root / label, check.args.scenario_list):
+        if not getattr(check.args, "again", False) and finished(experiment, entry, root / label,
+                                                                 check.args.scenario_list):
             print(f"gpu-check: experiment {name}: {label}: kept from an earlier command (every scenario asked for "
-                  "is swept; a fresh --out measures it again)", flush=True)
+                  "is swept; --again measures it anew)", flush=True)
             continue
         before = len(entry.get("starts") or [])
         try:
