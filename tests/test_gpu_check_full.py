@@ -461,3 +461,33 @@ def test_a_stopped_experiment_says_how_to_continue(tmp_path, monkeypatch, capsys
     assert bench_main(argv) == 143
     err = capsys.readouterr().err
     assert "stopped by SIGTERM; its vLLM server is stopped" in err and advice in err, err
+
+
+def test_each_sweep_states_its_capacity_and_repeats_say_how_far_apart_they_are(tmp_path):
+    """Each experiment sweep's capacity under the SLO is computed once, by bench compare's function, and kept in
+    the record; a scenario measured again (--again) lists each sweep's point and how far apart the points lie
+    (issue 34: two from fresh servers within 5 %)."""
+    from bench.analysis import answer
+    from bench.demo import gpu_page
+    from tests.test_bench_compare import BASE_FLAGS, sweep
+
+    first = sweep(tmp_path / "fp8" / "S1_chat.earlier-1", {("S1_chat", 1): 100.0, ("S1_chat", 4): 300.0},
+                  server_flags=BASE_FLAGS)
+    second = sweep(tmp_path / "fp8" / "S1_chat", {("S1_chat", 1): 101.0, ("S1_chat", 4): 310.0},
+                   server_flags=BASE_FLAGS)
+    caps = [gpu_experiment.sweep_capacity(f, "S1_chat") for f in (first, second)]
+    assert [c["closed"]["point_tok_s"] for c in caps] == [300.0, 310.0] and "open" not in caps[0]
+    assert gpu_experiment.sweep_capacity(second, "S4_rag") is None  # nothing swept: no capacity, not a zero
+    now = {"rc": 0, "runs": gpu_experiment.runs_of(second), "capacity": caps[1], "seconds": 60.0, "gpus": 1}
+    earlier = [{"scenario": "S1_chat", "dir": str(first), "rc": 0, "runs": [], "capacity": caps[0]}]
+    record = {"experiment": "scenarios", "device": {"name": "H200"}, "question": "q", "seeds": "s",
+              "variants": {"fp8": {"status": "ok", "starts": [{"healthy_s": 60.0}], "sweeps": {"S1_chat": now},
+                                   "earlier": earlier}}}
+    page = gpu_page.experiment_markdown(record)
+    assert f"Capacity under the SLO (closed loop): {answer.capacity_words(caps[1]['closed'])}" in page
+    assert "Repeats of S1_chat, each from a fresh server:" in page
+    assert "- this sweep (closed loop): 310.0 tok/s" in page and "- S1_chat.earlier-1 (closed loop): 300.0 tok/s" in page
+    assert "- closed loop: the points lie within 3.3 % of each other (2 sweeps)" in page
+    assert "None" not in page
+    del record["variants"]["fp8"]["earlier"]
+    assert "Repeats of" not in gpu_page.experiment_markdown(record)

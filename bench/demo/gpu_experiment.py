@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
+from bench.analysis import side as SD
 from bench.common.interrupts import run_logged, signal_name
 from bench.demo import full_model, gpu_full, gpu_mixed, gpu_page, gpu_settings
 from bench.demo import gpu_steps as S
@@ -187,6 +189,23 @@ def runs_of(folder: Path) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: r["concurrency"])
 
 
+def sweep_capacity(folder: Path, scenario: str) -> dict[str, Any] | None:
+    """The sweep's capacity under the SLO it recorded, by the function `bench compare` and `bench report` use:
+    {"closed": the closed loop's interval, "open": the open loop's where it ran} (Capacity.as_dict); None for
+    a folder with no usable run or an SLO it cannot tell."""
+    try:
+        side = SD.load_side(folder, label=folder.parent.name)
+        slo = SD.choose_slo([(side.label, side.manifest)], {}, SD.SLO_FLAGS)
+    except (SD.SloConflict, OSError, ValueError):
+        return None
+    usable = side.valid(scenario)
+    if not usable:
+        return None
+    got = CR.scenario_capacity(folder, usable, ttft_ms=slo.ttft_p99_ms, decode_ms=slo.decode_p99_ms,
+                               decode_metric=slo.decode_metric).get(scenario) or {}
+    return {loop: got[loop].as_dict() for loop in ("closed", "open") if got.get(loop) is not None} or None
+
+
 def swept(entry: dict[str, Any], folder: Path, scenario: str) -> bool:
     """Whether an earlier command finished this variant's sweep of `scenario` (bench sweep exit 0, its folder
     kept)."""
@@ -258,6 +277,7 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
             argv = sweep_argv(check, experiment, variant, flags, scenario, sweep) + (["--resume"] if resume else [])
             rc = run_logged(argv, folder / f"sweep-{scenario}.log", env=check.runtime.env)
             entry["sweeps"][scenario] = {"dir": str(sweep), "rc": rc, "runs": runs_of(sweep),
+                                         "capacity": sweep_capacity(sweep, scenario),
                                          "seconds": round(time.monotonic() - t0, 1), "gpus": tp, "resumed": resume}
             save()
         bad = [s for s, v in entry["sweeps"].items() if v["rc"] != 0]

@@ -172,6 +172,42 @@ def _runs_table(runs: list[dict[str, Any]], gpus: int) -> list[str]:
     return rows
 
 
+LOOPS = (("closed", "closed loop"), ("open", "open loop"))
+
+
+def capacity_lines(sweep: dict[str, Any]) -> list[str]:
+    """The sweep's capacity under the SLO in bench compare's words, per loop that ran (none recorded: nothing)."""
+    capacity = sweep.get("capacity") or {}
+    return [""] + [f"Capacity under the SLO ({name}): {answer.capacity_words(capacity[loop])}"
+                   for loop, name in LOOPS if capacity.get(loop)] if capacity else []
+
+
+def repeat_lines(scenario: str, sweep: dict[str, Any], earlier: list[dict[str, Any]]) -> list[str]:
+    """A scenario measured again (--again): each sweep's capacity point, confirmed or not, and how far apart the
+    points are (issue 34 asks for two within 5 %). Nothing without an earlier sweep."""
+    if not earlier:
+        return []
+    sweeps = [("this sweep", sweep)] + [(Path(str(e.get("dir") or "earlier")).name, e) for e in reversed(earlier)]
+    lines = ["", f"Repeats of {scenario}, each from a fresh server:", ""]
+    for loop, name in LOOPS:
+        points = []
+        for label, one in sweeps:
+            interval = (one.get("capacity") or {}).get(loop)
+            if not interval:
+                continue
+            point = interval.get("point_tok_s")
+            points.append(point)
+            lines.append(f"- {label} ({name}): " + (f"{point:,.1f} tok/s, "
+                                                     f"{'confirmed' if interval.get('confirmed') else 'not confirmed'}"
+                                                     if point is not None else answer.capacity_words(interval)))
+        figures = [x for x in points if x is not None]
+        if len(figures) >= 2:
+            lines.append(f"- {name}: the points lie within {(max(figures) / min(figures) - 1) * 100:.1f} % of each "
+                         f"other ({len(figures)} sweeps)" + ("" if len(figures) == len(points) else
+                                                            "; a sweep without a point is left out"))
+    return lines
+
+
 def experiment_markdown(record: dict[str, Any]) -> str:
     """experiment.md: the question, the seeds' figures, each variant's start and runs, each comparison."""
     dev = record.get("device") or {}
@@ -191,7 +227,8 @@ def experiment_markdown(record: dict[str, Any]) -> str:
     for label, v in variants.items():
         for scenario, sweep in (v.get("sweeps") or {}).items():
             lines += ["", f"**{label}: {scenario}** (bench sweep exit {sweep.get('rc')}, {_s(sweep.get('seconds'))})", "",
-                      *_runs_table(sweep.get("runs") or [], sweep.get("gpus") or 1)]
+                      *_runs_table(sweep.get("runs") or [], sweep.get("gpus") or 1), *capacity_lines(sweep)]
+            lines += repeat_lines(scenario, sweep, [e for e in v.get("earlier") or [] if e.get("scenario") == scenario])
     for scenario, c in (record.get("compare") or {}).items():
         lines += ["", f"**Comparison: {scenario}**", ""]
         if c.get("status") == "waiting":
