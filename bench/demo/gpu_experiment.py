@@ -196,7 +196,7 @@ def sweep_capacity(folder: Path, scenario: str) -> dict[str, Any] | None:
     try:
         side = SD.load_side(folder, label=folder.parent.name)
         slo = SD.choose_slo([(side.label, side.manifest)], {}, SD.SLO_FLAGS)
-    except (SD.SloConflict, OSError, ValueError):
+    except (SD.SloConflict, OSError, ValueError, KeyError, TypeError):  # a sweep folder it cannot read: no figure
         return None
     usable = side.valid(scenario)
     if not usable:
