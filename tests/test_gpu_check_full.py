@@ -491,3 +491,12 @@ def test_each_sweep_states_its_capacity_and_repeats_say_how_far_apart_they_are(t
     assert "None" not in page
     del record["variants"]["fp8"]["earlier"]
     assert "Repeats of" not in gpu_page.experiment_markdown(record)
+
+
+def test_a_variants_line_words_what_the_server_did_not_report():
+    """The CPU build reports no attention backend: its line said "attention None"."""
+    assert gpu_experiment.start_words({"healthy_s": 54.1, "kv_cache_tokens": 233816,
+                                       "attention_backend": "TRITON_ATTN"}) == \
+        "/health 54.1 s, KV cache 233,816 tokens, attention TRITON_ATTN"
+    assert gpu_experiment.start_words({"healthy_s": 25.1, "kv_cache_tokens": 32768, "attention_backend": None}) == \
+        "/health 25.1 s, KV cache 32,768 tokens, attention not reported"

@@ -22,7 +22,7 @@ PEAKS = {"S1_chat": 1280.0, "S4_rag": 256.0, "S2_summary": 512.0}  # output tok/
 def _check(fake_bench):
     return SimpleNamespace(runtime=SimpleNamespace(python=sys.executable, env={**os.environ, "PYTHONPATH": str(REPO)}),
                            server=SimpleNamespace(url="http://127.0.0.1:9", name="tiny"), model_dir=Path("/nonexistent-tokenizer"),
-                           vllm_wrapper=lambda: fake_bench.bin)
+                           vllm_wrapper=lambda: fake_bench.bin, args=SimpleNamespace(length_scale=0.5))
 
 
 def test_the_priority_experiment_is_one_flag_and_a_mixed_load():
@@ -68,6 +68,11 @@ def test_the_mixed_load_runs_the_same_traffic_on_each_variant(fake_bench, tmp_pa
     assert {s: r["offered_req_s"] for s, r in second["scenarios"].items()} == rates
     argvs = [c["argv"] for c in fake_bench.calls_made()]
     assert len(argvs) == 6 and sum("--extra-body" in a for a in argvs) == 2
+    # the sweeps' lengths, scaled as theirs were (a CPU rehearsal at 0.125 sent S4_rag's 4,096 tokens to a model
+    # that takes fewer, and every request failed)
+    lengths = {a[a.index("--metadata") + 1].split("=")[1]: (a[a.index("--random-input-len") + 1],
+                                                             a[a.index("--random-output-len") + 1]) for a in argvs}
+    assert lengths == {"S1_chat": ("128", "64"), "S2_summary": ("512", "128"), "S4_rag": ("2048", "128")}, lengths
 
     record["variants"] = {"fcfs": {"status": "ok", "mixed": first}, "priority": {"status": "ok", "mixed": second}}
     record["mixed"]["utilization"] = 0.81

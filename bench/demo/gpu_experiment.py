@@ -206,6 +206,13 @@ def sweep_capacity(folder: Path, scenario: str) -> dict[str, Any] | None:
     return {loop: got[loop].as_dict() for loop in ("closed", "open") if got.get(loop) is not None} or None
 
 
+def start_words(start: dict[str, Any]) -> str:
+    """A start's figures for the variant's line; what the server did not report says so."""
+    kv = start.get("kv_cache_tokens")
+    return (f"/health {start['healthy_s']:g} s" if start.get("healthy_s") is not None else "/health not reached") + \
+        f", KV cache {f'{kv:,} tokens' if kv else 'not reported'}, attention {start.get('attention_backend') or 'not reported'}"
+
+
 def swept(entry: dict[str, Any], folder: Path, scenario: str) -> bool:
     """Whether an earlier command finished this variant's sweep of `scenario` (bench sweep exit 0, its folder
     kept)."""
@@ -381,9 +388,7 @@ def run(check, name: str) -> int:
             raise
         # this command's start only: a start that failed added none, and an earlier command's is no news
         start = entry["starts"][-1] if len(entry.get("starts") or []) > before else None
-        print(f"gpu-check: experiment {name}: {label}: {entry.get('status')}"
-              + (f" (/health {start.get('healthy_s')} s, KV cache {start.get('kv_cache_tokens')} tokens, "
-                 f"attention {start.get('attention_backend')})" if start else "")
+        print(f"gpu-check: experiment {name}: {label}: {entry.get('status')}" + (f" ({start_words(start)})" if start else "")
               + (f": {entry['reason']}" if entry.get("reason") else ""), flush=True)
         save()
     if len(experiment.variants) > 1:

@@ -62,7 +62,8 @@ def argv(check, load: MixedLoad, label: str, offered: dict[str, float], folder: 
     cmd = [check.runtime.python, "-m", "bench", "mix-check", "--rates", ",".join(f"{s}={offered[s]:g}" for s in order),
            "--configuration", label, "--base-url", check.server.url, "--model", check.server.name,
            "--tokenizer", str(check.model_dir), "--out", str(folder), "--duration-s", f"{load.duration_s:g}",
-           "--min-requests", str(MIN_REQUESTS), "--vllm-bin", str(check.vllm_wrapper())]
+           "--min-requests", str(MIN_REQUESTS), "--vllm-bin", str(check.vllm_wrapper()),
+           "--length-scale", f"{check.args.length_scale:g}"]  # the sweeps' lengths (a CPU rehearsal scales them)
     ranks = priorities(load, order)
     if ranks:
         cmd += ["--priority", ",".join(f"{s}={p}" for s, p in ranks.items())]

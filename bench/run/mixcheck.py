@@ -149,7 +149,7 @@ def command(vllm: list[str], args: argparse.Namespace, scenario: str, rate: floa
             tokenizer: str, result_dir: Path, workload: W.Workload | None = None,
             priority: int | None = None) -> list[str]:
     """One open-loop `vllm bench serve` of a scenario (the sweep's own command line, at a rate)."""
-    workload = workload or W.WORKLOADS[scenario]
+    workload = workload or W.WORKLOADS[scenario].scaled(getattr(args, "length_scale", 1.0))
     spec = grid.RunSpec(scenario, workload.input_len, workload.output_len, args.max_concurrency, n, 0,
                      run_hash=f"mixed-{scenario}", workload=workload,
                      prompt_format=W.prompt_format(workload, "auto"))
@@ -211,7 +211,7 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
             log.close()
     rows = {}
     for scenario, (proc, _log, n) in procs.items():
-        workload = W.WORKLOADS[scenario]
+        workload = W.WORKLOADS[scenario].scaled(args.length_scale)
         expect = R.Expectation(scenario=scenario, concurrency=args.max_concurrency, num_prompts=n,
                                output_len=workload.output_len)
         result = R.load_result(folder / f"{scenario}.json", expect)
@@ -314,6 +314,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="safety cap on in-flight requests per scenario (default: %(default)s)")
     O.add_run_timeout(p, 1800.0, "the scenarios' runs")
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default: %(default)s)")
+    p.add_argument("--length-scale", type=O.above_zero(float), default=1.0,
+                   help="factor on every scenario's lengths (tests)")
     O.add_slo(p, recorded_by="the plan recorded (plan.json slo)")
     p.add_argument("--bench-args", default=os.environ.get("VLLM_POC_BENCH_ARGS"),
                    help="extra `vllm bench serve` arguments, one shell-quoted string")
