@@ -284,6 +284,17 @@ def test_the_help_says_the_weights_are_random_and_what_that_leaves_out(capsys):
     assert "Random weights do not measure accuracy, speculative acceptance, the vision tower" in text
 
 
+def _experiment_check(out: Path, experiment: str, **given) -> SimpleNamespace:
+    """A gpu-check stand-in for gpu_experiment.run: full-size arguments checked as the command checks them."""
+    args = SimpleNamespace(**{"experiment": experiment, "variants": None, "scenarios": None, "model_shape": "gemma-4-31b",
+                              "precision": "fp8", "kv_cache_dtype": "fp8", "gpu_memory_utilization": 0.9,
+                              "tensor_parallel_size": 1, "budget_minutes": None, "target_width": None, **given})
+    gpu_experiment.check_args(args, ValueError)
+    return SimpleNamespace(out=out, args=args, build_model=lambda: {"parameters": 1},
+                           record={"model_choice": {"shape": "gemma-4-31b"}, "device": {"name": "H200"}, "versions": {},
+                                   "transformers_trap": {}})
+
+
 def test_an_experiment_cut_off_says_so_and_shows_only_this_commands_start(tmp_path, monkeypatch, capsys):
     """The H200 box, 2026-12-05: a second command's server failed to start, and its line showed the first command's
     /health and KV cache as if they were its own. A variant that adds no start shows none; a stop mid-variant marks
@@ -291,13 +302,7 @@ def test_an_experiment_cut_off_says_so_and_shows_only_this_commands_start(tmp_pa
     from bench.common.interrupts import Interrupted
     import signal as sig
 
-    args = SimpleNamespace(experiment="scenarios", variants=None, scenarios="S1_chat", model_shape="gemma-4-31b",
-                           precision="fp8", kv_cache_dtype="fp8", gpu_memory_utilization=0.9, tensor_parallel_size=1,
-                           budget_minutes=None, target_width=None)
-    gpu_experiment.check_args(args, ValueError)
-    check = SimpleNamespace(out=tmp_path, args=args, build_model=lambda: {"parameters": 1},
-                            record={"model_choice": {"shape": "gemma-4-31b"}, "device": {"name": "H200"}, "versions": {},
-                                    "transformers_trap": {}})
+    check = _experiment_check(tmp_path, "scenarios", scenarios="S1_chat")
     (tmp_path / "experiments" / "scenarios").mkdir(parents=True)
     (tmp_path / "experiments" / "scenarios" / "experiment.json").write_text(json.dumps({"variants": {"fp8": {
         "status": "ok", "starts": [{"healthy_s": 54.1, "kv_cache_tokens": 233816}], "sweeps": {}}}}))
@@ -345,13 +350,7 @@ def test_a_variant_an_earlier_command_finished_is_kept_without_a_start(tmp_path,
     assert gpu_experiment.finished(priority, {**done, "mixed": {"status": "ok"}}, root / "caching-off",
                                    ["S5_shared_prefix"])
 
-    args = SimpleNamespace(experiment="prefix-caching", variants=None, scenarios=None, model_shape="gemma-4-31b",
-                           precision="fp8", kv_cache_dtype="fp8", gpu_memory_utilization=0.9, tensor_parallel_size=1,
-                           budget_minutes=None, target_width=None)
-    gpu_experiment.check_args(args, ValueError)
-    check = SimpleNamespace(out=tmp_path, args=args, build_model=lambda: {"parameters": 1},
-                            record={"model_choice": {"shape": "gemma-4-31b"}, "device": {"name": "H200"}, "versions": {},
-                                    "transformers_trap": {}})
+    check = _experiment_check(tmp_path, "prefix-caching")
     (root / "experiment.json").write_text(json.dumps({"variants": {"caching-off": done}}))
     ran = []
 
@@ -422,13 +421,7 @@ def test_again_measures_a_finished_variant_anew_and_keeps_the_earlier_sweep(tmp_
     (root / "caching-off" / "S5_shared_prefix" / "manifest.json").write_text("{}")
     (root / "experiment.json").write_text(json.dumps({"variants": {"caching-off": {
         "status": "ok", "starts": [{"healthy_s": 273.0}], "sweeps": {"S5_shared_prefix": {"rc": 0}}}}}))
-    args = SimpleNamespace(experiment="prefix-caching", variants="caching-off", scenarios=None, again=True,
-                           model_shape="gemma-4-31b", precision="fp8", kv_cache_dtype="fp8",
-                           gpu_memory_utilization=0.9, tensor_parallel_size=1, budget_minutes=None, target_width=None)
-    gpu_experiment.check_args(args, ValueError)
-    check = SimpleNamespace(out=tmp_path, args=args, build_model=lambda: {"parameters": 1},
-                            record={"model_choice": {"shape": "gemma-4-31b"}, "device": {"name": "H200"}, "versions": {},
-                                    "transformers_trap": {}})
+    check = _experiment_check(tmp_path, "prefix-caching", variants="caching-off", again=True)
     ran = []
     monkeypatch.setattr(gpu_experiment, "run_variant", lambda check, experiment, variant, *a: ran.append(variant.label))
     monkeypatch.setattr(gpu_experiment, "compare", lambda *a: {"status": "waiting", "reason": "one variant"})

@@ -149,7 +149,7 @@ def command(vllm: list[str], args: argparse.Namespace, scenario: str, rate: floa
             tokenizer: str, result_dir: Path, workload: W.Workload | None = None,
             priority: int | None = None) -> list[str]:
     """One open-loop `vllm bench serve` of a scenario (the sweep's own command line, at a rate)."""
-    workload = workload or W.WORKLOADS[scenario].scaled(getattr(args, "length_scale", 1.0))
+    workload = workload or W.WORKLOADS[scenario]
     spec = grid.RunSpec(scenario, workload.input_len, workload.output_len, args.max_concurrency, n, 0,
                      run_hash=f"mixed-{scenario}", workload=workload,
                      prompt_format=W.prompt_format(workload, "auto"))
@@ -185,11 +185,12 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
     folder = out / RUN_DIR
     folder.mkdir(parents=True, exist_ok=True)
     procs: dict[str, tuple[subprocess.Popen, Any, int]] = {}
+    workloads = {scenario: W.WORKLOADS[scenario].scaled(args.length_scale) for scenario in rates}
     try:
         for scenario, rate in sorted(rates.items()):
             n = requests_for(rate, args.duration_s, args.min_requests)
             seed = seeds.run_seed(args.seed, scenario, 0, 1, purpose="mixed")
-            cmd = command(vllm, args, scenario, rate, n, seed, tokenizer, folder,
+            cmd = command(vllm, args, scenario, rate, n, seed, tokenizer, folder, workloads[scenario],
                           priority=(priority or {}).get(scenario))
             log = (folder / f"{scenario}.log").open("w")
             log.write("$ " + " ".join(cmd) + "\n")
@@ -211,9 +212,8 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
             log.close()
     rows = {}
     for scenario, (proc, _log, n) in procs.items():
-        workload = W.WORKLOADS[scenario].scaled(args.length_scale)
         expect = R.Expectation(scenario=scenario, concurrency=args.max_concurrency, num_prompts=n,
-                               output_len=workload.output_len)
+                               output_len=workloads[scenario].output_len)
         result = R.load_result(folder / f"{scenario}.json", expect)
         if proc.returncode not in (0, None) and result.valid:
             result = result.with_problems(f"vllm bench serve exited {proc.returncode}")
