@@ -269,7 +269,16 @@ def test_command_writes_the_contract_files(tmp_path):
                           "noise_source"} for c in data["cells"])
     assert [c["winner"] for c in data["cells"]] == ["fp8-kv", "fp8-kv"]
     assert (out / "compare.md").read_text().startswith("# Variant comparison: bf16-kv vs fp8-kv")
-    assert "2 winners, 0 cells without a clear winner" in proc.stdout
+    assert "2 variants, 2 cells, 2 winners, 0 cells without a clear winner" in proc.stdout
+
+
+def test_one_cell_is_counted_as_one(tmp_path, capsys):
+    """The H200 prefix-caching comparison said "1 cells"."""
+    one = {("S2_summary", 32): TABLE6[("S2_summary", 32)]}
+    bf16 = sweep(tmp_path / "bf16kv", {k: v[0] for k, v in one.items()}, server_flags=flags(kv_cache_dtype="auto"))
+    fp8 = sweep(tmp_path / "fp8kv", {k: v[1] for k, v in one.items()}, server_flags=flags())
+    assert C.main([str(bf16), str(fp8), "--out", str(tmp_path / "cmp"), "--no-html"]) == 0
+    assert "2 variants, 1 cell, 1 winner, 0 cells without a clear winner" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [
