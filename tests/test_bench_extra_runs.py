@@ -95,6 +95,24 @@ def test_resume_replays_the_search_without_rerunning(bench_stub_server, fake_ben
     assert manifest(out)["extra"]["scenarios"]["S1_chat"]["closed"]["load_pass"] == 5
 
 
+def test_a_search_run_that_falls_short_twice_runs_again_larger_and_counts(bench_stub_server, fake_bench, tmp_path):
+    # a loaded CI machine: c=6 fell short of its window twice; with --attempts 2 it was lost (and the
+    # search with it); two short runs now come on top of the attempts, each larger
+    model(fake_bench, ttft_ms_per_c=90, itl_ms=20, itl_ms_per_c=1)
+    fake_bench.plan({"S1_chat_c6": ["short", "short", "ok"]})
+    out = tmp_path / "out"
+    # (the stand-in's short runs last 1 s whatever their size, so c=6 ends up large: a budget to repeat it)
+    assert run_sweep(bench_stub_server, fake_bench, out, "--open-loop", "never", "--window-s", "5",
+                     "--budget-minutes", "6000") == 0
+    sixes = [r for r in manifest(out)["extra"]["runs"] if r["concurrency"] == 6]
+    assert [r["valid"] for r in sixes[:3]] == [False, False, True] and [r["attempt"] for r in sixes[:3]] == [1, 2, 3]
+    assert sixes[0]["num_prompts"] < sixes[1]["num_prompts"] < sixes[2]["num_prompts"]
+    assert "less than the 5 s window" in sixes[1]["reason"]
+    assert all(r["num_prompts"] == sixes[2]["num_prompts"] for r in sixes[3:])  # its repeats keep the size
+    closed = manifest(out)["extra"]["scenarios"]["S1_chat"]["closed"]
+    assert closed["load_pass"] == 5 and closed["reached_target"] is True
+
+
 def test_a_point_at_the_limit_is_repeated_at_its_size_and_never_claimed(bench_stub_server, fake_bench, tmp_path):
     # TTFT p99 = 100 ms x c: exactly 500 ms at c=5, so its interval straddles the limit on every run
     model(fake_bench, ttft_ms_per_c=100, itl_ms=20)

@@ -82,6 +82,19 @@ def test_a_short_run_is_sized_again_from_what_it_held():
     assert sizing.resize(200, None, 5.0, 8) == 400
 
 
+def test_tries_count_failures_against_attempts_and_short_runs_on_top():
+    tries = sizing.Tries(2)
+    assert not tries.last_failure()
+    assert tries.another(short=True) and tries.another(short=True)  # MAX_RESIZES short runs, free
+    assert tries.shorts == 2 and not tries.last_failure()
+    assert tries.another(short=True) and tries.last_failure()  # a third counts as a failure
+    assert not tries.another(short=False)
+    once = sizing.Tries(1)
+    assert once.last_failure() and not once.another(short=False)
+    errors = sizing.Tries(2)
+    assert errors.another(short=False) and not errors.another(short=False)
+
+
 def test_a_clients_turn_around_between_requests_is_not_a_drop_in_load():
     # c=1, 9 ms requests with a 9 ms turn-around (a busy 2-core machine serving 2-token requests):
     # the load never left, the whole run holds it

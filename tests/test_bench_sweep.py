@@ -205,6 +205,24 @@ def test_exit0_with_failed_requests_is_invalid_retried_and_kept(bench_stub_serve
     assert fake_bench.keys().count("S1_chat_c1") == 1
 
 
+def test_a_run_that_falls_short_runs_again_larger_beyond_its_attempts(bench_stub_server, fake_bench, tmp_path):
+    # falling short of the window is a sizing miss, not a failure: two such runs come on top of --attempts
+    out = tmp_path / "out"
+    fake_bench.plan({"S1_chat_c4": ["short", "short", "ok"], "S3_moderation_c4": ["short"]})
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench)) == 1
+    runs = {(r["scenario"], r["concurrency"]): r for r in manifest(out)["runs"]}
+    grew = runs[("S1_chat", 4)]
+    assert grew["status"] == "valid" and [a["valid"] for a in grew["attempts"]] == [False, False, True]
+    sizes = [a["num_prompts"] for a in grew["attempts"]]
+    assert sizes[0] < sizes[1] < sizes[2] and grew["attempts"][1]["resize_to"] == sizes[2]
+    # each resize from the last short run's share held, with the retry margin
+    held = [a["steady_window_s"] for a in grew["attempts"][:2]]
+    assert all(sizes[i + 1] >= sizes[i] * 5 * 1.6 / held[i] - 4 for i in (0, 1))
+    stayed = runs[("S3_moderation", 4)]
+    assert stayed["status"] == "invalid" and len(stayed["attempts"]) == 2 + 2
+    assert "less than the 5 s window" in stayed["reason"]
+
+
 def test_resume_reruns_only_what_is_not_valid(bench_stub_server, fake_bench, tmp_path):
     out = tmp_path / "out"
     fake_bench.plan({"S1_chat_c4": ["fail_all", "fail_all", "ok"]})

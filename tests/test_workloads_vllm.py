@@ -74,9 +74,6 @@ def sweep(vllm_env, url, model, env, out, scenario, *extra):
     proc = subprocess.run(
         [vllm_env.python, "-m", "bench", "sweep", "--base-url", url, "--model", "tiny", "--tokenizer", str(model),
          "--out", str(out), "--scenarios", scenario, "--concurrencies", "1", "--window-s", "5", "--warmups", "0", "--health-timeout-s", "60",
-         # a third attempt: on a 2-core CI machine whose other tests come and go, a fresh-clone run's two
-         # attempts at 8-token answers both held less than the 5 s window, the second with 224 requests
-         "--attempts", "3",
          "--bench-args", "--temperature 0", *extra],
         env=env, cwd=REPO, text=True, capture_output=True, timeout=600)
     return proc, before, metrics(url)

@@ -159,8 +159,9 @@ class ExtraRuns:
     # -- one run -------------------------------------------------------------------------------
     def _run(self, kind: str, grid_spec, *, load: float, requests: int | None, name: str, seed_parts: tuple,
              rate: float | None = None, cap: int | None = None) -> tuple[R.RunResult, float]:
-        """One search or open-loop run (a closed-loop one after its burst), retried once when it did
-        not hold its load for the window: (its result, the GPU seconds its processes took)."""
+        """One search or open-loop run (a closed-loop one after its burst), tried again as `sizing.Tries`
+        says when it failed or did not hold its load for the window (then larger): (its result, the GPU
+        seconds its processes took)."""
         sweep, args = self.sweep, self.args
         folder = sweep.out / (CR.SEARCH_DIR if kind == KIND_SEARCH else CR.OPEN_LOOP_DIR)
         folder.mkdir(exist_ok=True)
@@ -180,7 +181,10 @@ class ExtraRuns:
         seed = _derived_seed(args.seed, grid_spec.scenario, kind, *seed_parts)
         result: R.RunResult | None = None
         spent = 0.0
-        for attempt in range(1, args.attempts + 1):
+        tries, attempt = sizing.Tries(args.attempts), 0
+        repeat = requests is not None  # a repeat keeps its point's size
+        while True:
+            attempt += 1
             sweep.partial.mkdir(exist_ok=True)
             partial = sweep.partial / name
             partial.unlink(missing_ok=True)
@@ -241,8 +245,10 @@ class ExtraRuns:
             sweep.save_manifest()
             if result.valid:
                 return result, spent
-            if short and requests is not None:
-                break  # a repeat keeps its point's size: a short one is not run larger
+            if short and repeat:
+                break  # a short repeat is not run larger: it would be no repeat
+            if not tries.another(short=bool(short)):
+                break
             if short:
                 held = sizing.steady_window(result.raw, concurrency) if rate is None else result.duration_s
                 requests = grid.whole_prefixes(spec, sizing.resize(n, held, args.window_s, concurrency))

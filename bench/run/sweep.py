@@ -113,10 +113,11 @@ class Sweep(Runner):
             self.manifest["previous_config_hash"] = previous.get("config_hash")
 
     # -- one combination ---------------------------------------------------------------------
-    def run_once(self, spec: RunSpec, tokenizer: str, attempt: int,
+    def run_once(self, spec: RunSpec, tokenizer: str, attempt: int, tries: sizing.Tries,
                  requests: int | None = None) -> tuple[R.RunResult, dict[str, Any]]:
         """One attempt: the burst at the run's concurrency (its warm-up), the run sized from it (or
-        `requests`, a retry's size), its telemetry, and whether it held its load for the window."""
+        `requests`, a retry's size), its telemetry, and whether it held its load for the window
+        (`resize_to`: the next attempt's size where it did not)."""
         self.partial.mkdir(exist_ok=True)
         partial_file = self.partial / spec.filename
         partial_file.unlink(missing_ok=True)
@@ -164,7 +165,7 @@ class Sweep(Runner):
         suspect = R.suspect_reason(tele, spec.prefix_cache_check, self.args.suspect_prefix_cache_pct) \
             if result.valid else None
 
-        last = attempt >= self.args.attempts
+        last = tries.last_failure()
         if result.valid and (not suspect or last):
             # a suspect last attempt keeps the result's name: the report shows it, flagged, and
             # leaves it out of every figure; `--resume` runs it again
@@ -238,13 +239,16 @@ class Sweep(Runner):
             started = time.monotonic()
             result: R.RunResult | None = None
             attempt_rec: dict[str, Any] = {}
-            for _ in range(self.args.attempts):
+            tries = sizing.Tries(self.args.attempts)
+            while True:
                 attempt = len(rec["attempts"]) + 1
                 resize = rec["attempts"][-1].get("resize_to") if rec["attempts"] else None
-                result, attempt_rec = self.run_once(spec, tokenizer, attempt, resize)
+                result, attempt_rec = self.run_once(spec, tokenizer, attempt, tries, resize)
                 rec["attempts"].append(attempt_rec)
                 eta.observe(spec, attempt_rec["duration_s"], result.duration_s if result.valid else None)
                 if result.valid and not attempt_rec["suspect"]:
+                    break
+                if not tries.another(short=attempt_rec["resize_to"] is not None):
                     break
             assert result is not None
             elapsed_run = time.monotonic() - started
@@ -542,7 +546,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--bench-args", default=_env("VLLM_POC_BENCH_ARGS"),
                    help="more `vllm bench serve` arguments, one quoted string (env VLLM_POC_BENCH_ARGS)")
     p.add_argument("--attempts", type=O.above_zero(int), default=2,
-                   help="attempts before a combination is recorded invalid (default: %(default)s)")
+                   help="failed attempts before a combination is recorded invalid; a run that only fell "
+                        f"short of its window runs again larger, up to {sizing.MAX_RESIZES} times more "
+                        "(default: %(default)s)")
     O.add_run_timeout(p, 3600.0)
     O.add_health_timeout(p, 1800.0)
     p.add_argument("--health-interval", type=float, default=5.0, help=argparse.SUPPRESS)
