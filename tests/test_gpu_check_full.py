@@ -18,6 +18,8 @@ import pytest
 
 from bench.__main__ import main as bench_main
 from bench.demo import full_model, gpu_experiment, gpu_full, gpu_page, gpu_settings, transformers_trap
+from bench.analysis import results as R
+from bench.analysis import side as SIDE
 from bench.demo import gpu_steps as S
 from bench.startup import phases
 
@@ -454,6 +456,24 @@ def test_a_stopped_experiment_says_how_to_continue(tmp_path, monkeypatch, capsys
     assert bench_main(argv) == 143
     err = capsys.readouterr().err
     assert "stopped by SIGTERM; its vLLM server is stopped" in err and advice in err, err
+
+
+def test_a_sweeps_capacity_counts_a_ttft_miss_without_a_decode_figure_as_compare_does(tmp_path):
+    """A run whose tokens came in one chunk (no decode latency to measure) is still a miss where its TTFT
+    misses alone: the experiment's record counts it as bench compare does (one function judges both)."""
+    from bench.analysis import compare as CMP
+    from tests.test_bench_compare import BASE_FLAGS, sweep
+
+    folder = sweep(tmp_path / "fp8" / "S1_chat", {("S1_chat", 1): 100.0, ("S1_chat", 4): 300.0},
+                   server_flags=BASE_FLAGS)
+    bunched = folder / R.result_filename("S1_chat", 4)
+    data = json.loads(bunched.read_text())
+    data.update(p99_ttft_ms=900.0, p50_ttft_ms=800.0, p99_itl_ms=0.0, p50_itl_ms=0.0)
+    bunched.write_text(json.dumps(data))
+    mine = gpu_experiment.sweep_capacity(folder, "S1_chat")["closed"]
+    assert mine["load_pass"] == 1 and mine["load_fail"] == 4
+    data, _ = CMP.build([SIDE.load_side(folder, label="fp8")], ttft_ms=500, itl_ms=50, decode_metric="itl")
+    assert data["slo_capacity_interval"]["S1_chat"]["fp8"] == mine
 
 
 def test_each_sweep_states_its_capacity_and_repeats_say_how_far_apart_they_are(tmp_path):

@@ -221,6 +221,15 @@ def _usable(side) -> list[R.RunResult]:
     return [r for r in side.runs if side.usable(r)]
 
 
+def side_capacity(side, *, ttft_ms: float, decode_ms: float, decode_metric: str = "itl") -> dict[str, dict[str, Any]]:
+    """A side's (bench.analysis.side.Side) capacity under an SLO per scenario (`scenario_capacity`), the one
+    way every command gets it: the side judged with the SLO's TTFT limit first (a run whose decode latency
+    was not measurable counts only where its TTFT misses alone), then its usable runs."""
+    side.judge_with(ttft_ms)
+    return scenario_capacity(side.path, _usable(side), ttft_ms=ttft_ms, decode_ms=decode_ms,
+                             decode_metric=decode_metric)
+
+
 def band_credit(a: V.Capacity, b: V.Capacity) -> tuple[float | None, float | None]:
     """How far each end of the ratio lies inside the quotient of the two capacities as shown
     (`ratio_interval`): low end = candidate lo / baseline hi x the first, high end = candidate hi /
@@ -245,8 +254,7 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
                    incomparable: list[str] | None = None) -> dict[str, Any]:
     """Adds per scenario slo_capacity / rate_capacity and their intervals, per comparison the SLO
     ratio with its interval and source, and the verdict (bench.analysis.verdict) on the chosen basis."""
-    mine = scenario_capacity(side.path, _usable(side), ttft_ms=ttft_ms, decode_ms=decode_ms,
-                             decode_metric=decode_metric)
+    mine = side_capacity(side, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
     side.used |= capacity_files(side.path)
     for name, entry in summary["scenarios"].items():
         got = mine.get(name, {})
@@ -261,8 +269,7 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
     extra: dict[str, Any] = {"candidate": mine}
     if base is None or summary["comparison"] is None:
         return extra
-    theirs = scenario_capacity(base.path, _usable(base), ttft_ms=ttft_ms, decode_ms=decode_ms,
-                               decode_metric=decode_metric)
+    theirs = side_capacity(base, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
     base.used |= capacity_files(base.path)
     extra["baseline"] = theirs
     labels = (side.label, base.label)

@@ -258,8 +258,7 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
     slo_intervals: dict[str, dict[str, dict[str, Any]]] = {}
     intervals: dict[str, dict[str, V.Capacity]] = {}
     for s in sides:
-        caps = CR.scenario_capacity(s.path, [r for r in s.runs if s.usable(r)], ttft_ms=ttft_ms, decode_ms=itl_ms,
-                                    decode_metric=decode_metric)
+        caps = CR.side_capacity(s, ttft_ms=ttft_ms, decode_ms=itl_ms, decode_metric=decode_metric)
         for scenario in dict.fromkeys(k[0] for k in cells_keys):
             cap = (caps.get(scenario) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
             intervals.setdefault(scenario, {})[s.label] = cap

@@ -134,9 +134,8 @@ def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, C
     out: dict[str, Capacity] = {}
     intervals: dict[str, Any] = {}
     if basis == "slo":
-        usable = [r for r in side.runs if side.usable(r)]
-        intervals = CR.scenario_capacity(side.path, usable, ttft_ms=slo["ttft_p99_ms"],
-                                         decode_ms=slo["decode_p99_ms"], decode_metric=slo["decode_metric"])
+        intervals = CR.side_capacity(side, ttft_ms=slo["ttft_p99_ms"], decode_ms=slo["decode_p99_ms"],
+                                     decode_metric=slo["decode_metric"])
         for name in side.scenarios:
             intervals.setdefault(name, {"closed": V.Capacity(V.GRID, V.NO_DATA), "open": None})
         return out, intervals

@@ -198,11 +198,8 @@ def sweep_capacity(folder: Path, scenario: str) -> dict[str, Any] | None:
         slo = SD.choose_slo([(side.label, side.manifest)], {}, SD.SLO_FLAGS)
     except (SD.SloConflict, OSError, ValueError, KeyError, TypeError):  # a sweep folder it cannot read: no figure
         return None
-    usable = side.valid(scenario)
-    if not usable:
-        return None
-    got = CR.scenario_capacity(folder, usable, ttft_ms=slo.ttft_p99_ms, decode_ms=slo.decode_p99_ms,
-                               decode_metric=slo.decode_metric).get(scenario) or {}
+    got = CR.side_capacity(side, ttft_ms=slo.ttft_p99_ms, decode_ms=slo.decode_p99_ms,
+                           decode_metric=slo.decode_metric).get(scenario) or {}
     return {loop: got[loop].as_dict() for loop in ("closed", "open") if got.get(loop) is not None} or None
 
 

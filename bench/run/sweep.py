@@ -456,9 +456,8 @@ def record_capacity(sweep: Sweep) -> None:
     sweep Job leaves its state in S3 whatever a later report decides. `bench report` recomputes it."""
     args = sweep.args
     side = SIDE.load_side(sweep.out)
-    side.judge_with(args.slo_ttft_p99_ms)
-    caps = CR.scenario_capacity(sweep.out, [r for r in side.runs if side.usable(r)], ttft_ms=args.slo_ttft_p99_ms,
-                                decode_ms=args.slo_itl_p99_ms, decode_metric=args.slo_decode_metric)
+    caps = CR.side_capacity(side, ttft_ms=args.slo_ttft_p99_ms, decode_ms=args.slo_itl_p99_ms,
+                            decode_metric=args.slo_decode_metric)
     scenarios = {}
     for name in side.scenarios:
         got = caps.get(name) or {}
