@@ -53,16 +53,21 @@ def test_a_capacity_is_worded_with_the_run_it_came_from():
     assert answer.capacity_words(interval) == ("2,836.4 to 3,010.2 tok/s (from c=28, closed loop; meets the SLO at "
                                                "c=28, misses it at c=32)")
     recorded = {**interval, "source_run": "search/S1_chat_c28.run2.json", "repeats": 2, "noise_pct": 12.5}
-    assert answer.from_words(recorded) == ("c=28, closed loop, search/S1_chat_c28.run2.json; 2 repeats, "
+    assert answer.from_words(recorded) == ("c=28, closed loop, search/S1_chat_c28.run2.json, mean of 2 runs; "
                                            "run-to-run band 12.5 %")
+    # the runs behind the figure as verdict.run_text names them (bench sweep's printed line)
+    both = {**recorded, "source_runs": ["search/S1_chat_c28.run1.json", "search/S1_chat_c28.run2.json"]}
+    assert answer.from_words(both).startswith("c=28, closed loop, search/S1_chat_c28.run1.json and 1 more, mean of 2 "
+                                              "runs; ")
+    assert answer.from_words({**recorded, "repeats": 1}).startswith("c=28, closed loop, search/S1_chat_c28.run2.json; ")
     assert answer.from_words({**recorded, "noise_source": "measured", "point_tok_s": 2836.4}, figure=True) == (
-        "2,836.4 tok/s (c=28, closed loop, search/S1_chat_c28.run2.json); 2 repeats, run-to-run band 12.5 %, "
+        "2,836.4 tok/s (c=28, closed loop, search/S1_chat_c28.run2.json, mean of 2 runs); run-to-run band 12.5 %, "
         "measured from repeats")
     # a band set by another figure than output tok/s says which, and the tok/s band that widened the ends
     by_figure = {"output_tok_s": 6.43, "ttft": 6.35, "decode": 14.18}
     assert answer.from_words({**recorded, "noise_pct": 14.18, "noise_source": "measured",
                               "noise_pct_by_figure": by_figure}) == (
-        "c=28, closed loop, search/S1_chat_c28.run2.json; 2 repeats, run-to-run band 14.18 % (decode median; "
+        "c=28, closed loop, search/S1_chat_c28.run2.json, mean of 2 runs; run-to-run band 14.18 % (decode median; "
         "output tok/s 6.43 %), measured from repeats")
     assert answer.source_run({**interval, "source_run": {"file": "S1_chat_c24.json", "load": 24}}) == (
         24, "S1_chat_c24.json")

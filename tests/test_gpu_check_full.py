@@ -194,7 +194,7 @@ def test_an_experiment_record_renders():
               "compare": {"S1_chat": {"status": "waiting", "reason": "1 variant swept so far; a comparison needs two"}}}
     md = gpu_page.experiment_markdown(record)
     assert "| util-0.85 | ok | 101.0 s | hit | 200,000 | TRITON_ATTN |" in md
-    assert "| 32 | 1,800.0 | 900.0 | 400 | 30.0 | yes |" in md
+    assert "| grid | c=32 | 1,800.0 | 900.0 | 400 | 30.0 | yes |" in md  # a record from before runs had a kind
     assert "| util-0.95 | broken: vllm serve exited 1 | not measured |" in md and "None" not in md
 
 
@@ -474,6 +474,30 @@ def test_a_sweeps_capacity_counts_a_ttft_miss_without_a_decode_figure_as_compare
     assert mine["load_pass"] == 1 and mine["load_fail"] == 4
     data, _ = CMP.build([SIDE.load_side(folder, label="fp8")], ttft_ms=500, itl_ms=50, decode_metric="itl")
     assert data["slo_capacity_interval"]["S1_chat"]["fp8"] == mine
+
+
+def test_the_page_lists_the_search_runs_its_capacity_names(tmp_path):
+    """A capacity found by the search names a search run: the sweep's table lists that run (and every other
+    the search and the open loop made) after the grid's, with its kind and load."""
+    from bench.analysis import capacity_report as CR
+    from tests.test_bench_compare import BASE_FLAGS, sweep
+
+    folder = sweep(tmp_path / "fp8" / "S1_chat", {("S1_chat", 1): 100.0, ("S1_chat", 4): 300.0},
+                   server_flags=BASE_FLAGS)
+    data = json.loads((folder / R.result_filename("S1_chat", 4)).read_text())
+    (folder / CR.SEARCH_DIR).mkdir()
+    (folder / CR.SEARCH_DIR / "S1_chat_c8.run1.json").write_text(json.dumps(
+        {**data, "concurrency": "8", "max_concurrency": 8, "output_throughput": 480.0}))
+    runs = gpu_experiment.runs_of(folder)
+    assert [(r["kind"], r["concurrency"]) for r in runs] == [("grid", 1), ("grid", 4), ("search", 8)]
+    assert runs[-1]["file"] == "search/S1_chat_c8.run1.json" and runs[-1]["output_tok_s"] == 480.0
+    cap = gpu_experiment.sweep_capacity(folder, "S1_chat")
+    assert cap["closed"]["source_run"] == runs[-1]["file"]  # the run the capacity names is on the page
+    record = {"experiment": "scenarios", "device": {"name": "H200"}, "question": "q", "seeds": "s",
+              "variants": {"fp8": {"status": "ok", "starts": [{"healthy_s": 60.0}],
+                                   "sweeps": {"S1_chat": {"rc": 0, "runs": runs, "capacity": cap, "gpus": 1}}}}}
+    page = gpu_page.experiment_markdown(record)
+    assert "| run | load | output tok/s |" in page and "| search | c=8 | 480.0 |" in page and "| grid | c=1 |" in page
 
 
 def test_each_sweep_states_its_capacity_and_repeats_say_how_far_apart_they_are(tmp_path):

@@ -224,20 +224,22 @@ def bracket_words(interval: dict[str, Any]) -> str:
 
 
 def from_words(interval: dict[str, Any], figure: bool = False) -> str:
-    """The run a capacity's figure came from: "c=28, closed loop, S1_chat_c28.json; 2 repeats, run-to-run
-    band 12 %, measured from repeats"; with `figure`, the figure itself first ("2,836.4 tok/s (c=28, ...)")."""
+    """The run a capacity's figure came from: "c=28, closed loop, S1_chat_c28.json and 1 more, mean of 2
+    runs; run-to-run band 12 %, measured from repeats"; with `figure`, the figure itself first ("2,836.4 tok/s (c=28, ...)")."""
     if interval.get("state") != "meets_slo":
         return loop_words(interval)
     load, file = source_run(interval)
     parts = [load_words(interval.get("load_unit"), load) or "load unknown", loop_words(interval)]
-    if file:
-        parts.append(str(file))
+    files = [str(f) for f in interval.get("source_runs") or [] if f] or ([str(file)] if file else [])
+    if files:
+        parts.append(files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more")
+    repeats = interval.get("repeats")
+    if isinstance(repeats, int) and repeats > 1:  # the figure is their mean (as verdict.run_text says)
+        parts.append(f"mean of {repeats} runs")
     text = ", ".join(parts)
     if figure and _finite(interval.get("point_tok_s")):
         text = f"{_tok(interval['point_tok_s'])} tok/s ({text})"
     extra = []
-    if isinstance(interval.get("repeats"), int):
-        extra.append(f"{interval['repeats']} repeat{'s' if interval['repeats'] != 1 else ''}")
     if _finite(interval.get("noise_pct")):
         extra.append(noise_words(interval["noise_pct"], interval.get("noise_source"),
                                  interval.get("noise_pct_by_figure")))

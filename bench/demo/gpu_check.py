@@ -137,7 +137,8 @@ class Check:
     def start(self, pod: S.Pod, extra: tuple[str, ...] = (), flags: list[str] | None = None) -> S.Server:
         flags = self.flags() if flags is None else flags
         env = gpu_full.environment(pod.env(self.runtime.env), gpu_full.tp_of(flags))
-        if self.runtime.cpu_build:
+        if not self.runtime.gpu:  # vLLM's CPU build, ours or one --python names: a KV cache of its own size, else
+            # it asks for 92 % of the machine's memory free at every start
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", cpu_vllm.KV_CACHE_GIB)
         if said := leftovers.stop_leftover(self.out / SERVER_NOTE):
             print(f"gpu-check: {said}", flush=True)

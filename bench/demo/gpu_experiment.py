@@ -177,16 +177,26 @@ def sweep_argv(check, experiment: Experiment, variant: Variant, flags: list[str]
 
 
 def runs_of(folder: Path) -> list[dict[str, Any]]:
-    """The grid's runs of one sweep: scenario, concurrency, output tok/s (and per GPU), TTFT and ITL p99, valid."""
-    out = []
+    """Every run of one sweep the page lists: the grid's (valid or not), then the capacity search's and the
+    open loop's valid runs, each with its kind ("grid", "search", "open loop"), its file, its load
+    (concurrency; the offered rate for the open loop), output tok/s, TTFT and ITL p99 and validity."""
+    def row(run: R.RunResult, kind: str, file: str, rate: float | None = None) -> dict[str, Any]:
+        return {"scenario": run.scenario, "kind": kind, "file": file, "concurrency": run.concurrency, "rate": rate,
+                "valid": run.valid, "output_tok_s": run.output_tok_s, "ttft_p99_ms": run.ttft_p99_ms,
+                "itl_p99_ms": run.itl_p99_ms, "reason": run.reason or None}
+
+    grid = []
     for path in sorted(folder.glob("*_c*.json")):
-        if R.parse_result_filename(path.name) is None:
-            continue
-        run = R.load_result(path)
-        out.append({"scenario": run.scenario, "concurrency": run.concurrency, "valid": run.valid,
-                    "output_tok_s": run.output_tok_s, "ttft_p99_ms": run.ttft_p99_ms, "itl_p99_ms": run.itl_p99_ms,
-                    "reason": run.reason or None})
-    return sorted(out, key=lambda r: r["concurrency"])
+        if R.parse_result_filename(path.name) is not None:
+            grid.append(row(R.load_result(path), "grid", path.name))
+    out = sorted(grid, key=lambda r: r["concurrency"])
+    for by_c in CR.search_runs(folder).values():
+        for c in sorted(by_c):
+            out += [row(run, "search", f"{CR.SEARCH_DIR}/{Path(run.path or '').name}") for run, _ in by_c[c]]
+    for by_rate in CR.open_loop_runs(folder).values():
+        for rate, runs in by_rate.items():
+            out += [row(run, "open loop", f"{CR.OPEN_LOOP_DIR}/{Path(run.path or '').name}", rate) for run, _ in runs]
+    return out
 
 
 def sweep_capacity(folder: Path, scenario: str) -> dict[str, Any] | None:

@@ -163,10 +163,13 @@ def markdown(record: dict[str, Any]) -> str:
 
 
 def _runs_table(runs: list[dict[str, Any]], gpus: int) -> list[str]:
-    rows = ["| c | output tok/s | per GPU | TTFT p99 ms | ITL p99 ms | valid |", "|---|---|---|---|---|---|"]
+    """A sweep's runs: the grid's, then the capacity search's and the open loop's (records before they were
+    listed hold the grid's alone)."""
+    rows = ["| run | load | output tok/s | per GPU | TTFT p99 ms | ITL p99 ms | valid |", "|---|---|---|---|---|---|---|"]
     for r in runs:
         tok = r.get("output_tok_s")
-        rows.append(f"| {r['concurrency']} | {_s(tok, '', 1)} | {_s(tok / gpus if tok else None, '', 1)} | "
+        load = f"{r['rate']:g} req/s" if r.get("rate") is not None else f"c={r['concurrency']}"
+        rows.append(f"| {r.get('kind') or 'grid'} | {load} | {_s(tok, '', 1)} | {_s(tok / gpus if tok else None, '', 1)} | "
                     f"{_s(r.get('ttft_p99_ms'), '', 0)} | {_s(r.get('itl_p99_ms'), '', 1)} | "
                     f"{'yes' if r.get('valid') else 'no: ' + str(r.get('reason') or 'invalid').replace('|', '/')} |")
     return rows
