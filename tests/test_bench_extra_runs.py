@@ -100,10 +100,9 @@ def test_a_search_run_that_falls_short_twice_runs_again_larger_and_counts(bench_
     # search with it); two short runs now come on top of the attempts, each larger
     model(fake_bench, ttft_ms_per_c=90, itl_ms=20, itl_ms_per_c=1)
     fake_bench.plan({"S1_chat_c6": ["short", "short", "ok"]})
+    fake_bench.monkeypatch.setenv("FAKE_VLLM_SHORT_S", "4")  # 4 s of a 5 s window, at any size: each resize ~2x
     out = tmp_path / "out"
-    # (the stand-in's short runs last 1 s whatever their size, so c=6 ends up large: a budget to repeat it)
-    assert run_sweep(bench_stub_server, fake_bench, out, "--open-loop", "never", "--window-s", "5",
-                     "--budget-minutes", "6000") == 0
+    assert run_sweep(bench_stub_server, fake_bench, out, "--open-loop", "never", "--window-s", "5") == 0
     sixes = [r for r in manifest(out)["extra"]["runs"] if r["concurrency"] == 6]
     assert [r["valid"] for r in sixes[:3]] == [False, False, True] and [r["attempt"] for r in sixes[:3]] == [1, 2, 3]
     assert sixes[0]["num_prompts"] < sixes[1]["num_prompts"] < sixes[2]["num_prompts"]
