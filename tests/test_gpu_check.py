@@ -294,3 +294,31 @@ def test_the_start_up_models_measured_floor_is_the_records():
     assert model.unattributed_s(True) == pytest.approx(117.5 - 16.5 - model.START_FLOOR_S, abs=0.05)
     assert model.floor_total(target, hit=True) == pytest.approx(208.0 - model.unattributed_s(True))
     assert f"still needs {208.0 - model.unattributed_s(True):.1f} s" in model.target_line(target, None)
+
+def test_the_probes_are_kept_for_the_next_command_while_nothing_they_depend_on_changes(tmp_path, monkeypatch):
+    """The version probe and the transformers trap (about 45 s a command on the H200 box) are asked once per
+    python, machine, visible GPUs and installed packages: a later command with the same --out reads them."""
+    import argparse
+    import sys
+
+    from bench.demo.gpu_runtime import Runtime
+
+    asked: list[int] = []
+    ask = Runtime._ask
+    monkeypatch.setattr(Runtime, "_ask", lambda self: asked.append(1) or ask(self))
+    monkeypatch.setattr(Runtime, "trap", lambda self: {"status": "ok", "summary": "reads Gemma 4 configs right"})
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    kept = tmp_path / "probes.json"
+
+    def probes():
+        return Runtime(argparse.Namespace(python=sys.executable), tmp_path).probes(kept)
+
+    info, trap, at = probes()
+    assert at is None and asked == [1] and info["python"] and kept.is_file()
+    again, trap_again, at = probes()
+    assert asked == [1] and at and again == info and trap_again == trap
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # other GPUs to see: asked again
+    assert probes()[2] is None and asked == [1, 1]
+    monkeypatch.setattr(Runtime, "trap", lambda self: {"status": "not checked", "summary": "no answer"})
+    kept.unlink()
+    assert probes()[2] is None and not kept.exists()  # a trap not checked is asked again next time

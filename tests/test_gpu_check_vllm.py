@@ -120,6 +120,7 @@ def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
                            text=True, timeout=1800)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "seqs-16: kept from an earlier command" in again.stdout, again.stdout[-3000:]
+    assert "versions and trap as probed at" in again.stdout  # the first command's probes, not asked twice
     assert not (out / "server.pid.json").exists()  # the note of a running server goes with the server
     record = json.loads((root / "experiment.json").read_text())
     assert record["kind"] == "vllm-poc/gpu-experiment" and record["scenarios"] == {"S1_chat": [2]}

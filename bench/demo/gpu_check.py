@@ -29,6 +29,7 @@ from bench.startup import sleepwake
 KIND = "vllm-poc/gpu-check"
 VERSION = 1
 SERVER_NOTE = "server.pid.json"  # under --out: the running server's process group, for the next command
+PROBES = "probes.json"  # under --out: the version probe's and the trap's answers, and what they depend on
 STEPS = ("model", "cold_start", "timeline", "sleep_wake", "compile_cache", "sweep", "speculative")
 OK, BROKEN, NOT_AVAILABLE, SKIPPED = "ok", "broken", "not available", "skipped"
 
@@ -393,7 +394,7 @@ class Check:
             for stale in ("pod", "pods", "cache", "cache-cold", "cache.pushed", "draft", "bin"):
                 shutil.rmtree(self.work / stale, ignore_errors=True)
         self.runtime = Runtime(self.args, self.out)
-        info = self.runtime.probe()
+        info, trap, probed_at = self.runtime.probes(self.out / PROBES)
         gpu_full.check_device(self.args, self.runtime.gpu, self.runtime.gpus, UsageError)
         self.port = cpu_vllm.free_port()
         self.record["device"] = {"gpu": self.runtime.gpu, "name": info.get("nvidia_smi_name") or info.get("device_name")
@@ -402,11 +403,15 @@ class Check:
                                  "cuda_runtime": info.get("cuda_runtime"), "instance_type": self.args.instance_type}
         self.record["device"]["gpus_seen"] = self.runtime.gpus
         self.record["versions"] = {k: info.get(k) for k in ("vllm", "torch", "transformers", "triton", "python")}
-        self.record["transformers_trap"] = trap = self.runtime.trap()
+        self.record["transformers_trap"] = trap
+        self.record["probed_at"] = probed_at  # None: probed by this command
         self.record["idle_memory_mib"] = S.gpu_memory_mib(self.tensor_parallel_size)
         _say(f"gpu-check: {self.record['device']['name']}, vLLM {info.get('vllm')}, torch {info.get('torch')}, "
              f"transformers {info.get('transformers')}; model {gpu_full.describe(self.record['model_choice'])}")
         _say(f"gpu-check: transformers trap: {trap['status']}: {trap['summary']}")
+        if probed_at:
+            _say(f"gpu-check: versions and trap as probed at {probed_at} by an earlier command (same python, machine, "
+                 f"GPUs and packages; {PROBES} in --out)")
         if experiment:
             return gpu_experiment.run(self, experiment)
         _say(f"gpu-check: writing {self.out}/gpu-check.json")

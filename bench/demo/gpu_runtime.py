@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,24 @@ except Exception:
 print("gpu-check-probe " + json.dumps(info))
 """
 
+# What the two probes' answers depend on: the python, the machine, the GPUs it may see and the packages
+# they read (each one's file, size and time: a reinstall changes them), found without importing anything.
+# It takes a tenth of a second; the probes take about 10 s on a CPU and about 45 s a command on the H200
+# box, whose commands each have ten minutes.
+_KEY = r"""
+import importlib.util, json, os, socket, sys
+key = {"executable": sys.executable, "host": socket.gethostname(),
+       "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "path": os.environ.get("PYTHONPATH")}
+for name in ("vllm", "torch", "transformers", "triton"):
+    try:
+        spec = importlib.util.find_spec(name)
+        st = os.stat(spec.origin)
+        key[name] = [spec.origin, st.st_size, st.st_mtime_ns]
+    except Exception:
+        key[name] = None
+print("gpu-check-key " + json.dumps(key))
+"""
+
 
 class Runtime:
     """Which python runs vLLM, with which environment, on which device."""
@@ -70,12 +89,45 @@ class Runtime:
         self.env["PYTHONUNBUFFERED"] = "1"
         self.info: dict[str, Any] = {}
 
-    def probe(self) -> dict[str, Any]:
+    def probes(self, kept: Path) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+        """(the version probe's answer, the transformers trap's finding, when they were probed where an earlier
+        command's answers in `kept` still hold, else None): both are asked again only where the python, the
+        machine, its visible GPUs or the packages changed since (`_KEY`); answers that hold are kept there."""
+        key = self._key()
+        try:
+            earlier = json.loads(kept.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            earlier = None
+        if key is not None and isinstance(earlier, dict) and earlier.get("key") == key:
+            self.info = dict(earlier["info"])
+            self._device()
+            return self.info, earlier["trap"], earlier.get("at")
+        answer = self._ask()
+        self.info = dict(answer)
+        self._device()
+        trap = self.trap()
+        if key is not None and trap.get("status") != transformers_trap.NOT_CHECKED:
+            kept.write_text(json.dumps({"key": key, "info": answer, "trap": trap,
+                                        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
+        return self.info, trap, None
+
+    def _key(self) -> dict[str, Any] | None:
+        try:
+            proc = subprocess.run([self.python, "-c", _KEY], env=self.env, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        line = next((l for l in proc.stdout.splitlines() if l.startswith("gpu-check-key ")), None)
+        return json.loads(line.split(" ", 1)[1]) if line else None
+
+    def _ask(self) -> dict[str, Any]:
         proc = subprocess.run([self.python, "-c", _PROBE], env=self.env, capture_output=True, text=True, timeout=300)
         line = next((l for l in proc.stdout.splitlines() if l.startswith("gpu-check-probe ")), None)
         if line is None:
             raise UsageError(f"{self.python} could not report its versions:\n{(proc.stdout + proc.stderr)[-1500:]}")
-        self.info = json.loads(line.split(" ", 1)[1])
+        return json.loads(line.split(" ", 1)[1])
+
+    def _device(self) -> dict[str, Any]:
+        """The probe's answer with what nvidia-smi says now and whether this is the project's CPU build."""
         if shutil.which("nvidia-smi"):
             smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader",
                                   "-i", "0"], capture_output=True, text=True)
