@@ -56,6 +56,23 @@ def test_itl_interval_resamples_whole_requests():
     assert lo == 10.0 and hi == 100.0
 
 
+def test_the_grouped_bootstrap_is_the_nearest_rank_p99_of_each_resample():
+    """Resampling whole requests: each resample's p99 is the nearest-rank 0.99 quantile of the drawn
+    requests' values, whichever shortcut computes it (here, a case where the top values all belong to one
+    request, which many resamples do not draw)."""
+    rng = np.random.default_rng(7)
+    groups = [list(rng.uniform(10, 20, int(rng.integers(3, 9)))) for _ in range(400)]
+    groups.append(list(rng.uniform(90, 100, 120)))  # one slow request owns every top value
+    resamples = 200
+    draws = np.random.default_rng(3).integers(0, len(groups), size=(resamples, len(groups)))
+    stats = []
+    for row in draws:
+        drawn = np.sort(np.concatenate([groups[k] for k in row]))
+        stats.append(drawn[max(0, math.ceil(0.99 * len(drawn)) - 1)])
+    expected = tuple(float(v) for v in np.percentile(stats, [2.5, 97.5]))
+    assert C.bootstrap_p99(groups, resamples=resamples, seed=3) == expected
+
+
 def test_judgement_states():
     far_below = C.judge_results([detailed([100 + i % 7 for i in range(200)])], **LIMITS)
     assert far_below.state == C.PASS and far_below.requests == 200

@@ -158,26 +158,32 @@ def _bootstrap_p99(groups: list[list[float]], resamples: int, confidence: float,
         rank = max(0, math.ceil(0.99 * n) - 1)
         stats = np.partition(values[draws], rank, axis=1)[:, rank]  # the rank-th smallest, as a sort would
     else:
-        owner = np.concatenate([np.full(len(g), k) for k, g in enumerate(groups)])
+        lengths = np.fromiter((len(g) for g in groups), dtype=np.int64, count=n)
+        owner = np.repeat(np.arange(n), lengths)
         values = np.concatenate([np.asarray(g, dtype=float) for g in groups])
         order = np.argsort(values, kind="stable")
         values, owner = values[order], owner[order]
-        lengths = np.asarray([len(g) for g in groups], dtype=float)
-        offsets = (np.arange(resamples) * n)[:, None]
-        counts = np.bincount((draws + offsets).ravel(), minlength=resamples * n).reshape(resamples, n)
-        total = counts @ lengths
+        total = lengths[draws].sum(axis=1).astype(float)  # each resample's values
         target = 0.99 * total - 1e-9
         # The p99 sits in the top values: look there first (cumulative weight from the top), and
-        # fall back to the whole array for a resample whose p99 lies below that slice.
+        # fall back to the whole array for a resample whose p99 lies below that slice. Only the requests
+        # that own a top value are counted per resample (a resamples x requests count matrix is slow to
+        # fill: 0.2 s a bootstrap at 3,000 requests).
         m = len(values)
         top = max(0, m - max(64, m // 20))
-        w = counts[:, owner[top:]].astype(float)
+        kept, slot = np.unique(owner[top:], return_inverse=True)
+        u = len(kept)
+        where = np.full(n, u, dtype=np.int64)  # a request without a top value counts in bin u, never read
+        where[kept] = np.arange(u)
+        bins = where[draws] + (np.arange(resamples) * (u + 1))[:, None]
+        counts = np.bincount(bins.ravel(), minlength=resamples * (u + 1)).reshape(resamples, u + 1)
+        w = counts[:, slot].astype(float)
         after = np.cumsum(w[:, ::-1], axis=1)[:, ::-1] - w  # weight above each position
         below = (total[:, None] - after) < target[:, None]
         pos = top + below.sum(axis=1)
         stats = values[np.minimum(pos, m - 1)]
         for r in np.nonzero(~below[:, 0])[0] if top > 0 else []:
-            cum = np.cumsum(counts[r][owner].astype(float))
+            cum = np.cumsum(np.bincount(draws[r], minlength=n)[owner].astype(float))
             stats[r] = values[min(int((cum < target[r]).sum()), m - 1)]
     tail = (1 - confidence) / 2 * 100
     lo, hi = np.percentile(stats, [tail, 100 - tail])
