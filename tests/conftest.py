@@ -17,16 +17,18 @@ pytest_plugins = [
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "vllm: runs a real vLLM (CPU) process, or code needing its environment (torch, Run:ai streamer), from .venv-vllm")
+    config.addinivalue_line("markers", "no_server: with vllm, starts no vLLM server (a parser, a probe): may run on either worker")
 
 
 def pytest_collection_modifyitems(config, items):
     # Under `-n 2` (pytest-xdist, --dist loadgroup) every test that runs a vLLM process stays on one
     # worker: two CPU vLLM servers at once would only slow each other, and their session fixtures
-    # (the tiny model's server) start once. The other tests share the second core.
+    # (the tiny model's server) start once. The other tests share the second core, and so do the vLLM
+    # tests that start no server (`no_server`: the image's argument parser, the transformers probe).
     import pytest
 
     for item in items:
-        if item.get_closest_marker("vllm"):
+        if item.get_closest_marker("vllm") and not item.get_closest_marker("no_server"):
             item.add_marker(pytest.mark.xdist_group("vllm"))
             _in_group(config, item, "vllm")
 

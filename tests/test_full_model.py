@@ -64,6 +64,7 @@ def test_the_docs_show_the_flags_the_code_holds():
 
 
 @pytest.mark.vllm
+@pytest.mark.no_server  # a model folder, a parser and a probe: either worker
 def test_the_folder_builds_and_its_transformers_reads_it(vllm_env, tmp_path):
     folder = tmp_path / "g4"
     built = subprocess.run([vllm_env.python, "-m", "bench.demo.full_model", str(folder)], text=True,
@@ -96,6 +97,7 @@ print(json.dumps({"transformers": transformers.__version__, "class": type(model)
 
 
 @pytest.mark.vllm
+@pytest.mark.no_server  # a model folder, a parser and a probe: either worker
 def test_the_serving_images_vllm_parses_the_flags(vllm_image_env, tmp_path):
     folder = tmp_path / "g4"  # a local folder (a path that does not exist is taken for a Hub id)
     folder.mkdir()
@@ -122,6 +124,7 @@ def test_the_serving_images_vllm_parses_the_flags(vllm_image_env, tmp_path):
 
 
 @pytest.mark.vllm
+@pytest.mark.no_server  # a model folder, a parser and a probe: either worker
 def test_the_experiments_flags_parse_with_the_serving_images_vllm(vllm_image_env, tmp_path):
     import argparse
 
@@ -151,6 +154,7 @@ def test_the_experiments_flags_parse_with_the_serving_images_vllm(vllm_image_env
 
 
 @pytest.mark.vllm
+@pytest.mark.no_server  # a model folder, a parser and a probe: either worker
 def test_the_transformers_trap_is_found_where_it_is(vllm_env, vllm_image_env):
     """The image's vLLM (0.26.0, .vllm-image) with .venv-vllm's transformers (5.19.0): a Gemma 4 config as a
     checkpoint ships it stops vLLM, and the folder without --hf-overrides loses global_head_dim; with the

@@ -24,7 +24,7 @@ from stacks import catalog, serving, vllm_flags
 from stacks.ops import vllm_flags as flag_tool
 from stacks.versions import pins
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.no_server]  # parsers only: either worker
 
 REPO = Path(__file__).resolve().parents[1]
 HELPER = Path(__file__).resolve().parent / "vllm_serve_args.py"
