@@ -23,14 +23,16 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     # Under `-n 2` (pytest-xdist, --dist loadgroup) every test that runs a vLLM process stays on one
     # worker: two CPU vLLM servers at once would only slow each other, and their session fixtures
-    # (the tiny model's server) start once. The other tests share the second core, and so do the vLLM
-    # tests that start no server (`no_server`: the image's argument parser, the transformers probe).
+    # (the tiny model's server) start once. The other tests share the second core. The vLLM tests that
+    # start no server (`no_server`: the image's argument parser, the transformers probe) are a group of
+    # their own, which either worker may take whole (their session fixtures, the parsers, set up once).
     import pytest
 
     for item in items:
-        if item.get_closest_marker("vllm") and not item.get_closest_marker("no_server"):
-            item.add_marker(pytest.mark.xdist_group("vllm"))
-            _in_group(config, item, "vllm")
+        if item.get_closest_marker("vllm"):
+            group = "no_server" if item.get_closest_marker("no_server") else "vllm"
+            item.add_marker(pytest.mark.xdist_group(group))
+            _in_group(config, item, group)
 
 
 def _in_group(config, item, group: str) -> None:

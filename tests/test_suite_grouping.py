@@ -1,7 +1,8 @@
 """The suite's own scheduling: under `make test` (two xdist workers, --dist loadgroup) the tests that run
 vLLM stay on one worker, so a module's server starts once and no two CPU servers compete. Checked on a
 generated suite with this project's collection hook: two vLLM-marked modules with a module fixture
-each, a vLLM module that starts no server (`no_server`, either worker) and plain tests beside them."""
+each, a vLLM module that starts no server (`no_server`: a group of its own, either worker) and plain tests
+beside them."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def test_vllm_tests_share_one_worker_and_set_up_each_module_once(tmp_path):
     assert sorted(modules) == ["a", "b", "c"], lines  # each module's fixture once, not once per worker
     grouped = {m: w for m, w in zip(modules, workers)}
     assert grouped["a"] == grouped["b"], lines  # and both on the same worker
-    # a vLLM module that starts no server is not held to that worker (xdist names grouped tests "...@vllm")
-    assert "PASSED test_c.py::test_two\n" in proc.stdout.replace(" \n", "\n"), proc.stdout[-2000:]
+    # a vLLM module that starts no server is a group of its own, not held to that worker (xdist names a
+    # grouped test "<node id>@<group>")
+    assert "PASSED test_c.py::test_two@no_server" in proc.stdout, proc.stdout[-2000:]
     assert "PASSED test_a.py::test_two@vllm" in proc.stdout, proc.stdout[-2000:]
