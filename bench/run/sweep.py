@@ -113,11 +113,11 @@ class Sweep(Runner):
             self.manifest["previous_config_hash"] = previous.get("config_hash")
 
     # -- one combination ---------------------------------------------------------------------
-    def run_once(self, spec: RunSpec, tokenizer: str, attempt: int, tries: sizing.Tries,
-                 requests: int | None = None) -> tuple[R.RunResult, dict[str, Any]]:
+    def run_once(self, spec: RunSpec, tokenizer: str, attempt: int, requests: int | None = None, *,
+                 last: bool) -> tuple[R.RunResult, dict[str, Any]]:
         """One attempt: the burst at the run's concurrency (its warm-up), the run sized from it (or
         `requests`, a retry's size), its telemetry, and whether it held its load for the window
-        (`resize_to`: the next attempt's size where it did not)."""
+        (`resize_to`: the next attempt's size where it did not); `last`: no other try follows a failure."""
         self.partial.mkdir(exist_ok=True)
         partial_file = self.partial / spec.filename
         partial_file.unlink(missing_ok=True)
@@ -165,7 +165,6 @@ class Sweep(Runner):
         suspect = R.suspect_reason(tele, spec.prefix_cache_check, self.args.suspect_prefix_cache_pct) \
             if result.valid else None
 
-        last = tries.last_failure()
         if result.valid and (not suspect or last):
             # a suspect last attempt keeps the result's name: the report shows it, flagged, and
             # leaves it out of every figure; `--resume` runs it again
@@ -243,7 +242,7 @@ class Sweep(Runner):
             while True:
                 attempt = len(rec["attempts"]) + 1
                 resize = rec["attempts"][-1].get("resize_to") if rec["attempts"] else None
-                result, attempt_rec = self.run_once(spec, tokenizer, attempt, tries, resize)
+                result, attempt_rec = self.run_once(spec, tokenizer, attempt, resize, last=tries.last_failure())
                 rec["attempts"].append(attempt_rec)
                 eta.observe(spec, attempt_rec["duration_s"], result.duration_s if result.valid else None)
                 if result.valid and not attempt_rec["suspect"]:
