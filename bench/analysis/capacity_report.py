@@ -112,7 +112,7 @@ def open_loop_points(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]]
             goodput = C._num(data.get("request_goodput"))  # noqa: SLF001
             points.append({
                 "rate": rate,
-                "file": f"{OPEN_LOOP_DIR}/{Path(result.path or '').name}",
+                "file": V.run_file(result),
                 "req_s": result.req_s,
                 "output_tok_s": result.output_tok_s,
                 "goodput_req_s": goodput,
@@ -133,7 +133,7 @@ def rate_search(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]], *, 
                      default_noise_pct=noise_pct, target=target)
     for rate, at_rate in runs.items():
         for result, data in at_rate:
-            state.observe(rate, data, f"{OPEN_LOOP_DIR}/{Path(result.path or '').name}")
+            state.observe(rate, data, V.run_file(result))
     return state
 
 

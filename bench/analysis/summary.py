@@ -162,8 +162,7 @@ def extra_runs(side: Side, who: str) -> list[dict[str, Any]]:
 
 
 def _extra_row(run: R.RunResult, who: str, kind: str, concurrency: int | None, rate: float | None) -> dict[str, Any]:
-    folder = CR.SEARCH_DIR if kind == "search" else CR.OPEN_LOOP_DIR
-    return {"side": who, "scenario": run.scenario, "kind": kind, "file": f"{folder}/{Path(run.path or '').name}",
+    return {"side": who, "scenario": run.scenario, "kind": kind, "file": V.run_file(run),
             "concurrency": concurrency, "rate": rate, "output_tok_s": run.output_tok_s, "req_s": run.req_s,
             "ttft_p99_ms": run.ttft_p99_ms, "itl_p99_ms": run.itl_p99_ms, "tpot_p99_ms": run.tpot_p99_ms}
 

@@ -156,8 +156,9 @@ def _end(value: float | None) -> float | None:
 # Capacity of one side
 
 
-def _run_file(run: R.RunResult) -> str:
-    """A run's file as the folder names it: `S1_chat_c8.json`, `search/S1_chat_c10.run2.json`."""
+def run_file(run: R.RunResult) -> str:
+    """A run's file as its sweep folder names it, the name every page and record gives it: `S1_chat_c8.json`,
+    `search/S1_chat_c10.run2.json`, `open_loop/S1_chat_rate2.5.run1.json`."""
     path = Path(run.path or "")
     return f"{path.parent.name}/{path.name}" if path.parent.name in ("search", "open_loop") else path.name
 
@@ -198,7 +199,7 @@ def closed_peak(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
     c = max(points, key=lambda k: (_weighted(points[k], "output_tok_s") or 0.0, -k))
     runs = points[c]
     tok, req = _weighted(runs, "output_tok_s"), _weighted(runs, "req_s")
-    files = [_run_file(r) for r in runs]
+    files = [run_file(r) for r in runs]
     return {"concurrency": c, "output_tok_s": None if tok is None else round(tok, 3),
             "req_s": None if req is None else round(req, 4), "loop": "closed", "source_run": files[0],
             "source_runs": files}
@@ -212,11 +213,11 @@ def closed_search(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunRes
                      target=target)
     for r in grid:
         if r.valid and r.raw and r.output_tok_s is not None:
-            state.observe(r.concurrency, r.raw, _run_file(r))
+            state.observe(r.concurrency, r.raw, run_file(r))
     for c, runs in search.items():
         for r, d in runs:
             if r.valid and d and r.output_tok_s is not None:
-                state.observe(c, d, _run_file(r))
+                state.observe(c, d, run_file(r))
     return state
 
 

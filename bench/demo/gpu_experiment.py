@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
+from bench.analysis import verdict as V
 from bench.analysis import side as SD
 from bench.common.interrupts import run_logged, signal_name
 from bench.demo import full_model, gpu_full, gpu_mixed, gpu_page, gpu_settings
@@ -180,22 +181,22 @@ def runs_of(folder: Path) -> list[dict[str, Any]]:
     """Every run of one sweep the page lists: the grid's (valid or not), then the capacity search's and the
     open loop's valid runs, each with its kind ("grid", "search", "open loop"), its file, its load
     (concurrency; the offered rate for the open loop), output tok/s, TTFT and ITL p99 and validity."""
-    def row(run: R.RunResult, kind: str, file: str, rate: float | None = None) -> dict[str, Any]:
-        return {"scenario": run.scenario, "kind": kind, "file": file, "concurrency": run.concurrency, "rate": rate,
+    def row(run: R.RunResult, kind: str, rate: float | None = None) -> dict[str, Any]:
+        return {"scenario": run.scenario, "kind": kind, "file": V.run_file(run), "concurrency": run.concurrency, "rate": rate,
                 "valid": run.valid, "output_tok_s": run.output_tok_s, "ttft_p99_ms": run.ttft_p99_ms,
                 "itl_p99_ms": run.itl_p99_ms, "reason": run.reason or None}
 
     grid = []
     for path in sorted(folder.glob("*_c*.json")):
         if R.parse_result_filename(path.name) is not None:
-            grid.append(row(R.load_result(path), "grid", path.name))
+            grid.append(row(R.load_result(path), "grid"))
     out = sorted(grid, key=lambda r: r["concurrency"])
     for by_c in CR.search_runs(folder).values():
         for c in sorted(by_c):
-            out += [row(run, "search", f"{CR.SEARCH_DIR}/{Path(run.path or '').name}") for run, _ in by_c[c]]
+            out += [row(run, "search") for run, _ in by_c[c]]
     for by_rate in CR.open_loop_runs(folder).values():
         for rate, runs in by_rate.items():
-            out += [row(run, "open loop", f"{CR.OPEN_LOOP_DIR}/{Path(run.path or '').name}", rate) for run, _ in runs]
+            out += [row(run, "open loop", rate) for run, _ in runs]
     return out
 
 

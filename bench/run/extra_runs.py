@@ -38,6 +38,7 @@ from typing import Any
 from bench.analysis import capacity as C
 from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
+from bench.analysis import verdict as V
 from bench.analysis.capacity import search as S
 from bench.run import grid, seeds, sizing
 
@@ -286,7 +287,7 @@ class ExtraRuns:
             closed.observe(s.concurrency, g.raw, s.filename)
         for c, runs in CR.search_runs(sweep.out).get(name, {}).items():
             for result, raw in runs:
-                closed.observe(c, raw, f"{CR.SEARCH_DIR}/{os.path.basename(result.path or '')}")
+                closed.observe(c, raw, V.run_file(result))
         by_c = {s.concurrency: s for s in specs}
         first = specs[0]
         speed = sorted((g.concurrency, g.req_s or 0.0) for _, g in valid)
@@ -324,7 +325,7 @@ class ExtraRuns:
         rates = S.Search(**common, integer=False, floor=start / 64, ceiling=max(start * 8, closed.req_s(hi) or 0))
         for rate, runs_at in CR.open_loop_runs(sweep.out).get(name, {}).items():
             for result, raw in runs_at:
-                rates.observe(rate, raw, f"{CR.OPEN_LOOP_DIR}/{os.path.basename(result.path or '')}")
+                rates.observe(rate, raw, V.run_file(result))
         pass_spec = by_c.get(int(lo), first)
 
         def open_run(step: S.Step, k: int) -> tuple[R.RunResult, float]:
@@ -415,13 +416,7 @@ def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | N
             continue
         if not result.valid:
             return spent, runs, f"{search.words(step.load)} run {k} stayed invalid: {result.reason}"
-        search.observe(step.load, result.raw, _file_of(result))
-
-
-def _file_of(result: R.RunResult) -> str:
-    path = result.path or ""
-    parent = os.path.basename(os.path.dirname(path))
-    return f"{parent}/{os.path.basename(path)}" if parent in (CR.SEARCH_DIR, CR.OPEN_LOOP_DIR) else os.path.basename(path)
+        search.observe(step.load, result.raw, V.run_file(result))
 
 
 def budget_words(search: S.Search, step: S.Step, est: float, spent: float, budget_s: float) -> str:
