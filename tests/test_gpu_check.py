@@ -322,3 +322,6 @@ def test_the_probes_are_kept_for_the_next_command_while_nothing_they_depend_on_c
     monkeypatch.setattr(Runtime, "trap", lambda self: {"status": "not checked", "summary": "no answer"})
     kept.unlink()
     assert probes()[2] is None and not kept.exists()  # a trap not checked is asked again next time
+    monkeypatch.setattr(Runtime, "trap", lambda self: {"status": "ok", "summary": "reads Gemma 4 configs right"})
+    kept.mkdir()  # a place the answers cannot be written: this command still has them
+    assert probes()[0]["python"] and kept.is_dir()

@@ -107,8 +107,11 @@ class Runtime:
         self._device()
         trap = self.trap()
         if key is not None and trap.get("status") != transformers_trap.NOT_CHECKED:
-            kept.write_text(json.dumps({"key": key, "info": answer, "trap": trap,
-                                        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
+            try:
+                kept.write_text(json.dumps({"key": key, "info": answer, "trap": trap,
+                                            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
+            except OSError:  # answers that cannot be kept are asked again next time; this command has them
+                pass
         return self.info, trap, None
 
     def _key(self) -> dict[str, Any] | None:
