@@ -7,6 +7,7 @@ same way: stop promptly, say what was kept and how to resume, exit 130 (Ctrl-C) 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -99,6 +100,39 @@ def stop_on_signals() -> Iterator[None]:
         if previous_int is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous_int)
         asyncio_log.removeFilter(_QUIET)
+
+
+@contextlib.contextmanager
+def stop_loop_on_signals(loop: asyncio.AbstractEventLoop) -> Iterator[list[int]]:
+    """Within the block, a stop (a signal stop_on_signals turned into Interrupted) stops `loop` between two of
+    its callbacks instead of raising wherever the main thread happens to be; the list it yields gets the
+    signal, and the caller raises Interrupted once the loop has returned.
+
+    For code that runs a library's event loop to completion (the Pulumi runtime under the mocks): an
+    exception raised inside one of its tasks can be caught by the library's own `except BaseException`,
+    after which the loop waits for that task's result for ever (a render that never ended after its stop).
+    Signals not turned into stops here, and calls outside the main thread, are left as they are."""
+    caught: list[int] = []
+    diverted = [sig for sig in (signal.SIGTERM, signal.SIGINT) if signal.getsignal(sig) is _raise]
+    if threading.current_thread() is not threading.main_thread():
+        diverted = []
+
+    def stop(signum: int) -> None:
+        _stop_signal[0] = signum
+        _stop_requested.set()
+        caught.append(signum)
+        for task in asyncio.all_tasks(loop):  # left unfinished on purpose: no "destroyed but pending" report
+            task._log_destroy_pending = False  # type: ignore[attr-defined]
+        loop.stop()
+
+    for sig in diverted:
+        loop.add_signal_handler(sig, stop, int(sig))
+    try:
+        yield caught
+    finally:
+        for sig in diverted:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, _raise)
 
 
 def rerun_command(prefix: str) -> str:

@@ -29,6 +29,8 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 from google.protobuf import struct_pb2
 
+from bench.common.interrupts import Interrupted, stop_loop_on_signals
+
 ACCOUNT_ID = "123456789012"
 # The identity the mocks run `pulumi up` as: a CI role's session, as GitHub OIDC gives it.
 CALLER_ARN = f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/vllm-poc-deploy/pulumi"
@@ -357,7 +359,8 @@ def run(program: Callable[[], Awaitable[None] | None], *, region: str = "ap-nort
     # The engine's source positions (a stack walk per resource, a third of a render's time) are not
     # part of the desired state: skip them under the mocks.
     runtime_resource._get_stack_trace = _no_stack_trace
-    asyncio.set_event_loop(asyncio.new_event_loop())
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     runtime_settings.ROOT.set(None)
     runtime_settings.SETTINGS.rpc_manager.clear()
     runtime_settings.SETTINGS.outputs.clear()
@@ -368,5 +371,14 @@ def run(program: Callable[[], Awaitable[None] | None], *, region: str = "ap-nort
         if inspect.isawaitable(result):
             await result
 
-    _sync_await(run_pulumi_func(body))
+    # A stop (SIGTERM, Ctrl-C) stops the loop between callbacks: raised inside the runtime's tasks, it could
+    # be caught there and leave the render waiting for ever.
+    with stop_loop_on_signals(loop) as stopped:
+        try:
+            _sync_await(run_pulumi_func(body))
+        except RuntimeError:  # "Event loop stopped before Future completed."
+            if not stopped:
+                raise
+    if stopped:
+        raise Interrupted(stopped[0])
     return mocks
