@@ -81,6 +81,11 @@ def test_search_narrows_to_the_target_with_comparable_repeats(bench_stub_server,
     assert ("S1_chat: capacity search, closed loop" in printed and "meets the SLO at c=5" in printed
             and f"misses it for sure at c={closed['load_fail']}" in printed and "{" not in printed)
     assert "GPU time" in printed and "of the 60.0 min budget" in printed
+    # the search's runs are announced and their outcomes said, one pair a run, as the grid's are
+    said = [line for line in printed.splitlines() if line.startswith("bench sweep: S1_chat: closed loop, c=")]
+    assert len(said) == 2 * len(runs) and said[0].startswith("bench sweep: S1_chat: closed loop, c=6 run 1, about ")
+    assert said[1].startswith("bench sweep: S1_chat: closed loop, c=6 run 1 valid (")
+    assert any(line.endswith("c=5 meets the SLO with confidence") for line in said)
 
 
 def test_resume_replays_the_search_without_rerunning(bench_stub_server, fake_bench, tmp_path):
@@ -143,7 +148,20 @@ def test_neighbours_too_far_apart_hand_over_to_the_open_loop(bench_stub_server, 
     assert caps["open"].state == "meets_slo" and caps["open"].unit == "req/s"
     assert caps["rate_capacity"]["req_s"] == caps["open"].load_pass
     assert all(p["goodput_req_s"] is not None and 0 <= p["attainment_pct"] <= 100 for p in caps["open_loop"])
-    assert "capacity search, open loop" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "capacity search, open loop" in printed
+    # each open-loop run is announced with its rate, why and the GPU time it should take, then its outcome
+    first = [line for line in printed.splitlines() if line.startswith("bench sweep: S1_chat: open loop, ")]
+    rates = [r for r in manifest(out)["extra"]["runs"] if r["kind"] == "open_loop"]
+    assert len(first) == 2 * len(rates) and "run 1, about " in first[0] and "of GPU time (0 of " in first[0]
+    assert first[0].endswith("the closed loop's pass end, offered as a Poisson rate")
+    assert " run 1 valid (" in first[1] and "out tok/s, TTFT p99 " in first[1]
+    assert first[1].endswith(("meets the SLO with confidence", "misses it for sure",
+                              "too close to the limit to call yet"))
+    # the closing line gives the answer the open loop carries beside the closed loop's
+    closing = [line for line in printed.splitlines() if line.startswith("bench sweep: S1_chat under the SLO: ")]
+    assert len(closing) == 1 and "; by offered rate (the open loop): " in closing[0]
+    assert f"(misses the SLO at {caps['open'].load_fail:g} req/s" in closing[0]
 
 
 def test_the_budget_stops_the_search_and_says_what_resume_buys(bench_stub_server, fake_bench, tmp_path, capsys):

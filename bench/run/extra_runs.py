@@ -305,7 +305,10 @@ class ExtraRuns:
             n = step.requests or sizing.closed_loop_requests(rate, c, args.window_s, floor=args.min_prompts)
             return (n + sizing.burst_requests(c)) / max(rate, 1e-9)
 
-        spent, runs, stop = drive(closed, closed_run, closed_estimate, budget_s)
+        def say(loop: str):
+            return lambda line: print(f"bench sweep: {name}: {loop}, {line}", flush=True)
+
+        spent, runs, stop = drive(closed, closed_run, closed_estimate, budget_s, say=say("closed loop"))
         info["closed"] = self._summary(closed, runs, spent, stop)
         print(f"bench sweep: {name}: capacity search, closed loop ({runs} extra runs, {minutes(spent)}): "
               f"{closed.standing()}" + (f"; {stop}" if stop else ""), flush=True)
@@ -338,7 +341,8 @@ class ExtraRuns:
             return n / step.load
 
         first_rate = S.Step(float(f"{start:.4g}"), False, "the closed loop's pass end, offered as a Poisson rate")
-        used, opened, why = drive(rates, open_run, open_estimate, budget_s - spent, first=first_rate)
+        used, opened, why = drive(rates, open_run, open_estimate, budget_s - spent, first=first_rate,
+                                   say=say("open loop"))
         spent += used
         info["open_loop"] = {**self._summary(rates, opened, used, why), "max_concurrency": cap}
         print(f"bench sweep: {name}: capacity search, open loop ({opened} runs, {minutes(used)}): "
@@ -387,13 +391,20 @@ class ExtraRuns:
         return t
 
 
-def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | None = None
-          ) -> tuple[float, int, str | None]:
+STATE_WORDS = {S.PASS: "meets the SLO with confidence", S.FAIL: "misses it for sure",
+               S.SOFT: "too close to the limit to call yet"}
+
+
+def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | None = None,
+          say=None) -> tuple[float, int, str | None]:
     """Run a search to its end or to its budget: (GPU seconds spent, runs, why it stopped short or None).
 
     `run(step, k)` runs the k-th run at the step's load and returns (its result, its GPU seconds);
     `estimate(step)` is a run's expected GPU seconds. A run whose estimate, plus the run-to-run band,
-    would overrun the budget is not started."""
+    would overrun the budget is not started. `say(line)`, where given, hears of each run before it starts
+    (its load, why, and the GPU time it should take: an open-loop run at a low rate lasts many minutes)
+    and after it ends (its figures and where its load now stands)."""
+    say = say or (lambda line: None)
     spent, runs = 0.0, 0
     lost: dict[float, int] = {}  # runs at a load that stayed invalid (their numbers are not reused)
     while True:
@@ -405,18 +416,25 @@ def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | N
             return spent, runs, budget_words(search, step, est, spent, budget_s)
         load = search.key(step.load)
         k = len(search.runs(load)) + 1 + lost.get(load, 0)
+        say(f"{search.words(step.load)} run {k}{' (a repeat)' if step.repeat else ''}, about {minutes(est)} "
+            f"of GPU time ({spent:.0f} of {budget_s:.0f} s spent): {step.why}")
         result, used = run(step, k)
         runs += 1
         spent += used
-        if not result.valid and step.repeat:
+        if result.valid:
+            search.observe(step.load, result.raw, V.run_file(result))
+            say(f"{search.words(step.load)} run {k} valid ({used:.0f} s): {result.output_tok_s:.1f} out tok/s, "
+                f"TTFT p99 {result.ttft_p99_ms:.0f} ms; {search.words(step.load)} "
+                f"{STATE_WORDS[search.state(load)]}")
+            continue
+        say(f"{search.words(step.load)} run {k} INVALID ({used:.0f} s): {result.reason}")
+        if step.repeat:
             # a repeat keeps its point's size; one that no longer holds the window at that size (the
             # server sped up) is not comparable: the point is not repeated again
             lost[load] = lost.get(load, 0) + 1
             search.exhausted.add(load)
             continue
-        if not result.valid:
-            return spent, runs, f"{search.words(step.load)} run {k} stayed invalid: {result.reason}"
-        search.observe(step.load, result.raw, V.run_file(result))
+        return spent, runs, f"{search.words(step.load)} run {k} stayed invalid: {result.reason}"
 
 
 def budget_words(search: S.Search, step: S.Step, est: float, spent: float, budget_s: float) -> str:

@@ -463,7 +463,10 @@ def record_capacity(sweep: Sweep) -> None:
         closed = got.get("closed") or V.Capacity(V.GRID, V.NO_DATA)
         scenarios[name] = {"slo_capacity_interval": closed.as_dict(),
                            "rate_capacity_interval": got["open"].as_dict() if got.get("open") else None}
-        print(f"bench sweep: {name} under the SLO: {V.capacity_text(closed)}", flush=True)
+        line = f"bench sweep: {name} under the SLO: {V.capacity_text(closed)}"
+        if got.get("open") and got["open"].known:
+            line += f"; by offered rate (the open loop): {V.capacity_text(got['open'])}"
+        print(line, flush=True)
     sweep.manifest["capacity"] = {
         "slo": {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
                 "decode_metric": args.slo_decode_metric},
