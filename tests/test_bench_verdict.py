@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.analysis import answer
 from bench.analysis import capacity as C
 from bench.analysis import capacity_report as CR
 from bench.analysis import report as REP
@@ -101,12 +102,16 @@ def test_grid_capacity_interval_open_end_and_never(tmp_path):
     assert (b.point, b.lo, b.hi, b.load_pass, b.load_fail) == (6400.0, pytest.approx(6400 / band), math.inf, 64, None)
     assert (c.state, c.lo, c.hi, c.load_fail) == (V.NEVER, 0.0, 0.0, 1)  # misses at one request at a time
     assert (d.state, d.lo, d.hi, d.load_fail) == (V.NEVER, 0.0, pytest.approx(400.0 * band), 4)  # below the lowest load
-    assert V.capacity_text(a) == ("800.0 tok/s (c=8, closed loop, S1_chat_c8.json); 95 % interval 720.7 to 1,776.0 "
-                                  "tok/s (misses the SLO at c=16; run-to-run band 11 %, assumed, no point was run twice)")
+    # one wording of a capacity everywhere (bench sweep's line, the plan, the report): answer.capacity_words
+    assert answer.capacity_words(a.as_dict()) == (
+        "800.0 tok/s, 95 % interval 720.7 to 1,776.0 (from c=8, closed loop, S1_chat_c8.json; run-to-run band 11 %, "
+        "assumed, no point was run twice; meets the SLO at c=8, misses it at c=16)")
     flat = V.Capacity(V.GRID, V.MEETS, lo=394.7, hi=394.7, load_pass=7, load_fail=8, point=394.7)  # saturated
-    assert V.capacity_text(flat) == "394.7 tok/s (c=7, closed loop); 95 % interval 394.7 tok/s (misses the SLO at c=8)"
-    assert "or more" in V.capacity_text(b) and "no upper bound" in V.capacity_text(b)
-    assert V.capacity_text(d).startswith("below 444.0 tok/s: never meets the SLO")
+    assert answer.capacity_words(flat.as_dict()) == (
+        "394.7 tok/s, 95 % interval 394.7 (from c=7, closed loop; meets the SLO at c=7, misses it at c=8)")
+    words_b = answer.capacity_words(b.as_dict())
+    assert "or more" in words_b and "no upper bound" in words_b
+    assert answer.capacity_words(d.as_dict()).startswith("below 444.0 tok/s (never meets the SLO")
 
 
 def test_the_upper_end_is_the_throughput_at_the_lowest_sure_miss(tmp_path):
@@ -442,8 +447,8 @@ def test_the_capacity_carries_each_figures_band_and_names_the_largest():
     assert iv["noise_pct"] == decode and iv["noise_source"] == "measured" and iv["noise_repeats"] == 3
     assert iv["noise_pct_by_figure"] == {"output_tok_s": tok, "ttft": noise.figure(C.TTFT), "decode": decode}
     words = f"run-to-run band {decode:g} % (decode median; output tok/s {tok:g} %), measured from repeats"
-    assert V.noise_text(cap) == words and words in V.capacity_text(cap)
-    assert_words(V.capacity_text(cap))
+    assert V.noise_text(cap) == words and words in answer.capacity_words(cap.as_dict())
+    assert_words(answer.capacity_words(cap.as_dict()))
     # where output tok/s set the band, or the band is assumed, the words stay as they were
     assert V.noise_words(8.0, "measured", {"output_tok_s": 8.0, "ttft": 5.0, "decode": 3.0}) == (
         "run-to-run band 8 %, measured from repeats")

@@ -537,3 +537,46 @@ def test_a_variants_line_words_what_the_server_did_not_report():
         "/health 54.1 s, KV cache 233,816 tokens, attention TRITON_ATTN"
     assert gpu_experiment.start_words({"healthy_s": 25.1, "kv_cache_tokens": 32768, "attention_backend": None}) == \
         "/health 25.1 s, KV cache 32,768 tokens, attention not reported"
+
+
+def test_a_sweep_cut_off_keeps_its_runs_and_capacity_in_the_record(tmp_path, monkeypatch):
+    """The H200 box, 2026-12-05: S4_rag's sweep had its c=1 and c=2 runs and its closed-loop capacity when the
+    command's limit cut the open-loop search off, and the record said nothing of them (`sweeps` empty):
+    the capacity had to be rebuilt by hand with `bench report`. A cut-off sweep is recorded as far as it got,
+    the page says so, and the next command continues it (it is not taken for finished)."""
+    import signal as sig
+
+    from bench.common.interrupts import Interrupted
+    from tests.test_bench_compare import BASE_FLAGS, sweep
+
+    folder = tmp_path / "fp8"
+    calls = []
+
+    def cut_off(argv, log, env=None):
+        calls.append(argv)
+        sweep(folder / "S4_rag", {("S4_rag", 1): 70.0, ("S4_rag", 2): 120.0}, server_flags=BASE_FLAGS)
+        raise Interrupted(sig.SIGTERM)
+
+    monkeypatch.setattr(gpu_experiment, "run_logged", cut_off)
+    check = SimpleNamespace(runtime=SimpleNamespace(env={}))
+    entry: dict = {"sweeps": {}}
+    saved = []
+    with pytest.raises(Interrupted):
+        gpu_experiment.sweep_scenario(check, ["bench", "sweep"], folder, "S4_rag", entry, lambda: saved.append(1),
+                                      gpus=1)
+    got = entry["sweeps"]["S4_rag"]
+    assert saved and got["cut_off"] is True and got["rc"] is None and calls == [["bench", "sweep"]]
+    assert [r["concurrency"] for r in got["runs"]] == [1, 2]
+    assert got["capacity"] == gpu_experiment.sweep_capacity(folder / "S4_rag", "S4_rag") and got["capacity"]["closed"]
+    assert not gpu_experiment.swept(entry, folder, "S4_rag")  # the next command continues it
+    record = {"experiment": "scenarios", "device": {"name": "H200"}, "question": "q", "seeds": "s",
+              "variants": {"fp8": {"status": "cut off", "reason": "stopped by SIGTERM", "starts": [{"healthy_s": 71.1}],
+                                   "sweeps": entry["sweeps"]}}}
+    page = gpu_page.experiment_markdown(record)
+    assert "**fp8: S4_rag** (cut off after " in page and "the same command continues it" in page
+    assert "Capacity under the SLO (closed loop): " in page and "None" not in page and "exit None" not in page
+    # the next command resumes it, and a finished sweep is recorded as such
+    monkeypatch.setattr(gpu_experiment, "run_logged", lambda argv, log, env=None: calls.append(argv) or 0)
+    gpu_experiment.sweep_scenario(check, ["bench", "sweep"], folder, "S4_rag", entry, lambda: None, gpus=1)
+    assert calls[-1] == ["bench", "sweep", "--resume"] and entry["sweeps"]["S4_rag"]["rc"] == 0
+    assert "cut_off" not in entry["sweeps"]["S4_rag"] and gpu_experiment.swept(entry, folder, "S4_rag")

@@ -116,14 +116,14 @@ def side_prices(side: Side, given: dict[str | None, tuple[float | None, float | 
 
 def _from_interval(cap: V.Capacity, out_len: int | None) -> Capacity:
     if not cap.known:
-        return Capacity(None, None, cap.source, out_len, state=V.NO_DATA, words=V.capacity_text(cap))
+        return Capacity(None, None, cap.source, out_len, state=V.NO_DATA, words=answer.capacity_words(cap.as_dict()))
     req_lo, req_hi = cap.req_lo, cap.req_hi
     if req_lo is None and out_len:
         req_lo = cap.lo / out_len
     if req_hi is None and out_len:
         req_hi = cap.hi / out_len
     interval = cap.as_dict()
-    return Capacity(cap.lo, req_lo, cap.source, out_len, cap.hi, req_hi, cap.state, V.capacity_text(cap),
+    return Capacity(cap.lo, req_lo, cap.source, out_len, cap.hi, req_hi, cap.state, answer.capacity_words(interval),
                     f"{answer.from_words(interval)}; {answer.bracket_words(interval)}", band_lo=cap.band_lo,
                     band_hi=cap.band_hi, more=V.higher_load_advice(cap),
                     point=V.figure(cap) if cap.state == V.MEETS else None, adjacent=V.adjacent(cap))

@@ -430,28 +430,6 @@ def noise_text(cap: Capacity) -> str:
     return noise_words(cap.noise_pct, cap.noise_source, cap.noise_by_figure)
 
 
-def capacity_text(cap: Capacity) -> str:
-    """A side's capacity in words: the figure with its run, its 95 % interval and the loads that bound it."""
-    if cap.state == NO_DATA:
-        return "unknown (no usable run)"
-    if cap.state == BROKEN:
-        return f"not measured: {cap.reason}"
-    band = noise_text(cap)
-    if cap.state == NEVER:
-        where = f"misses it from {load_text(cap.unit, cap.load_fail)}"
-        if cap.hi == 0:
-            return f"0 tok/s: never meets the SLO at the loads tested ({where}, one request at a time)"
-        return f"below {_n(cap.hi)} tok/s: never meets the SLO at the loads tested ({where})"
-    point = cap.point if cap.point is not None else cap.lo
-    head = f"{_n(point)} tok/s ({run_text(cap)})"
-    if cap.hi is None or math.isinf(cap.hi):
-        return (f"{head}; {_n(cap.lo)} tok/s or more (still meets the SLO at the highest load tested: no "
-                f"upper bound" + (f"; {band}" if band else "") + ")")
-    span = _n(cap.lo) if _n(cap.lo) == _n(cap.hi) else f"{_n(cap.lo)} to {_n(cap.hi)}"
-    return (f"{head}; 95 % interval {span} tok/s (misses the SLO at {load_text(cap.unit, cap.load_fail)}"
-            + (f"; {band}" if band else "") + ")")
-
-
 SOURCE_WORDS = {GRID: "grid", SEARCH: "capacity search", OPEN_LOOP: "open loop", None: "none"}
 
 

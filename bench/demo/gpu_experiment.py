@@ -252,6 +252,34 @@ def finished(experiment: Experiment, entry: dict[str, Any], folder: Path, scenar
             and (not experiment.mixed or (entry.get("mixed") or {}).get("status") == "ok"))
 
 
+def sweep_scenario(check, argv: list[str], folder: Path, scenario: str, entry: dict[str, Any],
+                   save: Callable[[], None], *, gpus: int) -> None:
+    """`bench sweep` of one scenario into folder/SCENARIO, recorded in `entry["sweeps"]` with its runs and the
+    capacity they give. A sweep an earlier command left unfinished continues (--resume). One a stop cuts off
+    (a command's time limit) is recorded too, as far as it got (`cut_off`), before the stop goes on: its
+    finished runs and their capacity are on the page, and the same command continues it."""
+    sweep = folder / scenario
+    resume = (sweep / "manifest.json").is_file()
+    if not resume:
+        shutil.rmtree(sweep, ignore_errors=True)
+    t0 = time.monotonic()
+
+    def keep(rc: int | None) -> None:
+        entry["sweeps"][scenario] = {"dir": str(sweep), "rc": rc, "runs": runs_of(sweep),
+                                     "capacity": sweep_capacity(sweep, scenario),
+                                     "seconds": round(time.monotonic() - t0, 1), "gpus": gpus, "resumed": resume,
+                                     **({"cut_off": True} if rc is None else {})}
+        save()
+
+    try:
+        rc = run_logged(argv + (["--resume"] if resume else []), folder / f"sweep-{scenario}.log",
+                        env=check.runtime.env)
+    except KeyboardInterrupt:
+        keep(None)
+        raise
+    keep(rc)
+
+
 def run_variant(check, experiment: Experiment, variant: Variant, root: Path, entry: dict[str, Any],
                 save: Callable[[], None], record: dict[str, Any] | None = None) -> None:
     """Start the variant's server, sweep each scenario asked for into VARIANT/SCENARIO/, run the experiment's
@@ -279,23 +307,13 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
         if check.full and (problems := gpu_full.start_problems(start, check.args, **variant.override)):
             raise S.Broken("; ".join(problems))
         for scenario in check.args.scenario_list:
-            sweep = folder / scenario
             if again:
                 set_aside(entry, folder, scenario)
             elif swept(entry, folder, scenario):
                 continue  # an earlier command's finished sweep is kept (--again measures it anew)
-            # a sweep an earlier command left unfinished (cut off by its time limit) continues
-            resume = (sweep / "manifest.json").is_file()
-            if not resume:
-                shutil.rmtree(sweep, ignore_errors=True)
-            t0 = time.monotonic()
-            argv = sweep_argv(check, experiment, variant, flags, scenario, sweep) + (["--resume"] if resume else [])
-            rc = run_logged(argv, folder / f"sweep-{scenario}.log", env=check.runtime.env)
-            entry["sweeps"][scenario] = {"dir": str(sweep), "rc": rc, "runs": runs_of(sweep),
-                                         "capacity": sweep_capacity(sweep, scenario),
-                                         "seconds": round(time.monotonic() - t0, 1), "gpus": tp, "resumed": resume}
-            save()
-        bad = [s for s, v in entry["sweeps"].items() if v["rc"] != 0]
+            sweep_scenario(check, sweep_argv(check, experiment, variant, flags, scenario, folder / scenario),
+                           folder, scenario, entry, save, gpus=tp)
+        bad = [s for s, v in entry["sweeps"].items() if v["rc"] != 0 and not v.get("cut_off")]
         entry.update(status="broken" if bad else "ok",
                      reason=f"bench sweep failed for {', '.join(bad)} (sweep-SCENARIO.log)" if bad else None)
         if experiment.mixed and not bad and record is not None:

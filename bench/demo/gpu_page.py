@@ -229,7 +229,10 @@ def experiment_markdown(record: dict[str, Any]) -> str:
                      f"{start.get('attention_backend') or 'not measured'} |")
     for label, v in variants.items():
         for scenario, sweep in (v.get("sweeps") or {}).items():
-            lines += ["", f"**{label}: {scenario}** (bench sweep exit {sweep.get('rc')}, {_s(sweep.get('seconds'))})", "",
+            how = (f"cut off after {_s(sweep.get('seconds'))}: the runs it finished and what they give so far; the "
+                   "same command continues it" if sweep.get("cut_off") else
+                   f"bench sweep exit {sweep.get('rc')}, {_s(sweep.get('seconds'))}")
+            lines += ["", f"**{label}: {scenario}** ({how})", "",
                       *_runs_table(sweep.get("runs") or [], sweep.get("gpus") or 1), *capacity_lines(sweep)]
             lines += repeat_lines(scenario, sweep, [e for e in v.get("earlier") or [] if e.get("scenario") == scenario])
     for scenario, c in (record.get("compare") or {}).items():

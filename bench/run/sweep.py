@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.analysis import answer
 from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
 from bench.analysis import side as SIDE
@@ -463,9 +464,9 @@ def record_capacity(sweep: Sweep) -> None:
         closed = got.get("closed") or V.Capacity(V.GRID, V.NO_DATA)
         scenarios[name] = {"slo_capacity_interval": closed.as_dict(),
                            "rate_capacity_interval": got["open"].as_dict() if got.get("open") else None}
-        line = f"bench sweep: {name} under the SLO: {V.capacity_text(closed)}"
+        line = f"bench sweep: {name} under the SLO: {answer.capacity_words(closed.as_dict())}"
         if got.get("open") and got["open"].known:
-            line += f"; by offered rate (the open loop): {V.capacity_text(got['open'])}"
+            line += f"; by offered rate (the open loop): {answer.capacity_words(got['open'].as_dict())}"
         print(line, flush=True)
     sweep.manifest["capacity"] = {
         "slo": {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
