@@ -108,7 +108,10 @@ def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
     assert "Traceback" not in said
     record = json.loads((root / "experiment.json").read_text())
     cut = record["variants"]["seqs-32"]
-    assert cut["status"] == "cut off" and "S1_chat" not in cut["sweeps"], cut
+    # the cut-off sweep is kept as far as it got, and the page says so
+    assert cut["status"] == "cut off" and cut["sweeps"]["S1_chat"]["cut_off"] is True, cut
+    assert cut["sweeps"]["S1_chat"]["rc"] is None and "**seqs-32: S1_chat** (cut off after " in (
+        root / "experiment.md").read_text()
     assert "stopped" in (root / "seqs-32" / "sweep-S1_chat.log").read_text()  # the sweep said so, in its log
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert left == [], f"processes of the stopped command still run: {left}"

@@ -333,9 +333,11 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
 
 def compare(check, experiment: Experiment, record: dict[str, Any], root: Path, scenario: str) -> dict[str, Any]:
     """`bench compare` of one scenario over every variant that swept it, in the experiment's order."""
-    done = [v.label for v in experiment.variants
-            if scenario in ((record["variants"].get(v.label) or {}).get("sweeps") or {})
-            and (root / v.label / scenario).is_dir()]
+    sweeps = {v.label: ((record["variants"].get(v.label) or {}).get("sweeps") or {}).get(scenario)
+              for v in experiment.variants}
+    # a sweep a stop cut off is on the page as far as it got, but compared only once finished
+    done = [label for label, sweep in sweeps.items()
+            if sweep is not None and not sweep.get("cut_off") and (root / label / scenario).is_dir()]
     if len(done) < 2:
         return {"status": "waiting", "reason": f"{len(done)} variant{'s' if len(done) != 1 else ''} swept so far; "
                                               "a comparison needs two"}
