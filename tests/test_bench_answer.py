@@ -55,7 +55,7 @@ def test_a_capacity_is_worded_with_the_run_it_came_from():
     recorded = {**interval, "source_run": "search/S1_chat_c28.run2.json", "repeats": 2, "noise_pct": 12.5}
     assert answer.from_words(recorded) == ("c=28, closed loop, search/S1_chat_c28.run2.json, mean of 2 runs; "
                                            "run-to-run band 12.5 %")
-    # the runs behind the figure as verdict.run_text names them (bench sweep's printed line)
+    # the runs behind the figure, as bench sweep's printed line names them
     both = {**recorded, "source_runs": ["search/S1_chat_c28.run1.json", "search/S1_chat_c28.run2.json"]}
     assert answer.from_words(both).startswith("c=28, closed loop, search/S1_chat_c28.run1.json and 1 more, mean of 2 "
                                               "runs; ")

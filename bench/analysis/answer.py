@@ -234,7 +234,7 @@ def from_words(interval: dict[str, Any], figure: bool = False) -> str:
     if files:
         parts.append(files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more")
     repeats = interval.get("repeats")
-    if isinstance(repeats, int) and repeats > 1:  # the figure is their mean (as verdict.run_text says)
+    if isinstance(repeats, int) and repeats > 1:  # the figure is their mean
         parts.append(f"mean of {repeats} runs")
     text = ", ".join(parts)
     if figure and _finite(interval.get("point_tok_s")):

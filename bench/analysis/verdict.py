@@ -394,14 +394,6 @@ def load_text(unit: str, value: float | None) -> str:
     return f"c={value:g}" if unit == CONCURRENCY else f"{value:g} req/s"
 
 
-def run_text(cap: Capacity) -> str:
-    """Where the capacity figure comes from: its load, loop and file(s)."""
-    files = list(cap.source_runs)
-    named = "" if not files else files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
-    return (f"{load_text(cap.unit, cap.load_pass)}, {cap.loop} loop"
-            + (f", {named}" if named else "") + (f", mean of {cap.repeats} runs" if cap.repeats > 1 else ""))
-
-
 def noise_words(pct: float | None, source: str | None, by_figure: dict[str, Any] | None = None) -> str:
     """The run-to-run band in words: "run-to-run band 11 %, assumed, no point was run twice"; where a
     figure other than output tok/s set it (`by_figure`, summary.json's `noise_pct_by_figure`), which one
@@ -424,10 +416,6 @@ def _widest_words(pct: float, by_figure: dict[str, Any] | None) -> str:
     widest = next((name for name in C.NOISE_FIGURES if by_figure.get(name) == pct), None)
     named = f"{C.FIGURE_WORDS[widest]}; " if widest else ""
     return f" ({named}output tok/s {tok:g} %)"
-
-
-def noise_text(cap: Capacity) -> str:
-    return noise_words(cap.noise_pct, cap.noise_source, cap.noise_by_figure)
 
 
 SOURCE_WORDS = {GRID: "grid", SEARCH: "capacity search", OPEN_LOOP: "open loop", None: "none"}

@@ -43,9 +43,13 @@ _stop_requested = threading.Event()
 _stop_signal = [int(signal.SIGINT)]
 
 
-def _raise(signum, _frame):
+def _note_stop(signum: int) -> None:
     _stop_signal[0] = signum
     _stop_requested.set()
+
+
+def _raise(signum, _frame):
+    _note_stop(signum)
     raise Interrupted(signum)
 
 
@@ -118,8 +122,7 @@ def stop_loop_on_signals(loop: asyncio.AbstractEventLoop) -> Iterator[list[int]]
         diverted = []
 
     def stop(signum: int) -> None:
-        _stop_signal[0] = signum
-        _stop_requested.set()
+        _note_stop(signum)
         caught.append(signum)
         for task in asyncio.all_tasks(loop):  # left unfinished on purpose: no "destroyed but pending" report
             task._log_destroy_pending = False  # type: ignore[attr-defined]
