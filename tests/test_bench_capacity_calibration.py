@@ -140,20 +140,32 @@ def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path, knee, seed)
     assert max(costs) <= BUDGET_S + 1e-9
 
 
-def ratio_reruns(tmp_path: Path, ratio: float, seed: int) -> list[str]:
+BASE = FakeServer(top=1500.0, ms_per_c=500.0 / 11.5, sigma=0.04)  # the baseline every ratio case compares with
+BASE_SEED = 7000
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory) -> list[V.Capacity]:
+    """One baseline sweep per rerun, shared by the ratio cases below (as one baseline measured once is
+    compared with several candidates): each case's candidates are its own, the baselines the same."""
+    root = tmp_path_factory.mktemp("baselines")
+    caps = []
+    for k in range(RERUNS):
+        sweep(root / f"base{k}", BASE, np.random.default_rng(BASE_SEED + k))
+        caps.append(capacity(root / f"base{k}"))
+    return caps
+
+
+def ratio_reruns(tmp_path: Path, baselines: list[V.Capacity], ratio: float, seed: int) -> list[str]:
     """The verdict's state at 1.5x in each rerun of two sides whose true per-GPU ratio is `ratio`
     (the same latency curve, GPU-like run-to-run spread: sigma 4 %)."""
-    base = FakeServer(top=1500.0, ms_per_c=500.0 / 11.5, sigma=0.04)
-    cand = FakeServer(top=1500.0 * ratio, ms_per_c=500.0 / 11.5, sigma=0.04)
-    assert cand.true_capacity / base.true_capacity == pytest.approx(ratio)
+    cand = FakeServer(top=BASE.top * ratio, ms_per_c=BASE.ms_per_c, sigma=BASE.sigma)
+    assert cand.true_capacity / BASE.true_capacity == pytest.approx(ratio)
     states = []
-    for k in range(RERUNS):
-        caps = []
-        for label, server in (("cand", cand), ("base", base)):
-            folder = tmp_path / f"{ratio:g}-{label}{k}"
-            sweep(folder, server, np.random.default_rng(seed + 2 * k + (label == "base")))
-            caps.append(capacity(folder))
-        call = V.slo_call("S1_chat", caps[0], caps[1], V.SEARCH, a_gpus=1, b_gpus=1, threshold=1.5,
+    for k, base_cap in enumerate(baselines):
+        folder = tmp_path / f"{ratio:g}-cand{k}"
+        sweep(folder, cand, np.random.default_rng(seed + k))
+        call = V.slo_call("S1_chat", capacity(folder), base_cap, V.SEARCH, a_gpus=1, b_gpus=1, threshold=1.5,
                           labels=("cand", "base"))
         states.append(call.state)
     print(f"\n[calibration] true ratio {ratio:g}x against 1.5x: pass {states.count(V.PASS)}, inconclusive "
@@ -161,18 +173,18 @@ def ratio_reruns(tmp_path: Path, ratio: float, seed: int) -> list[str]:
     return states
 
 
-def test_a_true_2x_case_passes_in_most_reruns_and_never_fails(tmp_path):
+def test_a_true_2x_case_passes_in_most_reruns_and_never_fails(tmp_path, baselines):
     # The question "12 replicas to 8" on a close case: the knee is between c=11 and c=12 on both
     # sides; each side's capacity known to +-10 % puts a true 2x above 1.5x
-    states = ratio_reruns(tmp_path, 2.0, 2000)
+    states = ratio_reruns(tmp_path, baselines, 2.0, 2000)
     assert V.FAIL not in states and states.count(V.PASS) > RERUNS / 2
 
 
-def test_a_clear_case_passes_within_the_budget(tmp_path):
-    states = ratio_reruns(tmp_path, 3.0, 3000)  # the question "12 replicas to 4"
+def test_a_clear_case_passes_within_the_budget(tmp_path, baselines):
+    states = ratio_reruns(tmp_path, baselines, 3.0, 3000)  # the question "12 replicas to 4"
     assert states.count(V.PASS) == RERUNS
 
 
-def test_a_true_ratio_below_the_threshold_fails_and_never_passes(tmp_path):
-    states = ratio_reruns(tmp_path, 1.1, 5000)
+def test_a_true_ratio_below_the_threshold_fails_and_never_passes(tmp_path, baselines):
+    states = ratio_reruns(tmp_path, baselines, 1.1, 5000)
     assert V.PASS not in states and states.count(V.FAIL) > RERUNS / 2

@@ -215,7 +215,10 @@ def test_the_rendered_job_command_sweeps_a_real_server_and_streams_to_s3(aws, ti
     env = {k: v for k, v in env.items() if v is not None}  # NODE_NAME, HOST_IP come from the pod
     run_env = {**os.environ, **env, "PYTHONPATH": str(code.parent),
                "VLLM_POC_VLLM_BIN": vllm_env.vllm,
-               "PATH": vllm_env.env["PATH"], "VLLM_TARGET_DEVICE": "cpu"}
+               "PATH": vllm_env.env["PATH"], "VLLM_TARGET_DEVICE": "cpu",
+               # the image's python imports vllm, so its sweep runs every window in one client process
+               # ("auto"); here --vllm-bin points at another environment, which "auto" would run per run
+               "VLLM_POC_BENCH_CLIENT": "library"}
     run_env["PYTHONPATH"] = os.pathsep.join([str(code.parent), vllm_env.env["PYTHONPATH"].split(os.pathsep)[0]])
     result = subprocess.run(command, env=run_env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -227,6 +230,7 @@ def test_the_rendered_job_command_sweeps_a_real_server_and_streams_to_s3(aws, ti
     assert expected | {"manifest.json"} <= keys
     manifest = json.loads(s3.get_object(Bucket=results_bucket, Key=results_prefix + "manifest.json")["Body"].read())
     assert {r["status"] for r in manifest["runs"]} == {"valid"}
+    assert manifest["sessions"][-1]["timing"]["bench_client"] == "library"  # one client for every window
     # what the report needs to compare runs comes from the rendered Job
     assert manifest["instance_type"] == "g6e.2xlarge" and manifest["gpus"] == 1
     assert manifest["price_per_hour"] == 2.76 and manifest["label"] == "dev-test/gemma-fp8"

@@ -113,7 +113,8 @@ def test_timeline_outside_a_cluster_is_a_clear_error(tmp_path, capsys, monkeypat
 
 class _SleepyVllm(BaseHTTPRequestHandler):
     state = {"sleeping": False, "calls": []}
-    sleep_delay, wake_delay = 0.3, 0.1
+    # far enough apart that the lower bounds alone tell sleep from wake, whatever the machine's load
+    sleep_delay, wake_delay = 1.0, 0.1
     dev_mode = True
 
     def do_POST(self):  # noqa: N802
@@ -159,7 +160,10 @@ def sleepy_server():
 def test_sleep_and_wake_are_timed_on_the_server(sleepy_server):
     out = sleepwake.measure(sleepy_server, level=1, model="tiny")
     assert out["error"] is None and out["confirmed"] is True
-    assert 0.3 <= out["sleep_s"] < 2.0 and 0.1 <= out["wake_s"] < out["sleep_s"]
+    # each call timed on its own: at least its delay (time.sleep's guarantee), and the wake not counting
+    # the sleep before it (a wake timed from the first call would read over 1.1 s)
+    assert out["sleep_s"] >= _SleepyVllm.sleep_delay and out["wake_s"] >= _SleepyVllm.wake_delay
+    assert out["wake_s"] < _SleepyVllm.sleep_delay + _SleepyVllm.wake_delay
     assert out["first_request_s"] is not None
     assert _SleepyVllm.state["calls"] == ["/sleep?level=1", "/wake_up", "/v1/completions"]
 
