@@ -129,7 +129,7 @@ def test_a_run_whose_answers_came_in_one_chunk_is_suspect_and_no_evidence_on_the
     side = SIDE.load_side(d)
     run = next(r for r in side.runs if r.concurrency == 32)
     why = side.suspect(run)
-    assert why == ("decode latency not measured: the requests streamed 1.0 chunks on average (fewer than 2; "
+    assert why == ("decode latency not measured: the requests streamed 1.00 chunks on average (fewer than 2; "
                    "ITL p99 0.0 ms, TPOT p99 0.54 ms), so the run is no evidence for or against the decode limit")
     summary, issues = SUMMARY.build_summary(side, None, ttft_ms=1000.0, itl_ms=50.0, threshold=1.5)
     row = next(r for r in summary["runs"] if r["concurrency"] == 32)
@@ -152,6 +152,27 @@ def test_a_run_whose_answers_came_in_one_chunk_is_suspect_and_no_evidence_on_the
     assert R.chunks_per_request(many) == 31.0 and R.unmeasured_decode_reason(many) is None
     detail = R.from_dict({**one_chunk, "itls": [[], [0.01]]}, scenario="S1_chat", concurrency=32)
     assert R.chunks_per_request(detail) == 1.5  # counted where the gaps were saved
+
+
+def test_two_token_answers_need_half_their_requests_streamed_apart(tmp_path):
+    """Answers of two tokens stream two chunks at most: a run where one request of many got both tokens
+    in one chunk still measured the decode latency (a sweep at S3_moderation 1/16 length on a loaded CPU:
+    1.9978 chunks, which a bar of 2 made suspect and worded "2.0 chunks ... fewer than 2")."""
+    def run(gaps: list[list[float]], output_len: int):
+        raw = {**write_result(tmp_path, "S3_moderation", 4, 200.0), "itls": gaps, R.META_OUTPUT_LEN: str(output_len)}
+        return R.from_dict(raw, scenario="S3_moderation", concurrency=4)
+
+    one_bunched = run([[0.004]] * 449 + [[]], 2)
+    assert R.chunks_per_request(one_bunched) == pytest.approx(1.9978, abs=1e-4)
+    assert R.unmeasured_decode_reason(one_bunched) is None
+    most_bunched = run([[0.004]] * 4 + [[]] * 6, 2)
+    why = R.unmeasured_decode_reason(most_bunched)
+    assert why.startswith("decode latency not measured: the requests streamed 1.40 chunks on average (fewer than 1.5;")
+    # longer answers keep the bar of two, and the figure shown is rounded down, never up to the bar
+    nearly = run([[0.004, 0.004]] * 2 + [[0.004]] * 998, 16)
+    assert R.chunks_per_request(nearly) == pytest.approx(2.002)
+    almost = run([[0.004]] * 999 + [[]], 16)
+    assert "streamed 1.99 chunks on average (fewer than 2;" in R.unmeasured_decode_reason(almost)
 
 
 def spec_manifest(folder: Path, accepted: dict[int, tuple[float, float]], floor=None, scenario="K_korean") -> None:

@@ -44,6 +44,7 @@ def test_gpu_check_on_the_cpu_build(vllm_env, tmp_path):
     assert record["model_choice"] == {"shape": "tiny"} and record["device"]["gpus_seen"] == 0
     # the transformers trap, asked of the CPU build's vLLM (0.32.0 reads Gemma 4 configs right)
     assert record["transformers_trap"]["status"] == "ok", record["transformers_trap"]
+    assert record["transformers_trap"]["vllm"] == vllm_env.version == record["versions"]["vllm"]
     assert {k: c["status"] for k, c in checks.items()} == {
         "model": "ok", "cold_start": "ok", "timeline": "ok", "sleep_wake": "not available",
         "compile_cache": "skipped", "sweep": "ok", "speculative": "not available"}

@@ -311,19 +311,28 @@ def chunks_per_request(run: RunResult) -> float | None:
     return None
 
 
+def min_chunks(output_len: int | None) -> float:
+    """Chunks per request, on average, below which a run's decode latency counts as not measured: two
+    (a gap per request); for two-token answers, which cannot stream more than two chunks, 1.5 (at least
+    half the requests streamed their two tokens apart), so that one bunched request does not unmake a run."""
+    if output_len == 2:
+        return 1.0 + (MIN_CHUNKS_PER_REQUEST - 1.0) / 2
+    return MIN_CHUNKS_PER_REQUEST
+
+
 def unmeasured_decode_reason(run: RunResult) -> str | None:
-    """Why a run is no evidence for or against the decode limit: its answers came in fewer than two
-    chunks on average, so there was (almost) no gap between chunks to measure."""
+    """Why a run is no evidence for or against the decode limit: its answers came in fewer chunks than
+    `min_chunks` on average, so there was (almost) no gap between chunks to measure."""
     if not run.valid:
         return None
-    chunks = chunks_per_request(run)
-    if chunks is None or chunks >= MIN_CHUNKS_PER_REQUEST:
+    chunks, least = chunks_per_request(run), min_chunks(run.output_len)
+    if chunks is None or chunks >= least:
         return None
     itl = "-" if run.itl_p99_ms is None else f"{run.itl_p99_ms:.1f}"
     tpot = "" if run.tpot_p99_ms is None else f", TPOT p99 {run.tpot_p99_ms:.2f} ms"
-    return (f"{UNMEASURED_DECODE}: the requests streamed {chunks:.1f} chunks on average (fewer than "
-            f"{MIN_CHUNKS_PER_REQUEST:g}; ITL p99 {itl} ms{tpot}), so the run is no evidence for or against "
-            "the decode limit")
+    shown = math.floor(chunks * 100) / 100  # rounded down: never "2.00 chunks (fewer than 2)"
+    return (f"{UNMEASURED_DECODE}: the requests streamed {shown:.2f} chunks on average (fewer than "
+            f"{least:g}; ITL p99 {itl} ms{tpot}), so the run is no evidence for or against the decode limit")
 
 
 def spec_acceptance_pct(run: RunResult, telemetry: dict[str, Any] | None) -> float | None:
