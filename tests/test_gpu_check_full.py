@@ -570,11 +570,10 @@ def test_a_sweep_cut_off_keeps_its_runs_and_capacity_in_the_record(tmp_path, mon
     assert got["capacity"] == gpu_experiment.sweep_capacity(folder / "S4_rag", "S4_rag") and got["capacity"]["closed"]
     assert not gpu_experiment.swept(entry, folder, "S4_rag")  # the next command continues it
     # nor is it compared while cut off: a comparison waits for the sweep to finish
-    (tmp_path / "seqs-16" / "S4_rag").mkdir(parents=True)
-    (tmp_path / "seqs-32").mkdir()
+    for label in ("seqs-16", "seqs-32"):
+        (tmp_path / label / "S4_rag").mkdir(parents=True)
     experiment = gpu_experiment.EXPERIMENTS["max-num-seqs"]
     both = {"variants": {"seqs-16": {"sweeps": {"S4_rag": {"rc": 0}}}, "seqs-32": {"sweeps": entry["sweeps"]}}}
-    (tmp_path / "seqs-32" / "S4_rag").mkdir()
     waiting = gpu_experiment.compare(check, experiment, both, tmp_path, "S4_rag")
     assert waiting == {"status": "waiting", "reason": "1 variant swept so far; a comparison needs two"}
     record = {"experiment": "scenarios", "device": {"name": "H200"}, "question": "q", "seeds": "s",

@@ -38,9 +38,6 @@ BUCKET = "vllm-poc-dev-weights-123456789012"
 INSTANCE = "g6e.2xlarge"
 LOADER_FLAGS = ("--load-format", "--model-loader-extra-config", "--speculative-config")
 SERVED = "tiny"
-# The loader runs in the CPU build's worker process, with the environment the pod would give it (the CPU
-# platform keeps its multiprocessing executor even when `--distributed-executor-backend uni` is asked for:
-# its OpenMP set-up needs that process).
 
 
 def _rendered(server: serving.ServerSettings) -> tuple[list[str], dict[str, str]]:
@@ -90,7 +87,9 @@ def _wait_ready(proc, url: str, log: Path, budget_s: float) -> None:
 
 
 def _serve(vllm_env, args: list[str], env: dict[str, str], workdir: Path):
-    """Start `vllm serve` on a free port; returns (process, url, log) once the model is served."""
+    """Start `vllm serve` on a free port; returns (process, url, log) once the model is served. The loader runs
+    in the CPU build's worker process, with the environment the pod would give it (that platform keeps its
+    multiprocessing executor even when `--distributed-executor-backend uni` is asked for)."""
     for attempt in range(3):
         port = _free_port()
         log = workdir / f"server-{attempt}.log"
