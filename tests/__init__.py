@@ -42,7 +42,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_bench_streamer, test_netlimits, test_pod_security_vllm
   bench: the demo                test_bench_demo, test_bench_demo_vllm
   bench: one GPU                 test_gpu_check, test_gpu_check_vllm, test_full_model, test_gpu_check_full,
-                                 test_gpu_mixed, test_leftovers (a server never outlives its command)
+                                 test_gpu_experiment_record (an experiment's record and page), test_gpu_mixed,
+                                 test_leftovers (a server never outlives its command)
   the fleet                      test_fleet_plan, test_fleet_render, test_fleet_prometheus,
                                  test_fleet_prometheus_vllm, test_fleet_router, test_fleet_router_pools
                                  (a router per pool, on its rendered arguments), test_fleet_router_vllm,

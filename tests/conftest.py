@@ -16,6 +16,7 @@ pytest_plugins = [
 
 
 def pytest_configure(config):
+    _interrupts_reach_the_commands()
     config.addinivalue_line("markers", "vllm: runs a real vLLM (CPU) process, or code needing its environment (torch, Run:ai streamer), from .venv-vllm")
     config.addinivalue_line("markers", "no_server: with vllm, starts no vLLM server (a parser, a probe): may run on either worker")
 
@@ -47,3 +48,15 @@ def _in_group(config, item, group: str) -> None:
     from _pytest.nodeid import coerce_node_id
 
     item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
+def _interrupts_reach_the_commands() -> None:
+    """The interrupt tests send SIGINT to the commands they start and expect Ctrl-C's handling. A shell
+    without job control starts a background job (`make test &`, a CI step sent to the background) with
+    SIGINT ignored, and an ignored signal stays ignored across fork and exec: the commands would never see
+    the interrupt and exit 0 (six tests failed so). A handled signal is reset to its default at exec, so
+    giving this process Python's own handler lets every command the tests start receive it."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -197,3 +197,18 @@ def test_the_ends_take_the_tok_s_band_and_each_check_its_own():
     words = search.standing()
     assert f"output tok/s band {tok:g} % measured from 3 comparable runs; the largest, {decode:g} %, on the " \
            "decode median" in words
+
+
+def test_with_no_sure_miss_the_highest_straddling_load_is_repeated_first():
+    """The H100 box, 2026-12-05 (S1_chat, first fresh server): c=24's TTFT p99 sat at the limit and c=32's read
+    620 ms, which a wide band kept from a sure miss. Repeating c=24 (five runs, 478 to 500 ms) settled nothing; a
+    repeat of c=32, furthest past the limit, gives the search its upper end."""
+    search = S.Search(**LIMITS, default_noise_pct=30.0)
+    for c, ttft, tok in ((8, 196, 456.0), (16, 359, 839.0), (24, 495, 1035.0), (32, 620, 1305.0)):
+        search.observe(c, result(ttft, tok, n=260, seed=c), f"g{c}")
+    assert search.bounds() == (16, None) and search.state(32) == S.SOFT and search.state(24) == S.SOFT
+    step = search.next_step()
+    assert step.repeat and step.load == 32 and step.requests == 260, step
+    search.observe(32, result(620, 1300.0, n=260, seed=99), "g32.2")
+    assert search.state(32) == S.FAIL and search.bounds() == (16, 32)
+    assert search.next_step() == S.Step(28, False, "bisect between c=24 and c=32")  # then the bracket narrows

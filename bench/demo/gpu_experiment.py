@@ -186,10 +186,11 @@ def runs_of(folder: Path) -> list[dict[str, Any]]:
                 "valid": run.valid, "output_tok_s": run.output_tok_s, "ttft_p99_ms": run.ttft_p99_ms,
                 "itl_p99_ms": run.itl_p99_ms, "reason": run.reason or None}
 
-    grid = []
-    for path in sorted(folder.glob("*_c*.json")):
-        if R.parse_result_filename(path.name) is not None:
-            grid.append(row(R.load_result(path), "grid"))
+    try:  # the manifest's points, a failed one too (its last attempt's file and reason), as `bench report` reads them
+        grid = [row(run, "grid") for run in SD.load_side(folder).runs]
+    except (OSError, ValueError, KeyError, TypeError):  # no readable manifest: the result files alone
+        grid = [row(R.load_result(path), "grid") for path in sorted(folder.glob("*_c*.json"))
+                if R.parse_result_filename(path.name) is not None]
     out = sorted(grid, key=lambda r: r["concurrency"])
     for by_c in CR.search_runs(folder).values():
         for c in sorted(by_c):
@@ -306,6 +307,7 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
         save()
         if check.full and (problems := gpu_full.start_problems(start, check.args, **variant.override)):
             raise S.Broken("; ".join(problems))
+        died = None
         for scenario in check.args.scenario_list:
             if again:
                 set_aside(entry, folder, scenario)
@@ -313,9 +315,12 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
                 continue  # an earlier command's finished sweep is kept (--again measures it anew)
             sweep_scenario(check, sweep_argv(check, experiment, variant, flags, scenario, folder / scenario),
                            folder, scenario, entry, save, gpus=tp)
+            if (died := server_death(check.server, scenario, len(entry["starts"]))) is not None:
+                break  # the next scenario's sweep would only wait for a server that is gone
         bad = [s for s, v in entry["sweeps"].items() if v["rc"] != 0 and not v.get("cut_off")]
-        entry.update(status="broken" if bad else "ok",
-                     reason=f"bench sweep failed for {', '.join(bad)} (sweep-SCENARIO.log)" if bad else None)
+        entry.update(status="broken" if bad or died else "ok",
+                     reason=died or (f"bench sweep failed for {', '.join(f'{s} (sweep-{s}.log)' for s in bad)}"
+                                     if bad else None))
         if experiment.mixed and not bad and record is not None:
             entry["mixed"] = gpu_mixed.run(check, experiment.mixed, variant.label, folder, record,
                                            check.args.scenario_list)
@@ -329,6 +334,21 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
         log = check.logs / f"server-{experiment.name}-{variant.label}.log"
         if log.is_file():
             shutil.copy(log, folder / f"server-{len(entry.get('starts', []))}.log")
+
+
+def server_death(server, scenario: str, start: int) -> str | None:
+    """Why the variant's server is gone after a sweep, in one sentence naming the cause from its log (an engine
+    that ran out of GPU memory under load kills the server, and every later run fails to connect); None while it
+    runs."""
+    if server is None or server.proc.poll() is None:
+        return None
+    try:
+        text = server.log.read_text(errors="replace")  # the cause may lie far above the requests' tracebacks
+    except OSError:
+        text = ""
+    return (f"the vLLM server exited ({server.proc.returncode}) during the {scenario} sweep: "
+            f"{S.last_error(text)} (server-{start}.log; the runs after it failed to connect, "
+            f"sweep-{scenario}.log)")
 
 
 def compare(check, experiment: Experiment, record: dict[str, Any], root: Path, scenario: str) -> dict[str, Any]:

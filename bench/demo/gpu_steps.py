@@ -194,7 +194,7 @@ _LOG_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERRO
 # An exception's own line ("ValueError: Free memory on device ..."), not a traceback's source line
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): ")
 # What a process says after its child failed: the cause is in the child's lines above it
-_FOLLOW_ON = re.compile(r"root cause above|initialization failed|Failed core proc")
+_FOLLOW_ON = re.compile(r"root cause above|initialization failed|Failed core proc|stack trace \(above\)")
 
 
 def last_error(text: str) -> str:

@@ -1,0 +1,368 @@
+"""gpu-check's experiments, their record and page, on the CPU side: a command cut off or stopped and the same
+command again (a finished variant kept, --again setting the earlier sweep aside), each sweep's runs and its
+capacity under the SLO as `bench compare` gives it, a grid point that failed and a server that died named on
+the page. tests/test_gpu_check_full.py holds the full-size options and start logs; tests/test_gpu_check_vllm.py
+runs an experiment on vLLM's CPU build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bench.__main__ import main as bench_main
+from bench.analysis import results as R
+from bench.analysis import side as SIDE
+from bench.demo import gpu_experiment, gpu_page
+from bench.demo import gpu_steps as S
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _experiment_check(out: Path, experiment: str, **given) -> SimpleNamespace:
+    """A gpu-check stand-in for gpu_experiment.run: full-size arguments checked as the command checks them."""
+    args = SimpleNamespace(**{"experiment": experiment, "variants": None, "scenarios": None, "model_shape": "gemma-4-31b",
+                              "precision": "fp8", "kv_cache_dtype": "fp8", "gpu_memory_utilization": 0.9,
+                              "tensor_parallel_size": 1, "budget_minutes": None, "target_width": None, **given})
+    gpu_experiment.check_args(args, ValueError)
+    return SimpleNamespace(out=out, args=args, build_model=lambda: {"parameters": 1},
+                           record={"model_choice": {"shape": "gemma-4-31b"}, "device": {"name": "H200"}, "versions": {},
+                                   "transformers_trap": {}})
+
+
+def test_an_experiment_cut_off_says_so_and_shows_only_this_commands_start(tmp_path, monkeypatch, capsys):
+    """The H200 box, 2026-12-05: a second command's server failed to start, and its line showed the first command's
+    /health and KV cache as if they were its own. A variant that adds no start shows none; a stop mid-variant marks
+    it cut off in the record, which is saved, and goes on up."""
+    from bench.common.interrupts import Interrupted
+    import signal as sig
+
+    check = _experiment_check(tmp_path, "scenarios", scenarios="S1_chat")
+    (tmp_path / "experiments" / "scenarios").mkdir(parents=True)
+    (tmp_path / "experiments" / "scenarios" / "experiment.json").write_text(json.dumps({"variants": {"fp8": {
+        "status": "ok", "starts": [{"healthy_s": 54.1, "kv_cache_tokens": 233816}], "sweeps": {}}}}))
+
+    def fails_to_start(check, experiment, variant, root, entry, save, record):
+        entry.update(status="broken", reason="vllm serve exited 1 before /health answered: ValueError: Free memory")
+
+    monkeypatch.setattr(gpu_experiment, "run_variant", fails_to_start)
+    assert gpu_experiment.run(check, "scenarios") == 1
+    line = [l for l in capsys.readouterr().out.splitlines() if ": fp8: " in l][0]
+    assert line.endswith("fp8: broken: vllm serve exited 1 before /health answered: ValueError: Free memory")
+    assert "54.1" not in line and "233816" not in line
+
+    def stopped(check, experiment, variant, root, entry, save, record):
+        raise Interrupted(sig.SIGTERM)
+
+    monkeypatch.setattr(gpu_experiment, "run_variant", stopped)
+    with pytest.raises(Interrupted):
+        gpu_experiment.run(check, "scenarios")
+    entry = json.loads((tmp_path / "experiments" / "scenarios" / "experiment.json").read_text())["variants"]["fp8"]
+    assert entry["status"] == "cut off" and entry["reason"].startswith("stopped by SIGTERM; the same command continues")
+    assert entry["starts"] == [{"healthy_s": 54.1, "kv_cache_tokens": 233816}]
+    page = (tmp_path / "experiments" / "scenarios" / "experiment.md").read_text()
+    assert "| fp8 | cut off: stopped by SIGTERM" in page and "None" not in page
+
+
+def test_a_variant_an_earlier_command_finished_is_kept_without_a_start(tmp_path, monkeypatch, capsys):
+    """The H200 box, 2026-12-05: the prefix-caching command run again after a time limit started caching-off's
+    server once more (109 s) and measured its finished sweep again. A variant whose asked-for sweeps (and mixed
+    load, where the experiment has one) finished is kept; one missing a scenario, or not ok, runs."""
+    root = tmp_path / "experiments" / "prefix-caching"
+    for label in ("caching-off", "caching-on"):
+        (root / label / "S5_shared_prefix").mkdir(parents=True)
+        (root / label / "S5_shared_prefix" / "manifest.json").write_text("{}")
+    done = {"status": "ok", "starts": [{"healthy_s": 273.0}], "sweeps": {"S5_shared_prefix": {"rc": 0}}}
+    experiment = gpu_experiment.EXPERIMENTS["prefix-caching"]
+    assert gpu_experiment.finished(experiment, done, root / "caching-off", ["S5_shared_prefix"])
+    assert not gpu_experiment.finished(experiment, done, root / "caching-off", ["S5_shared_prefix", "S1_chat"])
+    assert not gpu_experiment.finished(experiment, {**done, "status": "broken"}, root / "caching-off",
+                                       ["S5_shared_prefix"])
+    assert not gpu_experiment.finished(experiment, {**done, "sweeps": {"S5_shared_prefix": {"rc": 1}}},
+                                       root / "caching-off", ["S5_shared_prefix"])
+    priority = gpu_experiment.EXPERIMENTS["priority"]
+    assert not gpu_experiment.finished(priority, done, root / "caching-off", ["S5_shared_prefix"])
+    assert gpu_experiment.finished(priority, {**done, "mixed": {"status": "ok"}}, root / "caching-off",
+                                   ["S5_shared_prefix"])
+
+    check = _experiment_check(tmp_path, "prefix-caching")
+    (root / "experiment.json").write_text(json.dumps({"variants": {"caching-off": done}}))
+    ran = []
+
+    def runs(check, experiment, variant, root, entry, save, record):
+        ran.append(variant.label)
+        entry.update(status="ok", sweeps={"S5_shared_prefix": {"rc": 0}})
+
+    monkeypatch.setattr(gpu_experiment, "run_variant", runs)
+    monkeypatch.setattr(gpu_experiment, "compare", lambda *a: {"status": "ok", "variants": ["caching-off", "caching-on"]})
+    assert gpu_experiment.run(check, "prefix-caching") == 0
+    assert ran == ["caching-on"]
+    said = capsys.readouterr().out
+    assert "caching-off: kept from an earlier command" in said
+    record = json.loads((root / "experiment.json").read_text())
+    assert record["variants"]["caching-off"]["starts"] == [{"healthy_s": 273.0}]
+
+
+def test_the_experiment_page_states_each_capacity_as_bench_compare_does():
+    """The prefix-caching record from the H200 (2026-12-05): its page said "caching-off not measured" where
+    compare.md said "below 432.5 tok/s (never meets the SLO ...)" for the same runs, and "bench compare: bench
+    compare: ... 1 cells". The page now words each capacity from bench compare's interval, with its words."""
+    from bench.analysis import answer
+    from bench.demo import gpu_page
+
+    records = REPO / "docs" / "records" / "experiment-prefix-caching-2026-12-05-h200"
+    record = json.loads((records / "experiment.json").read_text())
+    compared = json.loads((records / "compare-S5_shared_prefix.json").read_text())
+    entry = record["compare"]["S5_shared_prefix"]
+    entry["slo_capacity_interval"] = compared["slo_capacity_interval"]["S5_shared_prefix"]
+    entry["said"] = entry["said"].replace("1 cells", "1 cell")
+    page = gpu_page.experiment_markdown(record)
+    compare_md = (records / "compare-S5_shared_prefix.md").read_text()
+    for label in ("caching-off", "caching-on"):
+        words = answer.capacity_words(entry["slo_capacity_interval"][label])
+        assert f"  - {label}: {words}" in page and words in compare_md, words
+    assert "below 432.5 tok/s (never meets the SLO at the loads tested: misses it from c=8)" in page
+    assert "- bench compare: 2 variants, 1 cell, 1 winner" in page and "not measured" not in page.split("**Comparison")[1]
+    # a record from before the intervals were kept: a capacity none met reads as no figure, not "not measured"
+    del entry["slo_capacity_interval"]
+    old = gpu_page.experiment_markdown(record).split("**Comparison")[1]
+    assert "caching-off no figure (see compare.md)" in old and "not measured" not in old
+
+
+def test_again_measures_a_finished_variant_anew_and_keeps_the_earlier_sweep(tmp_path, monkeypatch, capsys):
+    """--again: a repeat from a fresh server in the same --out (its compile cache warm), as issue 34 asks of
+    each capacity; the earlier sweep moves aside (SCENARIO.earlier-N, and the record's `earlier`), never lost."""
+    folder = tmp_path / "caching-off"
+    (folder / "S5_shared_prefix").mkdir(parents=True)
+    (folder / "S5_shared_prefix" / "manifest.json").write_text('{"run": 1}')
+    entry = {"status": "ok", "sweeps": {"S5_shared_prefix": {"dir": str(folder / "S5_shared_prefix"), "rc": 0,
+                                                             "runs": [{"concurrency": 8}], "seconds": 107.8}}}
+    gpu_experiment.set_aside(entry, folder, "S5_shared_prefix")
+    assert not (folder / "S5_shared_prefix").exists() and entry["sweeps"] == {}
+    assert json.loads((folder / "S5_shared_prefix.earlier-1" / "manifest.json").read_text()) == {"run": 1}
+    assert entry["earlier"] == [{"scenario": "S5_shared_prefix", "dir": str(folder / "S5_shared_prefix.earlier-1"),
+                                 "rc": 0, "runs": [{"concurrency": 8}], "seconds": 107.8}]
+    (folder / "S5_shared_prefix").mkdir()  # a second repeat: the next number
+    gpu_experiment.set_aside(entry, folder, "S5_shared_prefix")
+    assert (folder / "S5_shared_prefix.earlier-2").is_dir() and len(entry["earlier"]) == 2
+    gpu_experiment.set_aside(entry, folder, "S1_chat")  # nothing measured: nothing to move
+    assert len(entry["earlier"]) == 2
+
+    with pytest.raises(ValueError, match="--again: only with --experiment NAME"):
+        gpu_experiment.check_args(SimpleNamespace(experiment=None, variants=None, scenarios=None, again=True),
+                                  ValueError)
+    root = tmp_path / "experiments" / "prefix-caching"
+    (root / "caching-off" / "S5_shared_prefix").mkdir(parents=True)
+    (root / "caching-off" / "S5_shared_prefix" / "manifest.json").write_text("{}")
+    (root / "experiment.json").write_text(json.dumps({"variants": {"caching-off": {
+        "status": "ok", "starts": [{"healthy_s": 273.0}], "sweeps": {"S5_shared_prefix": {"rc": 0}}}}}))
+    check = _experiment_check(tmp_path, "prefix-caching", variants="caching-off", again=True)
+    ran = []
+    monkeypatch.setattr(gpu_experiment, "run_variant", lambda check, experiment, variant, *a: ran.append(variant.label))
+    monkeypatch.setattr(gpu_experiment, "compare", lambda *a: {"status": "waiting", "reason": "one variant"})
+    gpu_experiment.run(check, "prefix-caching")
+    assert ran == ["caching-off"] and "kept from an earlier command" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("again, advice", [
+    (False, "run the same command again: the experiment keeps its finished sweeps"),
+    (True, "run the same command without --again: the experiment keeps its finished sweeps"),
+])
+def test_a_stopped_experiment_says_how_to_continue(tmp_path, monkeypatch, capsys, again, advice):
+    """A stopped --again command run as it was would set its own runs aside and start them over: it says to
+    drop --again, which continues them."""
+    import signal as sig
+
+    from bench.common.interrupts import Interrupted
+    from bench.demo import gpu_cli
+
+    class Stopped:
+        def __init__(self, args):
+            pass
+
+        def run(self):
+            raise Interrupted(sig.SIGTERM)
+
+    monkeypatch.setattr(gpu_cli, "Check", Stopped)
+    argv = ["gpu-check", "--out", str(tmp_path / "gc"), "--model-shape", "gemma-4-31b", "--experiment",
+            "prefix-caching"] + (["--again"] if again else [])
+    assert bench_main(argv) == 143
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM; its vLLM server is stopped" in err and advice in err, err
+
+
+def test_a_sweeps_capacity_counts_a_ttft_miss_without_a_decode_figure_as_compare_does(tmp_path):
+    """A run whose tokens came in one chunk (no decode latency to measure) is still a miss where its TTFT
+    misses alone: the experiment's record counts it as bench compare does (one function judges both)."""
+    from bench.analysis import compare as CMP
+    from tests.test_bench_compare import BASE_FLAGS, sweep
+
+    folder = sweep(tmp_path / "fp8" / "S1_chat", {("S1_chat", 1): 100.0, ("S1_chat", 4): 300.0},
+                   server_flags=BASE_FLAGS)
+    bunched = folder / R.result_filename("S1_chat", 4)
+    data = json.loads(bunched.read_text())
+    data.update(p99_ttft_ms=900.0, p50_ttft_ms=800.0, p99_itl_ms=0.0, p50_itl_ms=0.0)
+    bunched.write_text(json.dumps(data))
+    mine = gpu_experiment.sweep_capacity(folder, "S1_chat")["closed"]
+    assert mine["load_pass"] == 1 and mine["load_fail"] == 4
+    data, _ = CMP.build([SIDE.load_side(folder, label="fp8")], ttft_ms=500, itl_ms=50, decode_metric="itl")
+    assert data["slo_capacity_interval"]["S1_chat"]["fp8"] == mine
+
+
+def test_the_page_lists_the_search_runs_its_capacity_names(tmp_path):
+    """A capacity found by the search names a search run: the sweep's table lists that run (and every other
+    the search and the open loop made) after the grid's, with its kind and load."""
+    from bench.analysis import capacity_report as CR
+    from tests.test_bench_compare import BASE_FLAGS, sweep
+
+    folder = sweep(tmp_path / "fp8" / "S1_chat", {("S1_chat", 1): 100.0, ("S1_chat", 4): 300.0},
+                   server_flags=BASE_FLAGS)
+    data = json.loads((folder / R.result_filename("S1_chat", 4)).read_text())
+    (folder / CR.SEARCH_DIR).mkdir()
+    (folder / CR.SEARCH_DIR / "S1_chat_c8.run1.json").write_text(json.dumps(
+        {**data, "concurrency": "8", "max_concurrency": 8, "output_throughput": 480.0}))
+    runs = gpu_experiment.runs_of(folder)
+    assert [(r["kind"], r["concurrency"]) for r in runs] == [("grid", 1), ("grid", 4), ("search", 8)]
+    assert runs[-1]["file"] == "search/S1_chat_c8.run1.json" and runs[-1]["output_tok_s"] == 480.0
+    cap = gpu_experiment.sweep_capacity(folder, "S1_chat")
+    assert cap["closed"]["source_run"] == runs[-1]["file"]  # the run the capacity names is on the page
+    record = {"experiment": "scenarios", "device": {"name": "H200"}, "question": "q", "seeds": "s",
+              "variants": {"fp8": {"status": "ok", "starts": [{"healthy_s": 60.0}],
+                                   "sweeps": {"S1_chat": {"rc": 0, "runs": runs, "capacity": cap, "gpus": 1}}}}}
+    page = gpu_page.experiment_markdown(record)
+    assert "| run | load | output tok/s |" in page and "| search | c=8 | 480.0 |" in page and "| grid | c=1 |" in page
+
+
+def test_the_page_lists_a_grid_point_every_attempt_of_which_failed(tmp_path):
+    """A point whose attempts all failed leaves no result file, only `.attemptN.invalid.json` copies (the H100
+    box, 2026-12-05: S2_summary at c=16, the server gone): the record's table lists it, invalid, with the
+    sweep's reason, as `bench report` does, and no figure of its own."""
+    from tests.test_bench_compare import BASE_FLAGS, sweep
+
+    folder = sweep(tmp_path / "fp8" / "S2_summary", {("S2_summary", 4): 234.0, ("S2_summary", 16): 0.0},
+                   server_flags=BASE_FLAGS, invalid=("S2_summary", 16))
+    (folder / R.result_filename("S2_summary", 16)).rename(folder / R.invalid_filename("S2_summary", 16, 2))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["runs"][1]["reason"] = "100 failed requests; request errors: Cannot connect to host 127.0.0.1"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    runs = gpu_experiment.runs_of(folder)
+    assert [(r["concurrency"], r["valid"]) for r in runs] == [(4, True), (16, False)]
+    assert runs[1]["file"] == "S2_summary_c16.attempt2.invalid.json" and runs[1]["output_tok_s"] is None
+    assert runs[1]["reason"].startswith("100 failed requests; request errors: Cannot connect")
+    row = gpu_page._runs_table(runs, 1)[-1]
+    assert row.startswith("| grid | c=16 | not measured |") and "| no: 100 failed requests; request errors" in row
+    assert "None" not in row
+
+
+def test_a_server_that_died_under_load_is_named_with_its_cause(tmp_path):
+    """vLLM 0.26's engine ran out of GPU memory under S2_summary at c=16 on the H100 box (2026-12-05): its one
+    OutOfMemoryError lies far above the EngineDeadError every open request then logged. The variant's reason
+    names the cause, the server's log and the sweep's; a server still running is no death."""
+    dead = ["(EngineCore pid=3844) ERROR 12-05 18:25:24 [core.py:1332] EngineCore encountered a fatal error.",
+            "(EngineCore pid=3844) ERROR 12-05 18:25:24 [core.py:1332] Traceback (most recent call last):",
+            "(EngineCore pid=3844) ERROR 12-05 18:25:24 [core.py:1332] torch.OutOfMemoryError: CUDA out of memory. "
+            "Tried to allocate 672.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 364.19 MiB is free."]
+    follow = ["(APIServer pid=3779) ERROR 12-05 18:25:24 [serving.py:495] Error in completion stream generator.",
+              "(APIServer pid=3779) ERROR 12-05 18:25:24 [serving.py:495] vllm.v1.engine.exceptions.EngineDeadError: "
+              "EngineCore encountered an issue. See stack trace (above) for the root cause."] * 400
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(dead + follow) + "\n")
+    assert "OutOfMemoryError" not in S.tail(log, 20000)  # outside the tail a start failure is read from
+    exited = SimpleNamespace(proc=SimpleNamespace(poll=lambda: 1, returncode=1), log=log)
+    why = gpu_experiment.server_death(exited, "S2_summary", 4)
+    assert why == ("the vLLM server exited (1) during the S2_summary sweep: torch.OutOfMemoryError: CUDA out of "
+                   "memory. Tried to allocate 672.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 364.19 MiB "
+                   "is free. (server-4.log; the runs after it failed to connect, sweep-S2_summary.log)")
+    running = SimpleNamespace(proc=SimpleNamespace(poll=lambda: None, returncode=None), log=log)
+    assert gpu_experiment.server_death(running, "S2_summary", 4) is None
+
+
+def test_each_sweep_states_its_capacity_and_repeats_say_how_far_apart_they_are(tmp_path):
+    """Each experiment sweep's capacity under the SLO is computed once, by bench compare's function, and kept in
+    the record; a scenario measured again (--again) lists each sweep's point and how far apart the points lie
+    (issue 34: two from fresh servers within 5 %)."""
+    from bench.analysis import answer
+    from bench.demo import gpu_page
+    from tests.test_bench_compare import BASE_FLAGS, sweep
+
+    first = sweep(tmp_path / "fp8" / "S1_chat.earlier-1", {("S1_chat", 1): 100.0, ("S1_chat", 4): 300.0},
+                  server_flags=BASE_FLAGS)
+    second = sweep(tmp_path / "fp8" / "S1_chat", {("S1_chat", 1): 101.0, ("S1_chat", 4): 310.0},
+                   server_flags=BASE_FLAGS)
+    caps = [gpu_experiment.sweep_capacity(f, "S1_chat") for f in (first, second)]
+    assert [c["closed"]["point_tok_s"] for c in caps] == [300.0, 310.0] and "open" not in caps[0]
+    assert gpu_experiment.sweep_capacity(second, "S4_rag") is None  # nothing swept: no capacity, not a zero
+    now = {"rc": 0, "runs": gpu_experiment.runs_of(second), "capacity": caps[1], "seconds": 60.0, "gpus": 1}
+    earlier = [{"scenario": "S1_chat", "dir": str(first), "rc": 0, "runs": [], "capacity": caps[0]}]
+    record = {"experiment": "scenarios", "device": {"name": "H200"}, "question": "q", "seeds": "s",
+              "variants": {"fp8": {"status": "ok", "starts": [{"healthy_s": 60.0}], "sweeps": {"S1_chat": now},
+                                   "earlier": earlier}}}
+    page = gpu_page.experiment_markdown(record)
+    assert f"Capacity under the SLO (closed loop): {answer.capacity_words(caps[1]['closed'])}" in page
+    assert "Repeats of S1_chat, each from a fresh server:" in page
+    assert "- this sweep (closed loop): 310.0 tok/s" in page and "- S1_chat.earlier-1 (closed loop): 300.0 tok/s" in page
+    assert "- closed loop: the points lie within 3.3 % of each other (2 sweeps)" in page
+    assert "None" not in page
+    del record["variants"]["fp8"]["earlier"]
+    assert "Repeats of" not in gpu_page.experiment_markdown(record)
+
+
+def test_a_variants_line_words_what_the_server_did_not_report():
+    """The CPU build reports no attention backend: its line said "attention None"."""
+    assert gpu_experiment.start_words({"healthy_s": 54.1, "kv_cache_tokens": 233816,
+                                       "attention_backend": "TRITON_ATTN"}) == \
+        "/health 54.1 s, KV cache 233,816 tokens, attention TRITON_ATTN"
+    assert gpu_experiment.start_words({"healthy_s": 25.1, "kv_cache_tokens": 32768, "attention_backend": None}) == \
+        "/health 25.1 s, KV cache 32,768 tokens, attention not reported"
+
+
+def test_a_sweep_cut_off_keeps_its_runs_and_capacity_in_the_record(tmp_path, monkeypatch):
+    """The H200 box, 2026-12-05: S4_rag's sweep had its c=1 and c=2 runs and its closed-loop capacity when the
+    command's limit cut the open-loop search off, and the record said nothing of them (`sweeps` empty):
+    the capacity had to be rebuilt by hand with `bench report`. A cut-off sweep is recorded as far as it got,
+    the page says so, and the next command continues it (it is not taken for finished)."""
+    import signal as sig
+
+    from bench.common.interrupts import Interrupted
+    from tests.test_bench_compare import BASE_FLAGS, sweep
+
+    folder = tmp_path / "fp8"
+    calls = []
+
+    def cut_off(argv, log, env=None):
+        calls.append(argv)
+        sweep(folder / "S4_rag", {("S4_rag", 1): 70.0, ("S4_rag", 2): 120.0}, server_flags=BASE_FLAGS)
+        raise Interrupted(sig.SIGTERM)
+
+    monkeypatch.setattr(gpu_experiment, "run_logged", cut_off)
+    check = SimpleNamespace(runtime=SimpleNamespace(env={}))
+    entry: dict = {"sweeps": {}}
+    saved = []
+    with pytest.raises(Interrupted):
+        gpu_experiment.sweep_scenario(check, ["bench", "sweep"], folder, "S4_rag", entry, lambda: saved.append(1),
+                                      gpus=1)
+    got = entry["sweeps"]["S4_rag"]
+    assert saved and got["cut_off"] is True and got["rc"] is None and calls == [["bench", "sweep"]]
+    assert [r["concurrency"] for r in got["runs"]] == [1, 2]
+    assert got["capacity"] == gpu_experiment.sweep_capacity(folder / "S4_rag", "S4_rag") and got["capacity"]["closed"]
+    assert not gpu_experiment.swept(entry, folder, "S4_rag")  # the next command continues it
+    # nor is it compared while cut off: a comparison waits for the sweep to finish
+    for label in ("seqs-16", "seqs-32"):
+        (tmp_path / label / "S4_rag").mkdir(parents=True)
+    experiment = gpu_experiment.EXPERIMENTS["max-num-seqs"]
+    both = {"variants": {"seqs-16": {"sweeps": {"S4_rag": {"rc": 0}}}, "seqs-32": {"sweeps": entry["sweeps"]}}}
+    waiting = gpu_experiment.compare(check, experiment, both, tmp_path, "S4_rag")
+    assert waiting == {"status": "waiting", "reason": "1 variant swept so far; a comparison needs two"}
+    record = {"experiment": "scenarios", "device": {"name": "H200"}, "question": "q", "seeds": "s",
+              "variants": {"fp8": {"status": "cut off", "reason": "stopped by SIGTERM", "starts": [{"healthy_s": 71.1}],
+                                   "sweeps": entry["sweeps"]}}}
+    page = gpu_page.experiment_markdown(record)
+    assert "**fp8: S4_rag** (cut off after " in page and "the same command continues it" in page
+    assert "Capacity under the SLO (closed loop): " in page and "None" not in page and "exit None" not in page
+    # the next command resumes it, and a finished sweep is recorded as such
+    monkeypatch.setattr(gpu_experiment, "run_logged", lambda argv, log, env=None: calls.append(argv) or 0)
+    gpu_experiment.sweep_scenario(check, ["bench", "sweep"], folder, "S4_rag", entry, lambda: None, gpus=1)
+    assert calls[-1] == ["bench", "sweep", "--resume"] and entry["sweeps"]["S4_rag"]["rc"] == 0
+    assert "cut_off" not in entry["sweeps"]["S4_rag"] and gpu_experiment.swept(entry, folder, "S4_rag")
