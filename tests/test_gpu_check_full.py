@@ -282,3 +282,25 @@ def test_the_help_says_the_weights_are_random_and_what_that_leaves_out(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "gemma-4-31b (the Gemma-4-31B architecture with RANDOM weights, on a GPU" in text
     assert "Random weights do not measure accuracy, speculative acceptance, the vision tower" in text
+
+
+def test_a_negative_non_torch_figure_in_the_memory_profile_is_warned():
+    """vLLM 0.26's start-up memory profile on the H100 box (2026-12-05, the record's server lines): -4.4 GiB of
+    non-torch memory, so the KV cache took that much past the utilization's share, and a long-prompt load later
+    ran the GPU out of memory. The start's figures keep the profile; the pages say what the negative figure does."""
+    excerpt = REPO / "docs" / "records" / "experiment-scenarios-2026-12-05-h100" / "servers.excerpt.log"
+    figures = gpu_full.log_figures(excerpt.read_text())
+    assert figures["memory_gib"] == {"budget": 71.26, "weights": 30.64, "peak_activation": 2.83, "non_torch": -4.4,
+                                     "cuda_graphs": 0.82}  # the cold start's, the first in the excerpt
+    warning = gpu_full.memory_warning(figures)
+    assert warning.startswith("vLLM counted -4.4 GiB of non-torch memory, so its KV cache takes 4.4 GiB past the "
+                              "utilization's 71.26 GiB")
+    positive = {"memory_gib": {**figures["memory_gib"], "non_torch": 1.1}}
+    assert gpu_full.memory_warning(positive) is None and gpu_full.memory_warning({"memory_gib": None}) is None
+    assert gpu_full.log_figures("INFO nothing about memory")["memory_gib"] is None
+    start = {"healthy_s": 71.1, "kv_cache_tokens": 104047, "compile_cache": "hit", **figures}
+    assert warning in gpu_page._start_line(start)
+    record = {"experiment": "scenarios", "device": {"name": "H100"}, "question": "q", "seeds": "s",
+              "variants": {"fp8": {"status": "ok", "starts": [start], "sweeps": {}}}}
+    assert f"- fp8: {warning}." in gpu_page.experiment_markdown(record)
+    assert gpu_full.memory_warning({**start, "memory_gib": positive["memory_gib"]}) is None

@@ -218,8 +218,10 @@ def sweep_capacity(folder: Path, scenario: str) -> dict[str, Any] | None:
 def start_words(start: dict[str, Any]) -> str:
     """A start's figures for the variant's line; what the server did not report says so."""
     kv = start.get("kv_cache_tokens")
+    warning = gpu_full.memory_warning(start)
     return (f"/health {start['healthy_s']:g} s" if start.get("healthy_s") is not None else "/health not reached") + \
-        f", KV cache {f'{kv:,} tokens' if kv else 'not reported'}, attention {start.get('attention_backend') or 'not reported'}"
+        f", KV cache {f'{kv:,} tokens' if kv else 'not reported'}, attention {start.get('attention_backend') or 'not reported'}" + \
+        (f"; {warning}" if warning else "")
 
 
 def swept(entry: dict[str, Any], folder: Path, scenario: str) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import answer
-from bench.demo import gpu_mixed
+from bench.demo import gpu_full, gpu_mixed
 
 TITLES = {
     "model": "Model built",
@@ -51,7 +51,8 @@ def _start_line(figures: dict[str, Any]) -> str:
     return (f"/health after {_s(figures.get('healthy_s'))}; engine init {_s(figures.get('engine_init_s'))}, "
             f"torch.compile {_s(figures.get('compile_total_s'))}, CUDA graphs {_s(figures.get('cuda_graph_s'))}, "
             f"weights {_s(figures.get('weight_load_s'), digits=2)}; compile cache: "
-            f"{figures.get('compile_cache') or 'no cache line'}{engine}")
+            f"{figures.get('compile_cache') or 'no cache line'}{engine}"
+            + (f". {warning}" if (warning := gpu_full.memory_warning(figures)) else ""))
 
 
 def model_line(record: dict[str, Any]) -> str | None:
@@ -227,6 +228,8 @@ def experiment_markdown(record: dict[str, Any]) -> str:
         lines.append(f"| {label} | {v.get('status')}{reason.replace('|', '/')} | {_s(start.get('healthy_s'))} | "
                      f"{start.get('compile_cache') or 'not measured'} | {f'{kv:,}' if kv else 'not measured'} | "
                      f"{start.get('attention_backend') or 'not measured'} |")
+    warned = [(label, w) for label, v in variants.items() if (w := gpu_full.memory_warning((v.get("starts") or [{}])[-1]))]
+    lines += [""] + [f"- {label}: {warning}." for label, warning in warned] if warned else []
     for label, v in variants.items():
         for scenario, sweep in (v.get("sweeps") or {}).items():
             how = (f"cut off after {_s(sweep.get('seconds'))}: the runs it finished and what they give so far; the "
