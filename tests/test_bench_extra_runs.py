@@ -306,3 +306,19 @@ def test_busy_share_with_one_long_lived_client(bench_stub_server, fake_bench, tm
     with capsys.disabled():
         print(f"\n[fake, {mode}] {line}")
     assert (out / "S1_chat_c2.json").exists() and "$ " in (out / "logs" / "S1_chat_c2.attempt1.log").read_text()
+
+
+def test_a_server_gone_during_the_search_stops_the_sweep(bench_stub_server, fake_bench, tmp_path, capsys):
+    """The capacity search's runs look at /health after a failure as the grid's do: a server gone stops the
+    sweep (exit 3) instead of each later search run failing to connect; the grid's runs are kept."""
+    model(fake_bench, ttft_ms_per_c=90, itl_ms=20, itl_ms_per_c=1)
+    fake_bench.plan({"S1_chat_c6": ["server_down"]})  # the search's first run (see the test above)
+    out = tmp_path / "out"
+    rc = run_sweep(bench_stub_server, fake_bench, out, "--open-loop", "never", "--window-s", "5",
+                   "--health-timeout-s", "1")
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == S.EXIT_UNHEALTHY, err
+    assert "the server stopped answering during the search run search/S1_chat_c6.run1:" in err
+    assert "Traceback" not in err
+    assert fake_bench.keys().count("S1_chat_c6") == 1 and fake_bench.keys()[-1] == "S1_chat_c6"
+    assert all(r["status"] == "valid" for r in manifest(out)["runs"])  # the grid's seven runs

@@ -411,3 +411,28 @@ def test_run_hash_covers_hardware_image_and_server_flags():
         argv[argv.index(changed[0]) + 1] = changed[1]
         _, other = plan_for(*argv)
         assert not {p.run_hash for p in base} & {p.run_hash for p in other}, changed
+
+
+def test_a_server_that_stops_answering_stops_the_sweep(bench_stub_server, fake_bench, tmp_path, capsys):
+    """An engine out of GPU memory took its server down mid-run on the H100 box (2026-12-05); every later run
+    failed to connect in a second or two, and the sweep went on trying them. Now a failed run is followed by a
+    look at /health (a restarting pod gets --health-timeout-s to come back): a server gone stops the sweep with
+    exit 3, the finished runs kept and the unfinished one pending for --resume."""
+    out = tmp_path / "out"
+    fake_bench.plan({"S1_chat_c4": ["server_down"]})
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--health-timeout-s", "1")) == S.EXIT_UNHEALTHY
+    err = " ".join(capsys.readouterr().err.split())
+    assert "bench sweep: the server stopped answering during S1_chat c=4:" in err
+    assert "the sweep stops: 1 valid run(s) kept in" in err and "--resume" in err and "Traceback" not in err
+    status = {(r["scenario"], r["concurrency"]): r["status"] for r in manifest(out)["runs"]}
+    assert status == {("S1_chat", 1): "valid", ("S1_chat", 4): "pending", ("S3_moderation", 1): "pending",
+                      ("S3_moderation", 4): "pending"}
+    assert fake_bench.keys() == ["S1_chat_c1", "S1_chat_c4"]  # no retry and no later run against a dead server
+    assert (out / "S1_chat_c4.attempt1.invalid.json").exists()
+
+
+def test_a_failed_run_on_a_server_that_still_answers_is_retried(bench_stub_server, fake_bench, tmp_path):
+    out = tmp_path / "out"
+    fake_bench.plan({"S1_chat_c4": ["fail_all", "ok"]})
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--health-timeout-s", "1")) == 0
+    assert fake_bench.keys().count("S1_chat_c4") == 2

@@ -246,6 +246,8 @@ class ExtraRuns:
             sweep.save_manifest()
             if result.valid:
                 return result, spent
+            # a server gone stops the sweep (ServerGone), not each run after it
+            sweep.ensure_serving(f"the {kind.replace('_', '-')} run {folder.name}/{name[:-5]}")
             if short and repeat:
                 break  # a short repeat is not run larger: it would be no repeat
             if not tries.another(short=bool(short)):

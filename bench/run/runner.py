@@ -113,6 +113,10 @@ class EtaModel:
         return sum(fixed + rate * spec.cost() for spec in remaining)
 
 
+class ServerGone(Exception):
+    """The server stopped answering /health after a failed run and did not come back in --health-timeout-s."""
+
+
 class Runner:
     """One `vllm bench serve` at a time, its GPU time, and the sweep's files (see the module docstring)."""
 
@@ -202,6 +206,19 @@ class Runner:
 
     # -- one `vllm bench serve` -------------------------------------------------------------
     # -- one combination ---------------------------------------------------------------------
+    def ensure_serving(self, what: str) -> None:
+        """After a failed run: the server still answers /health, or answers again within --health-timeout-s (a
+        pod restarting after its engine died); else ServerGone naming the run. On a GPU box an engine out of
+        memory took the server down mid-run, and every later run failed to connect within a second or two."""
+        from bench.run.server import wait_for_health
+
+        args = self.args
+        try:
+            self.health_seconds += wait_for_health(args.base_url, args.health_timeout, args.health_interval,
+                                                   args.health_say_every)
+        except TimeoutError as exc:
+            raise ServerGone(f"the server stopped answering during {what}: {exc}") from exc
+
     def run_command(self, cmd: list[str], fh) -> tuple[int | None, bool, float]:
         """Run one `vllm bench serve` with its output in `fh`: (exit code, timed out, seconds).
 

@@ -6,8 +6,9 @@ concurrency as the client's cap); a failed or suspect run is retried; --resume r
 missing. Files: docs/files.md#the-sweep-folder; method: docs/benchmark.md#the-sweep.
 
 Exit codes: 0 every run valid; 1 some invalid or suspect; 2 bad arguments (also a --model the server
-does not serve, or an --out holding another grid's or SLO's sweep); 3 server not healthy in time;
-4 upload failed; 130 Ctrl-C; 143 SIGTERM.
+does not serve, or an --out holding another grid's or SLO's sweep); 3 server not healthy in time (before
+the first run, or after a failed run: a server that stopped answering stops the sweep); 4 upload failed;
+130 Ctrl-C; 143 SIGTERM.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from bench.run import telemetry as T
 from bench.run.grid import (DEFAULT_CONCURRENCIES, RunSpec, UsageError, bench_command, build_plan, config_of,
                             new_run_record, prepare_tokenizer, prompts_for, resolve_vllm, short_hash,
                             whole_prefixes)
-from bench.run.runner import (MANIFEST, EtaModel, Runner, fmt_s, load_manifest, log_errors, log_tail, now,
-                              write_json)
+from bench.run.runner import (MANIFEST, EtaModel, Runner, ServerGone, fmt_s, load_manifest, log_errors, log_tail,
+                              now, write_json)
 from bench.run.server import probe_server, wait_for_health
 from bench.run.sweep_options import add_measurement_options
 
@@ -246,6 +247,8 @@ class Sweep(Runner):
                 result, attempt_rec = self.run_once(spec, tokenizer, attempt, resize, last=tries.last_failure())
                 rec["attempts"].append(attempt_rec)
                 eta.observe(spec, attempt_rec["duration_s"], result.duration_s if result.valid else None)
+                if not result.valid:
+                    self.ensure_serving(spec.label)
                 if result.valid and not attempt_rec["suspect"]:
                     break
                 if not tries.another(short=attempt_rec["resize_to"] is not None):
@@ -339,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-tokenizer-") as scratch:
             return _run(sweep, upload, Path(scratch))
-    except (Terminated, KeyboardInterrupt) as exc:
+    except (ServerGone, Terminated, KeyboardInterrupt) as exc:
         sweep.stop()
         if sweep.manifest:
             sweep.session["finished_at"] = now()
@@ -350,6 +353,11 @@ def run(args: argparse.Namespace) -> int:
             sweep.save_manifest()
         again = rerun_command("bench") + ("" if "--resume" in sys.argv else " --resume")
         kept = sum(rec["status"] == "valid" for rec in sweep.manifest["runs"]) if sweep.manifest else 0
+        if isinstance(exc, ServerGone):  # an engine out of GPU memory takes its server down
+            print(f"bench sweep: {exc}; the sweep stops: {kept} valid run(s) kept in {out}, the unfinished one "
+                  f"marked pending. The server's log says why it stopped; with it serving again: {again}",
+                  file=sys.stderr)
+            return EXIT_UNHEALTHY
         print(f"bench sweep: stopped by {'SIGTERM' if isinstance(exc, Terminated) else 'Ctrl-C'}; "
               f"{kept} valid run(s) kept in {out}, unfinished runs marked pending. Resume with: {again}",
               file=sys.stderr)
