@@ -229,7 +229,7 @@ def experiment_markdown(record: dict[str, Any]) -> str:
                      f"{start.get('compile_cache') or 'not measured'} | {f'{kv:,}' if kv else 'not measured'} | "
                      f"{start.get('attention_backend') or 'not measured'} |")
     warned = [(label, w) for label, v in variants.items() if (w := gpu_full.memory_warning((v.get("starts") or [{}])[-1]))]
-    lines += [""] + [f"- {label}: {warning}." for label, warning in warned] if warned else []
+    lines += ([""] + [f"- {label}: {warning}." for label, warning in warned]) if warned else []
     for label, v in variants.items():
         for scenario, sweep in (v.get("sweeps") or {}).items():
             how = (f"cut off after {_s(sweep.get('seconds'))}: the runs it finished and what they give so far; the "

@@ -29,6 +29,7 @@ from bench.common.interrupts import stop_process_group
 from bench.run import client as bench_client
 from bench.run import seeds, sizing
 from bench.run.grid import RunSpec, bench_command
+from bench.run.server import wait_for_health
 
 MANIFEST = "manifest.json"
 LOGS = "logs"
@@ -204,14 +205,11 @@ class Runner:
             "orchestration_overhead_pct": round(100 * overhead / wall, 3) if wall > 0 else 0.0,
         }
 
-    # -- one `vllm bench serve` -------------------------------------------------------------
-    # -- one combination ---------------------------------------------------------------------
+    # -- the server --------------------------------------------------------------------------
     def ensure_serving(self, what: str) -> None:
         """After a failed run: the server still answers /health, or answers again within --health-timeout-s (a
         pod restarting after its engine died); else ServerGone naming the run. On a GPU box an engine out of
         memory took the server down mid-run, and every later run failed to connect within a second or two."""
-        from bench.run.server import wait_for_health
-
         args = self.args
         try:
             self.health_seconds += wait_for_health(args.base_url, args.health_timeout, args.health_interval,
@@ -219,6 +217,7 @@ class Runner:
         except TimeoutError as exc:
             raise ServerGone(f"the server stopped answering during {what}: {exc}") from exc
 
+    # -- one `vllm bench serve` -------------------------------------------------------------
     def run_command(self, cmd: list[str], fh) -> tuple[int | None, bool, float]:
         """Run one `vllm bench serve` with its output in `fh`: (exit code, timed out, seconds).
 
