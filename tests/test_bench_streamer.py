@@ -61,6 +61,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.vllm
+@pytest.mark.no_server  # the Run:ai streamer from the vLLM environment, no server: either worker
 def test_grid_against_moto(staged_model, tmp_path):
     uri, tensor_bytes = staged_model
     boto3.client("s3").create_bucket(Bucket="results",
@@ -100,6 +101,7 @@ def test_loader_profile_line_cites_the_result():
 
 
 @pytest.mark.vllm
+@pytest.mark.no_server
 def test_prefix_without_safetensors_fails_clearly(staged_model, tmp_path):
     proc = _bench("s3://weights/models/none/", "--concurrencies", "2", "--memory-limit-gib", "1", "--out",
                   str(tmp_path))

@@ -197,6 +197,7 @@ def test_an_experiment_record_renders():
 
 
 @pytest.mark.vllm
+@pytest.mark.no_server  # refused after the version probe, before any server: either worker
 def test_the_full_size_is_refused_on_the_cpu_build(vllm_env, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench", "gpu-check", "--out", str(tmp_path / "gc"), "--model-shape",
                            full_model.SHAPE], cwd=REPO, env={**vllm_env.env, "PYTHONPATH": str(REPO)},
@@ -242,6 +243,7 @@ def _fake_run(vllm_env, tmp_path, gpus: int, *argv: str) -> subprocess.Completed
 
 
 @pytest.mark.vllm
+@pytest.mark.no_server  # a stand-in answers for vLLM; only the folder needs the vLLM environment
 def test_the_full_size_path_on_a_stand_in_gpu(vllm_env, tmp_path):
     """The orchestration of the full-size path with a stand-in for vLLM on a GPU (tests/fixtures/gpu_check/
     fake_gpu_python.py: the synthetic full-size log, /health): the folder built by the real transformers,
