@@ -186,11 +186,9 @@ def runs_of(folder: Path) -> list[dict[str, Any]]:
                 "valid": run.valid, "output_tok_s": run.output_tok_s, "ttft_p99_ms": run.ttft_p99_ms,
                 "itl_p99_ms": run.itl_p99_ms, "reason": run.reason or None}
 
-    try:  # the manifest's points, a failed one too (its last attempt's file and reason), as `bench report` reads them
-        grid = [row(run, "grid") for run in SD.load_side(folder).runs]
-    except (OSError, ValueError, KeyError, TypeError):  # no readable manifest: the result files alone
-        grid = [row(R.load_result(path), "grid") for path in sorted(folder.glob("*_c*.json"))
-                if R.parse_result_filename(path.name) is not None]
+    # the manifest's points, a failed one too (its last attempt's file and reason), and any result file beside
+    # them, as `bench report` reads them (a missing or unreadable manifest leaves the result files alone)
+    grid = [row(run, "grid") for run in SD.load_side(folder).runs]
     out = sorted(grid, key=lambda r: r["concurrency"])
     for by_c in CR.search_runs(folder).values():
         for c in sorted(by_c):
