@@ -31,10 +31,11 @@ def test_capacity_search_and_poisson_goodput_on_a_real_server(tiny_vllm_server, 
     argv = ["sweep", "--base-url", server.url, "--model", server.model, "--tokenizer", str(server.model_dir),
             "--out", str(out), "--scenarios", "S1_chat", "--length-scale", "0.0625", "--concurrencies", "2",
             "--window-s", "5", "--health-timeout-s", "60", "--bench-client", "library", "--capacity-search",
-            "--search-max-concurrency", "4", "--open-loop", "always", "--budget-minutes", "1",
+            "--search-max-concurrency", "4", "--open-loop", "always", "--budget-minutes", "1.5",
             "--slo-ttft-p99-ms", "5000", "--slo-itl-p99-ms", "2000"]
-    # One grid point: on a loaded machine every run needs longer for its 100 requests, and a second grid
-    # point left too little of the minute's budget for the open loop to start.
+    # One grid point and a minute and a half: on a loaded two-core machine a run may come back short of its
+    # window (resized and run again) or with its tokens streamed in one chunk (the decode p99 unmeasured, so
+    # a repeat); a CI run with a one-minute budget ended with c=4 unconfirmed.
     t0 = time.monotonic()
     proc = subprocess.run([server.python, "-m", "bench", *argv], env=server.bench_env(), cwd=REPO, text=True,
                           capture_output=True, timeout=400)
@@ -46,11 +47,11 @@ def test_capacity_search_and_poisson_goodput_on_a_real_server(tiny_vllm_server, 
     print(f"\nreal CPU, library client: wall {wall:.1f} s; {proc.stdout.strip().splitlines()[-1]}; "
           f"{[l for l in proc.stdout.splitlines() if 'GPU time' in l][0]}")
     assert timing["bench_client"] == "library" and timing["idle_between_windows_s"] is not None
-    assert "GPU budget 1 min for this invocation" in proc.stdout
+    assert "GPU budget 1.5 min for this invocation" in proc.stdout
 
     # The search went above the grid to its ceiling with per-request detail; nothing missed the SLO.
     closed = extra["scenarios"]["S1_chat"]["closed"]
-    assert closed["load_pass"] == 4 and closed["load_fail"] is None
+    assert closed["load_pass"] == 4 and closed["load_fail"] is None, proc.stdout[-4000:]
     detail = json.loads(next((out / "search").glob("S1_chat_c4.run1.json")).read_text())
     assert len(detail["ttfts"]) == len(detail["itls"]) == len(detail["start_times"]) == detail["completed"] >= 100
     assert all(r["window_s"] >= 5 for r in extra["runs"] if r["valid"])
