@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bench.startup import phases
+from bench.startup import memory, phases
 
 # vLLM 0.26: Run:ai streamer, two-line KV report, torch.compile cache miss, CUDA graphs.
 LOG_026 = """\
@@ -126,3 +126,39 @@ def test_table_lists_every_phase(log):
                   "Max concurrency", "First log line to startup complete"):
         assert label in table
     assert "155.00 s" in table or "50.00 s" in table
+
+
+# vLLM 0.26's memory profile, one line a worker (the first is the H100 box's cold start of 2026-12-05, as logged)
+PROFILE = ("({proc} pid={pid}) INFO 12-05 18:06:13 [gpu_worker.py:857] Free memory on device (78.66/79.18 GiB) on "
+           "startup. Desired GPU memory utilization is (0.9, 71.26 GiB). Actual usage is 30.64 GiB for weight, 2.83 GiB "
+           "for peak activation, {non_torch} GiB for non-torch memory, and 0.82 GiB for CUDAGraph memory. Replace "
+           "gpu_memory_utilization config with `--kv-cache-memory=44262550426` (41.22 GiB) to fit into requested memory")
+
+
+def test_the_memory_profile_is_read_and_negative_non_torch_memory_is_warned_under_the_table(tmp_path, capsys):
+    """-4.4 GiB of non-torch memory hands the KV cache 4.4 GiB past the utilization's share (on the H100 box a
+    long-prompt load then ran the GPU out of memory): the start-up table shows the profile and warns."""
+    one = PROFILE.format(proc="EngineCore", pid=992, non_torch="-4.4")
+    p = phases.parse_log([*LOG_026.splitlines()[:3], one, *LOG_026.splitlines()[3:]])
+    assert [p[memory.phase_key(k)] for k in memory.KEYS] == [71.26, 30.64, 2.83, -4.4, 0.82]
+    assert memory.from_phases(p) == memory.parse(one) == {"budget": 71.26, "weights": 30.64, "peak_activation": 2.83,
+                                                          "non_torch": -4.4, "cuda_graphs": 0.82}
+    table = phases.format_table(p)
+    assert "  non-torch" in table and "-4.40 GiB" in table
+    assert table.splitlines()[-1] == (
+        "Warning: vLLM counted -4.4 GiB of non-torch memory, so its KV cache takes 4.4 GiB past the utilization's "
+        "71.26 GiB: under long prompts at high concurrency the GPU may run out of memory (lower "
+        "--gpu-memory-utilization, or check it with a long-prompt scenario)")
+    log = tmp_path / "server.log"
+    log.write_text("\n".join([*LOG_026.splitlines(), one]))
+    assert phases.main([str(log), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory_non_torch_gib"] == -4.4
+
+    # tensor-parallel workers: the lowest non-torch figure counts; none negative, no warning; none logged, no rows
+    workers = [PROFILE.format(proc="Worker_TP0", pid=300, non_torch="1.1"),
+               PROFILE.format(proc="Worker_TP1", pid=301, non_torch="-0.5")]
+    assert phases.parse_log(workers)["memory_non_torch_gib"] == -0.5
+    assert "Warning" not in phases.format_table(phases.parse_log(workers[:1]))
+    plain = phases.parse_log(LOG_026.splitlines())
+    assert memory.from_phases(plain) is None and memory.warning(None) is None
+    assert "Warning" not in phases.format_table(plain)

@@ -15,7 +15,7 @@ from bench.startup import collect as startup_collect
 from bench.startup import report as startup_report
 from bench.startup import sleepwake
 from tests.fixtures import kube_objects as K
-from tests.test_bench_startup import LOG_026
+from tests.test_bench_startup import LOG_026, PROFILE
 
 NODE = "ip-10-40-1-10.ap-northeast-2.compute.internal"
 
@@ -89,6 +89,7 @@ def test_timeline_command_writes_records_into_the_results_folder_and_s3(tmp_path
     boto3.client("s3").create_bucket(Bucket="results",
                                      CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
     api = _api(K.warm_boot())
+    api.log += PROFILE.format(proc="EngineCore", pid=178, non_torch="-4.4") + "\n"  # as vLLM 0.26 logged it on the H100
     args = startup_collect.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(
         ["--namespace", "vllm", "--selector", "app.kubernetes.io/name=gemma-fp8", "--out", str(tmp_path),
          "--server", "gemma-fp8", "--config-hash", "h1", "--upload", "s3://results/runs/dev/gemma-fp8/h1/"])
@@ -100,7 +101,9 @@ def test_timeline_command_writes_records_into_the_results_folder_and_s3(tmp_path
     assert record["config_hash"] == "h1" and record["total_s"] == 157.0
     assert ("/api/v1/namespaces/vllm/pods", {"labelSelector": "app.kubernetes.io/name=gemma-fp8"}) in api.calls
     assert "startup" in startup_report.markdown(tmp_path).lower()
-    assert "gemma-fp8-7d9f-fghij: 157.0 s to /health, warm node, weights at 9.3 Gbps" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "gemma-fp8-7d9f-fghij: 157.0 s to /health, warm node, weights at 9.3 Gbps" in out
+    assert "bench timeline: gemma-fp8-7d9f-fghij: warning: vLLM counted -4.4 GiB of non-torch memory" in out
 
 
 def test_timeline_outside_a_cluster_is_a_clear_error(tmp_path, capsys, monkeypatch):

@@ -11,11 +11,12 @@ import json
 
 import pytest
 
+from bench.analysis.pages.report_page import startup_section
 from bench.startup import phases
 from bench.startup import report as startup_report
 from bench.startup import timeline
 from tests.fixtures import kube_objects as K
-from tests.test_bench_startup import LOG_026
+from tests.test_bench_startup import LOG_026, PROFILE
 
 
 @pytest.fixture
@@ -101,6 +102,27 @@ def test_kv_regression_warns_only_for_the_same_configuration(log026):
     assert "gemma-fp8-7d9f-fghij" in warnings[0] and "12,150" in warnings[0] and "23,320" in warnings[0]
     assert "compile cache miss vs hit" in warnings[0]
     assert timeline.kv_regressions([first, dict(second, kv_cache_tokens=23320)]) == []
+
+
+def test_a_boot_whose_memory_profile_hands_the_kv_cache_more_than_the_share_is_warned(tmp_path, log026, capsys):
+    """The stack's start-up records keep the parsed log; the report's start-up section (markdown and page) warns
+    for a boot with negative non-torch memory, and `bench startup` on the stored record does too."""
+    profiled = phases.parse_log([*LOG_026.splitlines(), PROFILE.format(proc="EngineCore", pid=178, non_torch="-4.4")])
+    cold = _build(K.cold_boot(), dict(log026, kv_cache_tokens=40000), server="gemma-fp8", config_hash="h")
+    warm = _build(K.warm_boot(), profiled, server="gemma-fp8", config_hash="h")
+    assert timeline.memory_warnings([cold]) == []
+    warned = timeline.boot_warnings([cold, warm])
+    assert len(warned) == 2 and warned[0].startswith("gemma-fp8 pod gemma-fp8-7d9f-fghij: KV cache 31,344 tokens, below 40,000")
+    assert warned[1].startswith("gemma-fp8 pod gemma-fp8-7d9f-fghij: vLLM counted -4.4 GiB of non-torch memory")
+    folder = tmp_path / "results"
+    (folder / "startup").mkdir(parents=True)
+    (folder / "startup" / "warm.json").write_text(json.dumps(warm))
+    assert f"- {warned[1]}" in startup_report.markdown(folder).splitlines()
+    page = startup_section([warm])
+    assert "<li>gemma-fp8 pod gemma-fp8-7d9f-fghij: vLLM counted -4.4 GiB of non-torch memory" in page
+    assert "<li>" not in startup_section([cold])
+    assert phases.main([str(folder / "startup" / "warm.json")]) == 0
+    assert "Warning: vLLM counted -4.4 GiB" in capsys.readouterr().out
 
 
 def test_startup_accepts_the_stored_record(tmp_path, capsys, log026):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.demo import full_model, gpu_settings
+from bench.startup import memory
 
 TINY = "tiny"
 SHAPES = (TINY, full_model.SHAPE)
@@ -117,23 +118,17 @@ _ENGINE_KEYS = {"load_format": str, "tensor_parallel_size": int, "quantization":
 _BACKEND = re.compile(r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) (?:attention )?backend\b")
 _FA_VERSION = re.compile(r"Using FlashAttention version (\d+)")
 _HETEROGENEOUS = re.compile(r"heterogeneous head dimensions \(head_dim=(\d+), global_head_dim=(\d+)\)")
-# vLLM's start-up memory profile (0.26): what it subtracted from the utilization's share to size the KV cache
-_NUM = r"(-?[0-9.]+)"
-_MEMORY = re.compile(rf"Desired GPU memory utilization is \([0-9.]+, {_NUM} GiB\)\. Actual usage is {_NUM} GiB for "
-                     rf"weight, {_NUM} GiB for peak activation, {_NUM} GiB for non-torch memory, and {_NUM} GiB for "
-                     r"CUDAGraph memory")
-_MEMORY_KEYS = ("budget", "weights", "peak_activation", "non_torch", "cuda_graphs")
 
 
 def log_figures(text: str) -> dict[str, Any]:
     """{"attention_backend", "flash_attn_version", "head_dims" [sliding, full] or None, the engine's
     load_format, tensor_parallel_size, quantization, kv_cache_dtype and dtype as vLLM logged them, and
-    "memory_gib": its memory profile (the utilization's share as `budget`, then weights, peak activation,
-    non-torch memory and CUDA graphs, GiB) or None}."""
+    "memory_gib": its memory profile (bench/startup/memory.py: the utilization's share as `budget`, then
+    weights, peak activation, non-torch memory and CUDA graphs, GiB) or None}."""
     out: dict[str, Any] = {"attention_backend": None, "flash_attn_version": None, "head_dims": None, "memory_gib": None}
     for line in text.splitlines():
-        if (m := _MEMORY.search(line)) and out["memory_gib"] is None:
-            out["memory_gib"] = {key: float(v) for key, v in zip(_MEMORY_KEYS, m.groups())}
+        if out["memory_gib"] is None and "Desired GPU memory utilization" in line:
+            out["memory_gib"] = memory.parse(line)
         if (m := _ENGINE.search(line)) and "engine" not in out:
             out["engine"] = {}
             for key, kind in _ENGINE_KEYS.items():
@@ -153,16 +148,9 @@ def log_figures(text: str) -> dict[str, Any]:
 
 
 def memory_warning(figures: dict[str, Any]) -> str | None:
-    """A start whose memory profile counted negative non-torch memory, in one sentence: vLLM then sized its KV
-    cache that much past the utilization's share (vLLM 0.26 with sleep mode on, the H200 and H100 boxes: -4.4
-    GiB; on the H100 a long-prompt load then ran the GPU out of memory). None otherwise."""
-    memory = figures.get("memory_gib") or {}
-    below = memory.get("non_torch")
-    if below is None or below >= 0:
-        return None
-    return (f"vLLM counted {below:g} GiB of non-torch memory, so its KV cache takes {-below:g} GiB past the "
-            f"utilization's {memory['budget']:g} GiB: under long prompts at high concurrency the GPU may run out of "
-            "memory (lower --gpu-memory-utilization, or check it with a long-prompt scenario)")
+    """A start whose memory profile counted negative non-torch memory, in one sentence (bench/startup/memory.py);
+    None otherwise."""
+    return memory.warning(figures.get("memory_gib"))
 
 
 def start_problems(figures: dict[str, Any], args: argparse.Namespace, **override: Any) -> list[str]:

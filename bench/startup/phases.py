@@ -11,7 +11,9 @@ The phases are those of the PoC report's startup table: weight load (default loa
 `Loading weights took`, Run:ai `[RunAI Streamer] Overall time to stream`), model load,
 torch.compile (Dynamo transform, graph compiles, total, compile-cache hit or miss), CUDA graph
 capture, engine init, KV cache size and maximum concurrency, and the time from the first log line
-to `Application startup complete`.
+to `Application startup complete`. Then vLLM's memory profile (the utilization's share, weights, peak
+activation, non-torch memory, CUDA graphs; bench/startup/memory.py), with a warning under the table where
+the non-torch figure is negative: the KV cache then took more than the share.
 
 Formats of vLLM 0.26 and 0.32/0.33 are both read: `(EngineCore pid=178) INFO 07-28 10:11:12
 [file.py:431] message`, with or without the process prefix, an optional `[backbone] ` tag before
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from bench.common.cli import Help, run_one
-from bench.startup import netlimits, timeline
+from bench.startup import memory, netlimits, timeline
 from bench.startup import report as startup_report
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -61,7 +63,7 @@ class Rule:
     key: str
     pattern: re.Pattern
     value: Callable[[re.Match], Any]
-    how: str = "parallel"  # parallel: sum per process, max across; first; max; last
+    how: str = "parallel"  # parallel: sum per process, max across; first; max; min; last
 
 
 def _r(key: str, pattern: str, value: Callable[[re.Match], Any], how: str = "parallel") -> Rule:
@@ -102,6 +104,9 @@ RULES: tuple[Rule, ...] = (
        lambda m: _f(m[1]), "max"),
     _r("max_concurrency_tokens_per_request", r"Maximum concurrency for " + _NUM + r" tokens per request",
        lambda m: int(_f(m[1])), "max"),
+    # the memory profile (bench/startup/memory.py), one figure a key; of several workers the lowest non-torch
+    *(Rule(memory.phase_key(key), memory.PROFILE, lambda m, key=key: memory.figure(m, key),
+           "min" if key == "non_torch" else "first") for key in memory.KEYS),
 )
 
 _VERSION = (
@@ -141,6 +146,11 @@ TABLE: tuple[tuple[str, str, str], ...] = (
     ("kv_cache_tokens", "KV cache tokens", ""),
     ("max_concurrency", "Max concurrency", "x"),
     ("max_concurrency_tokens_per_request", "  at tokens per request", ""),
+    ("memory_budget_gib", "Memory for vLLM (utilization's share)", "GiB"),
+    ("memory_weights_gib", "  weights", "GiB"),
+    ("memory_peak_activation_gib", "  peak activation", "GiB"),
+    ("memory_non_torch_gib", "  non-torch", "GiB"),
+    ("memory_cuda_graphs_gib", "  CUDA graphs", "GiB"),
     ("time_to_ready_s", "First log line to startup complete", "s"),
     ("instance_type", "Instance type", ""),
     ("weight_load_gbps", "Weight load rate", "Gbps"),
@@ -190,6 +200,8 @@ def _aggregate(values: list[tuple[str, Any]], how: str) -> Any:
         return values[-1][1]
     if how == "max":
         return max(v for _, v in values)
+    if how == "min":
+        return min(v for _, v in values)
     per_proc: dict[str, float] = {}
     for proc, value in values:
         per_proc[proc] = per_proc.get(proc, 0.0) + value
@@ -283,6 +295,8 @@ def format_table(phases: dict[str, Any]) -> str:
     lines += [f"{label.ljust(width)}  {value}" for label, value in rows]
     if not phases.get("ready"):
         lines.append("(no `Application startup complete` line: the server did not finish starting)")
+    if warned := memory.warning(memory.from_phases(phases)):
+        lines.append(f"Warning: {warned}")
     return "\n".join(lines)
 
 

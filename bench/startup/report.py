@@ -4,8 +4,9 @@ Layout follows the PoC's start-up breakdown (total from pod creation to /health 
 with each phase's share of the total, the weight-load rate against the instance's network
 (bench/startup/netlimits.py), the image pull against the image's size, what the compile cache's pull step
 restored, and warnings for boots whose KV cache came out smaller than an earlier boot of the same
-configuration. Then the start-up model of each pool (bench/startup/model.py): every phase measured
-where a record measured it, the PoC's figure or an estimate where not, and the 150 s target.
+configuration or whose memory profile counted negative non-torch memory (bench/startup/memory.py). Then
+the start-up model of each pool (bench/startup/model.py): every phase measured where a record measured it,
+the PoC's figure or an estimate where not, and the 150 s target.
 
 Records live in a results folder under `startup/`: `<pod>.json` (bench/startup/timeline.py) and
 `sleep-<pod>.json` (bench/startup/sleepwake.py).
@@ -147,7 +148,7 @@ def section(boots: list[dict], sleeps: list[dict], instance_types: list[str] | t
             lines.append(f"| {r.get('pod') or '?'} | {r.get('instance_type') or '-'} | {size} "
                          f"| {_s(w.get('seconds'))} | {rate} | {base} | {burst} | {image_size} "
                          f"| {_s(img.get('image_pull_s'))} | {pull_rate} | {kv} |")
-        warnings = timeline.kv_regressions(boots)
+        warnings = timeline.boot_warnings(boots)
         if warnings:
             lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
     if sleeps:

@@ -34,7 +34,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from bench.startup import netlimits
+from bench.startup import memory, netlimits
 
 RECORD_KIND = "vllm-poc/startup-record"
 RECORD_VERSION = 1
@@ -344,6 +344,22 @@ def build(pod: dict, *, node: dict | None = None, nodeclaim: dict | None = None,
 
 def is_record(data: Any) -> bool:
     return isinstance(data, dict) and data.get("kind") == RECORD_KIND
+
+
+def memory_warnings(records: Iterable[dict]) -> list[str]:
+    """Warnings for boots whose memory profile counted negative non-torch memory (bench/startup/memory.py)."""
+    out = []
+    for record in records:
+        if warned := memory.warning(memory.from_phases(record.get("log") or {})):
+            out.append(f"{record.get('server') or 'server not recorded'} pod {record.get('pod') or 'not recorded'}: "
+                       f"{warned}")
+    return out
+
+
+def boot_warnings(records: Iterable[dict]) -> list[str]:
+    """Every warning of the start-up section: smaller KV caches than an earlier boot, then memory profiles."""
+    records = list(records)
+    return kv_regressions(records) + memory_warnings(records)
 
 
 def kv_regressions(records: Iterable[dict]) -> list[str]:

@@ -325,9 +325,12 @@ def startup_section(records: Sequence[dict[str, Any]]) -> str:
                     + "".join(cell(f"{num(phases.get(k))} s" if is_number(phases.get(k)) else "none")
                               for k, _ in timeline.PHASES))
     img = chart(lambda C: C.startup_figure(records, timeline.PHASES), "start-up phases per boot")
+    warned = timeline.boot_warnings(records)
     return ("<h2>Startup</h2><p class=\"note\">From start (pod created) to <code>/health</code> OK, each phase "
             "stacked in order; the log phases come from the server's own log.</p>" + img
-            + table(["Boot", "Total", *[label for _, label in timeline.PHASES]], rows))
+            + table(["Boot", "Total", *[label for _, label in timeline.PHASES]], rows)
+            + ("<p>Warnings:</p><ul>" + "".join(f"<li>{esc(w)}</li>" for w in warned) + "</ul>"
+               if warned else ""))
 
 
 def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]] | None, ctx: dict[str, Any]) -> str:
