@@ -191,7 +191,7 @@ def test_an_experiment_record_renders():
                            "util-0.95": {"status": "broken", "reason": "vllm serve exited 1"}},
               "compare": {"S1_chat": {"status": "waiting", "reason": "1 variant swept so far; a comparison needs two"}}}
     md = gpu_page.experiment_markdown(record)
-    assert "| util-0.85 | ok | 101.0 s | hit | 200,000 | TRITON_ATTN |" in md
+    assert "| util-0.85 | ok | 101.0 s | hit | 200,000 | not recorded | TRITON_ATTN |" in md
     assert "| grid | c=32 | 1,800.0 | 900.0 | 400 | 30.0 | yes |" in md  # a record from before runs had a kind
     assert "| util-0.95 | broken: vllm serve exited 1 | not measured |" in md and "None" not in md
 
@@ -304,5 +304,8 @@ def test_a_negative_non_torch_figure_in_the_memory_profile_is_warned():
     assert warning in gpu_page._start_line(start)
     record = {"experiment": "scenarios", "device": {"name": "H100"}, "question": "q", "seeds": "s",
               "variants": {"fp8": {"status": "ok", "starts": [start], "sweeps": {}}}}
-    assert f"- fp8: {warning}." in gpu_page.experiment_markdown(record)
+    page = gpu_page.experiment_markdown(record)
+    assert f"- fp8: {warning}." in page and "| 104,047 | -4.4 GiB |" in page  # the sleep-mode experiment's answer
+    record["variants"]["fp8"]["starts"] = [{**start, "memory_gib": None}]
+    assert "| 104,047 | not logged |" in gpu_page.experiment_markdown(record)
     assert gpu_full.memory_warning({**start, "memory_gib": positive["memory_gib"]}) is None

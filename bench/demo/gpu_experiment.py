@@ -101,6 +101,14 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                tuple(Variant(f"tp{n}", {"tensor_parallel_size": n}) for n in (1, 2, 4)),
                {"S1_chat": (1, 4, 16, 32, 64), "S4_rag": (1, 4, 8, 16, 32)}, capacity_search=True,
                minutes=12.0),
+    Experiment("sleep-mode", "sleep mode off and on: does vLLM 0.26's start-up memory profile count negative non-torch "
+               "memory only with sleep mode's allocator, sizing the KV cache past the utilization's share, and does "
+               "S2_summary at c=16 (sixteen 1,024-token prompts) then run the GPU out of memory?",
+               "PoC: level-1 sleep 26.8 s, wake 3.6 s (the stack's sleepMode, off by default); the H100 box with sleep "
+               "mode on: -4.4 GiB of non-torch memory, a 43.74 GiB KV cache where 0.90 leaves 38.5, out of memory "
+               "at S2_summary c=16; vLLM issue 40256 reports the same allocator over-counting",
+               (Variant("sleep-off", extra=("--no-enable-sleep-mode",), drop=("--enable-sleep-mode",)),
+                Variant("sleep-on")), {"S2_summary": (4, 16)}, minutes=3.5),
     Experiment("priority", "batch requests at a lower priority (--scheduling-policy priority) in a mixed load at "
                "81 % of saturation: what do the interactive scenarios gain and the batch one lose?",
                "blog: at 81 % of saturation the deprioritized requests' e2e p99 rose 1 %, interactive requests were "

@@ -212,6 +212,14 @@ def repeat_lines(scenario: str, sweep: dict[str, Any], earlier: list[dict[str, A
     return lines
 
 
+def _non_torch(start: dict[str, Any]) -> str:
+    """The non-torch memory of a start's memory profile (bench/startup/memory.py), in words."""
+    if "memory_gib" not in start:
+        return "not recorded"  # a start recorded before gpu-check kept the profile
+    value = (start["memory_gib"] or {}).get("non_torch")
+    return "not logged" if value is None else f"{value:g} GiB"
+
+
 def experiment_markdown(record: dict[str, Any]) -> str:
     """experiment.md: the question, the seeds' figures, each variant's start and runs, each comparison."""
     dev = record.get("device") or {}
@@ -219,7 +227,8 @@ def experiment_markdown(record: dict[str, Any]) -> str:
              f"Set beside: {record.get('seeds')}.", ""]
     if line := model_line(record):
         lines += [line, ""]
-    lines += ["| Variant | Status | /health | compile cache | KV cache tokens | attention |", "|---|---|---|---|---|---|"]
+    lines += ["| Variant | Status | /health | compile cache | KV cache tokens | non-torch memory | attention |",
+              "|---|---|---|---|---|---|---|"]
     variants = record.get("variants") or {}
     for label, v in variants.items():
         start = (v.get("starts") or [{}])[-1]
@@ -227,6 +236,7 @@ def experiment_markdown(record: dict[str, Any]) -> str:
         kv = start.get("kv_cache_tokens")
         lines.append(f"| {label} | {v.get('status')}{reason.replace('|', '/')} | {_s(start.get('healthy_s'))} | "
                      f"{start.get('compile_cache') or 'not measured'} | {f'{kv:,}' if kv else 'not measured'} | "
+                     f"{_non_torch(start)} | "
                      f"{start.get('attention_backend') or 'not measured'} |")
     warned = [(label, w) for label, v in variants.items() if (w := gpu_full.memory_warning((v.get("starts") or [{}])[-1]))]
     lines += ([""] + [f"- {label}: {warning}." for label, warning in warned]) if warned else []

@@ -215,7 +215,9 @@ class ServerSettings(BaseModel):
     sleep_mode: bool = Field(
         False,
         description="Enable /sleep and /wake_up to hand idle GPU memory back (26.8 s sleep, 3.6 s "
-        "wake, as the PoC measured); turns on vLLM's development endpoints.",
+        "wake, as the PoC measured); turns on vLLM's development endpoints. With it, vLLM 0.26's start-up "
+        "memory profile can count negative non-torch memory and size the KV cache past "
+        "gpuMemoryUtilization (-4.4 GiB at full size on the H100 and H200): the start-up record warns.",
     )
     image: str = Field(default_factory=lambda: pins().vllm_image,
                        description="vLLM server image, pinned (default from pyproject pins).")
