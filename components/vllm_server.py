@@ -305,6 +305,8 @@ class VllmServer(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.spec = spec = args.spec
         self.notes = spec.notes
+        for note in spec.notes:  # shown by `pulumi preview` and `up` beside this server
+            pulumi.log.info(note, resource=self)
 
         waits: list[pulumi.Resource] = list(args.depends_on)
         if args.identity is not None:

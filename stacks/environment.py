@@ -536,6 +536,8 @@ def build(settings: StackSettings) -> dict[str, object]:
         "modelUris": store.model_uris,
         "weightSyncJobs": {model: sync.job_name for model, sync in syncs.items()},
         "servers": {name: s.url for name, s in servers.items()},
+        # what each server's spec says beside its flags (fallbacks, sleep mode, loader basis), for the reviewer
+        **({"serverNotes": notes} if (notes := {name: list(s.notes) for name, s in servers.items() if s.notes}) else {}),
         "benchResults": results,
         "streamerResults": streamer_results,
         **({"report": report} if report else {}),

@@ -190,6 +190,11 @@ def test_sleep_mode_servers_get_sleep_and_wake_timed():
     (job,) = _by_name(rendered, "Job", "startup-gemma-fp8-")
     script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
     assert "--sleep-wake-port 8000 --model " in script
+    # the spec's notes reach the reviewer: the stack's outputs (and `pulumi preview`'s log) carry them
+    notes = rendered.outputs["serverNotes"]["gemma-fp8"]
+    assert any(n.startswith("sleep mode exposes vLLM's development endpoints") for n in notes)
+    assert any(n.startswith("sleep mode: vLLM 0.26's start-up memory profile can count negative non-torch memory")
+               and "g6e.2xlarge leaves 4.4 GiB outside that share" in n for n in notes), notes  # 44 GiB x 0.10
 
 
 def test_no_targets_no_startup_job():
