@@ -73,6 +73,23 @@ def test_the_grouped_bootstrap_is_the_nearest_rank_p99_of_each_resample():
     assert C.bootstrap_p99(groups, resamples=resamples, seed=3) == expected
 
 
+def test_the_single_value_bootstrap_counts_the_top_and_gives_what_a_sort_gives():
+    """One TTFT a request: from 400 requests on, each resample's p99 is read off the draws that land among the
+    top values; a resample that drew none of them (a constructed one here) is sorted whole. Every resample's
+    figure is the one a sort of its draws gives, ties and all."""
+    from bench.analysis.capacity import stats
+
+    rng = np.random.default_rng(11)
+    for n in (399, 400, 1000, 2600):
+        values = np.round(rng.lognormal(5, 0.6, n) / 5)  # ties
+        draws = np.random.default_rng(n).integers(0, n, size=(300, n))
+        draws[0] = int(np.argmin(values))  # every draw the smallest value: its p99 lies below the top slice
+        draws[1, : n // 2] = int(np.argmax(values))  # half the draws the largest
+        rank = max(0, math.ceil(0.99 * n) - 1)
+        sorted_draws = [float(np.sort(values[row])[rank]) for row in draws]
+        assert stats._p99_of_draws(values, draws).tolist() == sorted_draws  # noqa: SLF001
+
+
 def test_judgement_states():
     far_below = C.judge_results([detailed([100 + i % 7 for i in range(200)])], **LIMITS)
     assert far_below.state == C.PASS and far_below.requests == 200

@@ -155,8 +155,7 @@ def _bootstrap_p99(groups: list[list[float]], resamples: int, confidence: float,
     draws = rng.integers(0, n, size=(resamples, n))
     if all(len(g) == 1 for g in groups):
         values = np.asarray([g[0] for g in groups], dtype=float)
-        rank = max(0, math.ceil(0.99 * n) - 1)
-        stats = np.partition(values[draws], rank, axis=1)[:, rank]  # the rank-th smallest, as a sort would
+        stats = _p99_of_draws(values, draws)
     else:
         lengths = np.fromiter((len(g) for g in groups), dtype=np.int64, count=n)
         owner = np.repeat(np.arange(n), lengths)
@@ -170,7 +169,7 @@ def _bootstrap_p99(groups: list[list[float]], resamples: int, confidence: float,
         # that own a top value are counted per resample (a resamples x requests count matrix is slow to
         # fill: 0.2 s a bootstrap at 3,000 requests).
         m = len(values)
-        top = max(0, m - max(64, m // 20))
+        top = max(0, m - max(64, m // 50))
         kept, slot = np.unique(owner[top:], return_inverse=True)
         u = len(kept)
         where = np.full(n, u, dtype=np.int64)  # a request without a top value counts in bin u, never read
@@ -188,6 +187,32 @@ def _bootstrap_p99(groups: list[list[float]], resamples: int, confidence: float,
     tail = (1 - confidence) / 2 * 100
     lo, hi = np.percentile(stats, [tail, 100 - tail])
     return float(lo), float(hi)
+
+
+def _p99_of_draws(values: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """Each resample's nearest-rank p99 of single values (one per request): its rank-th smallest draw, as a
+    sort would give. From a few hundred requests on, the draws landing among the top 2 % of the values are
+    counted instead (the p99 sits there; a resample whose p99 lies below that slice is partitioned whole):
+    the same figures, in half the time of partitioning every resample."""
+    n, resamples = len(values), len(draws)
+    rank = max(0, math.ceil(0.99 * n) - 1)
+    if n < 400:
+        return np.partition(values[draws], rank, axis=1)[:, rank]
+    order = np.argsort(values, kind="stable")
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)  # each request's place among the sorted values
+    width = max(64, n // 50)
+    top = n - width
+    rows, cols = np.nonzero((position >= top)[draws])
+    slot = position[draws[rows, cols]] - top
+    counts = np.bincount(rows * width + slot, minlength=resamples * width).reshape(resamples, width)
+    from_top = (np.cumsum(counts[:, ::-1], axis=1) < n - rank).sum(axis=1)  # places above the p99's, from the top
+    inside = from_top < width
+    stats = np.empty(resamples)
+    stats[inside] = values[order[n - 1 - from_top[inside]]]
+    for r in np.nonzero(~inside)[0]:
+        stats[r] = np.partition(values[draws[r]], rank)[rank]
+    return stats
 
 
 @dataclass(frozen=True)
