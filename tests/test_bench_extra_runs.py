@@ -178,6 +178,17 @@ def test_the_budget_stops_the_search_and_says_what_resume_buys(bench_stub_server
     assert words in printed and "of the 0.1 min budget" in printed
 
 
+def test_an_open_loop_run_past_what_the_server_serves_is_estimated_at_the_servers_pace():
+    """The budget check's estimate of an open-loop run: at the offered rate while the server keeps up; past the
+    most it has served, the requests drain at that pace (on the CPU build, 2,065 requests offered at 375 req/s
+    to a server that had served 78 req/s took 28 s, estimated 5.5 s, and the budget overran)."""
+    from bench.run.extra_runs import open_loop_seconds
+
+    assert open_loop_seconds(2065, 375.3, 78.0) == pytest.approx(2065 / 78.0)
+    assert open_loop_seconds(408, 74.13, 78.0) == pytest.approx(408 / 74.13)  # below the pace: the offered rate
+    assert open_loop_seconds(408, 74.13, None) == pytest.approx(408 / 74.13)  # nothing served yet
+
+
 def test_repeats_that_disagree_are_a_broken_measurement_naming_their_runs(bench_stub_server, fake_bench, tmp_path):
     # a run-level factor of sigma 0.5: two identical runs differ by times, not percent
     model(fake_bench, ttft_ms_per_c=90, itl_ms=20, noise=0.5)
