@@ -17,6 +17,7 @@ restarts no server, and an edit to the sweep's own code does (`measured_code`).
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -50,8 +51,10 @@ def _module_path(code: dict[str, str], module: str) -> str | None:
     return None
 
 
-def _imported(source: str, package: str) -> set[str]:
-    """The modules of `package` that a module's source imports (anywhere in it), as dotted names."""
+@functools.lru_cache(maxsize=2048)
+def _imported(source: str, package: str) -> frozenset[str]:
+    """The modules of `package` that a module's source imports (anywhere in it), as dotted names. Kept per
+    source: a render asks for the same modules' imports for every Job, and parsing them was half its time."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -60,7 +63,7 @@ def _imported(source: str, package: str) -> set[str]:
             # `from bench.startup import phases` imports a module; `from bench.common.s3 import x` a name.
             found.add(node.module)
             found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return found
+    return frozenset(found)
 
 
 def imported_code(code: dict[str, str], sources: Iterable[str], package: str = "bench") -> dict[str, str]:
