@@ -2,7 +2,7 @@
 size the KV cache, and the one reading of it that warns.
 
 vLLM 0.26 logs, once per worker, `Desired GPU memory utilization is (0.9, 71.26 GiB). Actual usage is 30.64 GiB
-for weight, 2.83 GiB for peak activation, -4.4 GiB for non-torch memory, and 1.21 GiB for CUDAGraph memory`.
+for weight, 2.83 GiB for peak activation, -4.4 GiB for non-torch memory, and 0.82 GiB for CUDAGraph memory`
 The KV cache gets the share less those four. A negative non-torch figure hands the KV cache that much more
 than the share: on the H200 and H100 boxes (vLLM 0.26, sleep mode on) it read -4.4 GiB, and on the H100 sixteen
 1,024-token prompts then ran the GPU out of memory (docs/full-size.md). On an L40S, 10 % headroom at 0.90 is

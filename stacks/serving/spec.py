@@ -156,7 +156,7 @@ def build_serve_spec(
                      "/collective_rpc, ...): keep the Service cluster-internal.")
         notes.append(f"sleep mode: vLLM 0.26's start-up memory profile can count negative non-torch memory and size "
                      f"the KV cache past gpuMemoryUtilization {server.effective_gpu_memory_utilization:.2f} (-4.4 GiB "
-                     f"at full size on the H100 and H200, which then ran out of memory under long prompts); "
+                     f"at full size on the H100 and H200; the H100 then ran out of memory under long prompts); "
                      f"{instance.name} leaves {instance.gpu_memory_gib * (1 - server.effective_gpu_memory_utilization):.1f} "
                      "GiB outside that share. The start-up record warns with this pod's figure (bench startup).")
     if server.uses_speculative and server.num_speculative_tokens != 4:
