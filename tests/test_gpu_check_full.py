@@ -19,7 +19,7 @@ import pytest
 from bench.__main__ import main as bench_main
 from bench.demo import full_model, gpu_experiment, gpu_full, gpu_page, gpu_settings, transformers_trap
 from bench.demo import gpu_steps as S
-from bench.startup import phases
+from bench.startup import memory, phases
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "gpu_check"
@@ -291,7 +291,7 @@ def test_a_negative_non_torch_figure_in_the_memory_profile_is_warned():
     non-torch memory, so the KV cache took that much past the utilization's share, and a long-prompt load later
     ran the GPU out of memory. The start's figures keep the profile; the pages say what the negative figure does."""
     excerpt = REPO / "docs" / "records" / "experiment-scenarios-2026-12-05-h100" / "servers.excerpt.log"
-    figures = gpu_full.log_figures(excerpt.read_text())
+    figures = {"memory_gib": memory.from_phases(phases.parse_file(excerpt))}  # as Check.start_figures keeps it
     assert figures["memory_gib"] == {"budget": 71.26, "weights": 30.64, "peak_activation": 2.83, "non_torch": -4.4,
                                      "cuda_graphs": 0.82}  # the cold start's, the first in the excerpt
     warning = gpu_full.memory_warning(figures)
@@ -299,7 +299,7 @@ def test_a_negative_non_torch_figure_in_the_memory_profile_is_warned():
                               "utilization's 71.26 GiB")
     positive = {"memory_gib": {**figures["memory_gib"], "non_torch": 1.1}}
     assert gpu_full.memory_warning(positive) is None and gpu_full.memory_warning({"memory_gib": None}) is None
-    assert gpu_full.log_figures("INFO nothing about memory")["memory_gib"] is None
+    assert memory.from_phases(phases.parse_log(["INFO nothing about memory"])) is None
     start = {"healthy_s": 71.1, "kv_cache_tokens": 104047, "compile_cache": "hit", **figures}
     assert warning in gpu_page._start_line(start)
     record = {"experiment": "scenarios", "device": {"name": "H100"}, "question": "q", "seeds": "s",

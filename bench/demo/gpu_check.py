@@ -23,6 +23,7 @@ from bench.demo import cpu_vllm, full_model, gpu_experiment, gpu_full, gpu_page,
 from bench.demo import gpu_steps as S
 from bench.demo.gpu_runtime import Runtime, UsageError
 from bench.demo.command import local_startup_record
+from bench.startup import memory as startup_memory
 from bench.startup import phases as startup_phases
 from bench.startup import sleepwake
 
@@ -169,6 +170,7 @@ class Check:
                                       f"gpu-check {name}")
         record["instance_type"] = self.args.instance_type
         return {"healthy_s": server.healthy_s, **{k: parsed.get(k) for k in keys},
+                "memory_gib": startup_memory.from_phases(parsed),  # vLLM's memory profile, as the start-up table reads it
                 **gpu_full.log_figures(S.tail(server.log, 10**7)),
                 "milestones_s": dict(server.milestones), "startup_record": record, "log": str(server.log)}
 

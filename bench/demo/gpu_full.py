@@ -122,13 +122,10 @@ _HETEROGENEOUS = re.compile(r"heterogeneous head dimensions \(head_dim=(\d+), gl
 
 def log_figures(text: str) -> dict[str, Any]:
     """{"attention_backend", "flash_attn_version", "head_dims" [sliding, full] or None, the engine's
-    load_format, tensor_parallel_size, quantization, kv_cache_dtype and dtype as vLLM logged them, and
-    "memory_gib": its memory profile (bench/startup/memory.py: the utilization's share as `budget`, then
-    weights, peak activation, non-torch memory and CUDA graphs, GiB) or None}."""
-    out: dict[str, Any] = {"attention_backend": None, "flash_attn_version": None, "head_dims": None, "memory_gib": None}
+    load_format, tensor_parallel_size, quantization, kv_cache_dtype and dtype as vLLM logged them}. The memory
+    profile is the start-up phases' (bench/startup/memory.py)."""
+    out: dict[str, Any] = {"attention_backend": None, "flash_attn_version": None, "head_dims": None}
     for line in text.splitlines():
-        if out["memory_gib"] is None and "Desired GPU memory utilization" in line:
-            out["memory_gib"] = memory.parse(line)
         if (m := _ENGINE.search(line)) and "engine" not in out:
             out["engine"] = {}
             for key, kind in _ENGINE_KEYS.items():
@@ -148,8 +145,8 @@ def log_figures(text: str) -> dict[str, Any]:
 
 
 def memory_warning(figures: dict[str, Any]) -> str | None:
-    """A start whose memory profile counted negative non-torch memory, in one sentence (bench/startup/memory.py);
-    None otherwise."""
+    """A start whose memory profile (its figures' `memory_gib`) counted negative non-torch memory, in one sentence
+    (bench/startup/memory.py); None otherwise."""
     return memory.warning(figures.get("memory_gib"))
 
 

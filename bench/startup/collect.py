@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from bench.common import kube
 from bench.common import options as O
 from bench.common.cli import Help, run_one
-from bench.startup import memory, phases, sleepwake, timeline
+from bench.startup import phases, sleepwake, timeline
 from bench.startup import report as startup_report
 from bench.startup.streamer import upload
 
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace, client: Any = None) -> int:
             print(f"bench timeline: {name}: sleep {timing['sleep_s']} s, wake {timing['wake_s']} s"
                   + (f" ({timing['error']})" if timing["error"] else ""))
         print(f"bench timeline: {name}: {startup_report.summary_line(record)} -> {path}")
-        if warned := memory.warning(memory.from_phases(record.get("log") or {})):
+        if warned := timeline.memory_warning(record):
             print(f"bench timeline: {name}: warning: {warned}")
         for problem in record["problems"]:
             print(f"bench timeline: {name}: unknown fact: {problem}", file=sys.stderr)

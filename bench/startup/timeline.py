@@ -346,14 +346,15 @@ def is_record(data: Any) -> bool:
     return isinstance(data, dict) and data.get("kind") == RECORD_KIND
 
 
+def memory_warning(record: dict) -> str | None:
+    """One boot's warning where its memory profile counted negative non-torch memory (bench/startup/memory.py)."""
+    return memory.warning(memory.from_phases(record.get("log") or {}))
+
+
 def memory_warnings(records: Iterable[dict]) -> list[str]:
-    """Warnings for boots whose memory profile counted negative non-torch memory (bench/startup/memory.py)."""
-    out = []
-    for record in records:
-        if warned := memory.warning(memory.from_phases(record.get("log") or {})):
-            out.append(f"{record.get('server') or 'server not recorded'} pod {record.get('pod') or 'not recorded'}: "
-                       f"{warned}")
-    return out
+    """memory_warning of each boot that has one, naming its server and pod."""
+    return [f"{r.get('server') or 'server not recorded'} pod {r.get('pod') or 'not recorded'}: {warned}"
+            for r in records if (warned := memory_warning(r))]
 
 
 def boot_warnings(records: Iterable[dict]) -> list[str]:
