@@ -128,7 +128,7 @@ def at_the_limit(n):
 
 
 def test_the_run_to_run_band_is_measured_from_repeats_and_widens_judgements():
-    runs = [detailed([100.0] * 200, seed=1) | {"output_throughput": tok, "p50_ttft_ms": 100.0}
+    runs = [detailed([100.0] * 200, seed=1) | {"output_throughput": tok, "p99_ttft_ms": 100.0}
             for tok in (1000.0, 1100.0)]
     measured = C.noise([runs], default_pct=17.0)
     assert measured.source == "measured" and measured.df == 1
@@ -171,9 +171,9 @@ def test_a_decode_latency_streaming_does_not_resolve_is_no_evidence():
 
 def agreeing_tok_s_spread_itl(itl_medians=(20.0, 24.0, 22.0)):
     """Three comparable repeats as on the H200 at c=24: output tok/s within 1 %, the same TTFT
-    median, ITL medians 20 % apart."""
+    p99, ITL p99s 20 % apart."""
     return [detailed([100.0] * 200, itl_ms=itl, seed=k)
-            | {"output_throughput": tok, "p50_ttft_ms": 100.0, "p50_itl_ms": itl}
+            | {"output_throughput": tok}
             for k, (tok, itl) in enumerate(zip((1000.0, 1005.0, 1010.0), itl_medians))]
 
 
@@ -194,7 +194,7 @@ def test_each_figure_has_its_own_band_and_the_largest_is_the_headline():
     assert ttft == pytest.approx(pooled_band([100.0] * 3, 11.0), abs=0.01)  # agreeing runs: the default / sqrt(3)
     assert decode == pytest.approx(pooled_band([20.0, 24.0, 22.0], 11.0), abs=0.01)
     assert tok < 7 and decode > 15
-    # the headline stays the largest: the decode median's, what the repeats alone measured of it
+    # the headline stays the largest: the decode p99's, what the repeats alone measured of it
     assert noise.pct == decode == max(noise.bands().values()) and noise.widest == C.DECODE
     logs = np.log([20.0, 24.0, 22.0])
     assert noise.measured_pct == pytest.approx(100 * C.Z95 * float(np.std(logs, ddof=1)), abs=0.01)
@@ -205,7 +205,7 @@ def test_each_figure_has_its_own_band_and_the_largest_is_the_headline():
 def test_a_figure_no_repeat_measured_keeps_the_default():
     runs = agreeing_tok_s_spread_itl()
     for r in runs:
-        del r["p50_ttft_ms"]  # an older result without medians of TTFT
+        del r["p99_ttft_ms"]  # a result without a TTFT p99
     noise = C.noise([runs], default_pct=11.0)
     assert noise.figure(C.TTFT) == 11.0 and noise.figure(C.DECODE) == noise.pct > 15
     # nothing measured: every figure has the default

@@ -397,7 +397,7 @@ def load_text(unit: str, value: float | None) -> str:
 def noise_words(pct: float | None, source: str | None, by_figure: dict[str, Any] | None = None) -> str:
     """The run-to-run band in words: "run-to-run band 11 %, assumed, no point was run twice"; where a
     figure other than output tok/s set it (`by_figure`, summary.json's `noise_pct_by_figure`), which one
-    and the output tok/s band that widened the ends: "run-to-run band 14.18 % (decode median; output
+    and the output tok/s band that widened the ends: "run-to-run band 14.18 % (decode p99; output
     tok/s 6.43 %), measured from repeats"."""
     if pct is None:
         return ""
@@ -407,7 +407,7 @@ def noise_words(pct: float | None, source: str | None, by_figure: dict[str, Any]
 
 
 def _widest_words(pct: float, by_figure: dict[str, Any] | None) -> str:
-    """" (decode median; output tok/s 6.43 %)" where the output tok/s band is below the headline."""
+    """" (decode p99; output tok/s 6.43 %)" where the output tok/s band is below the headline."""
     if not isinstance(by_figure, dict):
         return ""
     tok = by_figure.get(C.OUTPUT_TOK_S)

@@ -10,7 +10,7 @@ The rules (docs/benchmark.md, "The capacity search"):
 
 - A point is judged on all its runs together (bench.analysis.capacity.judge_results): it PASSES
   with confidence when the upper end of each p99's 95 % interval, widened by its own figure's
-  run-to-run band (the TTFT median's for the TTFT p99, the decode median's for the decode p99), is
+  run-to-run band (each p99's own spread between comparable repeats), is
   within its limit on at least 100 requests; it FAILS for sure when a lower end is above a limit;
   anything else is SOFT (straddling a limit, a decode latency too small to measure, too few
   requests): never claimed as capacity, never taken for a miss.
@@ -24,10 +24,10 @@ The rules (docs/benchmark.md, "The capacity search"):
   default band is assumed; the default also counts as one degree of freedom beside measured ones.
   A measured output tok/s band above MAX_BAND_PCT means the runs disagree: the measurement is
   broken, and the search stops naming those runs rather than turning the spread into a wide
-  interval. A latency median's band, however wide, only widens its own check (a point its widened
+  interval. A latency p99's band, however wide, only widens its own check (a point its widened
   check cannot judge is soft and gets repeats): on 2 cores two runs of the demo's candidate at c=16
-  agreed within 8 % in output tok/s and TTFT p99 (153 and 201 ms against a 500 ms limit) while their
-  TTFT medians (115 and 87 ms) made a 38.5 % band.
+  agreed within 8 % in output tok/s while their TTFT p99s (153 and 201 ms against a 500 ms limit)
+  made a band of over 30 %, far inside the limit either way.
 - Narrowing, in order: the untested gap between two tested loads inside [lo, hi] whose throughputs
   lie furthest apart is bisected; then a SOFT point inside gets its repeats (`repeats`). Once the
   ends' throughputs are close enough, each end is repeated (`end_repeats`) while the bands keep the
@@ -145,7 +145,8 @@ class Search:
         if self._noise is None or self._noise[0] != runs:
             groups = self.comparable()
             self._noise = (runs, C.noise(([r.raw for r in g] for g in groups), self.default_noise_pct,
-                                         names=[[r.name for r in g] for g in groups]))
+                                         names=[[r.name for r in g] for g in groups],
+                                         decode_metric=self.decode_metric))
         return self._noise[1]
 
     def broken(self) -> C.Noise | None:
@@ -368,7 +369,7 @@ class Search:
 def band_words(noise: C.Noise) -> str:
     """The band that widens the ends, in words: "output tok/s band 6.43 % measured from 3 comparable
     runs", with the largest figure's where another figure set it ("...; the largest, 14.18 %, on the
-    decode median")."""
+    decode p99")."""
     tok = noise.figure(C.OUTPUT_TOK_S)
     if noise.measured_pct is None:
         return f"output tok/s band {tok:g} % assumed: no comparable repeat"

@@ -12,8 +12,8 @@ Plain functions over plain data (no I/O besides reading result dictionaries), sh
   the ITLs of one request stay together), fixed seed: the same file always gives the same interval.
 - Run-to-run noise: two identical runs differ by more than one run's requests say (a run-level
   slowdown), so each p99 interval is widened by the run-to-run band (`noise`) of its own figure
-  (the TTFT p99 by the TTFT median's, the decode p99 by the decode median's): measured from the
-  points run more than once, else the default. A point passes with confidence when the upper ends
+  (the TTFT p99 by the TTFT p99's spread between repeats, the decode p99 by the decode p99's):
+  measured from the points run more than once, else the default. A point passes with confidence when the upper ends
   of the TTFT and decode intervals are within the limits (on at least MIN_P99_REQUESTS requests),
   fails with confidence when a lower end is above a limit; otherwise it straddles. Repeats of one
   point are pooled (its typical run's p99, the interval of all its requests, a band shrinking
@@ -412,15 +412,20 @@ def confident(j: Judgement, min_requests: int) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Run-to-run noise
 
-# The figures of one run that a run-level slowdown moves together; their spread between repeats
-# of one point is the run-to-run noise (a p99 would add its own sampling error, so medians). Each
-# figure's band widens what it measures: output tok/s the capacity's ends, the TTFT median the TTFT
-# p99 check, the decode median the decode p99 check. They need not spread alike: on the H200 the
-# c=24 repeats' output tok/s agreed within 0.7 to 1.4 % while their ITL medians set a 14.18 % band.
+# The figures of one run whose spread between repeats of one point is the run-to-run noise. Each
+# figure's band widens what it measures: output tok/s the capacity's ends, the TTFT p99 the TTFT
+# check, the decode p99 the decode check. A p99's spread between repeats holds its own sampling error
+# as well, which the bootstrap interval already counts: the check is the more cautious for it. A
+# median's spread is no measure of the p99's: near saturation the median moves with the phase of the
+# prefill batches while the tail barely does (the H100 box, S1_chat at c=24, five repeats: TTFT
+# medians a 24.63 % band, TTFT p99s 478 to 500 ms a 3.19 % one, 5.69 % pooled with the default; a
+# c=32 run at 620 ms was no sure miss under the median's). The figures need not spread alike: on the H200 the c=24 repeats'
+# output tok/s agreed within 0.7 to 1.4 % while their ITL medians set a 14.18 % band.
 OUTPUT_TOK_S, TTFT, DECODE = "output_tok_s", "ttft", "decode"
-NOISE_FIGURES = {OUTPUT_TOK_S: ("output_throughput",), TTFT: ("p50_ttft_ms", "median_ttft_ms"),
-                 DECODE: ("p50_itl_ms", "median_itl_ms")}
-FIGURE_WORDS = {OUTPUT_TOK_S: "output tok/s", TTFT: "TTFT median", DECODE: "decode median"}
+NOISE_FIGURES = {OUTPUT_TOK_S: ("output_throughput",), TTFT: ("p99_ttft_ms",), DECODE: ("p99_itl_ms",)}
+# the decode p99 as the SLO's decode metric reads it (ITL per streamed chunk, TPOT per request)
+DECODE_KEYS = {"itl": ("p99_itl_ms",), "tpot": ("p99_tpot_ms",)}
+FIGURE_WORDS = {OUTPUT_TOK_S: "output tok/s", TTFT: "TTFT p99", DECODE: "decode p99"}
 
 
 @dataclass(frozen=True)
@@ -467,15 +472,18 @@ def run_figure(result: dict[str, Any], keys: tuple[str, ...]) -> float | None:
 
 
 def noise(points: Iterable[list[dict[str, Any]]], default_pct: float | Mapping[str, float] = DEFAULT_NOISE_PCT,
-          names: list[list[str]] | None = None) -> Noise:
+          names: list[list[str]] | None = None, decode_metric: str = "itl") -> Noise:
     """The run-to-run bands from groups of comparable repeats (each a list of results: one load, one
     size; the caller groups them, bench.analysis.capacity.search.Search.comparable).
 
-    Per figure (output tok/s, TTFT p50, decode p50) the pooled variance of log values between the
-    runs of each group, and that figure's band; the largest figure's is the headline `pct`. Few
-    repeats estimate a spread poorly, so the default counts as NOISE_PRIOR_DF degrees of freedom
-    beside each figure's. `default_pct`: one default for every figure, or one per figure (the open
-    loop starts from the closed loop's bands)."""
+    Per figure (output tok/s, TTFT p99, the decode p99 of `decode_metric`) the pooled variance of log
+    values between the runs of each group, and that figure's band; the largest figure's is the
+    headline `pct`. Few repeats estimate a spread poorly, so the default counts as NOISE_PRIOR_DF
+    degrees of freedom beside each figure's. `default_pct`: one default for every figure, or one per
+    figure (the open loop starts from the closed loop's bands)."""
+    if decode_metric not in DECODE_KEYS:
+        raise ValueError(f"decode metric must be itl or tpot, got {decode_metric!r}")
+    figures = {**NOISE_FIGURES, DECODE: DECODE_KEYS[decode_metric]}
     defaults = (dict(default_pct) if isinstance(default_pct, Mapping)
                 else dict.fromkeys(NOISE_FIGURES, float(default_pct)))
     missing = [name for name in NOISE_FIGURES if name not in defaults]
@@ -485,9 +493,9 @@ def noise(points: Iterable[list[dict[str, Any]]], default_pct: float | Mapping[s
     runs_seen = 0
     for runs in points:
         runs_seen += len(runs)
-        for name, keys in NOISE_FIGURES.items():
-            # a decode median under MIN_DECODE_MS times chunk bunching, not decoding: no figure
-            floor = MIN_DECODE_MS if name == DECODE else 0.0
+        for name, keys in figures.items():
+            # a streamed decode p99 under MIN_DECODE_MS times chunk bunching, not decoding: no figure
+            floor = _floor(decode_metric) if name == DECODE else 0.0
             logs = [math.log(v) for v in (run_figure(r, keys) for r in runs) if v is not None and v >= floor]
             if len(logs) >= 2:
                 mean = sum(logs) / len(logs)
