@@ -245,3 +245,13 @@ def test_under_tpot_the_decode_band_is_the_tpot_p99s_spread():
     assert search.noise().measured_by_figure["decode"] == 0.0
     with pytest.raises(ValueError, match="itl or tpot"):
         C.noise([runs], decode_metric="e2e")
+
+
+def test_ends_just_past_the_target_do_not_read_as_the_target():
+    # the H100's second S1_chat search: c=22 at 943.7 tok/s, c=28 a sure miss at 1,153.7: 1.2226x, not 1.22x
+    assert S.ratio_words(1153.7 / 943.65, 1.22) == "1.223x"
+    assert S.ratio_words(1148.9 / 946.3, 1.22) == "1.21x" and S.ratio_words(1.22, 1.22) == "1.22x"
+    search = S.Search(**LIMITS)
+    search.observe(22, result(440, 943.65, n=260, seed=1), "c22")
+    search.observe(28, result(700, 1153.7, n=260, seed=2), "c28")
+    assert "ends 1.223x apart (target 1.22x)" in search.standing()

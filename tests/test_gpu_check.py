@@ -327,3 +327,38 @@ def test_the_probes_are_kept_for_the_next_command_while_nothing_they_depend_on_c
     monkeypatch.setattr(Runtime, "trap", lambda self: {"status": "ok", "summary": "reads Gemma 4 configs right"})
     kept.mkdir()  # a place the answers cannot be written: this command still has them
     assert probes()[0]["python"] and kept.is_dir()
+
+
+def test_sleep_and_wake_alone_under_resume_start_a_server_of_their_own(tmp_path, monkeypatch):
+    """`gpu-check --resume --steps sleep_wake` on the H100 box, 2026-12-06: the cold start's server had gone with the
+    command that started it, and the step read the url of no server (AttributeError). It now starts a pod of its
+    own on the cache root and says which server it timed."""
+    import argparse
+    from types import SimpleNamespace
+
+    from bench.demo import gpu_check
+    from bench.startup import sleepwake
+
+    check = gpu_check.Check(argparse.Namespace(out=str(tmp_path), s3_uri=None))
+    check.runtime = SimpleNamespace(gpu=True, env={}, python="python3")
+    started = []
+
+    def start(pod, *extra, **flags):
+        started.append(pod.name)
+        return SimpleNamespace(url="http://127.0.0.1:1", name="m", stop=lambda: None)
+
+    sleeping = iter([True, False])
+    memory = iter([60_000, 2_000, 59_000])
+    monkeypatch.setattr(check, "start", start)
+    monkeypatch.setattr(S, "greedy_text", lambda base, model: "the same answer")
+    monkeypatch.setattr(S, "post", lambda url: None)
+    monkeypatch.setattr(S, "gpu_memory_mib", lambda gpus: next(memory))
+    monkeypatch.setattr(sleepwake, "_sleeping", lambda base: next(sleeping))
+    out = check.sleep_wake()
+    assert started == ["sleep"] and out["server"] == "sleep" and check.server_name == "sleep"
+    assert out["is_sleeping_confirmed"] and out["freed_mib"] == 58_000 and out["same_greedy_answer"]
+    # a server this command already started is the one timed: no second start
+    sleeping, memory = iter([True, False]), iter([60_000, 2_000, 59_000])
+    assert check.sleep_wake()["server"] == "sleep" and started == ["sleep"]
+    assert "timed on the sleep pod's server, started for it" in gpu_page._details("sleep_wake", out)[0]
+    assert "timed on" not in gpu_page._details("sleep_wake", out | {"server": "cold"})[0]

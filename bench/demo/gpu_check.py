@@ -249,8 +249,9 @@ class Check:
     def sleep_wake(self) -> dict[str, Any]:
         if not self.runtime.gpu:
             raise S.NotAvailable("vLLM's CPU build has no sleep mode")
-        base = self.server.url
-        before_text = S.greedy_text(base, model=self.server.name)
+        server = self.serving("sleep")
+        base = server.url
+        before_text = S.greedy_text(base, model=server.name)
         gpus = self.tensor_parallel_size
         used_awake = S.gpu_memory_mib(gpus)
         t0 = time.perf_counter()
@@ -263,8 +264,8 @@ class Check:
         wake_s = time.perf_counter() - t0
         used_woken = S.gpu_memory_mib(gpus)
         awake = sleepwake._sleeping(base) is False
-        after_text = S.greedy_text(base, model=self.server.name)
-        out = {"level": 1, "sleep_s": round(sleep_s, 3), "wake_s": round(wake_s, 3),
+        after_text = S.greedy_text(base, model=server.name)
+        out = {"level": 1, "server": self.server_name, "sleep_s": round(sleep_s, 3), "wake_s": round(wake_s, 3),
                "memory_used_mib": {"before_start": self.record.get("idle_memory_mib"), "awake": used_awake,
                                    "asleep": used_asleep, "woken": used_woken},
                "is_sleeping_confirmed": asleep is True and awake, "same_greedy_answer": before_text == after_text}
@@ -285,10 +286,17 @@ class Check:
             raise S.Broken("; ".join(problems))
         return out
 
+    def serving(self, name: str) -> S.Server:
+        """The server this command started, else a pod of its own on the cache root: a step that needs one runs
+        alone under --resume (the cold start's server went with the command that started it), or after a
+        restored pod that did not start."""
+        if self.server is None:
+            self.server = self.start(self.pod(name))
+            self.server_name = name
+        return self.server
+
     def sweep(self) -> dict[str, Any]:
-        if self.server is None:  # the restored pod did not start: a pod of its own on the cache root
-            self.server = self.start(self.pod("sweep"))
-            self.server_name = "sweep"
+        self.serving("sweep")
         return gpu_sweep.sweep(self)
 
     def vllm_wrapper(self) -> Path:

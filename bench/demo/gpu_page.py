@@ -94,7 +94,9 @@ def _details(name: str, c: dict[str, Any]) -> list[str]:
         return [f"- sleep {_s(c['sleep_s'], digits=2)}, wake {_s(c['wake_s'], digits=2)}; GPU memory in use: awake "
                 f"{_s(mem.get('awake'), ' MiB', 0)}, asleep {_s(mem.get('asleep'), ' MiB', 0)}, woken "
                 f"{_s(mem.get('woken'), ' MiB', 0)}; same greedy answer after wake-up: "
-                f"{_s(c.get('same_greedy_answer'))}"]
+                f"{_s(c.get('same_greedy_answer'))}"
+                + (f"; timed on the {c['server']} pod's server, started for it" if c.get("server") not in (None, "cold")
+                   else "")]
     if name == "sweep" and c.get("points"):
         rows = ["| c | bench out tok/s (window, prompts) | vllm bench serve out tok/s (window, prompts) | "
                 "bench - vllm bench serve |", "|---|---|---|---|"]
