@@ -82,3 +82,17 @@ def test_a_capacity_is_worded_with_the_run_it_came_from():
               "load_pass": 7.5, "load_fail": 8.25}
     assert answer.capacity_words(opened) == ("900.0 to 1,000.0 tok/s (from 7.5 req/s, open loop; meets the SLO at "
                                              "7.5 req/s, misses it at 8.25 req/s)")
+
+
+def test_where_the_slo_holds_never_reads_a_missing_load_as_none():
+    """make demo, 2026-12-06: a broken measurement's row read "still meets the SLO at None, the highest load tested"."""
+    from bench.analysis import answer as A
+
+    broken = {"state": "broken_measurement", "load_unit": "concurrency", "load_pass": None, "load_fail": None}
+    assert A.bracket_words(broken) == "not decided: repeats of one run disagree (a broken measurement)"
+    unsure = {"state": "meets_slo", "load_unit": "concurrency", "load_pass": None, "load_fail": 8}
+    assert A.bracket_words(unsure) == "no load met the SLO with confidence; misses it at c=8"
+    assert A.bracket_words(unsure | {"load_fail": None}) == "no load met the SLO with confidence"
+    assert A.bracket_words(unsure | {"load_pass": 4}) == "meets the SLO at c=4, misses it at c=8"
+    for interval in (broken, unsure, unsure | {"load_fail": None}):
+        assert "None" not in A.bracket_words(interval)

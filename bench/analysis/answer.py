@@ -218,6 +218,11 @@ def bracket_words(interval: dict[str, Any]) -> str:
         lowest = failed or "the lowest load tested"
         return (f"never meets the SLO at the loads tested: misses it from {lowest}"
                 + (", one request at a time" if interval.get("load_fail") in (1, 1.0) and unit != "req/s" else ""))
+    if state == "broken_measurement":
+        return "not decided: repeats of one run disagree (a broken measurement)"
+    if passed is None:
+        return (f"no load met the SLO with confidence; misses it at {failed}" if failed
+                else "no load met the SLO with confidence")
     if failed is None:
         return f"still meets the SLO at {passed}, the highest load tested: no upper bound"
     return f"meets the SLO at {passed}, misses it at {failed}"
