@@ -13,8 +13,9 @@ Plain functions over plain data (no I/O besides reading result dictionaries), sh
 - Run-to-run noise: two identical runs differ by more than one run's requests say (a run-level
   slowdown), so each p99 interval is widened by the run-to-run band (`noise`) of its own figure
   (the TTFT p99 by the TTFT p99's spread between repeats, the decode p99 by the decode p99's):
-  measured from the points run more than once, else the default. A point passes with confidence when the upper ends
-  of the TTFT and decode intervals are within the limits (on at least MIN_P99_REQUESTS requests),
+  measured from the points run more than once, else the default. A point passes with confidence
+  when the upper ends of the TTFT and decode intervals are within the limits (on at least
+  MIN_P99_REQUESTS requests),
   fails with confidence when a lower end is above a limit; otherwise it straddles. Repeats of one
   point are pooled (its typical run's p99, the interval of all its requests, a band shrinking
   with the number of runs). A point that does not pass with confidence counts as failing:
@@ -419,8 +420,9 @@ def confident(j: Judgement, min_requests: int) -> bool:
 # median's spread is no measure of the p99's: near saturation the median moves with the phase of the
 # prefill batches while the tail barely does (the H100 box, S1_chat at c=24, five repeats: TTFT
 # medians a 24.63 % band, TTFT p99s 478 to 500 ms a 3.19 % one, 5.69 % pooled with the default; a
-# c=32 run at 620 ms was no sure miss under the median's). The figures need not spread alike: on the H200 the c=24 repeats'
-# output tok/s agreed within 0.7 to 1.4 % while their ITL medians set a 14.18 % band.
+# c=32 run at 620 ms was no sure miss under the median's). The figures need not spread alike: on the
+# H200 the c=24 repeats' output tok/s agreed within 0.7 to 1.4 % while their ITL medians set a 14.18 %
+# band.
 OUTPUT_TOK_S, TTFT, DECODE = "output_tok_s", "ttft", "decode"
 NOISE_FIGURES = {OUTPUT_TOK_S: ("output_throughput",), TTFT: ("p99_ttft_ms",), DECODE: ("p99_itl_ms",)}
 # the decode p99 as the SLO's decode metric reads it (ITL per streamed chunk, TPOT per request)
