@@ -15,8 +15,8 @@ Plain functions over plain data (no I/O besides reading result dictionaries), sh
   (the TTFT p99 by the TTFT p99's spread between repeats, the decode p99 by the decode p99's):
   measured from the points run more than once, else the default. A point passes with confidence
   when the upper ends of the TTFT and decode intervals are within the limits (on at least
-  MIN_P99_REQUESTS requests),
-  fails with confidence when a lower end is above a limit; otherwise it straddles. Repeats of one
+  MIN_P99_REQUESTS requests), fails with confidence when a lower end is above a limit; otherwise it
+  straddles. Repeats of one
   point are pooled (its typical run's p99, the interval of all its requests, a band shrinking
   with the number of runs). A point that does not pass with confidence counts as failing:
   capacity is never claimed on a maybe.
