@@ -198,6 +198,16 @@ def test_a_demo_with_other_arguments_starts_fresh_and_keeps_the_earlier_runs(fak
     stdout, _ = proc.communicate(timeout=60)
     assert "starting fresh" not in stdout and len(list((out / "earlier").iterdir())) == 1
     assert (out / "runs" / "candidate").is_dir()
+    # --again with the same arguments: measure anew, the runs kept aside with why
+    (out / "runs" / "candidate" / "S1_chat_c1.json").write_text("{}")
+    time.sleep(1.1)  # the folder aside is named by the second
+    proc = start_demo(fake_venv, out, "--concurrencies", "1,2,4", "--again", serve="exit")
+    stdout, _ = proc.communicate(timeout=60)
+    assert "--again: measuring anew" in stdout and "starting fresh" not in stdout
+    newest = max((out / "earlier").iterdir())
+    assert (newest / "runs" / "candidate" / "S1_chat_c1.json").exists()
+    assert (newest / "why.txt").read_text() == "moved aside by a demo asked to measure anew: --again\n"
+    assert json.loads((out / "runs" / demo.RECORD).read_text())["concurrencies"] == "1,2,4"
 
 
 def test_the_decision_to_start_fresh(tmp_path):
@@ -250,6 +260,25 @@ def test_sweep_arguments_run_the_capacity_search_on_the_demo_slo():
 def test_the_demo_slo_defaults_are_tight_enough_to_separate_the_two_servers():
     args = demo.add_parser(__import__("argparse").ArgumentParser().add_subparsers()).parse_args([])
     assert (args.slo_ttft_p99_ms, args.slo_itl_p99_ms) == (500.0, 100.0)
+
+
+def test_a_broken_measurement_is_answered_with_how_to_measure_anew(tmp_path, monkeypatch):
+    """make demo, 2026-12-06, on a machine busy with other work: INCONCLUSIVE, S2_summary's c=4 repeats 24 % apart.
+    Running the demo again would only continue the same runs; the closing lines say to measure anew."""
+    summary = tmp_path / "summary.json"
+    broken = ("S2_summary: the candidate (max-num-seqs 16)'s broken measurement: repeats of the same run differ in "
+              "output tok/s by a band of 30.1 % (more than 30 %)")
+    summary.write_text(json.dumps({"verdict": {"state": "inconclusive", "basis": "slo", "threshold": 1.5,
+                                               "reasons": [broken]}}))
+    assert demo.again_hint(summary) == demo.AGAIN_HINT and "DEMO_ARGS=--again" in demo.AGAIN_HINT
+    summary.write_text(json.dumps({"verdict": {"state": "inconclusive", "basis": "slo", "threshold": 1.5,
+                                               "reasons": ["S1_chat: spans the 1.5x threshold"]}}))
+    assert demo.again_hint(summary) is None  # another reason: another remedy
+    summary.write_text(json.dumps({"verdict": {"state": "pass", "basis": "slo", "threshold": 1.5, "reasons": []}}))
+    assert demo.again_hint(summary) is None and demo.again_hint(tmp_path / "missing.json") is None
+    # a demo stopped while measuring anew continues without --again (which would move its runs aside again)
+    monkeypatch.setattr(sys, "argv", ["bench", "demo", "--again", "--out", "build/demo"])
+    assert demo.continue_command() == "python -m bench demo --out build/demo"
 
 
 def test_the_closing_verdict_line_gives_the_first_reason_unless_it_passes(tmp_path):

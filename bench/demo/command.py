@@ -24,7 +24,9 @@ cluster runs, the figures are this machine's. Sweeps always run with `--resume`,
 with Ctrl-C continues where it stopped when run again with the same arguments. The arguments that
 shape the sweeps (scenarios, concurrencies, length scale, SLO, max-num-seqs, price) are recorded in
 OUT/runs/demo.json; a demo run with other ones starts fresh: it says what changed and moves the
-earlier runs, report and compare to OUT/earlier/<UTC time>/ (nothing is deleted).
+earlier runs, report and compare to OUT/earlier/<UTC time>/ (nothing is deleted). `--again` does the
+same with the same arguments: measure anew, as the demo's closing line advises where repeats of one
+run disagreed (a broken measurement: another load on the machine slowed one of them).
 
 Exit codes: 0 the report is written; 1 a step failed (a server did not start, a sweep or report
 failed; what was kept is listed); 2 bad arguments or no vLLM CPU build; 130 Ctrl-C; 143 SIGTERM.
@@ -192,7 +194,7 @@ def changes(out: Path, settings: dict[str, Any]) -> list[str] | None:
     return [f"{FLAG_OF[k]} {before.get(k)} -> {v}" for k, v in settings.items() if before.get(k) != v]
 
 
-def start_fresh(out: Path, why: list[str]) -> Path:
+def start_fresh(out: Path, why: list[str], cause: str = "a demo with other arguments") -> Path:
     """Move the earlier demo's runs, report and compare aside (kept, never deleted); the model stays."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     aside = out / "earlier" / stamp
@@ -200,9 +202,27 @@ def start_fresh(out: Path, why: list[str]) -> Path:
     for name in FRESH_MOVES:
         if (out / name).exists():
             (out / name).rename(aside / name)
-    (aside / "why.txt").write_text("moved aside by a demo with other arguments: " + "; ".join(why) + "\n",
-                                   encoding="utf-8")
+    (aside / "why.txt").write_text(f"moved aside by {cause}: " + "; ".join(why) + "\n", encoding="utf-8")
     return aside
+
+
+AGAIN_HINT = ("the runs of one load disagreed (a broken measurement): something else on this machine likely "
+              "slowed one of them. On a quiet machine, `make demo DEMO_ARGS=--again` (or `python -m bench demo "
+              "--again`) measures anew; this demo's runs, report and compare move to OUT/earlier/, kept")
+
+
+def again_hint(summary_path: Path) -> str | None:
+    """What to do where the verdict is undecided because repeats disagreed: a plain rerun would only
+    continue the same runs (the sweeps resume), so measure anew with --again."""
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    verdict = summary.get("verdict") if isinstance(summary, dict) else None
+    reasons = verdict.get("reasons") if isinstance(verdict, dict) else None
+    if answer.verdict_state(summary) == "pass" or not isinstance(reasons, list):
+        return None
+    return AGAIN_HINT if any(isinstance(r, str) and "broken measurement" in r for r in reasons) else None
 
 
 def local_startup_record(log: Path, launched: float, healthy: float, server: str) -> dict[str, Any]:
@@ -269,6 +289,9 @@ class Demo:
             aside = start_fresh(self.out, why)
             _say(f"the arguments differ from the earlier demo's in {self.out} ({'; '.join(why)}): starting fresh; "
                  f"its runs, report and compare moved to {aside}")
+        elif why == [] and getattr(self.args, "again", False):
+            aside = start_fresh(self.out, ["--again"], cause="a demo asked to measure anew")
+            _say(f"--again: measuring anew; the earlier demo's runs, report and compare moved to {aside}")
         (self.out / "runs").mkdir(exist_ok=True)
         (self.out / "runs" / RECORD).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         shim = cpu_vllm.dist_info_shim(self.out / ".vllm-dist-info", version)
@@ -389,6 +412,11 @@ def verdict_line(summary_path: Path) -> str | None:
     return text
 
 
+def continue_command() -> str:
+    """The command that continues this demo: the one given, less --again (which would measure anew)."""
+    return " ".join(word for word in rerun_command("bench").split(" ") if word != "--again")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         seqs = check(args)
@@ -420,7 +448,7 @@ def run(args: argparse.Namespace) -> int:
         demo.stop_servers()
         print(f"bench demo: stopped by {signal_name(exc)}; servers stopped. Kept: {kept(demo.out)}. "
               "Run the demo again to continue (the sweeps resume and run only what is missing; a sweep's own "
-              f"resume command needs the server the demo stopped): {rerun_command('bench')}", file=sys.stderr)
+              f"resume command needs the server the demo stopped): {continue_command()}", file=sys.stderr)
         return exit_code(exc)
     except (cpu_vllm.ServerNotHealthy, StepFailed) as exc:
         demo.stop_servers()
@@ -433,6 +461,8 @@ def run(args: argparse.Namespace) -> int:
     line = verdict_line(demo.out / "report" / "summary.json")
     if line:
         _say(line)
+    if hint := again_hint(demo.out / "report" / "summary.json"):
+        _say(hint)
     if failed_sweeps:
         _say("some runs stayed invalid (" + "; ".join(failed_sweeps) + "): see the report's invalid runs")
     _say(f"compare page: {(demo.out / 'compare' / 'compare.html').resolve()}")
@@ -463,5 +493,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "default: %(default)s)")
     p.add_argument("--budget-minutes", type=float, default=DEFAULT_BUDGET_MINUTES,
                    help="CPU minutes each side's sweep may spend, grid and search (default: %(default)s)")
+    p.add_argument("--again", action="store_true",
+                   help="measure anew with the same arguments: the earlier demo's runs, report and compare move "
+                        "to OUT/earlier/<UTC time>/ (without it, a demo with the same arguments continues them)")
     p.set_defaults(func=run)
     return p
