@@ -67,8 +67,8 @@ def test_a_capacity_is_worded_with_the_run_it_came_from():
     by_figure = {"output_tok_s": 6.43, "ttft": 6.35, "decode": 14.18}
     assert answer.from_words({**recorded, "noise_pct": 14.18, "noise_source": "measured",
                               "noise_pct_by_figure": by_figure}) == (
-        "c=28, closed loop, search/S1_chat_c28.run2.json, mean of 2 runs; run-to-run band 14.18 % (decode p99; "
-        "output tok/s 6.43 %), measured from repeats")
+        "c=28, closed loop, search/S1_chat_c28.run2.json, mean of 2 runs; run-to-run band 6.43 % on output tok/s "
+        "(the largest, 14.18 %, on the decode p99), measured from repeats")
     assert answer.source_run({**interval, "source_run": {"file": "S1_chat_c24.json", "load": 24}}) == (
         24, "S1_chat_c24.json")
     assert answer.capacity_words({**interval, "output_tok_s": [2836.4, None], "load_fail": None},

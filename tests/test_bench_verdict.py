@@ -446,7 +446,8 @@ def test_the_capacity_carries_each_figures_band_and_names_the_largest():
     iv = cap.as_dict()
     assert iv["noise_pct"] == decode and iv["noise_source"] == "measured" and iv["noise_repeats"] == 3
     assert iv["noise_pct_by_figure"] == {"output_tok_s": tok, "ttft": noise.figure(C.TTFT), "decode": decode}
-    words = f"run-to-run band {decode:g} % (decode p99; output tok/s {tok:g} %), measured from repeats"
+    words = (f"run-to-run band {tok:g} % on output tok/s (the largest, {decode:g} %, on the decode p99), measured "
+             "from repeats")
     assert V.noise_words(cap.noise_pct, cap.noise_source, cap.noise_by_figure) == words
     assert words in answer.capacity_words(cap.as_dict())
     assert_words(answer.capacity_words(cap.as_dict()))
