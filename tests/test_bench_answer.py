@@ -96,3 +96,9 @@ def test_where_the_slo_holds_never_reads_a_missing_load_as_none():
     assert A.bracket_words(unsure | {"load_pass": 4}) == "meets the SLO at c=4, misses it at c=8"
     for interval in (broken, unsure, unsure | {"load_fail": None}):
         assert "None" not in A.bracket_words(interval)
+    # the pages word a broken capacity as the markdown does: its reason, not "unknown from closed loop"
+    from bench.analysis import markup
+
+    reason = "broken measurement: repeats of the same run differ in output tok/s by a band of 30.1 %"
+    html = markup.capacity_html(broken | {"reason": reason}, None, ["scenarios", "S2_summary"])
+    assert html == "not measured: " + reason and A.capacity_words(broken | {"reason": reason}) == html

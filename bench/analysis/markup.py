@@ -147,7 +147,7 @@ def capacity_html(interval: dict[str, Any] | None, pair: Any, path: list[Any], u
     from, where the SLO holds; the words of bench.analysis.answer.capacity_words, tagged."""
     if not interval or interval.get("state") in (None, "no_data"):
         return "unknown (no usable run)"
-    if interval.get("state") == "never_meets_slo":
+    if interval.get("state") in ("never_meets_slo", "broken_measurement"):
         return esc(answer.capacity_words(interval, pair))
     return (figure_html(pair, path, unit, figure, figure_path) + f"<br><small>from {esc(answer.from_words(interval))}; "
             f"{esc(answer.bracket_words(interval))}</small>")
