@@ -265,37 +265,42 @@ def test_the_demo_slo_defaults_are_tight_enough_to_separate_the_two_servers():
 def test_a_broken_measurement_is_answered_with_how_to_measure_anew(tmp_path, monkeypatch):
     """make demo, 2026-12-06, on a machine busy with other work: INCONCLUSIVE, S2_summary's c=4 repeats 24 % apart.
     Running the demo again would only continue the same runs; the closing lines say to measure anew."""
-    summary = tmp_path / "summary.json"
-    broken = ("S2_summary: the candidate (max-num-seqs 16)'s broken measurement: repeats of the same run differ in "
-              "output tok/s by a band of 30.1 % (more than 30 %)")
-    summary.write_text(json.dumps({"verdict": {"state": "inconclusive", "basis": "slo", "threshold": 1.5,
-                                               "reasons": [broken]}}))
-    assert demo.again_hint(summary) == demo.AGAIN_HINT and "DEMO_ARGS=--again" in demo.AGAIN_HINT
-    summary.write_text(json.dumps({"verdict": {"state": "inconclusive", "basis": "slo", "threshold": 1.5,
-                                               "reasons": ["S1_chat: spans the 1.5x threshold"]}}))
-    assert demo.again_hint(summary) is None  # another reason: another remedy
-    summary.write_text(json.dumps({"verdict": {"state": "pass", "basis": "slo", "threshold": 1.5, "reasons": []}}))
-    assert demo.again_hint(summary) is None and demo.again_hint(tmp_path / "missing.json") is None
+    from bench.analysis import opener
+
+    def summary(state: str, candidate: str) -> dict:
+        return {"verdict": {"state": state, "basis": "slo", "threshold": 1.5, "reasons": ["a reason"]},
+                "comparison": {"S1_chat": {"candidate_slo_capacity": {"state": "meets_slo"},
+                                           "baseline_slo_capacity": {"state": "meets_slo"}},
+                               "S2_summary": {"candidate_slo_capacity": {"state": candidate},
+                                              "baseline_slo_capacity": {"state": "meets_slo"}}}}
+
+    assert demo.again_hint(summary("inconclusive", "broken_measurement")) == demo.AGAIN_HINT
+    assert "DEMO_ARGS=--again" in demo.AGAIN_HINT
+    assert demo.again_hint(summary("inconclusive", "meets_slo")) is None  # another reason: another remedy
+    assert demo.again_hint(summary("pass", "meets_slo")) is None
+    assert demo.again_hint(opener.read_object(tmp_path / "missing.json")) is None
     # a demo stopped while measuring anew continues without --again (which would move its runs aside again)
     monkeypatch.setattr(sys, "argv", ["bench", "demo", "--again", "--out", "build/demo"])
     assert demo.continue_command() == "python -m bench demo --out build/demo"
 
 
 def test_the_closing_verdict_line_gives_the_first_reason_unless_it_passes(tmp_path):
+    from bench.analysis import opener
+
     summary = tmp_path / "summary.json"
     reasons = ["S1_chat: the SLO ratio per GPU, 1.20x to 2.10x, spans the 1.5x threshold; rerun it", "S2: later"]
     summary.write_text(json.dumps({"verdict": {"state": "inconclusive", "basis": "slo", "threshold": 1.5,
                                                "min_ratio": None, "reasons": reasons}}))
-    line = demo.verdict_line(summary)
+    line = demo.verdict_line(opener.read_object(summary))
     assert line == (f"verdict INCONCLUSIVE on the slo basis, threshold 1.5x; first reason: {reasons[0]} (and 1 more "
                     "in the report)")
     summary.write_text(json.dumps({"verdict": {"state": "pass", "basis": "slo", "threshold": 1.5, "min_ratio": 2.54,
                                                "min_ratio_interval": [2.54, 3.1], "min_ratio_scenario": "S1_chat",
                                                "reasons": []}}))
-    assert demo.verdict_line(summary) == (
+    assert demo.verdict_line(opener.read_object(summary)) == (
         "verdict PASS on the slo basis: smallest ratio per GPU 2.54x to 3.10x (S1_chat), threshold 1.5x")
     summary.write_text("{")
-    assert demo.verdict_line(summary) is None
+    assert demo.verdict_line(opener.read_object(summary)) is None
 
 
 def test_readme_opens_with_render_and_test_then_what_the_demo_prints():

@@ -370,7 +370,7 @@ def test_printed_lines_word_the_interval_and_fleet_of_the_pages(figures, tmp_pat
     md = (out / "report.md").read_text()
     html_text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", (out / "report.html").read_text())).split())
     plan = json.loads((out / "plan" / "plan.json").read_text())
-    demo_line = demo.verdict_line(out / "summary.json")
+    demo_line = demo.verdict_line(summary)
     open_line = answer.verdict_line(summary)
     for where, text in (("printed", printed), ("demo", demo_line), ("report.md", md), ("report.html", html_text),
                         ("bench open", open_line)):

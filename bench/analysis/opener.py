@@ -60,7 +60,9 @@ def default_dir(loc: s3.S3Location) -> Path:
     return Path(DEFAULT_OUT) / (parts[-1] if parts else loc.bucket)
 
 
-def _json(path: Path) -> dict[str, Any] | None:
+def read_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a file (a report's summary.json, plan.json, ...), None where it is missing, unreadable or
+    not an object."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -104,13 +106,13 @@ def open_local(args: argparse.Namespace) -> int:
 def say(folder: Path, source: str | None = None, copied: int = 0) -> None:
     """The page's path, the verdict line and the plan line of a report folder."""
     page = next(folder / name for name in PAGES if (folder / name).is_file())
-    inputs = _json(folder / "inputs.json") or {}
+    inputs = read_object(folder / "inputs.json") or {}
     labels = {s.get("role"): s.get("label") for s in inputs.get("sweeps") or [] if isinstance(s, dict)}
     if source is not None:
         print(f"bench open: {copied} files from {source} -> {folder}")
     print(page.resolve())
-    print(answer.verdict_line(_json(folder / "summary.json"), labels))
-    line = answer.plan_line(_json(folder / "plan.json"))
+    print(answer.verdict_line(read_object(folder / "summary.json"), labels))
+    line = answer.plan_line(read_object(folder / "plan.json"))
     if line:
         print(line)
     if inputs.get("complete") is False:
@@ -135,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
                 status = None
                 if "status.json" in names:
                     s3.download_prefix(loc, dest, copied=copied, progress=False)
-                    status = _json(dest / "status.json")
+                    status = read_object(dest / "status.json")
                 print(f"bench open: {loc.uri}: {waiting_message(status)}", file=sys.stderr)
                 return 1
             s3.download_prefix(loc, dest, copied=copied, progress=not args.no_progress)

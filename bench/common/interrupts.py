@@ -138,9 +138,10 @@ def stop_loop_on_signals(loop: asyncio.AbstractEventLoop) -> Iterator[list[int]]
             signal.signal(sig, _raise)
 
 
-def rerun_command(prefix: str) -> str:
-    """The command line that was run, to repeat: `python -m <prefix> <args as given>`."""
-    return f"python -m {prefix} {shlex.join(sys.argv[1:])}".rstrip()
+def rerun_command(prefix: str, without: tuple[str, ...] = ()) -> str:
+    """The command line that was run, to repeat: `python -m <prefix> <args as given>`, less the flags in
+    `without` (a flag whose repeat would not continue what was stopped)."""
+    return f"python -m {prefix} {shlex.join(a for a in sys.argv[1:] if a not in without)}".rstrip()
 
 
 def quiet_broken_pipe() -> None:

@@ -47,7 +47,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.analysis import answer, compare, report
+from bench.analysis import answer, compare, opener, report
 from bench.analysis import verdict as V
 from bench.common import options as O
 from bench.common import scenarios as SC
@@ -211,18 +211,16 @@ AGAIN_HINT = ("the runs of one load disagreed (a broken measurement): something 
               "--again`) measures anew; this demo's runs, report and compare move to OUT/earlier/, kept")
 
 
-def again_hint(summary_path: Path) -> str | None:
-    """What to do where the verdict is undecided because repeats disagreed: a plain rerun would only
-    continue the same runs (the sweeps resume), so measure anew with --again."""
-    try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+def again_hint(summary: dict[str, Any] | None) -> str | None:
+    """What to do where the verdict is undecided because a side's repeats disagreed (a capacity in the state
+    broken_measurement): a plain rerun would only continue the same runs (the sweeps resume), so measure anew
+    with --again."""
+    if not isinstance(summary, dict) or answer.verdict_state(summary) == "pass":
         return None
-    verdict = summary.get("verdict") if isinstance(summary, dict) else None
-    reasons = verdict.get("reasons") if isinstance(verdict, dict) else None
-    if answer.verdict_state(summary) == "pass" or not isinstance(reasons, list):
-        return None
-    return AGAIN_HINT if any(isinstance(r, str) and "broken measurement" in r for r in reasons) else None
+    comparison = summary.get("comparison")
+    sides = [c.get(f"{side}_slo_capacity") for c in (comparison.values() if isinstance(comparison, dict) else ())
+             if isinstance(c, dict) for side in ("candidate", "baseline")]
+    return AGAIN_HINT if any(isinstance(s, dict) and s.get("state") == "broken_measurement" for s in sides) else None
 
 
 def local_startup_record(log: Path, launched: float, healthy: float, server: str) -> dict[str, Any]:
@@ -289,7 +287,7 @@ class Demo:
             aside = start_fresh(self.out, why)
             _say(f"the arguments differ from the earlier demo's in {self.out} ({'; '.join(why)}): starting fresh; "
                  f"its runs, report and compare moved to {aside}")
-        elif why == [] and getattr(self.args, "again", False):
+        elif why == [] and self.args.again:
             aside = start_fresh(self.out, ["--again"], cause="a demo asked to measure anew")
             _say(f"--again: measuring anew; the earlier demo's runs, report and compare moved to {aside}")
         (self.out / "runs").mkdir(exist_ok=True)
@@ -394,14 +392,10 @@ class StepFailed(RuntimeError):
     pass
 
 
-def verdict_line(summary_path: Path) -> str | None:
+def verdict_line(summary: dict[str, Any] | None) -> str | None:
     """The report's verdict as `bench report` words it on its last line (bench.analysis.answer.verdict_short),
     with the first reason unless it passes."""
-    try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    text = answer.verdict_short(summary) if isinstance(summary, dict) else None
+    text = answer.verdict_short(summary) if summary is not None else None
     if text is None:
         return None
     verdict = summary["verdict"]
@@ -414,7 +408,7 @@ def verdict_line(summary_path: Path) -> str | None:
 
 def continue_command() -> str:
     """The command that continues this demo: the one given, less --again (which would measure anew)."""
-    return " ".join(word for word in rerun_command("bench").split(" ") if word != "--again")
+    return rerun_command("bench", without=("--again",))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -458,10 +452,10 @@ def run(args: argparse.Namespace) -> int:
         demo.stop_servers()
     (demo.out / "timing.json").write_text(json.dumps(demo.timing.record(), indent=2) + "\n", encoding="utf-8")
     _say(demo.timing.line())
-    line = verdict_line(demo.out / "report" / "summary.json")
-    if line:
+    summary = opener.read_object(demo.out / "report" / "summary.json")
+    if line := verdict_line(summary):
         _say(line)
-    if hint := again_hint(demo.out / "report" / "summary.json"):
+    if hint := again_hint(summary):
         _say(hint)
     if failed_sweeps:
         _say("some runs stayed invalid (" + "; ".join(failed_sweeps) + "): see the report's invalid runs")

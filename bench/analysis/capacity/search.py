@@ -343,8 +343,7 @@ class Search:
         band = band_words(self.noise())
         return (head + f", misses it for sure at {self.words(hi)} ({_tok(self.tok_s(hi))}): ends "
                 f"{ratio_words(self.precision(), self.target)} apart (target {self.target:g}x); with each end's "
-                f"run-to-run band "
-                f"({band}) the capacity lies in {_tok(low)} to {_tok(top)}")
+                f"run-to-run band ({band}) the capacity lies in {_tok(low)} to {_tok(top)}")
 
     def stop_words(self) -> str | None:
         """Why the search stopped short of the target, in words; None when it reached it or has not stopped."""
