@@ -31,14 +31,14 @@ hundred MB of small objects from S3 in the same region.
 
 What one GPU measured at full size (`python -m bench gpu-check --model-shape gemma-4-31b` on an NVIDIA
 H200 with the image's vLLM 0.26.0, the Gemma-4-31B architecture with random FP8 weights, 2026-12-04
-and 05; docs/records/*gemma4-31b*, docs/records/experiment-kv-sizing-2026-12-04-h200): the part of a
+to 06; docs/records/*gemma4-31b*, docs/records/experiment-kv-sizing-2026-12-04-h200): the part of a
 start that is neither the weights nor the engine init, launch to /health less both (process start,
-imports, the API server's set-up, the engine process's own start, engine ready to /health). Seventeen
-boots: 53.4 to 78.8 s after an empty compile cache (five, each its machine's first start of vLLM),
-29.2 to 59.8 s after a cache hit (twelve); the median, 50.7 s, is the start-up floor inside init. (The
+imports, the API server's set-up, the engine process's own start, engine ready to /health). Twenty-one
+boots: 52.7 to 78.8 s after an empty compile cache (six, each its machine's first start of vLLM),
+29.2 to 59.8 s after a cache hit (fifteen); the median, 48.4 s, is the start-up floor inside init. (The
 tiny model on the same box, 2026-12-03, gave 68.1 s: its packages had no bytecode.) The model splits
 init into that floor, the PoC's engine init besides the compile, and the rest of the PoC's unnamed
-start-up (50.3 s after a cache hit, 114.3 s after a full compile), which nothing has attributed yet:
+start-up (52.6 s after a cache hit, 116.6 s after a full compile), which nothing has attributed yet:
 the real checkpoint's vision tower and its profiling, the container's start and what Mountpoint or the
 streamer set up are candidates the H200 runs do not have. The total is unchanged; what moved is which part is measured.
 
@@ -81,7 +81,7 @@ POC_ENGINE_BESIDES_COMPILE = {"hit": POC_ENGINE_INIT["hit"] - POC["compile_hit_s
 # compile cache, twelve after a hit); tests/test_gpu_check.py recomputes them from docs/records.
 GPU_CHECK_WHERE = "full-size boots on an NVIDIA H200, vLLM 0.26.0, 2026-12-04 and 05, docs/records/"
 FULL_SIZE_FLOORS_S = (58.6, 53.4, 58.3, 40.1, 50.7, 44.0, 56.9, 29.2, 37.0, 38.0, 41.6, 78.8, 59.8, 56.9,
-                      63.1, 48.4, 40.4)
+                      63.1, 48.4, 40.4, 52.7, 44.9, 36.4, 42.6)
 START_FLOOR_S = round(statistics.median(FULL_SIZE_FLOORS_S), 1)
 
 
