@@ -333,3 +333,37 @@ def test_a_server_gone_during_the_search_stops_the_sweep(bench_stub_server, fake
     assert "Traceback" not in err
     assert fake_bench.keys().count("S1_chat_c6") == 1 and fake_bench.keys()[-1] == "S1_chat_c6"
     assert all(r["status"] == "valid" for r in manifest(out)["runs"])  # the grid's seven runs
+
+
+def test_the_budget_check_pads_a_run_by_the_tok_s_band_not_the_widest():
+    """On the H200 on 2026-12-06, S3_moderation's decode p99s spread over a 215.58 % band while its output tok/s
+    agreed within 7.13 %: padded by the widest band, a 23 s run was priced at 77 s and the search stopped with 71
+    of its 212 s unspent. A run's length follows its throughput: the pad is the output tok/s band."""
+    from bench.analysis.capacity import search as SE
+    from bench.run import extra_runs as X
+    from tests.test_bench_search import result
+
+    def spread_decode() -> SE.Search:
+        search = SE.Search(ttft_ms=500.0, decode_ms=50.0)
+        for k, itl in enumerate((15.0, 120.0)):  # the same throughput, decode p99s far apart
+            search.observe(8, result(300, 256.0 + k, n=200, seed=k, itl_ms=itl), f"c8.run{k + 1}")
+        search.observe(16, result(900, 330.0, n=200, seed=5), "c16")
+        return search
+
+    search = spread_decode()
+    noise = search.noise()
+    assert noise.figure(C.DECODE) > 100 and noise.figure(C.OUTPUT_TOK_S) < 10 and noise.pct > 100
+    started = []
+
+    class Invalid:
+        valid, reason = False, "stopped here on purpose"
+
+    def run(step, k):
+        started.append(step.load)
+        return Invalid(), 23.0
+
+    spent, runs, why = X.drive(search, run, lambda step: 23.0, budget_s=30.0)
+    assert len(started) == 1 and spent == 23.0  # 23 s x (1 + the tok/s band) fits in 30 s; x (1 + 1.5) would not
+    load = search.words(started[0])
+    spent, runs, why = X.drive(spread_decode(), run, lambda step: 23.0, budget_s=24.0)
+    assert runs == 0 and why.startswith(f"the GPU budget stopped it before {load} (about 25 s")

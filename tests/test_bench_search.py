@@ -255,3 +255,60 @@ def test_ends_just_past_the_target_do_not_read_as_the_target():
     search.observe(22, result(440, 943.65, n=260, seed=1), "c22")
     search.observe(28, result(700, 1153.7, n=260, seed=2), "c28")
     assert "ends 1.223x apart (target 1.22x)" in search.standing()
+
+
+def h200_slow_climb() -> S.Search:
+    """The H200's second S1_chat search on 2026-12-06, its points as measured (TTFT p99 ms, output tok/s,
+    requests), c=32's two runs set past the limit so that it is the sure miss: the TTFT p99 climbs 2 % a
+    concurrency through the limit while two runs of one load differ by about 8 %."""
+    search = S.Search(**LIMITS)
+    points = {16: [(314, 994.8, 184)], 24: [(447, 1094.7, 217)], 25: [(473, 1152.5, 227)],
+              26: [(506, 1245.8, 232)], 28: [(496, 1312.1, 246)], 29: [(529, 1350.9, 257)],
+              30: [(519, 1396.9, 266)], 32: [(560, 1449.4, 278), (548, 1455.5, 278)]}
+    for c, runs in points.items():
+        for k, (ttft, tok, n) in enumerate(runs):
+            search.observe(c, result(ttft, tok, n=n, seed=10 * c + k), f"c{c}.run{k + 1}")
+    return search
+
+
+def test_repeats_go_where_they_settle_an_end_not_between_points_at_the_limit():
+    search = h200_slow_climb()
+    assert search.bounds() == (24, 32) and search.precision() > S.TARGET_WIDTH
+    # c=25 (473 ms) and c=29 (529 ms) lie far enough from the limit for a few repeats to settle them, and
+    # settled they bring the ends within 1.22x (1,350.9 / 1,152.5); c=26 and c=28 sit at it: no number settles
+    assert 2 < search.runs_to_settle(25, S.PASS) <= 3 and 2 < search.runs_to_settle(29, S.FAIL) <= 4
+    assert search.runs_to_settle(26, S.FAIL) > 100 and search.runs_to_settle(28, S.PASS) > 100
+    assert search.runs_to_settle(25, S.FAIL) == math.inf and search.runs_to_settle(30, S.FAIL) > 1 + search.repeats
+    step = search.next_step()
+    assert step.repeat and step.load == 25 and step.requests == 227, step  # not c=27, between two at the limit
+    assert "repeats would settle that it meets the SLO" in step.why and "(c=25 and c=29)" in step.why
+    search.observe(25, result(470, 1150.0, n=227, seed=99), "c25.run2")
+    assert search.state(25) == S.PASS and search.bounds() == (25, 32)
+    step = search.next_step()
+    assert step.repeat and step.load == 29 and "misses the SLO" in step.why
+
+
+def test_a_slow_climb_through_the_limit_is_settled_in_a_few_runs():
+    """TTFT p99 = 500 ms x (c / 27.5) ^ 0.5 (as the H200's S1_chat: about 2 % a concurrency) with a 4 % run-level
+    spread, the grid 16 and 32: the ends reach 1.22x and hold the truth."""
+
+    class SlowClimb(Server):
+        def tok(self, c: float) -> float:
+            return 10267.0 * c / (c + 200.0)
+
+        def run(self, c: float, n: int, k: int) -> dict:
+            slow = math.exp(self.rng.gauss(0.0, self.sigma))
+            return result(500 * (c / 27.5) ** 0.5 * slow, self.tok(c) / slow, n, seed=int(c * 1000) + k)
+
+    reached, covered, costs = 0, 0, []
+    for seed in range(12):
+        server = SlowClimb(ms_per_c=0.0, sigma=0.04, seed=seed)
+        search = S.Search(**LIMITS)
+        costs.append(len(drive(search, server, grid=(16, 32), limit=80)))
+        low, top = search.ends()
+        covered += low is not None and top is not None and low <= server.tok(27) <= top
+        reached += search.stopped == S.NARROW and search.precision() <= S.TARGET_WIDTH
+    print(f"\n[search] slow climb: reached the target in {reached} of 12; extra runs {min(costs)} to {max(costs)}, "
+          f"median {float(np.median(costs)):g}")
+    # bisecting every gap before repeating reached it in 11 with a median of 18.5 extra runs
+    assert covered == 12 and reached == 12 and np.median(costs) <= 12

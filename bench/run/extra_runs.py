@@ -404,8 +404,8 @@ def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | N
     """Run a search to its end or to its budget: (GPU seconds spent, runs, why it stopped short or None).
 
     `run(step, k)` runs the k-th run at the step's load and returns (its result, its GPU seconds);
-    `estimate(step)` is a run's expected GPU seconds. A run whose estimate, plus the run-to-run band,
-    would overrun the budget is not started. `say(line)`, where given, hears of each run before it starts
+    `estimate(step)` is a run's expected GPU seconds. A run whose estimate, plus the output tok/s run-to-run
+    band, would overrun the budget is not started. `say(line)`, where given, hears of each run before it starts
     (its load, why, and the GPU time it should take: an open-loop run at a low rate lasts many minutes)
     and after it ends (its figures and where its load now stands)."""
     say = say or (lambda line: None)
@@ -415,7 +415,9 @@ def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | N
         step = first if first is not None and not search.loads() else search.next_step()
         if step is None:
             return spent, runs, None
-        est = estimate(step) * (1 + search.noise().pct / 100)
+        # padded by the output tok/s band, the figure a run's length follows (not the widest band: a decode
+        # p99 spread of 215 % once priced a 23 s run at 77 s and stopped a search with a third of its budget)
+        est = estimate(step) * (1 + search.noise().figure(C.OUTPUT_TOK_S) / 100)
         if spent + est > budget_s + 1e-9:
             return spent, runs, budget_words(search, step, est, spent, budget_s)
         load = search.key(step.load)

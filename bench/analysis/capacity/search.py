@@ -28,8 +28,15 @@ The rules (docs/benchmark.md, "The capacity search"):
   check cannot judge is soft and gets repeats): on 2 cores two runs of the demo's candidate at c=16
   agreed within 8 % in output tok/s while their TTFT p99s (153 and 201 ms against a 500 ms limit)
   made a band of over 30 %, far inside the limit either way.
-- Narrowing, in order: the untested gap between two tested loads inside [lo, hi] whose throughputs
-  lie furthest apart is bisected; then a SOFT point inside gets its repeats (`repeats`). Once the
+- Narrowing, in order: where repeats alone can bring the ends within the target (a pair of points, each
+  the pass end or a SOFT point that repeats would settle as a pass, and the sure miss or one they would
+  settle as a miss, their throughputs within the target, each needing at most `repeats` more runs if its
+  p99s stay as measured while the band shrinks with the square root of its runs: `runs_to_settle`), the
+  cheapest such pair's members are repeated; else the untested gap between two tested loads inside
+  [lo, hi] whose throughputs lie furthest apart is bisected; then a SOFT point inside gets its repeats
+  (`repeats`). Where the p99 climbs slowly through its limit (the H200's S1_chat, 2026-12-06: TTFT p99
+  473 to 529 ms from c=25 to c=30 against a run-to-run band near 8 %), bisecting every gap first spent
+  the budget on points at the limit that no repeat could settle. Once the
   ends' throughputs are close enough, each end is repeated (`end_repeats`) while the bands keep the
   interval wider than the target: the repeats measure the band and narrow it. Below the lowest tested load the search halves the load; above the
   highest it doubles it, up to `ceiling`. With no sure miss yet, the highest straddling load is repeated
@@ -264,6 +271,9 @@ class Search:
             # point, which moves an end as far as a bisection would
             x = min(soft, key=lambda v: (len(self.runs(v)), v))
             return self._repeat(x, "straddles a limit while the band is assumed: a repeat measures it")
+        settle = self._settle_step(lo, hi, soft)
+        if settle is not None:
+            return settle
         gaps = [(a, b) for a, b in zip(inside, inside[1:]) if self._between(a, b) is not None]
         if gaps:
             a, b = max(gaps, key=lambda g: (self.spread(*g), -g[0]))
@@ -273,6 +283,48 @@ class Search:
             return self._repeat(x, "straddles a limit: a repeat adds requests")
         self.stopped = ADJACENT if self.integer and hi - lo <= 1 else EDGE
         return None
+
+    def runs_to_settle(self, load: float, way: str) -> float:
+        """How many runs in all the point needs before its widened p99 intervals could settle it `way` (PASS:
+        every check's upper end within its limit; FAIL: one check's lower end past it), were its p99s and
+        their bootstrap intervals to stay as measured while repeats shrink the run-to-run band by the square
+        root of their number; inf where no number of repeats would (the point estimate or its bootstrap
+        interval lies on the other side)."""
+        j, noise = self.judgement(load), self.noise()
+        need = []
+        for check, figure in ((j.ttft, C.TTFT), (j.decode, C.DECODE)):
+            if check.p99_ms is None or check.ci_ms is None or not check.measurable:
+                return math.inf
+            pct = noise.figure(figure) / 100.0
+            room = (check.limit_ms / check.ci_ms[1] - 1.0) if way == PASS else (check.ci_ms[0] / check.limit_ms - 1.0)
+            need.append(math.inf if room <= 0 else max(1.0, (pct / room) ** 2 if pct > 0 else 1.0))
+        return max(need) if way == PASS else min(need)
+
+    def _settle_step(self, lo: float, hi: float, soft: list[float]) -> Step | None:
+        """The cheapest way to bring the ends within the target by repeats alone: a pair of points, the
+        pass end or a straddling point that repeats would settle as a pass, and the sure miss or one they
+        would settle as a miss, whose throughputs lie within the target; the member that needs fewer more
+        runs is repeated first. None where no such pair needs at most `repeats` more runs of a point."""
+        limit = 1 + self.repeats
+        ups = [(lo, 0.0)] + [(x, self.runs_to_settle(x, PASS)) for x in soft]
+        downs = [(hi, 0.0)] + [(x, self.runs_to_settle(x, FAIL)) for x in soft]
+        best = None
+        for a, need_a in ups:
+            for b, need_b in downs:
+                if b <= a or need_a > limit or need_b > limit or self.spread(a, b) > self.target * (1 + 1e-9):
+                    continue
+                more_a = 0 if a == lo else max(1, math.ceil(need_a) - len(self.runs(a)))
+                more_b = 0 if b == hi else max(1, math.ceil(need_b) - len(self.runs(b)))
+                key = (more_a + more_b, self.spread(a, b))
+                if more_a + more_b and (best is None or key < best[0]):
+                    best = (key, a, more_a, b, more_b)
+        if best is None:
+            return None
+        _, a, more_a, b, more_b = best
+        x = a if more_a and (not more_b or more_a <= more_b) else b
+        way = "meets the SLO" if x == a else "misses the SLO"
+        return self._repeat(x, f"straddles a limit; repeats would settle that it {way}, which brings the ends within "
+                               f"{self.target:g}x ({self.words(a)} and {self.words(b)})")
 
     def _repeatable(self, load: float) -> bool:
         return len(self.runs(load)) < 1 + self.repeats and load not in self.exhausted
