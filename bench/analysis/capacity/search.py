@@ -297,7 +297,7 @@ class Search:
                 return math.inf
             pct = noise.figure(figure) / 100.0
             room = (check.limit_ms / check.ci_ms[1] - 1.0) if way == PASS else (check.ci_ms[0] / check.limit_ms - 1.0)
-            need.append(math.inf if room <= 0 else max(1.0, (pct / room) ** 2 if pct > 0 else 1.0))
+            need.append(math.inf if room <= 0 else max(1.0, (pct / room) ** 2))  # C.band(pct, n) <= room
         return max(need) if way == PASS else min(need)
 
     def _settle_step(self, lo: float, hi: float, soft: list[float]) -> Step | None:
@@ -316,7 +316,7 @@ class Search:
                 more_a = 0 if a == lo else max(1, math.ceil(need_a) - len(self.runs(a)))
                 more_b = 0 if b == hi else max(1, math.ceil(need_b) - len(self.runs(b)))
                 key = (more_a + more_b, self.spread(a, b))
-                if more_a + more_b and (best is None or key < best[0]):
+                if best is None or key < best[0]:  # (lo, hi) itself lies wider than the target: never a pair
                     best = (key, a, more_a, b, more_b)
         if best is None:
             return None
