@@ -22,6 +22,7 @@ import boto3
 import pytest
 
 from weights import cache_manifest as CM
+from weights import cache_transfer
 from weights import compile_cache as cc
 from weights.__main__ import main as weights_main
 
@@ -330,7 +331,7 @@ def test_two_nodes_pushing_their_first_cache_at_once_store_one_whole_cache(s3, t
     second = _write(tmp_path / "second", {p: d + b"#" for p, d in CACHE.items()})
     assert _push(s3, first).outcome == "pushed"
     # The second node read the manifest before the first wrote it: it also believes it is first.
-    monkeypatch.setattr(cc, "get_manifest", lambda client, bucket, prefix: None)
+    monkeypatch.setattr(cache_transfer, "get_manifest", lambda client, bucket, prefix: None)
     late = _push(s3, second)
     monkeypatch.undo()
     assert late.outcome == "kept" and "while this one was pushing" in late.reason
@@ -421,6 +422,21 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def read_until(proc: subprocess.Popen, words: str, within_s: float = 60.0) -> str:
+    """What a running command printed on stdout up to `words` (a stop timed by what it says, not by a sleep that
+    a busy machine outlasts). Read from the pipe itself: a buffered readline takes lines already written along
+    with the first, where neither select nor a later communicate() sees them."""
+    said, deadline, fd = b"", time.monotonic() + within_s, proc.stdout.fileno()
+    while words.encode() not in said and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if ready:
+            chunk = os.read(fd, 65536)
+            assert chunk, said.decode() + "".join(proc.communicate())  # it ended before saying it
+            said += chunk
+    assert words.encode() in said, said.decode()
+    return said.decode()
+
+
 def test_sigterm_while_waiting_for_health_stops_at_once_and_a_sidecar_idles_after_its_push(s3, tmp_path, aws):
     from tests.fixtures.moto_server import _free_port
 
@@ -428,13 +444,7 @@ def test_sigterm_while_waiting_for_health_stops_at_once_and_a_sidecar_idles_afte
     waiting = _cli(["push", "--dir", str(tmp_path), "--uri", URI, "--no-progress", "--poll-s", "0.2",
                     "--wait-for", f"http://127.0.0.1:{_free_port()}/health"], env)
     # SIGTERM once it says it waits (a fixed 2 s could land in its start-up on a busy machine)
-    said, deadline = "", time.monotonic() + 60
-    while "to answer 200" not in said and time.monotonic() < deadline:
-        ready, _, _ = select.select([waiting.stdout], [], [], 1.0)
-        if ready:
-            line = waiting.stdout.readline()
-            assert line, waiting.communicate()  # it ended before waiting
-            said += line
+    said = read_until(waiting, "to answer 200")
     assert "waiting for http://127.0.0.1:" in said, said
     time.sleep(0.5)
     assert waiting.poll() is None  # nothing answers /health yet
@@ -446,14 +456,13 @@ def test_sigterm_while_waiting_for_health_stops_at_once_and_a_sidecar_idles_afte
 
     source = _write(tmp_path / "cache", CACHE)
     sidecar = _cli(["push", "--dir", str(source), "--uri", URI, "--no-progress", "--stay"], env)
-    deadline = time.monotonic() + 60
-    while f"{PREFIX}/manifest.json" not in _keys(s3) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        assert sidecar.poll() is None, sidecar.communicate()
-    time.sleep(1)
+    said = read_until(sidecar, "idle until the pod stops")
+    assert f"{PREFIX}/manifest.json" in _keys(s3)
+    time.sleep(0.5)
     assert sidecar.poll() is None  # a native sidecar that exits would be started again
     sidecar.send_signal(signal.SIGTERM)
     out, err = sidecar.communicate(timeout=10)
+    out = said + out
     assert sidecar.returncode == 0, err
     assert "uploaded 5 file(s)" in out and '"outcome": "pushed"' in out
 
@@ -475,3 +484,22 @@ def test_every_flag_the_docs_show_for_the_cache_commands_is_in_their_help():
     for verb, flags in shown.items():
         known = {o for a in cache.choices[verb]._actions for o in a.option_strings}
         assert flags <= known, f"{verb}: {sorted(flags - known)} shown in the docs but not in --help"
+
+
+@pytest.mark.parametrize("stay", [True, False], ids=["sidecar", "once"])
+def test_a_stop_once_the_push_is_done_interrupts_nothing(tmp_path, monkeypatch, capsys, stay):
+    """On a busy machine a sidecar stopped as soon as its manifest showed in S3 got the SIGTERM while it printed
+    its result: it exited 143 saying "the manifest was not written", which it had been. Past the push, a stop
+    interrupts nothing: the push's own exit code (a sidecar 0), no "stopped by" message."""
+    from bench.common.interrupts import Interrupted
+
+    def emit(result):
+        raise Interrupted(signal.SIGTERM)  # what stop_on_signals raises for a SIGTERM
+
+    monkeypatch.setattr(cc, "make_client", lambda region, concurrency: None)
+    monkeypatch.setattr(cc, "push", lambda client, *a, **kw: cc.Result("push", "pushed", URI, files=2))
+    monkeypatch.setattr(cc, "_emit", emit)
+    code = weights_main(["compile-cache", "push", "--dir", str(tmp_path), "--uri", URI, "--no-progress",
+                         *(["--stay"] if stay else [])])
+    err = capsys.readouterr().err
+    assert code == 0 and "stopped by" not in err and "manifest was not written" not in err, err

@@ -20,6 +20,7 @@ from components import compile_cache as cc
 from components.vllm_server import CACHE_VOLUME
 from tests.fixtures.code_volumes import volume_files, write_files
 from tests.fixtures.pulumi_stack import render_with
+from tests.test_compile_cache import read_until
 
 REPO = Path(__file__).resolve().parents[1]
 WRITE_ACTIONS = ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:RestoreObject",
@@ -95,7 +96,7 @@ def test_every_server_pulls_before_vllm_and_pushes_beside_it(all_stacks):
                 helpers = maps[volumes[mounts["/opt/vllm-poc/bench"]]["configMap"]["name"]]
                 assert code["immutable"] and helpers["immutable"]
                 # what `python -m weights.compile_cache` imports, not the weight sync's modules (hub.py)
-                assert set(code["data"]) == {"__init__.py", "compile_cache.py", "cache_manifest.py", "store.py"}
+                assert set(code["data"]) == {"__init__.py", "compile_cache.py", "cache_transfer.py", "cache_manifest.py", "store.py"}
                 # the bench modules weights/ imports, as the package's tree (components/code_volume.py)
                 assert set(volume_files(maps, volumes[mounts["/opt/vllm-poc/bench"]])) == {
                     "__init__.py", "common/__init__.py", "common/interrupts.py", "common/progress.py"}
@@ -383,6 +384,7 @@ def test_the_rendered_steps_run_as_the_pod_user_on_a_read_only_root(dev, aws, tm
         threading.Thread(target=health.serve_forever, daemon=True).start()
         sidecar = subprocess.Popen(confined(push, health.server_address[1]), env=env_of(push), cwd=volumes["tmp"],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        said = ""
         try:
             key = uri.rstrip("/").rsplit("/", 1)[1]
             for _ in range(120):
@@ -393,10 +395,12 @@ def test_the_rendered_steps_run_as_the_pod_user_on_a_read_only_root(dev, aws, tm
                 time.sleep(0.5)
             else:
                 pytest.fail("the confined sidecar never pushed")
+            said = read_until(sidecar, "idle until the pod stops")  # the pod stops once the push is over
         finally:
             sidecar.send_signal(signal.SIGTERM)
             out, err = sidecar.communicate(timeout=20)
             health.shutdown()
+        out = said + out
         assert sidecar.returncode == 0, err
         assert "1 file(s) compiled since the stored cache" in out
         assert "Read-only file system" not in out + err and "Permission denied" not in out + err
