@@ -367,3 +367,34 @@ def test_the_budget_check_pads_a_run_by_the_tok_s_band_not_the_widest():
     load = search.words(started[0])
     spent, runs, why = X.drive(spread_decode(), run, lambda step: 23.0, budget_s=24.0)
     assert runs == 0 and why.startswith(f"the GPU budget stopped it before {load} (about 25 s")
+
+
+def test_a_run_past_the_target_starts_only_where_the_budget_also_holds_its_repeat():
+    """Placing the pass end is optional: with room for one run but not for its repeat, the search ends at the
+    target it reached, says so, and reports no budget stop."""
+    from bench.analysis.capacity import search as SE
+    from bench.run import extra_runs as X
+    from tests.test_bench_search import h100_second_search, result
+
+    lines, started = [], []
+
+    def run(step, k):
+        started.append(step.load)
+        raise AssertionError("no run was to start")
+
+    search = h100_second_search()
+    spent, runs, why = X.drive(search, run, lambda step: 30.0, budget_s=50.0, say=lines.append)
+    assert (spent, runs, why, started) == (0.0, 0, None, []) and search.stopped == SE.NARROW
+    assert lines and "the target is reached; the budget left (50 s) holds no run and its repeat at c=22" in lines[-1]
+
+    class Pass:
+        valid, output_tok_s, ttft_p99_ms, path = True, 958.9, 444.0, "search/S1_chat_c22.run1.json"
+        raw = result(444.0, 958.9, n=187, seed=7)
+
+    def run_one(step, k):
+        started.append(step.load)
+        return Pass(), 30.0
+
+    search = h100_second_search()
+    spent, runs, why = X.drive(search, run_one, lambda step: 30.0, budget_s=70.0)
+    assert started == [22] and why is None and search.stopped == SE.NARROW and search.bounds()[0] == 22

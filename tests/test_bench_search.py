@@ -4,8 +4,10 @@ bisection where neighbouring concurrencies are too far apart."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -312,3 +314,59 @@ def test_a_slow_climb_through_the_limit_is_settled_in_a_few_runs():
           f"median {float(np.median(costs)):g}")
     # bisecting every gap before repeating reached it in 11 with a median of 18.5 extra runs
     assert covered == 12 and reached == 12 and np.median(costs) <= 12
+
+
+def measured(run: dict) -> dict:
+    """A run of the fixtures' searches as the judgement reads it: every request's TTFT as measured, its ITLs at the
+    run's measured ITL p99."""
+    n, out, itl = run["requests"], 8, run["itl_p99_ms"]
+    ttfts = np.array(run["ttfts_ms"])
+    return {"ttfts": list(ttfts / 1000), "itls": [[itl / 1000] * (out - 1)] * n, "output_lens": [out] * n,
+            "errors": [""] * n, "num_prompts": n, "completed": n, "output_throughput": run["output_tok_s"],
+            "request_throughput": run["output_tok_s"] / 128, "p50_ttft_ms": float(np.median(ttfts)),
+            "p99_ttft_ms": float(np.percentile(ttfts, 99)), "p50_itl_ms": itl, "p99_itl_ms": itl}
+
+
+def h100_second_search(point: float = S.POINT_WIDTH) -> S.Search:
+    """The H100's second S1_chat search on 2026-12-06 (a fresh server, --again), every request's TTFT as measured
+    (tests/fixtures/search/): the target reached with the pass end at c=20 (901.6 tok/s) and the sure miss at
+    c=24, c=22 untried, where the first server's search had its pass end (958.9 tok/s)."""
+    data = json.loads((Path(__file__).parent / "fixtures" / "search" / "h100-s1-second-search.json").read_text())
+    search = S.Search(**LIMITS, point=point)
+    for run in data["runs"]:
+        search.observe(run["concurrency"], measured(run), run["file"])
+    return search
+
+
+def test_past_the_target_the_pass_end_is_placed_where_the_throughput_climbs():
+    stopped_there = h100_second_search(point=S.TARGET_WIDTH)  # the search as it ran: it stopped at the target
+    assert stopped_there.bounds() == (20, 24) and stopped_there.precision() <= S.TARGET_WIDTH
+    assert stopped_there.next_step() is None and stopped_there.stopped == S.NARROW
+
+    search = h100_second_search()
+    step = search.next_step()
+    assert step is not None and step.load == 22 and step.past_target and not step.repeat, step
+    assert "the target is reached; placing the pass end: c=20 and c=24 lie 1.13x apart" in step.why
+    # the first server's c=22: 958.9 tok/s at 444 ms, a pass; c=22 and c=24 still lie 1.07x apart: c=23 next
+    search.observe(22, result(444.0, 958.9, n=187, seed=7), "c22.run1")
+    assert search.state(22) == S.PASS and search.bounds() == (22, 24)
+    steps = []
+    while (step := search.next_step()) is not None:
+        steps.append(step)
+        k = len(search.runs(step.load)) + 1
+        search.observe(step.load, result(430.0 if step.load <= 23 else 520.0, 958.9 + 31 * (step.load - 22),
+                                         n=step.requests or 194, seed=100 + k), f"c{step.load}.run{k}")
+        assert len(steps) < 10
+    assert 23 in [s.load for s in steps if s.past_target]
+    assert search.stopped == S.NARROW and search.bounds()[0] == 23 and search.precision() <= S.TARGET_WIDTH
+
+
+def test_placing_the_pass_end_stops_where_the_next_load_adds_little_throughput():
+    """A server whose throughput is flat past c=16 (the demo's max-num-seqs 16): c=16 and c=64 lie within 1.05x,
+    so nothing is bisected between them once the target is reached."""
+    search = S.Search(**LIMITS)
+    search.observe(16, result(200, 500.0, n=200, seed=1), "c16.run1")
+    search.observe(16, result(205, 502.0, n=200, seed=2), "c16.run2")
+    search.observe(64, result(2400, 505.0, n=400, seed=3), "c64.run1")
+    search.observe(64, result(2300, 507.0, n=400, seed=4), "c64.run2")
+    assert search.next_step() is None and search.stopped == S.NARROW and search.bounds() == (16, 64)

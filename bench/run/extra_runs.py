@@ -79,6 +79,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add("--target-width", type=float, default=S.TARGET_WIDTH,
         help="stop when the throughputs at the capacity's two ends are within this factor "
              "(default: %(default)s, i.e. +-10 %%)")
+    add("--point-width", type=float, default=S.POINT_WIDTH,
+        help="past the target, while the budget allows, bisect above the pass end until the next load tried "
+             "above it lies within this factor in throughput: the point figure then does not depend on where "
+             "the search reached its target (default: %(default)s; at or above --target-width: stop at the target)")
     add("--search-repeats", type=int, default=S.DEFAULT_REPEATS,
         help="comparable repeats of a point whose p99 interval straddles a limit (default: %(default)s)")
     add("--search-end-repeats", type=int, default=S.DEFAULT_END_REPEATS,
@@ -104,6 +108,9 @@ def validate(args: argparse.Namespace) -> None:
             raise ValueError(f"--{gone.replace('_', '-')} is gone with the search it tuned: use {instead}")
     if not args.target_width > 1:
         raise ValueError(f"--target-width must be above 1 (hi / lo of the interval), got {args.target_width:g}")
+    if not args.point_width > 1:
+        raise ValueError(f"--point-width must be above 1 (a factor in throughput; at or above --target-width "
+                         f"{args.target_width:g} the search stops at its target), got {args.point_width:g}")
     if args.search_repeats < 0 or args.search_end_repeats < 0:
         raise ValueError("--search-repeats and --search-end-repeats must be 0 or more")
     if not 0 <= args.noise_pct < 1000:
@@ -152,7 +159,8 @@ class ExtraRuns:
             "slo": {"ttft_p99_ms": self.args.slo_ttft_p99_ms, "decode_p99_ms": self.args.slo_itl_p99_ms,
                     "decode_metric": self.args.slo_decode_metric},
             "window_s": self.args.window_s, "min_prompts": self.args.min_prompts,
-            "target_width": self.args.target_width, "search_repeats": self.args.search_repeats,
+            "target_width": self.args.target_width, "point_width": self.args.point_width,
+            "search_repeats": self.args.search_repeats,
             "search_end_repeats": self.args.search_end_repeats, "noise_pct": self.args.noise_pct,
             "open_loop": self.args.open_loop, "budget_minutes": self.args.budget_minutes,
         }
@@ -282,7 +290,8 @@ class ExtraRuns:
         slo = self.record["settings"]["slo"]
         top = max(s.concurrency for s in specs)
         common = dict(ttft_ms=slo["ttft_p99_ms"], decode_ms=slo["decode_p99_ms"], decode_metric=slo["decode_metric"],
-                      target=args.target_width, repeats=args.search_repeats, end_repeats=args.search_end_repeats,
+                      target=args.target_width, point=args.point_width, repeats=args.search_repeats,
+                      end_repeats=args.search_end_repeats,
                       default_noise_pct=args.noise_pct)
         closed = S.Search(**common, ceiling=args.search_max_concurrency or 4 * top)
         for s, g in valid:
@@ -418,6 +427,13 @@ def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | N
         # padded by the output tok/s band, the figure a run's length follows (not the widest band: a decode
         # p99 spread of 215 % once priced a 23 s run at 77 s and stopped a search with a third of its budget)
         est = estimate(step) * (1 + search.noise().figure(C.OUTPUT_TOK_S) / 100)
+        if step.past_target and spent + 2 * est > budget_s + 1e-9:
+            # placing the pass end is optional: it starts only where the budget also holds the repeat a new
+            # pass end may need; without, the search ends at the target it reached
+            search.stopped = S.NARROW
+            say(f"the target is reached; the budget left ({budget_s - spent:.0f} s) holds no run and its repeat "
+                f"at {search.words(step.load)} (about {2 * est:.0f} s) to place the pass end further")
+            return spent, runs, None
         if spent + est > budget_s + 1e-9:
             return spent, runs, budget_words(search, step, est, spent, budget_s)
         load = search.key(step.load)

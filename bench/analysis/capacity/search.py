@@ -36,10 +36,19 @@ The rules (docs/benchmark.md, "The capacity search"):
   [lo, hi] whose throughputs lie furthest apart is bisected; then a SOFT point inside gets its repeats
   (`repeats`). Where the p99 climbs slowly through its limit (the H200's S1_chat, 2026-12-06: TTFT p99
   473 to 529 ms from c=25 to c=30 against a run-to-run band near 8 %), bisecting every gap first spent
-  the budget on points at the limit that no repeat could settle. Once the
-  ends' throughputs are close enough, each end is repeated (`end_repeats`) while the bands keep the
-  interval wider than the target: the repeats measure the band and narrow it. Below the lowest tested load the search halves the load; above the
-  highest it doubles it, up to `ceiling`. With no sure miss yet, the highest straddling load is repeated
+  the budget on points at the limit that no repeat could settle. Once the ends' throughputs are close
+  enough, each end is repeated (`end_repeats`) while the bands keep the interval wider than the target:
+  the repeats measure the band and narrow it.
+- Past the target, the pass end is placed (`point`, 1.05 by default): while the next tested load above
+  it lies further than that in throughput, the gap between them is bisected, so that the point figure
+  (the pass end's throughput) does not depend on where a search's bisection happened to reach the
+  target. Two H100 searches of S1_chat on 2026-12-06 reached 1.22x with their pass ends at c=22 (958.9
+  tok/s) and c=20 (901.6), 6.4 % apart, both under a sure miss at c=24; the second stopped with 2.5 of
+  its 7 GPU minutes unspent and c=22 untried. These runs are optional (`Step.past_target`): the sweep
+  starts one only where its budget also holds a repeat, and a budget that holds neither leaves the
+  target reached.
+- Below the lowest tested load the search halves the load; above the highest it doubles it, up to
+  `ceiling`. With no sure miss yet, the highest straddling load is repeated
   first: it settles into the upper end soonest.
 - Integer loads stop being divisible: where the two ends are neighbouring concurrencies and their
   throughputs are further apart than the target, the closed loop cannot say more (`ADJACENT`); the
@@ -58,6 +67,7 @@ TARGET_WIDTH = 1.22  # +-10 %: 1.1 / 0.9
 MAX_BAND_PCT = 30.0
 DEFAULT_REPEATS = 4  # extra comparable runs of a point whose interval straddles a limit
 DEFAULT_END_REPEATS = 1  # repeats of each end where the bands keep the interval wider than the target
+POINT_WIDTH = 1.05  # past the target: the pass end and the next tested load above it, in throughput
 MIN_RATE_STEP = 1.03  # rates closer than this are not worth telling apart
 
 PASS, FAIL, SOFT = "pass", "fail", "soft"
@@ -102,6 +112,7 @@ class Step:
     repeat: bool
     why: str
     requests: int | None = None  # a repeat's size (its point's first run's)
+    past_target: bool = False  # the target is reached: a run that places the pass end, where the budget allows
 
 
 @dataclass
@@ -115,6 +126,7 @@ class Search:
     target: float = TARGET_WIDTH
     repeats: int = DEFAULT_REPEATS
     end_repeats: int = DEFAULT_END_REPEATS
+    point: float = POINT_WIDTH  # place the pass end to this factor past the target; at or above `target`: off
     default_noise_pct: float | Mapping[str, float] = C.DEFAULT_NOISE_PCT  # one for all figures, or per figure
     ceiling: float | None = None  # the highest load the search may try
     floor: float | None = None  # the lowest (rates; concurrencies stop at 1)
@@ -262,6 +274,9 @@ class Search:
                 if short:
                     x = min(short, key=lambda v: (len(self.runs(v)), v != lo))
                     return self._repeat(x, "an end of the interval: a repeat narrows its run-to-run band")
+            place = self._place_step(lo, loads)
+            if place is not None:
+                return place
             self.stopped = NARROW
             return None
         inside = [x for x in loads if lo <= x <= hi]
@@ -283,6 +298,19 @@ class Search:
             return self._repeat(x, "straddles a limit: a repeat adds requests")
         self.stopped = ADJACENT if self.integer and hi - lo <= 1 else EDGE
         return None
+
+    def _place_step(self, lo: float, loads: list[float]) -> Step | None:
+        """Past the target: a bisection between the pass end and the next tested load above it, where their
+        throughputs lie further apart than `point` and a load between them is left to try; None otherwise."""
+        if self.point >= self.target:
+            return None
+        above = [x for x in loads if x > lo]
+        mid = self._between(lo, above[0]) if above else None
+        if mid is None or self.spread(lo, above[0]) <= self.point * (1 + 1e-9):
+            return None
+        return Step(mid, False, f"the target is reached; placing the pass end: {self.words(lo)} and "
+                                f"{self.words(above[0])} lie {self.spread(lo, above[0]):.2f}x apart in throughput "
+                                f"(to {self.point:g}x)", past_target=True)
 
     def runs_to_settle(self, load: float, way: str) -> float:
         """How many runs in all the point needs before its widened p99 intervals could settle it `way` (PASS:
