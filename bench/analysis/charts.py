@@ -71,10 +71,10 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
     by side, or two by two with `grid` (a page's width). SVG ids: `candidate-<metric>` (the curve),
     `candidate-search-<metric>` and `baseline-search-<metric>` (the search's runs), `capacity-star`."""
     if grid:
-        fig, axes = plt.subplots(2, 2, figsize=(12, 7.6))
+        fig, axes = plt.subplots(2, 2, figsize=(12, 9.6))
         axes = axes.flatten()
     else:
-        fig, axes = plt.subplots(1, len(PANELS), figsize=(20, 4.2))
+        fig, axes = plt.subplots(1, len(PANELS), figsize=(20, 5.2))
     excluded = [r["concurrency"] for r in rows if r["scenario"] == scenario and not usable(r)]
     entry = entry or {}
     for ax, (attr, title, slo_key) in zip(axes, PANELS):
@@ -113,7 +113,10 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+            # below the panel: a curve, the SLO line, the bracket and the marks may fill any corner inside
+            # (a steep curve crosses the upper left, a flat p99 far under its limit the lower right); a
+            # place given also spares matplotlib's search for the "best" one, slow under load
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
         else:
             ax.text(0.5, 0.5, "not in these results", ha="center", va="center", transform=ax.transAxes)
     suptitle = scenario + (f" ({lengths[0]}/{lengths[1]} tokens)" if lengths and None not in lengths else "")
@@ -308,7 +311,8 @@ def plan_figure(plan: dict[str, Any]):
     handles, labels = ax2.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
     if unique:
-        ax2.legend(unique.values(), unique.keys(), fontsize=8)
+        # beside the panel: a bar's height, and the value written on it, may reach any corner inside
+        ax2.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     for ax in (ax1, ax2):
         ax.set_xticks(xs)
         ax.set_xticklabels([r["name"] for r in rows])
@@ -347,7 +351,7 @@ def compare_figure(cells: Sequence[dict[str, Any]], labels: Sequence[str]):
         ax.set_xlabel("concurrency")
         ax.set_ylabel("output tok/s")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left")  # output tok/s grows with concurrency: the upper left stays clear
     fig.tight_layout()
     return fig
 
