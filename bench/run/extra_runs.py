@@ -80,9 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stop when the throughputs at the capacity's two ends are within this factor "
              "(default: %(default)s, i.e. +-10 %%)")
     add("--point-width", type=float, default=S.POINT_WIDTH,
-        help="past the target, while the budget allows, bisect above the pass end until the next load tried "
-             "above it lies within this factor in throughput: the point figure then does not depend on where "
-             "the search reached its target (default: %(default)s; at or above --target-width: stop at the target)")
+        help="then bisect above the pass end while the next load tried lies further than this in throughput "
+             "(default: %(default)s; 1.22 stops at the target)")
     add("--search-repeats", type=int, default=S.DEFAULT_REPEATS,
         help="comparable repeats of a point whose p99 interval straddles a limit (default: %(default)s)")
     add("--search-end-repeats", type=int, default=S.DEFAULT_END_REPEATS,
