@@ -81,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              "(default: %(default)s, i.e. +-10 %%)")
     add("--point-width", type=float, default=S.POINT_WIDTH,
         help="then bisect above the pass end while the next load tried lies further than this in throughput "
-             "(default: %(default)s; 1.22 stops at the target)")
+             "(default: %(default)s; at --target-width or above: none)")
     add("--search-repeats", type=int, default=S.DEFAULT_REPEATS,
         help="comparable repeats of a point whose p99 interval straddles a limit (default: %(default)s)")
     add("--search-end-repeats", type=int, default=S.DEFAULT_END_REPEATS,
