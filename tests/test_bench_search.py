@@ -18,16 +18,21 @@ from bench.analysis.capacity import search as S
 LIMITS = {"ttft_ms": 500.0, "decode_ms": 50.0}
 
 
-def result(ttft_p99_ms: float, tok_s: float, n: int = 200, seed: int = 0, itl_ms: float = 20.0) -> dict:
-    """A run of n requests whose TTFTs spread below `ttft_p99_ms` (their p99 is it), at `tok_s`."""
-    rng = np.random.default_rng(seed)
-    ttfts = rng.uniform(0.6, 1.0, n) * ttft_p99_ms / 0.996
-    out = 8
+def run_of(ttfts: np.ndarray, tok_s: float, itl_ms: float = 20.0) -> dict:
+    """A run's result as the judgement reads it: one request per TTFT (ms), 8 output tokens each, every ITL
+    `itl_ms`, at `tok_s`."""
+    n, out = len(ttfts), 8
     itls = [[itl_ms / 1000] * (out - 1) for _ in range(n)]
     return {"ttfts": list(ttfts / 1000), "itls": itls, "output_lens": [out] * n, "errors": [""] * n,
             "num_prompts": n, "completed": n, "output_throughput": tok_s, "request_throughput": tok_s / out,
             "p50_ttft_ms": float(np.median(ttfts)), "p99_ttft_ms": float(np.percentile(ttfts, 99)),
             "p50_itl_ms": itl_ms, "p99_itl_ms": itl_ms}
+
+
+def result(ttft_p99_ms: float, tok_s: float, n: int = 200, seed: int = 0, itl_ms: float = 20.0) -> dict:
+    """A run of n requests whose TTFTs spread below `ttft_p99_ms` (their p99 is it), at `tok_s`."""
+    rng = np.random.default_rng(seed)
+    return run_of(rng.uniform(0.6, 1.0, n) * ttft_p99_ms / 0.996, tok_s, itl_ms)
 
 
 class Server:
@@ -316,17 +321,6 @@ def test_a_slow_climb_through_the_limit_is_settled_in_a_few_runs():
     assert covered == 12 and reached == 12 and np.median(costs) <= 12
 
 
-def measured(run: dict) -> dict:
-    """A run of the fixtures' searches as the judgement reads it: every request's TTFT as measured, its ITLs at the
-    run's measured ITL p99."""
-    n, out, itl = run["requests"], 8, run["itl_p99_ms"]
-    ttfts = np.array(run["ttfts_ms"])
-    return {"ttfts": list(ttfts / 1000), "itls": [[itl / 1000] * (out - 1)] * n, "output_lens": [out] * n,
-            "errors": [""] * n, "num_prompts": n, "completed": n, "output_throughput": run["output_tok_s"],
-            "request_throughput": run["output_tok_s"] / 128, "p50_ttft_ms": float(np.median(ttfts)),
-            "p99_ttft_ms": float(np.percentile(ttfts, 99)), "p50_itl_ms": itl, "p99_itl_ms": itl}
-
-
 def h100_second_search(point: float = S.POINT_WIDTH) -> S.Search:
     """The H100's second S1_chat search on 2026-12-06 (a fresh server, --again), every request's TTFT as measured
     (tests/fixtures/search/): the target reached with the pass end at c=20 (901.6 tok/s) and the sure miss at
@@ -334,7 +328,8 @@ def h100_second_search(point: float = S.POINT_WIDTH) -> S.Search:
     data = json.loads((Path(__file__).parent / "fixtures" / "search" / "h100-s1-second-search.json").read_text())
     search = S.Search(**LIMITS, point=point)
     for run in data["runs"]:
-        search.observe(run["concurrency"], measured(run), run["file"])
+        search.observe(run["concurrency"], run_of(np.array(run["ttfts_ms"]), run["output_tok_s"], run["itl_p99_ms"]),
+                       run["file"])
     return search
 
 

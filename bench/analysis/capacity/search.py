@@ -305,12 +305,14 @@ class Search:
         if self.point >= self.target:
             return None
         above = [x for x in loads if x > lo]
-        mid = self._between(lo, above[0]) if above else None
-        if mid is None or self.spread(lo, above[0]) <= self.point * (1 + 1e-9):
+        if not above:
             return None
-        return Step(mid, False, f"the target is reached; placing the pass end: {self.words(lo)} and "
-                                f"{self.words(above[0])} lie {self.spread(lo, above[0]):.2f}x apart in throughput "
-                                f"(to {self.point:g}x)", past_target=True)
+        nxt = above[0]
+        mid, apart = self._between(lo, nxt), self.spread(lo, nxt)
+        if mid is None or apart <= self.point * (1 + 1e-9):
+            return None
+        return Step(mid, False, f"the target is reached; placing the pass end: {self.words(lo)} and {self.words(nxt)} "
+                                f"lie {apart:.2f}x apart in throughput (to {self.point:g}x)", past_target=True)
 
     def runs_to_settle(self, load: float, way: str) -> float:
         """How many runs in all the point needs before its widened p99 intervals could settle it `way` (PASS:
