@@ -215,6 +215,12 @@ def test_resume_carries_the_earlier_checks_of_the_same_model(tmp_path):
     check.record["model_choice"] = gpu_full.choice(args)
     with pytest.raises(UsageError, match="gpu-check.json does not exist; run gpu-check without --resume first"):
         check.resume()
+    # an experiment keeps --out anyway: its --resume after a first command cut off before the record was
+    # written (the H100 box, 2026-12-06) continues from what --out holds
+    experiment = Check(_args(out=str(tmp_path), s3_uri=None, step_list=["sweep"], experiment="sleep-mode"))
+    experiment.record["model_choice"] = gpu_full.choice(args)
+    experiment.resume()
+    assert experiment.previous is None
     earlier = {"started_at": "2026-12-05T09:00:00Z", "model_choice": gpu_full.choice(_args(precision="bf16")),
                "checks": {"cold_start": {"status": "ok", "healthy_s": 247.4},
                           "sleep_wake": {"status": "broken", "reason": "wake-up took back too little"},

@@ -383,6 +383,12 @@ class Check:
     def resume(self) -> None:
         """--resume (and --experiment): continue the record in --out, keeping its compile cache."""
         path = self.out / "gpu-check.json"
+        if not path.is_file() and getattr(self.args, "experiment", None):
+            # an experiment keeps --out with or without --resume; one whose first command was cut off
+            # before gpu-check.json was written (2026-12-06, after its cold start) continues as it is
+            _say(f"gpu-check: --resume: {path} is not there yet (an earlier --experiment command stopped before "
+                 "writing it); the experiment continues from what --out holds, as it does without --resume")
+            return
         if not path.is_file():
             raise UsageError(f"--resume: {path} does not exist; run gpu-check without --resume first (its cold "
                              "start fills the compile cache the next runs start from)")
