@@ -117,7 +117,7 @@ def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path, knee, seed)
     # c=23, midway between the grid's 16 and 32
     server = FakeServer(top=3000.0, ms_per_c=500.0 / knee, sigma=0.04)
     truth = server.true_capacity
-    covered, reached, widths, costs, noises, tok_noises = 0, 0, [], [], [], []
+    covered, reached, widths, costs, noises, tok_noises, points, ends = 0, 0, [], [], [], [], [], []
     for k in range(RERUNS):
         rng = np.random.default_rng(seed + k)
         record = sweep(tmp_path / f"r{k}", server, rng)
@@ -128,13 +128,18 @@ def test_the_interval_covers_the_true_capacity_over_reruns(tmp_path, knee, seed)
         costs.append(record["spent"])
         noises.append(cap.noise_pct)
         tok_noises.append(cap.noise_by_figure[C.OUTPUT_TOK_S])
+        points.append(cap.point)
+        ends.append(cap.load_pass)
     coverage = covered / RERUNS
     print(f"\n[calibration] true capacity {truth:,.1f} tok/s at c={server.true_concurrency}: covered in "
           f"{covered} of {RERUNS} reruns ({100 * coverage:.0f} %); ends within 1.22x in {reached}; interval "
           f"width (hi/lo, bands included) median {np.median(widths):.2f}, largest {max(widths):.2f}; search GPU "
           f"time median {np.median(costs) / 60:.1f} min, most {max(costs) / 60:.1f} min; band used median "
           f"{np.median(noises):.1f} % (the largest figure's; output tok/s's, which widens the ends, "
-          f"{np.median(tok_noises):.1f} %)")
+          f"{np.median(tok_noises):.1f} %); pass ends {', '.join(f'c={c} x{ends.count(c)}' for c in sorted(set(ends)))}, "
+          f"point figures within {100 * (max(points) / min(points) - 1):.1f} % of each other, "
+          f"{sum(max(a, b) / min(a, b) <= 1.05 for i, a in enumerate(points) for b in points[i + 1:])} of "
+          f"{len(points) * (len(points) - 1) // 2} pairs within 5 %")
     assert coverage >= 0.9
     assert reached >= 0.8 * RERUNS and max(widths) <= 1.6
     assert max(costs) <= BUDGET_S + 1e-9

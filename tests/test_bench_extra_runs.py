@@ -398,3 +398,37 @@ def test_a_run_past_the_target_starts_only_where_the_budget_also_holds_its_repea
     search = h100_second_search()
     spent, runs, why = X.drive(search, run_one, lambda step: 30.0, budget_s=70.0)
     assert started == [22] and why is None and search.stopped == SE.NARROW and search.bounds()[0] == 22
+
+
+def test_a_repeat_past_the_target_needs_room_for_itself_only():
+    """A repeat that may settle the load above the pass end needs the budget for one run: the room a new load
+    keeps for its repeat is that run."""
+    from bench.analysis.capacity import search as SE
+    from bench.run import extra_runs as X
+    from tests.test_bench_search import result
+
+    def edge() -> SE.Search:
+        search = SE.Search(ttft_ms=500.0, decode_ms=50.0)
+        search.observe(22, result(440, 950.0, n=230, seed=1), "c22.run1")
+        search.observe(22, result(445, 955.0, n=230, seed=2), "c22.run2")
+        search.observe(23, result(470, 985.0, n=240, seed=3), "c23.run1")
+        search.observe(26, result(560, 1100.0, n=260, seed=4), "c26.run1")
+        search.observe(26, result(570, 1105.0, n=260, seed=5), "c26.run2")
+        return search
+
+    class Pass:
+        valid, output_tok_s, ttft_p99_ms, path = True, 990.0, 455.0, "search/S1_chat_c23.run2.json"
+        raw = result(455, 990.0, n=240, seed=6)
+
+    started, lines = [], []
+
+    def run(step, k):
+        started.append((step.load, step.repeat, k))
+        return Pass(), 30.0
+
+    search = edge()
+    est = 30.0 * (1 + search.noise().figure(C.OUTPUT_TOK_S) / 100)
+    spent, runs, why = X.drive(search, run, lambda step: 30.0, budget_s=est * 1.5)  # one run's room, not two
+    assert started == [(23, True, 2)] and why is None and search.bounds()[0] == 23 and search.stopped == SE.NARROW
+    spent, runs, why = X.drive(edge(), run, lambda step: 30.0, budget_s=est * 0.9, say=lines.append)
+    assert runs == 0 and why is None and "holds no repeat at c=23" in lines[-1]

@@ -321,16 +321,21 @@ def test_a_slow_climb_through_the_limit_is_settled_in_a_few_runs():
     assert covered == 12 and reached == 12 and np.median(costs) <= 12
 
 
-def h100_second_search(point: float = S.POINT_WIDTH) -> S.Search:
-    """The H100's second S1_chat search on 2026-12-06 (a fresh server, --again), every request's TTFT as measured
-    (tests/fixtures/search/): the target reached with the pass end at c=20 (901.6 tok/s) and the sure miss at
-    c=24, c=22 untried, where the first server's search had its pass end (958.9 tok/s)."""
-    data = json.loads((Path(__file__).parent / "fixtures" / "search" / "h100-s1-second-search.json").read_text())
+def replayed(fixture: str, point: float = S.POINT_WIDTH) -> S.Search:
+    """A search fed a measured search's runs (tests/fixtures/search/FIXTURE.json), every request's TTFT as measured."""
+    data = json.loads((Path(__file__).parent / "fixtures" / "search" / f"{fixture}.json").read_text())
     search = S.Search(**LIMITS, point=point)
     for run in data["runs"]:
         search.observe(run["concurrency"], run_of(np.array(run["ttfts_ms"]), run["output_tok_s"], run["itl_p99_ms"]),
                        run["file"])
     return search
+
+
+def h100_second_search(point: float = S.POINT_WIDTH) -> S.Search:
+    """The H100's second S1_chat search on 2026-12-06 (a fresh server, --again): the target reached with the pass
+    end at c=20 (901.6 tok/s) and the sure miss at c=24, c=22 untried, where the first server's search had its
+    pass end (958.9 tok/s)."""
+    return replayed("h100-s1-second-search", point)
 
 
 def test_past_the_target_the_pass_end_is_placed_where_the_throughput_climbs():
@@ -365,3 +370,35 @@ def test_placing_the_pass_end_stops_where_the_next_load_adds_little_throughput()
     search.observe(64, result(2400, 505.0, n=400, seed=3), "c64.run1")
     search.observe(64, result(2300, 507.0, n=400, seed=4), "c64.run2")
     assert search.next_step() is None and search.stopped == S.NARROW and search.bounds() == (16, 64)
+
+
+def test_a_straddling_load_just_above_the_pass_end_is_repeated_where_repeats_could_make_it_the_pass_end():
+    """Two fresh H100 servers on 2026-12-06 (twelfth session) put their pass ends one step apart: c=22 (947.0 tok/s)
+    and c=23 (1,004.4), 6.1 % apart. Once the target is reached, a load right above the pass end that straddles a
+    limit is repeated where repeats could settle it as a pass; where they could not, nothing more runs."""
+    measured = replayed("h100-s1-third-search")  # the first of the two, as it ran: c=23 once, TTFT p99 468 ms
+    assert measured.bounds() == (22, 28) and measured.state(23) == S.SOFT and measured.precision() <= S.TARGET_WIDTH
+    # its p99's bootstrap interval reaches 496 ms: within four repeats no band is narrow enough to settle it
+    assert measured.runs_to_settle(23, S.PASS) > 1 + measured.repeats
+    assert measured.next_step() is None and measured.stopped == S.NARROW
+
+    def edge(c23_p99_ms: float) -> S.Search:
+        search = S.Search(**LIMITS)
+        search.observe(22, result(440, 950.0, n=230, seed=1), "c22.run1")
+        search.observe(22, result(445, 955.0, n=230, seed=2), "c22.run2")
+        search.observe(23, result(c23_p99_ms, 985.0, n=240, seed=3), "c23.run1")
+        search.observe(26, result(560, 1100.0, n=260, seed=4), "c26.run1")
+        search.observe(26, result(570, 1105.0, n=260, seed=5), "c26.run2")
+        return search
+
+    search = edge(470.0)
+    assert search.bounds() == (22, 26) and search.state(23) == S.SOFT
+    step = search.next_step()
+    assert step is not None and step.load == 23 and step.repeat and step.past_target and step.requests == 240, step
+    assert "placing the pass end: c=23, 1.03x above c=22 in throughput, straddles a limit" in step.why
+    search.observe(23, result(455, 990.0, n=240, seed=6), "c23.run2")
+    assert search.bounds() == (23, 26) and search.state(23) == S.PASS
+
+    with_point_off = edge(470.0)
+    with_point_off.point = S.TARGET_WIDTH  # --point-width at the target keeps the stop at the target
+    assert with_point_off.next_step() is None and with_point_off.stopped == S.NARROW

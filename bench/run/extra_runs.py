@@ -426,12 +426,14 @@ def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | N
         # padded by the output tok/s band, the figure a run's length follows (not the widest band: a decode
         # p99 spread of 215 % once priced a 23 s run at 77 s and stopped a search with a third of its budget)
         est = estimate(step) * (1 + search.noise().figure(C.OUTPUT_TOK_S) / 100)
-        if step.past_target and spent + 2 * est > budget_s + 1e-9:
-            # placing the pass end is optional: it starts only where the budget also holds the repeat a new
-            # pass end may need; without, the search ends at the target it reached
+        # placing the pass end is optional: a new load starts only where the budget also holds the repeat a
+        # new pass end may need, a repeat where it holds that run; without, the search ends at its target
+        room = est if step.repeat else 2 * est
+        if step.past_target and spent + room > budget_s + 1e-9:
             search.stopped = S.NARROW
-            say(f"the target is reached; the budget left ({budget_s - spent:.0f} s) holds no run and its repeat "
-                f"at {search.words(step.load)} (about {2 * est:.0f} s) to place the pass end further")
+            what = "repeat" if step.repeat else "run and its repeat"
+            say(f"the target is reached; the budget left ({budget_s - spent:.0f} s) holds no {what} at "
+                f"{search.words(step.load)} (about {room:.0f} s) to place the pass end further")
             return spent, runs, None
         if spent + est > budget_s + 1e-9:
             return spent, runs, budget_words(search, step, est, spent, budget_s)
