@@ -284,7 +284,7 @@ def test_repeats_go_where_they_settle_an_end_not_between_points_at_the_limit():
     # c=25 (473 ms) and c=29 (529 ms) lie far enough from the limit for a few repeats to settle them, and
     # settled they bring the ends within 1.22x (1,350.9 / 1,152.5); c=26 and c=28 sit at it: no number settles
     assert 2 < search.runs_to_settle(25, S.PASS) <= 3 and 2 < search.runs_to_settle(29, S.FAIL) <= 4
-    assert search.runs_to_settle(26, S.FAIL) > 100 and search.runs_to_settle(28, S.PASS) > 100
+    assert search.runs_to_settle(26, S.FAIL) > 40 and search.runs_to_settle(28, S.PASS) > 40
     assert search.runs_to_settle(25, S.FAIL) == math.inf and search.runs_to_settle(30, S.FAIL) > 1 + search.repeats
     step = search.next_step()
     assert step.repeat and step.load == 25 and step.requests == 227, step  # not c=27, between two at the limit
@@ -378,9 +378,12 @@ def test_a_straddling_load_just_above_the_pass_end_is_repeated_where_repeats_cou
     limit is repeated where repeats could settle it as a pass; where they could not, nothing more runs."""
     measured = replayed("h100-s1-third-search")  # the first of the two, as it ran: c=23 once, TTFT p99 468 ms
     assert measured.bounds() == (22, 28) and measured.state(23) == S.SOFT and measured.precision() <= S.TARGET_WIDTH
-    # its p99's bootstrap interval reaches 496 ms: within four repeats no band is narrow enough to settle it
-    assert measured.runs_to_settle(23, S.PASS) > 1 + measured.repeats
-    assert measured.next_step() is None and measured.stopped == S.NARROW
+    # its p99's bootstrap interval reaches 496 ms; pooled over about five runs it would close in on 468 ms
+    # while the 8.6 % TTFT band shrinks: repeats could settle c=23 as a pass, so it is repeated at its size
+    assert 4 < measured.runs_to_settle(23, S.PASS) <= 1 + measured.repeats
+    step = measured.next_step()
+    assert step is not None and step.load == 23 and step.repeat and step.past_target and step.requests == 191, step
+    assert "c=23, 1.04x above c=22 in throughput, straddles a limit, and repeats could settle" in step.why
 
     def edge(c23_p99_ms: float) -> S.Search:
         search = S.Search(**LIMITS)

@@ -31,7 +31,8 @@ The rules (docs/benchmark.md, "The capacity search"):
 - Narrowing, in order: where repeats alone can bring the ends within the target (a pair of points, each
   the pass end or a SOFT point that repeats would settle as a pass, and the sure miss or one they would
   settle as a miss, their throughputs within the target, each needing at most `repeats` more runs if its
-  p99s stay as measured while the band shrinks with the square root of its runs: `runs_to_settle`), the
+  p99s stay as measured while their bootstrap intervals and the band shrink with the square root of its
+  runs: `runs_to_settle`), the
   cheapest such pair's members are repeated; else the untested gap between two tested loads inside
   [lo, hi] whose throughputs lie furthest apart is bisected; then a SOFT point inside gets its repeats
   (`repeats`). Where the p99 climbs slowly through its limit (the H200's S1_chat, 2026-12-06: TTFT p99
@@ -69,6 +70,7 @@ DEFAULT_REPEATS = 4  # extra comparable runs of a point whose interval straddles
 DEFAULT_END_REPEATS = 1  # repeats of each end where the bands keep the interval wider than the target
 POINT_WIDTH = 1.05  # past the target: the pass end and the next tested load above it, in throughput
 MIN_RATE_STEP = 1.03  # rates closer than this are not worth telling apart
+MAX_SETTLE_RUNS = 10_000  # runs_to_settle's "never"
 
 PASS, FAIL, SOFT = "pass", "fail", "soft"
 # Why a search stopped (`Search.stopped`)
@@ -324,18 +326,18 @@ class Search:
 
     def runs_to_settle(self, load: float, way: str) -> float:
         """How many runs in all the point needs before its widened p99 intervals could settle it `way` (PASS:
-        every check's upper end within its limit; FAIL: one check's lower end past it), were its p99s and
-        their bootstrap intervals to stay as measured while repeats shrink the run-to-run band by the square
-        root of their number; inf where no number of repeats would (the point estimate or its bootstrap
-        interval lies on the other side)."""
+        every check's upper end within its limit; FAIL: one check's lower end past it), were its p99s to stay
+        as measured while repeats pool more requests (the bootstrap interval closing in on the p99 by the
+        square root of the runs) and shrink the run-to-run band by the same root; inf where no number of runs
+        up to MAX_SETTLE_RUNS would (the p99 lies at the limit or on its other side)."""
         j, noise = self.judgement(load), self.noise()
+        have = max(1, len(self.runs(load)))
         need = []
         for check, figure in ((j.ttft, C.TTFT), (j.decode, C.DECODE)):
             if check.p99_ms is None or check.ci_ms is None or not check.measurable:
                 return math.inf
-            pct = noise.figure(figure) / 100.0
-            room = (check.limit_ms / check.ci_ms[1] - 1.0) if way == PASS else (check.ci_ms[0] / check.limit_ms - 1.0)
-            need.append(math.inf if room <= 0 else max(1.0, (pct / room) ** 2))  # C.band(pct, n) <= room
+            need.append(_runs_to_cross(check.p99_ms, check.ci_ms, check.limit_ms, noise.figure(figure) / 100.0,
+                                       have, below=way == PASS))
         return max(need) if way == PASS else min(need)
 
     def _settle_step(self, lo: float, hi: float, soft: list[float]) -> Step | None:
@@ -454,6 +456,30 @@ class Search:
         if self.stopped == BROKEN:
             return broken_words(self.noise())
         return None
+
+
+def _runs_to_cross(p99: float, ci: tuple[float, float], limit: float, pct: float, have: int, *, below: bool) -> float:
+    """The fewest runs m (at least `have`, as a real number) after which a p99 measured over `have` runs, its
+    bootstrap interval `ci` narrowed by sqrt(have / m) and widened by the band pct / sqrt(m), lies wholly
+    below `limit` (`below`) or wholly above it; inf where MAX_SETTLE_RUNS runs would not."""
+    if (p99 >= limit) if below else (p99 <= limit):
+        return math.inf
+
+    def settled(m: float) -> bool:
+        shrink, wide = math.sqrt(have / m), 1 + pct / math.sqrt(m)
+        if below:
+            return (p99 + (ci[1] - p99) * shrink) * wide <= limit
+        return (p99 - (p99 - ci[0]) * shrink) / wide > limit
+
+    low, high = float(have), float(MAX_SETTLE_RUNS)
+    if settled(low):
+        return low
+    if not settled(high):
+        return math.inf
+    for _ in range(60):  # both widenings shrink as m grows: bisect the first m that settles
+        mid = (low + high) / 2
+        low, high = (low, mid) if settled(mid) else (mid, high)
+    return high
 
 
 def ratio_words(ratio: float, target: float) -> str:
