@@ -47,7 +47,10 @@ The rules (docs/benchmark.md, "The capacity search"):
   tok/s) and c=20 (901.6), 6.4 % apart, both under a sure miss at c=24; the second stopped with 2.5 of
   its 7 GPU minutes unspent and c=22 untried. These runs are optional (`Step.past_target`): the sweep
   starts one only where its budget also holds a repeat, and a budget that holds neither leaves the
-  target reached.
+  target reached. Where the next tested load lies within `point` but straddles a limit, it is repeated
+  (a repeat needs budget for itself only) if repeats could settle it as a pass: its confidence moves the
+  figure by a whole step (two more H100 servers that day put their pass ends at c=22 and c=23, 6.1 %
+  apart, c=23 measured once on each at 468 and 449 ms).
 - Below the lowest tested load the search halves the load; above the highest it doubles it, up to
   `ceiling`. With no sure miss yet, the highest straddling load is repeated
   first: it settles into the upper end soonest.
