@@ -197,7 +197,7 @@ def test_an_experiment_record_renders():
 
 
 @pytest.mark.vllm
-@pytest.mark.no_server  # refused after the version probe, before any server: either worker
+@pytest.mark.no_server  # refused before the probes (the project's CPU build) and any server: either worker
 def test_the_full_size_is_refused_on_the_cpu_build(vllm_env, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench", "gpu-check", "--out", str(tmp_path / "gc"), "--model-shape",
                            full_model.SHAPE], cwd=REPO, env={**vllm_env.env, "PYTHONPATH": str(REPO)},

@@ -410,6 +410,8 @@ class Check:
             for stale in ("pod", "pods", "cache", "cache-cold", "cache.pushed", "draft", "bin"):
                 shutil.rmtree(self.work / stale, ignore_errors=True)
         self.runtime = Runtime(self.args, self.out)
+        if self.runtime.cpu_build:  # the project's CPU build serves no full-size model: no probe needs asking
+            gpu_full.check_device(self.args, False, 0, UsageError)
         info, trap, probed_at = self.runtime.probes(self.out / PROBES)
         gpu_full.check_device(self.args, self.runtime.gpu, self.runtime.gpus, UsageError)
         self.port = cpu_vllm.free_port()
