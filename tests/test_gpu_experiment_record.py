@@ -15,7 +15,7 @@ import pytest
 from bench.__main__ import main as bench_main
 from bench.analysis import results as R
 from bench.analysis import side as SIDE
-from bench.demo import gpu_experiment, gpu_page
+from bench.demo import gpu_experiment, gpu_full, gpu_page
 from bench.demo import gpu_steps as S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,8 +28,43 @@ def _experiment_check(out: Path, experiment: str, **given) -> SimpleNamespace:
                               "tensor_parallel_size": 1, "budget_minutes": None, "target_width": None, **given})
     gpu_experiment.check_args(args, ValueError)
     return SimpleNamespace(out=out, args=args, build_model=lambda: {"parameters": 1},
+                           flags=lambda **override: gpu_full.flags(args, **override),
                            record={"model_choice": {"shape": "gemma-4-31b"}, "device": {"name": "H200"}, "versions": {},
                                    "transformers_trap": {}})
+
+
+def test_each_variant_says_whether_its_start_compiles(tmp_path, monkeypatch, capsys):
+    """The H100 box, 2026-12-06: sleep mode off is another key of vLLM's compile cache than every start --out held,
+    so its first start compiles, which a ten-minute command must plan for. Each variant says so before it starts:
+    from the starts --out records (gpu-check's cold start with the default flags, or an experiment's variants)."""
+    def started(check, experiment, variant, root, entry, save, record):
+        entry.update(status="ok", flags=gpu_experiment.variant_flags(check, variant), starts=[{"healthy_s": 90.0}])
+
+    monkeypatch.setattr(gpu_experiment, "run_variant", started)
+    check = _experiment_check(tmp_path, "sleep-mode", variants="sleep-on", scenarios="S2_summary")
+    assert gpu_experiment.run(check, "sleep-mode") == 0
+    assert "sleep-on: --out records no start yet: this one compiles" in capsys.readouterr().out
+    # another utilization, prefix caching or the scheduling policy keeps the key: the records' starts hit the cache
+    for name, variants in (("kv-sizing", "util-0.85"), ("prefix-caching", "caching-off"), ("priority", "priority")):
+        check = _experiment_check(tmp_path, name, variants=variants)
+        assert gpu_experiment.run(check, name) == 0
+        assert f"{variants}: a start --out records had the same compile-cache key" in capsys.readouterr().out
+    for name, variants in (("sleep-mode", "sleep-off"), ("max-num-seqs", "seqs-16"), ("precision", "bf16")):
+        check = _experiment_check(tmp_path, name, variants=variants)
+        assert gpu_experiment.run(check, name) == 0
+        assert f"{variants}: its flags change vLLM's compile-cache key" in capsys.readouterr().out
+    # gpu-check's own cold start (the default flags) counts as a start; another model's record does not
+    other = tmp_path / "other"
+    (other / "experiments" / "x").mkdir(parents=True)
+    (other / "experiments" / "x" / "experiment.json").write_text(json.dumps({"model_choice": {"shape": "tiny"},
+        "variants": {"a": {"flags": ["--load-format", "dummy"], "starts": [{"healthy_s": 1.0}]}}}))
+    (other / "gpu-check.json").write_text(json.dumps({"model_choice": {"shape": "gemma-4-31b"},
+                                                        "checks": {"cold_start": {"status": "ok"}}}))
+    check = _experiment_check(other, "scenarios", scenarios="S1_chat")
+    fp8 = gpu_experiment.variant_flags(check, gpu_experiment.EXPERIMENTS["scenarios"].variant("fp8"))
+    assert gpu_experiment.cache_warm(check, fp8) == gpu_experiment.WARM
+    (other / "gpu-check.json").unlink()
+    assert gpu_experiment.cache_warm(check, fp8) == gpu_experiment.FIRST
 
 
 def test_an_experiment_cut_off_says_so_and_shows_only_this_commands_start(tmp_path, monkeypatch, capsys):
@@ -49,8 +84,12 @@ def test_an_experiment_cut_off_says_so_and_shows_only_this_commands_start(tmp_pa
 
     monkeypatch.setattr(gpu_experiment, "run_variant", fails_to_start)
     assert gpu_experiment.run(check, "scenarios") == 1
-    line = [l for l in capsys.readouterr().out.splitlines() if ": fp8: " in l][0]
+    lines = [l for l in capsys.readouterr().out.splitlines() if ": fp8: " in l]
+    line = lines[-1]
     assert line.endswith("fp8: broken: vllm serve exited 1 before /health answered: ValueError: Free memory")
+    # a record from before starts kept their flags: whether the start compiles is not guessed
+    assert lines[0].endswith("fp8: --out records starts without their flags: whether this one compiles is not known "
+                             "before it starts")
     assert "54.1" not in line and "233816" not in line
 
     def stopped(check, experiment, variant, root, entry, save, record):

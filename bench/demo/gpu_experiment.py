@@ -3,7 +3,8 @@ command on a GPU machine.
 
 Each experiment is data (EXPERIMENTS): its variants (what each changes in `vllm serve`), the scenarios and
 concurrencies it sweeps, whether it searches the capacity under the SLO, and the seeds' figure it is set
-beside. For each variant asked for (--variants, default all) the command starts one server on --out's
+beside. For each variant asked for (--variants, default all) the command says whether its start should compile
+(`cache_warm`: no start that --out records had the same compile-cache key), starts one server on --out's
 compile cache (a gpu-check run's; the first start without one compiles), records its start (seconds to
 /health, compile cache hit or miss, KV cache tokens and GiB, the attention backend), runs `python -m bench
 sweep` against it and stops it. Then `python -m bench compare` over every variant swept so far in --out
@@ -155,6 +156,72 @@ def check_args(args: argparse.Namespace, error: type[Exception]) -> None:
 def variant_flags(check, variant: Variant) -> list[str]:
     flags = check.flags(**variant.override) if variant.override else check.flags()
     return [f for f in flags if f not in variant.drop] + list(variant.extra)
+
+
+# `vllm serve` flags (and how many values follow each) that vLLM 0.26.0's compile-cache key does not take:
+# the records' starts at another utilization, or with prefix caching on after a start with it off, hit the
+# cache; the scheduler's only factor is max_num_batched_tokens. Sleep mode and --max-num-seqs (its CUDA graph
+# sizes) are factors: docs/full-size.md, "Commands on a GPU machine".
+KEYLESS_FLAGS = {"--gpu-memory-utilization": 1, "--enable-prefix-caching": 0, "--no-enable-prefix-caching": 0,
+                 "--scheduling-policy": 1}
+
+
+def cache_key_flags(flags: list[str]) -> tuple[str, ...]:
+    """The flags that can change vLLM's compile-cache key: `flags` without KEYLESS_FLAGS and their values."""
+    kept, skip = [], 0
+    for flag in flags:
+        if skip:
+            skip -= 1
+        elif flag in KEYLESS_FLAGS:
+            skip = KEYLESS_FLAGS[flag]
+        else:
+            kept.append(flag)
+    return tuple(kept)
+
+
+WARM, COLD, FIRST, UNKNOWN = "warm", "cold", "first", "unknown"
+
+
+def cache_warm(check, flags: list[str]) -> str:
+    """Whether a start that --out records (an experiment's variant, or gpu-check's cold start with the default
+    flags) ran with the same compile-cache key as `flags`: WARM, its cache should serve them; COLD, they
+    compile; FIRST, --out records no start; UNKNOWN, its starts' flags are not recorded (older records)."""
+    key, seen, blind = cache_key_flags(flags), False, False
+    mine = check.record["model_choice"]
+    try:
+        earlier = json.loads((check.out / "gpu-check.json").read_text())
+    except (OSError, ValueError):
+        earlier = {}
+    if (earlier.get("checks") or {}).get("cold_start", {}).get("status") == "ok" \
+            and earlier.get("model_choice") == mine:
+        seen = True
+        if cache_key_flags(check.flags()) == key:
+            return WARM
+    for path in sorted((check.out / "experiments").glob("*/experiment.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("model_choice") not in (None, mine):
+            continue
+        for entry in (record.get("variants") or {}).values():
+            if not entry.get("starts"):
+                continue
+            seen = True
+            if not entry.get("flags"):
+                blind = True
+            elif cache_key_flags(entry["flags"]) == key:
+                return WARM
+    return UNKNOWN if blind else COLD if seen else FIRST
+
+
+CACHE_WORDS = {
+    FIRST: "--out records no start yet: this one compiles (a cold start)",
+    WARM: "a start --out records had the same compile-cache key: this one should start warm",
+    COLD: "its flags change vLLM's compile-cache key from every start --out records (sleep mode, --max-num-seqs, "
+          "precision or TP): this start compiles (a cold start)",
+    UNKNOWN: "--out records starts without their flags: whether this one compiles is not known before it starts",
+}
 
 
 def points(check, experiment: Experiment, scenario: str) -> tuple[int, ...]:
@@ -435,6 +502,8 @@ def run(check, name: str) -> int:
                   "is swept; --again measures it anew)", flush=True)
             continue
         before = len(entry.get("starts") or [])
+        print(f"gpu-check: experiment {name}: {label}: "
+              f"{CACHE_WORDS[cache_warm(check, variant_flags(check, experiment.variant(label)))]}", flush=True)
         try:
             run_variant(check, experiment, experiment.variant(label), root, entry, save, record)
         except KeyboardInterrupt as exc:
