@@ -405,16 +405,7 @@ def test_a_repeat_past_the_target_needs_room_for_itself_only():
     keeps for its repeat is that run."""
     from bench.analysis.capacity import search as SE
     from bench.run import extra_runs as X
-    from tests.test_bench_search import result
-
-    def edge() -> SE.Search:
-        search = SE.Search(ttft_ms=500.0, decode_ms=50.0)
-        search.observe(22, result(440, 950.0, n=230, seed=1), "c22.run1")
-        search.observe(22, result(445, 955.0, n=230, seed=2), "c22.run2")
-        search.observe(23, result(470, 985.0, n=240, seed=3), "c23.run1")
-        search.observe(26, result(560, 1100.0, n=260, seed=4), "c26.run1")
-        search.observe(26, result(570, 1105.0, n=260, seed=5), "c26.run2")
-        return search
+    from tests.test_bench_search import result, straddling_above_the_pass_end as edge
 
     class Pass:
         valid, output_tok_s, ttft_p99_ms, path = True, 990.0, 455.0, "search/S1_chat_c23.run2.json"

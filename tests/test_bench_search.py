@@ -372,6 +372,18 @@ def test_placing_the_pass_end_stops_where_the_next_load_adds_little_throughput()
     assert search.next_step() is None and search.stopped == S.NARROW and search.bounds() == (16, 64)
 
 
+def straddling_above_the_pass_end() -> S.Search:
+    """The target reached between c=22 (two runs, a pass) and c=26 (two, a sure miss), c=23 run once at 470 ms:
+    it straddles the limit, and repeats could settle it as a pass."""
+    search = S.Search(**LIMITS)
+    search.observe(22, result(440, 950.0, n=230, seed=1), "c22.run1")
+    search.observe(22, result(445, 955.0, n=230, seed=2), "c22.run2")
+    search.observe(23, result(470, 985.0, n=240, seed=3), "c23.run1")
+    search.observe(26, result(560, 1100.0, n=260, seed=4), "c26.run1")
+    search.observe(26, result(570, 1105.0, n=260, seed=5), "c26.run2")
+    return search
+
+
 def test_a_straddling_load_just_above_the_pass_end_is_repeated_where_repeats_could_make_it_the_pass_end():
     """Two fresh H100 servers on 2026-12-06 (twelfth session) put their pass ends one step apart: c=22 (947.0 tok/s)
     and c=23 (1,004.4), 6.1 % apart. Once the target is reached, a load right above the pass end that straddles a
@@ -385,16 +397,7 @@ def test_a_straddling_load_just_above_the_pass_end_is_repeated_where_repeats_cou
     assert step is not None and step.load == 23 and step.repeat and step.past_target and step.requests == 191, step
     assert "c=23, 1.04x above c=22 in throughput, straddles a limit, and repeats could settle" in step.why
 
-    def edge(c23_p99_ms: float) -> S.Search:
-        search = S.Search(**LIMITS)
-        search.observe(22, result(440, 950.0, n=230, seed=1), "c22.run1")
-        search.observe(22, result(445, 955.0, n=230, seed=2), "c22.run2")
-        search.observe(23, result(c23_p99_ms, 985.0, n=240, seed=3), "c23.run1")
-        search.observe(26, result(560, 1100.0, n=260, seed=4), "c26.run1")
-        search.observe(26, result(570, 1105.0, n=260, seed=5), "c26.run2")
-        return search
-
-    search = edge(470.0)
+    search = straddling_above_the_pass_end()
     assert search.bounds() == (22, 26) and search.state(23) == S.SOFT
     step = search.next_step()
     assert step is not None and step.load == 23 and step.repeat and step.past_target and step.requests == 240, step
@@ -402,6 +405,6 @@ def test_a_straddling_load_just_above_the_pass_end_is_repeated_where_repeats_cou
     search.observe(23, result(455, 990.0, n=240, seed=6), "c23.run2")
     assert search.bounds() == (23, 26) and search.state(23) == S.PASS
 
-    with_point_off = edge(470.0)
+    with_point_off = straddling_above_the_pass_end()
     with_point_off.point = S.TARGET_WIDTH  # --point-width at the target keeps the stop at the target
     assert with_point_off.next_step() is None and with_point_off.stopped == S.NARROW
