@@ -150,6 +150,16 @@ def test_neighbours_too_far_apart_hand_over_to_the_open_loop(bench_stub_server, 
     assert all(p["goodput_req_s"] is not None and 0 <= p["attainment_pct"] <= 100 for p in caps["open_loop"])
     printed = capsys.readouterr().out
     assert "capacity search, open loop" in printed
+    # only c=1 meets the SLO: before the open loop, the rate below which Poisson arrivals could meet the TTFT
+    # p99 (a request arriving within the first 2 x prefill - limit of another's prefill misses) and its cost
+    p50 = json.loads((out / "S1_chat_c1.json").read_text())["p50_ttft_ms"]
+    estimate = info["open_loop_estimate"]
+    assert estimate["prefill_ms"] == pytest.approx(p50, abs=0.05)
+    assert estimate["rate_req_s"] == pytest.approx(0.01 / ((2 * p50 - 500) / 1000), rel=1e-3)
+    assert estimate["run_s"] == pytest.approx(estimate["requests"] / estimate["rate_req_s"], rel=1e-2)
+    before = [i for i, line in enumerate(printed.splitlines()) if "S1_chat: before the open loop: " in line]
+    opens = [i for i, line in enumerate(printed.splitlines()) if line.startswith("bench sweep: S1_chat: open loop, ")]
+    assert len(before) == 1 and before[0] < opens[0] and "not a measurement" in printed.splitlines()[before[0]]
     # each open-loop run is announced with its rate, why and the GPU time it should take, then its outcome
     first = [line for line in printed.splitlines() if line.startswith("bench sweep: S1_chat: open loop, ")]
     rates = [r for r in manifest(out)["extra"]["runs"] if r["kind"] == "open_loop"]

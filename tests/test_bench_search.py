@@ -408,3 +408,13 @@ def test_a_straddling_load_just_above_the_pass_end_is_repeated_where_repeats_cou
     with_point_off = straddling_above_the_pass_end()
     with_point_off.point = S.TARGET_WIDTH  # --point-width at the target keeps the stop at the target
     assert with_point_off.next_step() is None and with_point_off.stopped == S.NARROW
+
+
+def test_one_at_a_time_the_open_loop_rate_is_bounded_by_queued_prefills():
+    # S4_rag on the H200: c=1's TTFT median 435.9 ms of the 500 ms limit; an arrival in the first 371.8 ms of
+    # another's prefill misses, so 1 % of requests allow about 0.027 req/s, where 100 requests take an hour
+    rate = S.queued_prefill_rate(435.9, 500.0)
+    assert rate == pytest.approx(0.01 / 0.3718) and 100 / rate / 60 > 60
+    assert S.queued_prefill_rate(435.9, 500.0, share=0.02) == pytest.approx(2 * rate)
+    # a prefill that may queue behind another and still meet the limit sets no such bound; nor an unknown one
+    assert S.queued_prefill_rate(250.0, 500.0) is None and S.queued_prefill_rate(None, 500.0) is None

@@ -352,6 +352,11 @@ class ExtraRuns:
                       if r.req_s]
             return open_loop_seconds(n, step.load, max(served) if served else None)
 
+        if lo == 1:
+            estimate = one_at_a_time(closed, slo["ttft_p99_ms"], args.window_s, args.min_prompts)
+            if estimate:
+                info["open_loop_estimate"] = estimate
+                print(f"bench sweep: {name}: before the open loop: {estimate['words']}", flush=True)
         first_rate = S.Step(float(f"{start:.4g}"), False, "the closed loop's pass end, offered as a Poisson rate")
         used, opened, why = drive(rates, open_run, open_estimate, budget_s - spent, first=first_rate,
                                    say=say("open loop"))
@@ -458,6 +463,29 @@ def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | N
             search.exhausted.add(load)
             continue
         return spent, runs, f"{search.words(step.load)} run {k} stayed invalid: {result.reason}"
+
+
+def one_at_a_time(closed: S.Search, ttft_ms: float, window_s: float, floor: int) -> dict[str, Any] | None:
+    """Where only c=1 meets the SLO, said before the open loop spends its budget: the rate below which Poisson
+    arrivals could meet the TTFT p99 (S.queued_prefill_rate, from c=1's median TTFT) and how long one run of
+    the open loop lasts there. None where c=1's runs have no median TTFT or a queued prefill still meets it."""
+    p50s = [r.raw["p50_ttft_ms"] for r in closed.runs(1) if isinstance(r.raw.get("p50_ttft_ms"), (int, float))]
+    prefill = sum(p50s) / len(p50s) if p50s else None
+    rate = S.queued_prefill_rate(prefill, ttft_ms)
+    served = closed.req_s(1)
+    if rate is None or prefill is None or not served:
+        return None
+    requests = sizing.open_loop_requests(rate, window_s, floor=floor)
+    tok_s = rate * (closed.tok_s(1) or 0.0) / served
+    window = 2 * prefill - ttft_ms
+    words = (f"at c=1 a request's TTFT is {prefill:.0f} ms (the median) of the {ttft_ms:.0f} ms limit: offered as "
+             f"Poisson arrivals, one that comes within the first {window:.0f} ms of another's prefill waits past the "
+             f"limit, and for the TTFT p99 to meet it fewer than 1 % may, which holds only below about {rate:.3g} "
+             f"req/s ({tok_s:.1f} tok/s; the closed loop's c=1 serves {served:.3g} req/s), where a run of {requests} "
+             f"requests lasts about {minutes(requests / rate)} (an estimate from the closed loop's TTFTs, not a "
+             "measurement; the open loop's runs measure it)")
+    return {"prefill_ms": round(prefill, 1), "window_ms": round(window, 1), "rate_req_s": round(rate, 4),
+            "tok_s": round(tok_s, 1), "requests": requests, "run_s": round(requests / rate, 1), "words": words}
 
 
 def budget_words(search: S.Search, step: S.Step, est: float, spent: float, budget_s: float) -> str:

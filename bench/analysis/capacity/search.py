@@ -485,6 +485,19 @@ def _runs_to_cross(p99: float, ci: tuple[float, float], limit: float, pct: float
     return high
 
 
+def queued_prefill_rate(prefill_ms: float | None, ttft_ms: float, share: float = 0.01) -> float | None:
+    """Where the SLO holds one request at a time (the closed loop passes at c=1 only): the offered Poisson
+    rate below which the TTFT p99 could still meet `ttft_ms`, in req/s. A request that arrives while another
+    prefills waits out the rest of that prefill, and misses the limit when it arrived within the first
+    2 x prefill - limit of it; about rate x that window of the requests do, and a p99 allows `share` (1 %).
+    None where the prefill is unknown or one queued prefill still meets the limit. An estimate from the closed
+    loop's TTFTs (their median as the prefill), not a measurement: it ignores decode steps between prefills
+    and two arrivals batched into one step, which both make it lower."""
+    if not prefill_ms or prefill_ms <= 0 or 2 * prefill_ms <= ttft_ms:
+        return None
+    return share / ((2 * prefill_ms - ttft_ms) / 1000)
+
+
 def ratio_words(ratio: float, target: float) -> str:
     """A ratio set beside its target with the digits that tell them apart: "1.21x", and "1.223x" where two
     decimals would read as the target it misses (the H100's second S1_chat search: 1,153.7 / 943.7)."""
