@@ -480,8 +480,9 @@ def one_at_a_time(closed: S.Search, ttft_ms: float, window_s: float, floor: int)
     window = 2 * prefill - ttft_ms
     words = (f"at c=1 a request's TTFT is {prefill:.0f} ms (the median) of the {ttft_ms:.0f} ms limit: offered as "
              f"Poisson arrivals, one that comes within the first {window:.0f} ms of another's prefill waits past the "
-             f"limit, and for the TTFT p99 to meet it fewer than 1 % may, which holds only below about {rate:.3g} "
-             f"req/s ({tok_s:.1f} tok/s; the closed loop's c=1 serves {served:.3g} req/s), where a run of {requests} "
+             f"limit; a TTFT p99 within the limit allows that for under 1 % of the requests, which holds only "
+             f"below about {rate:.3g} req/s ({tok_s:.1f} tok/s; the closed loop's c=1 serves {served:.3g} req/s), "
+             f"where a run of {requests} "
              f"requests lasts about {minutes(requests / rate)} (an estimate from the closed loop's TTFTs, not a "
              "measurement; the open loop's runs measure it)")
     return {"prefill_ms": round(prefill, 1), "window_ms": round(window, 1), "rate_req_s": round(rate, 4),
