@@ -3,6 +3,8 @@ requests than a p99 needs; a run that did not hold its load is not a measurement
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from bench.run import sizing
@@ -30,6 +32,18 @@ def test_a_run_is_sized_to_its_window_from_the_burst_and_never_under_the_floor()
     assert sizing.closed_loop_requests(None, 4, 5.0) == max(100, int(5 * 1.4 * 16) + 4)  # no burst: assumed
     assert sizing.open_loop_requests(2.0, 15.0) == 100 and sizing.open_loop_requests(20.0, 15.0) == 330
     assert sizing.burst_requests(1) == 8 and sizing.burst_requests(64) == 128 and sizing.burst_requests(500) == 256
+
+
+def test_closed_loop_runs_are_whole_waves():
+    # the H100's grid at c=32: 258 requests made 8 waves and a ninth of 2, which read 7 % below a run of 254;
+    # a run is now a whole number of waves, as is a run sized again after falling short
+    for rate, c in ((9.9, 32), (7.8, 24), (0.27, 1), (33.3, 7), (5.0, 64)):
+        n = sizing.closed_loop_requests(rate, c, 15.0)
+        assert n % c == 0 and n >= max(sizing.MIN_REQUESTS, 2 * c)
+        assert n - c < max(sizing.MIN_REQUESTS, 2 * c, math.ceil(15.0 * sizing.MARGIN * rate) + c)  # the least such
+    assert sizing.closed_loop_requests(9.9, 32, 15.0) == 256 and sizing.closed_loop_requests(0.5, 3, 15.0) == 102
+    assert sizing.resize(201, 10.0, 15.0, 24) % 24 == 0 and sizing.resize(101, None, 15.0, 3) == 204
+    assert sizing.whole_waves(sizing.MAX_REQUESTS + 5, 64) == sizing.MAX_REQUESTS // 64 * 64  # capped, still whole
 
 
 def test_a_lighter_load_already_measured_bounds_a_bursts_low_reading():
