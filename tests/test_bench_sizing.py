@@ -4,10 +4,11 @@ requests than a p99 needs; a run that did not hold its load is not a measurement
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
-from bench.run import sizing
+from bench.run import grid, sizing
 
 
 def closed_loop(concurrency: int, requests: int, latency_s: float, gap_s: float = 0.0) -> dict:
@@ -36,14 +37,21 @@ def test_a_run_is_sized_to_its_window_from_the_burst_and_never_under_the_floor()
 
 def test_closed_loop_runs_are_whole_waves():
     # the H100's grid at c=32: 258 requests made 8 waves and a ninth of 2, which read 7 % below a run of 254;
-    # a run is now a whole number of waves, as is a run sized again after falling short
+    # a run is now a whole number of waves
     for rate, c in ((9.9, 32), (7.8, 24), (0.27, 1), (33.3, 7), (5.0, 64)):
         n = sizing.closed_loop_requests(rate, c, 15.0)
         assert n % c == 0 and n >= max(sizing.MIN_REQUESTS, 2 * c)
         assert n - c < max(sizing.MIN_REQUESTS, 2 * c, math.ceil(15.0 * sizing.MARGIN * rate) + c)  # the least such
     assert sizing.closed_loop_requests(9.9, 32, 15.0) == 256 and sizing.closed_loop_requests(0.5, 3, 15.0) == 102
-    assert sizing.resize(201, 10.0, 15.0, 24) % 24 == 0 and sizing.resize(101, None, 15.0, 3) == 204
     assert sizing.whole_waves(sizing.MAX_REQUESTS + 5, 64) == sizing.MAX_REQUESTS // 64 * 64  # capped, still whole
+    # a closed-loop run sized again after falling short is whole waves too, and whole prefixes where it has them;
+    # an open-loop run's concurrency is only its cap: its count keeps no waves
+    plain, shared = SimpleNamespace(workload=None, concurrency=24), SimpleNamespace(
+        workload=SimpleNamespace(num_prefixes=10), concurrency=8)
+    assert grid.whole_prefixes(plain, sizing.resize(201, 10.0, 15.0, 24)) == 504  # 483 -> 21 waves of 24
+    assert grid.whole_prefixes(shared, 104) == 120  # a multiple of 10 prefixes and of 8 in flight
+    assert grid.whole_prefixes(plain, 116, closed_loop=False) == 116
+    assert grid.whole_prefixes(shared, 116, closed_loop=False) == 120
 
 
 def test_a_lighter_load_already_measured_bounds_a_bursts_low_reading():

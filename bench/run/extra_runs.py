@@ -261,7 +261,8 @@ class ExtraRuns:
                 break
             if short:
                 held = sizing.steady_window(result.raw, concurrency) if rate is None else result.duration_s
-                requests = grid.whole_prefixes(spec, sizing.resize(n, held, args.window_s, concurrency))
+                requests = grid.whole_prefixes(spec, sizing.resize(n, held, args.window_s, concurrency),
+                                               closed_loop=rate is None)
         assert result is not None
         return result, spent
 

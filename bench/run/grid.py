@@ -260,11 +260,14 @@ def prompts_for(spec: RunSpec, req_s: float | None, window_s: float, measured: d
     return whole_prefixes(spec, n)
 
 
-def whole_prefixes(spec: RunSpec, n: int) -> int:
+def whole_prefixes(spec: RunSpec, n: int, *, closed_loop: bool = True) -> int:
     """`n` requests, rounded up to whole prefixes for a shared-prefix scenario (vLLM's prefix_repetition
-    dataset makes n // prefixes prompts per prefix, so a remainder would never be sent)."""
+    dataset makes n // prefixes prompts per prefix, so a remainder would never be sent) and, for a
+    closed-loop run, to whole waves of its concurrency too (sizing.whole_waves): a multiple of both. An
+    open-loop run's concurrency is only its cap, so its count keeps no waves."""
     prefixes = spec.workload.num_prefixes if spec.workload else 0
-    return -(-n // prefixes) * prefixes if prefixes else n
+    unit = math.lcm(prefixes or 1, spec.concurrency if closed_loop else 1)
+    return sizing.whole_waves(n, unit) if unit > 1 else n
 
 
 def bench_command(vllm: list[str], args: argparse.Namespace, spec: RunSpec, tokenizer: str,

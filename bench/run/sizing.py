@@ -84,7 +84,8 @@ def closed_loop_requests(req_s: float | None, concurrency: int, window_s: float,
 
 
 def whole_waves(requests: int, concurrency: int) -> int:
-    """`requests` rounded up to whole waves of `concurrency` (down where that passes MAX_REQUESTS). Requests of
+    """`requests` rounded up to whole waves of `concurrency` (down where that passes MAX_REQUESTS; a closed-loop
+    run sized again after falling short gets its waves in bench.run.grid.whole_prefixes). Requests of
     one length in a closed loop run in lockstep waves, and the run's throughput is taken over its whole
     duration: a last wave of a few requests adds nearly a wave's time and few tokens (on the H100, 258
     requests at c=32 made 8 waves and a ninth of 2, and read 1,267 tok/s where 254 in 8 read 1,367)."""
@@ -192,8 +193,8 @@ def resize(requests: int, held_s: float | None, window_s: float, concurrency: in
     """A run that fell short of its window, sized again from what it held (each time from the last
     such run: its share held is the freshest word on the load)."""
     if not held_s or held_s <= 0:
-        return whole_waves(2 * requests, concurrency)
-    return whole_waves(max(requests + concurrency, math.ceil(requests * window_s * RETRY_MARGIN / held_s)), concurrency)
+        return min(MAX_REQUESTS, 2 * requests)
+    return int(min(MAX_REQUESTS, max(requests + concurrency, math.ceil(requests * window_s * RETRY_MARGIN / held_s))))
 
 
 class Tries:
