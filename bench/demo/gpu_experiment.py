@@ -37,6 +37,7 @@ from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
 from bench.analysis import verdict as V
 from bench.analysis import side as SD
+from bench.analysis.opener import read_object
 from bench.common.interrupts import run_logged, signal_name
 from bench.demo import full_model, gpu_full, gpu_mixed, gpu_page, gpu_settings
 from bench.demo import gpu_steps as S
@@ -188,21 +189,15 @@ def cache_warm(check, flags: list[str]) -> str:
     compile; FIRST, --out records no start; UNKNOWN, its starts' flags are not recorded (older records)."""
     key, seen, blind = cache_key_flags(flags), False, False
     mine = check.record["model_choice"]
-    try:
-        earlier = json.loads((check.out / "gpu-check.json").read_text())
-    except (OSError, ValueError):
-        earlier = {}
+    earlier = read_object(check.out / "gpu-check.json") or {}
     if (earlier.get("checks") or {}).get("cold_start", {}).get("status") == "ok" \
             and earlier.get("model_choice") == mine:
         seen = True
         if cache_key_flags(check.flags()) == key:
             return WARM
     for path in sorted((check.out / "experiments").glob("*/experiment.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if record.get("model_choice") not in (None, mine):
+        record = read_object(path)
+        if record is None or record.get("model_choice") not in (None, mine):
             continue
         for entry in (record.get("variants") or {}).values():
             if not entry.get("starts"):
