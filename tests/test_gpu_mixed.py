@@ -87,10 +87,56 @@ def test_the_mixed_load_runs_the_same_traffic_on_each_variant(fake_bench, tmp_pa
 
 def test_without_a_saturation_rate_the_mixed_load_is_not_run(fake_bench, tmp_path):
     record: dict = {}
+    (tmp_path / "S2_summary").mkdir()
+    (tmp_path / "S2_summary" / "manifest.json").write_text("{}")  # swept, but no valid run
     got = gpu_mixed.run(_check(fake_bench), gpu_mixed.MixedLoad(batch=("S2_summary",)), "fcfs", tmp_path, record,
-                        ["S1_chat", "S2_summary"])
-    assert got == {"status": "not run", "reason": "no saturation rate for S1_chat, S2_summary: its sweep has no "
-                                                  "valid run"}
-    assert "rates" not in record["mixed"] and fake_bench.calls_made() == []
+                        ["S1_chat", "S2_summary", "S4_rag"])
+    assert got == {"status": "not run", "reason": "no saturation rate for S2_summary: its sweep has no valid run; "
+                                                  "S1_chat, S4_rag: not swept by fcfs yet (the same command with "
+                                                  "--scenarios S1_chat,S4_rag sweeps it, then runs the mixed load)"}
+    assert "rates" not in record["mixed"] and "saturation" not in record["mixed"] and fake_bench.calls_made() == []
     record["variants"] = {"fcfs": {"mixed": got}}
     assert "- fcfs: not run: no saturation rate" in "\n".join(gpu_mixed.markdown(record))
+
+
+def test_a_command_for_some_scenarios_mixes_every_scenario_of_the_experiment(fake_bench, tmp_path, monkeypatch):
+    """The H200's ten-minute commands split the priority experiment's first variant (three sweeps, then a mixed
+    load of about four minutes): a command asked for S1_chat alone, after an earlier one swept S4_rag and
+    S2_summary, still offers all three, their rates from both commands' sweeps. It had mixed only the command's
+    own --scenarios: a load of S1_chat alone, with no batch requests at all."""
+    experiment = gpu_experiment.EXPERIMENTS["priority"]
+    folder = tmp_path / "priority" / "fcfs"
+    folder.mkdir(parents=True)
+    for scenario in ("S4_rag", "S2_summary"):  # the earlier command's
+        sweep_dir(folder, scenario, {scenario: PEAKS[scenario]})
+    swept, mixed_over = [], []
+
+    def sweep(check, argv, into, scenario, entry, save, gpus):
+        sweep_dir(into, scenario, {scenario: PEAKS[scenario]})
+        swept.append(scenario)
+        entry["sweeps"][scenario] = {"rc": 0}
+
+    def mix(check, load, label, into, record, scenarios):
+        mixed_over.append(list(scenarios))
+        return real_run(check, load, label, into, record, scenarios)
+
+    real_run = gpu_mixed.run
+    monkeypatch.setattr(gpu_experiment, "sweep_argv", lambda *args, **kwargs: [])
+    monkeypatch.setattr(gpu_experiment, "sweep_scenario", sweep)
+    monkeypatch.setattr(gpu_experiment, "server_death", lambda server, scenario, start: None)
+    monkeypatch.setattr(gpu_experiment.gpu_mixed, "run", mix)
+    monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 20.0, "itl_ms": 10.0}))
+    check = _check(fake_bench)
+    check.__dict__.update(flags=lambda **override: ["--max-num-seqs", "64"], stop_server=lambda: None,
+                          start=lambda pod, flags: check.server, pod=lambda name: name, full=False,
+                          start_figures=lambda server, label: {"healthy_s": 1.0}, logs=tmp_path / "logs")
+    check.runtime.gpus = 1
+    check.args.__dict__.update(again=False, scenario_list=["S1_chat"])
+    entry: dict = {}
+    record: dict = {"variants": {"fcfs": entry}}
+    gpu_experiment.run_variant(check, experiment, experiment.variant("fcfs"), tmp_path / "priority", entry,
+                               lambda: None, record)
+    assert swept == ["S1_chat"] and mixed_over == [list(experiment.scenarios)]
+    assert set(record["mixed"]["rates"]) == {"S1_chat", "S4_rag", "S2_summary"}, record["mixed"]
+    assert entry["mixed"]["status"] == "ok" and set(entry["mixed"]["scenarios"]) == set(experiment.scenarios)
+    assert entry["mixed"]["scenarios"]["S2_summary"]["priority"] == 1

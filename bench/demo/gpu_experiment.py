@@ -392,8 +392,10 @@ def run_variant(check, experiment: Experiment, variant: Variant, root: Path, ent
                      reason=died or (f"bench sweep failed for {', '.join(f'{s} (sweep-{s}.log)' for s in bad)}"
                                      if bad else None))
         if experiment.mixed and not bad and record is not None:
+            # every scenario of the experiment, not only this command's --scenarios: a load of fewer would
+            # measure another mix, and an earlier command's sweeps give their saturation rates too
             entry["mixed"] = gpu_mixed.run(check, experiment.mixed, variant.label, folder, record,
-                                           check.args.scenario_list)
+                                           list(experiment.scenarios))
             if entry["mixed"]["status"] == "broken":
                 entry.update(status="broken", reason=f"mixed load: {entry['mixed']['reason']}")
             save()
@@ -492,7 +494,7 @@ def run(check, name: str) -> int:
         print(f"gpu-check: experiment {name}: {label} ...", flush=True)
         entry = record["variants"].setdefault(label, {})
         if not getattr(check.args, "again", False) and finished(experiment, entry, root / label,
-                                                                 check.args.scenario_list):
+                                                                 list(experiment.scenarios)):
             print(f"gpu-check: experiment {name}: {label}: kept from an earlier command (every scenario asked for "
                   "is swept; --again measures it anew)", flush=True)
             continue

@@ -73,21 +73,27 @@ def argv(check, load: MixedLoad, label: str, offered: dict[str, float], folder: 
 def run(check, load: MixedLoad, label: str, variant_dir: Path, record: dict[str, Any],
         scenarios: list[str]) -> dict[str, Any]:
     """The mixed load on the variant's running server; its rates from the record, else from this variant's
-    sweeps (then kept in the record for the others)."""
+    sweeps of every scenario in `scenarios` (the experiment's, whichever command swept them; then kept in the
+    record for the others)."""
     mixed = record.setdefault("mixed", {})
     if not mixed.get("rates"):
-        saturation, missing = {}, []
+        saturation, unswept, invalid = {}, [], []
         for scenario in scenarios:
             found = saturation_req_s(variant_dir / scenario)
-            if found is None:
-                missing.append(scenario)
-            else:
+            if found is not None:
                 saturation[scenario] = found[1]
                 mixed.setdefault("saturation", {})[scenario] = {"concurrency": found[0], "req_s": found[1],
                                                                "measured_by": label}
-        if missing:
-            return {"status": "not run", "reason": f"no saturation rate for {', '.join(missing)}: its sweep has no "
-                                                  "valid run"}
+            elif (variant_dir / scenario / "manifest.json").is_file():
+                invalid.append(scenario)
+            else:
+                unswept.append(scenario)
+        if unswept or invalid:
+            mixed.pop("saturation", None)
+            reasons = ([f"{', '.join(invalid)}: its sweep has no valid run"] if invalid else []) + (
+                [f"{', '.join(unswept)}: not swept by {label} yet (the same command with --scenarios "
+                 f"{','.join(unswept)} sweeps it, then runs the mixed load)"] if unswept else [])
+            return {"status": "not run", "reason": "no saturation rate for " + "; ".join(reasons)}
         mixed.update(rates=rates(load, saturation), utilization=load.utilization,
                      priority=priorities(load, scenarios), duration_s=load.duration_s)
     folder = variant_dir / "mixed"
