@@ -429,6 +429,13 @@ def test_a_server_that_stops_answering_stops_the_sweep(bench_stub_server, fake_b
                       ("S3_moderation", 4): "pending"}
     assert fake_bench.keys() == ["S1_chat_c1", "S1_chat_c4"]  # no retry and no later run against a dead server
     assert (out / "S1_chat_c4.attempt1.invalid.json").exists()
+    # the reports and the experiment page word each unfinished run by what happened to it (they read
+    # "not run (status pending)" for the run the server died in)
+    from bench.analysis import side as SIDE
+    why = {(r.scenario, r.concurrency): r.problems[0] for r in SIDE.load_side(out).runs if not r.valid}
+    assert why[("S1_chat", 4)] == ("not finished: the sweep stopped during this run (the server stopped answering "
+                                   "during S1_chat c=4); bench sweep --resume runs it")
+    assert why[("S3_moderation", 1)] == "not run: the sweep stopped before it; bench sweep --resume runs it"
 
 
 def test_a_failed_run_on_a_server_that_still_answers_is_retried(bench_stub_server, fake_bench, tmp_path):

@@ -194,6 +194,15 @@ def test_an_experiment_record_renders():
     assert "| util-0.85 | ok | 101.0 s | hit | 200,000 | not recorded | TRITON_ATTN |" in md
     assert "| grid | c=32 | 1,800.0 | 900.0 | 400 | 30.0 | yes |" in md  # a record from before runs had a kind
     assert "| util-0.95 | broken: vllm serve exited 1 | not measured |" in md and "None" not in md
+    # a variant whose server died has no figure at a load: the comparison says so, not "no clear winner"
+    record["compare"] = {"S1_chat": {"status": "ok", "said": "bench compare: 2 variants", "cells": [
+        {"concurrency": 32, "output_tok_s": {"util-0.85": 1800.0, "util-0.95": None}, "winner": None,
+         "winner_margin_pct": None, "noise_pct": 5.0},
+        {"concurrency": 64, "output_tok_s": {"util-0.85": 1800.0, "util-0.95": 1810.0}, "winner": None,
+         "winner_margin_pct": 0.6, "noise_pct": 5.0}]}}
+    md = gpu_page.experiment_markdown(record)
+    assert "- c=32: nothing to compare: util-0.95 has no valid run here" in md
+    assert "- c=64: no clear winner (noise 5.0 %)" in md
 
 
 @pytest.mark.vllm

@@ -169,7 +169,8 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
         if not result.valid and result.path is None:
             status = rec.get("status")
             why = {"invalid": whole_reason(path, rec.get("reason"), _last_log(rec)),
-                   "valid": "result file missing (manifest says valid)"}.get(status, f"not run (status {status})")
+                   "valid": "result file missing (manifest says valid)",
+                   "pending": unfinished(manifest, rec)}.get(status, f"not run (status {status})")
             result = R.missing_result(scenario, conc, why or "no result file")
             last = _last_invalid_file(path, scenario, conc)
             if last is not None:
@@ -236,6 +237,18 @@ def load_side(path: Path, *, label: str | None = None, gpus: int | None = None,
         manifest_error=manifest_error,
         price_source=price_source,
     )
+
+
+def unfinished(manifest: dict[str, Any] | None, rec: dict[str, Any]) -> str:
+    """Why a planned run has no result: the sweep stopped before it, or during it (with the stop the
+    sweep recorded, such as a server that stopped answering); `bench sweep --resume` runs it."""
+    started = any(isinstance(a, dict) for a in rec.get("attempts") or [])
+    stops = [s.get("interrupted") for s in (manifest or {}).get("sessions") or []
+             if isinstance(s, dict) and isinstance(s.get("interrupted"), str)]
+    head = stops[-1].split(": ", 1)[0] if stops else None  # "the server stopped answering during S2_summary c=16"
+    said = f"not finished: the sweep stopped during this run ({head})" if started and head else (
+        "not finished: the sweep stopped during this run" if started else "not run: the sweep stopped before it")
+    return said + "; bench sweep --resume runs it"
 
 
 def _last_log(rec: dict[str, Any]) -> str | None:

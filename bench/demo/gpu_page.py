@@ -259,9 +259,12 @@ def experiment_markdown(record: dict[str, Any]) -> str:
         lines.append(f"- bench compare: {said.removeprefix('bench compare:').strip() or 'no summary line'}")
         for cell in c.get("cells") or []:
             winner = cell.get("winner")
+            unmeasured = [label for label, tok in (cell.get("output_tok_s") or {}).items() if tok is None]
             lines.append(f"- c={cell.get('concurrency')}: " + (
                 f"{winner} by {_s(cell.get('winner_margin_pct'), ' %')} (noise {_s(cell.get('noise_pct'), ' %')})"
-                if winner else f"no clear winner (noise {_s(cell.get('noise_pct'), ' %')})"))
+                if winner else f"nothing to compare: {', '.join(unmeasured)} {'has' if len(unmeasured) == 1 else 'have'} no valid run "
+                f"here" if unmeasured
+                else f"no clear winner (noise {_s(cell.get('noise_pct'), ' %')})"))
         intervals = c.get("slo_capacity_interval") or {}
         capacity = c.get("slo_capacity") or {}
         if intervals:  # in bench compare's words, from its interval: the figure compare.md shows
