@@ -246,6 +246,20 @@ def test_sleep_mode_needs_dev_mode():
     assert any("development endpoints" in n for n in s.notes)
 
 
+def test_sleep_mode_notes_the_utilization_that_keeps_the_kv_cache_its_size():
+    """The paired sleep-mode record (H100): the KV cache 4.6 GiB larger with sleep mode; the note names the
+    utilization whose share is that much smaller, per pool, and only where it leaves a usable share."""
+    from stacks.serving.sizing import SLEEP_MODE_EXTRA_KV_GIB, sleep_mode_utilization
+    assert SLEEP_MODE_EXTRA_KV_GIB == 4.6
+    assert sleep_mode_utilization(0.90, 44) == 0.79  # L40S: 0.7954
+    assert sleep_mode_utilization(0.95, 44) == 0.84  # text-only
+    assert sleep_mode_utilization(0.90, 79.18) == 0.84  # the H100 of the record: 0.8419
+    assert sleep_mode_utilization(0.90, 46) == 0.80  # exactly 0.80 stays 0.80
+    note = next(n for n in spec(server(sleep_mode=True)).notes if n.startswith("sleep mode: vLLM 0.26"))
+    assert "4.6 GiB larger than without sleep mode" in note and "served c=64" in note
+    assert "gpuMemoryUtilization 0.79 keeps the KV cache" in note
+
+
 def test_probe_budgets_cover_a_cold_start():
     s = spec(server())
     assert s.startup_probe.path == "/health"

@@ -217,7 +217,10 @@ class ServerSettings(BaseModel):
         description="Enable /sleep and /wake_up to hand idle GPU memory back (26.8 s sleep, 3.6 s "
         "wake, as the PoC measured); turns on vLLM's development endpoints. With it, vLLM 0.26's start-up "
         "memory profile can count negative non-torch memory and size the KV cache past "
-        "gpuMemoryUtilization (-4.4 GiB at full size on the H100 and H200): the start-up record warns.",
+        "gpuMemoryUtilization (4.6 GiB larger than without sleep mode at full size on an H100, whose pods "
+        "from the compile cache then ran out of memory under long prompts at c=16): lower "
+        "gpuMemoryUtilization by that much (the server's notes give the value for its pool); the start-up "
+        "record warns.",
     )
     image: str = Field(default_factory=lambda: pins().vllm_image,
                        description="vLLM server image, pinned (default from pyproject pins).")

@@ -20,6 +20,11 @@ _MEMORY_SHARE = 0.80
 PROCESS_OVERHEAD_GIB = 12
 # Minimum GPU memory left after weights for activations, CUDA graphs and a usable KV cache.
 GPU_HEADROOM_GIB = 4.0
+# How much larger vLLM 0.26 made the KV cache with sleep mode on than the same server's without it: the
+# sleep-mode experiment at full size on an H100 (docs/records/experiment-sleep-mode-2026-12-06-h100-paired:
+# 43.74 against 39.11 GiB on starts from the compile cache, 42.19 against 37.56 on cold ones). Its start-up
+# profile counted -4.4 GiB of non-torch memory where the server without sleep mode counted +0.22 GiB.
+SLEEP_MODE_EXTRA_KV_GIB = 4.6
 # Ephemeral storage per pod: logs, HOME, /tmp and the compile/asset cache volume (an emptyDir,
 # counted by the kubelet). The cache is larger where the pool stripes instance-store NVMe.
 EPHEMERAL_GIB_RAID0 = 50
@@ -49,3 +54,9 @@ def required_gpu_memory_gib(server: ServerSettings, tensor_parallel_size: int | 
     tp = tensor_parallel_size or server.tensor_parallel_size
     weights = server.profile.weights_gib + (MTP_DRAFT.weights_gib if server.uses_speculative else 0)
     return weights / tp + GPU_HEADROOM_GIB
+
+
+def sleep_mode_utilization(utilization: float, gpu_memory_gib: float) -> float:
+    """The gpuMemoryUtilization, rounded down to a hundredth, whose share less SLEEP_MODE_EXTRA_KV_GIB a
+    sleep-mode server gets: its KV cache then about as large as at `utilization` without sleep mode."""
+    return math.floor((utilization - SLEEP_MODE_EXTRA_KV_GIB / gpu_memory_gib) * 100 + 1e-9) / 100

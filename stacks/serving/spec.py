@@ -22,7 +22,7 @@ from stacks.serving.server import (MEASURED_KV_CACHE_DTYPES, ModelUris, ServerSe
                                    server_model_ids, server_model_prefixes)
 from stacks.serving.sizing import (CACHE_GIB_RAID0, CACHE_GIB_ROOT, DEPLOY_TIMEOUT_S, ENGINE_READY_TIMEOUT_S,
                                    EPHEMERAL_GIB_RAID0, EPHEMERAL_GIB_ROOT, PROCESS_OVERHEAD_GIB, SHM_GIB_PER_RANK,
-                                   STARTUP_BUDGET_S, per_gpu)
+                                   SLEEP_MODE_EXTRA_KV_GIB, STARTUP_BUDGET_S, per_gpu, sleep_mode_utilization)
 
 GIB = 1024**3
 PORT = 8000
@@ -154,11 +154,17 @@ def build_serve_spec(
     if server.sleep_mode:
         notes.append("sleep mode exposes vLLM's development endpoints (/sleep, /wake_up, "
                      "/collective_rpc, ...): keep the Service cluster-internal.")
+        utilization = server.effective_gpu_memory_utilization
+        lower = sleep_mode_utilization(utilization, instance.gpu_memory_gib)
         notes.append(f"sleep mode: vLLM 0.26's start-up memory profile can count negative non-torch memory and size "
-                     f"the KV cache past gpuMemoryUtilization {server.effective_gpu_memory_utilization:.2f} (-4.4 GiB "
-                     f"at full size on the H100 and H200; the H100 then ran out of memory under long prompts); "
-                     f"{instance.name} leaves {instance.gpu_memory_gib * (1 - server.effective_gpu_memory_utilization):.1f} "
-                     "GiB outside that share. The start-up record warns with this pod's figure (bench startup).")
+                     f"the KV cache past gpuMemoryUtilization {utilization:.2f}: at full size on an H100 it came out "
+                     f"{SLEEP_MODE_EXTRA_KV_GIB:g} GiB larger than without sleep mode, and the pods that started "
+                     "from the compile cache ran out of GPU memory under S2_summary at c=16, where pods without "
+                     f"sleep mode served c=64; {instance.name} leaves "
+                     f"{instance.gpu_memory_gib * (1 - utilization):.1f} GiB outside that share"
+                     + (f"; gpuMemoryUtilization {lower:.2f} keeps the KV cache about the size it has without sleep "
+                        "mode" if lower > 0.5 else "") +
+                     ". The start-up record warns with this pod's figure (bench startup).")
     if server.uses_speculative and server.num_speculative_tokens != 4:
         notes.append(f"num_speculative_tokens {server.num_speculative_tokens}: the PoC measured 4; "
                      "4 vs 8 with fp8 KV at high concurrency is an open sweep.")
