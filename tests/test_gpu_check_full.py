@@ -152,8 +152,11 @@ def test_each_experiment_is_one_change_at_a_time():
 
     for experiment in gpu_experiment.EXPERIMENTS.values():
         settings = []
+        check = SimpleNamespace(flags=lambda **override: gpu_full.flags(_args(), **override))
         for variant in experiment.variants:
-            flags = [f for f in gpu_full.flags(_args(), **variant.override) if f not in variant.drop] + list(variant.extra)
+            flags = gpu_experiment.variant_flags(check, variant)
+            # served as the stack's servers are by default: sleep mode off, but where the variant is sleep mode
+            assert ("--enable-sleep-mode" in flags) == (variant.label == "sleep-on"), (experiment.name, flags)
             settings.append(compare.server_settings(["/m", *flags]))
         differing = {k for k in set().union(*settings) if len({s.get(k, "-") for s in settings}) > 1}
         assert len(differing) <= 1, (experiment.name, differing)

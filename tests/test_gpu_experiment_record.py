@@ -36,24 +36,28 @@ def _experiment_check(out: Path, experiment: str, **given) -> SimpleNamespace:
 def test_each_variant_says_whether_its_start_compiles(tmp_path, monkeypatch, capsys):
     """The H100 box, 2026-12-06: sleep mode off is another key of vLLM's compile cache than every start --out held,
     so its first start compiles, which a ten-minute command must plan for. Each variant says so before it starts:
-    from the starts --out records (gpu-check's cold start with the default flags, or an experiment's variants)."""
+    from the starts --out records (gpu-check's cold start with its own flags, or an experiment's variants)."""
     def started(check, experiment, variant, root, entry, save, record):
         entry.update(status="ok", flags=gpu_experiment.variant_flags(check, variant), starts=[{"healthy_s": 90.0}])
 
     monkeypatch.setattr(gpu_experiment, "run_variant", started)
-    check = _experiment_check(tmp_path, "sleep-mode", variants="sleep-on", scenarios="S2_summary")
+    check = _experiment_check(tmp_path, "sleep-mode", variants="sleep-off", scenarios="S2_summary")
     assert gpu_experiment.run(check, "sleep-mode") == 0
-    assert "sleep-on: --out records no start yet: this one compiles" in capsys.readouterr().out
-    # another utilization, prefix caching or the scheduling policy keeps the key: the records' starts hit the cache
-    for name, variants in (("kv-sizing", "util-0.85"), ("prefix-caching", "caching-off"), ("priority", "priority")):
+    assert "sleep-off: --out records no start yet: this one compiles" in capsys.readouterr().out
+    # every experiment serves without sleep mode, as the stack does by default: another utilization, prefix
+    # caching or the scheduling policy keeps the key, and the sleep-off start's cache serves them
+    for name, variants in (("kv-sizing", "util-0.85"), ("prefix-caching", "caching-off"), ("priority", "priority"),
+                           ("scenarios", "fp8")):
         check = _experiment_check(tmp_path, name, variants=variants)
         assert gpu_experiment.run(check, name) == 0
         assert f"{variants}: a start --out records had the same compile-cache key" in capsys.readouterr().out
-    for name, variants in (("sleep-mode", "sleep-off"), ("max-num-seqs", "seqs-16"), ("precision", "bf16")):
+    for name, variants in (("sleep-mode", "sleep-on"), ("max-num-seqs", "seqs-16"), ("precision", "bf16")):
         check = _experiment_check(tmp_path, name, variants=variants)
         assert gpu_experiment.run(check, name) == 0
         assert f"{variants}: its flags change vLLM's compile-cache key" in capsys.readouterr().out
-    # gpu-check's own cold start (the default flags) counts as a start; another model's record does not
+    # gpu-check's own cold start (its flags, with sleep mode for its sleep_wake check) counts as a start: it
+    # serves the sleep-on variant's key, not the experiments' without sleep mode; another model's record counts
+    # for nothing
     other = tmp_path / "other"
     (other / "experiments" / "x").mkdir(parents=True)
     (other / "experiments" / "x" / "experiment.json").write_text(json.dumps({"model_choice": {"shape": "tiny"},
@@ -62,7 +66,12 @@ def test_each_variant_says_whether_its_start_compiles(tmp_path, monkeypatch, cap
                                                         "checks": {"cold_start": {"status": "ok"}}}))
     check = _experiment_check(other, "scenarios", scenarios="S1_chat")
     fp8 = gpu_experiment.variant_flags(check, gpu_experiment.EXPERIMENTS["scenarios"].variant("fp8"))
-    assert gpu_experiment.cache_warm(check, fp8) == gpu_experiment.WARM
+    sleep_on = gpu_experiment.variant_flags(check, gpu_experiment.EXPERIMENTS["sleep-mode"].variant("sleep-on"))
+    assert "--enable-sleep-mode" not in fp8 and "--enable-sleep-mode" in check.flags()
+    assert gpu_experiment.cache_warm(check, fp8) == gpu_experiment.COLD
+    assert gpu_experiment.cache_warm(check, sleep_on) == gpu_experiment.WARM
+    # the records of 2026-12-06 wrote sleep-off's flags with --no-enable-sleep-mode, vLLM's default: the same key
+    assert gpu_experiment.cache_key_flags([*fp8, "--no-enable-sleep-mode"]) == gpu_experiment.cache_key_flags(fp8)
     (other / "gpu-check.json").unlink()
     assert gpu_experiment.cache_warm(check, fp8) == gpu_experiment.FIRST
 
