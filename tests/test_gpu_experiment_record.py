@@ -152,6 +152,15 @@ def test_a_variant_an_earlier_command_finished_is_kept_without_a_start(tmp_path,
     record = json.loads((root / "experiment.json").read_text())
     assert record["variants"]["caching-off"]["starts"] == [{"healthy_s": 273.0}]
 
+    # a command for one scenario of several, that scenario swept: kept, though the others are not swept yet
+    scenarios = tmp_path / "experiments" / "scenarios"
+    (scenarios / "fp8" / "S1_chat").mkdir(parents=True)
+    (scenarios / "fp8" / "S1_chat" / "manifest.json").write_text("{}")
+    (scenarios / "experiment.json").write_text(json.dumps({"variants": {"fp8": {**done, "sweeps": {"S1_chat": {"rc": 0}}}}}))
+    ran.clear()
+    assert gpu_experiment.run(_experiment_check(tmp_path, "scenarios", scenarios="S1_chat"), "scenarios") == 0
+    assert ran == [] and "fp8: kept from an earlier command" in capsys.readouterr().out
+
 
 def test_the_experiment_page_states_each_capacity_as_bench_compare_does():
     """The prefix-caching record from the H200 (2026-12-05): its page said "caching-off not measured" where

@@ -503,7 +503,7 @@ def run(check, name: str) -> int:
         print(f"gpu-check: experiment {name}: {label} ...", flush=True)
         entry = record["variants"].setdefault(label, {})
         if not getattr(check.args, "again", False) and finished(experiment, entry, root / label,
-                                                                 list(experiment.scenarios)):
+                                                                 check.args.scenario_list):
             print(f"gpu-check: experiment {name}: {label}: kept from an earlier command (every scenario asked for "
                   "is swept; --again measures it anew)", flush=True)
             continue
