@@ -222,6 +222,17 @@ def _non_torch(start: dict[str, Any]) -> str:
     return "not logged" if value is None else f"{value:g} GiB"
 
 
+def _cell_words(cell: dict[str, Any]) -> str:
+    """A comparison cell: its winner, or no clear one, or the variants with no valid run at that load."""
+    noise = f"(noise {_s(cell.get('noise_pct'), ' %')})"
+    if cell.get("winner"):
+        return f"{cell['winner']} by {_s(cell.get('winner_margin_pct'), ' %')} {noise}"
+    unmeasured = [label for label, tok in (cell.get("output_tok_s") or {}).items() if tok is None]
+    if unmeasured:
+        return f"nothing to compare: {', '.join(unmeasured)} {'has' if len(unmeasured) == 1 else 'have'} no valid run here"
+    return f"no clear winner {noise}"
+
+
 def experiment_markdown(record: dict[str, Any]) -> str:
     """experiment.md: the question, the seeds' figures, each variant's start and runs, each comparison."""
     dev = record.get("device") or {}
@@ -258,13 +269,7 @@ def experiment_markdown(record: dict[str, Any]) -> str:
         said = c.get("said") or ""
         lines.append(f"- bench compare: {said.removeprefix('bench compare:').strip() or 'no summary line'}")
         for cell in c.get("cells") or []:
-            winner = cell.get("winner")
-            unmeasured = [label for label, tok in (cell.get("output_tok_s") or {}).items() if tok is None]
-            lines.append(f"- c={cell.get('concurrency')}: " + (
-                f"{winner} by {_s(cell.get('winner_margin_pct'), ' %')} (noise {_s(cell.get('noise_pct'), ' %')})"
-                if winner else f"nothing to compare: {', '.join(unmeasured)} {'has' if len(unmeasured) == 1 else 'have'} no valid run "
-                f"here" if unmeasured
-                else f"no clear winner (noise {_s(cell.get('noise_pct'), ' %')})"))
+            lines.append(f"- c={cell.get('concurrency')}: {_cell_words(cell)}")
         intervals = c.get("slo_capacity_interval") or {}
         capacity = c.get("slo_capacity") or {}
         if intervals:  # in bench compare's words, from its interval: the figure compare.md shows
