@@ -109,7 +109,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                "PoC: level-1 sleep 26.8 s, wake 3.6 s (the stack's sleepMode, off by default); the H100 box with sleep "
                "mode on: -4.4 GiB of non-torch memory, a 43.74 GiB KV cache where 0.90 leaves 38.5, out of memory "
                "at S2_summary c=16; vLLM issue 40256 reports the same allocator over-counting",
-               (Variant("sleep-off"), Variant("sleep-on", extra=("--enable-sleep-mode",))),
+               (Variant("sleep-off", extra=("--no-enable-sleep-mode",)),  # said, so that compare's table says "off"
+                Variant("sleep-on", extra=("--enable-sleep-mode",))),
                {"S2_summary": (4, 16)}, minutes=3.5),
     Experiment("priority", "batch requests at a lower priority (--scheduling-policy priority) in a mixed load at "
                "81 % of saturation: what do the interactive scenarios gain and the batch one lose?",
