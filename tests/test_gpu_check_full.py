@@ -304,6 +304,22 @@ def test_the_help_says_the_weights_are_random_and_what_that_leaves_out(capsys):
     assert "Random weights do not measure accuracy, speculative acceptance, the vision tower" in text
 
 
+def test_the_page_lists_every_start_where_a_variant_started_again():
+    """The paired sleep-mode record (H100, 2026-12-06): five starts, cold and warm, whose KV caches differ by
+    1.55 GiB between cold and warm and by 4.63 GiB between sleep mode off and on; its page listed only each
+    variant's last start. Rendered from the committed record."""
+    record = json.loads((REPO / "docs" / "records" / "experiment-sleep-mode-2026-12-06-h100-paired" /
+                         "experiment.json").read_text())
+    md = gpu_page.experiment_markdown(record)
+    assert "Every start, in order:" in md
+    assert "| sleep-off | 1 | 180.7 s | miss | 89,356 | 37.56 GiB | 0.22 GiB |" in md
+    assert "| sleep-off | 3 | 62.6 s | hit | 93,036 | 39.11 GiB | 0.22 GiB |" in md
+    assert "| sleep-on | 2 | 62.1 s | hit | 104,047 | 43.74 GiB | -4.4 GiB |" in md
+    assert md.count("| sleep-off | ") == 4 and md.count("| sleep-on | ") == 3  # with the table of last starts
+    one = {"variants": {"a": {"status": "ok", "starts": [{"healthy_s": 1.0}]}}}
+    assert "Every start" not in gpu_page.experiment_markdown(one)
+
+
 def test_a_negative_non_torch_figure_in_the_memory_profile_is_warned():
     """vLLM 0.26's start-up memory profile on the H100 box (2026-12-05, the record's server lines): -4.4 GiB of
     non-torch memory, so the KV cache took that much past the utilization's share, and a long-prompt load later

@@ -222,6 +222,22 @@ def _non_torch(start: dict[str, Any]) -> str:
     return "not logged" if value is None else f"{value:g} GiB"
 
 
+def _starts_lines(variants: dict[str, Any]) -> list[str]:
+    """Every start of every variant, where a variant started more than once (a repeat, or a command continued):
+    a cold start and a warm one size the KV cache differently, which the table of last starts hides."""
+    if not any(len(v.get("starts") or []) > 1 for v in variants.values()):
+        return []
+    lines = ["", "Every start, in order:", "",
+             "| Variant | start | /health | compile cache | KV cache tokens | KV cache | non-torch memory |",
+             "|---|---|---|---|---|---|---|"]
+    for label, v in variants.items():
+        for n, start in enumerate(v.get("starts") or [], 1):
+            kv, gib = start.get("kv_cache_tokens"), start.get("kv_cache_gib")
+            lines.append(f"| {label} | {n} | {_s(start.get('healthy_s'))} | {start.get('compile_cache') or 'not measured'} "
+                         f"| {f'{kv:,}' if kv else 'not measured'} | {_s(gib, ' GiB', 2)} | {_non_torch(start)} |")
+    return lines
+
+
 def _cell_words(cell: dict[str, Any]) -> str:
     """A comparison cell: its winner, or no clear one, or the variants with no valid run at that load."""
     noise = f"(noise {_s(cell.get('noise_pct'), ' %')})"
@@ -251,6 +267,7 @@ def experiment_markdown(record: dict[str, Any]) -> str:
                      f"{start.get('compile_cache') or 'not measured'} | {f'{kv:,}' if kv else 'not measured'} | "
                      f"{_non_torch(start)} | "
                      f"{start.get('attention_backend') or 'not measured'} |")
+    lines += _starts_lines(variants)
     warned = [(label, w) for label, v in variants.items() if (w := gpu_full.memory_warning((v.get("starts") or [{}])[-1]))]
     lines += ([""] + [f"- {label}: {warning}." for label, warning in warned]) if warned else []
     for label, v in variants.items():
