@@ -245,10 +245,10 @@ def unfinished(manifest: dict[str, Any] | None, rec: dict[str, Any]) -> str:
     started = any(isinstance(a, dict) for a in rec.get("attempts") or [])
     stops = [s.get("interrupted") for s in (manifest or {}).get("sessions") or []
              if isinstance(s, dict) and isinstance(s.get("interrupted"), str)]
-    head = stops[-1].split(": ", 1)[0] if stops else None  # "the server stopped answering during S2_summary c=16"
-    said = f"not finished: the sweep stopped during this run ({head})" if started and head else (
-        "not finished: the sweep stopped during this run" if started else "not run: the sweep stopped before it")
-    return said + "; bench sweep --resume runs it"
+    if not started:
+        return "not run: the sweep stopped before it; bench sweep --resume runs it"
+    head = f" ({stops[-1].split(': ', 1)[0]})" if stops else ""  # "the server stopped answering during S2_summary c=16"
+    return f"not finished: the sweep stopped during this run{head}; bench sweep --resume runs it"
 
 
 def _last_log(rec: dict[str, Any]) -> str | None:

@@ -77,24 +77,22 @@ def run(check, load: MixedLoad, label: str, variant_dir: Path, record: dict[str,
     record for the others)."""
     mixed = record.setdefault("mixed", {})
     if not mixed.get("rates"):
-        saturation, unswept, invalid = {}, [], []
+        found, unswept, invalid = {}, [], []
         for scenario in scenarios:
-            found = saturation_req_s(variant_dir / scenario)
-            if found is not None:
-                saturation[scenario] = found[1]
-                mixed.setdefault("saturation", {})[scenario] = {"concurrency": found[0], "req_s": found[1],
-                                                               "measured_by": label}
+            if (point := saturation_req_s(variant_dir / scenario)) is not None:
+                found[scenario] = point
             elif (variant_dir / scenario / "manifest.json").is_file():
                 invalid.append(scenario)
             else:
                 unswept.append(scenario)
         if unswept or invalid:
-            mixed.pop("saturation", None)
             reasons = ([f"{', '.join(invalid)}: its sweep has no valid run"] if invalid else []) + (
                 [f"{', '.join(unswept)}: not swept by {label} yet (the same command with --scenarios "
                  f"{','.join(unswept)} sweeps it, then runs the mixed load)"] if unswept else [])
             return {"status": "not run", "reason": "no saturation rate for " + "; ".join(reasons)}
-        mixed.update(rates=rates(load, saturation), utilization=load.utilization,
+        mixed.update(saturation={s: {"concurrency": c, "req_s": r, "measured_by": label}
+                                 for s, (c, r) in found.items()},
+                     rates=rates(load, {s: r for s, (_, r) in found.items()}), utilization=load.utilization,
                      priority=priorities(load, scenarios), duration_s=load.duration_s)
     folder = variant_dir / "mixed"
     t0 = time.monotonic()
