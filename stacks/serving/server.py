@@ -20,6 +20,8 @@ from stacks.serving.profiles import MODELS, MTP_DRAFT, TRAFFIC_CLASSES, ModelPro
 from stacks.versions import pins
 
 VALID_TP = (1, 2, 4, 8)
+# gpuMemoryUtilization must stand above this (the setting's bound; the sleep-mode note suggests no lower value)
+MIN_GPU_MEMORY_UTILIZATION = 0.5
 
 # Flags the spec sets itself. extraArgs may not repeat them: argparse keeps the last value, so a
 # duplicate would silently override a measured setting.
@@ -182,7 +184,7 @@ class ServerSettings(BaseModel):
         "concurrency (16 at concurrency 32 lost 29% throughput in a public Gemma-4 measurement).",
     )
     gpu_memory_utilization: float | None = Field(
-        None, gt=0.5, le=0.98,
+        None, gt=MIN_GPU_MEMORY_UTILIZATION, le=0.98,
         description="GPU memory share for vLLM; default from the traffic class (0.90, text-only 0.95).",
     )
     speculative: bool | None = Field(

@@ -18,8 +18,8 @@ from components.weight_store import cache_prefix
 from components.workload_identity import WorkloadIdentityArgs, server_statements
 from stacks import catalog, job_code
 from stacks.serving.profiles import LOADER_PROFILES, MTP_DRAFT, loader_profile
-from stacks.serving.server import (MEASURED_KV_CACHE_DTYPES, ModelUris, ServerSettings, measures_kv_cache_dtype,
-                                   server_model_ids, server_model_prefixes)
+from stacks.serving.server import (MEASURED_KV_CACHE_DTYPES, MIN_GPU_MEMORY_UTILIZATION, ModelUris, ServerSettings,
+                                   measures_kv_cache_dtype, server_model_ids, server_model_prefixes)
 from stacks.serving.sizing import (CACHE_GIB_RAID0, CACHE_GIB_ROOT, DEPLOY_TIMEOUT_S, ENGINE_READY_TIMEOUT_S,
                                    EPHEMERAL_GIB_RAID0, EPHEMERAL_GIB_ROOT, PROCESS_OVERHEAD_GIB, SHM_GIB_PER_RANK,
                                    SLEEP_MODE_EXTRA_KV_GIB, STARTUP_BUDGET_S, per_gpu, sleep_mode_utilization)
@@ -163,7 +163,7 @@ def build_serve_spec(
                      f"sleep mode served c=64; {instance.name} leaves "
                      f"{instance.gpu_memory_gib * (1 - utilization):.1f} GiB outside that share"
                      + (f"; gpuMemoryUtilization {lower:.2f} keeps the KV cache about the size it has without sleep "
-                        "mode" if lower > 0.5 else "") +
+                        "mode" if lower > MIN_GPU_MEMORY_UTILIZATION else "") +
                      ". The start-up record warns with this pod's figure (bench startup).")
     if server.uses_speculative and server.num_speculative_tokens != 4:
         notes.append(f"num_speculative_tokens {server.num_speculative_tokens}: the PoC measured 4; "
