@@ -247,6 +247,61 @@ def test_a_winner_only_beyond_the_noise(tmp_path):
     assert c8["winner"] is None
 
 
+def _capacity_side(folder: Path, c8: float, c16: float, c32_fail: float | None, **kw) -> Path:
+    """S1_chat meeting the SLO at c=8 and 16 (grid) and, where `c32_fail` is given, missing it for sure at
+    c=32 (a capacity-search run with a 900 ms TTFT p99): a capacity at c=16 with a closed upper end."""
+    side = sweep(folder, {("S1_chat", 8): c8, ("S1_chat", 16): c16}, **kw)
+    if c32_fail is not None:
+        _search_run(side, "S1_chat", 32, 1, c32_fail, 900.0)
+    return side
+
+
+def test_a_winner_under_the_slo_only_where_the_capacity_ratio_clears_1x(tmp_path):
+    """The two highest capacities per GPU side by side, with the verdict's ratio interval: a winner only where
+    its low end is above 1x (bands in quadrature), never from an open upper end or an incomplete comparison."""
+    fp8 = _capacity_side(tmp_path / "fp8", 1000.0, 1900.0, 2500.0, server_flags=flags())
+    bf16 = _capacity_side(tmp_path / "bf16", 500.0, 900.0, 1200.0, server_flags=flags(kv_cache_dtype="auto"))
+    data, _, md = compare(tmp_path, bf16, fp8, labels=["bf16", "fp8"])
+    lead = data["slo_capacity_winner"]["S1_chat"]
+    assert (lead["first"], lead["second"], lead["winner"], lead["per"]) == ("fp8", "bf16", "fp8", "gpu")
+    assert lead["ratio"] == pytest.approx(1900 / 900, abs=1e-3)
+    lo, hi = lead["ratio_interval"]
+    # 1,900 over the most bf16 can serve below its sure miss (1,200), less the bands' quadrature credit
+    assert lo == pytest.approx(1900 / 1200 / (1 + 0.11 * 2 ** 0.5), rel=1e-3) and lo > 1 and hi > lead["ratio"]
+    assert "- S1_chat: fp8 over bf16, per GPU: 2.11x (95 % interval 1.37x to" in md
+    assert "fp8 serves more under the SLO, outside the noise" in md
+
+    # A close second: bf16's capacity could be as high as 2,300 below its miss at c=32, so 1x is inside.
+    close = _capacity_side(tmp_path / "close", 900.0, 1700.0, 2300.0, server_flags=flags(kv_cache_dtype="auto"))
+    data, _, md = compare(tmp_path, close, fp8, labels=["bf16", "fp8"])
+    lead = data["slo_capacity_winner"]["S1_chat"]
+    assert lead["first"] == "fp8" and lead["winner"] is None and lead["ratio_interval"][0] < 1
+    assert "no clear winner (the interval reaches down to 1x or below)" in md
+
+    # Far behind but open above (it met the SLO at its highest load): its capacity has no upper bound.
+    open_ = _capacity_side(tmp_path / "open", 500.0, 900.0, None, server_flags=flags(kv_cache_dtype="auto"))
+    lead = compare(tmp_path, open_, fp8, labels=["bf16", "fp8"])[0]["slo_capacity_winner"]["S1_chat"]
+    assert lead["winner"] is None and lead["ratio_interval"][0] == 0
+
+    # A second difference makes the comparison incomplete: the lead is still shown, no winner named.
+    other = _capacity_side(tmp_path / "other", 500.0, 900.0, 1200.0,
+                           server_flags=flags(kv_cache_dtype="auto", max_num_seqs="32"))
+    data, _, md = compare(tmp_path, other, fp8, labels=["bf16", "fp8"])
+    lead = data["slo_capacity_winner"]["S1_chat"]
+    assert data["incomplete"] and lead["winner"] is None and lead["ratio_interval"][0] > 1
+    assert "no winner is named (the comparison is incomplete)" in md
+
+
+def test_the_capacity_lead_is_per_gpu(tmp_path):
+    """TP=2 serving 1.9x one GPU's capacity is 0.95x per GPU: the one-GPU variant ranks first."""
+    tp1 = _capacity_side(tmp_path / "tp1", 1000.0, 1000.0, 1100.0, server_flags=flags())
+    tp2 = _capacity_side(tmp_path / "tp2", 1900.0, 1900.0, 2090.0, server_flags=flags(tensor_parallel_size="2"),
+                         gpus=2)
+    lead = compare(tmp_path, tp1, tp2)[0]["slo_capacity_winner"]["S1_chat"]
+    assert (lead["first"], lead["second"], lead["winner"]) == ("tp1", "tp2", None)
+    assert lead["ratio"] == pytest.approx(1000 / 950, abs=1e-3)
+
+
 def test_server_settings_from_flags():
     s = C.server_settings(flags(speculative_config=MTP, kv_cache_dtype="auto") + ["--enable-sleep-mode"])
     assert s["model"] == "RedHatAI/gemma-4-31B-it-FP8-dynamic" and s["kvCacheDtype"] == "auto"
@@ -263,7 +318,8 @@ def test_command_writes_the_contract_files(tmp_path):
                            "--out", str(out)], cwd=REPO, text=True, capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "compare.json").read_text())
-    assert set(data) == {"variants", "cells", "slo_capacity", "slo_capacity_interval", "incomplete", "slo"}
+    assert set(data) == {"variants", "cells", "slo_capacity", "slo_capacity_interval", "slo_capacity_winner",
+                         "incomplete", "slo"}
     assert all(set(v) == {"label", "dir", "differs"} for v in data["variants"])
     assert all(set(c) == {"scenario", "concurrency", "output_tok_s", "winner", "winner_margin_pct", "noise_pct",
                           "noise_source"} for c in data["cells"])

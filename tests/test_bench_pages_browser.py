@@ -96,6 +96,9 @@ def test_every_page_opens_cleanly_and_its_numbers_are_the_json(made, page_browse
         if name == "compare":
             cells = {tuple(p[:2]) for p in paths if p[0] == "cells" and p[2] == "output_tok_s"}
             assert len(cells) == len(data["cells"])
+            assert data["slo_capacity_winner"], "both sweeps have a capacity: compare ranks them"
+            for s, lead in data["slo_capacity_winner"].items():
+                assert ["slo_capacity_winner", s, "ratio"] in paths
 
 
 def test_a_wrong_number_on_the_page_is_caught(made, page_browser, tmp_path):

@@ -139,6 +139,7 @@ def test_an_experiment_on_the_cpu_build(vllm_env, tmp_path):
     compared = record["compare"]["S1_chat"]
     assert compared["status"] == "ok" and compared["variants"] == ["seqs-16", "seqs-32"], compared
     assert compared["cells"][0]["concurrency"] == 2 and not compared["incomplete"], compared
+    assert "slo_capacity_winner" in compared  # bench compare's lead under the SLO, or null where it has none
     md = (root / "experiment.md").read_text()
     assert "| seqs-16 | ok |" in md and "**Comparison: S1_chat**" in md and "None" not in md
     assert (root / "compare" / "S1_chat" / "compare.md").is_file()

@@ -343,9 +343,9 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
     lines = ["", "## Capacity under the SLO", "",
              "The capacity is the output tok/s at the highest load that meets the SLO (the mean of that load's "
              "runs), named with its run; its "
-             "95 % interval runs from that figure to the tok/s at the load just below the lowest one that misses "
-             "the SLO for sure (measured there, else the mean of its two measured neighbours, else the sure "
-             "miss's own), both ends widened by the run-to-run band (measured from repeats, else assumed). "
+             "95 % interval runs from that figure to the tok/s at the lowest load above it that misses the SLO "
+             "for sure (throughput grows with load, so no load between the two serves more), both ends widened "
+             "by the run-to-run band (measured from repeats, else assumed). "
              "Grid: the sweep's concurrencies. Capacity search (`sweep --capacity-search`): extra concurrencies "
              "between those two, until the bracket is narrow; its pass end must pass with confidence (upper end "
              "of the 95 % interval of each p99, run-to-run band included, within its limit, enough requests, "

@@ -268,10 +268,47 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
             slo_capacity.setdefault(scenario, {})[s.label] = (
                 round(V.figure(cap), 3) if cap.state == V.MEETS and V.figure(cap) is not None else None)
 
+    gpus = {s.label: max(1, s.gpus) for s in sides}
+    slo_winner = {scenario: lead for scenario, per in intervals.items()
+                  if (lead := capacity_lead(per, gpus, set(gated), bool(incomplete))) is not None}
     data = {"variants": variants, "cells": cells, "slo_capacity": slo_capacity,
-            "slo_capacity_interval": slo_intervals, "incomplete": incomplete}
+            "slo_capacity_interval": slo_intervals, "slo_capacity_winner": slo_winner, "incomplete": incomplete}
     extra = {"gated": gated, "settings": settings, "facts": facts, "intervals": intervals}
     return data, extra
+
+
+def capacity_lead(per: dict[str, V.Capacity], gpus: dict[str, int], excluded: set[str],
+                  incomplete: bool) -> dict[str, Any] | None:
+    """The variant that serves the most under the SLO per GPU and how far it leads the next one: {"first",
+    "second", "ratio" (their capacities per GPU), "ratio_interval" (its 95 % interval, each side's run-to-run
+    band in quadrature: the verdict's `ratio_interval`; null for an end without a bound), "winner" (the first,
+    only where that interval lies wholly above 1x and the comparison is complete), "per": "gpu"}. None where
+    fewer than two variants have a capacity figure. A gated variant (a collapsed draft) is never ranked."""
+    ranked = sorted(((fig / gpus[label], label) for label, cap in per.items()
+                     if label not in excluded and (fig := V.figure(cap)) is not None), key=lambda x: -x[0])
+    if len(ranked) < 2:
+        return None
+    (a_fig, first), (b_fig, second) = ranked[0], ranked[1]
+    interval = V.ratio_interval(per[first], per[second], gpus[first], gpus[second])
+    clear = interval is not None and interval[0] > 1.0
+    return {"first": first, "second": second, "ratio": V.point_ratio(a_fig, b_fig),
+            "ratio_interval": None if interval is None else [V._end(interval[0]), V._end(interval[1])],  # noqa: SLF001
+            "winner": first if clear and not incomplete else None, "per": "gpu"}
+
+
+def lead_words(lead: dict[str, Any]) -> str:
+    """compare.json's `slo_capacity_winner` entry in words, for compare.md and the pages that quote it."""
+    ratio = lead.get("ratio")
+    interval = lead.get("ratio_interval")
+    ends = V.interval_text(interval) if interval is not None else "no interval"
+    head = (f"{lead['first']} over {lead['second']}, per GPU: "
+            + (f"{V.ratio_text(ratio)} (95 % interval {ends})" if ratio is not None else f"95 % interval {ends}"))
+    if lead.get("winner"):
+        return f"{head}: {lead['winner']} serves more under the SLO, outside the noise"
+    lo = None if interval is None else interval[0]
+    if lo is not None and lo > 1.0:
+        return f"{head}: no winner is named (the comparison is incomplete)"
+    return f"{head}: no clear winner (the interval reaches down to 1x or below)"
 
 
 def repeat_spread(side: Side, scenario: str) -> float | None:
@@ -357,6 +394,11 @@ def render_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, An
         per = extra.get("intervals", {}).get(scenario, {})
         lines.append(f"| {scenario} | " + " | ".join(
             answer.capacity_words(per[label].as_dict()) if label in per else "-" for label in labels) + " |")
+    leads = data.get("slo_capacity_winner") or {}
+    if leads:
+        lines += ["", "A winner under the SLO is named only where the ratio of the two highest capacities per GPU "
+                  "has a 95 % interval wholly above 1x (each side's run-to-run band included, in quadrature):", ""]
+        lines += [f"- {scenario}: {lead_words(lead)}" for scenario, lead in leads.items()]
 
     spec_rows = []
     for s in sides:

@@ -457,6 +457,7 @@ def compare(check, experiment: Experiment, record: dict[str, Any], root: Path, s
                                                      "noise_pct")} for c in data.get("cells", [])],
                       slo_capacity=(data.get("slo_capacity") or {}).get(scenario),
                       slo_capacity_interval=(data.get("slo_capacity_interval") or {}).get(scenario),
+                      slo_capacity_winner=(data.get("slo_capacity_winner") or {}).get(scenario),
                       incomplete=data.get("incomplete"))
     return result
 

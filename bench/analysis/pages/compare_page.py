@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.analysis.markup import capacity_html, cell, chart, document, esc, is_number, num, table, wins_words
+from bench.analysis import verdict as V
+from bench.analysis.markup import capacity_html, cell, chart, document, esc, field, is_number, num, table, wins_words
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,7 +71,27 @@ def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float,
                 "capacity search's), named with its run. Colours: "
                 "the first variant (the baseline, if you list it first) blue, the second orange, as in the "
                 "report's charts.</p>" + table(["Scenario", *labels], cap_rows))
+    leads = data.get("slo_capacity_winner") or {}
+    if leads:
+        body.append("<p class=\"note\">A winner under the SLO is named only where the ratio of the two highest "
+                    "capacities per GPU has a 95 % interval wholly above 1x (each side's run-to-run band included, in "
+                    "quadrature).</p>" + table(["Scenario", "Ahead", "Next", "Ratio per GPU", "95 % interval",
+                                                "Winner"], [_lead_row(s, lead) for s, lead in leads.items()]))
     return document(title, "\n".join(body), source="bench compare")
+
+
+def _lead_row(scenario: str, lead: dict[str, Any]) -> str:
+    at = ["slo_capacity_winner", scenario]
+    ratio, interval = lead.get("ratio"), lead.get("ratio_interval")
+    if interval is not None and all(is_number(v) and v > 0 for v in interval):
+        ends = " to ".join(f'<span data-field="{field([*at, "ratio_interval", k])}">{v:.2f}x</span>'
+                           for k, v in enumerate(interval))
+    else:  # an end without a bound, in the verdict's words
+        ends = esc(V.interval_text(interval))
+    winner = lead.get("winner") or "none (the interval reaches 1x, or the comparison is incomplete)"
+    return (f"<td>{esc(scenario)}</td><td>{esc(lead['first'])}</td><td>{esc(lead['second'])}</td>"
+            + cell(f"{ratio:.2f}x" if is_number(ratio) else "unknown", [*at, "ratio"] if is_number(ratio) else None)
+            + f"<td>{ends}</td><td>{esc(winner)}</td>")
 
 
 def write_compare(out: Path, data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float, itl_ms: float) -> Path:
