@@ -325,7 +325,9 @@ def test_command_writes_the_contract_files(tmp_path):
                           "noise_source"} for c in data["cells"])
     assert [c["winner"] for c in data["cells"]] == ["fp8-kv", "fp8-kv"]
     assert (out / "compare.md").read_text().startswith("# Variant comparison: bf16-kv vs fp8-kv")
-    assert "2 variants, 2 cells, 2 winners, 0 cells without a clear winner" in proc.stdout
+    assert "2 variants, 2 cells, 2 winners, 0 cells without a clear winner" in proc.stdout.splitlines()[-1]
+    for scenario, lead in data["slo_capacity_winner"].items():  # the terminal says the lead under the SLO too
+        assert f"bench compare: under the SLO, {scenario}: {C.lead_words(lead)}" in proc.stdout
 
 
 def test_one_cell_is_counted_as_one(tmp_path, capsys):

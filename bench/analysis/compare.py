@@ -494,6 +494,8 @@ def run(args: argparse.Namespace) -> int:
     state = (f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"]
              else f"{winners} {'winner' if winners == 1 else 'winners'}, {close} {'cell' if close == 1 else 'cells'} "
                   "without a clear winner (within the noise)")
+    for scenario, lead in data["slo_capacity_winner"].items():  # before the summary, which stays the last line
+        print(f"bench compare: under the SLO, {scenario}: {lead_words(lead)}")
     n = len(data["cells"])
     print(f"bench compare: {len(sides)} variants, {n} {'cell' if n == 1 else 'cells'}, {state} -> "
           f"{locations.display(out / 'compare.md')}, compare.json" + ("" if args.no_html else ", compare.html"))
