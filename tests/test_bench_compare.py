@@ -292,6 +292,19 @@ def test_a_winner_under_the_slo_only_where_the_capacity_ratio_clears_1x(tmp_path
     assert "no winner is named (the comparison is incomplete)" in md
 
 
+def test_a_variant_that_never_meets_the_slo_leaves_the_other_ahead_without_bound(tmp_path):
+    fp8 = _capacity_side(tmp_path / "fp8", 1000.0, 1900.0, 2500.0, server_flags=flags())
+    slow = sweep(tmp_path / "bf16", {("S1_chat", 8): 500.0, ("S1_chat", 16): 900.0},
+                 server_flags=flags(kv_cache_dtype="auto"), ttft99=900.0)
+    _search_run(slow, "S1_chat", 1, 1, 70.0, 900.0)  # misses even one request at a time
+    data, _, md = compare(tmp_path, slow, fp8, labels=["bf16", "fp8"])
+    lead = data["slo_capacity_winner"]["S1_chat"]
+    assert (lead["first"], lead["second"], lead["winner"], lead["ratio"]) == ("fp8", "bf16", "fp8", None)
+    assert lead["ratio_interval"][0] is None  # no finite bound: only fp8 meets the SLO
+    assert "fp8 over bf16, per GPU: 95 % interval unbounded (only the candidate meets the SLO): fp8 serves more" in md
+    json.dumps(data, allow_nan=False)  # no Infinity in compare.json
+
+
 def test_the_capacity_lead_is_per_gpu(tmp_path):
     """TP=2 serving 1.9x one GPU's capacity is 0.95x per GPU: the one-GPU variant ranks first."""
     tp1 = _capacity_side(tmp_path / "tp1", 1000.0, 1000.0, 1100.0, server_flags=flags())

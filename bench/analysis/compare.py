@@ -305,8 +305,7 @@ def lead_words(lead: dict[str, Any]) -> str:
             + (f"{V.ratio_text(ratio)} (95 % interval {ends})" if ratio is not None else f"95 % interval {ends}"))
     if lead.get("winner"):
         return f"{head}: {lead['winner']} serves more under the SLO, outside the noise"
-    lo = None if interval is None else interval[0]
-    if lo is not None and lo > 1.0:
+    if interval is not None and (interval[0] is None or interval[0] > 1.0):  # null: only the first meets the SLO
         return f"{head}: no winner is named (the comparison is incomplete)"
     return f"{head}: no clear winner (the interval reaches down to 1x or below)"
 
