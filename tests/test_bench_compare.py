@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.analysis import answer
 from bench.analysis import compare as C
 from bench.analysis import results as R
 
@@ -301,8 +302,14 @@ def test_a_variant_that_never_meets_the_slo_leaves_the_other_ahead_without_bound
     lead = data["slo_capacity_winner"]["S1_chat"]
     assert (lead["first"], lead["second"], lead["winner"], lead["ratio"]) == ("fp8", "bf16", "fp8", None)
     assert lead["ratio_interval"][0] is None  # no finite bound: only fp8 meets the SLO
-    assert "fp8 over bf16, per GPU: 95 % interval unbounded (only the candidate meets the SLO): fp8 serves more" in md
+    assert "- S1_chat: fp8 over bf16, per GPU: only fp8 meets the SLO at the loads tested: fp8 serves more" in md
     json.dumps(data, allow_nan=False)  # no Infinity in compare.json
+    # neither meets the SLO even one request at a time: no lead to name, and none is made up
+    slow2 = sweep(tmp_path / "bf16b", {("S1_chat", 8): 500.0, ("S1_chat", 16): 900.0},
+                  server_flags=flags(), ttft99=900.0)
+    _search_run(slow2, "S1_chat", 1, 1, 70.0, 900.0)
+    data, _, md = compare(tmp_path, slow, slow2, labels=["bf16", "fp8"])
+    assert data["slo_capacity_winner"] == {} and "A winner under the SLO" not in md
 
 
 def test_the_capacity_lead_is_per_gpu(tmp_path):
@@ -340,7 +347,7 @@ def test_command_writes_the_contract_files(tmp_path):
     assert (out / "compare.md").read_text().startswith("# Variant comparison: bf16-kv vs fp8-kv")
     assert "2 variants, 2 cells, 2 winners, 0 cells without a clear winner" in proc.stdout.splitlines()[-1]
     for scenario, lead in data["slo_capacity_winner"].items():  # the terminal says the lead under the SLO too
-        assert f"bench compare: under the SLO, {scenario}: {C.lead_words(lead)}" in proc.stdout
+        assert f"bench compare: under the SLO, {scenario}: {answer.lead_words(lead)}" in proc.stdout
 
 
 def test_one_cell_is_counted_as_one(tmp_path, capsys):

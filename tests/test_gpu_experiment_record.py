@@ -192,7 +192,7 @@ def test_the_experiment_page_says_who_serves_more_under_the_slo_as_bench_compare
     """The precision record from the H100 (2026-12-06) listed both capacities and left the reader to divide
     them. bench compare's lead under the SLO (its ratio per GPU and interval, here the entry that bench compare
     writes for the record's own sweeps) now reaches the page in the words compare.md uses."""
-    from bench.analysis import compare
+    from bench.analysis import answer
     from bench.demo import gpu_page
 
     records = REPO / "docs" / "records" / "experiment-precision-2026-12-06-h100"
@@ -204,7 +204,7 @@ def test_the_experiment_page_says_who_serves_more_under_the_slo_as_bench_compare
             "winner": "fp8", "per": "gpu"}
     entry["slo_capacity_winner"] = lead
     page = gpu_page.experiment_markdown(record)
-    line = f"- under the SLO: {compare.lead_words(lead)}"
+    line = f"- under the SLO: {answer.lead_words(lead)}"
     assert line == ("- under the SLO: fp8 over bf16, per GPU: 1.65x (95 % interval 1.06x to 2.78x): fp8 serves more "
                     "under the SLO, outside the noise")
     assert line in page

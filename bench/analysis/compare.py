@@ -286,7 +286,7 @@ def capacity_lead(per: dict[str, V.Capacity], gpus: dict[str, int], excluded: se
     fewer than two variants have a capacity figure. A gated variant (a collapsed draft) is never ranked."""
     ranked = sorted(((fig / gpus[label], label) for label, cap in per.items()
                      if label not in excluded and (fig := V.figure(cap)) is not None), key=lambda x: -x[0])
-    if len(ranked) < 2:
+    if len(ranked) < 2 or ranked[0][0] <= 0:  # fewer than two figures, or none meets the SLO at all
         return None
     (a_fig, first), (b_fig, second) = ranked[0], ranked[1]
     interval = V.ratio_interval(per[first], per[second], gpus[first], gpus[second])
@@ -294,20 +294,6 @@ def capacity_lead(per: dict[str, V.Capacity], gpus: dict[str, int], excluded: se
     return {"first": first, "second": second, "ratio": V.point_ratio(a_fig, b_fig),
             "ratio_interval": None if interval is None else [V._end(interval[0]), V._end(interval[1])],  # noqa: SLF001
             "winner": first if clear and not incomplete else None, "per": "gpu"}
-
-
-def lead_words(lead: dict[str, Any]) -> str:
-    """compare.json's `slo_capacity_winner` entry in words, for compare.md and the pages that quote it."""
-    ratio = lead.get("ratio")
-    interval = lead.get("ratio_interval")
-    ends = V.interval_text(interval) if interval is not None else "no interval"
-    head = (f"{lead['first']} over {lead['second']}, per GPU: "
-            + (f"{V.ratio_text(ratio)} (95 % interval {ends})" if ratio is not None else f"95 % interval {ends}"))
-    if lead.get("winner"):
-        return f"{head}: {lead['winner']} serves more under the SLO, outside the noise"
-    if interval is not None and (interval[0] is None or interval[0] > 1.0):  # null: only the first meets the SLO
-        return f"{head}: no winner is named (the comparison is incomplete)"
-    return f"{head}: no clear winner (the interval reaches down to 1x or below)"
 
 
 def repeat_spread(side: Side, scenario: str) -> float | None:
@@ -397,7 +383,7 @@ def render_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, An
     if leads:
         lines += ["", "A winner under the SLO is named only where the ratio of the two highest capacities per GPU "
                   "has a 95 % interval wholly above 1x (each side's run-to-run band included, in quadrature):", ""]
-        lines += [f"- {scenario}: {lead_words(lead)}" for scenario, lead in leads.items()]
+        lines += [f"- {scenario}: {answer.lead_words(lead)}" for scenario, lead in leads.items()]
 
     spec_rows = []
     for s in sides:
@@ -494,7 +480,7 @@ def run(args: argparse.Namespace) -> int:
              else f"{winners} {'winner' if winners == 1 else 'winners'}, {close} {'cell' if close == 1 else 'cells'} "
                   "without a clear winner (within the noise)")
     for scenario, lead in data["slo_capacity_winner"].items():  # before the summary, which stays the last line
-        print(f"bench compare: under the SLO, {scenario}: {lead_words(lead)}")
+        print(f"bench compare: under the SLO, {scenario}: {answer.lead_words(lead)}")
     n = len(data["cells"])
     print(f"bench compare: {len(sides)} variants, {n} {'cell' if n == 1 else 'cells'}, {state} -> "
           f"{locations.display(out / 'compare.md')}, compare.json" + ("" if args.no_html else ", compare.html"))

@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any, Iterable, Sequence
 
-from bench.analysis import answer
+from bench.analysis import answer, rehearsal_words
 from bench.analysis.verdict import unbounded_ratio_text
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -310,20 +310,20 @@ def rehearsal_html(r: dict[str, Any] | None, *, tagged: bool = True) -> str:
     """The rehearsal's section (summary.json `rehearsal`, worded by bench.analysis.answer); `tagged`:
     its figures carry their summary.json paths (not on rehearse's own page, which has no summary.json)."""
     if r is None:
-        return f'<section id="rehearsal"><h2>Rehearsal</h2><p>{esc(answer.NO_REHEARSAL)}</p></section>'
+        return f'<section id="rehearsal"><h2>Rehearsal</h2><p>{esc(rehearsal_words.NO_REHEARSAL)}</p></section>'
 
     def words(parts: Sequence[Any]) -> str:
         return "".join(esc(p) if isinstance(p, str) else cell_text(p[0], ["rehearsal", *p[1]] if tagged else None)
                        for p in parts)
 
     rows = "".join(f"<tr><th>{esc(label)}</th><td>{words(parts)}</td></tr>"
-                   for label, parts in answer.rehearsal_rows(r))
-    decisions = answer.decision_rows(r)
-    more = answer.decisions_more(r)
+                   for label, parts in rehearsal_words.rehearsal_rows(r))
+    decisions = rehearsal_words.decision_rows(r)
+    more = rehearsal_words.decisions_more(r)
     return (f'<section id="rehearsal"><h2>Rehearsal: the {esc(r["pool"])} pool '
             f'({esc(r.get("configuration") or "unnamed")})</h2><table>{rows}</table>'
-            f'<p class="note">{esc(answer.REHEARSAL_NOTE)}</p><h3>The autoscaler\'s decisions</h3>'
-            + (table(answer.DECISION_HEAD, ["".join(f'<td class="n">{words([c])}</td>' for c in row)
+            f'<p class="note">{esc(rehearsal_words.REHEARSAL_NOTE)}</p><h3>The autoscaler\'s decisions</h3>'
+            + (table(rehearsal_words.DECISION_HEAD, ["".join(f'<td class="n">{words([c])}</td>' for c in row)
                                             for row in decisions]) if decisions
                else "<p>None: no metrics were read during the trace.</p>")
             + (f'<p class="note">{esc(more)}</p>' if more else "") + "</section>\n")

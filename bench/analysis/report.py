@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.analysis import answer, checks, pages
+from bench.analysis import answer, checks, pages, rehearsal_words
 from bench.analysis import capacity_report as CR
 from bench.analysis import decision as D
 from bench.analysis import plan as P
@@ -261,7 +261,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         if warnings:
             lines += ["", "Warnings (not blocking):", ""] + [f"- {w}" for w in warnings]
 
-    lines += answer.rehearsal_markdown(summary.get("rehearsal"))
+    lines += rehearsal_words.rehearsal_markdown(summary.get("rehearsal"))
 
     ignored = summary.get("ignored_files") or []
     if ignored:

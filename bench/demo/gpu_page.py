@@ -8,7 +8,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from bench.analysis import answer, compare
+from bench.analysis import answer
 from bench.demo import gpu_full, gpu_mixed
 
 TITLES = {
@@ -297,7 +297,7 @@ def experiment_markdown(record: dict[str, Any]) -> str:
                 f"{label} {_s(value, '', 1) if value is not None else 'no figure (see compare.md)'}"
                 for label, value in capacity.items()))
         if lead := c.get("slo_capacity_winner"):
-            lines.append(f"- under the SLO: {compare.lead_words(lead)}")
+            lines.append(f"- under the SLO: {answer.lead_words(lead)}")
         for why in c.get("incomplete") or []:
             lines.append(f"- incomplete: {why}")
     lines += gpu_mixed.markdown(record)

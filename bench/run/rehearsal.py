@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Sequence
 
-from bench.analysis import answer, markup
+from bench.analysis import markup, rehearsal_words
 from bench.analysis import fleet as F
 from bench.analysis import summary as S
 
@@ -135,7 +135,7 @@ def account(*, plan: dict[str, Any], pool_name: str, samples: list[tuple[float, 
 
 def markdown(record: dict[str, Any], source: str | None = None) -> str:
     """rehearsal.md: the report's rehearsal section (bench.analysis.answer words it), on its own."""
-    return "\n".join(answer.rehearsal_markdown(S.rehearsal(record, source))[1:]) + "\n"
+    return "\n".join(rehearsal_words.rehearsal_markdown(S.rehearsal(record, source))[1:]) + "\n"
 
 
 def html_section(record: dict[str, Any], source: str | None = None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.analysis import verdict as V
+from bench.analysis.answer import lead_interval_words
 from bench.analysis.markup import capacity_html, cell, chart, document, esc, field, is_number, num, table, wins_words
 
 
@@ -86,8 +86,8 @@ def _lead_row(scenario: str, lead: dict[str, Any]) -> str:
     if interval is not None and all(is_number(v) and v > 0 for v in interval):
         ends = " to ".join(f'<span data-field="{field([*at, "ratio_interval", k])}">{v:.2f}x</span>'
                            for k, v in enumerate(interval))
-    else:  # an end without a bound, in the verdict's words
-        ends = esc(V.interval_text(interval))
+    else:  # an end without a bound, in bench compare's words
+        ends = esc(lead_interval_words(lead))
     winner = lead.get("winner") or "none (the interval reaches 1x, or the comparison is incomplete)"
     return (f"<td>{esc(scenario)}</td><td>{esc(lead['first'])}</td><td>{esc(lead['second'])}</td>"
             + cell(f"{ratio:.2f}x" if is_number(ratio) else "unknown", [*at, "ratio"] if is_number(ratio) else None)
