@@ -188,10 +188,10 @@ def test_the_experiment_page_states_each_capacity_as_bench_compare_does():
     assert "caching-off no figure (see compare.md)" in old and "not measured" not in old
 
 
-def test_the_experiment_page_says_who_serves_more_under_the_slo_as_bench_compare_does(tmp_path):
+def test_the_experiment_page_says_who_serves_more_under_the_slo_as_bench_compare_does():
     """The precision record from the H100 (2026-12-06) listed both capacities and left the reader to divide
-    them. bench compare's lead under the SLO (its ratio per GPU and interval, here the entry that bench compare
-    writes for the record's own sweeps) now reaches the page in the words compare.md uses."""
+    them. bench compare's lead under the SLO (its ratio per GPU and interval: the entry bench compare wrote
+    for the record's own sweeps, kept beside it) now reaches the page in the words compare.md uses."""
     from bench.analysis import answer
     from bench.demo import gpu_page
 
@@ -200,14 +200,16 @@ def test_the_experiment_page_says_who_serves_more_under_the_slo_as_bench_compare
     entry = record["compare"]["S1_chat"]
     page = gpu_page.experiment_markdown(record)
     assert "- under the SLO:" not in page  # recorded before compare ranked the capacities
-    lead = {"first": "fp8", "second": "bf16", "ratio": 1.6496, "ratio_interval": [1.0616, 2.7786],
-            "winner": "fp8", "per": "gpu"}
+    rerun = json.loads((records / "compare-S1_chat.rerun-cd2e74d.json").read_text())
+    lead = rerun["slo_capacity_winner"]["S1_chat"]
+    assert (lead["first"], lead["second"], lead["winner"]) == ("fp8", "bf16", "fp8")
     entry["slo_capacity_winner"] = lead
     page = gpu_page.experiment_markdown(record)
     line = f"- under the SLO: {answer.lead_words(lead)}"
     assert line == ("- under the SLO: fp8 over bf16, per GPU: 1.65x (95 % interval 1.06x to 2.78x): fp8 serves more "
                     "under the SLO, outside the noise")
-    assert line in page
+    assert line in page and f"- S1_chat: {answer.lead_words(lead)}" in \
+        (records / "compare-S1_chat.rerun-cd2e74d.md").read_text()
     entry["slo_capacity_winner"] = dict(lead, ratio_interval=[0.93, 2.1], winner=None)
     assert "no clear winner (the interval reaches down to 1x or below)" in gpu_page.experiment_markdown(record)
     entry["slo_capacity_winner"] = dict(lead, ratio_interval=[0.0, None], winner=None)
