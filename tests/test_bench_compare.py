@@ -274,10 +274,13 @@ def test_a_winner_under_the_slo_only_where_the_capacity_ratio_clears_1x(tmp_path
 
     # A close second: bf16's capacity could be as high as 2,300 below its miss at c=32, so 1x is inside.
     close = _capacity_side(tmp_path / "close", 900.0, 1700.0, 2300.0, server_flags=flags(kv_cache_dtype="auto"))
-    data, _, md = compare(tmp_path, close, fp8, labels=["bf16", "fp8"])
+    data, extra, md = compare(tmp_path, close, fp8, labels=["bf16", "fp8"])
     lead = data["slo_capacity_winner"]["S1_chat"]
     assert lead["first"] == "fp8" and lead["winner"] is None and lead["ratio_interval"][0] < 1
     assert "no clear winner (the interval reaches down to 1x or below)" in md
+    from bench.analysis import pages
+    page = pages.compare_page(data, extra, ttft_ms=500.0, itl_ms=50.0)  # the page's Winner cell gives the same reason
+    assert "<td>no clear winner (the interval reaches down to 1x or below)</td>" in page
 
     # Far behind but open above (it met the SLO at its highest load): its capacity has no upper bound.
     open_ = _capacity_side(tmp_path / "open", 500.0, 900.0, None, server_flags=flags(kv_cache_dtype="auto"))

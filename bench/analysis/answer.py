@@ -61,7 +61,7 @@ def verdict_line(summary: dict[str, Any] | None, labels: dict[str, str] | None =
     threshold = verdict.get("threshold")
     interval = verdict.get("min_ratio_interval")
     smallest = _ratio(verdict.get("min_ratio"))
-    if isinstance(interval, list) and len(interval) == 2 and _finite(interval[0]):
+    if isinstance(interval, list) and len(interval) == 2 and finite(interval[0]):
         smallest = interval_text(interval)
     line = (f"Verdict {state.upper()}" + (f" for {who}" if who else "") + f" on the {basis} basis: smallest "
             f"per-GPU ratio {smallest}"
@@ -88,7 +88,7 @@ def verdict_short(summary: dict[str, Any] | None) -> str | None:
     if isinstance(interval, list) and len(interval) == 2 and (interval[0] is not None or v.get("min_ratio") is not None):
         where = f" ({v['min_ratio_scenario']})" if v.get("min_ratio_scenario") else ""
         text += f": smallest ratio per GPU {interval_text(interval)}{where}"
-    if _finite(v.get("threshold")):
+    if finite(v.get("threshold")):
         text += f", threshold {v['threshold']:g}x"
     fleet = fleet_words(v.get("fleet"))
     if fleet:
@@ -165,13 +165,14 @@ def _tok(value: Any) -> str:
     return f"{value:,.1f}"
 
 
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
+    """A number that can be shown: int or float, not a bool, not NaN or infinite."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
         and abs(value) != float("inf")
 
 
 def load_words(unit: str | None, value: Any) -> str | None:
-    if not _finite(value):
+    if not finite(value):
         return None
     return f"{value:g} req/s" if unit == "req/s" else f"c={value:g}"
 
@@ -188,21 +189,21 @@ def source_run(interval: dict[str, Any]) -> tuple[Any, str | None]:
     file, load = None, None
     if isinstance(run, dict):
         file = run.get("file") or run.get("path")
-        load = next((run[k] for k in ("load", "concurrency", "rate") if _finite(run.get(k))), None)
+        load = next((run[k] for k in ("load", "concurrency", "rate") if finite(run.get(k))), None)
     elif isinstance(run, str) and run:
         file = run
     if load is None:
-        load = interval.get("source_load") if _finite(interval.get("source_load")) else interval.get("load_pass")
+        load = interval.get("source_load") if finite(interval.get("source_load")) else interval.get("load_pass")
     return load, file
 
 
 def span_words(pair: Any, unit: str = "tok/s") -> str:
     """[lo, hi] of a capacity: "2,836.4 to 3,010.2 tok/s", "2,836.4 tok/s or more", "unknown"."""
-    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not _finite(pair[0]):
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not finite(pair[0]):
         return "unknown"
     lo, hi = pair
     unit = f" {unit}" if unit else ""
-    if not _finite(hi):
+    if not finite(hi):
         return f"{_tok(lo)}{unit} or more"
     if _tok(lo) == _tok(hi):
         return f"{_tok(lo)}{unit}"
@@ -243,10 +244,10 @@ def from_words(interval: dict[str, Any], figure: bool = False) -> str:
     if isinstance(repeats, int) and repeats > 1:  # the figure is their mean
         parts.append(f"mean of {repeats} runs")
     text = ", ".join(parts)
-    if figure and _finite(interval.get("point_tok_s")):
+    if figure and finite(interval.get("point_tok_s")):
         text = f"{_tok(interval['point_tok_s'])} tok/s ({text})"
     extra = []
-    if _finite(interval.get("noise_pct")):
+    if finite(interval.get("noise_pct")):
         extra.append(noise_words(interval["noise_pct"], interval.get("noise_source"),
                                  interval.get("noise_pct_by_figure")))
     return text + ("; " + ", ".join(extra) if extra else "")
@@ -264,7 +265,7 @@ def figure_words(interval: dict[str, Any], per_gpu: Any = None, figure: Any = No
 def figure_span(value: Any, pair: Any, unit: str = "tok/s") -> str:
     """A figure with its 95 % interval ("498.7 tok/s, 95 % interval 399.9 to 621.9"); the interval
     alone without a figure."""
-    if not _finite(value):
+    if not finite(value):
         return span_words(pair, unit)
     return f"{_tok(value)}{' ' + unit if unit else ''}, 95 % interval {span_words(pair, '')}"
 
@@ -279,7 +280,7 @@ def capacity_words(interval: dict[str, Any] | None, per_gpu: Any = None, figure:
     pair = per_gpu if per_gpu is not None else interval.get("output_tok_s")
     if interval.get("state") == "never_meets_slo":
         hi = (pair or [None, None])[1]
-        words = "0 tok/s" if hi in (0, 0.0) else (f"below {_tok(hi)} tok/s" if _finite(hi) else "0 tok/s")
+        words = "0 tok/s" if hi in (0, 0.0) else (f"below {_tok(hi)} tok/s" if finite(hi) else "0 tok/s")
         return f"{words} ({bracket_words(interval)})"
     return f"{figure_words(interval, per_gpu, figure)} (from {from_words(interval)}; {bracket_words(interval)})"
 
@@ -290,7 +291,7 @@ CREDIT_WHY = ("the two sides' run-to-run bands combined in quadrature rather tha
 
 def credit_words(value: Any) -> str | None:
     """A ratio end's band credit (summary.json `slo_ratio_band_credit`), to three decimals."""
-    return f"{value:.3f}" if _finite(value) else None
+    return f"{value:.3f}" if finite(value) else None
 
 
 def ratio_rebuilt(comparison: dict[str, Any]) -> str | None:
@@ -299,12 +300,12 @@ def ratio_rebuilt(comparison: dict[str, Any]) -> str | None:
     combined in quadrature (`slo_ratio_band_credit`)."""
     per = comparison.get("slo_capacity_per_gpu") or {}
     a, b = per.get("candidate"), per.get("baseline")
-    if not (isinstance(a, list) and isinstance(b, list)) or not (_finite(a[0]) and _finite(b[0])):
+    if not (isinstance(a, list) and isinstance(b, list)) or not (finite(a[0]) and finite(b[0])):
         return None
     credit = comparison.get("slo_ratio_band_credit") or [None, None]
     k_lo, k_hi = credit_words(credit[0]), credit_words(credit[1])
-    hi_b = _tok(b[1]) if _finite(b[1]) else "no bound"
-    hi_a = _tok(a[1]) if _finite(a[1]) else "no bound"
+    hi_b = _tok(b[1]) if finite(b[1]) else "no bound"
+    hi_a = _tok(a[1]) if finite(a[1]) else "no bound"
     low = f"low end {_tok(a[0])} / {hi_b}" + (f" × {k_lo}" if k_lo else "")
     high = f"high end {hi_a} / {_tok(b[0])}" + (f" ÷ {k_hi}" if k_hi else "")
     return (f"{low}, {high} (candidate / baseline, tok/s per GPU"
@@ -332,7 +333,7 @@ def fleet_division(fleet: dict[str, Any]) -> str:
     gpus = fleet.get("gpus") or {}
     a, b = gpus.get("candidate"), gpus.get("baseline")
     per = f" (per GPU x {a} GPUs / {b} GPU{'s' if b != 1 else ''})" if a and b and a != b else ""
-    low, high = (d if isinstance(d, dict) and _finite(d.get("ratio_per_replica")) else None
+    low, high = (d if isinstance(d, dict) and finite(d.get("ratio_per_replica")) else None
                  for d in (fleet.get("divided_by") or [None, None]))
     if low and high:
         if low["scenario"] == high["scenario"]:
@@ -365,7 +366,7 @@ def fleet_words(fleet: dict[str, Any] | None) -> list[str]:
         first = f"Today {now} replicas: no count on {who} follows from the verdict: {fleet.get('reason') or 'no ratio'}."
     lines = [first]
     needs = [f"{t['replicas']} need {t['needs_ratio_per_gpu']:g}x" for t in fleet.get("targets") or []
-             if _finite(t.get("needs_ratio_per_gpu"))]
+             if finite(t.get("needs_ratio_per_gpu"))]
     if needs:
         lines.append("Per GPU, " + ", ".join(needs) + " (today's replicas / the smaller fleet).")
     ran = fleet.get("baseline") or {}
@@ -381,13 +382,13 @@ def fleet_words(fleet: dict[str, Any] | None) -> list[str]:
 
 def decides_words(state: str | None, threshold: Any) -> str:
     """What one scenario's interval says against the threshold."""
-    thr = f"{threshold:g}x" if _finite(threshold) else "the threshold"
+    thr = f"{threshold:g}x" if finite(threshold) else "the threshold"
     return {"pass": f"clears {thr} even at its low end", "fail": f"below {thr} even at its high end",
             "inconclusive": f"spans {thr} or is incomplete: undecided"}.get(state or "", "undecided")
 
 
 def _times(value: Any) -> str:
-    return f"{value:.2f}x" if _finite(value) else "-"
+    return f"{value:.2f}x" if finite(value) else "-"
 
 
 BASIS_WORDS = {
@@ -413,7 +414,7 @@ def scenario_lines(summary: dict[str, Any]) -> list[str]:
                        f"{ratio_rebuilt(c) or 'no ratio to rebuild'}.")
         else:
             per = c.get("peak_per_gpu_tok_s") or {}
-            cand, base = (_tok(per.get(w)) if _finite(per.get(w)) else "-" for w in ("candidate", "baseline"))
+            cand, base = (_tok(per.get(w)) if finite(per.get(w)) else "-" for w in ("candidate", "baseline"))
             out.append(f"{name}: {_times(c.get('throughput_ratio'))}: candidate peak {cand} tok/s "
                        f"per GPU, baseline {base} tok/s per GPU")
     return out
@@ -470,12 +471,18 @@ def lead_interval_words(lead: dict[str, Any]) -> str:
 def lead_words(lead: dict[str, Any]) -> str:
     """compare.json's `slo_capacity_winner` entry (bench compare's lead under the SLO) in words: compare.md,
     compare.html, the terminal and the gpu-check experiment page."""
-    ratio, interval = lead.get("ratio"), lead.get("ratio_interval")
+    ratio = lead.get("ratio")
     head = f"{lead['first']} over {lead['second']}, per GPU: " + (
         f"{ratio_text(ratio)} (95 % interval {lead_interval_words(lead)})" if ratio is not None
         else lead_interval_words(lead))
+    return f"{head}: {lead_outcome(lead)}"
+
+
+def lead_outcome(lead: dict[str, Any]) -> str:
+    """Whether the lead names a winner, and why not where it does not."""
+    interval = lead.get("ratio_interval")
     if lead.get("winner"):
-        return f"{head}: {lead['winner']} serves more under the SLO, outside the noise"
+        return f"{lead['winner']} serves more under the SLO, outside the noise"
     if interval is not None and (interval[0] is None or interval[0] > 1.0):  # null: only the first meets the SLO
-        return f"{head}: no winner is named (the comparison is incomplete)"
-    return f"{head}: no clear winner (the interval reaches down to 1x or below)"
+        return "no winner is named (the comparison is incomplete)"
+    return "no clear winner (the interval reaches down to 1x or below)"

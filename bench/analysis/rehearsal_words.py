@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
-        and abs(value) != float("inf")
+from bench.analysis.answer import finite
 
 
 NO_REHEARSAL = ("No rehearsal was given to this report. To replay the plan's peak through the router before "
@@ -23,7 +20,7 @@ DECISIONS_SHOWN = 20
 
 
 def _num(value: Any, unit: str = "", digits: int = 1) -> str | None:
-    return f"{value:,.{digits}f}{unit}" if _finite(value) else None
+    return f"{value:,.{digits}f}{unit}" if finite(value) else None
 
 
 def _fig(value: Any, path: list[Any], unit: str = "", digits: int = 1, missing: str = "not measured"):
@@ -34,7 +31,7 @@ def _fig(value: Any, path: list[Any], unit: str = "", digits: int = 1, missing: 
 
 def _usd(r: dict[str, Any], kind: str) -> list[Any]:
     cost, price = r["cost_usd"], (r.get("usd_hour") or {}).get(kind)
-    if not _finite(price):
+    if not finite(price):
         return [f"no {'Spot' if kind == 'spot' else 'on-demand'} price in the plan"]
     return [_fig(cost.get(f"autoscaled_{kind}"), ["cost_usd", f"autoscaled_{kind}"], " USD", 4), " autoscaled against ",
             _fig(cost.get(f"planned_{kind}"), ["cost_usd", f"planned_{kind}"], " USD", 4), " for the plan's fleet, at ",
@@ -58,7 +55,7 @@ def rehearsal_rows(r: dict[str, Any]) -> list[tuple[str, list[Any]]]:
     peak = _fig(r.get("planned_peak_req_s"), ["planned_peak_req_s"], " req/s", 2, "unknown")
     through = f", through {r['base_url']}" if r.get("base_url") else ""
     trace = [f"{r['scenario']} at ", _fig(r["request_rate"], ["request_rate"], " req/s", 2), " (", *rate, peak, ")"]
-    if _finite(r.get("burstiness")):
+    if finite(r.get("burstiness")):
         trace += [", burstiness ", _fig(r["burstiness"], ["burstiness"], "", 2)]
     trace += [", ", _fig(r["duration_s"], ["duration_s"], " s", 0), through]
     if req["sent"]:
@@ -73,7 +70,7 @@ def rehearsal_rows(r: dict[str, Any]) -> list[tuple[str, list[Any]]]:
             None: "could not tell (no request was sent)"}[r.get("held")]
     short = (["; ", _fig(auto["short_s"], ["autoscaler", "short_s"], " s", 1),
               " with fewer replicas serving than the rule wanted (new ones still starting)"]
-             if _finite(auto.get("short_s")) else [])
+             if finite(auto.get("short_s")) else [])
     rows = [
         ("Source", [r.get("source") or "not recorded"]),
         ("Pool", [f"{r['pool']} on {r.get('configuration') or 'an unnamed configuration'}"]),
@@ -92,7 +89,7 @@ def rehearsal_rows(r: dict[str, Any]) -> list[tuple[str, list[Any]]]:
                            _fig(hours["planned"], ["replica_hours", "planned"], "", 4),
                            " for the plan's fixed fleet of its maximum replicas over the same time",
                            *([" (", _fig(hours["share_of_plan_pct"], ["replica_hours", "share_of_plan_pct"], "%"),
-                              " of it)"] if _finite(hours.get("share_of_plan_pct")) else [])]),
+                              " of it)"] if finite(hours.get("share_of_plan_pct")) else [])]),
         ("Cost, on-demand", _usd(r, "on_demand")),
         ("Cost, Spot", _usd(r, "spot")),
     ]

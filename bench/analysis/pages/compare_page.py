@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.analysis.answer import lead_interval_words
+from bench.analysis.answer import lead_interval_words, lead_outcome
 from bench.analysis.markup import capacity_html, cell, chart, document, esc, field, is_number, num, table, wins_words
 
 
@@ -88,7 +88,7 @@ def _lead_row(scenario: str, lead: dict[str, Any]) -> str:
                            for k, v in enumerate(interval))
     else:  # an end without a bound, in bench compare's words
         ends = esc(lead_interval_words(lead))
-    winner = lead.get("winner") or "none (the interval reaches 1x, or the comparison is incomplete)"
+    winner = lead.get("winner") or lead_outcome(lead)
     return (f"<td>{esc(scenario)}</td><td>{esc(lead['first'])}</td><td>{esc(lead['second'])}</td>"
             + cell(f"{ratio:.2f}x" if is_number(ratio) else "unknown", [*at, "ratio"] if is_number(ratio) else None)
             + f"<td>{ends}</td><td>{esc(winner)}</td>")
