@@ -486,3 +486,18 @@ def lead_outcome(lead: dict[str, Any]) -> str:
     if interval is not None and (interval[0] is None or interval[0] > 1.0):  # null: only the first meets the SLO
         return "no winner is named (the comparison is incomplete)"
     return "no clear winner (the interval reaches down to 1x or below)"
+
+
+def standing_words(cell: dict[str, Any]) -> str | None:
+    """"seqs-64, seqs-32 and seqs-128 lead, within the noise of each other; beyond the noise, seqs-16 serves
+    38.4 % less than seqs-64": who leads a bench compare cell (its `leaders`, the best first) and who trails the
+    best beyond the noise (its `behind`, in % of the best). None where no variant trails."""
+    leaders, behind = cell.get("leaders") or [], cell.get("behind") or {}
+    if not leaders or not behind:
+        return None
+    lead = (f"{leaders[0]} leads" if len(leaders) == 1
+            else f"{', '.join(leaders[:-1])} and {leaders[-1]} lead, within the noise of each other")
+    (first, pct), *rest = behind.items()
+    trail = f"{first} serves {pct:.1f} % less than {leaders[0]}" + "".join(
+        f"{' and' if k == len(rest) - 1 else ','} {label} {p:.1f} % less" for k, (label, p) in enumerate(rest))
+    return f"{lead}; beyond the noise, {trail}"

@@ -11,7 +11,9 @@ Rules: the sweeps may differ in ONE server setting, the variant's own (a cross p
 declare aside); a second difference, any difference in the benchmark itself, an invalid, suspect
 or missing run, or a missing manifest makes the comparison incomplete and no cell names a winner. A
 cell's winner must lead the next variant by more than the run-to-run noise (measured where a point
-was run more than once, else 5 %); a variant whose speculative decoding accepted under 10 % of
+was run more than once, else 5 %), and a variant is behind the best only where the best leads it by
+more than that noise (with three or more variants, compare.md, the page and the terminal name them:
+where several lead within the noise, who trails is the answer); a variant whose speculative decoding accepted under 10 % of
 drafts on real text never wins. The SLO is the one the sweeps recorded unless an SLO flag sets
 another.
 
@@ -250,9 +252,11 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
         measured = [spreads[s.label][scenario] for s in sides if spreads[s.label][scenario] is not None]
         noise = round(max(measured), 2) if measured else DEFAULT_NOISE_PCT
         winner, margin = _winner(values, set(gated), noise)
+        leaders, behind = standings(values, set(gated), noise) if not incomplete else ([], {})
         cells.append({"scenario": scenario, "concurrency": conc, "output_tok_s": values,
                       "winner": None if incomplete else winner, "winner_margin_pct": margin,
-                      "noise_pct": noise, "noise_source": "repeats" if measured else "default"})
+                      "noise_pct": noise, "noise_source": "repeats" if measured else "default",
+                      "leaders": leaders, "behind": behind})
 
     slo_capacity: dict[str, dict[str, float | None]] = {}
     slo_intervals: dict[str, dict[str, dict[str, Any]]] = {}
@@ -328,6 +332,23 @@ def _winner(values: dict[str, float | None], excluded: set[str], noise_pct: floa
     return None, margin
 
 
+def standings(values: dict[str, float | None], excluded: set[str], noise_pct: float
+              ) -> tuple[list[str], dict[str, float]]:
+    """(leaders, behind) of one cell: `leaders` the variants the best does not lead by more than the noise, the
+    best first, then by output tok/s (they are then within the noise of each other too); `behind` each other
+    variant and how much less it serves than the best, in % of the best. The test is the winner's: the best's
+    margin over a variant, in % of that variant, beyond the noise. Only variants with a usable run are ranked,
+    a gated one never; with fewer than two ranked, neither list is made."""
+    ranked = sorted(((v, label) for label, v in values.items() if v is not None and label not in excluded),
+                    reverse=True)
+    if len(ranked) < 2 or ranked[0][0] <= 0:
+        return [], {}
+    best = ranked[0][0]
+    leaders = [label for v, label in ranked if v > 0 and 100.0 * (best - v) / v <= noise_pct]
+    behind = {label: round(100.0 * (best - v) / best, 2) for v, label in ranked if label not in leaders}
+    return leaders, behind
+
+
 # -- markdown ---------------------------------------------------------------------------------
 
 
@@ -356,18 +377,23 @@ def render_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, An
         for label, problems in extra["gated"].items():
             lines += [f"- **{label}**: {p}" for p in problems]
 
+    ranks = int(len(labels) > 2)  # with two variants, who trails is who the winner beat
     lines += ["", "## Output tok/s per scenario and concurrency", "",
               "A cell names a winner only when the first variant leads the second by more than the noise: the "
               "run-to-run spread measured from repeated points (the capacity search runs some concurrencies "
-              f"again), else a default band of {DEFAULT_NOISE_PCT:g} %.", "",
-              "| Scenario / concurrency | " + " | ".join(labels) + " | Winner | Margin (noise band) |",
-              "|---|" + "---|" * (len(labels) + 2)]
+              f"again), else a default band of {DEFAULT_NOISE_PCT:g} %."
+              + (" A variant is behind the best only where the best leads it by more than the same noise; how much "
+                 "less it serves is in % of the best." if ranks else ""), "",
+              "| Scenario / concurrency | " + " | ".join(labels) + " | Winner | Margin (noise band) |"
+              + (" Behind the best, beyond the noise |" if ranks else ""),
+              "|---|" + "---|" * (len(labels) + 2 + ranks)]
     for cell in data["cells"]:
         vals = [_n(cell["output_tok_s"][label]) for label in labels]
         if cell["winner"]:
             vals = [f"**{v}**" if label == cell["winner"] else v for v, label in zip(vals, labels)]
         lines.append(f"| {cell['scenario']} / {cell['concurrency']} | " + " | ".join(vals)
-                     + f" | {_winner_text(cell, bool(data['incomplete']))} | {_margin_text(cell)} |")
+                     + f" | {_winner_text(cell, bool(data['incomplete']))} | {_margin_text(cell)} |"
+                     + (f" {_behind_text(cell)} |" if ranks else ""))
 
     slo = data.get("slo") or {}
     lines += ["", f"## SLO capacity (output tok/s; TTFT p99 <= {ttft_ms:g} ms and "
@@ -415,6 +441,13 @@ def _winner_text(cell: dict[str, Any], incomplete: bool) -> str:
     if cell["winner_margin_pct"] is not None:
         return "no clear winner"
     return "-"
+
+
+def _behind_text(cell: dict[str, Any]) -> str:
+    behind = cell.get("behind") or {}
+    if behind:
+        return ", ".join(f"{label} {pct:.1f} % less" for label, pct in behind.items())
+    return "none" if cell.get("leaders") else "-"
 
 
 def _margin_text(cell: dict[str, Any]) -> str:
@@ -479,6 +512,10 @@ def run(args: argparse.Namespace) -> int:
     state = (f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"]
              else f"{winners} {'winner' if winners == 1 else 'winners'}, {close} {'cell' if close == 1 else 'cells'} "
                   "without a clear winner (within the noise)")
+    if len(sides) > 2:  # who trails the best beyond the noise (with two variants, the winner says it)
+        for c in data["cells"]:
+            if words := answer.standing_words(c):
+                print(f"bench compare: {c['scenario']} c={c['concurrency']}: {words}")
     for scenario, lead in data["slo_capacity_winner"].items():  # before the summary, which stays the last line
         print(f"bench compare: under the SLO, {scenario}: {answer.lead_words(lead)}")
     n = len(data["cells"])

@@ -454,7 +454,7 @@ def compare(check, experiment: Experiment, record: dict[str, Any], root: Path, s
     if (out / "compare.json").is_file():
         data = json.loads((out / "compare.json").read_text())
         result.update(cells=[{k: c.get(k) for k in ("concurrency", "output_tok_s", "winner", "winner_margin_pct",
-                                                     "noise_pct")} for c in data.get("cells", [])],
+                                                     "noise_pct", "leaders", "behind")} for c in data.get("cells", [])],
                       slo_capacity=(data.get("slo_capacity") or {}).get(scenario),
                       slo_capacity_interval=(data.get("slo_capacity_interval") or {}).get(scenario),
                       slo_capacity_winner=(data.get("slo_capacity_winner") or {}).get(scenario),

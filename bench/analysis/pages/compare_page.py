@@ -40,6 +40,7 @@ def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float,
                 + chart(lambda C: C.compare_figure(data.get("cells") or [], labels),
                         "output tok/s per variant against concurrency"))
     has_margin = any("winner_margin_pct" in c for c in data.get("cells") or [])
+    ranks = len(labels) > 2  # with two variants, who trails is who the winner beat
     rows, classes = [], []
     for i, c in enumerate(data.get("cells") or []):
         row = f"<td>{esc(c['scenario'])}</td>" + cell(str(c["concurrency"]), ["cells", i, "concurrency"])
@@ -54,9 +55,14 @@ def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float,
                          if is_number(margin) else None)
                     + cell(f"{noise:.1f}%" if is_number(noise) else "unknown", ["cells", i, "noise_pct"]
                            if is_number(noise) else None))
+        if ranks:
+            row += "<td>" + (", ".join(
+                f'{esc(label)} <span data-field="{field(["cells", i, "behind", label])}">{pct:.1f}</span> % less'
+                for label, pct in (c.get("behind") or {}).items()) or ("none" if c.get("leaders") else "not ranked")) + "</td>"
         rows.append(row)
         classes.append("")
-    head = ["Scenario", "Concurrency", *labels, "Winner"] + (["Winner's margin", "Noise band"] if has_margin else [])
+    head = (["Scenario", "Concurrency", *labels, "Winner"] + (["Winner's margin", "Noise band"] if has_margin else [])
+            + (["Behind the best, beyond the noise"] if ranks else []))
     body.append(table(head, rows, classes))
     intervals = data.get("slo_capacity_interval") or {}
     cap_rows = [f"<td>{esc(s)}</td>" + "".join(
