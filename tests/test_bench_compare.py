@@ -8,6 +8,7 @@ g6e.12xlarge): fp8 KV wins S2_summary/32 (201.8 vs 112.1) and S4_rag/32 (104.5 v
 
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import sys
@@ -325,6 +326,82 @@ def test_the_capacity_lead_is_per_gpu(tmp_path):
     assert lead["ratio"] == pytest.approx(1000 / 950, abs=1e-3)
 
 
+def _seqs(tmp_path, n: int, c32: float, c64: float) -> Path:
+    return sweep(tmp_path / f"seqs-{n}", {("S1_chat", 32): c32, ("S1_chat", 64): c64},
+                 server_flags=flags(max_num_seqs=str(n)))
+
+
+MAX_NUM_SEQS = {16: (840.7, 842.5), 32: (1354.2, 1378.4), 64: (1365.3, 2111.7), 128: (1347.5, 2107.1)}  # the H100's
+
+
+def test_who_trails_the_best_beyond_the_noise_where_no_cell_has_a_winner(tmp_path, capsys):
+    """Issue 36's max-num-seqs on an H100: no cell names a winner (the caps at or above the concurrency serve
+    within the noise of each other), yet the caps below it serve far less. Each cell ranks the variants: those
+    within the noise of the best, and how much less each other one serves."""
+    folders = [_seqs(tmp_path, n, *v) for n, v in MAX_NUM_SEQS.items()]
+    data, _, md = compare(tmp_path, *folders)
+    c32, c64 = data["cells"]
+    assert (c32["winner"], c64["winner"]) == (None, None)
+    assert c32["leaders"] == ["seqs-64", "seqs-32", "seqs-128"] and c32["behind"] == {"seqs-16": 38.42}
+    assert c64["leaders"] == ["seqs-64", "seqs-128"] and c64["behind"] == {"seqs-32": 34.73, "seqs-16": 60.1}
+    assert "| S1_chat / 32 | 840.7 | 1,354.2 | 1,365.3 | 1,347.5 | no clear winner | 0.8 % (5 % default, within it) " \
+           "| seqs-16 38.4 % less |" in md
+    assert "| seqs-32 34.7 % less, seqs-16 60.1 % less |" in md
+    assert answer.standing_words(c64) == ("seqs-64 and seqs-128 lead, within the noise of each other; beyond the "
+                                          "noise, seqs-32 serves 34.7 % less than seqs-64 and seqs-16 60.1 % less")
+    # the terminal says it too, before the summary line, which stays last
+    assert C.main([*map(str, folders), "--out", str(tmp_path / "cmp"), "--no-html"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[:2] == [f"bench compare: S1_chat c={c['concurrency']}: {answer.standing_words(c)}" for c in (c32, c64)]
+    assert said[-1].startswith("bench compare: 4 variants, 2 cells, 0 winners")
+    # the page: a column of its own, each figure carrying its place in compare.json
+    assert C.main([*map(str, folders), "--out", str(tmp_path / "page")]) == 0
+    page = (tmp_path / "page" / "compare.html").read_text()
+    stored = json.loads((tmp_path / "page" / "compare.json").read_text())
+    assert "<th>Behind the best, beyond the noise</th>" in page
+    for i, label, shown in ((0, "seqs-16", "38.4"), (1, "seqs-32", "34.7"), (1, "seqs-16", "60.1")):
+        at = html.escape(json.dumps(["cells", i, "behind", label]))
+        assert f'{label} <span data-field="{at}">{shown}</span> % less' in page
+        assert f"{stored['cells'][i]['behind'][label]:.1f}" == shown
+    # a winner leads alone; the rest trail it
+    one = [_seqs(tmp_path / "w", 16, 800.0, 800.0), _seqs(tmp_path / "w", 32, 1000.0, 1000.0),
+           _seqs(tmp_path / "w", 64, 1040.0, 1200.0)]
+    data, _, _ = compare(tmp_path, *one)
+    c64 = data["cells"][1]
+    assert c64["winner"] == "seqs-64" and c64["leaders"] == ["seqs-64"]
+    assert c64["behind"] == {"seqs-32": 16.67, "seqs-16": 33.33}
+    assert answer.standing_words(c64).startswith("seqs-64 leads; beyond the noise, seqs-32 serves 16.7 % less")
+    assert answer.standing_words(data["cells"][0]) == ("seqs-64 and seqs-32 lead, within the noise of each other; "
+                                                       "beyond the noise, seqs-16 serves 23.1 % less than seqs-64")
+
+
+def test_behind_uses_the_winners_test_so_a_winner_always_leads_alone():
+    """The best leads a variant beyond the noise when its margin over it, in % of that variant (the winner's
+    margin), exceeds the noise: 1,000 over 950 is 5.26 % (behind, though 5.0 % less in % of the best)."""
+    values = {"a": 1000.0, "b": 950.0, "c": 953.0, "gated": 2000.0, "dead": None}
+    assert C.standings(values, {"gated"}, 5.0) == (["a", "c"], {"b": 5.0})
+    pair = {"a": 1000.0, "b": 950.0}
+    assert C._winner(pair, set(), 5.0) == ("a", 5.26) and C.standings(pair, set(), 5.0) == (["a"], {"b": 5.0})
+    assert C.standings({"a": 1000.0, "dead": None}, set(), 5.0) == ([], {})  # one ranked: nothing to rank
+
+
+def test_two_variants_and_incomplete_comparisons_rank_nothing_new(tmp_path, capsys):
+    """With two variants the winner says who trails: no column, no terminal line. An incomplete comparison
+    (a second setting differs) names neither a winner nor anyone behind."""
+    a, b = _seqs(tmp_path, 16, 840.7, 842.5), _seqs(tmp_path, 64, 1365.3, 2111.7)
+    data, _, md = compare(tmp_path, a, b)
+    assert data["cells"][0]["behind"] == {"seqs-16": 38.42} and data["cells"][0]["winner"] == "seqs-64"
+    assert "Behind the best" not in md
+    assert C.main([str(a), str(b), "--out", str(tmp_path / "cmp"), "--no-html"]) == 0
+    said = capsys.readouterr().out
+    assert "bench compare: under the SLO, S1_chat:" in said and " c=32:" not in said and "% less" not in said
+    odd = sweep(tmp_path / "odd", {("S1_chat", 32): 1400.0, ("S1_chat", 64): 2100.0},
+                server_flags=flags(max_num_seqs="128", kv_cache_dtype="auto"))
+    data, _, md = compare(tmp_path, a, b, odd)
+    assert data["incomplete"] and all(c["leaders"] == [] and c["behind"] == {} for c in data["cells"])
+    assert "| - |" in md and "% less" not in md
+
+
 def test_server_settings_from_flags():
     s = C.server_settings(flags(speculative_config=MTP, kv_cache_dtype="auto") + ["--enable-sleep-mode"])
     assert s["model"] == "RedHatAI/gemma-4-31B-it-FP8-dynamic" and s["kvCacheDtype"] == "auto"
@@ -345,7 +422,7 @@ def test_command_writes_the_contract_files(tmp_path):
                          "incomplete", "slo"}
     assert all(set(v) == {"label", "dir", "differs"} for v in data["variants"])
     assert all(set(c) == {"scenario", "concurrency", "output_tok_s", "winner", "winner_margin_pct", "noise_pct",
-                          "noise_source"} for c in data["cells"])
+                          "noise_source", "leaders", "behind"} for c in data["cells"])
     assert [c["winner"] for c in data["cells"]] == ["fp8-kv", "fp8-kv"]
     assert (out / "compare.md").read_text().startswith("# Variant comparison: bf16-kv vs fp8-kv")
     assert "2 variants, 2 cells, 2 winners, 0 cells without a clear winner" in proc.stdout.splitlines()[-1]

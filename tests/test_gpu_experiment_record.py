@@ -217,6 +217,31 @@ def test_the_experiment_page_says_who_serves_more_under_the_slo_as_bench_compare
         gpu_page.experiment_markdown(record)
 
 
+def test_the_max_num_seqs_page_says_who_trails_from_the_records_own_compare():
+    """Issue 36's max-num-seqs record (one H100): no cell had a winner, the caps at or above the load serving
+    within the noise of each other. bench compare at 7ad6c5b over the same sweeps names who trails; the
+    experiment page, given its cells as gpu-check copies them, says so after "no clear winner"."""
+    from bench.analysis import answer
+    from bench.demo import gpu_page
+
+    records = REPO / "docs" / "records" / "experiment-max-num-seqs-2026-12-06-h100"
+    record = json.loads((records / "experiment.json").read_text())
+    page = gpu_page.experiment_markdown(record)
+    assert "- c=32: no clear winner (noise 5.0 %)\n" in page  # recorded before compare ranked the variants
+    rerun = json.loads((records / "compare-S1_chat.rerun-7ad6c5b.json").read_text())
+    entry = record["compare"]["S1_chat"]
+    assert [c["output_tok_s"] for c in rerun["cells"]] == [c["output_tok_s"] for c in entry["cells"]]
+    entry["cells"] = [{k: c.get(k) for k in ("concurrency", "output_tok_s", "winner", "winner_margin_pct",
+                                             "noise_pct", "leaders", "behind")} for c in rerun["cells"]]
+    page = gpu_page.experiment_markdown(record)
+    assert ("- c=32: no clear winner (noise 5.0 %); seqs-64, seqs-32 and seqs-128 lead, within the noise of each "
+            "other; beyond the noise, seqs-16 serves 38.4 % less than seqs-64") in page
+    assert ("- c=64: no clear winner (noise 5.0 %); seqs-64 and seqs-128 lead, within the noise of each other; "
+            "beyond the noise, seqs-32 serves 34.7 % less than seqs-64 and seqs-16 60.1 % less") in page
+    said = (records / "compare-S1_chat.rerun-7ad6c5b.log").read_text()
+    assert all(f"S1_chat c={c['concurrency']}: {answer.standing_words(c)}" in said for c in rerun["cells"])
+
+
 def test_again_measures_a_finished_variant_anew_and_keeps_the_earlier_sweep(tmp_path, monkeypatch, capsys):
     """--again: a repeat from a fresh server in the same --out (its compile cache warm), as issue 34 asks of
     each capacity; the earlier sweep moves aside (SCENARIO.earlier-N, and the record's `earlier`), never lost."""
