@@ -13,8 +13,8 @@ or missing run, or a missing manifest makes the comparison incomplete and no cel
 cell's winner must lead the next variant by more than the run-to-run noise (measured where a point
 was run more than once, else 5 %), and a variant is behind the best only where the best leads it by
 more than that noise (with three or more variants, compare.md, the page and the terminal name them:
-where several lead within the noise, who trails is the answer); a variant whose speculative decoding accepted under 10 % of
-drafts on real text never wins. The SLO is the one the sweeps recorded unless an SLO flag sets
+where several lead within the noise, who trails is the answer); a variant whose speculative decoding
+accepted under 10 % of drafts on real text never wins. The SLO is the one the sweeps recorded unless an SLO flag sets
 another.
 
 Reference: the keys of compare.json, docs/files.md#compare-comparejson; the rules,
@@ -447,7 +447,7 @@ def _behind_text(cell: dict[str, Any]) -> str:
     behind = cell.get("behind") or {}
     if behind:
         return ", ".join(f"{label} {pct:.1f} % less" for label, pct in behind.items())
-    return "none" if cell.get("leaders") else "-"
+    return "none" if cell.get("leaders") else "not ranked"
 
 
 def _margin_text(cell: dict[str, Any]) -> str:

@@ -56,9 +56,10 @@ def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float,
                     + cell(f"{noise:.1f}%" if is_number(noise) else "unknown", ["cells", i, "noise_pct"]
                            if is_number(noise) else None))
         if ranks:
-            row += "<td>" + (", ".join(
+            behind = ", ".join(
                 f'{esc(label)} <span data-field="{field(["cells", i, "behind", label])}">{pct:.1f}</span> % less'
-                for label, pct in (c.get("behind") or {}).items()) or ("none" if c.get("leaders") else "not ranked")) + "</td>"
+                for label, pct in (c.get("behind") or {}).items())
+            row += f"<td>{behind or ('none' if c.get('leaders') else 'not ranked')}</td>"
         rows.append(row)
         classes.append("")
     head = (["Scenario", "Concurrency", *labels, "Winner"] + (["Winner's margin", "Noise band"] if has_margin else [])
