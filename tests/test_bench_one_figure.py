@@ -125,6 +125,11 @@ def test_report_and_compare_of_the_same_folders_agree(made):
         assert comp["slo_basis_source"] != "open_loop"  # both sides closed loop, as compare reads them
         assert data["slo_capacity_interval"][name][base] == comp["baseline_slo_capacity"]
         assert data["slo_capacity"][name][base] == pytest.approx(comp["baseline_slo_capacity"]["point_tok_s"], abs=1e-3)
+    # compare's noise band is the widest of the two sides' output tok/s bands as the report states them
+    for cell in data["cells"]:
+        bands = [summary["scenarios"][cell["scenario"]]["slo_capacity_interval"]["noise_pct_by_figure"]["output_tok_s"],
+                 summary["comparison"][cell["scenario"]]["baseline_slo_capacity"]["noise_pct_by_figure"]["output_tok_s"]]
+        assert cell["noise_pct"] == pytest.approx(max(bands), abs=0.01)
     # and both pages word them alike: the figure, then its 95 % interval
     report_md, compare_md = ((made[k] / f"{k}.md").read_text() for k in ("report", "compare"))
     for name, entry in summary["scenarios"].items():

@@ -10,8 +10,9 @@ colours `bench report` gives the baseline and the candidate: list the baseline f
 Rules: the sweeps may differ in ONE server setting, the variant's own (a cross product the manifests
 declare aside); a second difference, any difference in the benchmark itself, an invalid, suspect
 or missing run, or a missing manifest makes the comparison incomplete and no cell names a winner. A
-cell's winner must lead the next variant by more than the run-to-run noise (measured where a point
-was run more than once, else 5 %), and a variant is behind the best only where the best leads it by
+cell's winner must lead the next variant by more than the run-to-run noise (the widest output tok/s
+band among the variants, as `bench report` states each: measured where a point was run more than
+once, pooled with the sweep's assumed band, 11 % unless it set another), and a variant is behind the best only where the best leads it by
 more than that noise (with three or more variants, compare.md, the page and the terminal name them:
 where several lead within the noise, who trails is the answer); a variant whose speculative decoding
 accepted under 10 % of drafts on real text never wins. The SLO is the one the sweeps recorded unless an SLO flag sets
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import answer, pages
+from bench.analysis import capacity as C
 from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
@@ -42,9 +44,6 @@ from bench.common import locations
 from bench.common import options as O
 from bench.common import workloads as W
 from bench.common.cli import Help, run_one
-
-# Two variants closer than this (in percent) name no winner where no repeats measured the noise.
-DEFAULT_NOISE_PCT = 5.0
 
 # Server flags that shape loading or addressing only, never the numbers.
 _IGNORED_FLAGS = {"--host", "--port", "--served-model-name", "--model-loader-extra-config", "--load-format",
@@ -241,22 +240,13 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
         if problems:
             gated[s.label] = problems
 
-    spreads = {s.label: {scenario: repeat_spread(s, scenario) for scenario in dict.fromkeys(k[0] for k in cells_keys)}
-               for s in sides}
-    cells = []
+    cell_values = []
     for scenario, conc in cells_keys:
         values: dict[str, float | None] = {}
         for s in sides:
             run = next((r for r in s.runs if r.scenario == scenario and r.concurrency == conc), None)
             values[s.label] = run.output_tok_s if run is not None and s.usable(run) else None
-        measured = [spreads[s.label][scenario] for s in sides if spreads[s.label][scenario] is not None]
-        noise = round(max(measured), 2) if measured else DEFAULT_NOISE_PCT
-        winner, margin = _winner(values, set(gated), noise)
-        leaders, behind = standings(values, set(gated), noise) if not incomplete else ([], {})
-        cells.append({"scenario": scenario, "concurrency": conc, "output_tok_s": values,
-                      "winner": None if incomplete else winner, "winner_margin_pct": margin,
-                      "noise_pct": noise, "noise_source": "repeats" if measured else "default",
-                      "leaders": leaders, "behind": behind})
+        cell_values.append((scenario, conc, values))
 
     slo_capacity: dict[str, dict[str, float | None]] = {}
     slo_intervals: dict[str, dict[str, dict[str, Any]]] = {}
@@ -271,6 +261,15 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
             slo_intervals.setdefault(scenario, {})[s.label] = cap.as_dict()
             slo_capacity.setdefault(scenario, {})[s.label] = (
                 round(V.figure(cap), 3) if cap.state == V.MEETS and V.figure(cap) is not None else None)
+
+    cells = []
+    for scenario, conc, values in cell_values:
+        noise, source = cell_noise(list(intervals.get(scenario, {}).values()))
+        winner, margin = _winner(values, set(gated), noise)
+        leaders, behind = standings(values, set(gated), noise) if not incomplete else ([], {})
+        cells.append({"scenario": scenario, "concurrency": conc, "output_tok_s": values,
+                      "winner": None if incomplete else winner, "winner_margin_pct": margin,
+                      "noise_pct": noise, "noise_source": source, "leaders": leaders, "behind": behind})
 
     gpus = {s.label: max(1, s.gpus) for s in sides}
     slo_winner = {scenario: lead for scenario, per in intervals.items()
@@ -300,20 +299,18 @@ def capacity_lead(per: dict[str, V.Capacity], gpus: dict[str, int], excluded: se
             "winner": first if clear and not incomplete else None, "per": "gpu"}
 
 
-def repeat_spread(side: Side, scenario: str) -> float | None:
-    """The largest run-to-run spread (max - min over the mean, in %) of output tok/s among the points
-    of a scenario measured more than once (the grid run and the capacity search's runs at the same
-    concurrency); None when no point was repeated."""
-    spreads = []
-    for c, runs in CR.search_runs(side.path).get(scenario, {}).items():
-        values = [r.output_tok_s for r, _ in runs if r.output_tok_s]
-        grid = next((r for r in side.valid(scenario) if r.concurrency == c and r.output_tok_s), None)
-        if grid is not None:
-            values.append(grid.output_tok_s)
-        if len(values) >= 2:
-            mean = sum(values) / len(values)
-            spreads.append(100.0 * (max(values) - min(values)) / mean)
-    return max(spreads) if spreads else None
+def cell_noise(caps: list[V.Capacity]) -> tuple[float, str]:
+    """(noise_pct, noise_source) of a scenario's cells: the widest output tok/s run-to-run band among the
+    variants, each as `bench report` states it for that variant's sweep (its capacity's `noise_by_figure`:
+    comparable repeats, one load and one size, pooled with the band the sweep assumed as one degree of
+    freedom; the assumed band alone where nothing was repeated). "repeats" where the widest was measured,
+    "default" where it was assumed; the project's default band where no variant has a usable run."""
+    bands = [((cap.noise_by_figure or {}).get(C.OUTPUT_TOK_S, cap.noise_pct), cap.noise_source) for cap in caps
+             if cap.noise_pct is not None]
+    if not bands:
+        return C.DEFAULT_NOISE_PCT, "default"
+    band, source = max(bands, key=lambda b: b[0])
+    return round(band, 2), "repeats" if source == "measured" else "default"
 
 
 def _winner(values: dict[str, float | None], excluded: set[str], noise_pct: float
@@ -380,8 +377,9 @@ def render_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, An
     ranks = int(len(labels) > 2)  # with two variants, who trails is who the winner beat
     lines += ["", "## Output tok/s per scenario and concurrency", "",
               "A cell names a winner only when the first variant leads the second by more than the noise: the "
-              "run-to-run spread measured from repeated points (the capacity search runs some concurrencies "
-              f"again), else a default band of {DEFAULT_NOISE_PCT:g} %."
+              "widest run-to-run band of output tok/s among the variants, each as `bench report` states it for its "
+              "sweep (measured from repeated points, pooled with the band the sweep assumed; else that band, "
+              f"{C.DEFAULT_NOISE_PCT:g} % unless the sweep set another)."
               + (" A variant is behind the best only where the best leads it by more than the same noise; how much "
                  "less it serves is in % of the best." if ranks else ""), "",
               "| Scenario / concurrency | " + " | ".join(labels) + " | Winner | Margin (noise band) |"
