@@ -12,11 +12,11 @@ declare aside); a second difference, any difference in the benchmark itself, an 
 or missing run, or a missing manifest makes the comparison incomplete and no cell names a winner. A
 cell's winner must lead the next variant by more than the run-to-run noise (the widest output tok/s
 band among the variants, as `bench report` states each: measured where a point was run more than
-once, pooled with the sweep's assumed band, 11 % unless it set another), and a variant is behind the best only where the best leads it by
-more than that noise (with three or more variants, compare.md, the page and the terminal name them:
-where several lead within the noise, who trails is the answer); a variant whose speculative decoding
-accepted under 10 % of drafts on real text never wins. The SLO is the one the sweeps recorded unless an SLO flag sets
-another.
+once, pooled with the sweep's assumed band, 11 % unless it set another), and a variant is behind the
+best only where the best leads it by more than that noise (with three or more variants, compare.md,
+the page and the terminal name them: where several lead within the noise, who trails is the answer);
+a variant whose speculative decoding accepted under 10 % of drafts on real text never wins. The SLO
+is the one the sweeps recorded unless an SLO flag sets another.
 
 Reference: the keys of compare.json, docs/files.md#compare-comparejson; the rules,
 docs/benchmark.md#compare.
