@@ -335,8 +335,11 @@ def test_a_server_gone_during_the_search_stops_the_sweep(bench_stub_server, fake
     model(fake_bench, ttft_ms_per_c=90, itl_ms=20, itl_ms_per_c=1)
     fake_bench.plan({"S1_chat_c6": ["server_down"]})  # the search's first run (see the test above)
     out = tmp_path / "out"
+    # 5 s, not 1: a fresh-clone run beside other work saw the stub's healthy /health take over 1 s to answer (the
+    # sweep then stopped early, on a grid run's check); the server gone answers 503 at once, so the test waits
+    # the 5 s once, after the search's failed run
     rc = run_sweep(bench_stub_server, fake_bench, out, "--open-loop", "never", "--window-s", "5",
-                   "--health-timeout-s", "1")
+                   "--health-timeout-s", "5")
     err = " ".join(capsys.readouterr().err.split())
     assert rc == S.EXIT_UNHEALTHY, err
     assert "the server stopped answering during the search run search/S1_chat_c6.run1:" in err
