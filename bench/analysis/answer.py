@@ -488,12 +488,19 @@ def lead_outcome(lead: dict[str, Any]) -> str:
     return "no clear winner (the interval reaches down to 1x or below)"
 
 
+def ranks_shown(variants: int) -> bool:
+    """Whether bench compare shows who trails the best (compare.md's and the page's column, the terminal's and
+    the experiment page's words): with three or more variants; with two, the winner says who trails."""
+    return variants > 2
+
+
 def standing_words(cell: dict[str, Any]) -> str | None:
     """"seqs-64, seqs-32 and seqs-128 lead, within the noise of each other; beyond the noise, seqs-16 serves
     38.4 % less than seqs-64": who leads a bench compare cell (its `leaders`, the best first) and who trails the
-    best beyond the noise (its `behind`, in % of the best). None where no variant trails."""
+    best beyond the noise (its `behind`, in % of the best). None where no variant trails, or where the winner
+    says it (`ranks_shown`)."""
     leaders, behind = cell.get("leaders") or [], cell.get("behind") or {}
-    if not leaders or not behind:
+    if not leaders or not behind or not ranks_shown(len(cell.get("output_tok_s") or {})):
         return None
     lead = (f"{leaders[0]} leads" if len(leaders) == 1
             else f"{', '.join(leaders[:-1])} and {leaders[-1]} lead, within the noise of each other")

@@ -313,11 +313,16 @@ def cell_noise(caps: list[V.Capacity]) -> tuple[float, str]:
     return round(band, 2), "repeats" if source == "measured" else "default"
 
 
+def _ranked(values: dict[str, float | None], excluded: set[str]) -> list[tuple[float, str]]:
+    """A cell's (output tok/s, variant), highest first: the variants with a usable run, a gated one never."""
+    return sorted(((v, label) for label, v in values.items() if v is not None and label not in excluded),
+                  reverse=True)
+
+
 def _winner(values: dict[str, float | None], excluded: set[str], noise_pct: float
             ) -> tuple[str | None, float | None]:
     """(winner or None within the noise, margin of the first over the second in %)."""
-    ranked = sorted(((v, label) for label, v in values.items() if v is not None and label not in excluded),
-                    reverse=True)
+    ranked = _ranked(values, excluded)
     if not ranked:
         return None, None
     if len(ranked) == 1:
@@ -336,8 +341,7 @@ def standings(values: dict[str, float | None], excluded: set[str], noise_pct: fl
     variant and how much less it serves than the best, in % of the best. The test is the winner's: the best's
     margin over a variant, in % of that variant, beyond the noise. Only variants with a usable run are ranked,
     a gated one never; with fewer than two ranked, neither list is made."""
-    ranked = sorted(((v, label) for label, v in values.items() if v is not None and label not in excluded),
-                    reverse=True)
+    ranked = _ranked(values, excluded)
     if len(ranked) < 2 or ranked[0][0] <= 0:
         return [], {}
     best = ranked[0][0]
@@ -374,7 +378,7 @@ def render_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, An
         for label, problems in extra["gated"].items():
             lines += [f"- **{label}**: {p}" for p in problems]
 
-    ranks = int(len(labels) > 2)  # with two variants, who trails is who the winner beat
+    ranks = int(answer.ranks_shown(len(labels)))
     lines += ["", "## Output tok/s per scenario and concurrency", "",
               "A cell names a winner only when the first variant leads the second by more than the noise: the "
               "widest run-to-run band of output tok/s among the variants, each as `bench report` states it for its "
@@ -510,10 +514,9 @@ def run(args: argparse.Namespace) -> int:
     state = (f"INCOMPLETE ({len(data['incomplete'])} reasons)" if data["incomplete"]
              else f"{winners} {'winner' if winners == 1 else 'winners'}, {close} {'cell' if close == 1 else 'cells'} "
                   "without a clear winner (within the noise)")
-    if len(sides) > 2:  # who trails the best beyond the noise (with two variants, the winner says it)
-        for c in data["cells"]:
-            if words := answer.standing_words(c):
-                print(f"bench compare: {c['scenario']} c={c['concurrency']}: {words}")
+    for c in data["cells"]:  # who trails the best beyond the noise, where the winner does not say it
+        if words := answer.standing_words(c):
+            print(f"bench compare: {c['scenario']} c={c['concurrency']}: {words}")
     for scenario, lead in data["slo_capacity_winner"].items():  # before the summary, which stays the last line
         print(f"bench compare: under the SLO, {scenario}: {answer.lead_words(lead)}")
     n = len(data["cells"])

@@ -241,7 +241,7 @@ def _starts_lines(variants: dict[str, Any]) -> list[str]:
 def _cell_words(cell: dict[str, Any]) -> str:
     """A comparison cell: its winner, or no clear one, or the variants with no valid run at that load."""
     noise = f"(noise {_s(cell.get('noise_pct'), ' %')})"
-    ranks = f"; {words}" if len(cell.get("output_tok_s") or {}) > 2 and (words := answer.standing_words(cell)) else ""
+    ranks = f"; {words}" if (words := answer.standing_words(cell)) else ""
     if cell.get("winner"):
         return f"{cell['winner']} by {_s(cell.get('winner_margin_pct'), ' %')} {noise}{ranks}"
     unmeasured = [label for label, tok in (cell.get("output_tok_s") or {}).items() if tok is None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.analysis.answer import lead_interval_words, lead_outcome
+from bench.analysis.answer import lead_interval_words, lead_outcome, ranks_shown
 from bench.analysis.markup import capacity_html, cell, chart, document, esc, field, is_number, num, table, wins_words
 
 
@@ -40,7 +40,7 @@ def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float,
                 + chart(lambda C: C.compare_figure(data.get("cells") or [], labels),
                         "output tok/s per variant against concurrency"))
     has_margin = any("winner_margin_pct" in c for c in data.get("cells") or [])
-    ranks = len(labels) > 2  # with two variants, who trails is who the winner beat
+    ranks = ranks_shown(len(labels))
     rows, classes = [], []
     for i, c in enumerate(data.get("cells") or []):
         row = f"<td>{esc(c['scenario'])}</td>" + cell(str(c["concurrency"]), ["cells", i, "concurrency"])
