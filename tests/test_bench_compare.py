@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.analysis import answer
+from bench.analysis import answer, pages
 from bench.analysis import compare as C
 from bench.analysis import results as R
 
@@ -95,7 +95,7 @@ def sweep(folder: Path, cells: dict[tuple[str, int], float], *, server_flags: li
 def compare(tmp_path, *folders, labels=None):
     sides = C.load_sides([str(f) for f in folders], labels)
     data, extra = C.build(sides, ttft_ms=500.0, itl_ms=50.0)
-    return data, extra, C.render_markdown(sides, data, extra, 500.0, 50.0)
+    return data, extra, pages.compare_markdown(sides, data, extra, 500.0, 50.0)
 
 
 def table6(tmp_path):

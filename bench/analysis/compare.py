@@ -350,116 +350,6 @@ def standings(values: dict[str, float | None], excluded: set[str], noise_pct: fl
     return leaders, behind
 
 
-# -- markdown ---------------------------------------------------------------------------------
-
-
-def _n(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.1f}"
-
-
-def render_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, Any],
-                    ttft_ms: float, itl_ms: float) -> str:
-    labels = [v["label"] for v in data["variants"]]
-    lines = ["# Variant comparison: " + " vs ".join(labels), ""]
-    lines += ["| Variant | Sweep | " + " | ".join(extra["settings"] or ["(no server setting differs)"]) + " |",
-              "|---|---|" + "---|" * max(1, len(extra["settings"]))]
-    for v in data["variants"]:
-        cols = [v["differs"].get(k, "-") for k in extra["settings"]] or ["-"]
-        lines.append(f"| {v['label']} | `{v['dir']}` | " + " | ".join(f"`{c}`" for c in cols) + " |")
-    owned = [k for k in data["variants"][0]["differs"] if k not in extra["settings"]] if data["variants"] else []
-    if owned:
-        lines += ["", "Follows from the setting above: " + ", ".join(
-            f"{k} ({', '.join(v['label'] + ' ' + v['differs'][k] for v in data['variants'])})" for k in owned)]
-    if data["incomplete"]:
-        lines += ["", "## Incomplete: no winner is named", ""]
-        lines += [f"- {reason}" for reason in data["incomplete"]]
-    if extra["gated"]:
-        lines += ["", "## Configuration problems (never a winner)", ""]
-        for label, problems in extra["gated"].items():
-            lines += [f"- **{label}**: {p}" for p in problems]
-
-    ranks = int(answer.ranks_shown(len(labels)))
-    lines += ["", "## Output tok/s per scenario and concurrency", "",
-              "A cell names a winner only when the first variant leads the second by more than the noise: the "
-              "widest run-to-run band of output tok/s among the variants, each as `bench report` states it for its "
-              "sweep (measured from repeated points, pooled with the band the sweep assumed; else that band, "
-              f"{C.DEFAULT_NOISE_PCT:g} % unless the sweep set another)."
-              + (" A variant is behind the best only where the best leads it by more than the same noise; how much "
-                 "less it serves is in % of the best." if ranks else ""), "",
-              "| Scenario / concurrency | " + " | ".join(labels) + " | Winner | Margin (noise band) |"
-              + (" Behind the best, beyond the noise |" if ranks else ""),
-              "|---|" + "---|" * (len(labels) + 2 + ranks)]
-    for cell in data["cells"]:
-        vals = [_n(cell["output_tok_s"][label]) for label in labels]
-        if cell["winner"]:
-            vals = [f"**{v}**" if label == cell["winner"] else v for v, label in zip(vals, labels)]
-        lines.append(f"| {cell['scenario']} / {cell['concurrency']} | " + " | ".join(vals)
-                     + f" | {_winner_text(cell, bool(data['incomplete']))} | {_margin_text(cell)} |"
-                     + (f" {_behind_text(cell)} |" if ranks else ""))
-
-    slo = data.get("slo") or {}
-    lines += ["", f"## SLO capacity (output tok/s; TTFT p99 <= {ttft_ms:g} ms and "
-              f"{str(slo.get('decode_metric', 'itl')).upper()} p99 <= {itl_ms:g} ms; "
-              "grid, or the capacity search's bracket where it ran)", ""]
-    lines += [f"SLO: {n}." for n in slo.get("notes") or []] + ([""] if slo.get("notes") else [])
-    lines += ["| Scenario | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
-    for scenario in data["slo_capacity"]:
-        per = extra.get("intervals", {}).get(scenario, {})
-        lines.append(f"| {scenario} | " + " | ".join(
-            answer.capacity_words(per[label].as_dict()) if label in per else "-" for label in labels) + " |")
-    leads = data.get("slo_capacity_winner") or {}
-    if leads:
-        lines += ["", "A winner under the SLO is named only where the ratio of the two highest capacities per GPU "
-                  "has a 95 % interval wholly above 1x (each side's run-to-run band included, in quadrature):", ""]
-        lines += [f"- {scenario}: {answer.lead_words(lead)}" for scenario, lead in leads.items()]
-
-    spec_rows = []
-    for s in sides:
-        for r in s.runs:
-            if r.valid and r.spec_acceptance_rate_pct is not None:
-                spec_rows.append((s.label, r))
-    if spec_rows:
-        lines += ["", "## Speculative decoding acceptance", "",
-                  "| Variant | Scenario / concurrency | Acceptance | Per position | Mean acceptance length |",
-                  "|---|---|---|---|---|"]
-        for label, r in spec_rows:
-            pos = SPEC.per_position(r)
-            lines.append(f"| {label} | {r.scenario} / {r.concurrency} | {r.spec_acceptance_rate_pct:.1f}% | "
-                         f"{' / '.join(f'{p:.2f}' for p in pos) if pos else '-'} | "
-                         f"{f'{r.spec_acceptance_length:.2f}' if r.spec_acceptance_length is not None else '-'} |")
-        lines += ["", "Acceptance on random-token scenarios (S1-S5) says nothing about real text; judge "
-                  "speculative decoding on K_korean."]
-    if any(r.scenario == "K_korean" for s in sides for r in s.runs):
-        lines += ["", "## Korean prompt set (acceptance, c1 tok/s, c1 E2E p50, c8 tok/s)", ""]
-        lines += SPEC.table7_markdown([(s.label, SPEC.table7_row(s.runs)) for s in sides])
-    return "\n".join(lines) + "\n"
-
-
-def _winner_text(cell: dict[str, Any], incomplete: bool) -> str:
-    if cell["winner"]:
-        return cell["winner"]
-    if incomplete:
-        return "none (incomplete)"
-    if cell["winner_margin_pct"] is not None:
-        return "no clear winner"
-    return "-"
-
-
-def _behind_text(cell: dict[str, Any]) -> str:
-    behind = cell.get("behind") or {}
-    if behind:
-        return ", ".join(f"{label} {pct:.1f} % less" for label, pct in behind.items())
-    return "none" if cell.get("leaders") else "not ranked"
-
-
-def _margin_text(cell: dict[str, Any]) -> str:
-    band = f"{cell['noise_pct']:g} % {'measured' if cell['noise_source'] == 'repeats' else 'default'}"
-    if cell["winner_margin_pct"] is None:
-        return f"- ({band})"
-    within = "" if cell["winner_margin_pct"] > cell["noise_pct"] else ", within it"
-    return f"{cell['winner_margin_pct']:.1f} % ({band}{within})"
-
-
 # -- command ----------------------------------------------------------------------------------
 
 
@@ -503,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     locations.written(out / "compare.json")
-    (out / "compare.md").write_text(render_markdown(sides, data, extra, args.slo_ttft_p99_ms, args.slo_itl_p99_ms),
+    (out / "compare.md").write_text(pages.compare_markdown(sides, data, extra, args.slo_ttft_p99_ms, args.slo_itl_p99_ms),
                                     encoding="utf-8")
     locations.written(out / "compare.md")
     if not args.no_html:

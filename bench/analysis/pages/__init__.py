@@ -1,7 +1,7 @@
 """Report pages: `report.html`, `plan.html` and `compare.html`, one self-contained file each.
 
-One module per page (report_page, plan_page, compare_page); the HTML they are made of is
-bench/analysis/markup.py, their charts bench/analysis/charts.py.
+One module per page (report_page, plan_page, compare_page, which writes compare.md too); the HTML
+they are made of is bench/analysis/markup.py, their charts bench/analysis/charts.py.
 
 `bench report`, `bench plan` and `bench compare` write a page beside their Markdown (`--no-html` to
 skip), built from the same dictionaries as the Markdown and the JSON (summary.json, plan.json,
@@ -19,9 +19,9 @@ open end reads "at least 3.20x".
 """
 
 from bench.analysis.markup import wins_words
-from bench.analysis.pages.compare_page import compare_page, write_compare
+from bench.analysis.pages.compare_page import compare_markdown, compare_page, write_compare
 from bench.analysis.pages.plan_page import plan_page, plan_section, write_plan
 from bench.analysis.pages.report_page import report_context, report_page, side_facts, verdict_state, write_report
 
-__all__ = ["compare_page", "plan_page", "plan_section", "report_context", "report_page", "side_facts", "verdict_state",
-           "wins_words", "write_compare", "write_plan", "write_report"]
+__all__ = ["compare_markdown", "compare_page", "plan_page", "plan_section", "report_context", "report_page", "side_facts",
+           "verdict_state", "wins_words", "write_compare", "write_plan", "write_report"]
