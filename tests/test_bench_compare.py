@@ -108,8 +108,10 @@ def test_table6_winner_per_cell_and_what_differs(tmp_path):
     data, _, md = compare(tmp_path, *table6(tmp_path), labels=["FP8 (BF16 KV)", "FP8 (fp8 KV)"])
     assert data["incomplete"] == []
     assert data["variants"] == [
-        {"label": "FP8 (BF16 KV)", "dir": str(tmp_path / "bf16kv"), "differs": {"kvCacheDtype": "auto"}},
-        {"label": "FP8 (fp8 KV)", "dir": str(tmp_path / "fp8kv"), "differs": {"kvCacheDtype": "fp8"}},
+        {"label": "FP8 (BF16 KV)", "dir": str(tmp_path / "bf16kv"), "sweeps": [str(tmp_path / "bf16kv")],
+         "differs": {"kvCacheDtype": "auto"}},
+        {"label": "FP8 (fp8 KV)", "dir": str(tmp_path / "fp8kv"), "sweeps": [str(tmp_path / "fp8kv")],
+         "differs": {"kvCacheDtype": "fp8"}},
     ]
     assert [(c["scenario"], c["concurrency"], c["output_tok_s"], c["winner"]) for c in data["cells"]] == [
         ("S2_summary", 32, {"FP8 (BF16 KV)": 112.1, "FP8 (fp8 KV)": 201.8}, "FP8 (fp8 KV)"),
@@ -245,18 +247,13 @@ def test_a_winner_only_beyond_the_noise(tmp_path):
     assert (c32["winner"], c32["winner_margin_pct"]) == ("b", 16.0)
     assert "no clear winner | 0.8 % (11 % default, within it) |" in md
 
-    def band(*pairs: tuple[float, float]) -> float:  # 1.96 sd of one run's log, pooled with 11 % as one df
-        var = sum((math.log(x) - math.log(y)) ** 2 / 2 for x, y in pairs)
-        prior = (0.11 / 1.96) ** 2
-        return round(100 * 1.96 * math.sqrt((var + prior) / (len(pairs) + 1)), 2)
-
     # The search ran c=8 of a twice at one size: 900 and 1,100 measure a wider band, which then bounds every
     # cell of the scenario: 16 % at c=32 is no longer beyond it.
     _search_run(a, "S1_chat", 8, 1, 900.0, 300.0)
     _search_run(a, "S1_chat", 8, 2, 1100.0, 300.0)
     data, _, _ = compare(tmp_path, a, b)
     c32 = data["cells"][2]
-    assert (c32["noise_pct"], c32["noise_source"], c32["winner"]) == (band((900.0, 1100.0)), "repeats", None)
+    assert (c32["noise_pct"], c32["noise_source"], c32["winner"]) == (_band((900.0, 1100.0)), "repeats", None)
     assert c32["noise_pct"] > 16.0
     # Close repeats at three points of both variants narrow it below the assumed 11 %, but never to the spread
     # alone (0.2 to 0.4 %): 8 % wins, 0.8 % does not. With one variant unrepeated, its 11 % would still bound it.
@@ -265,9 +262,90 @@ def test_a_winner_only_beyond_the_noise(tmp_path):
             for k, tok in ((1, x), (2, y)):
                 _search_run(side, "S1_chat", c, k, tok * scale, 300.0)
     data, _, _ = compare(tmp_path, a, b)
-    expected = band((1000.0, 1004.0), (1500.0, 1497.0), (2000.0, 2006.0))
+    expected = _band((1000.0, 1004.0), (1500.0, 1497.0), (2000.0, 2006.0))
     assert 5.0 < expected < 8.0 and [c["noise_pct"] for c in data["cells"]] == [expected] * 3, data["cells"]
     assert [c["winner"] for c in data["cells"]] == [None, "b", "b"]
+
+
+def _band(*pairs: tuple[float, float]) -> float:
+    """1.96 standard deviations of one run's log from pairs of repeats, pooled with 11 % as one degree of freedom."""
+    var = sum((math.log(x) - math.log(y)) ** 2 / 2 for x, y in pairs)
+    prior = (0.11 / 1.96) ** 2
+    return round(100 * 1.96 * math.sqrt((var + prior) / (len(pairs) + 1)), 2)
+
+
+REPEATS = ((8, 1000.0, 1004.0), (16, 1500.0, 1497.0), (32, 2000.0, 2006.0))  # (c, first server, second server)
+
+
+def _repeat(folder: Path, which: int, scale: float = 1.0, **kw) -> Path:
+    """One of two sweeps of S1_chat, each from its own server (`which` 1 or 2), as gpu-check's --again leaves them."""
+    name = "S1_chat.earlier-1" if which == 1 else "S1_chat"
+    return sweep(folder / name, {("S1_chat", c): pair[which - 1] * scale for c, *pair in REPEATS}, **kw)
+
+
+def test_sweeps_given_one_label_are_one_variants_repeats(tmp_path, capsys):
+    """gpu-check's --again sweeps a variant again from a fresh server (the H100, 2026-12-06: seqs-64 served S1_chat
+    at c=64 2,108.4 and 2,111.7 tok/s from two servers). Folders given one label are that variant's repeats: a cell
+    shows their mean, their runs at one concurrency and size measure the band between servers, and the capacity
+    names each run with its folder. One sweep each, 8 % apart is within the assumed 11 %; two each, it is not."""
+    a1, a2 = _repeat(tmp_path / "a", 1, server_flags=flags()), _repeat(tmp_path / "a", 2, server_flags=flags())
+    b1, b2 = (_repeat(tmp_path / "b", k, 1.08, server_flags=flags(kv_cache_dtype="auto")) for k in (1, 2))
+    data, _, _ = compare(tmp_path, a2, b2, labels=["a", "b"])
+    assert [(c["winner"], c["noise_pct"]) for c in data["cells"]] == [(None, 11.0)] * 3
+
+    data, _, md = compare(tmp_path, a1, a2, b1, b2, labels=["a", "a", "b", "b"])
+    assert data["incomplete"] == []
+    assert [(v["label"], v["dir"], v["sweeps"]) for v in data["variants"]] == [
+        ("a", str(a1), [str(a1), str(a2)]), ("b", str(b1), [str(b1), str(b2)])]
+    c8 = data["cells"][0]
+    assert c8["output_tok_s"] == {"a": 1002.0, "b": pytest.approx(1002.0 * 1.08)}
+    assert c8["output_tok_s_sweeps"] == {"a": [1000.0, 1004.0], "b": [pytest.approx(1080.0), pytest.approx(1084.32)]}
+    expected = _band(*((x, y) for _, x, y in REPEATS))
+    assert [(c["noise_pct"], c["noise_source"], c["winner"]) for c in data["cells"]] == [(expected, "repeats", "b")] * 3
+    cap = data["slo_capacity_interval"]["S1_chat"]["a"]
+    assert (cap["load_pass"], cap["repeats"]) == (32, 2)
+    assert cap["source_runs"] == ["S1_chat.earlier-1/S1_chat_c32.json", "S1_chat/S1_chat_c32.json"]
+    assert data["slo_capacity"]["S1_chat"]["a"] == 2003.0
+    assert f"| a | `{a1}`, `{a2}` |" in md
+    assert ("- a: S1_chat / 8: 1,000.0 and 1,004.0; S1_chat / 16: 1,500.0 and 1,497.0; S1_chat / 32: 2,000.0 and "
+            "2,006.0") in md
+
+    # a third server far from the others widens a's band past the 8 %: no winner
+    a0 = sweep(tmp_path / "a" / "S1_chat.earlier-2", {("S1_chat", c): x * 0.85 for c, x, _ in REPEATS},
+               server_flags=flags())
+    data, _, _ = compare(tmp_path, a0, a1, a2, b1, b2, labels=["a", "a", "a", "b", "b"])
+    assert all(c["noise_pct"] > 8.0 and c["winner"] is None for c in data["cells"]), data["cells"]
+
+    # the terminal counts variants and sweeps; the page tags each sweep's figure with its place in compare.json
+    folders = [str(f) for f in (a1, a2, b1, b2)]
+    assert C.main([*folders, "--labels", "a,a,b,b", "--out", str(tmp_path / "page")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("bench compare: 2 variants from 4 sweeps, 3 cells, 3 ")
+    page = (tmp_path / "page" / "compare.html").read_text()
+    stored = json.loads((tmp_path / "page" / "compare.json").read_text())
+    for i, label, j in ((0, "a", 1), (2, "b", 0)):
+        at = html.escape(json.dumps(["cells", i, "output_tok_s_sweeps", label, j]))
+        assert f'<span data-field="{at}">{stored["cells"][i]["output_tok_s_sweeps"][label][j]:,.1f}</span>' in page
+    assert f"<code>{a1}</code><br><code>{a2}</code>" in page
+
+
+def test_sweeps_given_one_label_must_share_every_setting(tmp_path, capsys):
+    """Repeats change nothing but the server process: another server or benchmark setting under one label makes the
+    comparison incomplete, naming both folders. One label for every folder, or default labels that clash, is a
+    usage error."""
+    b = _repeat(tmp_path / "b", 2, server_flags=flags(kv_cache_dtype="auto"))
+    a1 = _repeat(tmp_path / "a", 1, server_flags=flags())
+    seqs = _repeat(tmp_path / "seqs", 2, server_flags=flags(max_num_seqs="128"))
+    seed = _repeat(tmp_path / "seed", 2, server_flags=flags(), seed=7)
+    for other, words in ((seqs, f"the server setting maxNumSeqs ({a1}: 64, {seqs}: 128)"),
+                         (seed, f"the benchmark setting seed ({a1}: 0, {seed}: 7)")):
+        data, _, _ = compare(tmp_path, a1, other, b, labels=["a", "a", "b"])
+        said = [r for r in data["incomplete"] if r.startswith("a: its sweeps differ in ")]
+        assert len(said) == 1 and words in said[0], data["incomplete"]
+        assert all(c["winner"] is None and c["behind"] == {} for c in data["cells"])
+    assert C.main([str(a1), str(b), "--labels", "a,a", "--out", str(tmp_path / "x")]) == 2
+    assert "a comparison needs two variants" in capsys.readouterr().err
+    assert C.main([str(b), str(seqs), "--out", str(tmp_path / "y")]) == 2
+    assert "variant labels are not unique (S1_chat, S1_chat)" in capsys.readouterr().err
 
 
 def _capacity_side(folder: Path, c8: float, c16: float, c32_fail: float | None, **kw) -> Path:
@@ -441,9 +519,9 @@ def test_command_writes_the_contract_files(tmp_path):
     data = json.loads((out / "compare.json").read_text())
     assert set(data) == {"variants", "cells", "slo_capacity", "slo_capacity_interval", "slo_capacity_winner",
                          "incomplete", "slo"}
-    assert all(set(v) == {"label", "dir", "differs"} for v in data["variants"])
-    assert all(set(c) == {"scenario", "concurrency", "output_tok_s", "winner", "winner_margin_pct", "noise_pct",
-                          "noise_source", "leaders", "behind"} for c in data["cells"])
+    assert all(set(v) == {"label", "dir", "sweeps", "differs"} for v in data["variants"])
+    assert all(set(c) == {"scenario", "concurrency", "output_tok_s", "output_tok_s_sweeps", "winner",
+                          "winner_margin_pct", "noise_pct", "noise_source", "leaders", "behind"} for c in data["cells"])
     assert [c["winner"] for c in data["cells"]] == ["fp8-kv", "fp8-kv"]
     assert (out / "compare.md").read_text().startswith("# Variant comparison: bf16-kv vs fp8-kv")
     assert "2 variants, 2 cells, 2 winners, 0 cells without a clear winner" in proc.stdout.splitlines()[-1]
@@ -463,7 +541,7 @@ def test_one_cell_is_counted_as_one(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["ONE"], "at least two sweep folders"),
     (["ONE", "TWO", "--labels", "a"], "1 labels for 2 folders"),
-    (["ONE", "TWO", "--labels", "x,x"], "not unique"),
+    (["ONE", "TWO", "--labels", "x,x"], "every folder is x; a comparison needs two variants"),
     (["ONE", "/nonexistent/sweep"], "no such folder"),
 ])
 def test_bad_arguments_exit_2(tmp_path, argv, message, capsys):

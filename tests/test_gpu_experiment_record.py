@@ -277,6 +277,41 @@ def test_again_measures_a_finished_variant_anew_and_keeps_the_earlier_sweep(tmp_
     assert ran == ["caching-off"] and "kept from an earlier command" not in capsys.readouterr().out
 
 
+def test_a_variant_swept_again_enters_the_comparison_with_every_finished_sweep(tmp_path):
+    """The H100 box, 2026-12-06: seqs-64 and seqs-128 were swept twice, each time from a fresh server, yet the
+    comparison took the latest sweep alone. Every finished sweep of a variant now enters bench compare under its
+    label (the earlier ones first), as one variant's repeats; one a stop cut off, or another scenario's, does not.
+    The record's `earlier` names the box's folders: the folder's name is read beside the variant's."""
+    import os
+
+    from tests.test_bench_compare import flags, sweep
+
+    root = tmp_path / "experiments" / "max-num-seqs"
+    made = {("seqs-32", "S1_chat"): 1354.2, ("seqs-64", "S1_chat.earlier-1"): 2108.4,
+            ("seqs-64", "S1_chat"): 2111.7, ("seqs-64", "S1_chat.earlier-2"): 900.0}
+    for (label, name), tok_s in made.items():
+        sweep(root / label / name, {("S1_chat", 64): tok_s}, server_flags=flags(max_num_seqs=label.split("-")[1]))
+    box = "/root/gc/experiments/max-num-seqs/seqs-64"
+    record = {"variants": {
+        "seqs-32": {"sweeps": {"S1_chat": {"rc": 0}}},
+        "seqs-64": {"sweeps": {"S1_chat": {"rc": 0}}, "earlier": [
+            {"scenario": "S1_chat", "dir": f"{box}/S1_chat.earlier-1", "rc": 0},
+            {"scenario": "S1_chat", "dir": f"{box}/S1_chat.earlier-2", "rc": None, "cut_off": True},
+            {"scenario": "S2_summary", "dir": f"{box}/S2_summary.earlier-1", "rc": 0}]}}}
+    assert gpu_experiment.repeats(record, root, "seqs-64", "S1_chat") == [
+        root / "seqs-64" / "S1_chat.earlier-1", root / "seqs-64" / "S1_chat"]
+    check = SimpleNamespace(runtime=SimpleNamespace(env={**os.environ, "PYTHONPATH": str(REPO)}))
+    result = gpu_experiment.compare(check, gpu_experiment.EXPERIMENTS["max-num-seqs"], record, root, "S1_chat")
+    assert result["status"] == "ok" and result["variants"] == ["seqs-32", "seqs-64"], result
+    assert result["sweeps"] == {"seqs-32": 1, "seqs-64": 2}
+    cell = result["cells"][0]
+    assert cell["output_tok_s_sweeps"]["seqs-64"] == [2108.4, 2111.7]
+    assert cell["output_tok_s"]["seqs-64"] == pytest.approx((2108.4 + 2111.7) / 2)
+    assert result["said"].startswith("bench compare: 2 variants from 3 sweeps, 1 cell")
+    page = gpu_page.experiment_markdown({**record, "experiment": "max-num-seqs", "compare": {"S1_chat": result}})
+    assert "- each from fresh servers, pooled as one variant's repeats (a cell is their mean): seqs-64 (2 sweeps)" in page
+
+
 @pytest.mark.parametrize("again, advice", [
     (False, "run the same command again: the experiment keeps its finished sweeps"),
     (True, "run the same command without --again: the experiment keeps its finished sweeps"),

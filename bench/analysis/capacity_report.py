@@ -103,7 +103,7 @@ def slo_capacity(cap: V.Capacity) -> dict[str, Any] | None:
 
 
 def open_loop_points(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]], *, ttft_ms: float,
-                     decode_ms: float, decode_metric: str = "itl") -> list[dict[str, Any]]:
+                     decode_ms: float, decode_metric: str = "itl", qualify: bool = False) -> list[dict[str, Any]]:
     """Every open-loop run as a row: offered rate, achieved req/s, goodput, attainment, its p99s."""
     points = []
     for rate, at_rate in sorted(runs.items()):
@@ -112,7 +112,7 @@ def open_loop_points(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]]
             goodput = C._num(data.get("request_goodput"))  # noqa: SLF001
             points.append({
                 "rate": rate,
-                "file": V.run_file(result),
+                "file": V.run_file(result, qualify),
                 "req_s": result.req_s,
                 "output_tok_s": result.output_tok_s,
                 "goodput_req_s": goodput,
@@ -125,7 +125,8 @@ def open_loop_points(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]]
 
 
 def rate_search(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]], *, ttft_ms: float, decode_ms: float,
-                decode_metric: str, noise_pct: float | dict[str, float], target: float) -> S.Search | None:
+                decode_metric: str, noise_pct: float | dict[str, float], target: float,
+                qualify: bool = False) -> S.Search | None:
     """The open loop's evidence as the rate search sees it; None without open-loop runs."""
     if not runs:
         return None
@@ -133,7 +134,7 @@ def rate_search(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]], *, 
                      default_noise_pct=noise_pct, target=target)
     for rate, at_rate in runs.items():
         for result, data in at_rate:
-            state.observe(rate, data, V.run_file(result))
+            state.observe(rate, data, V.run_file(result, qualify))
     return state
 
 
@@ -164,16 +165,22 @@ def _settings(folder: Path) -> dict[str, Any]:
     return settings if isinstance(settings, dict) else {}
 
 
-def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, decode_ms: float,
+def scenario_capacity(folder: Path | list[Path], grid: list[R.RunResult], *, ttft_ms: float, decode_ms: float,
                       decode_metric: str = "itl") -> dict[str, dict[str, Any]]:
     """{scenario: {"slo_capacity", "rate_capacity", "open_loop", "closed", "open", "peak"}} for every
     scenario of the grid. `closed` and `open` are the capacity intervals (bench.analysis.verdict.Capacity)
     of the closed loop (grid and search) and of the open loop (None without open-loop runs); `peak`
     the peak over every closed-loop run (bench.analysis.verdict.closed_peak).
-    Pass the usable grid runs (valid, not suspect)."""
-    noise_pct, target = search_settings(folder)
-    searched = search_runs(folder)
-    opened = open_loop_runs(folder)
+    Pass the usable grid runs (valid, not suspect). Several folders (sweeps of one server setting, each from
+    a fresh server) are pooled: their runs at one load with one size are comparable repeats, so the band
+    includes the spread between servers; each run is named after its folder too, and the band assumed
+    where nothing was repeated is the widest the sweeps set."""
+    folders = folder if isinstance(folder, list) else [folder]
+    qualify = len(folders) > 1
+    settings = [search_settings(f) for f in folders]
+    noise_pct, target = max(n for n, _ in settings), settings[0][1]
+    searched = _pool(search_runs(f) for f in folders)
+    opened = _pool(open_loop_runs(f) for f in folders)
     out = {}
     names = []
     for r in grid:
@@ -183,22 +190,33 @@ def scenario_capacity(folder: Path, grid: list[R.RunResult], *, ttft_ms: float, 
         runs = [r for r in grid if r.scenario == name]
         found = searched.get(name, {})
         at_rates = opened.get(name, {})
-        points = open_loop_points(at_rates, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+        points = open_loop_points(at_rates, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
+                                  qualify=qualify)
         closed = V.closed_loop(runs, found, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
-                               noise_pct=noise_pct, target=target)
-        # One server, one scenario: the open loop starts from the closed loop's bands, figure by figure.
+                               noise_pct=noise_pct, target=target, qualify=qualify)
+        # One server setting, one scenario: the open loop starts from the closed loop's bands, figure by figure.
         band = closed.noise_by_figure or (closed.noise_pct if closed.noise_pct is not None else noise_pct)
         opener = V.open_loop(rate_search(at_rates, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
-                                         noise_pct=band, target=target))
+                                         noise_pct=band, target=target, qualify=qualify))
         out[name] = {
             "slo_capacity": slo_capacity(closed),
             "rate_capacity": rate_capacity(opener, points),
             "open_loop": points,
             "closed": closed,
             "open": opener,
-            "peak": V.closed_peak(runs, found),
+            "peak": V.closed_peak(runs, found, qualify),
         }
     return out
+
+
+def _pool(per_folder) -> dict[str, dict[Any, list[tuple[R.RunResult, dict[str, Any]]]]]:
+    """Several folders' search or open-loop runs as one: per scenario and load, the folders' runs in turn."""
+    out: dict[str, dict[Any, list[tuple[R.RunResult, dict[str, Any]]]]] = {}
+    for runs in per_folder:
+        for scenario, by_load in runs.items():
+            for load, at_load in by_load.items():
+                out.setdefault(scenario, {}).setdefault(load, []).extend(at_load)
+    return {s: dict(sorted(by_load.items())) for s, by_load in out.items()}
 
 
 def capacity_files(folder: Path) -> set[Path]:
@@ -225,8 +243,18 @@ def side_capacity(side, *, ttft_ms: float, decode_ms: float, decode_metric: str 
     """A side's (bench.analysis.side.Side) capacity under an SLO per scenario (`scenario_capacity`), the one
     way every command gets it: the side judged with the SLO's TTFT limit first (a run whose decode latency
     was not measurable counts only where its TTFT misses alone), then its usable runs."""
-    side.judge_with(ttft_ms)
-    return scenario_capacity(side.path, _usable(side), ttft_ms=ttft_ms, decode_ms=decode_ms,
+    return sides_capacity([side], ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+
+
+def sides_capacity(sides: list, *, ttft_ms: float, decode_ms: float, decode_metric: str = "itl"
+                   ) -> dict[str, dict[str, Any]]:
+    """`side_capacity` of several sweeps of one server setting pooled (`scenario_capacity`'s folders): the
+    capacity of a variant measured from more than one fresh server."""
+    for side in sides:
+        side.judge_with(ttft_ms)
+    folders = [side.path for side in sides]
+    return scenario_capacity(folders if len(folders) > 1 else folders[0],
+                             [r for side in sides for r in _usable(side)], ttft_ms=ttft_ms, decode_ms=decode_ms,
                              decode_metric=decode_metric)
 
 

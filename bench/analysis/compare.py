@@ -7,6 +7,11 @@ acceptance, what differs between the manifests, and why the comparison is incomp
 compare.json and compare.html. The page draws the first variant blue and the second orange, the
 colours `bench report` gives the baseline and the candidate: list the baseline first.
 
+Repeats: folders given one label (`--labels a,a,b`) are one variant swept more than once, each from a
+fresh server (gpu-check's `--again`). They must share every setting; a cell shows their mean
+(request-weighted), and their runs at one concurrency with one number of requests are comparable
+repeats, so the variant's capacity and run-to-run band include the spread between servers.
+
 Rules: the sweeps may differ in ONE server setting, the variant's own (a cross product the manifests
 declare aside); a second difference, any difference in the benchmark itself, an invalid, suspect
 or missing run, or a missing manifest makes the comparison incomplete and no cell names a winner. A
@@ -178,13 +183,23 @@ def declared_cross(side: Side) -> bool:
 
 def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
           decode_metric: str = "itl") -> tuple[dict[str, Any], dict[str, Any]]:
-    """(compare.json, extra facts for the markdown); `itl_ms` limits the p99 of `decode_metric`."""
+    """(compare.json, extra facts for the markdown); `itl_ms` limits the p99 of `decode_metric`. Sweeps with
+    one label are one variant measured more than once, each from a fresh server: its cells are their mean, and
+    its capacity and band pool their runs."""
     incomplete: list[str] = []
     for s in sides:
         s.judge_with(ttft_ms)
-    facts = [facts_of(s) for s in sides]
-    for _, _, problems in facts:
+    groups: dict[str, list[Side]] = {}
+    for s in sides:
+        groups.setdefault(s.label, []).append(s)
+    named = {id(s): s.label if len(groups[s.label]) == 1 else f"{s.label} ({locations.display(s.path)})"
+             for s in sides}
+    facts_by_side = {id(s): facts_of(s) for s in sides}
+    for _, _, problems in facts_by_side.values():
         incomplete += problems
+    for label, group in groups.items():
+        incomplete += repeat_problems(label, group, [facts_by_side[id(s)] for s in group])
+    facts = [facts_by_side[id(group[0])] for group in groups.values()]
 
     # What differs: server settings (the variant's) and benchmark facts (never allowed).
     keys = sorted({k for server, _, _ in facts for k in server})
@@ -201,25 +216,26 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
     for k in bench_keys:
         values = [bench.get(k, "-") for _, bench, _ in facts]
         if len(set(values)) > 1:
-            listed = ", ".join(f"{s.label}: {v}" for s, v in zip(sides, values))
+            listed = ", ".join(f"{label}: {v}" for label, v in zip(groups, values))
             incomplete.append(f"benchmark setting {k} differs ({listed})")
 
     variants = [
-        {"label": s.label, "dir": locations.display(s.path),
+        {"label": label, "dir": locations.display(group[0].path),
+         "sweeps": [locations.display(s.path) for s in group],
          "differs": {k: server.get(k, "-") for k in differing}}
-        for s, (server, _, _) in zip(sides, facts)
+        for (label, group), (server, _, _) in zip(groups.items(), facts)
     ]
 
     # Runs: every invalid or missing one, and the cells.
     for s in sides:
         bad = s.invalid()
         if bad:
-            incomplete.append(f"{s.label}: {len(bad)} invalid or missing runs: "
+            incomplete.append(f"{named[id(s)]}: {len(bad)} invalid or missing runs: "
                               + ", ".join(f"{r.scenario} c={r.concurrency} ({r.reason})" for r in bad))
         # a collapsed draft is the gate's (a configuration problem, never a winner), not a gap in the data
         suspect = [r for r in s.suspect_runs() if not (s.suspect(r) or "").startswith(R.SPEC_COLLAPSE)]
         if suspect:
-            incomplete.append(f"{s.label}: {len(suspect)} suspect runs: "
+            incomplete.append(f"{named[id(s)]}: {len(suspect)} suspect runs: "
                               + ", ".join(f"{r.scenario} c={r.concurrency} ({s.suspect(r)})" for r in suspect))
     order = list(W.WORKLOADS)
     cells_keys: list[tuple[str, int]] = []
@@ -232,52 +248,76 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
         have = [sorted(r.concurrency for r in s.runs if r.scenario == scenario) for s in sides]
         if any(h != have[0] for h in have):
             incomplete.append(f"scenario {scenario}: concurrencies differ ("
-                              + "; ".join(f"{s.label}: {h or 'none'}" for s, h in zip(sides, have)) + ")")
+                              + "; ".join(f"{named[id(s)]}: {h or 'none'}" for s, h in zip(sides, have)) + ")")
 
     gated: dict[str, list[str]] = {}
-    for s in sides:
-        problems = SPEC.gate_problems(s.runs)
+    for label, group in groups.items():
+        problems = SPEC.gate_problems([r for s in group for r in s.runs])
         if problems:
-            gated[s.label] = problems
+            gated[label] = problems
 
     cell_values = []
     for scenario, conc in cells_keys:
         values: dict[str, float | None] = {}
-        for s in sides:
-            run = next((r for r in s.runs if r.scenario == scenario and r.concurrency == conc), None)
-            values[s.label] = run.output_tok_s if run is not None and s.usable(run) else None
-        cell_values.append((scenario, conc, values))
+        each: dict[str, list[float | None]] = {}
+        for label, group in groups.items():
+            runs = [next((r for r in s.runs if r.scenario == scenario and r.concurrency == conc), None) for s in group]
+            usable = [r if r is not None and s.usable(r) else None for r, s in zip(runs, group)]
+            each[label] = [None if r is None else r.output_tok_s for r in usable]
+            # a variant measured more than once: every sweep must have the point, and the cell is their mean
+            values[label] = (None if any(r is None for r in usable) else usable[0].output_tok_s if len(usable) == 1
+                             else V.weighted([r for r in usable if r is not None], "output_tok_s"))
+        cell_values.append((scenario, conc, values, each))
 
     slo_capacity: dict[str, dict[str, float | None]] = {}
     slo_intervals: dict[str, dict[str, dict[str, Any]]] = {}
     intervals: dict[str, dict[str, V.Capacity]] = {}
-    for s in sides:
-        caps = CR.side_capacity(s, ttft_ms=ttft_ms, decode_ms=itl_ms, decode_metric=decode_metric)
+    for label, group in groups.items():
+        caps = CR.sides_capacity(group, ttft_ms=ttft_ms, decode_ms=itl_ms, decode_metric=decode_metric)
         for scenario in dict.fromkeys(k[0] for k in cells_keys):
             cap = (caps.get(scenario) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
-            intervals.setdefault(scenario, {})[s.label] = cap
+            intervals.setdefault(scenario, {})[label] = cap
             # the figure and its interval as `bench report` writes them (summary.json `slo` and
             # `slo_capacity_interval`): one capacity function, read the same way
-            slo_intervals.setdefault(scenario, {})[s.label] = cap.as_dict()
-            slo_capacity.setdefault(scenario, {})[s.label] = (
+            slo_intervals.setdefault(scenario, {})[label] = cap.as_dict()
+            slo_capacity.setdefault(scenario, {})[label] = (
                 round(V.figure(cap), 3) if cap.state == V.MEETS and V.figure(cap) is not None else None)
 
     cells = []
-    for scenario, conc, values in cell_values:
+    for scenario, conc, values, each in cell_values:
         noise, source = cell_noise(list(intervals.get(scenario, {}).values()))
         winner, margin = _winner(values, set(gated), noise)
         leaders, behind = standings(values, set(gated), noise) if not incomplete else ([], {})
-        cells.append({"scenario": scenario, "concurrency": conc, "output_tok_s": values,
+        cells.append({"scenario": scenario, "concurrency": conc,
+                      "output_tok_s": values,
+                      "output_tok_s_sweeps": each,
                       "winner": None if incomplete else winner, "winner_margin_pct": margin,
                       "noise_pct": noise, "noise_source": source, "leaders": leaders, "behind": behind})
 
-    gpus = {s.label: max(1, s.gpus) for s in sides}
+    gpus = {label: max(1, group[0].gpus) for label, group in groups.items()}
     slo_winner = {scenario: lead for scenario, per in intervals.items()
                   if (lead := capacity_lead(per, gpus, set(gated), bool(incomplete))) is not None}
     data = {"variants": variants, "cells": cells, "slo_capacity": slo_capacity,
             "slo_capacity_interval": slo_intervals, "slo_capacity_winner": slo_winner, "incomplete": incomplete}
     extra = {"gated": gated, "settings": settings, "facts": facts, "intervals": intervals}
     return data, extra
+
+
+def repeat_problems(label: str, group: list[Side], facts: list[tuple[dict[str, str], dict[str, str], list[str]]]
+                    ) -> list[str]:
+    """Why the sweeps given one label are not repeats of one variant: every server and benchmark setting of
+    each must be the first's (each from a fresh server, nothing else changed)."""
+    problems = []
+    first_server, first_bench, _ = facts[0]
+    for side, (server, bench, _) in zip(group[1:], facts[1:]):
+        for kind, mine, theirs in (("server", server, first_server), ("benchmark", bench, first_bench)):
+            for k in sorted(set(mine) | set(theirs)):
+                if mine.get(k, "-") != theirs.get(k, "-"):
+                    problems.append(f"{label}: its sweeps differ in the {kind} setting {k} "
+                                    f"({locations.display(group[0].path)}: {theirs.get(k, '-')}, "
+                                    f"{locations.display(side.path)}: {mine.get(k, '-')}); sweeps given one label "
+                                    "are repeats of one variant and must share every setting")
+    return problems
 
 
 def capacity_lead(per: dict[str, V.Capacity], gpus: dict[str, int], excluded: set[str],
@@ -368,8 +408,12 @@ def load_sides(dirs: list[str], labels: list[str] | None) -> list[Side]:
             raise UsageError(f"no results or manifest in {path}")
         sides.append(side)
     names = [s.label for s in sides]
-    if len(set(names)) != len(names):
-        raise UsageError(f"variant labels are not unique ({', '.join(names)}); name them with --labels")
+    if labels is None and len(set(names)) != len(names):
+        raise UsageError(f"variant labels are not unique ({', '.join(names)}); name them with --labels (one "
+                         "label given to several folders makes them repeats of one variant)")
+    if len(set(names)) < 2:
+        raise UsageError(f"--labels: every folder is {names[0]}; a comparison needs two variants (one label given "
+                         "to several folders makes them repeats of one variant)")
     return sides
 
 
@@ -409,8 +453,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"bench compare: {c['scenario']} c={c['concurrency']}: {words}")
     for scenario, lead in data["slo_capacity_winner"].items():  # before the summary, which stays the last line
         print(f"bench compare: under the SLO, {scenario}: {answer.lead_words(lead)}")
-    n = len(data["cells"])
-    print(f"bench compare: {len(sides)} variants, {n} {'cell' if n == 1 else 'cells'}, {state} -> "
+    n, m = len(data["cells"]), len(data["variants"])
+    repeats = "" if m == len(sides) else f" from {len(sides)} sweeps"
+    print(f"bench compare: {m} variants{repeats}, {n} {'cell' if n == 1 else 'cells'}, {state} -> "
           f"{locations.display(out / 'compare.md')}, compare.json" + ("" if args.no_html else ", compare.html"))
     return 0
 
@@ -418,9 +463,12 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("compare", help="N sweeps of server variants side by side",
                               description=__doc__, formatter_class=Help)
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep folders (or s3://bucket/prefix/), one per variant")
+    p.add_argument("dirs", nargs="+", metavar="DIR",
+                   help="sweep folders (or s3://bucket/prefix/), one per variant, or several per variant where "
+                        "--labels gives them one label")
     O.add_out(p, "compare", "compare.md, compare.json and compare.html")
-    p.add_argument("--labels", help="comma-separated names, one per folder (default: manifest label or folder name)")
+    p.add_argument("--labels", help="comma-separated names, one per folder (default: manifest label or folder name); "
+                                    "folders given one label are repeats of one variant, each from a fresh server")
     O.add_slo(p, recorded_by="the sweeps recorded")
     p.add_argument("--no-html", action="store_true", help="write no compare.html")
     O.add_no_progress(p)

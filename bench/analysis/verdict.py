@@ -156,14 +156,19 @@ def _end(value: float | None) -> float | None:
 # Capacity of one side
 
 
-def run_file(run: R.RunResult) -> str:
+def run_file(run: R.RunResult, qualify: bool = False) -> str:
     """A run's file as its sweep folder names it, the name every page and record gives it: `S1_chat_c8.json`,
-    `search/S1_chat_c10.run2.json`, `open_loop/S1_chat_rate2.5.run1.json`."""
+    `search/S1_chat_c10.run2.json`, `open_loop/S1_chat_rate2.5.run1.json`; with `qualify` (the runs of several
+    sweeps pooled) after the sweep folder's own name: `S1_chat.earlier-1/S1_chat_c8.json`."""
     path = Path(run.path or "")
-    return f"{path.parent.name}/{path.name}" if path.parent.name in ("search", "open_loop") else path.name
+    nested = path.parent.name in ("search", "open_loop")
+    name = f"{path.parent.name}/{path.name}" if nested else path.name
+    if qualify:
+        return f"{(path.parent.parent if nested else path.parent).name}/{name}"
+    return name
 
 
-def _weighted(runs: list[R.RunResult], attr: str) -> float | None:
+def weighted(runs: list[R.RunResult], attr: str) -> float | None:
     """The request-weighted mean of a figure over the runs of one point."""
     pairs = [(getattr(r, attr), max(1, r.completed or 0)) for r in runs if getattr(r, attr) is not None]
     total = sum(w for _, w in pairs)
@@ -188,18 +193,18 @@ def closed_points(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunRes
     return {c: points[c] for c in sorted(points) if points[c]}
 
 
-def closed_peak(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]]
-                ) -> dict[str, Any] | None:
+def closed_peak(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]],
+                qualify: bool = False) -> dict[str, Any] | None:
     """The peak over every closed-loop run of the sweep (the grid's and the search's; the runs of
     one concurrency averaged): {"concurrency", "output_tok_s", "req_s", "loop", "source_run",
     "source_runs"}; ties go to the lower concurrency."""
     points = closed_points(grid, search)
     if not points:
         return None
-    c = max(points, key=lambda k: (_weighted(points[k], "output_tok_s") or 0.0, -k))
+    c = max(points, key=lambda k: (weighted(points[k], "output_tok_s") or 0.0, -k))
     runs = points[c]
-    tok, req = _weighted(runs, "output_tok_s"), _weighted(runs, "req_s")
-    files = [run_file(r) for r in runs]
+    tok, req = weighted(runs, "output_tok_s"), weighted(runs, "req_s")
+    files = [run_file(r, qualify) for r in runs]
     return {"concurrency": c, "output_tok_s": None if tok is None else round(tok, 3),
             "req_s": None if req is None else round(req, 4), "loop": "closed", "source_run": files[0],
             "source_runs": files}
@@ -207,23 +212,25 @@ def closed_peak(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
 
 def closed_search(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]], *,
                   ttft_ms: float, decode_ms: float, decode_metric: str = "itl", noise_pct: float = C.DEFAULT_NOISE_PCT,
-                  target: float = S.TARGET_WIDTH) -> S.Search:
-    """The closed loop's evidence as the search sees it: the grid's runs and the search's per concurrency."""
+                  target: float = S.TARGET_WIDTH, qualify: bool = False) -> S.Search:
+    """The closed loop's evidence as the search sees it: the grid's runs and the search's per concurrency
+    (`qualify`: runs named after their sweep folder too, for several sweeps pooled)."""
     state = S.Search(ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric, default_noise_pct=noise_pct,
                      target=target)
     for r in grid:
         if r.valid and r.raw and r.output_tok_s is not None:
-            state.observe(r.concurrency, r.raw, run_file(r))
+            state.observe(r.concurrency, r.raw, run_file(r, qualify))
     for c, runs in search.items():
         for r, d in runs:
             if r.valid and d and r.output_tok_s is not None:
-                state.observe(c, d, run_file(r))
+                state.observe(c, d, run_file(r, qualify))
     return state
 
 
 def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResult, dict[str, Any]]]], *,
                 ttft_ms: float, decode_ms: float, decode_metric: str = "itl",
-                noise_pct: float = C.DEFAULT_NOISE_PCT, target: float = S.TARGET_WIDTH) -> Capacity:
+                noise_pct: float = C.DEFAULT_NOISE_PCT, target: float = S.TARGET_WIDTH,
+                qualify: bool = False) -> Capacity:
     """The capacity under the SLO, closed loop: the one function behind every page's figure.
 
     The capacity is the output tok/s at the highest concurrency that meets the SLO with confidence
@@ -231,9 +238,9 @@ def closed_loop(grid: list[R.RunResult], search: dict[int, list[tuple[R.RunResul
     (bench.analysis.capacity.search.Search judges each concurrency on all its runs, p99 intervals widened by
     the run-to-run band); its 95 % interval runs from that figure to the throughput at the lowest
     concurrency above it that misses the SLO for sure, each end widened by its band.
-    `noise_pct` is the band assumed where no point was measured twice."""
+    `noise_pct` is the band assumed where no point was measured twice; `qualify` as for `closed_search`."""
     state = closed_search(grid, search, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
-                          noise_pct=noise_pct, target=target)
+                          noise_pct=noise_pct, target=target, qualify=qualify)
     return from_search(state, SEARCH if search else GRID, CONCURRENCY)
 
 

@@ -8,7 +8,8 @@ beside. For each variant asked for (--variants, default all) the command says wh
 compile cache (a gpu-check run's; the first start without one compiles), records its start (seconds to
 /health, compile cache hit or miss, KV cache tokens and GiB, the attention backend), runs `python -m bench
 sweep` against it and stops it. Then `python -m bench compare` over every variant swept so far in --out
-(variants run by earlier commands included), which names a winner only outside the noise.
+(variants run by earlier commands included), which names a winner only outside the noise; a variant swept
+again from a fresh server (--again) enters it with every finished sweep, as repeats of one variant.
 
 Each scenario is swept on its own (one `bench sweep` per variant and scenario), and compared on its own,
 so a long experiment splits over commands of under ten minutes with --variants and --scenarios: what an
@@ -444,22 +445,34 @@ def compare(check, experiment: Experiment, record: dict[str, Any], root: Path, s
         return {"status": "waiting", "reason": f"{len(done)} variant{'s' if len(done) != 1 else ''} swept so far; "
                                               "a comparison needs two"}
     out = root / "compare" / scenario
-    proc = subprocess.run([sys.executable, "-m", "bench", "compare", *[str(root / v / scenario) for v in done],
-                           "--labels", ",".join(done), "--out", str(out)], env=check.runtime.env,
-                          capture_output=True, text=True)
+    folders = [(label, folder) for label in done for folder in repeats(record, root, label, scenario)]
+    proc = subprocess.run([sys.executable, "-m", "bench", "compare", *[str(f) for _, f in folders],
+                           "--labels", ",".join(label for label, _ in folders), "--out", str(out)],
+                          env=check.runtime.env, capture_output=True, text=True)
     (root / f"compare-{scenario}.log").write_text(proc.stdout + proc.stderr)
     result: dict[str, Any] = {"status": "ok" if proc.returncode == 0 else "broken", "rc": proc.returncode,
                               "dir": str(out), "variants": done,
+                              "sweeps": {label: sum(1 for v, _ in folders if v == label) for label in done},
                               "said": (proc.stdout.strip().splitlines() or [""])[-1][:400]}
     if (out / "compare.json").is_file():
         data = json.loads((out / "compare.json").read_text())
-        result.update(cells=[{k: c.get(k) for k in ("concurrency", "output_tok_s", "winner", "winner_margin_pct",
-                                                     "noise_pct", "leaders", "behind")} for c in data.get("cells", [])],
+        result.update(cells=[{k: c.get(k) for k in ("concurrency", "output_tok_s", "output_tok_s_sweeps", "winner",
+                                                     "winner_margin_pct", "noise_pct", "leaders", "behind")}
+                             for c in data.get("cells", [])],
                       slo_capacity=(data.get("slo_capacity") or {}).get(scenario),
                       slo_capacity_interval=(data.get("slo_capacity_interval") or {}).get(scenario),
                       slo_capacity_winner=(data.get("slo_capacity_winner") or {}).get(scenario),
                       incomplete=data.get("incomplete"))
     return result
+
+
+def repeats(record: dict[str, Any], root: Path, label: str, scenario: str) -> list[Path]:
+    """A variant's finished sweeps of `scenario`, each from its own server: those `--again` set aside (oldest
+    first), then the latest. bench compare pools them as one variant's repeats."""
+    entry = record["variants"].get(label) or {}
+    earlier = [root / label / Path(str(e.get("dir"))).name for e in entry.get("earlier") or []
+               if e.get("scenario") == scenario and e.get("rc") == 0 and not e.get("cut_off")]
+    return [f for f in earlier if (f / "manifest.json").is_file()] + [root / label / scenario]
 
 
 def run(check, name: str) -> int:

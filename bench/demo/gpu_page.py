@@ -286,6 +286,9 @@ def experiment_markdown(record: dict[str, Any]) -> str:
             continue
         said = c.get("said") or ""
         lines.append(f"- bench compare: {said.removeprefix('bench compare:').strip() or 'no summary line'}")
+        if pooled := [f"{label} ({n} sweeps)" for label, n in (c.get("sweeps") or {}).items() if n > 1]:
+            lines.append("- each from fresh servers, pooled as one variant's repeats (a cell is their mean): "
+                         + ", ".join(pooled))
         for cell in c.get("cells") or []:
             lines.append(f"- c={cell.get('concurrency')}: {_cell_words(cell)}")
         intervals = c.get("slo_capacity_interval") or {}

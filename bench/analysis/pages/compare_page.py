@@ -29,7 +29,8 @@ def compare_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, A
               "|---|---|" + "---|" * max(1, len(extra["settings"]))]
     for v in data["variants"]:
         cols = [v["differs"].get(k, "-") for k in extra["settings"]] or ["-"]
-        lines.append(f"| {v['label']} | `{v['dir']}` | " + " | ".join(f"`{c}`" for c in cols) + " |")
+        sweeps = ", ".join(f"`{d}`" for d in v.get("sweeps") or [v["dir"]])
+        lines.append(f"| {v['label']} | {sweeps} | " + " | ".join(f"`{c}`" for c in cols) + " |")
     owned = [k for k in data["variants"][0]["differs"] if k not in extra["settings"]] if data["variants"] else []
     if owned:
         lines += ["", "Follows from the setting above: " + ", ".join(
@@ -60,6 +61,7 @@ def compare_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, A
         lines.append(f"| {cell['scenario']} / {cell['concurrency']} | " + " | ".join(vals)
                      + f" | {_winner_text(cell, bool(data['incomplete']))} | {_margin_text(cell)} |"
                      + (f" {_behind_text(cell)} |" if ranks else ""))
+    lines += repeat_lines(data)
 
     slo = data.get("slo") or {}
     lines += ["", f"## SLO capacity (output tok/s; TTFT p99 <= {ttft_ms:g} ms and "
@@ -97,6 +99,21 @@ def compare_markdown(sides: list[Side], data: dict[str, Any], extra: dict[str, A
         lines += ["", "## Korean prompt set (acceptance, c1 tok/s, c1 E2E p50, c8 tok/s)", ""]
         lines += SPEC.table7_markdown([(s.label, SPEC.table7_row(s.runs)) for s in sides])
     return "\n".join(lines) + "\n"
+
+
+def repeat_lines(data: dict[str, Any]) -> list[str]:
+    """Each sweep's output tok/s of a variant swept more than once, under the cells that show their mean."""
+    repeated = [v["label"] for v in data["variants"] if len(v.get("sweeps") or []) > 1]
+    if not repeated:
+        return []
+    lines = ["", "Swept more than once, each from a fresh server (a cell above is their mean, weighted by "
+             "requests; their runs at one concurrency with one number of requests are the variant's repeats):", ""]
+    for label in repeated:
+        per_cell = [f"{c['scenario']} / {c['concurrency']}: "
+                    + " and ".join(_n(x) for x in (c.get("output_tok_s_sweeps") or {}).get(label) or [])
+                    for c in data["cells"]]
+        lines.append(f"- {label}: " + "; ".join(per_cell))
+    return lines
 
 
 def _winner_text(cell: dict[str, Any], incomplete: bool) -> str:
@@ -142,7 +159,8 @@ def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float,
         state = ('<section class="verdict state-none"><div class="state">COMPARABLE</div><p>The sweeps differ in '
                  + esc(", ".join(settings) or "no server setting") + f"; {winners} of {len(data['cells'])} cells have "
                  "a clear winner" + esc(wins_words(data.get("cells") or [], labels)) + ".</p></section>")
-    variant_rows = [f"<td>{esc(v['label'])}</td><td><code>{esc(v['dir'])}</code></td>"
+    variant_rows = [f"<td>{esc(v['label'])}</td><td>"
+                    + "<br>".join(f"<code>{esc(d)}</code>" for d in v.get("sweeps") or [v["dir"]]) + "</td>"
                     + "".join(f"<td><code>{esc(v['differs'].get(k, 'not set'))}</code></td>" for k in settings)
                     for v in data.get("variants") or []]
     body = [f"<h1>{esc(title)}</h1>", state,
@@ -179,7 +197,7 @@ def compare_page(data: dict[str, Any], extra: dict[str, Any], *, ttft_ms: float,
         classes.append("")
     head = (["Scenario", "Concurrency", *labels, "Winner"] + (["Winner's margin", "Noise band"] if has_margin else [])
             + (["Behind the best, beyond the noise"] if ranks else []))
-    body.append(table(head, rows, classes))
+    body.append(table(head, rows, classes) + _repeats_html(data))
     intervals = data.get("slo_capacity_interval") or {}
     cap_rows = [f"<td>{esc(s)}</td>" + "".join(
         "<td>" + capacity_html((intervals.get(s) or {}).get(label), ((intervals.get(s) or {}).get(label) or {}).get(
@@ -220,3 +238,25 @@ def write_compare(out: Path, data: dict[str, Any], extra: dict[str, Any], *, ttf
     path = out / "compare.html"
     path.write_text(compare_page(data, extra, ttft_ms=ttft_ms, itl_ms=itl_ms), encoding="utf-8")
     return path
+
+
+def _repeats_html(data: dict[str, Any]) -> str:
+    """compare.md's repeat lines (`repeat_lines`) on the page, each figure tagged with its place in compare.json."""
+    cells = data.get("cells") or []
+    items = []
+    for v in data.get("variants") or []:
+        if len(v.get("sweeps") or []) < 2:
+            continue
+        label = v["label"]
+        per_cell = []
+        for i, c in enumerate(cells):
+            each = (c.get("output_tok_s_sweeps") or {}).get(label) or []
+            per_cell.append(f"{esc(c['scenario'])} / {esc(str(c['concurrency']))}: " + " and ".join(
+                f'<span data-field="{field(["cells", i, "output_tok_s_sweeps", label, j])}">{num(x, 1)}</span>'
+                if is_number(x) else "no usable run" for j, x in enumerate(each)))
+        items.append(f"<li>{esc(label)}: {'; '.join(per_cell)}</li>")
+    if not items:
+        return ""
+    return ('<p class="note">Swept more than once, each from a fresh server (a cell above is their mean, weighted by '
+            "requests; their runs at one concurrency with one number of requests are the variant's repeats):</p><ul>"
+            + "".join(items) + "</ul>")
