@@ -298,7 +298,7 @@ def test_a_variant_swept_again_enters_the_comparison_with_every_finished_sweep(t
             {"scenario": "S1_chat", "dir": f"{box}/S1_chat.earlier-1", "rc": 0},
             {"scenario": "S1_chat", "dir": f"{box}/S1_chat.earlier-2", "rc": None, "cut_off": True},
             {"scenario": "S2_summary", "dir": f"{box}/S2_summary.earlier-1", "rc": 0}]}}}
-    assert gpu_experiment.repeats(record, root, "seqs-64", "S1_chat") == [
+    assert gpu_experiment.repeats(record["variants"]["seqs-64"], root / "seqs-64", "S1_chat") == [
         root / "seqs-64" / "S1_chat.earlier-1", root / "seqs-64" / "S1_chat"]
     check = SimpleNamespace(runtime=SimpleNamespace(env={**os.environ, "PYTHONPATH": str(REPO)}))
     result = gpu_experiment.compare(check, gpu_experiment.EXPERIMENTS["max-num-seqs"], record, root, "S1_chat")
@@ -310,6 +310,43 @@ def test_a_variant_swept_again_enters_the_comparison_with_every_finished_sweep(t
     assert result["said"].startswith("bench compare: 2 variants from 3 sweeps, 1 cell")
     page = gpu_page.experiment_markdown({**record, "experiment": "max-num-seqs", "compare": {"S1_chat": result}})
     assert "- each from fresh servers, pooled as one variant's repeats (a cell is their mean): seqs-64 (2 sweeps)" in page
+
+
+def test_a_sweep_repeated_from_a_fresh_server_records_the_pooled_capacity(tmp_path, monkeypatch):
+    """The H100 box, 2026-12-07: S2_summary swept twice from fresh servers (--again) met the SLO at c=4 both
+    times (228.7 and 228.6 tok/s) and missed it at c=8; the page listed each sweep's capacity alone. The second
+    sweep's record now holds the capacity of both pooled, by the function bench compare pools a variant with
+    (their runs at one load and size are repeats), and the page says it."""
+    from bench.analysis import capacity_report as CR
+    from tests.test_bench_compare import BASE_FLAGS, _search_run, sweep
+
+    folder = tmp_path / "fp8"
+    figures = iter([(228.7, 420.0, 399.8, 692.0), (228.6, 403.0, 399.4, 746.0)])
+
+    def swept(argv, log, env=None):
+        c4, ttft4, c8, ttft8 = next(figures)
+        made = sweep(folder / "S2_summary", {("S2_summary", 4): c4}, server_flags=BASE_FLAGS, ttft99=ttft4)
+        _search_run(made, "S2_summary", 8, 1, c8, ttft8)
+        return 0
+
+    monkeypatch.setattr(gpu_experiment, "run_logged", swept)
+    entry: dict = {"sweeps": {}}
+    check = SimpleNamespace(runtime=SimpleNamespace(env={}))
+    gpu_experiment.sweep_scenario(check, ["bench", "sweep"], folder, "S2_summary", entry, lambda: None, gpus=1)
+    assert "pooled" not in entry["sweeps"]["S2_summary"]  # one sweep: nothing to pool
+    gpu_experiment.set_aside(entry, folder, "S2_summary")
+    gpu_experiment.sweep_scenario(check, ["bench", "sweep"], folder, "S2_summary", entry, lambda: None, gpus=1)
+    pooled = entry["sweeps"]["S2_summary"]["pooled"]
+    assert pooled["sweeps"] == ["S2_summary.earlier-1", "S2_summary"]
+    closed = pooled["capacity"]["closed"]
+    assert (closed["load_pass"], closed["load_fail"], closed["repeats"]) == (4, 8, 2)
+    assert closed["source_runs"] == ["S2_summary.earlier-1/S2_summary_c4.json", "S2_summary/S2_summary_c4.json"]
+    assert closed["noise_source"] == "measured" and closed["point_tok_s"] == pytest.approx(228.65)
+    sides = [SIDE.load_side(folder / name, label="fp8") for name in pooled["sweeps"]]
+    assert closed == CR.sides_capacity(sides, ttft_ms=500, decode_ms=50)["S2_summary"]["closed"].as_dict()
+    page = gpu_page.repeat_lines("S2_summary", entry["sweeps"]["S2_summary"], entry["earlier"])
+    assert any(line.startswith("- closed loop, the 2 sweeps pooled (their runs at one load and size are repeats, "
+                               "the band between servers measured): 228.7 tok/s, 95 % interval") for line in page), "\n".join(page)
 
 
 @pytest.mark.parametrize("again, advice", [

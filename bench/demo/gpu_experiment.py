@@ -280,17 +280,19 @@ def runs_of(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
-def sweep_capacity(folder: Path, scenario: str) -> dict[str, Any] | None:
+def sweep_capacity(folder: Path | list[Path], scenario: str) -> dict[str, Any] | None:
     """The sweep's capacity under the SLO it recorded, by the function `bench compare` and `bench report` use:
     {"closed": the closed loop's interval, "open": the open loop's where it ran} (Capacity.as_dict); None for
-    a folder with no usable run or an SLO it cannot tell."""
+    a folder with no usable run or an SLO it cannot tell. Several folders (one variant's sweeps, each from a
+    fresh server) give their pooled capacity, as `bench compare` pools a variant's repeats."""
+    folders = folder if isinstance(folder, list) else [folder]
     try:
-        side = SD.load_side(folder, label=folder.parent.name)
-        slo = SD.choose_slo([(side.label, side.manifest)], {}, SD.SLO_FLAGS)
+        sides = [SD.load_side(f, label=f.parent.name) for f in folders]
+        slo = SD.choose_slo([(f.name, side.manifest) for f, side in zip(folders, sides)], {}, SD.SLO_FLAGS)
     except (SD.SloConflict, OSError, ValueError, KeyError, TypeError):  # a sweep folder it cannot read: no figure
         return None
-    got = CR.side_capacity(side, ttft_ms=slo.ttft_p99_ms, decode_ms=slo.decode_p99_ms,
-                           decode_metric=slo.decode_metric).get(scenario) or {}
+    got = CR.sides_capacity(sides, ttft_ms=slo.ttft_p99_ms, decode_ms=slo.decode_p99_ms,
+                            decode_metric=slo.decode_metric).get(scenario) or {}
     return {loop: got[loop].as_dict() for loop in ("closed", "open") if got.get(loop) is not None} or None
 
 
@@ -351,6 +353,10 @@ def sweep_scenario(check, argv: list[str], folder: Path, scenario: str, entry: d
                                      "capacity": sweep_capacity(sweep, scenario),
                                      "seconds": round(time.monotonic() - t0, 1), "gpus": gpus, "resumed": resume,
                                      **({"cut_off": True} if rc is None else {})}
+        folders = repeats(entry, folder, scenario)
+        if rc == 0 and len(folders) > 1:  # a repeat from a fresh server: the variant's capacity over them all
+            entry["sweeps"][scenario]["pooled"] = {"sweeps": [f.name for f in folders],
+                                                   "capacity": sweep_capacity(folders, scenario)}
         save()
 
     try:
@@ -445,7 +451,8 @@ def compare(check, experiment: Experiment, record: dict[str, Any], root: Path, s
         return {"status": "waiting", "reason": f"{len(done)} variant{'s' if len(done) != 1 else ''} swept so far; "
                                               "a comparison needs two"}
     out = root / "compare" / scenario
-    folders = [(label, folder) for label in done for folder in repeats(record, root, label, scenario)]
+    folders = [(label, f) for label in done
+               for f in repeats(record["variants"].get(label) or {}, root / label, scenario)]
     proc = subprocess.run([sys.executable, "-m", "bench", "compare", *[str(f) for _, f in folders],
                            "--labels", ",".join(label for label, _ in folders), "--out", str(out)],
                           env=check.runtime.env, capture_output=True, text=True)
@@ -466,13 +473,13 @@ def compare(check, experiment: Experiment, record: dict[str, Any], root: Path, s
     return result
 
 
-def repeats(record: dict[str, Any], root: Path, label: str, scenario: str) -> list[Path]:
-    """A variant's finished sweeps of `scenario`, each from its own server: those `--again` set aside (oldest
-    first), then the latest. bench compare pools them as one variant's repeats."""
-    entry = record["variants"].get(label) or {}
-    earlier = [root / label / Path(str(e.get("dir"))).name for e in entry.get("earlier") or []
+def repeats(entry: dict[str, Any], folder: Path, scenario: str) -> list[Path]:
+    """A variant's (its record `entry`, its `folder`) finished sweeps of `scenario`, each from its own server:
+    those `--again` set aside (oldest first), then the latest. bench compare pools them as one variant's
+    repeats. The record names the folders where the box had them: they are read beside the latest."""
+    earlier = [folder / Path(str(e.get("dir"))).name for e in entry.get("earlier") or []
                if e.get("scenario") == scenario and e.get("rc") == 0 and not e.get("cut_off")]
-    return [f for f in earlier if (f / "manifest.json").is_file()] + [root / label / scenario]
+    return [f for f in earlier if (f / "manifest.json").is_file()] + [folder / scenario]
 
 
 def run(check, name: str) -> int:

@@ -211,6 +211,10 @@ def repeat_lines(scenario: str, sweep: dict[str, Any], earlier: list[dict[str, A
             lines.append(f"- {name}: the points lie within {(max(figures) / min(figures) - 1) * 100:.1f} % of each "
                          f"other ({len(figures)} sweeps)" + ("" if len(figures) == len(points) else
                                                             "; a sweep without a point is left out"))
+        pooled = sweep.get("pooled") or {}
+        if interval := (pooled.get("capacity") or {}).get(loop):
+            lines.append(f"- {name}, the {len(pooled.get('sweeps') or [])} sweeps pooled (their runs at one load and "
+                         f"size are repeats, the band between servers measured): {answer.capacity_words(interval)}")
     return lines
 
 
