@@ -252,10 +252,8 @@ def sides_capacity(sides: list, *, ttft_ms: float, decode_ms: float, decode_metr
     capacity of a variant measured from more than one fresh server."""
     for side in sides:
         side.judge_with(ttft_ms)
-    folders = [side.path for side in sides]
-    return scenario_capacity(folders if len(folders) > 1 else folders[0],
-                             [r for side in sides for r in _usable(side)], ttft_ms=ttft_ms, decode_ms=decode_ms,
-                             decode_metric=decode_metric)
+    return scenario_capacity([side.path for side in sides], [r for side in sides for r in _usable(side)],
+                             ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
 
 
 def band_credit(a: V.Capacity, b: V.Capacity) -> tuple[float | None, float | None]:

@@ -266,7 +266,7 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
             each[label] = [None if r is None else r.output_tok_s for r in usable]
             # a variant measured more than once: every sweep must have the point, and the cell is their mean
             values[label] = (None if any(r is None for r in usable) else usable[0].output_tok_s if len(usable) == 1
-                             else V.weighted([r for r in usable if r is not None], "output_tok_s"))
+                             else V.weighted(usable, "output_tok_s"))
         cell_values.append((scenario, conc, values, each))
 
     slo_capacity: dict[str, dict[str, float | None]] = {}
