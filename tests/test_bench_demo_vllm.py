@@ -61,7 +61,11 @@ def test_the_demo_end_to_end_on_the_cpu_build(vllm_env, tmp_path, page_browser):
         m = json.loads((out / "runs" / side / "manifest.json").read_text())
         assert m["counts"]["valid"] == 1 and m["server"]["served_models"] == ["tiny"]
         assert f"--max-num-seqs {seqs}" in m["served_flags"] and m["label"] == f"max-num-seqs {seqs}"
-        assert m["extra"]["scenarios"]["S1_chat"]["closed"]["runs"] > 0  # --capacity-search ran
+        # --capacity-search ran: it added runs, or (on a loaded machine, where the grid used the 0.85-minute
+        # budget) it chose its next load and said the budget stopped it there; how many it ran is a figure
+        closed = m["extra"]["scenarios"]["S1_chat"]["closed"]
+        print(f"{side}: capacity search {closed['runs']} runs, {closed['gpu_s']} s; {closed['stopped']}")
+        assert closed["runs"] > 0 or closed["stopped"].startswith("the GPU budget stopped it before c="), closed
         assert (out / "runs" / side / "startup" / f"local-{side}.json").is_file()
         assert "Starting vLLM server on http://127.0.0.1:" in (out / "logs" / f"{side}-server.log").read_text()
         settings[side] = CMP.server_settings(m["served_flags"].split())
