@@ -23,7 +23,7 @@ TABLE8_RATIO = {"S1_chat": 3.49, "S2_summary": 4.03, "S3_moderation": 4.83, "S4_
 TABLE8_COST = {"S1_chat": 6.4, "S2_summary": 7.4, "S3_moderation": 8.9, "S4_rag": 7.5}
 
 SUMMARY_KEYS = {"slo", "runs", "scenarios", "comparison", "verdict", "ignored_files", "rehearsal", "extra_runs",
-                "invalid_attempts", "run_counts"}
+                "invalid_attempts", "run_counts", "sweeps"}
 RUN_COUNT_KEYS = {"grid", "grid_usable", "grid_invalid", "grid_suspect", "search", "open_loop", "invalid_attempts"}
 RUN_KEYS = {"scenario", "concurrency", "valid", "reason", "completed", "failed", "output_tok_s", "req_s",
             "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "spec_acceptance",
@@ -241,6 +241,8 @@ def test_summary_keys_are_exact(tmp_path):
     assert all(set(summary["run_counts"][who]) == RUN_COUNT_KEYS for who in ("candidate", "baseline"))
     assert summary["run_counts"]["candidate"]["grid_invalid"] == 1
     assert summary["extra_runs"] == [] and summary["invalid_attempts"] == []
+    # one sweep per side: each side's list names its folder alone
+    assert summary["sweeps"] == {"candidate": [str(tmp_path / "a")], "baseline": [str(tmp_path / "b")]}
 
 
 def test_cli_writes_report_summary_and_charts(tmp_path, capsys):

@@ -98,8 +98,9 @@ def verdict_short(summary: dict[str, Any] | None) -> str | None:
 
 def runs_words(counts: dict[str, Any] | None, mark=None) -> str:
     """A side's runs as the report lists them (summary.json `run_counts`): "8 grid runs (6 usable, 1
-    invalid, 1 suspect), 2 capacity-search runs, 1 invalid attempt kept for the record"; `mark(key,
-    number)` dresses each number (a page tags it with its JSON path)."""
+    invalid, 1 suspect), 2 capacity-search runs, 1 invalid attempt kept for the record", and with repeats
+    "...; from 1 repeat: 4 grid runs (4 usable)"; `mark(key, number)` dresses each number (a page tags it
+    with its JSON path; a repeats' number comes with the key ("repeats", key))."""
     if not isinstance(counts, dict):
         return "no runs"
     mark = mark or (lambda key, number: str(number))
@@ -116,7 +117,14 @@ def runs_words(counts: dict[str, Any] | None, mark=None) -> str:
              n("search", "capacity-search run", "capacity-search runs"),
              n("open_loop", "open-loop run", "open-loop runs"),
              n("invalid_attempts", "invalid attempt kept for the record", "invalid attempts kept for the record")]
-    return ", ".join(p for p in parts if p)
+    words = ", ".join(p for p in parts if p)
+    repeats = counts.get("repeats")
+    if isinstance(repeats, dict):  # a side pooled from several sweeps: the repeats' share, counted alike
+        k = repeats.get("sweeps") or 0
+        words += (f"; from {mark(('repeats', 'sweeps'), k)} repeat{'' if k == 1 else 's'}: "
+                  + runs_words({key: v for key, v in repeats.items() if key != "sweeps"},
+                               lambda key, number: mark(("repeats", key), number)))
+    return words
 
 
 def attempts_markdown(summary: dict[str, Any], labels: dict[str, str]) -> list[str]:

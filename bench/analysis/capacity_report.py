@@ -242,8 +242,9 @@ def _usable(side) -> list[R.RunResult]:
 def side_capacity(side, *, ttft_ms: float, decode_ms: float, decode_metric: str = "itl") -> dict[str, dict[str, Any]]:
     """A side's (bench.analysis.side.Side) capacity under an SLO per scenario (`scenario_capacity`), the one
     way every command gets it: the side judged with the SLO's TTFT limit first (a run whose decode latency
-    was not measurable counts only where its TTFT misses alone), then its usable runs."""
-    return sides_capacity([side], ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+    was not measurable counts only where its TTFT misses alone), then its usable runs; a side with repeats
+    (`Side.repeats`, each from a fresh server) pools them all (`sides_capacity`)."""
+    return sides_capacity(side.sweeps, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
 
 
 def sides_capacity(sides: list, *, ttft_ms: float, decode_ms: float, decode_metric: str = "itl"
@@ -254,6 +255,16 @@ def sides_capacity(sides: list, *, ttft_ms: float, decode_ms: float, decode_metr
         side.judge_with(ttft_ms)
     return scenario_capacity([side.path for side in sides], [r for side in sides for r in _usable(side)],
                              ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
+
+
+def sides_peak(sides: list, name: str) -> dict[str, Any] | None:
+    """The peak of a scenario over every closed-loop run of one or more sweeps of one server setting (the
+    usable grid runs and the capacity search's, the runs of one concurrency averaged across the sweeps:
+    bench.analysis.verdict.closed_peak), as `scenario_capacity` pools them: with several sweeps each run
+    is named after its folder too."""
+    grid = [r for side in sides for r in side.valid(name)]
+    searched = _pool(search_runs(side.path) for side in sides)
+    return V.closed_peak(grid, searched.get(name, {}), len(sides) > 1)
 
 
 def band_credit(a: V.Capacity, b: V.Capacity) -> tuple[float | None, float | None]:
@@ -281,7 +292,8 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
     """Adds per scenario slo_capacity / rate_capacity and their intervals, per comparison the SLO
     ratio with its interval and source, and the verdict (bench.analysis.verdict) on the chosen basis."""
     mine = side_capacity(side, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
-    side.used |= capacity_files(side.path)
+    for sweep in side.sweeps:
+        sweep.used |= capacity_files(sweep.path)
     for name, entry in summary["scenarios"].items():
         got = mine.get(name, {})
         entry["slo_capacity"] = got.get("slo_capacity")
@@ -296,7 +308,8 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
     if base is None or summary["comparison"] is None:
         return extra
     theirs = side_capacity(base, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric)
-    base.used |= capacity_files(base.path)
+    for sweep in base.sweeps:
+        sweep.used |= capacity_files(sweep.path)
     extra["baseline"] = theirs
     labels = (side.label, base.label)
     calls, peak_calls = [], []

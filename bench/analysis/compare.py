@@ -308,16 +308,25 @@ def repeat_problems(label: str, group: list[Side], facts: list[tuple[dict[str, s
     """Why the sweeps given one label are not repeats of one variant: every server and benchmark setting of
     each must be the first's (each from a fresh server, nothing else changed)."""
     problems = []
-    first_server, first_bench, _ = facts[0]
-    for side, (server, bench, _) in zip(group[1:], facts[1:]):
-        for kind, mine, theirs in (("server", server, first_server), ("benchmark", bench, first_bench)):
-            for k in sorted(set(mine) | set(theirs)):
-                if mine.get(k, "-") != theirs.get(k, "-"):
-                    problems.append(f"{label}: its sweeps differ in the {kind} setting {k} "
-                                    f"({locations.display(group[0].path)}: {theirs.get(k, '-')}, "
-                                    f"{locations.display(side.path)}: {mine.get(k, '-')}); sweeps given one label "
-                                    "are repeats of one variant and must share every setting")
+    for side, other in zip(group[1:], facts[1:]):
+        for kind, k, theirs, mine in setting_differences(facts[0], other):
+            problems.append(f"{label}: its sweeps differ in the {kind} setting {k} "
+                            f"({locations.display(group[0].path)}: {theirs}, "
+                            f"{locations.display(side.path)}: {mine}); sweeps given one label "
+                            "are repeats of one variant and must share every setting")
     return problems
+
+
+def setting_differences(first: tuple[dict[str, str], dict[str, str], list[str]],
+                        other: tuple[dict[str, str], dict[str, str], list[str]]) -> list[tuple[str, str, str, str]]:
+    """(kind "server" or "benchmark", setting, the first sweep's value, the other's) for every setting in which
+    two sweeps' facts (`facts_of`) differ; "-" where a sweep has none. A repeat of a sweep has none."""
+    out = []
+    for kind, theirs, mine in (("server", first[0], other[0]), ("benchmark", first[1], other[1])):
+        for k in sorted(set(mine) | set(theirs)):
+            if mine.get(k, "-") != theirs.get(k, "-"):
+                out.append((kind, k, theirs.get(k, "-"), mine.get(k, "-")))
+    return out
 
 
 def capacity_lead(per: dict[str, V.Capacity], gpus: dict[str, int], excluded: set[str],

@@ -141,6 +141,12 @@ def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, C
         return out, intervals
     for name in side.scenarios:
         out_len = side.lengths.get(name, (None, None))[1]
+        if side.repeats:  # the peak `bench report` pools from the side's sweeps (bench.analysis.summary.closed_peak)
+            pooled = CR.sides_peak(side.sweeps, name)
+            out[name] = (Capacity(pooled["output_tok_s"], pooled["req_s"], "peak", out_len,
+                                  run=f"c={pooled['concurrency']}, closed loop, {', '.join(pooled['source_runs'])}")
+                         if pooled else Capacity(None, None, "peak", out_len, state=V.NO_DATA, words="no usable run"))
+            continue
         top = peak(side.valid(name))
         out[name] = (Capacity(top.output_tok_s, top.req_s, "peak", out_len,
                               run=f"c={top.concurrency}, closed loop, {Path(top.path).name}") if top
@@ -164,10 +170,13 @@ def settle_slo_kind(configs: list[Config]) -> None:
                 cfg.capacities[name] = _from_interval(entry[kind], cfg.lengths.get(name))
 
 
-def load_config(path: Path, basis: str, slo: dict[str, Any], prices) -> Config:
+def load_config(path: Path, basis: str, slo: dict[str, Any], prices, repeats: list[str] | None = None) -> Config:
+    """A configuration's capacities from its sweep folder, pooled with `repeats` (other sweeps of its server
+    setting, each from a fresh server, as `bench report --repeat` checked them)."""
     if not path.is_dir():
         raise UsageError(f"no such sweep folder: {path}")
     side = load_side(path)
+    side.repeats = [load_side(Path(d)) for d in repeats or []]
     side.judge_with(slo["ttft_p99_ms"])
     if not side.runs:
         raise UsageError(f"{path}: no results or manifest (a `bench sweep --out` or `bench fetch` folder)")
@@ -317,8 +326,11 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
     ref = parse_pairs(args.reference, "--reference") if args.reference else {}
     given = parse_pairs(args.load, "--load", allow_total=True) if args.load else {}
     check_mix(mix)
-    candidates = [load_config(Path(d), args.basis, slo, prices) for d in args.candidates]
-    current_config = load_config(Path(args.baseline), args.basis, slo, prices) if args.baseline else None
+    # the repeats `bench report --repeat` passes: its one candidate's, and the baseline's
+    candidates = [load_config(Path(d), args.basis, slo, prices, getattr(args, "repeats", None) if i == 0 else None)
+                  for i, d in enumerate(args.candidates)]
+    current_config = (load_config(Path(args.baseline), args.basis, slo, prices, getattr(args, "baseline_repeats", None))
+                      if args.baseline else None)
     labels = [cfg.label for cfg in candidates + ([current_config] if current_config else [])]
     unknown = [label for label in prices if label not in (None, "current", *labels)]
     if unknown:

@@ -12,6 +12,10 @@ command that settles each (a missing or invalid run is never a fail).
 
     python -m bench report results/g7e --baseline results/l40s --out build/report/g7e
 
+Repeats: --repeat DIR (and --baseline-repeat DIR) add another sweep of a side's server setting, each from
+a fresh server and sharing every setting; its runs are pooled into that side's peak and capacity under the
+SLO, so the run-to-run band holds the spread between servers (docs/benchmark.md#repeats-from-fresh-servers).
+
 Reference: the files and every key of summary.json, docs/files.md#report-summaryjson-and-the-reports-files;
 how the verdict is decided, docs/benchmark.md#how-the-verdict-is-decided.
 
@@ -29,6 +33,7 @@ from typing import Any
 
 from bench.analysis import answer, checks, pages, rehearsal_words
 from bench.analysis import capacity_report as CR
+from bench.analysis import compare as COMPARE
 from bench.analysis import decision as D
 from bench.analysis import plan as P
 from bench.analysis import results as R
@@ -58,6 +63,10 @@ def _describe(side: Side) -> list[str]:
     server = m.get("server") or {}
     rows = [
         ("Results", f"`{locations.origin(side.path, m)}`"),
+        ("Repeats", ", ".join(f"`{locations.origin(r.path, r.manifest)}`" for r in side.repeats)
+         + " (the same server setting, each from a fresh server): pooled into the peak and the capacity under "
+         "the SLO; the curve tables show the first sweep's runs, Repeats' runs lists theirs"
+         if side.repeats else None),
         ("Model", server.get("model") or (m.get("config") or {}).get("model")),
         ("vLLM (server)", server.get("vllm_version")),
         ("Served flags", f"`{m['served_flags']}`" if m.get("served_flags") else None),
@@ -214,8 +223,10 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
             lines.append(row)
 
     lines += SPEC.report_sections(side.label, side.runs)
+    lines += repeats_markdown(summary, {"candidate": side.label, "baseline": base.label if base else ""})
 
-    bad = [(side.label, r) for r in side.invalid()] + ([(base.label, r) for r in base.invalid()] if base else [])
+    named = _sweeps_named(side) + (_sweeps_named(base) if base else [])
+    bad = [(who, r) for who, s in named for r in s.invalid()]
     lines += ["", "## Invalid runs", ""]
     if bad:
         lines += ["Excluded from every figure above and below.", "",
@@ -226,8 +237,7 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
         lines.append("No invalid run: every run completed all of its prompts without a failed request.")
     lines += answer.attempts_markdown(summary, {"candidate": side.label, "baseline": base.label if base else ""})
 
-    doubtful = [(side.label, r, side.suspect(r)) for r in side.suspect_runs()]
-    doubtful += [(base.label, r, base.suspect(r)) for r in base.suspect_runs()] if base else []
+    doubtful = [(who, r, s.suspect(r)) for who, s in named for r in s.suspect_runs()]
     if doubtful:
         lines += ["", "## Suspect runs", "", "Valid by vLLM's counts, but excluded from every figure:", "",
                   "| Sweep | Scenario | Concurrency | Why |", "|---|---|---:|---|"]
@@ -282,8 +292,67 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
     return "\n".join(lines) + "\n"
 
 
+def _sweeps_named(side: Side) -> list[tuple[str, Side]]:
+    """A side's sweeps as the Invalid and Suspect tables name them: its label, then each repeat's folder."""
+    return [(side.label, side)] + [(f"{side.label}, repeat {locations.display(r.path)}", r) for r in side.repeats]
+
+
+def repeats_markdown(summary: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """report.md's Repeats' runs (summary.json `repeat_runs`): every grid run of each repeat, per side and
+    scenario, so that every run a pooled figure reads is listed (their capacity-search and open-loop runs are
+    under Capacity under the SLO)."""
+    rows = summary.get("repeat_runs") or []
+    if not rows:
+        return []
+    metric = summary["slo"].get("decode_metric", "itl")
+    decode = "tpot_p99_ms" if metric == "tpot" else "itl_p99_ms"
+    lines = ["", "## Repeats' runs", "",
+             "Each repeat is another sweep of its side's server setting from a fresh server. Its runs are pooled "
+             "with the first sweep's into the peak and the capacity under the SLO: runs at one concurrency with one "
+             "number of requests are repeats of one point, so the run-to-run band holds the spread between "
+             "servers. Invalid and suspect runs are left out of every figure, as the first sweep's are.", "",
+             f"| Side | Sweep | Scenario | Concurrency | Requests completed | Output tok/s | TTFT p99 (ms) "
+             f"| {metric.upper()} p99 (ms) | Run |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        state = ("valid" if r["valid"] and not r["suspect"] else
+                 f"suspect, excluded: {r['reason']}" if r["valid"] else f"invalid: {r['reason'] or 'no reason recorded'}")
+        done = "-" if r["completed"] is None else f"{r['completed']:,}"
+        lines.append(f"| {labels.get(r['side'], r['side'])} | `{r['sweep']}` | {r['scenario']} | {r['concurrency']} "
+                     f"| {done} | {_n(r['output_tok_s'])} | {_n(r['ttft_p99_ms'])} | {_n(r[decode])} | {state} |")
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------
 # Command
+
+
+def load_repeats(side: Side, dirs: list[str] | None, flag: str, seen: dict[Path, str], *,
+                 gpus: int | None, capacity_type: str | None) -> None:
+    """Each folder of `flag` as a repeat of `side` (`Side.repeats`), loaded as the side was (its label, GPUs and
+    capacity type). ValueError, in one line naming `flag` and the fix, for a folder that is missing, has no runs,
+    was given already (`seen`: resolved folder -> how it was given), or differs from the side's first sweep in a
+    server or benchmark setting (bench.analysis.compare.setting_differences)."""
+    first = locations.display(side.path)
+    for d in dirs or []:
+        path = Path(d)
+        if not path.is_dir():
+            raise ValueError(f"{flag}: no such folder: {path} (give another sweep folder of {first}'s server "
+                             "setting, as `bench sweep --out` or `bench fetch` wrote it)")
+        if path.resolve() in seen:
+            raise ValueError(f"{flag} {path}: the same folder as {seen[path.resolve()]}; a repeat is another sweep "
+                             "from a fresh server, so give each folder once")
+        seen[path.resolve()] = f"{flag} {path}"
+        repeat = load_side(path, label=side.label, gpus=gpus, capacity_type=capacity_type)
+        if not repeat.runs:
+            raise ValueError(f"{flag}: no results or manifest in {path} (give a folder written by `bench sweep "
+                             "--out` or `bench fetch`)")
+        differ = COMPARE.setting_differences(COMPARE.facts_of(side), COMPARE.facts_of(repeat))
+        if differ:
+            listed = "; ".join(f"the {kind} setting {k} ({first}: {a}, {path}: {b})" for kind, k, a, b in differ)
+            raise ValueError(f"{flag} {path}: it differs from {first} in {listed}; a repeat must share every setting "
+                             "with the sweep it repeats (only the server is fresh): give a sweep of the same "
+                             "settings, or set different ones side by side with `bench compare`")
+        side.repeats.append(repeat)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -304,6 +373,21 @@ def run(args: argparse.Namespace) -> int:
             return 2
         base = load_side(bpath, label=args.baseline_label, gpus=args.baseline_gpus,
                          capacity_type=args.baseline_capacity_type)
+    if args.baseline_repeat and base is None:
+        print("bench report: --baseline-repeat needs --baseline (the sweep it repeats): give --baseline DIR too, "
+              "or leave --baseline-repeat out", file=sys.stderr)
+        return 2
+    seen = {path.resolve(): f"DIR {path}"}
+    if base is not None:
+        seen.setdefault(bpath.resolve(), f"--baseline {bpath}")
+    try:
+        load_repeats(side, args.repeat, "--repeat", seen, gpus=args.gpus, capacity_type=args.capacity_type)
+        if base is not None:
+            load_repeats(base, args.baseline_repeat, "--baseline-repeat", seen, gpus=args.baseline_gpus,
+                         capacity_type=args.baseline_capacity_type)
+    except ValueError as exc:
+        print(f"bench report: {exc}", file=sys.stderr)
+        return 2
     try:
         give_prices(side, base, args.price_per_hour or [], args.baseline_price_per_hour)
     except ValueError as exc:
@@ -316,7 +400,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.current_replicas = O.current_replicas(args)
     try:
-        slo = choose_slo([(s.label, s.manifest) for s in (side, base) if s is not None], slo_given(args), SLO_FLAGS)
+        slo = choose_slo([(who, s.manifest) for top in (side, base) if top is not None for who, s in _sweeps_named(top)],
+                         slo_given(args), SLO_FLAGS)
     except SloConflict as exc:
         print(f"bench report: {exc}", file=sys.stderr)
         return 2
@@ -358,8 +443,12 @@ def run(args: argparse.Namespace) -> int:
     (out / "report.md").write_text(text, encoding="utf-8")
     locations.written(out / "report.md")
     counts = summary["run_counts"]
-    msg = (f"bench report: {side.label}: {answer.runs_words(counts['candidate'])}"
-           + (f"; baseline {base.label}: {answer.runs_words(counts['baseline'])}" if base else "")
+
+    def sweeps(s: Side) -> str:
+        return f" from {len(s.sweeps)} sweeps" if s.repeats else ""
+
+    msg = (f"bench report: {side.label}{sweeps(side)}: {answer.runs_words(counts['candidate'])}"
+           + (f"; baseline {base.label}{sweeps(base)}: {answer.runs_words(counts['baseline'])}" if base else "")
            + f" -> {locations.display(out / 'report.md')}, summary.json")
     if not args.no_html:
         pages.write_report(out, summary, side, base, issues, charts=not args.no_charts)
@@ -385,6 +474,7 @@ def write_plan(args: argparse.Namespace, out: Path) -> str | None:
     """The replica plan next to the report (plan/plan.md), on the verdict's basis."""
     plan_args = argparse.Namespace(
         candidates=[args.dir], out=str(out / "plan"), baseline=args.baseline, current_replicas=args.current_replicas,
+        repeats=list(args.repeat or []), baseline_repeats=list(args.baseline_repeat or []),
         current_gpus_per_replica=1, reference=None, load=None, mix=None, basis=args.basis, headroom=0.0,
         spares=0, price_per_hour=None, slo_ttft_p99_ms=args.slo_ttft_p99_ms, slo_itl_p99_ms=args.slo_itl_p99_ms,
         slo_decode_metric=getattr(args, "slo_decode_metric", "itl"), no_charts=args.no_charts,
@@ -405,6 +495,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR", help="sweep folder (from `sweep --out` or `fetch`), or its s3://bucket/prefix/")
     O.add_out(p, "report", "report.md, summary.json, report.html, charts and plan/")
     O.add_baseline(p, help="sweep folder (or s3://bucket/prefix/) to compare against")
+    p.add_argument("--repeat", action="append", metavar="DIR",
+                   help="another sweep of this side's server setting from a fresh server (or its s3://bucket/prefix/), "
+                        "sharing every setting: pooled into the peak and the capacity under the SLO (repeatable)")
+    p.add_argument("--baseline-repeat", action="append", metavar="DIR",
+                   help="the same for the baseline (needs --baseline; repeatable)")
     p.add_argument("--label", help="name of this sweep (default: manifest label or folder name)")
     p.add_argument("--baseline-label", help="name of the baseline (default: its manifest label or folder name)")
     p.add_argument("--gpus", type=O.above_zero(int), help="GPUs behind this sweep's server (default: manifest, else 1)")
@@ -431,7 +526,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-charts", action="store_true", help="draw no charts")
     p.add_argument("--no-html", action="store_true", help="write no report.html")
     O.add_no_progress(p)
-    p.set_defaults(func=locations.remote_io(run, command="report", inputs=("dir", "baseline", "rehearsal")))
+    p.set_defaults(func=locations.remote_io(run, command="report", inputs=("dir", "baseline", "rehearsal", "repeat", "baseline_repeat")))
     return p
 
 

@@ -44,11 +44,21 @@ class Side:
     # the TTFT limit they are judged against once the SLO is chosen (`judge_with`)
     unmeasured: dict[tuple[str, int], str] = field(default_factory=dict)
     ttft_limit_ms: float | None = None
+    # Other sweeps of this side's server setting, each from a fresh server (`bench report --repeat`):
+    # pooled into the peak and the capacity under the SLO (bench.analysis.capacity_report.side_capacity)
+    repeats: list[Side] = field(default_factory=list)
 
     def judge_with(self, ttft_ms: float) -> None:
         """A run whose decode latency was not measured is suspect (no evidence either way on the decode
         limit) unless its TTFT p99 already misses `ttft_ms`: then it is a miss on TTFT alone, and counts."""
         self.ttft_limit_ms = ttft_ms
+        for repeat in self.repeats:
+            repeat.judge_with(ttft_ms)
+
+    @property
+    def sweeps(self) -> list[Side]:
+        """This sweep and its repeats: the folders its pooled figures read."""
+        return [self, *self.repeats]
 
     def counted_note(self, run: R.RunResult) -> str | None:
         """Why a run whose decode latency was not measured still counts (its TTFT misses alone)."""

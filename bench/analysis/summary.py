@@ -24,9 +24,9 @@ from bench.startup import report as startup_report
 
 
 def closed_peak(side: Side, name: str) -> dict[str, Any] | None:
-    """The peak of a scenario over every closed-loop run of the sweep: the usable grid runs and the
-    capacity search's runs, the runs of one concurrency averaged (bench.analysis.verdict.closed_peak)."""
-    return V.closed_peak(side.valid(name), CR.search_runs(side.path).get(name, {}))
+    """The peak of a scenario over every closed-loop run of the sweep and its repeats: the usable grid runs
+    and the capacity search's runs, the runs of one concurrency averaged (bench.analysis.verdict.closed_peak)."""
+    return CR.sides_peak(side.sweeps, name)
 
 
 def scenario_summary(side: Side, ttft_ms: float, decode_ms: float, metric: str = "itl") -> dict[str, Any]:
@@ -81,34 +81,44 @@ def compare(side: Side, base: Side) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _run_issues(s: Side, who: str, where: str) -> list[str]:
+    """The invalid, missing and suspect runs of one sweep that block a pass, `who` naming the sweep."""
+    issues = []
+    bad = s.invalid()
+    if bad:
+        listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in bad)
+        runs = "run" if len(bad) == 1 else "runs"
+        issues.append(f"{who} has {len(bad)} invalid or missing {runs} ({listed}): run "
+                      f"{'it' if len(bad) == 1 else 'them'} again (`bench sweep --resume` on {where} runs "
+                      "only what is missing or invalid)")
+    # A run whose decode latency was not measured is left out of the figures (the capacity interval
+    # says what that leaves open) but does not block: nothing better is measurable at that load.
+    doubtful = [r for r in s.suspect_runs() if not (s.suspect(r) or "").startswith(R.UNMEASURED_DECODE)]
+    collapsed = [r for r in doubtful if (s.suspect(r) or "").startswith(R.SPEC_COLLAPSE)]
+    doubtful = [r for r in doubtful if r not in collapsed]
+    if collapsed:
+        listed = "; ".join(f"{r.scenario} c={r.concurrency}: {s.suspect(r)}" for r in collapsed)
+        issues.append(f"{who} ran speculative decoding that collapsed ({listed}): fix the draft "
+                      "(model, quantisation, vLLM version) and sweep again; a working MTP draft accepted about "
+                      "55 % on Korean text")
+    if doubtful:
+        listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in doubtful)
+        runs = "run" if len(doubtful) == 1 else "runs"
+        issues.append(f"{who} has {len(doubtful)} suspect {runs} (prompts served from the "
+                      f"prefix cache: {listed}): run {'it' if len(doubtful) == 1 else 'them'} again "
+                      "(`bench sweep --resume`)")
+    return issues
+
+
 def completeness_issues(side: Side, base: Side) -> list[str]:
     """What is missing from a comparison, each with the command that completes it; any issue
-    blocks a passing verdict."""
+    blocks a passing verdict. A side's repeats (`Side.repeats`) are held to the same rules."""
     issues = []
     for who, s in (("candidate", side), ("baseline", base)):
-        bad = s.invalid()
-        if bad:
-            listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in bad)
-            runs = "run" if len(bad) == 1 else "runs"
-            issues.append(f"the {who} ({s.label}) has {len(bad)} invalid or missing {runs} ({listed}): run "
-                          f"{'it' if len(bad) == 1 else 'them'} again (`bench sweep --resume` on that side runs "
-                          "only what is missing or invalid)")
-        # A run whose decode latency was not measured is left out of the figures (the capacity interval
-        # says what that leaves open) but does not block: nothing better is measurable at that load.
-        doubtful = [r for r in s.suspect_runs() if not (s.suspect(r) or "").startswith(R.UNMEASURED_DECODE)]
-        collapsed = [r for r in doubtful if (s.suspect(r) or "").startswith(R.SPEC_COLLAPSE)]
-        doubtful = [r for r in doubtful if r not in collapsed]
-        if collapsed:
-            listed = "; ".join(f"{r.scenario} c={r.concurrency}: {s.suspect(r)}" for r in collapsed)
-            issues.append(f"the {who} ({s.label}) ran speculative decoding that collapsed ({listed}): fix the draft "
-                          "(model, quantisation, vLLM version) and sweep again; a working MTP draft accepted about "
-                          "55 % on Korean text")
-        if doubtful:
-            listed = ", ".join(f"{r.scenario} c={r.concurrency}" for r in doubtful)
-            runs = "run" if len(doubtful) == 1 else "runs"
-            issues.append(f"the {who} ({s.label}) has {len(doubtful)} suspect {runs} (prompts served from the "
-                          f"prefix cache: {listed}): run {'it' if len(doubtful) == 1 else 'them'} again "
-                          "(`bench sweep --resume`)")
+        for sweep in s.sweeps:
+            issues += _run_issues(sweep, f"the {who} ({s.label})" if sweep is s
+                                  else f"the {who}'s repeat {locations.display(sweep.path)}",
+                                  "that side" if sweep is s else "that folder")
     names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
     for name in names:
         if name not in side.scenarios or not side.valid(name):
@@ -150,19 +160,25 @@ def comparability_issues(side: Side, base: Side, vary: tuple[str, ...] = ()) -> 
 
 def extra_runs(side: Side, who: str) -> list[dict[str, Any]]:
     """summary.json `extra_runs`: the capacity search's and the open loop's runs of a side that the
-    figures read (valid), as rows like `runs`' with their side, kind, file and load."""
+    figures read (valid), as rows like `runs`' with their side, kind, file and load; a side with repeats
+    lists every sweep's, each file named after its folder too (`<folder>/search/...`)."""
+    return [row for sweep in side.sweeps for row in _extra_runs(sweep, who, bool(side.repeats))]
+
+
+def _extra_runs(side: Side, who: str, qualify: bool) -> list[dict[str, Any]]:
     rows = []
     for scenario, by_c in CR.search_runs(side.path).items():
         for c, runs in sorted(by_c.items()):
-            rows += [_extra_row(r, who, "search", c, None) for r, _ in runs]
+            rows += [_extra_row(r, who, "search", c, None, qualify) for r, _ in runs]
     for scenario, by_rate in CR.open_loop_runs(side.path).items():
         for rate, runs in sorted(by_rate.items()):
-            rows += [_extra_row(r, who, "open_loop", None, rate) for r, _ in runs]
+            rows += [_extra_row(r, who, "open_loop", None, rate, qualify) for r, _ in runs]
     return rows
 
 
-def _extra_row(run: R.RunResult, who: str, kind: str, concurrency: int | None, rate: float | None) -> dict[str, Any]:
-    return {"side": who, "scenario": run.scenario, "kind": kind, "file": V.run_file(run),
+def _extra_row(run: R.RunResult, who: str, kind: str, concurrency: int | None, rate: float | None,
+               qualify: bool = False) -> dict[str, Any]:
+    return {"side": who, "scenario": run.scenario, "kind": kind, "file": V.run_file(run, qualify),
             "concurrency": concurrency, "rate": rate, "output_tok_s": run.output_tok_s, "req_s": run.req_s,
             "ttft_p99_ms": run.ttft_p99_ms, "itl_p99_ms": run.itl_p99_ms, "tpot_p99_ms": run.tpot_p99_ms}
 
@@ -170,7 +186,18 @@ def _extra_row(run: R.RunResult, who: str, kind: str, concurrency: int | None, r
 def invalid_attempts(side: Side, who: str) -> list[dict[str, Any]]:
     """summary.json `invalid_attempts`: every invalid attempt a side's manifest records that no other
     row lists (a grid run's failed attempts before its last one, every failed extra run), with its
-    reason made whole and what became of the run (`then`: "valid" once run again, else "invalid")."""
+    reason made whole and what became of the run (`then`: "valid" once run again, else "invalid"); a
+    side with repeats lists every sweep's, each file named after its folder too."""
+    rows = []
+    for sweep in side.sweeps:
+        for row in _invalid_attempts(sweep, who):
+            if side.repeats and row.get("file"):
+                row["file"] = f"{sweep.path.name}/{row['file']}"
+            rows.append(row)
+    return rows
+
+
+def _invalid_attempts(side: Side, who: str) -> list[dict[str, Any]]:
     m = side.manifest or {}
     out = []
     for rec in m.get("runs") or []:
@@ -198,16 +225,33 @@ def invalid_attempts(side: Side, who: str) -> list[dict[str, Any]]:
     return out
 
 
-def run_counts(side: Side, extra: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> dict[str, int]:
+def run_counts(side: Side, extra: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> dict[str, Any]:
     """summary.json `run_counts` of one side: its grid runs (usable, invalid, suspect), its extra runs
-    by kind and its invalid attempts, counted from the rows the report lists."""
-    grid = side.runs
-    return {"grid": len(grid), "grid_usable": sum(1 for r in grid if side.usable(r)),
-            "grid_invalid": sum(1 for r in grid if not r.valid),
-            "grid_suspect": sum(1 for r in grid if r.valid and side.suspect(r)),
+    by kind and its invalid attempts, counted from the rows the report lists. With repeats the counts
+    cover every sweep of the side, and `repeats` counts the repeats' share alike (with `sweeps`, how many)."""
+    counts = _counts(side.sweeps, extra, attempts)
+    if side.repeats:
+        counts["repeats"] = {"sweeps": len(side.repeats), **_counts(
+            side.repeats, [row for r in side.repeats for row in _extra_runs(r, "", False)],
+            [row for r in side.repeats for row in _invalid_attempts(r, "")])}
+    return counts
+
+
+def _counts(sweeps: list[Side], extra: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> dict[str, int]:
+    grid = [(s, r) for s in sweeps for r in s.runs]
+    return {"grid": len(grid), "grid_usable": sum(1 for s, r in grid if s.usable(r)),
+            "grid_invalid": sum(1 for _, r in grid if not r.valid),
+            "grid_suspect": sum(1 for s, r in grid if r.valid and s.suspect(r)),
             "search": sum(1 for r in extra if r["kind"] == "search"),
             "open_loop": sum(1 for r in extra if r["kind"] == "open_loop"),
             "invalid_attempts": len(attempts)}
+
+
+def repeat_runs(side: Side, who: str) -> list[dict[str, Any]]:
+    """summary.json `repeat_runs` rows of one side: each repeat's grid runs as `runs` lists the first sweep's,
+    with their side and sweep (the folder)."""
+    return [{**run_row(r, sweep), "side": who, "sweep": locations.display(sweep.path)}
+            for sweep in side.repeats for r in sweep.runs]
 
 
 def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: float,
@@ -247,19 +291,30 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
         "candidate": run_counts(side, mine("extra_runs", "candidate"), mine("invalid_attempts", "candidate")),
         "baseline": run_counts(base, mine("extra_runs", "baseline"), mine("invalid_attempts", "baseline"))
         if base else None}
+    summary["sweeps"] = {"candidate": [locations.display(s.path) for s in side.sweeps],
+                         "baseline": [locations.display(s.path) for s in base.sweeps] if base else None}
+    if side.repeats or (base and base.repeats):
+        summary["repeat_runs"] = repeat_runs(side, "candidate") + (repeat_runs(base, "baseline") if base else [])
     # Capacity under the SLO (grid, search and open-loop files), SLO ratios, the verdict.
     side.capacity = CR.add_to_summary(summary, side, base, ttft_ms=ttft_ms, decode_ms=itl_ms,
                                       decode_metric=decode_metric, basis=basis, threshold=threshold,
                                       issues=issues, incomparable=incomparable)
     # the start-up records the report's Startup section reads (bench.startup.report) are used, not left out
-    side.used |= startup_report.record_files(side.path)
-    if base:
-        base.used |= startup_report.record_files(base.path)
+    for s in [side, *side.repeats] + ([base, *base.repeats] if base else []):
+        s.used |= startup_report.record_files(s.path)
     summary["ignored_files"] = checks.unused_files(side.path, side.used, side.manifest_error)
+    summary["ignored_files"] += _unused_of_repeats(side, "")
     if base:
         summary["ignored_files"] += [{"file": f"baseline:{f['file']}", "reason": f["reason"]}
                                      for f in checks.unused_files(base.path, base.used, base.manifest_error)]
+        summary["ignored_files"] += _unused_of_repeats(base, "baseline:")
     return summary, issues
+
+
+def _unused_of_repeats(side: Side, prefix: str) -> list[dict[str, str]]:
+    """The files of a side's repeats that no figure read, named `<prefix><folder>/<file>`."""
+    return [{"file": f"{prefix}{r.path.name}/{f['file']}", "reason": f["reason"]}
+            for r in side.repeats for f in checks.unused_files(r.path, r.used, r.manifest_error)]
 
 
 def basis_intervals(summary: dict[str, Any]) -> dict[str, list[Any] | None]:

@@ -276,6 +276,37 @@ def _meets(row: dict[str, Any], slo: dict[str, Any]) -> bool:
             and decode <= slo["itl_p99_ms"])
 
 
+def repeats_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
+    """Every grid run of each side's repeats (summary.json `repeat_runs`), which the pooled figures read too."""
+    rows = summary.get("repeat_runs") or []
+    if not rows:
+        return ""
+    metric = summary["slo"].get("decode_metric", "itl")
+    decode = "tpot_p99_ms" if metric == "tpot" else "itl_p99_ms"
+    labels = {role: (ctx.get(role) or {}).get("label", role) for role in ("candidate", "baseline")}
+    cells, classes = [], []
+    for i, r in enumerate(rows):
+        at = ["repeat_runs", i]
+        head = (f"<td>{esc(labels.get(r.get('side'), r.get('side')))}</td><td><code>{esc(r.get('sweep'))}</code></td>"
+                f"<td>{esc(r['scenario'])}</td>" + cell(str(r["concurrency"]), [*at, "concurrency"])
+                + cell(num(r.get("completed"), 0), [*at, "completed"]))
+        if not r.get("valid"):
+            cells.append(head + f'<td colspan="4">invalid: {esc(r.get("reason") or "no reason recorded")}</td>')
+            classes.append("bad")
+            continue
+        state = f"suspect, excluded: {r.get('reason')}" if r.get("suspect") else "valid"
+        cells.append(head + "".join(cell(num(r.get(k)), [*at, k]) for k in ("output_tok_s", "ttft_p99_ms", decode))
+                     + f"<td>{esc(state)}</td>")
+        classes.append("warn" if r.get("suspect") else "")
+    return ("<h2>Repeats' runs</h2><p class=\"note\">Each repeat is another sweep of its side's server setting from "
+            "a fresh server. Its runs are pooled with the first sweep's into the peak and the capacity under the SLO: "
+            "runs at one concurrency with one number of requests are repeats of one point, so the run-to-run band "
+            "holds the spread between servers. Invalid and suspect runs are left out of every figure, as the first "
+            "sweep's are; the repeats' capacity-search runs are in the scenario tables above.</p>"
+            + table(["Side", "Sweep", "Scenario", "Concurrency", "Requests completed", "Output tok/s", "TTFT p99 (ms)",
+                     f"{metric.upper()} p99 (ms)", "Run"], cells, classes))
+
+
 def capacity_section(summary: dict[str, Any]) -> str:
     metric = summary["slo"].get("decode_metric", "itl").upper()
     rows = []
@@ -337,15 +368,18 @@ def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]
     cand = (ctx.get("candidate") or {}).get("label", "candidate")
     base = (ctx.get("baseline") or {}).get("label", "baseline")
     rows, classes = [], []
-    for who, runs, prefix in ((cand, summary.get("runs") or [], ["runs"]), (base, base_runs or [], None)):
-        for i, r in enumerate(runs):
-            if r.get("valid") and not r.get("suspect"):
-                continue
-            kind = "invalid" if not r.get("valid") else "suspect"
-            rows.append(f"<td>{esc(who)}</td><td>{esc(r['scenario'])}</td>"
-                        + cell(str(r["concurrency"]), [*prefix, i, "concurrency"] if prefix else None)
-                        + f"<td>{kind}</td><td>{esc(r.get('reason') or 'no reason recorded')}</td>")
-            classes.append("bad" if kind == "invalid" else "warn")
+    listed = [(cand, r, ["runs", i]) for i, r in enumerate(summary.get("runs") or [])]
+    listed += [(base, r, None) for r in base_runs or []]
+    listed += [(f"{cand if r.get('side') == 'candidate' else base}, repeat {r.get('sweep')}", r, ["repeat_runs", i])
+               for i, r in enumerate(summary.get("repeat_runs") or [])]
+    for who, r, at in listed:
+        if r.get("valid") and not r.get("suspect"):
+            continue
+        kind = "invalid" if not r.get("valid") else "suspect"
+        rows.append(f"<td>{esc(who)}</td><td>{esc(r['scenario'])}</td>"
+                    + cell(str(r["concurrency"]), [*at, "concurrency"] if at else None)
+                    + f"<td>{kind}</td><td>{esc(r.get('reason') or 'no reason recorded')}</td>")
+        classes.append("bad" if kind == "invalid" else "warn")
     for i, a in enumerate(summary.get("invalid_attempts") or []):
         then = "run again: valid" if a.get("then") == "valid" else "the run stayed invalid"
         load = (cell(str(a["concurrency"]), ["invalid_attempts", i, "concurrency"]) if a.get("rate") is None
@@ -366,13 +400,15 @@ def problems_section(summary: dict[str, Any], base_runs: Sequence[dict[str, Any]
             + table(["Sweep", "Scenario", "Concurrency", "Kind", "Why"], rows, classes))
 
 
-def manifest_section(ctx: dict[str, Any]) -> str:
+def manifest_section(ctx: dict[str, Any], sweeps: dict[str, Any] | None = None) -> str:
     cols = []
     for role in ("candidate", "baseline"):
         f = ctx.get(role)
         if not f:
             continue
-        pairs = [("Results", f["results"]), ("Model", f["model"]), ("vLLM", f["vllm"]), ("Image", f["image"]),
+        repeats = ((sweeps or {}).get(role) or [])[1:]
+        pairs = [("Results", f["results"]),
+                 *([("Repeats, pooled", ", ".join(repeats))] if repeats else []), ("Model", f["model"]), ("vLLM", f["vllm"]), ("Image", f["image"]),
                  ("Served flags", f["flags"]), ("Instance type", f["instance"]), ("GPUs", f["gpus"]),
                  ("Capacity type", f["capacity_type"]), ("Price", f["price"]),
                  ("Seed", f"{f['seed']} ({f['seed_scheme']})" if f.get("seed_scheme") else f.get("seed")),
@@ -394,11 +430,14 @@ def runs_header(summary: dict[str, Any], cand: str, base: str | None) -> str:
     counts = summary.get("run_counts") or {}
 
     def side(who: str, label: str, where: str) -> str:
-        def mark(key: str, number: Any) -> str:
-            return f'<span data-field="{field(["run_counts", who, key])}">{esc(number)}</span>'
+        def mark(key: str | tuple[str, ...], number: Any) -> str:
+            path = ["run_counts", who, *((key,) if isinstance(key, str) else key)]
+            return f'<span data-field="{field(path)}">{esc(number)}</span>'
         return f"{esc(label)} ({who}): {answer.runs_words(counts.get(who), mark)}, {where}"
 
-    parts = [side("candidate", cand, "each in its scenario's table below")]
+    pooled = (counts.get("candidate") or {}).get("repeats")
+    parts = [side("candidate", cand, "each in its scenario's table below" if not pooled else
+                  "the first sweep's in its scenario's table below, the repeats' under Repeats' runs")]
     if base and counts.get("baseline"):
         parts.append(side("baseline", base, "drawn on the curves in blue (its grid runs dashed, its capacity-search "
                                             "runs as crosses)"))
@@ -415,12 +454,13 @@ def report_page(summary: dict[str, Any], ctx: dict[str, Any], issues: Sequence[s
             verdict_section(summary, issues, ctx),
             ratio_section(summary),
             curves_section(summary, ctx),
+            repeats_section(summary, ctx),
             capacity_section(summary),
             startup_section(ctx.get("startup") or []),
             plan_section(ctx.get("plan"), ctx.get("plan_page"), tagged=False, note=PLAN_NOTE),
             rehearsal_html(summary.get("rehearsal")),
             problems_section(summary, ctx.get("baseline_runs"), ctx),
-            manifest_section(ctx)]
+            manifest_section(ctx, summary.get("sweeps"))]
     return document(title, "\n".join(b for b in body if b), source="bench report")
 
 
