@@ -33,6 +33,7 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_bench_search (the search to a target width, repeats, the band),
                                  test_bench_capacity_e2e,
                                  test_bench_report, test_bench_report_checks, test_bench_report_rehearsal,
+                                 test_bench_report_repeats (a side's sweeps from fresh servers pooled),
                                  test_bench_compare,
                                  test_bench_plan, test_bench_answer, test_bench_pages, test_bench_run_settings,
                                  test_bench_pages_browser, test_bench_pages_figures, test_bench_publish,

@@ -12,9 +12,10 @@ command that settles each (a missing or invalid run is never a fail).
 
     python -m bench report results/g7e --baseline results/l40s --out build/report/g7e
 
-Repeats: --repeat DIR (and --baseline-repeat DIR) add another sweep of a side's server setting, each from
-a fresh server and sharing every setting; its runs are pooled into that side's peak and capacity under the
-SLO, so the run-to-run band holds the spread between servers (docs/benchmark.md#repeats-from-fresh-servers).
+Repeats: --repeat DIR (and --baseline-repeat DIR) add another sweep of a side's server setting
+from a fresh server, sharing every setting; its runs are pooled into that side's peak and capacity
+under the SLO, so the run-to-run band holds the spread between servers; how and why,
+docs/benchmark.md#repeats-from-fresh-servers.
 
 Reference: the files and every key of summary.json, docs/files.md#report-summaryjson-and-the-reports-files;
 how the verdict is decided, docs/benchmark.md#how-the-verdict-is-decided.
