@@ -91,6 +91,30 @@ def test_report_from_s3_to_s3_matches_the_local_run_byte_for_byte(two_sweeps, tm
     assert head["ContentType"] == "application/json"
 
 
+def test_repeats_may_be_s3_prefixes_too(two_sweeps, tmp_path, capsys):
+    """--repeat and --baseline-repeat are fetched like DIR: the pooled figures name each run after its prefix's
+    last part, summary.json's sweeps name the S3 homes, and the plan beside the report is written."""
+    client, (cand, cand_uri), (base, base_uri) = two_sweeps
+    again = tmp_path / "again"
+    again.mkdir()
+    uris = []
+    for folder, peaks, prefix, kw in (
+            (cand, G7E, "runs/g7e/nvfp4-g7e/1111111111/", {"instance_type": "g7e.2xlarge", "price": 1.5,
+                                                         "capacity_type": "spot"}),
+            (base, {s: v for s, (v, _) in L40S.items()}, "runs/g7e/nvfp4-l40s/2222222222/",
+             {"instance_type": "g6e.2xlarge", "price": 2.76, "capacity_type": "on-demand"})):
+        uris.append(upload_sweep(client, recorded_sweep(again, folder.name, peaks, prefix, **kw), prefix))
+    out = f"s3://{BUCKET}/runs/g7e/report/pooled/"
+    assert REP.main([cand_uri, "--repeat", uris[0], "--baseline", base_uri, "--baseline-repeat", uris[1],
+                     "--out", out, "--no-charts", "--no-progress"]) == 0
+    got = s3_files(client, "runs/g7e/report/pooled/")
+    summary = json.loads(got["summary.json"])
+    assert summary["sweeps"] == {"candidate": [cand_uri, uris[0]], "baseline": [base_uri, uris[1]]}
+    assert summary["scenarios"]["S1_chat"]["peak"]["source_runs"] == ["0123456789/S1_chat_c64.json",
+                                                                      "1111111111/S1_chat_c64.json"]
+    assert "plan/plan.json" in got and "from 2 sweeps" in capsys.readouterr().out
+
+
 def test_plan_and_compare_read_and_write_s3(two_sweeps, tmp_path):
     client, (cand, cand_uri), (base, base_uri) = two_sweeps
     assert P.main([cand_uri, "--baseline", base_uri, "--current-replicas", "12", "--basis", "peak",

@@ -295,7 +295,8 @@ def render_markdown(side: Side, base: Side | None, summary: dict[str, Any], issu
 
 def _sweeps_named(side: Side) -> list[tuple[str, Side]]:
     """A side's sweeps as the Invalid and Suspect tables name them: its label, then each repeat's folder."""
-    return [(side.label, side)] + [(f"{side.label}, repeat {locations.display(r.path)}", r) for r in side.repeats]
+    return [(side.label, side)] + [(f"{side.label}, repeat {locations.origin(r.path, r.manifest)}", r)
+                                  for r in side.repeats]
 
 
 def repeats_markdown(summary: dict[str, Any], labels: dict[str, str]) -> list[str]:
@@ -337,8 +338,8 @@ def load_repeats(side: Side, dirs: list[str] | None, flag: str, seen: dict[Path,
     for d in dirs or []:
         path = Path(d)
         if not path.is_dir():
-            raise ValueError(f"{flag}: no such folder: {path} (give another sweep folder of {first}'s server "
-                             "setting, as `bench sweep --out` or `bench fetch` wrote it)")
+            raise ValueError(f"{flag}: no such folder: {path} (give another sweep of the server setting of "
+                             f"{first}, a folder as `bench sweep --out` or `bench fetch` wrote it)")
         if path.resolve() in seen:
             raise ValueError(f"{flag} {path}: the same folder as {seen[path.resolve()]}; a repeat is another sweep "
                              "from a fresh server, so give each folder once")

@@ -117,7 +117,7 @@ def completeness_issues(side: Side, base: Side) -> list[str]:
     for who, s in (("candidate", side), ("baseline", base)):
         for sweep in s.sweeps:
             issues += _run_issues(sweep, f"the {who} ({s.label})" if sweep is s
-                                  else f"the {who}'s repeat {locations.display(sweep.path)}",
+                                  else f"the {who}'s repeat {locations.origin(sweep.path, sweep.manifest)}",
                                   "that side" if sweep is s else "that folder")
     names = side.scenarios + [s for s in base.scenarios if s not in side.scenarios]
     for name in names:
@@ -249,8 +249,8 @@ def _counts(sweeps: list[Side], extra: list[dict[str, Any]], attempts: list[dict
 
 def repeat_runs(side: Side, who: str) -> list[dict[str, Any]]:
     """summary.json `repeat_runs` rows of one side: each repeat's grid runs as `runs` lists the first sweep's,
-    with their side and sweep (the folder)."""
-    return [{**run_row(r, sweep), "side": who, "sweep": locations.display(sweep.path)}
+    with their side and sweep (where its results live)."""
+    return [{**run_row(r, sweep), "side": who, "sweep": locations.origin(sweep.path, sweep.manifest)}
             for sweep in side.repeats for r in sweep.runs]
 
 
@@ -291,8 +291,9 @@ def build_summary(side: Side, base: Side | None, *, ttft_ms: float, itl_ms: floa
         "candidate": run_counts(side, mine("extra_runs", "candidate"), mine("invalid_attempts", "candidate")),
         "baseline": run_counts(base, mine("extra_runs", "baseline"), mine("invalid_attempts", "baseline"))
         if base else None}
-    summary["sweeps"] = {"candidate": [locations.display(s.path) for s in side.sweeps],
-                         "baseline": [locations.display(s.path) for s in base.sweeps] if base else None}
+    # where each sweep's results live, as report.md's Results names them (the S3 prefix it uploaded to)
+    summary["sweeps"] = {"candidate": [locations.origin(s.path, s.manifest) for s in side.sweeps],
+                         "baseline": [locations.origin(s.path, s.manifest) for s in base.sweeps] if base else None}
     if side.repeats or (base and base.repeats):
         summary["repeat_runs"] = repeat_runs(side, "candidate") + (repeat_runs(base, "baseline") if base else [])
     # Capacity under the SLO (grid, search and open-loop files), SLO ratios, the verdict.
