@@ -272,6 +272,11 @@ def test_report_md_and_html_list_every_repeat_run_as_summary_json_counts_them(tm
     for key, value in counts["repeats"].items():
         if value:
             assert ("run_counts", "candidate", "repeats", key) in paths
+    # the scenario tables list the first sweep's grid runs and every sweep's search runs, the section the rest
+    curves = page[page.index("<h2>Concurrency curves"):page.index("<h2>Repeats' runs")]
+    kinds = re.findall(r"<tr[^>]*><td>(grid|capacity search|open loop)<", curves)
+    assert kinds.count("grid") == counts["grid"] - counts["repeats"]["grid"] == len(summary["runs"])
+    assert kinds.count("capacity search") == counts["search"] == 4
     section = page[page.index("<h2>Repeats' runs"):page.index("<h2>Capacity under the SLO")]
     assert len(re.findall(r"<tr[^>]*><td>seqs-16</td>", section)) == len(rows)
     problems = page[page.index("<h2>Invalid and suspect runs"):]

@@ -316,8 +316,8 @@ def repeats_markdown(summary: dict[str, Any], labels: dict[str, str]) -> list[st
              f"| Side | Sweep | Scenario | Concurrency | Requests completed | Output tok/s | TTFT p99 (ms) "
              f"| {metric.upper()} p99 (ms) | Run |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        state = ("valid" if r["valid"] and not r["suspect"] else
-                 f"suspect, excluded: {r['reason']}" if r["valid"] else f"invalid: {r['reason'] or 'no reason recorded'}")
+        state = ("valid" if r["valid"] and not r["suspect"] else f"suspect, excluded: {r['reason']}" if r["valid"]
+                 else f"invalid: {r['reason'] or 'no reason recorded'}")
         done = "-" if r["completed"] is None else f"{r['completed']:,}"
         lines.append(f"| {labels.get(r['side'], r['side'])} | `{r['sweep']}` | {r['scenario']} | {r['concurrency']} "
                      f"| {done} | {_n(r['output_tok_s'])} | {_n(r['ttft_p99_ms'])} | {_n(r[decode])} | {state} |")
@@ -402,8 +402,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.current_replicas = O.current_replicas(args)
     try:
-        slo = choose_slo([(who, s.manifest) for top in (side, base) if top is not None for who, s in _sweeps_named(top)],
-                         slo_given(args), SLO_FLAGS)
+        recorded = [(who, s.manifest) for top in (side, base) if top is not None for who, s in _sweeps_named(top)]
+        slo = choose_slo(recorded, slo_given(args), SLO_FLAGS)
     except SloConflict as exc:
         print(f"bench report: {exc}", file=sys.stderr)
         return 2
@@ -528,7 +528,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-charts", action="store_true", help="draw no charts")
     p.add_argument("--no-html", action="store_true", help="write no report.html")
     O.add_no_progress(p)
-    p.set_defaults(func=locations.remote_io(run, command="report", inputs=("dir", "baseline", "rehearsal", "repeat", "baseline_repeat")))
+    p.set_defaults(func=locations.remote_io(run, command="report",
+                                            inputs=("dir", "baseline", "rehearsal", "repeat", "baseline_repeat")))
     return p
 
 

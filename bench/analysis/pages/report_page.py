@@ -407,8 +407,8 @@ def manifest_section(ctx: dict[str, Any], sweeps: dict[str, Any] | None = None) 
         if not f:
             continue
         repeats = ((sweeps or {}).get(role) or [])[1:]
-        pairs = [("Results", f["results"]),
-                 *([("Repeats, pooled", ", ".join(repeats))] if repeats else []), ("Model", f["model"]), ("vLLM", f["vllm"]), ("Image", f["image"]),
+        pairs = [("Results", f["results"]), *([("Repeats, pooled", ", ".join(repeats))] if repeats else []),
+                 ("Model", f["model"]), ("vLLM", f["vllm"]), ("Image", f["image"]),
                  ("Served flags", f["flags"]), ("Instance type", f["instance"]), ("GPUs", f["gpus"]),
                  ("Capacity type", f["capacity_type"]), ("Price", f["price"]),
                  ("Seed", f"{f['seed']} ({f['seed_scheme']})" if f.get("seed_scheme") else f.get("seed")),
@@ -437,10 +437,12 @@ def runs_header(summary: dict[str, Any], cand: str, base: str | None) -> str:
 
     pooled = (counts.get("candidate") or {}).get("repeats")
     parts = [side("candidate", cand, "each in its scenario's table below" if not pooled else
-                  "the first sweep's in its scenario's table below, the repeats' under Repeats' runs")]
+                  "the first sweep's grid runs and every sweep's capacity-search runs in the scenario tables "
+                  "below, the repeats' grid runs under Repeats' runs")]
     if base and counts.get("baseline"):
         parts.append(side("baseline", base, "drawn on the curves in blue (its grid runs dashed, its capacity-search "
-                                            "runs as crosses)"))
+                                            "runs as crosses)" + (", its repeats' grid runs under Repeats' runs"
+                                                                  if counts["baseline"].get("repeats") else "")))
     return (f'<p class="sub">{"; ".join(parts)}. Invalid and suspect runs and invalid attempts are listed under '
             "Invalid and suspect runs. The numbers are those of <code>summary.json</code> beside this page "
             "(<code>report.md</code> has every table).</p>")
