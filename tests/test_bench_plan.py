@@ -349,3 +349,27 @@ def test_plan_pairs_capacities_as_the_report_does(tmp_path):
     # end widened by the assumed run-to-run band (11 %), the two sides' bands in quadrature (as the
     # verdict's ratio); the busiest scenario binds each end.
     assert read(out)["configurations"][0]["replicas_range"] == [3, 7]
+
+
+def test_the_peak_basis_plans_on_the_reports_peak_search_runs_included(tmp_path):
+    """On the peak basis the plan divides the peak `bench report` gives: every closed-loop run, the capacity
+    search's too, the runs of one concurrency averaged (a search run at c=64 beside the grid's)."""
+    from bench.analysis import report as REP
+
+    base = sweep_dir(tmp_path, "l40s", {s: v for s, (v, _) in L40S.items()}, instance_type="g6e.2xlarge")
+    cand = sweep_dir(tmp_path, "g7e", G7E, instance_type="g7e.2xlarge")
+    (cand / "search").mkdir()
+    (cand / "search" / CR.search_filename("S1_chat", 64, 1)).write_text(json.dumps(result("S1_chat", 64, 1971.0)))
+    out = tmp_path / "r"
+    assert REP.main([str(cand), "--baseline", str(base), "--basis", "peak", "--out", str(out), "--no-charts",
+                     "--no-html"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    top = summary["scenarios"]["S1_chat"]["peak"]
+    # two runs of 512 requests at c=64, the grid's 1,871 and the search's 1,971 tok/s: their mean
+    assert top["output_tok_s"] == pytest.approx(1921.0) and top["source_runs"] == [
+        "S1_chat_c64.json", "search/S1_chat_c64.run1.json"]
+    rows = [line for line in (out / "plan" / "plan.md").read_text().splitlines() if "| g7e | S1_chat |" in line]
+    assert rows and all("1,921.0" in line for line in rows), rows
+    alone = tmp_path / "p"
+    assert plan(cand, "--baseline", base, "--basis", "peak", "--out", alone, "--no-charts") == 0
+    assert (alone / "plan.md").read_text().count("1,921.0") == (out / "plan" / "plan.md").read_text().count("1,921.0")

@@ -39,7 +39,7 @@ from bench.analysis import capacity_report as CR
 from bench.analysis import fleet as F
 from bench.analysis import verdict as V
 from bench.analysis.side import (MANIFEST, SLO_FLAGS, Side, SloConflict, choose_slo, load_side,
-                                 peak, read_manifest, slo_given)
+                                 read_manifest, slo_given)
 from bench.analysis.sizing import (Capacity, Config, UsageError, build_plan, fleet_load, reference_load,
                                    replicas_text)
 from bench.common import locations
@@ -141,15 +141,11 @@ def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, C
         return out, intervals
     for name in side.scenarios:
         out_len = side.lengths.get(name, (None, None))[1]
-        if side.repeats:  # the peak `bench report` pools from the side's sweeps (bench.analysis.summary.closed_peak)
-            pooled = CR.sides_peak(side.sweeps, name)
-            out[name] = (Capacity(pooled["output_tok_s"], pooled["req_s"], "peak", out_len,
-                                  run=f"c={pooled['concurrency']}, closed loop, {', '.join(pooled['source_runs'])}")
-                         if pooled else Capacity(None, None, "peak", out_len, state=V.NO_DATA, words="no usable run"))
-            continue
-        top = peak(side.valid(name))
-        out[name] = (Capacity(top.output_tok_s, top.req_s, "peak", out_len,
-                              run=f"c={top.concurrency}, closed loop, {Path(top.path).name}") if top
+        # the peak `bench report` gives (bench.analysis.summary.closed_peak): every closed-loop run of the
+        # side's sweeps, the grid's and the capacity search's, the runs of one concurrency averaged
+        top = CR.sides_peak(side.sweeps, name)
+        out[name] = (Capacity(top["output_tok_s"], top["req_s"], "peak", out_len,
+                              run=f"c={top['concurrency']}, closed loop, {', '.join(top['source_runs'])}") if top
                      else Capacity(None, None, "peak", out_len, state=V.NO_DATA, words="no usable run"))
     return out, intervals
 
