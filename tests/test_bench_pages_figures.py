@@ -64,6 +64,18 @@ def lookup(data: Any, path: list[Any]) -> Any:
     return data
 
 
+def checked_paths(page: Path, summary: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The summary.json paths of a page's tagged figures, each number checked against its value there."""
+    paths = []
+    for raw, text in page_fields(page):
+        path = json.loads(raw)
+        value = lookup(summary, path)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            assert close(value, text), f"{path}: page {text!r}, summary.json {value}"
+        paths.append(tuple(path))
+    return paths
+
+
 def shown(text: str) -> tuple[float, int]:
     m = NUMBER.search(text)
     assert m, f"no number in {text!r}"
@@ -121,14 +133,7 @@ def check_ratios_rebuild(fields: dict[tuple, str], summary: dict[str, Any]) -> i
 
 def test_every_tagged_figure_on_report_html_is_summary_json(figures):
     summary = json.loads((figures["report"] / "summary.json").read_text())
-    fields = page_fields(figures["report"] / "report.html")
-    paths = []
-    for raw, text in fields:
-        path = json.loads(raw)
-        value = lookup(summary, path)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            assert close(value, text), f"{path}: page {text!r}, summary.json {value}"
-        paths.append(tuple(path))
+    paths = checked_paths(figures["report"] / "report.html", summary)
     for name, entry in summary["scenarios"].items():
         assert ("scenarios", name, "slo_capacity_interval", "output_tok_s", 0) in paths
     for name in summary["comparison"]:

@@ -22,7 +22,7 @@ from bench.analysis import report as REP
 from bench.analysis import side as SIDE
 from tests.fixtures.bench_pages import make_sweep
 from tests.test_bench_compare import flags, sweep
-from tests.test_bench_pages_figures import close, lookup, page_fields
+from tests.test_bench_pages_figures import checked_paths
 from tests.test_bench_report import write_result
 
 SLO = ["--slo-ttft-p99-ms", "500", "--slo-itl-p99-ms", "50"]
@@ -257,14 +257,7 @@ def test_report_md_and_html_list_every_repeat_run_as_summary_json_counts_them(tm
             "8 grid runs (6 usable, 1 invalid, 1 suspect), 2 capacity-search runs; baseline seqs-4:") in md
 
     page = (out / "report.html").read_text()
-    fields = page_fields(out / "report.html")
-    paths = set()
-    for raw, text in fields:
-        path = json.loads(raw)
-        value = lookup(summary, path)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            assert close(value, text), f"{path}: page {text!r}, summary.json {value}"
-        paths.add(tuple(path))
+    paths = set(checked_paths(out / "report.html", summary))
     for i, r in enumerate(rows):
         assert ("repeat_runs", i, "concurrency") in paths and ("repeat_runs", i, "completed") in paths
         if r["valid"]:
