@@ -13,6 +13,11 @@ them is a new Job and a new prefix; an unchanged `pulumi up` leaves the finished
 resumed after a Spot interruption keeps its prefix: the Job waits for it to finish, and a sweep
 that changes after its report was written is reported again when the Job runs next.
 
+With `bench.round` past 1 the candidate's and the baseline's sweeps carry the prefixes of their
+configuration's earlier rounds (`ReportSweep.earlier`): in the hash (a new report per round), in the
+identity's read grant, and passed to publish as `--candidate-repeat` / `--baseline-repeat`, which pools
+those it finds finished and names the others; it waits only for the current round.
+
 Image: the pinned plain Python image the weight sync uses (tens of MB, on the system nodes), with
 the bench package from an immutable ConfigMap and its pinned requirements (the `report` extra:
 boto3, matplotlib, numpy, with every transitive dependency locked in requirements-report.lock)
@@ -69,6 +74,9 @@ _SCRIPT = (
 # Pod template annotation: the attempt after failed ones (the count of failures/ under the report's
 # prefix, read at `pulumi up`): a new value replaces the failed Job under the same name.
 ATTEMPT_ANNOTATION = "vllm-poc/report-attempt"
+# The sides `bench report` pools earlier rounds into (--repeat, --baseline-repeat); variants are compared one
+# round each.
+REPEATED_ROLES = ("candidate", "baseline")
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,8 @@ class ReportSweep:
     role: str  # candidate, baseline or variant
     server: str
     prefix: str  # runs/<stack>/<server>/<bench hash>/ in the results bucket
+    # The same configuration's earlier rounds (bench.round), oldest first: pooled where found in S3
+    earlier: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,7 @@ def inputs_hash(args: ReportJobArgs) -> str:
     payload = {
         "stack": args.stack,
         "settings": args.settings,
-        "sweeps": [[s.role, s.server, s.prefix] for s in args.sweeps],
+        "sweeps": [[s.role, s.server, s.prefix, *([list(s.earlier)] if s.earlier else [])] for s in args.sweeps],
         "image": args.image,
         "requirements": list(args.requirements),
         "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(args.code.items())},
@@ -128,6 +138,11 @@ def publish_args(args: ReportJobArgs, bucket: pulumi.Input[str], prefix: str) ->
     argv: list[pulumi.Input[str]] = []
     for sweep in args.sweeps:
         argv += [f"--{sweep.role}", uri(sweep.prefix)]
+    # Earlier rounds of the candidate and the baseline: publish pools those it finds, and names the others.
+    for sweep in args.sweeps:
+        if sweep.role in REPEATED_ROLES:
+            for earlier in sweep.earlier:
+                argv += [f"--{sweep.role}-repeat", uri(earlier)]
     s = args.settings
     argv += ["--out", uri(prefix), "--current-replicas", str(s["current_replicas"]),
              "--threshold", f"{s['threshold']:g}", "--basis", s["verdict_basis"],

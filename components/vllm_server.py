@@ -25,6 +25,8 @@ from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 PULUMI_TIMEOUT = "pulumi.com/timeoutSeconds"
+# Pod template annotation of a benchmark target past its first round (bench.round): a new value is a new pod.
+BENCH_ROUND = "vllm-poc/bench-round"
 CACHE_VOLUME = "vllm-cache"
 SHM_VOLUME = "dshm"
 # Endpoints keep sending to a terminating pod until kube-proxy catches up; the pause lets in-flight
@@ -167,9 +169,14 @@ def deployment_manifest(
     service_account: str,
     do_not_disrupt: bool = False,
     rolling_update: RollingUpdate | None = None,
+    bench_round: int = 1,
 ) -> dict[str, Any]:
-    """The Deployment as applied (Recreate unless a rolling update is given: an autoscaled server)."""
+    """The Deployment as applied (Recreate unless a rolling update is given: an autoscaled server). A bench
+    round past the first is written into the pod template, so raising it replaces the pod: a fresh server
+    (a new process, likely a new node) for the round's sweep. Round 1 adds nothing."""
     pod_annotations = {DO_NOT_DISRUPT: "true"} if do_not_disrupt else {}
+    if bench_round > 1:
+        pod_annotations[BENCH_ROUND] = str(bench_round)
     cache = spec.compile_cache
     if cache is not None:
         pod_annotations.update(compile_cache.annotations(cache))
@@ -284,6 +291,8 @@ class VllmServerArgs:
     # How a new pod template reaches an autoscaled server's replicas (None: Recreate, for a benchmark target
     # or a fixed server); with it the server gets a PodDisruptionBudget too.
     rolling_update: RollingUpdate | None = None
+    # bench.round of a benchmark target (1 otherwise): past 1, in the pod template (deployment_manifest)
+    bench_round: int = 1
 
     def __post_init__(self) -> None:
         if (self.identity is None) == (self.service_account_name is None):
@@ -336,7 +345,8 @@ class VllmServer(pulumi.ComponentResource):
 
         rolling = args.rolling_update
         manifest = deployment_manifest(spec, namespace=args.namespace, service_account=service_account,
-                                       do_not_disrupt=args.do_not_disrupt, rolling_update=rolling)
+                                       do_not_disrupt=args.do_not_disrupt, rolling_update=rolling,
+                                       bench_round=args.bench_round)
         manifest["metadata"]["labels"].update(args.labels)
         if args.released_by_job:
             del manifest["spec"]["replicas"]

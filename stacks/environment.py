@@ -83,20 +83,24 @@ def bench_prompts() -> dict[str, str]:
 
 
 def bench_config_hash(spec: ServeSpec, bench: BenchSettings, code: dict[str, str],
-                      hardware: dict[str, object] | None = None) -> str:
+                      hardware: dict[str, object] | None = None, *, bench_round: int | None = None) -> str:
     """What shapes the numbers: the hardware (instance type, GPUs, capacity types), the server's
     image, flags and env, the sweep settings, and the code that runs in the sweep's Jobs (the import
     closures of `bench.run.sweep` and `bench.startup.collect`, stacks/job_code.py) with the prompt
     set. A server moved to another pool gets a new Job and a new results prefix, so `--resume` never
     keeps another machine's results; an edit to the report's pages, the demo or the docs renames
-    nothing."""
+    nothing. A round past the first (bench.round) is one more sweep of the same configuration: a new
+    hash, while round 1 hashes as it did before rounds existed, so no stack's first sweep is renamed."""
+    bench_round = bench.round if bench_round is None else bench_round
     payload = {
         "hardware": hardware or {},
         "server": {"image": spec.image, "args": list(spec.args), "env": spec.env, "gpus": spec.gpus},
         # The report Job's settings and the GPU release are not the sweep's: changing them never re-runs one.
-        "bench": bench.model_dump(mode="json", exclude={"compare", "release_gpus"}),
+        "bench": bench.model_dump(mode="json", exclude={"compare", "release_gpus", "round"}),
         "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in code.items()},
     }
+    if bench_round > 1:
+        payload["round"] = bench_round
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -409,6 +413,8 @@ def build(settings: StackSettings) -> dict[str, object]:
                 # sweep despite the annotation. Spot reclaim and expiry still can (docs/operations.md).
                 do_not_disrupt=server.name in settings.bench.targets,
                 released_by_job=settings.bench.release_gpus and server.name in settings.bench.targets,
+                # A new round is a new pod (a fresh server) even when the GPUs were never released.
+                bench_round=settings.bench.round if server.name in settings.bench.targets else 1,
                 autoscaled=fleet_pool(settings, server.name) is not None,
                 rolling_update=rolling_update(settings, spec),
             ),
@@ -425,6 +431,7 @@ def build(settings: StackSettings) -> dict[str, object]:
     # -- benchmark ----------------------------------------------------------------------------
     results: dict[str, pulumi.Output[str]] = {}
     prefixes: dict[str, str] = {}
+    earlier: dict[str, list[str]] = {}
     bench_jobs: list[pulumi.Resource] = []
     sweep_jobs: dict[str, list[pulumi.Resource]] = {}
     release = None
@@ -464,8 +471,13 @@ def build(settings: StackSettings) -> dict[str, object]:
                                             bench_hardware(settings, target, servers[target].spec))
                   for target in settings.bench.targets}
         prefixes = {target: f"{results_prefix(settings.stack)}{target}/{h[:10]}/" for target, h in hashes.items()}
+        # Rounds 1..N-1 of the same configuration: the report pools those found in S3 (bench.round).
+        earlier = {target: [f"{results_prefix(settings.stack)}{target}/{h[:10]}/" for h in (
+            bench_config_hash(servers[target].spec, settings.bench, measured,
+                              bench_hardware(settings, target, servers[target].spec), bench_round=k)
+            for k in range(1, settings.bench.round))] for target in settings.bench.targets}
         # A server released after an earlier sweep is woken before a new one (bench.releaseGpus).
-        release = gpu_release(settings, servers, hashes, prefixes, namespace=NAMESPACE, code=code,
+        release = gpu_release(settings, servers, hashes, prefixes, earlier, namespace=NAMESPACE, code=code,
                               depends_on=[namespace], opts=on_cluster)
         for target in settings.bench.targets:
             server = servers[target]
@@ -510,10 +522,10 @@ def build(settings: StackSettings) -> dict[str, object]:
             sweep_jobs[target] = [recorded.job, job.job]
 
     # The answer: report, plan (and compare) from those sweeps, written to S3 by a Job that waits for them.
-    report, report_jobs = report_job(settings, prefixes, namespace_name=NAMESPACE, namespace=namespace, cluster=cluster,
-                        store=store, account_id=account_id, code=bench_code(), aws_provider=aws_provider,
-                        bench_jobs=bench_jobs, servers=servers, weights_bucket=weights_bucket,
-                        bench_access=bench_access, opts=on_cluster)
+    report, report_jobs = report_job(settings, prefixes, earlier, namespace_name=NAMESPACE, namespace=namespace,
+                                     cluster=cluster, store=store, account_id=account_id, code=bench_code(),
+                                     aws_provider=aws_provider, bench_jobs=bench_jobs, servers=servers,
+                                     weights_bucket=weights_bucket, bench_access=bench_access, opts=on_cluster)
     # The GPUs go back once every Job that uses a server has ended (created after those Jobs).
     for target in sweep_jobs if release else []:
         release.release_after(target, [*sweep_jobs[target], *report_jobs])

@@ -34,12 +34,12 @@ def release_gpus(settings: StackSettings) -> bool:
 
 
 def gpu_release(settings: StackSettings, servers: dict[str, Any], hashes: dict[str, str],
-                prefixes: dict[str, str], *, namespace: str, code: dict[str, str],
+                prefixes: dict[str, str], earlier: dict[str, list[str]], *, namespace: str, code: dict[str, str],
                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions) -> GpuRelease | None:
     """The wake Jobs (now, before the sweeps) of a stack with bench.releaseGpus; None when off."""
     if not release_gpus(settings):
         return None
-    report_jobs = report_job_names(settings, prefixes, namespace=namespace, code=code)
+    report_jobs = report_job_names(settings, prefixes, namespace=namespace, code=code, earlier=earlier)
     plan = [
         ServerRelease(server=target, sweep_hash=hashes[target],
                       jobs=server_jobs(target, hashes[target], report_jobs),

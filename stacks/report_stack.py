@@ -24,8 +24,8 @@ from bench.analysis import answer
 from components.cluster import Cluster
 from components.labels import PART_OF
 from components.mix_check_job import MixCheckJob, MixCheckJobArgs
-from components.report_job import (ReportJob, ReportJobArgs, ReportSweep, deadline_hours, inputs_hash, job_name,
-                                   report_prefix, report_statements)
+from components.report_job import (REPEATED_ROLES, ReportJob, ReportJobArgs, ReportSweep, deadline_hours, inputs_hash,
+                                   job_name, report_prefix, report_statements)
 from components.vllm_server import VllmServer, selector_labels
 from components.weight_store import WeightStore, model_prefix, results_prefix
 from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs
@@ -41,18 +41,25 @@ STATUS = "status.json"  # bench publish's progress file; `failed` with a note wh
 FAILURES = "failures/"  # one file per failed attempt (bench/analysis/publish.py)
 
 
-def report_sweeps(settings: StackSettings, prefixes: dict[str, str]) -> list[ReportSweep]:
-    """The sweeps the comparison reads, with their results prefixes (runs/<stack>/<server>/<hash>/)."""
+def report_sweeps(settings: StackSettings, prefixes: dict[str, str],
+                  earlier: dict[str, list[str]] | None = None) -> list[ReportSweep]:
+    """The sweeps the comparison reads, with their results prefixes (runs/<stack>/<server>/<hash>/) and, for
+    the candidate and the baseline, the prefixes of their configuration's earlier rounds (bench.round)."""
     compare = settings.bench.compare
     assert compare is not None
-    sweeps = [ReportSweep("candidate", compare.candidate, prefixes[compare.candidate])] if compare.candidate else []
-    sweeps.append(ReportSweep("baseline", compare.baseline, prefixes[compare.baseline]))
-    sweeps += [ReportSweep("variant", v, prefixes[v]) for v in compare.variants]
+
+    def sweep(role: str, server: str) -> ReportSweep:
+        rounds = tuple((earlier or {}).get(server, ())) if role in REPEATED_ROLES else ()
+        return ReportSweep(role, server, prefixes[server], rounds)
+
+    sweeps = [sweep("candidate", compare.candidate)] if compare.candidate else []
+    sweeps.append(sweep("baseline", compare.baseline))
+    sweeps += [sweep("variant", v) for v in compare.variants]
     return sweeps
 
 
 def report_args(settings: StackSettings, prefixes: dict[str, str], *, namespace: str, results_bucket: Any,
-                code: dict[str, str]) -> ReportJobArgs:
+                code: dict[str, str], earlier: dict[str, list[str]] | None = None) -> ReportJobArgs:
     compare = settings.bench.compare
     assert compare is not None
     return ReportJobArgs(
@@ -62,7 +69,7 @@ def report_args(settings: StackSettings, prefixes: dict[str, str], *, namespace:
         service_account=REPORT_SERVICE_ACCOUNT,
         results_bucket=results_bucket,
         report_root=f"{results_prefix(settings.stack)}report/",
-        sweeps=report_sweeps(settings, prefixes),
+        sweeps=report_sweeps(settings, prefixes, earlier),
         settings={"current_replicas": compare.current_replicas, "threshold": compare.threshold,
                   "verdict_basis": compare.verdict_basis, "headroom": compare.headroom, "spares": compare.spares,
                   "mix": dict(sorted(compare.mix.items())), "mixed_traffic": compare.mixed_traffic},
@@ -124,13 +131,13 @@ def mixcheck_job_name(stack: str, digest: str) -> str:
 
 
 def report_job_names(settings: StackSettings, prefixes: dict[str, str], *, namespace: str,
-                     code: dict[str, str]) -> dict[str, list[str]]:
+                     code: dict[str, str], earlier: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
     """server -> the report-side Jobs that read its sweep (the report) or run on it (the mixed-traffic
     check), by the names report_job gives them; empty without bench.compare."""
     compare = settings.bench.compare
     if compare is None:
         return {}
-    args = report_args(settings, prefixes, namespace=namespace, results_bucket="", code=code)
+    args = report_args(settings, prefixes, namespace=namespace, results_bucket="", code=code, earlier=earlier)
     digest = inputs_hash(args)
     names = {sweep.server: [job_name(settings.stack, digest)] for sweep in args.sweeps}
     if compare.mixed_traffic and compare.candidate:
@@ -169,7 +176,8 @@ def mix_check_job(settings: StackSettings, report: ReportJob, servers: dict[str,
     )
 
 
-def report_job(settings: StackSettings, prefixes: dict[str, str], *, namespace_name: str,
+def report_job(settings: StackSettings, prefixes: dict[str, str], earlier: dict[str, list[str]], *,
+               namespace_name: str,
                namespace: k8s.core.v1.Namespace, cluster: Cluster, store: WeightStore, account_id: str,
                code: dict[str, str], aws_provider: aws.Provider, bench_jobs: list[pulumi.Resource],
                servers: dict[str, VllmServer], weights_bucket: str, bench_access: list[pulumi.Resource],
@@ -179,7 +187,7 @@ def report_job(settings: StackSettings, prefixes: dict[str, str], *, namespace_n
     if settings.bench.compare is None:
         return None, []
     args = report_args(settings, prefixes, namespace=namespace_name, results_bucket=store.results_bucket_name,
-                       code=code)
+                       code=code, earlier=earlier)
     prefix = report_prefix(args, inputs_hash(args))
     identity = WorkloadIdentity(
         "report-identity",
@@ -189,7 +197,9 @@ def report_job(settings: StackSettings, prefixes: dict[str, str], *, namespace_n
             account_id=account_id,
             namespace=namespace_name,
             service_account=REPORT_SERVICE_ACCOUNT,
-            statements=report_statements(store.results_bucket_arn, [s.prefix for s in args.sweeps], prefix,
+            # its sweeps and their earlier rounds (read where present)
+            statements=report_statements(store.results_bucket_arn,
+                                         [p for s in args.sweeps for p in (s.prefix, *s.earlier)], prefix,
                                          settings.storage.kms_key_arn),
             labels={"app.kubernetes.io/name": "vllm-report", **PART_OF},
             depends_on=[namespace, cluster.pod_identity_agent],

@@ -13,7 +13,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_weight_store, test_weight_sync, test_vllm_server,
                                  test_compile_cache_render, test_workload_identity, test_pod_identity,
                                  test_network_policy, test_pod_security, test_exposure,
-                                 test_job_lifetimes, test_bench_job, test_report_job, test_gpu_release,
+                                 test_job_lifetimes, test_bench_job, test_report_job, test_bench_rounds,
+                                 test_gpu_release,
                                  test_bench_hardware_render, test_startup_render, test_prompt_set
   outside judges of the renders  test_k8s_schemas, test_schema_source, test_scanners, test_policies,
                                  test_policies_workloads, test_image_provenance, test_placement (every pod

@@ -24,6 +24,11 @@ The report Job of a stack runs this (components/report_job.py); it runs on a lap
    reads the plan just written and runs its mix on the candidate's server) to put
    mixed_traffic.json under --out, and plans again with it: the plan says whether its scenarios
    added up.
+   Earlier rounds (`--candidate-repeat`, `--baseline-repeat`: the same configuration swept again from a
+   fresh server, the stack's `bench.round`) are not waited for: each whose sweep has finished is pooled
+   into its side (`bench report --repeat`, `--baseline-repeat`); one with no finished sweep (never run,
+   or the configuration changed between rounds) is left out, and the log, status.json and inputs.json
+   say which and why.
 3. Record `inputs.json`: each sweep's address and the SHA-256 of the manifest it was read at, the
    settings, and whether every sweep had finished. A rerun whose sweeps are unchanged writes
    nothing; a sweep that changed while the report was written (or since the last run) is reported
@@ -68,9 +73,14 @@ class UsageError(ValueError):
 
 @dataclass
 class Sweep:
-    role: str  # candidate, baseline, variant
+    role: str  # candidate, baseline, variant; an earlier round: candidate-repeat, baseline-repeat
     loc: s3.S3Location
     manifest: bytes | None = None
+    refused: str | None = None  # an earlier round bench report would not pool: why
+
+    @property
+    def side(self) -> str:
+        return self.role.removesuffix("-repeat")
 
     @property
     def data(self) -> dict[str, Any] | None:
@@ -138,14 +148,61 @@ def _iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def status(state: str, sweeps: list[Sweep], deadline: datetime, note: str | None = None) -> dict[str, Any]:
+def status(state: str, sweeps: list[Sweep], deadline: datetime, note: str | None = None,
+           earlier: list[Sweep] | None = None) -> dict[str, Any]:
     rows = []
     for sweep in sweeps:
         st, done, total = sweep.state()
         rows.append({"role": sweep.role, "label": sweep.label, "uri": sweep.loc.uri, "state": st,
                      "combinations_done": done, "combinations_planned": total})
     return {"state": state, "updated_at": _iso(_now()), "waits_until": _iso(deadline), "sweeps": rows,
-            "note": note}
+            "note": note, **({"earlier_rounds": round_rows(earlier)} if earlier else {})}
+
+
+# ---------------------------------------------------------------------------------------------
+# Earlier rounds: read where present, never waited for
+
+
+def read_rounds(client: Any, earlier: list[Sweep]) -> None:
+    """Read each earlier round's manifest and say, a line each, which are pooled and which are left out."""
+    for sweep in earlier:
+        sweep.manifest = read_manifest(client, sweep)
+        sweep.refused = None
+        print(f"bench publish: {round_note(sweep)}", flush=True)
+
+
+def rounds_of(earlier: list[Sweep]) -> list[Sweep]:
+    """The earlier rounds the report pools: those whose sweep has finished."""
+    return [s for s in earlier if s.state()[0] == "finished" and s.refused is None]
+
+
+def round_note(sweep: Sweep) -> str:
+    where = f"earlier round of the {sweep.side} ({sweep.loc.uri})"
+    state = sweep.state()[0]
+    if sweep.refused:
+        return f"{where}: left out, bench report would not pool it: {sweep.refused}"
+    if state == "finished":
+        return f"{where}: pooled into the {sweep.side}'s figures"
+    if state == "not started":
+        return (f"{where}: left out, no sweep there (that round never ran, or the configuration changed since "
+                "it did)")
+    return f"{where}: left out, its sweep has not finished ({state})"
+
+
+def round_rows(earlier: list[Sweep]) -> list[dict[str, Any]]:
+    pooled = rounds_of(earlier)
+    return [{"role": s.role, "uri": s.loc.uri, "state": s.state()[0], "manifest_sha256": s.digest,
+             "pooled": s in pooled, "note": round_note(s)} for s in earlier]
+
+
+def rounds_left_out(earlier: list[Sweep]) -> str | None:
+    """One sentence for status.json's note: the earlier rounds the report does not pool, or None."""
+    pooled = rounds_of(earlier)
+    left = [s.loc.uri for s in earlier if s not in pooled]
+    if not left:
+        return None
+    return (f"{len(left)} of {len(earlier)} earlier rounds left out of the pooled figures (no finished sweep of "
+            f"the same configuration there): {', '.join(left)}")
 
 
 def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: argparse.Namespace) -> bool:
@@ -184,16 +241,22 @@ def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: 
         time.sleep(min(interval, max(1.0, args.wait_hours * 3600 - waited)))
 
 
-def _commands(args: argparse.Namespace, local: dict[str, str], out: str
+def _commands(args: argparse.Namespace, local: dict[str, str], out: str, rounds: dict[str, list[str]] | None = None
               ) -> list[tuple[str, list[str], Callable[[list[str]], int]]]:
-    """The report, plan and compare runs, as `python -m bench` argument lists."""
+    """The report, plan and compare runs, as `python -m bench` argument lists; `rounds`: role -> local folders
+    of that side's earlier rounds, pooled by the report."""
     steps = []
     subject = local.get("candidate") or local["baseline"]
     slo = _slo_flags(args)
     report_args = [subject, "--out", out, "--threshold", f"{args.threshold:g}", "--basis",
                    args.basis, "--current-replicas", str(args.current_replicas), "--no-progress"]
+    rounds = rounds or {}
     if local.get("candidate"):
         report_args += ["--baseline", local["baseline"]]
+        report_args += [a for d in rounds.get("candidate", []) for a in ("--repeat", d)]
+        report_args += [a for d in rounds.get("baseline", []) for a in ("--baseline-repeat", d)]
+    else:  # the report covers the baseline alone: its rounds are the subject's
+        report_args += [a for d in rounds.get("baseline", []) for a in ("--repeat", d)]
     if args.no_charts:
         report_args.append("--no-charts")
     steps.append(("report", report_args + slo, report.main))
@@ -222,18 +285,32 @@ def _slo_flags(args: argparse.Namespace) -> list[str]:
     return flags
 
 
-def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) -> int:
-    """Download the sweeps once, run report, plan and compare on them into --out; record inputs.json."""
+def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool,
+                 earlier: list[Sweep] | None = None) -> int:
+    """Download the sweeps once, run report, plan and compare on them into --out; record inputs.json.
+    `earlier`: earlier rounds, each pooled into its side where its sweep has finished (rounds.pooled)."""
     out = s3.S3Location.parse(args.out, option="--out")
+    earlier = earlier or []
     with locations.session("bench-publish-", progress=False) as current:
         local: dict[str, str] = {}
         for index, sweep in enumerate(sweeps):
             key = sweep.role if sweep.role != "variant" else f"variant:{index:02d}"
             local[key] = current.fetch(sweep.loc.uri, f"--{sweep.role}")
+        rounds: dict[str, list[str]] = {}
+        for sweep in rounds_of(earlier):
+            rounds.setdefault(sweep.side, []).append(current.fetch(sweep.loc.uri, f"--{sweep.role}"))
         done = []
-        for name, argv, main in _commands(args, local, out.uri):
+        for name, argv, main in _commands(args, local, out.uri, rounds):
             print(f"bench publish: bench {name} -> {out.uri}", flush=True)
             rc = main(argv)
+            if rc == 2 and name == "report" and rounds:
+                # It said why above; the rounds are extra measurements, never a reason for no report.
+                for sweep in rounds_of(earlier):
+                    sweep.refused = "its settings differ from this round's, or its folder could not be read"
+                print("bench publish: bench report would not pool the earlier rounds (see above); writing the "
+                      "report from this round alone", flush=True)
+                ((name, argv, main),) = [st for st in _commands(args, local, out.uri) if st[0] == "report"]
+                rc = main(argv)
             if rc in (130, 143):  # the step was stopped (and said what it kept): stop with its code
                 raise Interrupted(rc - 128)
             # plan exits 1 when a candidate cannot carry the load at the SLO: that is an answer, not a failure
@@ -248,6 +325,7 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool) 
     inputs = {
         "sweeps": [{"role": s.role, "label": s.label, "uri": s.loc.uri, "manifest_sha256": s.digest,
                     "state": s.state()[0]} for s in sweeps],
+        "earlier_rounds": round_rows(earlier),
         "complete": complete,
         "settings": {"current_replicas": args.current_replicas, "threshold": args.threshold,
                      "verdict_basis": args.basis, "headroom": args.headroom, "spares": args.spares,
@@ -304,7 +382,8 @@ def say_answer(client: Any, out: s3.S3Location, sweeps: list[Sweep]) -> None:
     print(f"bench publish: report in {out.uri} (python -m bench open {out.uri})", flush=True)
 
 
-def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep]]:
+def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep], list[Sweep]]:
+    """--out, the sweeps waited for, and the earlier rounds (read where present)."""
     if not args.baseline:
         raise UsageError("give --baseline, the s3:// prefix of the sweep of the hardware serving today")
     if not args.candidate and not args.variant:
@@ -318,6 +397,11 @@ def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep]]:
     if args.candidate:
         sweeps.insert(0, Sweep("candidate", s3.S3Location.parse(args.candidate, option="--candidate")))
     sweeps += [Sweep("variant", s3.S3Location.parse(v, option="--variant")) for v in args.variant or []]
+    if args.candidate_repeat and not args.candidate:
+        raise UsageError("--candidate-repeat needs --candidate (the sweep it repeats): give --candidate too, or "
+                         "leave --candidate-repeat out")
+    earlier = [Sweep(f"{side}-repeat", s3.S3Location.parse(uri, option=f"--{side}-repeat"))
+               for side in ("candidate", "baseline") for uri in getattr(args, f"{side}_repeat") or []]
     args.current_replicas = O.current_replicas(args)
     for option, value in (("--poll-s", args.poll_s), ("--max-poll-s", args.max_poll_s),
                           ("--log-every-s", args.log_every_s), ("--wait-hours", args.wait_hours),
@@ -330,7 +414,7 @@ def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep]]:
         raise UsageError("--mixed-traffic-wait-hours needs --mix: the check runs the plan's mix")
     if args.spares < 0 or not 0 <= args.headroom < 1:
         raise UsageError("--spares must be >= 0 and --headroom in [0, 1)")
-    return out, sweeps
+    return out, sweeps, earlier
 
 
 def record_failure(client: Any, out: s3.S3Location, record: dict[str, Any]) -> None:
@@ -342,7 +426,7 @@ def record_failure(client: Any, out: s3.S3Location, record: dict[str, Any]) -> N
 
 def run(args: argparse.Namespace) -> int:
     try:
-        out, sweeps = parse(args)
+        out, sweeps, earlier = parse(args)
     except (UsageError, ValueError) as exc:
         print(f"bench publish: {exc}", file=sys.stderr)
         return 2
@@ -351,23 +435,27 @@ def run(args: argparse.Namespace) -> int:
             client = s3.client()
             for round_no in range(1, MAX_ROUNDS + 1):
                 complete = wait_for_sweeps(client, out, sweeps, args)
-                before = [s.digest for s in sweeps]
-                recorded = s3.get_json(client, out, INPUTS)
-                if recorded and [r.get("manifest_sha256") for r in recorded.get("sweeps") or []] == before \
+                read_rounds(client, earlier)
+                before = [s.digest for s in [*sweeps, *earlier]]
+                recorded = s3.get_json(client, out, INPUTS) or {}
+                read = [*(recorded.get("sweeps") or []), *(recorded.get("earlier_rounds") or [])]
+                if recorded and [r.get("manifest_sha256") for r in read] == before \
                         and recorded.get("complete") == complete \
                         and (args.mixed_traffic_wait_hours <= 0 or recorded.get("mixed_traffic") == "included"):
                     print(f"bench publish: {out.uri} already holds the report of these sweeps", flush=True)
                     say_answer(client, out, sweeps)
                     return 0
-                rc = write_report(args, sweeps, complete)
+                rc = write_report(args, sweeps, complete, earlier)
                 if rc:
                     record_failure(client, out, status("failed", sweeps, _now(), "a report step failed; see the Job log"))
                     return rc
-                for sweep in sweeps:
+                for sweep in [*sweeps, *earlier]:
                     sweep.manifest = read_manifest(client, sweep)
-                if [s.digest for s in sweeps] == before:
-                    s3.put_json(client, out, STATUS, status("written", sweeps, _now(), None if complete else
-                                                         "written before every sweep finished: see inputs.json"))
+                if [s.digest for s in [*sweeps, *earlier]] == before:
+                    notes = [None if complete else "written before every sweep finished: see inputs.json",
+                             rounds_left_out(earlier)]
+                    s3.put_json(client, out, STATUS, status("written", sweeps, _now(),
+                                                            "; ".join(n for n in notes if n) or None, earlier))
                     say_answer(client, out, sweeps)
                     return 0
                 print(f"bench publish: a sweep changed while its report was written (round {round_no}); "
@@ -395,6 +483,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     O.add_baseline(p, help="s3:// prefix of the sweep of the hardware serving today (required)")
     p.add_argument("--variant", action="append", metavar="URI",
                    help="s3:// prefix of a variant's sweep, compared side by side (repeat; two or more)")
+    p.add_argument("--candidate-repeat", action="append", metavar="URI",
+                   help="s3:// prefix of an earlier round of the candidate's configuration (a sweep from another "
+                        "fresh server): pooled into its figures where that sweep has finished, else left out "
+                        "and named; never waited for (repeat)")
+    p.add_argument("--baseline-repeat", action="append", metavar="URI",
+                   help="the same for the baseline (repeat)")
     O.add_out(p, "publish", "the report, plan and compare files", required=True)
     O.add_current_replicas(p)
     O.add_threshold(p)

@@ -109,6 +109,12 @@ class BenchSettings(SettingsModel):
         "have ended, and Karpenter removes the empty node; a new sweep scales it up again "
         "(components/release_job.py). false: the servers keep running until teardown.",
     )
+    round: int = Field(
+        1, description="The measurement round. Raise it by one and `pulumi up` to sweep every target again from a "
+        "fresh server (a new pod, likely a new node) under a new results prefix; earlier rounds stay as they are. "
+        "The report pools every round of the same configuration (`bench report --repeat`). Each round costs "
+        "another sweep's GPU time.",
+    )
     compare: CompareSettings | None = Field(
         None, description="The stack's question: a report Job, created by the same `pulumi up`, waits for these "
         "targets' sweeps in S3, then writes the report, the replica plan and (with variants) the compare under "
@@ -123,6 +129,16 @@ class BenchSettings(SettingsModel):
             raise ValueError(
                 f"scenarios must be distinct names from {', '.join(WORKLOADS)}; got {v}"
             )
+        return v
+
+    @field_validator("round", mode="before")
+    @classmethod
+    def _round(cls, v: object) -> object:
+        # bool is an int to Python, and pydantic would take 2.0 or "2"; a round is a whole count from 1.
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"the measurement round is a whole number from 1 (the first sweep); got {v}. Raise it "
+                             "by one for another sweep from a fresh server: pulumi config set --path "
+                             "'vllm-poc:bench.round' 2")
         return v
 
     @model_validator(mode="after")

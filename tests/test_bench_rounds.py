@@ -1,0 +1,188 @@
+"""bench.round: another measurement of every target from a fresh server, pooled by the report.
+
+The setting's refusals; round 1 rendering exactly as a stack without the key; round 2's new bench Jobs,
+results prefixes and server pod template; the report Job passing round 1's prefixes of the same
+configuration as repeats (and reading them); and the report's rendered command run against moto with
+one earlier round present and one missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import boto3
+import pytest
+
+from components.vllm_server import BENCH_ROUND
+from stacks.settings import ConfigError, settings_from_config
+from tests.fixtures.code_volumes import config_maps, volume_files, write_files
+from tests.fixtures.pulumi_stack import render_with, stack_config
+from tests.test_bench_plan import G7E, L40S
+from tests.test_bench_publish import finish
+from tests.test_bench_s3_folders import recorded_sweep
+from tests.test_report_job import bench_job_names, container, flag, report_job
+
+TARGETS = ("nvfp4-g7e", "nvfp4-l40s")
+
+
+def g7e_round(n: int | None, **bench_changes):
+    bench = {**stack_config("g7e")["vllm-poc:bench"], **bench_changes}
+    if n is not None:
+        bench["round"] = n
+    return render_with("g7e", bench=bench)
+
+
+@pytest.fixture(scope="module")
+def rounds():
+    """g7e without the key, at round 1, 2 and 3."""
+    return {n: g7e_round(n) for n in (None, 1, 2, 3)}
+
+
+def deployment(rendered, server):
+    (found,) = [d for d in rendered.k8s("Deployment") if d["metadata"]["name"] == server]
+    return found
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, "2", True])
+def test_a_round_is_a_whole_number_from_one(value):
+    config = stack_config("g7e")
+    config["vllm-poc:bench"] = {**config["vllm-poc:bench"], "round": value}
+    with pytest.raises(ConfigError) as err:
+        settings_from_config(config, stack="g7e")
+    (problem,) = [p for p in err.value.problems if p.startswith("vllm-poc:bench.round:")]
+    assert "a whole number from 1" in problem and "pulumi config set --path 'vllm-poc:bench.round' 2" in problem
+
+
+def test_round_defaults_to_one():
+    assert settings_from_config(stack_config("g7e"), stack="g7e").bench.round == 1
+
+
+def test_round_one_renders_as_a_stack_without_the_key(rounds):
+    assert rounds[1].files() == rounds[None].files()
+    assert rounds[1].outputs == rounds[None].outputs
+    for server in TARGETS:
+        assert BENCH_ROUND not in deployment(rounds[1], server)["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_round_two_sweeps_every_target_again_from_a_fresh_server(rounds):
+    one, two = rounds[1], rounds[2]
+    first, second = one.outputs["benchResults"], two.outputs["benchResults"]
+    assert set(first) == set(second) == set(TARGETS)
+    for server in TARGETS:
+        assert second[server] != first[server]  # a new prefix: round 1's results stay as they are
+        annotations = deployment(two, server)["spec"]["template"]["metadata"]["annotations"]
+        assert annotations[BENCH_ROUND] == "2"  # a new pod template: a new pod even without the GPU release
+    assert set(bench_job_names(two)).isdisjoint(bench_job_names(one))
+    assert len(bench_job_names(two)) == len(TARGETS)
+    # the servers no bench target names keep their pods
+    others = [d for d in two.k8s("Deployment") if d["metadata"]["name"] not in TARGETS
+              and d["metadata"]["labels"].get("app.kubernetes.io/name") == "vllm"]
+    assert all(BENCH_ROUND not in (d["spec"]["template"]["metadata"].get("annotations") or {}) for d in others)
+
+
+def test_the_report_of_round_n_pools_rounds_one_to_n_minus_one(rounds):
+    """Round 1's prefixes as the stack computed them (its benchResults at round 1), not copied strings."""
+    first, second = rounds[1].outputs["benchResults"], rounds[2].outputs["benchResults"]
+    argv = container(report_job(rounds[2]))["args"]
+    assert flag(argv, "--candidate") == [second["nvfp4-g7e"]] and flag(argv, "--baseline") == [second["nvfp4-l40s"]]
+    assert flag(argv, "--candidate-repeat") == [first["nvfp4-g7e"]]
+    assert flag(argv, "--baseline-repeat") == [first["nvfp4-l40s"]]
+    third = container(report_job(rounds[3]))["args"]
+    assert flag(third, "--candidate-repeat") == [first["nvfp4-g7e"], second["nvfp4-g7e"]]
+    assert flag(third, "--baseline-repeat") == [first["nvfp4-l40s"], second["nvfp4-l40s"]]
+    # round 1 has none, and each round is its own report
+    assert not [a for a in container(report_job(rounds[1]))["args"] if a.endswith("-repeat")]
+    names = {report_job(rounds[n])["metadata"]["name"] for n in (1, 2, 3)}
+    assert len(names) == 3
+
+
+def test_the_report_may_read_the_earlier_rounds(rounds):
+    bucket = rounds[2].outputs["resultsBucket"]
+    first = rounds[1].outputs["benchResults"]
+    arn = f"arn:aws:s3:::{bucket}"
+    policy = json.loads(rounds[2].one("aws:iam/rolePolicy:RolePolicy", "report-identity-policy").inputs["policy"])
+    (read,) = [s for s in policy["Statement"] if s["Sid"] == "ReadSweepsAndOwnReport"]
+    for server in TARGETS:
+        assert f"{arn}/{first[server].removeprefix(f's3://{bucket}/')}*" in read["Resource"]
+
+
+def test_the_gpu_release_waits_for_the_report_of_this_round(rounds):
+    two = rounds[2]
+    report = report_job(two)["metadata"]["name"]
+    release = [j for j in two.k8s("Job") if j["metadata"]["labels"].get("vllm-poc/action") == "release"]
+    assert release
+    for job in release:
+        argv = job["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert report in [argv[i + 1] for i, a in enumerate(argv) if a == "--job"]
+
+
+def test_a_changed_configuration_pools_none_of_the_old_rounds(rounds):
+    """Any change besides the round renames every round's prefix: round 2 of the new settings repeats round 1
+    of the new settings, never a sweep of the old ones."""
+    old_first = rounds[1].outputs["benchResults"]
+    new_first = g7e_round(1, concurrencies=[1, 8, 64]).outputs["benchResults"]
+    argv = container(report_job(g7e_round(2, concurrencies=[1, 8, 64])))["args"]
+    assert flag(argv, "--candidate-repeat") == [new_first["nvfp4-g7e"]] != [old_first["nvfp4-g7e"]]
+    assert flag(argv, "--baseline-repeat") == [new_first["nvfp4-l40s"]] != [old_first["nvfp4-l40s"]]
+
+
+def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_not(aws, rounds, tmp_path):
+    """Round 2's report Job command as rendered, against moto: round 2's sweeps and round 1's candidate sweep
+    are in S3, round 1's baseline sweep is not. The report is written, pools the candidate's round, and the
+    log and status.json say the baseline's round was left out. (pip is not run; this Python has the
+    requirements.)"""
+    two, first = rounds[2], rounds[1].outputs["benchResults"]
+    job = report_job(two)
+    volume = job["spec"]["template"]["spec"]["volumes"][0]
+    code = write_files(volume_files(config_maps(two), volume), tmp_path / "code" / "bench")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    script = container(job)["command"][2].splitlines()[-1]
+    bucket = two.outputs["resultsBucket"]
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
+    prefix = {k: v.removeprefix(f"s3://{bucket}/") for k, v in two.outputs["benchResults"].items()}
+    candidate_round_one = first["nvfp4-g7e"].removeprefix(f"s3://{bucket}/")
+    sweeps = [
+        ("nvfp4-g7e", G7E, prefix["nvfp4-g7e"], dict(instance_type="g7e.2xlarge", price=1.5, capacity_type="spot")),
+        ("nvfp4-g7e", G7E, candidate_round_one, dict(instance_type="g7e.2xlarge", price=1.5, capacity_type="spot")),
+        ("nvfp4-l40s", {s: v for s, (v, _) in L40S.items()}, prefix["nvfp4-l40s"],
+         dict(instance_type="g6e.2xlarge", price=2.76, capacity_type="on-demand")),
+    ]
+    for index, (server, peaks, where, kw) in enumerate(sweeps):
+        (tmp_path / f"s{index}").mkdir()
+        folder = recorded_sweep(tmp_path / f"s{index}", server, peaks, where, **kw)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        upload = {**manifest["upload"], "uri": f"s3://{bucket}/{where}"}  # this render's bucket
+        (folder / "manifest.json").write_text(json.dumps({**manifest, "label": f"g7e/{server}", "upload": upload}))
+        finish(folder)
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            client.upload_file(str(path), bucket, where + path.relative_to(folder).as_posix())
+    env = {**os.environ, "PYTHONPATH": str(code.parent), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "HOME": str(tmp_path / "home"), "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    proc = subprocess.run(["sh", "-ec", script, "publish", *container(job)["args"], "--poll-s", "0.3",
+                           "--max-poll-s", "0.6", "--log-every-s", "1", "--no-charts"],
+                          cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out
+    assert f"earlier round of the candidate ({first['nvfp4-g7e']}): pooled" in out
+    assert (f"earlier round of the baseline ({first['nvfp4-l40s']}): left out, no sweep there (that round never "
+            "ran, or the configuration changed since it did)") in out
+    report = two.outputs["report"]["uri"].removeprefix(f"s3://{bucket}/")
+    written = {o["Key"].removeprefix(report): client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+               for o in client.list_objects_v2(Bucket=bucket, Prefix=report).get("Contents", [])}
+    assert {"report.md", "summary.json", "plan.json", "inputs.json", "status.json"} <= set(written)
+    report_md = written["report.md"].decode()
+    assert "Repeats" in report_md and first["nvfp4-g7e"] in report_md
+    status = json.loads(written["status.json"])
+    assert status["state"] == "written"
+    assert "1 of 2 earlier rounds left out" in status["note"] and first["nvfp4-l40s"] in status["note"]
+    rows = {r["role"]: r for r in status["earlier_rounds"]}
+    assert rows["candidate-repeat"]["pooled"] is True and rows["baseline-repeat"]["pooled"] is False
+    inputs = json.loads(written["inputs.json"])
+    assert [r["pooled"] for r in inputs["earlier_rounds"]] == [True, False]
