@@ -315,7 +315,7 @@ OTHER_TOOLS = {
     "--policy-pack-config", "--no-deps", "--framework", "--ci", "--control", "--demo", "--fresh", "--size",
     "--no-compile", "--dist", "--versions", "--goodput", "--num-warmups", "--save-detailed", "--enable-igw",
     "--policy", "--service-discovery", "--wasm-middleware", "--rm", "--entrypoint", "--only-binary",
-    "--require-hashes",
+    "--require-hashes", "--path",  # pulumi config set --path (a key inside a structured value)
     "--max-num-seq",  # docs/verification.md: the typo `vllm serve` refuses, as an example
 }
 
