@@ -7,7 +7,8 @@ state is read from the report's summary.json when `pulumi up` runs (a listing of
 the file), so it is null until the Job has written the report, and the next `pulumi up` after that
 shows it. A Job that failed says so in status.json (bench publish): the output shows
 `"state": "failed"` and the reason, and that same `up` recreates the Job (failures/ counts the
-attempts; components/report_job.py).
+attempts; components/report_job.py). A written report of a round past the first (bench.round) adds
+`"rounds"`: how many earlier rounds it pooled and which it left out, from its status.json.
 """
 
 from __future__ import annotations
@@ -93,7 +94,12 @@ def report_reading(bucket: pulumi.Input[str], prefix: str, provider: aws.Provide
         for file, parse in ((SUMMARY, _state), (STATUS, _failed)):
             if f"{prefix}{file}" in keys:
                 body = aws.s3.get_object_output(bucket=name, key=f"{prefix}{file}", opts=invoke).body
-                return body.apply(lambda text, parse=parse: {**parse(text), "failures": failures})
+                found = body.apply(lambda text, parse=parse: {**parse(text), "failures": failures})
+                if file == SUMMARY and f"{prefix}{STATUS}" in keys:
+                    # a written report: which earlier rounds (bench.round) it pooled, from its status.json
+                    status = aws.s3.get_object_output(bucket=name, key=f"{prefix}{STATUS}", opts=invoke).body
+                    return pulumi.Output.all(found, status).apply(lambda v: {**v[0], **_rounds(v[1])})
+                return found
         return {"state": None, "failures": failures}
 
     return pulumi.Output.all(bucket, listing).apply(read)
@@ -104,6 +110,23 @@ def _state(body: str | None) -> dict[str, Any]:
         return {"state": answer.verdict_state(json.loads(body)) if body else None}
     except ValueError:
         return {"state": None}
+
+
+def _rounds(body: str | None) -> dict[str, Any]:
+    """status.json of a written report that had earlier rounds to pool: {"rounds": one plain sentence}; else {}."""
+    try:
+        status = json.loads(body) if body else {}
+    except ValueError:
+        return {}
+    rows = status.get("earlier_rounds") if isinstance(status, dict) else None
+    if not isinstance(rows, list) or not rows:
+        return {}
+    pooled = [r for r in rows if isinstance(r, dict) and r.get("pooled")]
+    left = [str(r.get("uri")) for r in rows if isinstance(r, dict) and not r.get("pooled")]
+    words = f"{len(pooled)} of {len(rows)} earlier rounds pooled into the figures"
+    if left:
+        words += f"; left out (no finished sweep of the same configuration there): {', '.join(left)}"
+    return {"rounds": words}
 
 
 def _failed(body: str | None) -> dict[str, Any]:
@@ -120,10 +143,11 @@ def _failed(body: str | None) -> dict[str, Any]:
 
 
 def report_output(uri: pulumi.Output[str], reading: pulumi.Output[dict[str, Any]]) -> dict[str, Any]:
-    """The stack output `report`: {"uri", "state"} and, for a failed Job, "reason"."""
+    """The stack output `report`: {"uri", "state"}; for a failed Job, "reason"; for a report that had earlier
+    rounds to pool (bench.round), "rounds": how many it pooled and which it left out."""
     out: dict[str, Any] = {"uri": uri, "state": reading.apply(lambda r: r["state"])}
     return pulumi.Output.all(out["uri"], out["state"], reading).apply(
-        lambda v: {"uri": v[0], "state": v[1], **({"reason": v[2]["reason"]} if v[2].get("reason") else {})})
+        lambda v: {"uri": v[0], "state": v[1], **{k: v[2][k] for k in ("reason", "rounds") if v[2].get(k)}})
 
 
 def mixcheck_job_name(stack: str, digest: str) -> str:

@@ -16,6 +16,7 @@ import boto3
 import pytest
 
 from components.vllm_server import BENCH_ROUND
+from stacks.ops import mocks
 from stacks.settings import ConfigError, settings_from_config
 from tests.fixtures.code_volumes import config_maps, volume_files, write_files
 from tests.fixtures.pulumi_stack import render_with, stack_config
@@ -128,7 +129,8 @@ def test_a_changed_configuration_pools_none_of_the_old_rounds(rounds):
     assert flag(argv, "--baseline-repeat") == [new_first["nvfp4-l40s"]] != [old_first["nvfp4-l40s"]]
 
 
-def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_not(aws, rounds, tmp_path):
+def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_not(aws, rounds, tmp_path,
+                                                                                     monkeypatch):
     """Round 2's report Job command as rendered, against moto: round 2's sweeps and round 1's candidate sweep
     are in S3, round 1's baseline sweep is not. The report is written, pools the candidate's round, and the
     log and status.json say the baseline's round was left out. (pip is not run; this Python has the
@@ -186,3 +188,10 @@ def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_
     assert rows["candidate-repeat"]["pooled"] is True and rows["baseline-repeat"]["pooled"] is False
     inputs = json.loads(written["inputs.json"])
     assert [r["pooled"] for r in inputs["earlier_rounds"]] == [True, False]
+    # the next `pulumi up` reads the written report: its output says the same in one sentence
+    monkeypatch.setattr(mocks, "S3_OBJECTS", {f"{bucket}/{report}{name}": written[name].decode()
+                                              for name in ("summary.json", "status.json")})
+    output = g7e_round(2).outputs["report"]
+    assert output["uri"] == two.outputs["report"]["uri"] and output["state"] in ("pass", "fail", "inconclusive")
+    assert output["rounds"] == ("1 of 2 earlier rounds pooled into the figures; left out (no finished sweep of the "
+                                f"same configuration there): {first['nvfp4-l40s']}")
