@@ -125,7 +125,7 @@ def _rounds(body: str | None) -> dict[str, Any]:
     left = [str(r.get("uri")) for r in rows if isinstance(r, dict) and not r.get("pooled")]
     words = f"{len(pooled)} of {len(rows)} earlier rounds pooled into the figures"
     if left:
-        words += f"; left out (no finished sweep of the same configuration there): {', '.join(left)}"
+        words += f"; left out: {', '.join(left)} (why: earlier_rounds in {STATUS} under uri)"
     return {"rounds": words}
 
 

@@ -129,13 +129,15 @@ def test_a_changed_configuration_pools_none_of_the_old_rounds(rounds):
     assert flag(argv, "--baseline-repeat") == [new_first["nvfp4-l40s"]] != [old_first["nvfp4-l40s"]]
 
 
-def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_not(aws, rounds, tmp_path,
-                                                                                     monkeypatch):
-    """Round 2's report Job command as rendered, against moto: round 2's sweeps and round 1's candidate sweep
-    are in S3, round 1's baseline sweep is not. The report is written, pools the candidate's round, and the
-    log and status.json say the baseline's round was left out. (pip is not run; this Python has the
-    requirements.)"""
-    two, first = rounds[2], rounds[1].outputs["benchResults"]
+def rows_note(status, role):
+    (row,) = [r for r in status["earlier_rounds"] if r["role"] == role]
+    return row["note"]
+
+
+def run_round_two_report(two, first, tmp_path, round_one_candidate: dict):
+    """Round 2's report Job command as rendered, against moto, with round 2's sweeps and the candidate's round 1
+    (recorded with `round_one_candidate`) in S3 and the baseline's round 1 missing; pip is not run (this
+    Python has the requirements). Returns (its exit code, its log, the files it wrote, their prefix)."""
     job = report_job(two)
     volume = job["spec"]["template"]["spec"]["volumes"][0]
     code = write_files(volume_files(config_maps(two), volume), tmp_path / "code" / "bench")
@@ -148,10 +150,10 @@ def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_
     client = boto3.client("s3")
     client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
     prefix = {k: v.removeprefix(f"s3://{bucket}/") for k, v in two.outputs["benchResults"].items()}
-    candidate_round_one = first["nvfp4-g7e"].removeprefix(f"s3://{bucket}/")
+    g7e = dict(instance_type="g7e.2xlarge", price=1.5, capacity_type="spot")
     sweeps = [
-        ("nvfp4-g7e", G7E, prefix["nvfp4-g7e"], dict(instance_type="g7e.2xlarge", price=1.5, capacity_type="spot")),
-        ("nvfp4-g7e", G7E, candidate_round_one, dict(instance_type="g7e.2xlarge", price=1.5, capacity_type="spot")),
+        ("nvfp4-g7e", G7E, prefix["nvfp4-g7e"], g7e),
+        ("nvfp4-g7e", G7E, first["nvfp4-g7e"].removeprefix(f"s3://{bucket}/"), {**g7e, **round_one_candidate}),
         ("nvfp4-l40s", {s: v for s, (v, _) in L40S.items()}, prefix["nvfp4-l40s"],
          dict(instance_type="g6e.2xlarge", price=2.76, capacity_type="on-demand")),
     ]
@@ -170,28 +172,55 @@ def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_
                            "--max-poll-s", "0.6", "--log-every-s", "1", "--no-charts"],
                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=300)
-    out = proc.stdout
-    assert proc.returncode == 0, out
-    assert f"earlier round of the candidate ({first['nvfp4-g7e']}): pooled" in out
-    assert (f"earlier round of the baseline ({first['nvfp4-l40s']}): left out, no sweep there (that round never "
-            "ran, or the configuration changed since it did)") in out
     report = two.outputs["report"]["uri"].removeprefix(f"s3://{bucket}/")
     written = {o["Key"].removeprefix(report): client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
                for o in client.list_objects_v2(Bucket=bucket, Prefix=report).get("Contents", [])}
+    return proc.returncode, proc.stdout, written, f"{bucket}/{report}"
+
+
+def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_not(aws, rounds, tmp_path,
+                                                                                     monkeypatch):
+    """Round 1's candidate sweep is in S3, its baseline sweep is not: the report is written, pools the
+    candidate's round, and its log, status.json, inputs.json and the next `pulumi up`'s stack output say
+    the baseline's round was left out."""
+    two, first = rounds[2], rounds[1].outputs["benchResults"]
+    rc, out, written, where = run_round_two_report(two, first, tmp_path, {})
+    assert rc == 0, out
+    assert f"earlier round of the candidate ({first['nvfp4-g7e']}): pooled" in out
+    assert (f"earlier round of the baseline ({first['nvfp4-l40s']}): left out, no sweep there (that round never "
+            "ran, or the configuration changed since it did)") in out
     assert {"report.md", "summary.json", "plan.json", "inputs.json", "status.json"} <= set(written)
     report_md = written["report.md"].decode()
     assert "Repeats" in report_md and first["nvfp4-g7e"] in report_md
     status = json.loads(written["status.json"])
     assert status["state"] == "written"
-    assert "1 of 2 earlier rounds left out" in status["note"] and first["nvfp4-l40s"] in status["note"]
+    assert status["note"] == (f"1 of 2 earlier rounds left out of the pooled figures: {first['nvfp4-l40s']} (why, "
+                              "for each: earlier_rounds)")
+    assert "no sweep there (that round never ran" in rows_note(status, "baseline-repeat")
     rows = {r["role"]: r for r in status["earlier_rounds"]}
     assert rows["candidate-repeat"]["pooled"] is True and rows["baseline-repeat"]["pooled"] is False
     inputs = json.loads(written["inputs.json"])
     assert [r["pooled"] for r in inputs["earlier_rounds"]] == [True, False]
     # the next `pulumi up` reads the written report: its output says the same in one sentence
-    monkeypatch.setattr(mocks, "S3_OBJECTS", {f"{bucket}/{report}{name}": written[name].decode()
+    monkeypatch.setattr(mocks, "S3_OBJECTS", {f"{where}{name}": written[name].decode()
                                               for name in ("summary.json", "status.json")})
     output = g7e_round(2).outputs["report"]
     assert output["uri"] == two.outputs["report"]["uri"] and output["state"] in ("pass", "fail", "inconclusive")
-    assert output["rounds"] == ("1 of 2 earlier rounds pooled into the figures; left out (no finished sweep of the "
-                                f"same configuration there): {first['nvfp4-l40s']}")
+    assert output["rounds"] == (f"1 of 2 earlier rounds pooled into the figures; left out: {first['nvfp4-l40s']} "
+                                "(why: earlier_rounds in status.json under uri)")
+
+
+def test_a_round_bench_report_refuses_leaves_the_report_to_this_round(aws, rounds, tmp_path):
+    """Round 1's candidate sweep recorded another instance type (the hash makes this rare: a manifest edited by
+    hand, a vLLM build that reports another version): bench report refuses to pool it, and the report is
+    written from round 2 alone, saying why, instead of failing."""
+    two, first = rounds[2], rounds[1].outputs["benchResults"]
+    rc, out, written, _ = run_round_two_report(two, first, tmp_path, {"instance_type": "g7e.4xlarge"})
+    assert rc == 0, out
+    assert "bench report would not pool the earlier rounds (see above); writing the report from this round alone" \
+        in out
+    assert "Repeats" not in written["report.md"].decode()
+    status = json.loads(written["status.json"])
+    assert status["state"] == "written" and "2 of 2 earlier rounds left out" in status["note"]
+    (candidate,) = [r for r in status["earlier_rounds"] if r["role"] == "candidate-repeat"]
+    assert candidate["pooled"] is False and "bench report would not pool it" in candidate["note"]

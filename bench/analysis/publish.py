@@ -201,8 +201,8 @@ def rounds_left_out(earlier: list[Sweep]) -> str | None:
     left = [s.loc.uri for s in earlier if s not in pooled]
     if not left:
         return None
-    return (f"{len(left)} of {len(earlier)} earlier rounds left out of the pooled figures (no finished sweep of "
-            f"the same configuration there): {', '.join(left)}")
+    return (f"{len(left)} of {len(earlier)} earlier rounds left out of the pooled figures: {', '.join(left)} "
+            "(why, for each: earlier_rounds)")
 
 
 def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: argparse.Namespace) -> bool:
