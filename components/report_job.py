@@ -13,10 +13,10 @@ them is a new Job and a new prefix; an unchanged `pulumi up` leaves the finished
 resumed after a Spot interruption keeps its prefix: the Job waits for it to finish, and a sweep
 that changes after its report was written is reported again when the Job runs next.
 
-With `bench.round` past 1 the candidate's and the baseline's sweeps carry the prefixes of their
-configuration's earlier rounds (`ReportSweep.earlier`): in the hash (a new report per round), in the
-identity's read grant, and passed to publish as `--candidate-repeat` / `--baseline-repeat`, which pools
-those it finds finished and names the others; it waits only for the current round.
+With `bench.round` past 1 every sweep carries the prefixes of its configuration's earlier rounds
+(`ReportSweep.earlier`): in the hash (a new report per round), in the identity's read grant, and passed
+to publish as `--candidate-repeat`, `--baseline-repeat`, `--variant-repeat`, which pools those it finds
+finished and names the others; it waits only for the current round.
 
 Image: the pinned plain Python image the weight sync uses (tens of MB, on the system nodes), with
 the bench package from an immutable ConfigMap and its pinned requirements (the `report` extra:
@@ -74,9 +74,9 @@ _SCRIPT = (
 # Pod template annotation: the attempt after failed ones (the count of failures/ under the report's
 # prefix, read at `pulumi up`): a new value replaces the failed Job under the same name.
 ATTEMPT_ANNOTATION = "vllm-poc/report-attempt"
-# The sides `bench report` pools earlier rounds into (--repeat, --baseline-repeat); variants are compared one
-# round each.
-REPEATED_ROLES = ("candidate", "baseline")
+# The sweeps whose earlier rounds are pooled: the report's sides (`bench report --repeat`, `--baseline-repeat`)
+# and the variants (`bench compare`, one label per variant's rounds).
+REPEATED_ROLES = ("candidate", "baseline", "variant")
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def publish_args(args: ReportJobArgs, bucket: pulumi.Input[str], prefix: str) ->
     argv: list[pulumi.Input[str]] = []
     for sweep in args.sweeps:
         argv += [f"--{sweep.role}", uri(sweep.prefix)]
-    # Earlier rounds of the candidate and the baseline: publish pools those it finds, and names the others.
+    # Earlier rounds of each sweep: publish pools those it finds, and names the others.
     for sweep in args.sweeps:
         if sweep.role in REPEATED_ROLES:
             for earlier in sweep.earlier:

@@ -7,6 +7,7 @@ one earlier round present and one missing."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import boto3
 import pytest
 
+from bench.analysis import publish
 from components.vllm_server import BENCH_ROUND
 from stacks.ops import mocks
 from stacks.settings import ConfigError, settings_from_config
@@ -224,3 +226,43 @@ def test_a_round_bench_report_refuses_leaves_the_report_to_this_round(aws, round
     assert status["state"] == "written" and "2 of 2 earlier rounds left out" in status["note"]
     (candidate,) = [r for r in status["earlier_rounds"] if r["role"] == "candidate-repeat"]
     assert candidate["pooled"] is False and "bench report would not pool it" in candidate["note"]
+
+
+def test_the_matrix_compare_pools_each_variants_earlier_rounds():
+    """Variants: round 2's report Job passes each variant's round 1 (as the stack named it at round 1) as
+    --variant-repeat, and publish gives bench compare each round under its variant's label."""
+    bench = stack_config("matrix")["vllm-poc:bench"]
+    first = render_with("matrix", bench={**bench, "round": 1}).outputs["benchResults"]
+    argv = container(report_job(render_with("matrix", bench={**bench, "round": 2})))["args"]
+    variants = bench["compare"]["variants"]
+    assert flag(argv, "--variant-repeat") == [first[v] for v in variants]
+    assert flag(argv, "--baseline-repeat") == [first[bench["compare"]["baseline"]]]
+    # publish pairs each earlier round with the --variant kept in the same folder, and labels the compare
+    parser = argparse.ArgumentParser()
+    publish.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["publish", *argv])
+    out, sweeps, earlier = publish.parse(args)
+    pairs = {e.loc.uri: sweeps[e.of].loc.uri for e in earlier if e.role == "variant-repeat"}
+    assert pairs == {first[v]: next(s.loc.uri for s in sweeps if s.role == "variant" and f"/{v}/" in s.loc.uri)
+                     for v in variants}
+    local = {"baseline": "/b", **{f"variant:{i:02d}": f"/v{i}" for i in range(1, len(variants) + 1)}}
+    labels = {k: f"matrix/{k}" for k in local}
+    (compare,) = [a for name, a, _ in publish._commands(args, local, out.uri, {"variant:01": ["/r1"]}, labels)
+                  if name == "compare"]
+    dirs = compare[:compare.index("--labels")]
+    assert dirs == [*(f"/v{i}" for i in range(1, len(variants) + 1)), "/r1"]
+    names = compare[compare.index("--labels") + 1].split(",")
+    assert names == [labels[f"variant:{i:02d}"] for i in range(1, len(variants) + 1)] + ["matrix/variant:01"]
+    # without rounds the compare keeps the manifests' labels, as before rounds existed
+    (plain,) = [a for name, a, _ in publish._commands(args, local, out.uri) if name == "compare"]
+    assert "--labels" not in plain
+
+
+def test_a_variant_round_outside_its_variants_folder_is_refused():
+    argv = ["--baseline", "s3://b/runs/m/a/1/", "--variant", "s3://b/runs/m/a/1/", "--variant", "s3://b/runs/m/c/1/",
+            "--variant-repeat", "s3://b/runs/m/elsewhere/0/", "--out", "s3://b/runs/m/report/1/"]
+    parser = argparse.ArgumentParser()
+    publish.add_parser(parser.add_subparsers())
+    with pytest.raises(publish.UsageError, match="--variant-repeat s3://b/runs/m/elsewhere/0/: no --variant in the "
+                                                 "same folder"):
+        publish.parse(parser.parse_args(["publish", *argv]))

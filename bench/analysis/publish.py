@@ -76,7 +76,8 @@ class Sweep:
     role: str  # candidate, baseline, variant; an earlier round: candidate-repeat, baseline-repeat
     loc: s3.S3Location
     manifest: bytes | None = None
-    refused: str | None = None  # an earlier round bench report would not pool: why
+    refused: str | None = None  # an earlier round bench report (or compare) would not pool: why
+    of: int | None = None  # an earlier round: the index, among the sweeps, of the sweep it repeats
 
     @property
     def side(self) -> str:
@@ -241,10 +242,11 @@ def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: 
         time.sleep(min(interval, max(1.0, args.wait_hours * 3600 - waited)))
 
 
-def _commands(args: argparse.Namespace, local: dict[str, str], out: str, rounds: dict[str, list[str]] | None = None
-              ) -> list[tuple[str, list[str], Callable[[list[str]], int]]]:
-    """The report, plan and compare runs, as `python -m bench` argument lists; `rounds`: role -> local folders
-    of that side's earlier rounds, pooled by the report."""
+def _commands(args: argparse.Namespace, local: dict[str, str], out: str, rounds: dict[str, list[str]] | None = None,
+              labels: dict[str, str] | None = None) -> list[tuple[str, list[str], Callable[[list[str]], int]]]:
+    """The report, plan and compare runs, as `python -m bench` argument lists; `rounds`: a sweep's key in
+    `local` -> local folders of its earlier rounds, pooled by the report (candidate, baseline) and by the
+    compare (a variant's, under its label from `labels`)."""
     steps = []
     subject = local.get("candidate") or local["baseline"]
     slo = _slo_flags(args)
@@ -269,9 +271,12 @@ def _commands(args: argparse.Namespace, local: dict[str, str], out: str, rounds:
     if args.no_charts:
         plan_args.append("--no-charts")
     steps.append(("plan", plan_args + slo, plan.main))
-    variants = [local[k] for k in sorted(local) if k.startswith("variant:")]
-    if variants:
-        steps.append(("compare", [*variants, "--out", out, "--no-progress", *slo], compare.main))
+    keys = [k for k in sorted(local) if k.startswith("variant:")]
+    if keys:
+        pooled = [(k, d) for k in keys for d in rounds.get(k, [])]
+        named = ["--labels", ",".join((labels or {})[k] for k in [*keys, *(k for k, _ in pooled)])] if pooled else []
+        steps.append(("compare", [*(local[k] for k in keys), *(d for _, d in pooled), *named, "--out", out,
+                                  "--no-progress", *slo], compare.main))
     return steps
 
 
@@ -293,23 +298,25 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool,
     earlier = earlier or []
     with locations.session("bench-publish-", progress=False) as current:
         local: dict[str, str] = {}
-        for index, sweep in enumerate(sweeps):
-            key = sweep.role if sweep.role != "variant" else f"variant:{index:02d}"
+        keys = [s.role if s.role != "variant" else f"variant:{i:02d}" for i, s in enumerate(sweeps)]
+        for key, sweep in zip(keys, sweeps):
             local[key] = current.fetch(sweep.loc.uri, f"--{sweep.role}")
+        labels = {key: sweep.label for key, sweep in zip(keys, sweeps)}
         rounds: dict[str, list[str]] = {}
         for sweep in rounds_of(earlier):
-            rounds.setdefault(sweep.side, []).append(current.fetch(sweep.loc.uri, f"--{sweep.role}"))
+            rounds.setdefault(keys[sweep.of], []).append(current.fetch(sweep.loc.uri, f"--{sweep.role}"))
         done = []
-        for name, argv, main in _commands(args, local, out.uri, rounds):
+        for name, argv, main in _commands(args, local, out.uri, rounds, labels):
             print(f"bench publish: bench {name} -> {out.uri}", flush=True)
             rc = main(argv)
-            if rc == 2 and name == "report" and rounds:
+            step_rounds = [s for s in rounds_of(earlier) if (s.side == "variant") == (name == "compare")]
+            if rc == 2 and name in ("report", "compare") and step_rounds:
                 # It said why above; the rounds are extra measurements, never a reason for no report.
-                for sweep in rounds_of(earlier):
+                for sweep in step_rounds:
                     sweep.refused = "its settings differ from this round's, or its folder could not be read"
-                print("bench publish: bench report would not pool the earlier rounds (see above); writing the "
-                      "report from this round alone", flush=True)
-                ((name, argv, main),) = [st for st in _commands(args, local, out.uri) if st[0] == "report"]
+                print(f"bench publish: bench {name} would not pool the earlier rounds (see above); writing the "
+                      f"{name} from this round alone", flush=True)
+                ((name, argv, main),) = [st for st in _commands(args, local, out.uri) if st[0] == name]
                 rc = main(argv)
             if rc in (130, 143):  # the step was stopped (and said what it kept): stop with its code
                 raise Interrupted(rc - 128)
@@ -401,7 +408,9 @@ def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep], list[Sw
         raise UsageError("--candidate-repeat needs --candidate (the sweep it repeats): give --candidate too, or "
                          "leave --candidate-repeat out")
     earlier = [Sweep(f"{side}-repeat", s3.S3Location.parse(uri, option=f"--{side}-repeat"))
-               for side in ("candidate", "baseline") for uri in getattr(args, f"{side}_repeat") or []]
+               for side in ("candidate", "baseline", "variant") for uri in getattr(args, f"{side}_repeat") or []]
+    for sweep in earlier:
+        sweep.of = _repeated(sweep, sweeps)
     args.current_replicas = O.current_replicas(args)
     for option, value in (("--poll-s", args.poll_s), ("--max-poll-s", args.max_poll_s),
                           ("--log-every-s", args.log_every_s), ("--wait-hours", args.wait_hours),
@@ -415,6 +424,24 @@ def parse(args: argparse.Namespace) -> tuple[s3.S3Location, list[Sweep], list[Sw
     if args.spares < 0 or not 0 <= args.headroom < 1:
         raise UsageError("--spares must be >= 0 and --headroom in [0, 1)")
     return out, sweeps, earlier
+
+
+def _folder(loc: s3.S3Location) -> tuple[str, str]:
+    """A results prefix's bucket and parent folder: runs/<stack>/<server>/ for runs/<stack>/<server>/<hash>/."""
+    return loc.bucket, loc.prefix.rstrip("/").rpartition("/")[0]
+
+
+def _repeated(sweep: Sweep, sweeps: list[Sweep]) -> int:
+    """The index of the sweep an earlier round repeats: the candidate's or the baseline's; for a variant's, the
+    --variant in the same folder (the stack keeps every round of a server under runs/<stack>/<server>/)."""
+    if sweep.side != "variant":
+        return next(i for i, s in enumerate(sweeps) if s.role == sweep.side)
+    found = [i for i, s in enumerate(sweeps) if s.role == "variant" and _folder(s.loc) == _folder(sweep.loc)]
+    if len(found) != 1:
+        raise UsageError(f"--variant-repeat {sweep.loc.uri}: {len(found) or 'no'} --variant in the same folder; "
+                         "give an earlier round of one variant, kept beside it as the stack keeps each server's "
+                         "rounds (runs/<stack>/<server>/<hash>/)")
+    return found[0]
 
 
 def record_failure(client: Any, out: s3.S3Location, record: dict[str, Any]) -> None:
@@ -489,6 +516,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "and named; never waited for (repeat)")
     p.add_argument("--baseline-repeat", action="append", metavar="URI",
                    help="the same for the baseline (repeat)")
+    p.add_argument("--variant-repeat", action="append", metavar="URI",
+                   help="the same for a variant, pooled by `bench compare` under its label: an earlier round in "
+                        "the same folder as its --variant, runs/<stack>/<server>/<hash>/ (repeat)")
     O.add_out(p, "publish", "the report, plan and compare files", required=True)
     O.add_current_replicas(p)
     O.add_threshold(p)
