@@ -373,3 +373,30 @@ def test_the_peak_basis_plans_on_the_reports_peak_search_runs_included(tmp_path)
     alone = tmp_path / "p"
     assert plan(cand, "--baseline", base, "--basis", "peak", "--out", alone, "--no-charts") == 0
     assert (alone / "plan.md").read_text().count("1,921.0") == (out / "plan" / "plan.md").read_text().count("1,921.0")
+
+
+def test_a_repeat_pools_into_the_candidate_whose_settings_it_shares(tmp_path, capsys):
+    """`--repeat` goes to the one candidate with its every setting (another server of that configuration) and
+    pools into its capacities as `bench report --repeat` does; one that matches no candidate exits 2."""
+    from tests.fixtures.bench_pages import make_sweep
+
+    base = make_sweep(tmp_path, "seqs-4", 1.0, seqs=4)
+    low = make_sweep(tmp_path, "seqs-16", 3.0, seqs=16)
+    high = make_sweep(tmp_path, "seqs-64", 3.3, seqs=64)
+    again = make_sweep(tmp_path, "seqs-64-again", 3.4, seqs=64)
+    out = tmp_path / "p"
+    slo = ["--slo-ttft-p99-ms", "500", "--slo-itl-p99-ms", "50"]
+    assert plan(low, high, "--baseline", base, "--repeat", again, *slo, "--out", out, "--no-charts") == 0
+    caps = CR.sides_capacity([SIDE.load_side(high), SIDE.load_side(again)], ttft_ms=500.0, decode_ms=50.0)
+    alone = CR.sides_capacity([SIDE.load_side(low)], ttft_ms=500.0, decode_ms=50.0)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in (out / "plan.md").read_text().splitlines()
+            if " | S1_chat | " in line}
+    pooled, single = caps["S1_chat"]["closed"], alone["S1_chat"]["closed"]
+    assert f"{pooled.point:,.1f}" in rows["seqs-64"] and "mean of 2 runs" in rows["seqs-64"]
+    assert f"{single.point:,.1f}" in rows["seqs-16"] and "mean of 2 runs" not in rows["seqs-16"]
+    other = make_sweep(tmp_path, "seqs-32", 3.2, seqs=32)
+    assert plan(low, high, "--baseline", base, "--repeat", other, *slo, "--out", tmp_path / "q", "--no-charts") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--repeat {other}: its server and benchmark settings match none of" in err[0]
+    assert plan(low, "--baseline-repeat", again, "--load", "S1_chat=1", *slo, "--out", tmp_path / "r") == 2
+    assert "--baseline-repeat needs --baseline" in capsys.readouterr().err

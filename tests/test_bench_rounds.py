@@ -203,6 +203,13 @@ def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_
     assert rows["candidate-repeat"]["pooled"] is True and rows["baseline-repeat"]["pooled"] is False
     inputs = json.loads(written["inputs.json"])
     assert [r["pooled"] for r in inputs["earlier_rounds"]] == [True, False]
+    # the Job's own plan pools the same round as the report (and the plan the report wrote): one figure
+    (plan_step,) = [c for c in inputs["commands"] if c["command"] == "plan"]
+    assert plan_step["argv"].count("--repeat") == 1 and "--baseline-repeat" not in plan_step["argv"]
+    summary = json.loads(written["summary.json"])
+    for plan in (json.loads(written["plan.json"]), json.loads(written["plan/plan.json"])):
+        pool = plan["fleet"]["pools"][next(iter(plan["fleet"]["pools"]))]["capacity"]
+        assert pool["output_tok_s"] == summary["scenarios"][pool["scenario"]]["slo_capacity_interval"]["output_tok_s"]
     # the next `pulumi up` reads the written report: its output says the same in one sentence
     monkeypatch.setattr(mocks, "S3_OBJECTS", {f"{where}{name}": written[name].decode()
                                               for name in ("summary.json", "status.json")})

@@ -36,6 +36,7 @@ from typing import Any
 
 from bench.analysis import answer, mixed_traffic, pages
 from bench.analysis import capacity_report as CR
+from bench.analysis import compare as COMPARE
 from bench.analysis import fleet as F
 from bench.analysis import verdict as V
 from bench.analysis.side import (MANIFEST, SLO_FLAGS, Side, SloConflict, choose_slo, load_side,
@@ -168,7 +169,7 @@ def settle_slo_kind(configs: list[Config]) -> None:
 
 def load_config(path: Path, basis: str, slo: dict[str, Any], prices, repeats: list[str] | None = None) -> Config:
     """A configuration's capacities from its sweep folder, pooled with `repeats` (other sweeps of its server
-    setting, each from a fresh server, as `bench report --repeat` checked them)."""
+    setting, each from a fresh server, as `pair_repeats` gave them)."""
     if not path.is_dir():
         raise UsageError(f"no such sweep folder: {path}")
     side = load_side(path)
@@ -293,6 +294,31 @@ def render_chart(plan: dict[str, Any], out: Path) -> str | None:
 # Command
 
 
+def pair_repeats(folders: list[str], repeats: list[str], flag: str) -> dict[int, list[str]]:
+    """Each repeat (another sweep of a configuration's server setting, from a fresh server) given to the one
+    folder among `folders` whose sweep shares its every server and benchmark setting: {folder's index:
+    its repeats}. UsageError naming `flag` and the fix for a repeat that is not a folder or matches none or
+    several of them."""
+    if not repeats:
+        return {}
+    facts = [COMPARE.facts_of(load_side(Path(d))) for d in folders if Path(d).is_dir()]
+    if len(facts) != len(folders):
+        return {}  # a missing configuration folder is reported where it is loaded
+    paired: dict[int, list[str]] = {}
+    for repeat in repeats:
+        if not Path(repeat).is_dir():
+            raise UsageError(f"{flag}: no such sweep folder: {repeat}")
+        mine = COMPARE.facts_of(load_side(Path(repeat)))
+        matches = [i for i, f in enumerate(facts) if not COMPARE.setting_differences(f, mine)]
+        if len(matches) != 1:
+            which = "none of" if not matches else f"{len(matches)} of"
+            raise UsageError(f"{flag} {repeat}: its server and benchmark settings match {which} the sweeps it could "
+                             f"repeat ({', '.join(folders)}); a repeat is another sweep of one configuration from a "
+                             "fresh server, every setting the same: give a sweep of exactly one of them")
+        paired.setdefault(matches[0], []).append(repeat)
+    return paired
+
+
 def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]:
     if args.basis not in ("slo", "peak"):
         raise UsageError(f"--basis must be slo or peak, got {args.basis}")
@@ -322,10 +348,14 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
     ref = parse_pairs(args.reference, "--reference") if args.reference else {}
     given = parse_pairs(args.load, "--load", allow_total=True) if args.load else {}
     check_mix(mix)
-    # the repeats `bench report --repeat` passes: its one candidate's, and the baseline's
-    candidates = [load_config(Path(d), args.basis, slo, prices, getattr(args, "repeats", None) if i == 0 else None)
-                  for i, d in enumerate(args.candidates)]
-    current_config = (load_config(Path(args.baseline), args.basis, slo, prices, getattr(args, "baseline_repeats", None))
+    paired = pair_repeats(args.candidates, getattr(args, "repeat", None) or [], "--repeat")
+    candidates = [load_config(Path(d), args.basis, slo, prices, paired.get(i)) for i, d in enumerate(args.candidates)]
+    if getattr(args, "baseline_repeat", None) and not args.baseline:
+        raise UsageError("--baseline-repeat needs --baseline (the sweep it repeats): give --baseline DIR too, or "
+                         "leave --baseline-repeat out")
+    current_config = (load_config(Path(args.baseline), args.basis, slo, prices,
+                                  pair_repeats([args.baseline], getattr(args, "baseline_repeat", None) or [],
+                                               "--baseline-repeat").get(0))
                       if args.baseline else None)
     labels = [cfg.label for cfg in candidates + ([current_config] if current_config else [])]
     unknown = [label for label in prices if label not in (None, "current", *labels)]
@@ -428,6 +458,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="sweep folder(s) of the candidate(s), or their s3://bucket/prefix/")
     O.add_out(p, "plan", "plan.md, plan.json, plan.png, plan.html and fleet.yaml")
     O.add_baseline(p)
+    p.add_argument("--repeat", action="append", metavar="DIR",
+                   help="another sweep of a candidate's server setting from a fresh server (or its s3:// prefix), "
+                        "given to the candidate whose settings it shares and pooled into its capacities, as "
+                        "`bench report --repeat` pools it (repeatable)")
+    p.add_argument("--baseline-repeat", action="append", metavar="DIR",
+                   help="the same for the baseline (needs --baseline; repeatable)")
     O.add_current_replicas(p, "replicas serving today, with --baseline or --reference")
     p.add_argument("--current-gpus-per-replica", type=O.above_zero(int), default=1, metavar="N",
                    help="GPUs per current replica, for --reference (default: %(default)s)")
@@ -457,7 +493,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-charts", action="store_true", help="draw no plan.png")
     p.add_argument("--no-html", action="store_true", help="write no plan.html")
     O.add_no_progress(p)
-    p.set_defaults(func=locations.remote_io(run, command="plan", inputs=("candidates", "baseline", "mixed_traffic")))
+    p.set_defaults(func=locations.remote_io(run, command="plan", inputs=("candidates", "baseline", "mixed_traffic",
+                                                                     "repeat", "baseline_repeat")))
     return p
 
 

@@ -262,10 +262,14 @@ def _commands(args: argparse.Namespace, local: dict[str, str], out: str, rounds:
     if args.no_charts:
         report_args.append("--no-charts")
     steps.append(("report", report_args + slo, report.main))
-    candidates = [local[k] for k in sorted(local) if k.startswith("variant:")] or [subject]
-    plan_args = [*candidates, "--baseline", local["baseline"], "--current-replicas", str(args.current_replicas),
-                 "--basis", args.basis, "--headroom", f"{args.headroom:g}", "--spares", str(args.spares),
-                 "--out", out, "--no-progress"]
+    planned = [k for k in sorted(local) if k.startswith("variant:")] or ["candidate" if local.get("candidate")
+                                                                         else "baseline"]
+    plan_args = [*(local[k] for k in planned), "--baseline", local["baseline"], "--current-replicas",
+                 str(args.current_replicas), "--basis", args.basis, "--headroom", f"{args.headroom:g}", "--spares",
+                 str(args.spares), "--out", out, "--no-progress"]
+    # the plan pools the same rounds as the report and the compare: one figure on every page
+    plan_args += [a for k in planned for d in rounds.get(k, []) for a in ("--repeat", d)]
+    plan_args += [a for d in rounds.get("baseline", []) for a in ("--baseline-repeat", d)]
     if args.mix:
         plan_args += ["--mix", args.mix]
     if args.no_charts:
@@ -302,15 +306,23 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool,
         for key, sweep in zip(keys, sweeps):
             local[key] = current.fetch(sweep.loc.uri, f"--{sweep.role}")
         labels = {key: sweep.label for key, sweep in zip(keys, sweeps)}
-        rounds: dict[str, list[str]] = {}
-        for sweep in rounds_of(earlier):
-            rounds.setdefault(keys[sweep.of], []).append(current.fetch(sweep.loc.uri, f"--{sweep.role}"))
+        fetched = {id(sweep): current.fetch(sweep.loc.uri, f"--{sweep.role}") for sweep in rounds_of(earlier)}
+
+        def rounds() -> dict[str, list[str]]:  # the rounds still pooled (a step may have refused some)
+            by_key: dict[str, list[str]] = {}
+            for sweep in rounds_of(earlier):
+                by_key.setdefault(keys[sweep.of], []).append(fetched[id(sweep)])
+            return by_key
+
         done = []
-        for name, argv, main in _commands(args, local, out.uri, rounds, labels):
+        for name in [step[0] for step in _commands(args, local, out.uri)]:
+            ((_, argv, main),) = [st for st in _commands(args, local, out.uri, rounds(), labels) if st[0] == name]
             print(f"bench publish: bench {name} -> {out.uri}", flush=True)
             rc = main(argv)
-            step_rounds = [s for s in rounds_of(earlier) if (s.side == "variant") == (name == "compare")]
-            if rc == 2 and name in ("report", "compare") and step_rounds:
+            # the rounds this step was given: the compare pools the variants', the report the sides', the plan all
+            step_rounds = [s for s in rounds_of(earlier)
+                           if name == "plan" or (s.side == "variant") == (name == "compare")]
+            if rc == 2 and step_rounds:
                 # It said why above; the rounds are extra measurements, never a reason for no report.
                 for sweep in step_rounds:
                     sweep.refused = "its settings differ from this round's, or its folder could not be read"
@@ -328,7 +340,7 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool,
                          "argv": [locations.display(a) if a.startswith(str(current.scratch)) else a for a in argv]})
         mixed = None
         if args.mixed_traffic_wait_hours > 0:
-            mixed = mixed_traffic(args, sweeps, out, _commands(args, local, out.uri), done)
+            mixed = mixed_traffic(args, sweeps, out, _commands(args, local, out.uri, rounds(), labels), done)
     inputs = {
         "sweeps": [{"role": s.role, "label": s.label, "uri": s.loc.uri, "manifest_sha256": s.digest,
                     "state": s.state()[0]} for s in sweeps],

@@ -476,7 +476,7 @@ def write_plan(args: argparse.Namespace, out: Path) -> str | None:
     """The replica plan next to the report (plan/plan.md), on the verdict's basis."""
     plan_args = argparse.Namespace(
         candidates=[args.dir], out=str(out / "plan"), baseline=args.baseline, current_replicas=args.current_replicas,
-        repeats=list(args.repeat or []), baseline_repeats=list(args.baseline_repeat or []),
+        repeat=list(args.repeat or []), baseline_repeat=list(args.baseline_repeat or []),
         current_gpus_per_replica=1, reference=None, load=None, mix=None, basis=args.basis, headroom=0.0,
         spares=0, price_per_hour=None, slo_ttft_p99_ms=args.slo_ttft_p99_ms, slo_itl_p99_ms=args.slo_itl_p99_ms,
         slo_decode_metric=getattr(args, "slo_decode_metric", "itl"), no_charts=args.no_charts,
