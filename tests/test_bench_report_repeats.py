@@ -275,3 +275,33 @@ def test_report_md_and_html_list_every_repeat_run_as_summary_json_counts_them(tm
     problems = page[page.index("<h2>Invalid and suspect runs"):]
     assert problems.count(f"seqs-16, repeat {again}") == 2
     assert f"<dt>Repeats, pooled</dt><dd>{again}</dd>" in page
+
+
+def test_the_charts_draw_the_repeats_grid_runs(tmp_path):
+    """Each scenario's chart on the page draws the repeat's usable grid runs (hollow diamonds) beside the first
+    sweep's curve; a report without repeats draws none and says nothing of them."""
+    from tests.test_bench_one_figure import curve_svgs, svg_points
+
+    def charted(*argv: str | Path, out: Path) -> dict:
+        assert REP.main([*map(str, argv), *SLO, "--out", str(out)]) == 0
+        return json.loads((out / "summary.json").read_text())
+
+    cand = make_sweep(tmp_path, "seqs-16", 3.0, seqs=16)
+    again = make_sweep(tmp_path, "seqs-16-again", 3.3, seqs=16, invalid=("S2_summary", 64))
+    out = tmp_path / "r"
+    summary = charted(cand, "--repeat", again, out=out)
+    svgs = curve_svgs(out / "report.html")
+    assert set(svgs) == set(summary["scenarios"])
+    for name, svg in svgs.items():
+        usable = [r for r in summary["repeat_runs"] if r["scenario"] == name and r["valid"] and not r["suspect"]]
+        assert usable and len(svg_points(svg, "candidate-repeats-output_tok_s")) == len(usable), name
+    first = max(svg_points(svgs["S1_chat"], "candidate-output_tok_s"))
+    second = max(svg_points(svgs["S1_chat"], "candidate-repeats-output_tok_s"))
+    # c=64 from both servers: one load, two heights (the second server 10 % faster)
+    assert abs(first[0] - second[0]) < 0.01 and abs(first[1] - second[1]) > 1
+    assert "hollow diamonds its repeats' grid runs" in (out / "report.html").read_text()
+    assert (out / "chart_S1_chat.png").exists()
+    alone = tmp_path / "alone"
+    charted(cand, out=alone)
+    assert "hollow diamonds" not in (alone / "report.html").read_text()
+    assert all("candidate-repeats-" not in svg for svg in curve_svgs(alone / "report.html").values())

@@ -63,13 +63,15 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
                   scenario: str, *, label: str, base_label: str | None = None,
                   lengths: tuple[int | None, int | None] | None = None,
                   entry: dict[str, Any] | None = None, grid: bool = False,
-                  extra: Sequence[dict[str, Any]] | None = None):
-    """One scenario's curves from summary.json run rows (the grid's, as a line) and `extra` (summary.json
-    `extra_runs`: each side's capacity-search runs, as crosses at their concurrencies); `entry` is
+                  extra: Sequence[dict[str, Any]] | None = None, repeats: Sequence[dict[str, Any]] | None = None):
+    """One scenario's curves from summary.json run rows (the grid's, as a line), `extra` (summary.json
+    `extra_runs`: each side's capacity-search runs, as crosses at their concurrencies) and `repeats`
+    (summary.json `repeat_runs`: the grid runs of each side's repeats, as hollow diamonds); `entry` is
     summary["scenarios"][scenario] (its peak and its capacity under the SLO are marked: the star at the
     figure, the mean of the runs at its load, and the bracket from the same interval). The panels side
     by side, or two by two with `grid` (a page's width). SVG ids: `candidate-<metric>` (the curve),
-    `candidate-search-<metric>` and `baseline-search-<metric>` (the search's runs), `capacity-star`."""
+    `candidate-search-<metric>` and `baseline-search-<metric>` (the search's runs), `candidate-repeats-<metric>`
+    and `baseline-repeats-<metric>` (the repeats' grid runs), `capacity-star`."""
     if grid:
         fig, axes = plt.subplots(2, 2, figsize=(12, 9.6))
         axes = axes.flatten()
@@ -90,6 +92,13 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
                 ax.plot([c for c, _ in points], [v for _, v in points], linestyle="none", marker="x", markersize=7,
                         color=color, label=f"{name}: capacity-search runs", gid=f"{who}-search-{attr}")
             searched += points
+            again = sorted((r["concurrency"], r[attr]) for r in repeats or () if r.get("side") == who
+                           and r["scenario"] == scenario and usable(r) and r.get(attr) is not None)
+            if again:
+                ax.plot([c for c, _ in again], [v for _, v in again], linestyle="none", marker="D", markersize=7,
+                        markerfacecolor="none", color=color, label=f"{name}: repeats' grid runs",
+                        gid=f"{who}-repeats-{attr}")
+            searched += again
         if base_rows:
             bx, by = _series(base_rows, scenario, attr)
             if bx:
@@ -159,15 +168,17 @@ def _mark_points(ax, entry: dict[str, Any]) -> None:
 
 
 def render(side: Side, base: Side | None, slo: dict[str, Any], out: Path,
-           scenarios: dict[str, Any] | None = None, extra: Sequence[dict[str, Any]] | None = None) -> list[str]:
+           scenarios: dict[str, Any] | None = None, extra: Sequence[dict[str, Any]] | None = None,
+           repeats: Sequence[dict[str, Any]] | None = None) -> list[str]:
     """chart_<scenario>.png for each scenario of the candidate (report.md links them); `extra` is
-    summary.json `extra_runs`."""
+    summary.json `extra_runs`, `repeats` its `repeat_runs`."""
     rows = [run_row(r, side) for r in side.runs]
     base_rows = [run_row(r, base) for r in base.runs] if base else None
     written = []
     for scenario in side.scenarios:
         fig = curves_figure(rows, base_rows, slo, scenario, label=side.label, base_label=base.label if base else None,
-                            lengths=side.lengths.get(scenario), entry=(scenarios or {}).get(scenario), extra=extra)
+                            lengths=side.lengths.get(scenario), entry=(scenarios or {}).get(scenario), extra=extra,
+                            repeats=repeats)
         name = f"chart_{scenario}.png"
         fig.savefig(out / name, dpi=100)
         plt.close(fig)

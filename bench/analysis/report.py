@@ -435,7 +435,8 @@ def run(args: argparse.Namespace) -> int:
         try:  # matplotlib is imported only when charts are drawn (bench/analysis/charts.py)
             from bench.analysis import charts as C  # local import: charts loads matplotlib
 
-            charts = C.render(side, base, summary["slo"], out, summary["scenarios"], summary["extra_runs"])
+            charts = C.render(side, base, summary["slo"], out, summary["scenarios"], summary["extra_runs"],
+                              summary.get("repeat_runs"))
         except ImportError:
             note = "Charts skipped: matplotlib is not installed (`pip install matplotlib`)."
             print(f"bench report: {note}", file=sys.stderr)

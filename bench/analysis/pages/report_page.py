@@ -207,7 +207,9 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
     ttft, decode = f"{slo['ttft_p99_ms']:g}", f"{slo['itl_p99_ms']:g}"
     parts = [f"<h2>Concurrency curves</h2><p class=\"note\">SLO: TTFT p99 &le; {esc(ttft)} ms "
              f"and {esc(metric.upper())} p99 &le; {esc(decode)} ms (dotted red lines). "
-             "A line joins each side's grid runs, crosses mark its capacity-search runs. The circle marks the peak; the "
+             "A line joins each side's grid runs, crosses mark its capacity-search runs"
+             + (", hollow diamonds its repeats' grid runs" if summary.get("repeat_runs") else "")
+             + ". The circle marks the peak; the "
              "star marks the capacity under the SLO (its figure, the mean of the runs at its load, drawn at that "
              "load) and the green band its bracket [pass, fail): the same figure as every table. Only valid, "
              "non-suspect runs are drawn.</p>"]
@@ -220,7 +222,7 @@ def curves_section(summary: dict[str, Any], ctx: dict[str, Any]) -> str:
         parts.append(chart(lambda C, n=name, e=entry, ln=lengths: C.curves_figure(
             runs, ctx.get("baseline_runs"), slo, n, label=cand.get("label", "candidate"),
             base_label=base.get("label"), lengths=tuple(ln) if ln else None, entry=e, grid=True,
-            extra=summary.get("extra_runs")),
+            extra=summary.get("extra_runs"), repeats=summary.get("repeat_runs")),
             f"{name}: output tok/s, TTFT p99, ITL p99 and TPOT p99 against concurrency"))
         peak = entry.get("peak") or {}
         cap = entry.get("slo_capacity_interval")
