@@ -16,7 +16,7 @@ import sys
 import boto3
 import pytest
 
-from bench.analysis import publish
+from bench.analysis import opener, publish
 from components.vllm_server import BENCH_ROUND
 from stacks.ops import mocks
 from stacks.settings import ConfigError, settings_from_config
@@ -181,7 +181,7 @@ def run_round_two_report(two, first, tmp_path, round_one_candidate: dict):
 
 
 def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_not(aws, rounds, tmp_path,
-                                                                                     monkeypatch):
+                                                                                     monkeypatch, capsys):
     """Round 1's candidate sweep is in S3, its baseline sweep is not: the report is written, pools the
     candidate's round, and its log, status.json, inputs.json and the next `pulumi up`'s stack output say
     the baseline's round was left out."""
@@ -203,6 +203,10 @@ def test_the_rendered_report_pools_the_round_it_finds_and_names_the_one_it_does_
     assert rows["candidate-repeat"]["pooled"] is True and rows["baseline-repeat"]["pooled"] is False
     inputs = json.loads(written["inputs.json"])
     assert [r["pooled"] for r in inputs["earlier_rounds"]] == [True, False]
+    # bench open says it beside the verdict
+    assert opener.main([two.outputs["report"]["uri"], "--out", str(tmp_path / "opened"), "--no-progress"]) == 0
+    assert (f"Earlier rounds: 1 of 2 pooled into the figures; left out: {first['nvfp4-l40s']} (inputs.json says "
+            "why).") in capsys.readouterr().out
     # the Job's own plan pools the same round as the report (and the plan the report wrote): one figure
     (plan_step,) = [c for c in inputs["commands"] if c["command"] == "plan"]
     assert plan_step["argv"].count("--repeat") == 1 and "--baseline-repeat" not in plan_step["argv"]

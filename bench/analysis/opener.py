@@ -115,6 +115,11 @@ def say(folder: Path, source: str | None = None, copied: int = 0) -> None:
     line = answer.plan_line(read_object(folder / "plan.json"))
     if line:
         print(line)
+    rounds = [r for r in inputs.get("earlier_rounds") or [] if isinstance(r, dict)]
+    if rounds:  # bench.round past 1: the earlier rounds of the same configuration the figures pool
+        left = [str(r.get("uri")) for r in rounds if not r.get("pooled")]
+        print(f"Earlier rounds: {len(rounds) - len(left)} of {len(rounds)} pooled into the figures"
+              + (f"; left out: {', '.join(left)} (inputs.json says why)" if left else "") + ".")
     if inputs.get("complete") is False:
         print("Written before every sweep had finished: see inputs.json for each sweep's state.")
 
