@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
 
 import boto3
 import pytest
@@ -20,12 +18,11 @@ from bench.analysis import opener, publish
 from components.vllm_server import BENCH_ROUND
 from stacks.ops import mocks
 from stacks.settings import ConfigError, settings_from_config
-from tests.fixtures.code_volumes import config_maps, volume_files, write_files
 from tests.fixtures.pulumi_stack import render_with, stack_config
 from tests.test_bench_plan import G7E, L40S
 from tests.test_bench_publish import finish
 from tests.test_bench_s3_folders import recorded_sweep
-from tests.test_report_job import bench_job_names, container, flag, report_job
+from tests.test_report_job import bench_job_names, container, flag, publish_command, report_job
 
 TARGETS = ("nvfp4-g7e", "nvfp4-l40s")
 
@@ -140,14 +137,7 @@ def run_round_two_report(two, first, tmp_path, round_one_candidate: dict):
     """Round 2's report Job command as rendered, against moto, with round 2's sweeps and the candidate's round 1
     (recorded with `round_one_candidate`) in S3 and the baseline's round 1 missing; pip is not run (this
     Python has the requirements). Returns (its exit code, its log, the files it wrote, their prefix)."""
-    job = report_job(two)
-    volume = job["spec"]["template"]["spec"]["volumes"][0]
-    code = write_files(volume_files(config_maps(two), volume), tmp_path / "code" / "bench")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-    (bin_dir / "python").chmod(0o755)
-    script = container(job)["command"][2].splitlines()[-1]
+    command, env = publish_command(two, tmp_path)
     bucket = two.outputs["resultsBucket"]
     client = boto3.client("s3")
     client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
@@ -168,12 +158,8 @@ def run_round_two_report(two, first, tmp_path, round_one_candidate: dict):
         finish(folder)
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             client.upload_file(str(path), bucket, where + path.relative_to(folder).as_posix())
-    env = {**os.environ, "PYTHONPATH": str(code.parent), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "HOME": str(tmp_path / "home"), "MPLCONFIGDIR": str(tmp_path / "mpl")}
-    proc = subprocess.run(["sh", "-ec", script, "publish", *container(job)["args"], "--poll-s", "0.3",
-                           "--max-poll-s", "0.6", "--log-every-s", "1", "--no-charts"],
-                          cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=300)
+    proc = subprocess.run(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=300)
     report = two.outputs["report"]["uri"].removeprefix(f"s3://{bucket}/")
     written = {o["Key"].removeprefix(report): client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
                for o in client.list_objects_v2(Bucket=bucket, Prefix=report).get("Contents", [])}

@@ -283,22 +283,32 @@ def test_bad_comparisons_name_the_key(compare, message):
     assert any(message in p for p in err.value.problems), err.value.problems
 
 
-def test_the_rendered_command_waits_for_late_sweeps_then_reports(aws, all_stacks, tmp_path):
-    """The Job's command as rendered (its `exec python -m bench publish` line, code from its ConfigMap)
-    against moto: the sweeps arrive after it started; it waits, then writes the report. What differs
-    from the cluster: S3 is moto, pip is not run (this Python has the requirements), and it looks at
-    the manifests every 0.3 s instead of every minute."""
-    g7e = all_stacks["g7e"]
-    job = report_job(g7e)
+def publish_command(rendered, tmp_path) -> tuple[list[str], dict[str, str]]:
+    """The report Job's command as rendered (its `exec python -m bench publish` line, the code from its
+    ConfigMap written under tmp_path) and the environment to run it here: this Python as `python`, pip not
+    run (this Python has the requirements), the manifests looked at every 0.3 s instead of every minute."""
+    job = report_job(rendered)
     volume = job["spec"]["template"]["spec"]["volumes"][0]
-    code = write_files(volume_files(config_maps(g7e), volume), tmp_path / "code" / "bench")
+    code = write_files(volume_files(config_maps(rendered), volume), tmp_path / "code" / "bench")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # a wrapper, not a symlink: a symlinked venv python outside its venv runs as the base interpreter
     (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     (bin_dir / "python").chmod(0o755)
     script = container(job)["command"][2].splitlines()[-1]
-    argv = container(job)["args"]
+    env = {**os.environ, "PYTHONPATH": str(code.parent), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "HOME": str(tmp_path / "home"), "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    return ["sh", "-ec", script, "publish", *container(job)["args"], "--poll-s", "0.3", "--max-poll-s", "0.6",
+            "--log-every-s", "1", "--no-charts"], env
+
+
+def test_the_rendered_command_waits_for_late_sweeps_then_reports(aws, all_stacks, tmp_path):
+    """The Job's command as rendered (its `exec python -m bench publish` line, code from its ConfigMap)
+    against moto: the sweeps arrive after it started; it waits, then writes the report. What differs
+    from the cluster: S3 is moto, pip is not run (this Python has the requirements), and it looks at
+    the manifests every 0.3 s instead of every minute."""
+    g7e = all_stacks["g7e"]
+    command, env = publish_command(g7e, tmp_path)
     bucket = g7e.outputs["resultsBucket"]
     client = boto3.client("s3")
     client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-2"})
@@ -313,11 +323,8 @@ def test_the_rendered_command_waits_for_late_sweeps_then_reports(aws, all_stacks
     for server, folder in sweeps.items():  # the bench Job labels its sweep <stack>/<server>
         manifest = json.loads((folder / "manifest.json").read_text())
         (folder / "manifest.json").write_text(json.dumps({**manifest, "label": f"g7e/{server}"}))
-    env = {**os.environ, "PYTHONPATH": str(code.parent), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "HOME": str(tmp_path / "home"), "MPLCONFIGDIR": str(tmp_path / "mpl")}
-    proc = subprocess.Popen(["sh", "-ec", script, "publish", *argv, "--poll-s", "0.3",
-                             "--max-poll-s", "0.6", "--log-every-s", "1", "--no-charts"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
     try:
         # nothing to report yet: it says so and waits (read its lines until it does, however slow the
         # machine is to start it, rather than after a fixed sleep)
