@@ -167,13 +167,13 @@ def settle_slo_kind(configs: list[Config]) -> None:
                 cfg.capacities[name] = _from_interval(entry[kind], cfg.lengths.get(name))
 
 
-def load_config(path: Path, basis: str, slo: dict[str, Any], prices, repeats: list[str] | None = None) -> Config:
+def load_config(path: Path, basis: str, slo: dict[str, Any], prices, repeats: list[Side] | None = None) -> Config:
     """A configuration's capacities from its sweep folder, pooled with `repeats` (other sweeps of its server
-    setting, each from a fresh server, as `pair_repeats` gave them)."""
+    setting, each from a fresh server, loaded as `pair_repeats` gave them)."""
     if not path.is_dir():
         raise UsageError(f"no such sweep folder: {path}")
     side = load_side(path)
-    side.repeats = [load_side(Path(d)) for d in repeats or []]
+    side.repeats = list(repeats or [])
     side.judge_with(slo["ttft_p99_ms"])
     if not side.runs:
         raise UsageError(f"{path}: no results or manifest (a `bench sweep --out` or `bench fetch` folder)")
@@ -294,28 +294,29 @@ def render_chart(plan: dict[str, Any], out: Path) -> str | None:
 # Command
 
 
-def pair_repeats(folders: list[str], repeats: list[str], flag: str) -> dict[int, list[str]]:
+def pair_repeats(folders: list[str], repeats: list[str], flag: str) -> dict[int, list[Side]]:
     """Each repeat (another sweep of a configuration's server setting, from a fresh server) given to the one
     folder among `folders` whose sweep shares its every server and benchmark setting: {folder's index:
-    its repeats}. UsageError naming `flag` and the fix for a repeat that is not a folder or matches none or
+    its repeats, loaded}. UsageError naming `flag` and the fix for a repeat that is not a folder or matches none or
     several of them."""
     if not repeats:
         return {}
     facts = [COMPARE.facts_of(load_side(Path(d))) for d in folders if Path(d).is_dir()]
     if len(facts) != len(folders):
         return {}  # a missing configuration folder is reported where it is loaded
-    paired: dict[int, list[str]] = {}
+    paired: dict[int, list[Side]] = {}
     for repeat in repeats:
         if not Path(repeat).is_dir():
             raise UsageError(f"{flag}: no such sweep folder: {repeat}")
-        mine = COMPARE.facts_of(load_side(Path(repeat)))
+        sweep = load_side(Path(repeat))
+        mine = COMPARE.facts_of(sweep)
         matches = [i for i, f in enumerate(facts) if not COMPARE.setting_differences(f, mine)]
         if len(matches) != 1:
             which = "none of" if not matches else f"{len(matches)} of"
             raise UsageError(f"{flag} {repeat}: its server and benchmark settings match {which} the sweeps it could "
                              f"repeat ({', '.join(folders)}); a repeat is another sweep of one configuration from a "
                              "fresh server, every setting the same: give a sweep of exactly one of them")
-        paired.setdefault(matches[0], []).append(repeat)
+        paired.setdefault(matches[0], []).append(sweep)
     return paired
 
 
