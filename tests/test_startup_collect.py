@@ -116,8 +116,10 @@ def test_timeline_outside_a_cluster_is_a_clear_error(tmp_path, capsys, monkeypat
 
 class _SleepyVllm(BaseHTTPRequestHandler):
     state = {"sleeping": False, "calls": []}
-    # far enough apart that the lower bounds alone tell sleep from wake, whatever the machine's load
     sleep_delay, wake_delay = 1.0, 0.1
+    # the server's own clock: each call really takes its delay and moves this clock by exactly that much,
+    # so a test can time the client against it whatever the machine's load adds around the calls
+    clock = [0.0]
     dev_mode = True
 
     def do_POST(self):  # noqa: N802
@@ -126,9 +128,11 @@ class _SleepyVllm(BaseHTTPRequestHandler):
             return self._send(404, b'{"detail":"Not Found"}')
         if self.path.startswith("/sleep"):
             time.sleep(self.sleep_delay)
+            self.clock[0] += self.sleep_delay
             self.state["sleeping"] = True
         elif self.path == "/wake_up":
             time.sleep(self.wake_delay)
+            self.clock[0] += self.wake_delay
             self.state["sleeping"] = False
         elif self.path == "/v1/completions":
             self.rfile.read(int(self.headers["Content-Length"]))
@@ -152,6 +156,7 @@ class _SleepyVllm(BaseHTTPRequestHandler):
 def sleepy_server():
     _SleepyVllm.state = {"sleeping": False, "calls": []}
     _SleepyVllm.dev_mode = True
+    _SleepyVllm.clock = [0.0]
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SleepyVllm)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -160,13 +165,15 @@ def sleepy_server():
     server.server_close()
 
 
-def test_sleep_and_wake_are_timed_on_the_server(sleepy_server):
+def test_sleep_and_wake_are_timed_on_the_server(sleepy_server, monkeypatch):
+    # the client reads the server's clock, so the machine's load adds nothing: each call must read exactly
+    # its own delay (a wake timed from the first call would read 1.1 s, a sleep timed to the state check
+    # or the wake would read more than 1.0 s)
+    monkeypatch.setattr(sleepwake, "time", argparse.Namespace(
+        perf_counter=lambda: _SleepyVllm.clock[0], strftime=time.strftime, gmtime=time.gmtime))
     out = sleepwake.measure(sleepy_server, level=1, model="tiny")
     assert out["error"] is None and out["confirmed"] is True
-    # each call timed on its own: at least its delay (time.sleep's guarantee), and the wake not counting
-    # the sleep before it (a wake timed from the first call would read over 1.1 s)
-    assert out["sleep_s"] >= _SleepyVllm.sleep_delay and out["wake_s"] >= _SleepyVllm.wake_delay
-    assert out["wake_s"] < _SleepyVllm.sleep_delay + _SleepyVllm.wake_delay
+    assert out["sleep_s"] == _SleepyVllm.sleep_delay and out["wake_s"] == _SleepyVllm.wake_delay
     assert out["first_request_s"] is not None
     assert _SleepyVllm.state["calls"] == ["/sleep?level=1", "/wake_up", "/v1/completions"]
 
