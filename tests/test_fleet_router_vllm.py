@@ -43,7 +43,7 @@ def pool(tiny_vllm_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("pool")
     server = tiny_vllm_server
     port = cpu_vllm.free_port()
-    env = {**server.env, "VLLM_CACHE_ROOT": str(root / "vllm-cache")}
+    env = server.env  # the session's cache root (tests/fixtures/vllm_env.py): only this server's start is new
     proc = cpu_vllm.start(cpu_vllm.serve_command(Path(server.python).parents[1], server.model_dir, port,
                                                  SERVE_FLAGS), env, root / "second.log")
     second = f"http://127.0.0.1:{port}"

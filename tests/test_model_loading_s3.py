@@ -141,7 +141,7 @@ def test_serves_a_model_streamed_from_s3_with_pod_identity_credentials(
     env = isolated_env(vllm_env.env, pod_identity_agent, tmp_path / "home")
     env.update(region_env)
     env.update(AWS_ENDPOINT_URL=aws, RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0",
-               VLLM_CPU_KVCACHE_SPACE="1", VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"),
+               VLLM_CPU_KVCACHE_SPACE="1", VLLM_CACHE_ROOT=str(vllm_env.cache_root),
                VLLM_ASSETS_CACHE=str(tmp_path / "vllm-assets"))
     assert not set(OTHER_CREDENTIAL_SOURCES) & set(env)
     proc, url, log = _serve(vllm_env, args, env, tmp_path)

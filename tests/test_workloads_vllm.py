@@ -53,7 +53,7 @@ def ngram_server(vllm_env, tmp_path_factory):
     config["chat_template"] = CHAT_TEMPLATE
     (model / "tokenizer_config.json").write_text(json.dumps(config))
     port = _free_port()
-    env = dict(vllm_env.env, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CACHE_ROOT=str(root / "cache"))
+    env = dict(vllm_env.env, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CACHE_ROOT=str(vllm_env.cache_root))
     log = root / "server.log"
     cmd = [vllm_env.vllm, "serve", str(model), "--served-model-name", "tiny", "--host", "127.0.0.1",
            "--port", str(port), *SERVE_FLAGS, "--enable-prefix-caching", "--speculative-config", NGRAM]
