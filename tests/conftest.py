@@ -27,6 +27,8 @@ def pytest_collection_modifyitems(config, items):
     # (the tiny model's server) start once. The other tests share the second core. The vLLM tests that
     # start no server (`no_server`: the image's argument parser, the transformers probe) are a group of
     # their own, which either worker may take whole (their session fixtures, the parsers, set up once).
+    # A module whose tests share a costly module fixture may keep them on one worker the same way, with
+    # `pytest.mark.xdist_group(name)` (tests/test_scanners.py: one checkov run, not one per worker).
     import pytest
 
     for item in items:
@@ -34,6 +36,8 @@ def pytest_collection_modifyitems(config, items):
             group = "no_server" if item.get_closest_marker("no_server") else "vllm"
             item.add_marker(pytest.mark.xdist_group(group))
             _in_group(config, item, group)
+        elif (marker := item.get_closest_marker("xdist_group")) is not None:
+            _in_group(config, item, marker.kwargs.get("name", marker.args[0] if marker.args else "default"))
 
 
 def _in_group(config, item, group: str) -> None:

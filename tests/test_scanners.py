@@ -79,6 +79,10 @@ def strip_skips(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": metadata}
 
 
+# One checkov run (about 40 s on two loaded cores) serves the tests below; on one worker it runs once.
+ONE_CHECKOV_RUN = pytest.mark.xdist_group("checkov")
+
+
 @pytest.fixture(scope="module")
 def checkov_report(all_stacks: dict[str, Rendered], tmp_path_factory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("checkov")
@@ -106,11 +110,13 @@ def _stack_of(result: dict[str, Any]) -> str:
     return Path(result["file_path"]).stem
 
 
+@ONE_CHECKOV_RUN
 def test_checkov_judges_at_all(checkov_report):
     canary = {r["check_id"] for r in checkov_report["results"]["failed_checks"] if _stack_of(r) == "canary"}
     assert CANARY_CHECKS <= canary, canary
 
 
+@ONE_CHECKOV_RUN
 def test_checkov_has_no_unwaived_failure(checkov_report, all_stacks):
     """Judged without the skip annotations: every failure has a waiver, every waiver a failure."""
     results = checkov_report["results"]
@@ -143,6 +149,7 @@ def test_checkov_has_no_unwaived_failure(checkov_report, all_stacks):
     assert all(len(checks) <= 3 for checks in waived_checks.values()), waived_checks
 
 
+@ONE_CHECKOV_RUN
 def test_the_rendered_manifests_carry_the_waivers_as_checkov_skips(checkov_report, all_stacks):
     """As rendered (what a security team's checkov sees): nothing fails, and each waived finding is
     reported skipped with the waiver's reason; the skips are exactly the unwaived run's failures."""

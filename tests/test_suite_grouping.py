@@ -1,8 +1,8 @@
 """The suite's own scheduling: under `make test` (two xdist workers, --dist loadgroup) the tests that run
 vLLM stay on one worker, so a module's server starts once and no two CPU servers compete. Checked on a
 generated suite with this project's collection hook: two vLLM-marked modules with a module fixture
-each, a vLLM module that starts no server (`no_server`: a group of its own, either worker) and plain tests
-beside them."""
+each, a vLLM module that starts no server (`no_server`: a group of its own, either worker), a plain module
+kept on one worker by its own `xdist_group` mark, and plain tests beside them."""
 
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ def test_vllm_tests_share_one_worker_and_set_up_each_module_once(tmp_path):
     (suite / "test_c.py").write_text(MODULE.replace("{name}", "c").replace(
         "pytestmark = pytest.mark.vllm", "pytestmark = [pytest.mark.vllm, pytest.mark.no_server]"))
     (suite / "test_plain.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(20)))
+    # a plain module keeping its costly fixture's tests together with a group of its own
+    (suite / "test_d.py").write_text(MODULE.replace("{name}", "d").replace(
+        "pytestmark = pytest.mark.vllm", 'pytestmark = pytest.mark.xdist_group("costly")').replace("range(4)", "range(12)"))
     setups = tmp_path / "setups.txt"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "2", "--dist",
                            "loadgroup", str(suite)], cwd=suite, capture_output=True, text=True, timeout=300,
@@ -46,10 +49,11 @@ def test_vllm_tests_share_one_worker_and_set_up_each_module_once(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = setups.read_text().split()
     modules, workers = lines[0::2], lines[1::2]
-    assert sorted(modules) == ["a", "b", "c"], lines  # each module's fixture once, not once per worker
+    assert sorted(modules) == ["a", "b", "c", "d"], lines  # each module's fixture once, not once per worker
     grouped = {m: w for m, w in zip(modules, workers)}
     assert grouped["a"] == grouped["b"], lines  # and both on the same worker
     # a vLLM module that starts no server is a group of its own, not held to that worker (xdist names a
     # grouped test "<node id>@<group>")
     assert "PASSED test_c.py::test_two@no_server" in proc.stdout, proc.stdout[-2000:]
     assert "PASSED test_a.py::test_two@vllm" in proc.stdout, proc.stdout[-2000:]
+    assert "PASSED test_d.py::test_two@costly" in proc.stdout, proc.stdout[-2000:]
