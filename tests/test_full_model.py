@@ -96,21 +96,49 @@ print(json.dumps({"transformers": transformers.__version__, "class": type(model)
     assert got["vocab"] == 32003 and got["tokens"] == 3
 
 
-@pytest.mark.vllm
-@pytest.mark.no_server  # a model folder, a parser and a probe: either worker
-def test_the_serving_images_vllm_parses_the_flags(vllm_image_env, tmp_path):
-    folder = tmp_path / "g4"  # a local folder (a path that does not exist is taken for a Hub id)
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(full_model.config()))
+def _serve_cases(folder: Path) -> list[dict]:
+    """The full-size serve flags gpu-check passes (TP 1, 2, 4; bf16; a misspelt flag)."""
     cases = [{"id": f"tp{tp}", "args": [str(folder), "--served-model-name", "g4",
                                           *full_model.serve_flags(tensor_parallel_size=tp), *gpu_settings.SERVE_FLAGS]}
              for tp in (1, 2, 4)]
     cases.append({"id": "bf16", "args": [str(folder), *full_model.serve_flags(precision="bf16", kv_cache_dtype="auto")]})
     cases.append({"id": "misspelt", "args": [str(folder), *full_model.FOLDER_FLAGS, "--load-fromat", "dummy"]})
+    return cases
+
+
+def _experiment_cases(folder: Path) -> list[dict]:
+    """Every variant of every gpu-check experiment, on the full-size flags."""
+    import argparse
+
+    from bench.demo import gpu_experiment, gpu_full
+
+    args = argparse.Namespace(model_shape=full_model.SHAPE, precision="fp8", kv_cache_dtype="fp8",
+                              tensor_parallel_size=1, gpu_memory_utilization=0.9)
+    return [{"id": f"{e.name}/{v.label}",
+             "args": [str(folder), *[f for f in gpu_full.flags(args, **v.override) if f not in v.drop], *v.extra]}
+            for e in gpu_experiment.EXPERIMENTS.values() for v in e.variants]
+
+
+@pytest.fixture(scope="module")
+def image_parsed(vllm_image_env, tmp_path_factory) -> dict[str, dict]:
+    """Both tests' cases through the serving image's vLLM parser in one process (each process imports vLLM and
+    torch again: about 9 s on an idle machine, three times that on loaded CI cores)."""
+    folder = tmp_path_factory.mktemp("image-parsed") / "g4"  # a local folder (a missing path is a Hub id)
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(full_model.config()))
+    cases = _serve_cases(folder) + _experiment_cases(folder)
     proc = subprocess.run([vllm_image_env.python, str(HELPER)], input=json.dumps(cases), env=vllm_image_env.env,
                           text=True, capture_output=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = {r["id"]: r for r in json.loads(proc.stdout)}
+    assert len(results) == len(cases), sorted(results)
+    return results
+
+
+@pytest.mark.vllm
+@pytest.mark.no_server  # a model folder, a parser and a probe: either worker
+def test_the_serving_images_vllm_parses_the_flags(image_parsed):
+    results = {c["id"]: image_parsed[c["id"]] for c in _serve_cases(Path("g4"))}
     for tp in (1, 2, 4):
         r = results[f"tp{tp}"]
         assert r["ok"], r["error"]
@@ -125,23 +153,9 @@ def test_the_serving_images_vllm_parses_the_flags(vllm_image_env, tmp_path):
 
 @pytest.mark.vllm
 @pytest.mark.no_server  # a model folder, a parser and a probe: either worker
-def test_the_experiments_flags_parse_with_the_serving_images_vllm(vllm_image_env, tmp_path):
-    import argparse
-
-    from bench.demo import gpu_experiment, gpu_full
-
-    folder = tmp_path / "g4"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(full_model.config()))
-    args = argparse.Namespace(model_shape=full_model.SHAPE, precision="fp8", kv_cache_dtype="fp8",
-                              tensor_parallel_size=1, gpu_memory_utilization=0.9)
-    cases = [{"id": f"{e.name}/{v.label}",
-              "args": [str(folder), *[f for f in gpu_full.flags(args, **v.override) if f not in v.drop], *v.extra]}
-             for e in gpu_experiment.EXPERIMENTS.values() for v in e.variants]
-    proc = subprocess.run([vllm_image_env.python, str(HELPER)], input=json.dumps(cases), env=vllm_image_env.env,
-                          text=True, capture_output=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = {r["id"]: r for r in json.loads(proc.stdout)}
+def test_the_experiments_flags_parse_with_the_serving_images_vllm(image_parsed):
+    cases = _experiment_cases(Path("g4"))
+    results = {c["id"]: image_parsed[c["id"]] for c in cases}
     assert len(results) == len(cases) >= 15
     for case, r in results.items():
         assert r["ok"], f"{case}: {r['error']}"
