@@ -167,8 +167,7 @@ def sleepy_server():
 
 def test_sleep_and_wake_are_timed_on_the_server(sleepy_server, monkeypatch):
     # the client reads the server's clock, so the machine's load adds nothing: each call must read exactly
-    # its own delay (a wake timed from the first call would read 1.1 s, a sleep timed to the state check
-    # or the wake would read more than 1.0 s)
+    # its own delay (a wake timed from the first call, or a sleep timed past the wake, would read 1.1 s)
     monkeypatch.setattr(sleepwake, "time", argparse.Namespace(
         perf_counter=lambda: _SleepyVllm.clock[0], strftime=time.strftime, gmtime=time.gmtime))
     out = sleepwake.measure(sleepy_server, level=1, model="tiny")
