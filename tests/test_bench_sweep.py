@@ -422,7 +422,10 @@ def test_a_server_that_stops_answering_stops_the_sweep(bench_stub_server, fake_b
     exit 3, the finished runs kept and the unfinished one pending for --resume."""
     out = tmp_path / "out"
     fake_bench.plan({"S1_chat_c4": ["server_down"]})
-    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--health-timeout-s", "1")) == S.EXIT_UNHEALTHY
+    # 5 s, not 1: on loaded CI cores the stub's healthy /health has taken over a second to answer, which would
+    # stop the sweep at its first check (tests/test_bench_extra_runs.py saw it); the server gone answers 503 at
+    # once, so the 5 s are waited once, after the failed run
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--health-timeout-s", "5")) == S.EXIT_UNHEALTHY
     err = " ".join(capsys.readouterr().err.split())
     assert "bench sweep: the server stopped answering during S1_chat c=4:" in err
     assert "the sweep stops: 1 valid run(s) kept in" in err and "--resume" in err and "Traceback" not in err
@@ -443,5 +446,6 @@ def test_a_server_that_stops_answering_stops_the_sweep(bench_stub_server, fake_b
 def test_a_failed_run_on_a_server_that_still_answers_is_retried(bench_stub_server, fake_bench, tmp_path):
     out = tmp_path / "out"
     fake_bench.plan({"S1_chat_c4": ["fail_all", "ok"]})
-    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--health-timeout-s", "1")) == 0
+    # 5 s for the same reason as above: a slow answer from a healthy stub must not read as a server gone
+    assert S.main(sweep_args(bench_stub_server, out, fake_bench, "--health-timeout-s", "5")) == 0
     assert fake_bench.keys().count("S1_chat_c4") == 2
