@@ -280,7 +280,7 @@ def test_a_folder_of_another_grid_or_slo_is_refused_naming_the_difference(bench_
 def test_health_wait_is_bounded_and_says_why(bench_stub_server, fake_bench, tmp_path, capsys):
     bench_stub_server.unhealthy_for(3600)
     # the wait gives up after 4 s and says why every 0.25 s: on a loaded machine a probe of the stub can take
-    # a second (CI once used up a 1.5 s wait in two probes, so no line was due before it gave up)
+    # a second (on CI a 1.5 s wait once ran out before any line was due)
     assert S.main(sweep_args(bench_stub_server, tmp_path / "o", fake_bench, "--health-timeout-s", "4",
                              "--health-say-every", "0.25")) == 3
     assert fake_bench.keys() == []
