@@ -167,12 +167,15 @@ def settle_slo_kind(configs: list[Config]) -> None:
                 cfg.capacities[name] = _from_interval(entry[kind], cfg.lengths.get(name))
 
 
-def load_config(path: Path, basis: str, slo: dict[str, Any], prices, repeats: list[Side] | None = None) -> Config:
+def load_config(path: Path, basis: str, slo: dict[str, Any], prices, repeats: list[Side] | None = None,
+                side: Side | None = None) -> Config:
     """A configuration's capacities from its sweep folder, pooled with `repeats` (other sweeps of its server
-    setting, each from a fresh server, loaded as `pair_repeats` gave them)."""
-    if not path.is_dir():
-        raise UsageError(f"no such sweep folder: {path}")
-    side = load_side(path)
+    setting, each from a fresh server, loaded as `pair_repeats` gave them); `side` is the folder itself where
+    `pair_repeats` loaded it already (to read its settings)."""
+    if side is None:
+        if not path.is_dir():
+            raise UsageError(f"no such sweep folder: {path}")
+        side = load_side(path)
     side.repeats = list(repeats or [])
     side.judge_with(slo["ttft_p99_ms"])
     if not side.runs:
@@ -294,16 +297,15 @@ def render_chart(plan: dict[str, Any], out: Path) -> str | None:
 # Command
 
 
-def pair_repeats(folders: list[str], repeats: list[str], flag: str) -> dict[int, list[Side]]:
+def pair_repeats(folders: list[str], repeats: list[str], flag: str) -> tuple[dict[int, Side], dict[int, list[Side]]]:
     """Each repeat (another sweep of a configuration's server setting, from a fresh server) given to the one
-    folder among `folders` whose sweep shares its every server and benchmark setting: {folder's index:
-    its repeats, loaded}. UsageError naming `flag` and the fix for a repeat that is not a folder or matches none or
-    several of them."""
-    if not repeats:
-        return {}
-    facts = [COMPARE.facts_of(load_side(Path(d))) for d in folders if Path(d).is_dir()]
-    if len(facts) != len(folders):
-        return {}  # a missing configuration folder is reported where it is loaded
+    folder among `folders` whose sweep shares its every server and benchmark setting: ({folder's index: that
+    folder, loaded to read its settings}, {folder's index: its repeats, loaded}). UsageError naming `flag` and
+    the fix for a repeat that is not a folder or matches none or several of them."""
+    if not repeats or not all(Path(d).is_dir() for d in folders):
+        return {}, {}  # a missing configuration folder is reported where it is loaded
+    loaded = {i: load_side(Path(d)) for i, d in enumerate(folders)}
+    facts = [COMPARE.facts_of(loaded[i]) for i in range(len(folders))]
     paired: dict[int, list[Side]] = {}
     for repeat in repeats:
         if not Path(repeat).is_dir():
@@ -317,7 +319,7 @@ def pair_repeats(folders: list[str], repeats: list[str], flag: str) -> dict[int,
                              f"repeat ({', '.join(folders)}); a repeat is another sweep of one configuration from a "
                              "fresh server, every setting the same: give a sweep of exactly one of them")
         paired.setdefault(matches[0], []).append(sweep)
-    return paired
+    return loaded, paired
 
 
 def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]:
@@ -349,15 +351,17 @@ def make_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str, list[str]]
     ref = parse_pairs(args.reference, "--reference") if args.reference else {}
     given = parse_pairs(args.load, "--load", allow_total=True) if args.load else {}
     check_mix(mix)
-    paired = pair_repeats(args.candidates, getattr(args, "repeat", None) or [], "--repeat")
-    candidates = [load_config(Path(d), args.basis, slo, prices, paired.get(i)) for i, d in enumerate(args.candidates)]
+    loaded, paired = pair_repeats(args.candidates, getattr(args, "repeat", None) or [], "--repeat")
+    candidates = [load_config(Path(d), args.basis, slo, prices, paired.get(i), loaded.get(i))
+                  for i, d in enumerate(args.candidates)]
     if getattr(args, "baseline_repeat", None) and not args.baseline:
         raise UsageError("--baseline-repeat needs --baseline (the sweep it repeats): give --baseline DIR too, or "
                          "leave --baseline-repeat out")
-    current_config = (load_config(Path(args.baseline), args.basis, slo, prices,
-                                  pair_repeats([args.baseline], getattr(args, "baseline_repeat", None) or [],
-                                               "--baseline-repeat").get(0))
-                      if args.baseline else None)
+    current_config = None
+    if args.baseline:
+        loaded, paired = pair_repeats([args.baseline], getattr(args, "baseline_repeat", None) or [],
+                                      "--baseline-repeat")
+        current_config = load_config(Path(args.baseline), args.basis, slo, prices, paired.get(0), loaded.get(0))
     labels = [cfg.label for cfg in candidates + ([current_config] if current_config else [])]
     unknown = [label for label in prices if label not in (None, "current", *labels)]
     if unknown:
