@@ -85,20 +85,13 @@ def curves_figure(rows: Sequence[dict[str, Any]], base_rows: Sequence[dict[str, 
             ax.plot(xs, ys, marker="o", color=CANDIDATE, label=label, gid=f"candidate-{attr}")
         searched = []
         for who, color, name in (("candidate", CANDIDATE, label), ("baseline", BASELINE, base_label)):
-            points = sorted((r["concurrency"], r[attr]) for r in extra or () if r.get("kind") == "search"
-                            and r.get("side", "candidate") == who and r["scenario"] == scenario
-                            and r.get(attr) is not None)
-            if points:
-                ax.plot([c for c, _ in points], [v for _, v in points], linestyle="none", marker="x", markersize=7,
-                        color=color, label=f"{name}: capacity-search runs", gid=f"{who}-search-{attr}")
-            searched += points
-            again = sorted((r["concurrency"], r[attr]) for r in repeats or () if r.get("side") == who
-                           and r["scenario"] == scenario and usable(r) and r.get(attr) is not None)
-            if again:
-                ax.plot([c for c, _ in again], [v for _, v in again], linestyle="none", marker="D", markersize=7,
-                        markerfacecolor="none", color=color, label=f"{name}: repeats' grid runs",
-                        gid=f"{who}-repeats-{attr}")
-            searched += again
+            searched += _marks(ax, [r for r in extra or () if r.get("kind") == "search"
+                                    and r.get("side", "candidate") == who and r["scenario"] == scenario], attr,
+                               color=color, marker="x", label=f"{name}: capacity-search runs",
+                               gid=f"{who}-search-{attr}")
+            searched += _marks(ax, [r for r in repeats or () if r.get("side") == who and r["scenario"] == scenario
+                                    and usable(r)], attr, color=color, marker="D", markerfacecolor="none",
+                               label=f"{name}: repeats' grid runs", gid=f"{who}-repeats-{attr}")
         if base_rows:
             bx, by = _series(base_rows, scenario, attr)
             if bx:
@@ -147,6 +140,15 @@ def capacity_mark(entry: dict[str, Any]) -> dict[str, Any] | None:
     load, _ = source_run(interval)
     return {"load": load, "tok_s": interval["point_tok_s"], "pass": interval.get("load_pass"),
             "fail": interval.get("load_fail"), "repeats": interval.get("repeats") or 1}
+
+
+def _marks(ax, runs: Sequence[dict[str, Any]], attr: str, **style) -> list[tuple[Any, Any]]:
+    """The runs' `attr` against concurrency as unjoined markers (runs without the figure left out); the
+    points drawn, for the axis ticks."""
+    points = sorted((r["concurrency"], r[attr]) for r in runs if r.get(attr) is not None)
+    if points:
+        ax.plot([c for c, _ in points], [v for _, v in points], linestyle="none", markersize=7, **style)
+    return points
 
 
 def _mark_points(ax, entry: dict[str, Any]) -> None:
