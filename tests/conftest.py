@@ -33,10 +33,9 @@ def pytest_collection_modifyitems(config, items):
 
     for item in items:
         if item.get_closest_marker("vllm"):
-            group = "no_server" if item.get_closest_marker("no_server") else "vllm"
-            item.add_marker(pytest.mark.xdist_group(group))
-            _in_group(config, item, group)
-        elif (marker := item.get_closest_marker("xdist_group")) is not None:
+            item.add_marker(pytest.mark.xdist_group("no_server" if item.get_closest_marker("no_server") else "vllm"))
+        marker = item.get_closest_marker("xdist_group")
+        if marker is not None:
             _in_group(config, item, marker.kwargs.get("name", marker.args[0] if marker.args else "default"))
 
 

@@ -41,7 +41,8 @@ def test_vllm_tests_share_one_worker_and_set_up_each_module_once(tmp_path):
     (suite / "test_plain.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(20)))
     # a plain module keeping its costly fixture's tests together with a group of its own
     (suite / "test_d.py").write_text(MODULE.replace("{name}", "d").replace(
-        "pytestmark = pytest.mark.vllm", 'pytestmark = pytest.mark.xdist_group("costly")').replace("range(4)", "range(12)"))
+        "pytestmark = pytest.mark.vllm", 'pytestmark = pytest.mark.xdist_group("costly")').replace(
+        "range(4)", "range(12)"))
     setups = tmp_path / "setups.txt"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "2", "--dist",
                            "loadgroup", str(suite)], cwd=suite, capture_output=True, text=True, timeout=300,
