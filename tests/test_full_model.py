@@ -120,25 +120,27 @@ def _experiment_cases(folder: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def image_parsed(vllm_image_env, tmp_path_factory) -> dict[str, dict]:
+def image_parsed(vllm_image_env, tmp_path_factory) -> dict[str, dict[str, dict]]:
     """Both tests' cases through the serving image's vLLM parser in one process (each process imports vLLM and
-    torch again: about 9 s on an idle machine, three times that on loaded CI cores)."""
+    torch again: about 9 s on an idle machine, three times that on loaded CI cores): {"serve": results by case
+    id, "experiments": results by case id}."""
     folder = tmp_path_factory.mktemp("image-parsed") / "g4"  # a local folder (a missing path is a Hub id)
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(full_model.config()))
-    cases = _serve_cases(folder) + _experiment_cases(folder)
-    proc = subprocess.run([vllm_image_env.python, str(HELPER)], input=json.dumps(cases), env=vllm_image_env.env,
-                          text=True, capture_output=True, timeout=600)
+    serve, experiments = _serve_cases(folder), _experiment_cases(folder)
+    proc = subprocess.run([vllm_image_env.python, str(HELPER)], input=json.dumps(serve + experiments),
+                          env=vllm_image_env.env, text=True, capture_output=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = {r["id"]: r for r in json.loads(proc.stdout)}
-    assert len(results) == len(cases), sorted(results)
-    return results
+    assert len(results) == len(serve) + len(experiments), sorted(results)
+    return {"serve": {c["id"]: results[c["id"]] for c in serve},
+            "experiments": {c["id"]: results[c["id"]] for c in experiments}}
 
 
 @pytest.mark.vllm
 @pytest.mark.no_server  # a model folder, a parser and a probe: either worker
 def test_the_serving_images_vllm_parses_the_flags(image_parsed):
-    results = {c["id"]: image_parsed[c["id"]] for c in _serve_cases(Path("g4"))}
+    results = image_parsed["serve"]
     for tp in (1, 2, 4):
         r = results[f"tp{tp}"]
         assert r["ok"], r["error"]
@@ -154,9 +156,8 @@ def test_the_serving_images_vllm_parses_the_flags(image_parsed):
 @pytest.mark.vllm
 @pytest.mark.no_server  # a model folder, a parser and a probe: either worker
 def test_the_experiments_flags_parse_with_the_serving_images_vllm(image_parsed):
-    cases = _experiment_cases(Path("g4"))
-    results = {c["id"]: image_parsed[c["id"]] for c in cases}
-    assert len(results) == len(cases) >= 15
+    results = image_parsed["experiments"]
+    assert len(results) >= 15
     for case, r in results.items():
         assert r["ok"], f"{case}: {r['error']}"
     assert results["prefix-caching/caching-off"]["parsed"]["enable_prefix_caching"] is False
