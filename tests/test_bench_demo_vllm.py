@@ -34,11 +34,14 @@ pytestmark = pytest.mark.vllm
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_the_demo_end_to_end_on_the_cpu_build(vllm_env, tiny_vllm_server, tmp_path, page_browser):
+# The session's tiny server is asked for only for what its start leaves behind: the model-class inspection in the
+# session's cache root (tests/fixtures/vllm_env.py), which the demo's cache then starts with.
+@pytest.mark.usefixtures("tiny_vllm_server")
+def test_the_demo_end_to_end_on_the_cpu_build(vllm_env, tmp_path, page_browser):
     out = tmp_path / "demo"
-    # The demo's cache root (OUT/vllm-cache) starts with the model-class inspection the session's servers
-    # wrote (tests/fixtures/vllm_env.py): both servers then skip a fresh interpreter each (about 9 s of CPU)
-    # on two loaded cores. A cold start is what gpu-check's test and the session's first server check.
+    # The demo's cache root (OUT/vllm-cache) starts with that inspection: both servers then skip a fresh
+    # interpreter each (about 9 s of CPU) on two loaded cores. A cold start is what gpu-check's test and the
+    # session's first server check.
     if (vllm_env.cache_root / "modelinfos").is_dir():
         shutil.copytree(vllm_env.cache_root / "modelinfos", out / "vllm-cache" / "modelinfos")
     t0 = time.monotonic()
