@@ -67,8 +67,8 @@ COMPILE_IRRELEVANT_FLAGS: Mapping[str, str] = {
 }
 # Environment of the server that is not about compiling: credentials' region, timeouts, telemetry.
 COMPILE_IRRELEVANT_ENV: frozenset[str] = frozenset({
-    "AWS_REGION", "AWS_DEFAULT_REGION", "VLLM_ENGINE_READY_TIMEOUT_S", "HF_HUB_OFFLINE",
-    "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "VLLM_SERVER_DEV_MODE",
+    "AWS_REGION", "AWS_DEFAULT_REGION", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_HTTP_TIMEOUT_KEEP_ALIVE",
+    "HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "VLLM_SERVER_DEV_MODE",
 })
 # The cache volume's folder for Python's bytecode (PYTHONPYCACHEPREFIX, components/vllm_server.py).
 BYTECODE_FOLDER = "pycache"

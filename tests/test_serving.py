@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import pytest
 from pydantic import ValidationError
@@ -11,6 +12,8 @@ from pydantic import ValidationError
 from components.vllm_server import ServeSpec
 from components.weight_store import model_prefix
 from stacks import catalog, serving
+from stacks.ops import vllm_flags
+from stacks.serving.sizing import HTTP_KEEP_ALIVE_S
 from stacks.versions import pins
 
 L40S = catalog.gpu_instance("g6e.2xlarge")
@@ -237,6 +240,24 @@ def test_env_region_timeouts_and_offline_hub():
     assert int(s.env["VLLM_ENGINE_READY_TIMEOUT_S"]) > 600  # vLLM's default
     assert s.env["HF_HUB_OFFLINE"] == "1"
     assert "VLLM_SERVER_DEV_MODE" not in s.env and "--enable-sleep-mode" not in s.args
+
+
+def test_idle_connections_outlive_the_bench_clients_pool():
+    """vLLM closes an idle connection after 5 s unless told otherwise; `vllm bench serve` (the image's own source)
+    keeps idle connections for reuse longer than that, so an open-loop run lost a request to a reset on an H100
+    (2026-12-07). The server must hold an idle connection longer than the client pools it."""
+    folder = vllm_flags.image_dir()
+    problem = vllm_flags.check_parser_dir(folder)
+    if problem:
+        pytest.fail(f"the image's vLLM is not installed: {problem}", pytrace=False)
+    envs = (folder / "vllm" / "envs.py").read_text()
+    assert '"VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "5"' in envs  # the variable the server reads, and its default
+    pooled = re.findall(r"keepalive_timeout=(\d+)", (folder / "vllm" / "benchmarks" / "serve.py").read_text())
+    assert pooled == ["60"]
+    s = spec(server())
+    assert int(s.env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) == HTTP_KEEP_ALIVE_S > int(pooled[0]) + 10
+    with pytest.raises(ValidationError, match="VLLM_HTTP_TIMEOUT_KEEP_ALIVE is set by the server profile"):
+        server(env={"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "5"})
 
 
 def test_sleep_mode_needs_dev_mode():

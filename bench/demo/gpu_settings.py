@@ -3,8 +3,9 @@
 The bench imports nothing of the Pulumi side, so the few settings are written here as data, and
 tests/test_gpu_check.py keeps them equal to what stacks/serving/spec.py renders for a server with sleep
 mode: the compile-cache environment (VLLM_CACHE_ROOT, the assets and Triton caches inside it), the
-engine's start-up timeout, the offline Hub and no usage reporting, the development mode that routes
-/sleep and /wake_up, and the model-independent `vllm serve` flags (prefix caching, sleep mode).
+engine's start-up timeout, the idle-connection keep-alive, the offline Hub and no usage reporting, the
+development mode that routes /sleep and /wake_up, and the model-independent `vllm serve` flags (prefix
+caching, sleep mode).
 
 Left out because they depend on the model or the pool: the Run:ai loader and its extra config, the
 tensor-parallel size, the context length, the number of sequences, the memory utilisation, the KV
@@ -17,6 +18,7 @@ from __future__ import annotations
 # The serve spec's env keys whose value is not a path under the cache root (copied as they are).
 PLAIN_ENV: dict[str, str] = {
     "VLLM_ENGINE_READY_TIMEOUT_S": "1500",
+    "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "120",
     "HF_HUB_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",

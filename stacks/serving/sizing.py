@@ -38,6 +38,13 @@ SHM_GIB_PER_RANK = 4
 # with a log line, instead of being killed silently by the kubelet.
 STARTUP_BUDGET_S = 1800
 ENGINE_READY_TIMEOUT_S = 1500
+# Seconds the server keeps an idle HTTP connection open (vLLM's default: 5). A client that reuses a
+# pooled connection just as the server closes it gets "connection reset" for that request, which the
+# bench counts as failed: on 2026-12-07 one of 267 open-loop requests was lost so on an H100
+# (docs/records/experiment-priority-2026-12-07-h100). Clients must give up an idle connection first:
+# `vllm bench serve` 0.26 pools them for 60 s, and an HTTP client library's idle pool (the router's)
+# commonly for 90 s.
+HTTP_KEEP_ALIVE_S = 120
 # Pulumi waits for the Deployment to become available: node provisioning and image pull
 # (48 + 82 s measured) come before the startup probe's own budget.
 DEPLOY_TIMEOUT_S = STARTUP_BUDGET_S + 900

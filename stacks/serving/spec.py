@@ -21,8 +21,9 @@ from stacks.serving.profiles import LOADER_PROFILES, MTP_DRAFT, loader_profile
 from stacks.serving.server import (MEASURED_KV_CACHE_DTYPES, MIN_GPU_MEMORY_UTILIZATION, ModelUris, ServerSettings,
                                    measures_kv_cache_dtype, server_model_ids, server_model_prefixes)
 from stacks.serving.sizing import (CACHE_GIB_RAID0, CACHE_GIB_ROOT, DEPLOY_TIMEOUT_S, ENGINE_READY_TIMEOUT_S,
-                                   EPHEMERAL_GIB_RAID0, EPHEMERAL_GIB_ROOT, PROCESS_OVERHEAD_GIB, SHM_GIB_PER_RANK,
-                                   SLEEP_MODE_EXTRA_KV_GIB, STARTUP_BUDGET_S, per_gpu, sleep_mode_utilization)
+                                   EPHEMERAL_GIB_RAID0, EPHEMERAL_GIB_ROOT, HTTP_KEEP_ALIVE_S, PROCESS_OVERHEAD_GIB,
+                                   SHM_GIB_PER_RANK, SLEEP_MODE_EXTRA_KV_GIB, STARTUP_BUDGET_S, per_gpu,
+                                   sleep_mode_utilization)
 
 GIB = 1024**3
 PORT = 8000
@@ -125,6 +126,8 @@ def build_serve_spec(
         "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
         # The 600 s default is shorter than a cold TP compile after a slow load.
         "VLLM_ENGINE_READY_TIMEOUT_S": str(ENGINE_READY_TIMEOUT_S),
+        # An idle connection outlives its clients' pools (see HTTP_KEEP_ALIVE_S).
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(HTTP_KEEP_ALIVE_S),
         # Weights, config and tokenizer all come from S3; nothing may fall back to the Hub.
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
