@@ -69,7 +69,10 @@ def test_scenarios_that_add_up_hold_and_the_plan_says_so(planned, fake_bench, tm
         scenario = call["key"].rsplit("_c", 1)[0]
         assert argv[argv.index("--request-rate") + 1] == f"{rates[scenario]:g}"
         assert argv[argv.index("--burstiness") + 1] == "1.0"
-        assert argv[argv.index("--num-prompts") + 1] == str(max(10, math.ceil(rates[scenario] * 2)))
+        # one window for both: the slower scenario's 10 requests set it, the other sends for as long
+        window = max(2.0, *(10 / r for r in rates.values()))
+        assert argv[argv.index("--num-prompts") + 1] == str(max(10, math.ceil(round(rates[scenario] * window, 6))))
+    assert result["window_s"] == round(window, 1) and result["duration_s"] == 2
     assert len({c["seed"] for c in calls}) == 2
     assert (out / "mixed" / "S1_chat.json").is_file() and (out / "mixed" / "S4_rag.log").is_file()
 
@@ -81,6 +84,20 @@ def test_scenarios_that_add_up_hold_and_the_plan_says_so(planned, fake_bench, tm
     text = (final / "plan.md").read_text()
     assert "## Mixed traffic" in text and "the assumption held; the scenarios add up" in text
     assert "another load" not in text
+
+
+def test_every_scenario_sends_for_one_window_so_the_load_stays_mixed_to_its_end():
+    """The priority experiment's rates on an H100 (2026-12-07): S4_rag's 100 requests at 0.4534 req/s need 220.6 s,
+    so S1_chat and S2_summary send for as long instead of 60 s, and none of S4_rag's requests arrives alone."""
+    rates = {"S1_chat": 4.4446, "S2_summary": 1.2579, "S4_rag": 0.4534}
+    window = MIX.window_s(rates, 60.0, 100)
+    assert window == pytest.approx(220.55, abs=0.01)
+    counts = {s: MIX.requests_for(r, window, 100) for s, r in rates.items()}
+    assert counts == {"S1_chat": 981, "S2_summary": 278, "S4_rag": 100}
+    assert all(abs(n / rates[s] - window) < 1 / rates[s] for s, n in counts.items())  # within one arrival
+    # a short minimum leaves --duration-s as the window; a rate of 0 (a plan's unused scenario) sets nothing
+    assert MIX.window_s(rates, 60.0, 10) == 60.0 and MIX.window_s({**rates, "S3_moderation": 0.0}, 60.0, 10) == 60.0
+    assert MIX.requests_for(2.0, 50.0, 100) == 100 and MIX.requests_for(0.5, 200.0, 100) == 100
 
 
 def test_the_check_judges_with_the_plans_slo_and_says_a_flag_that_differs(planned, fake_bench, tmp_path,

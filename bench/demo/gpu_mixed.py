@@ -12,6 +12,7 @@ so the first-come-first-served variant is sent the very same requests.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +28,12 @@ from bench.run.sizing import MIN_REQUESTS  # a p99 of fewer requests is about th
 class MixedLoad:
     batch: tuple[str, ...]  # scenarios sent at the lower priority
     utilization: float = 0.81
-    duration_s: float = 60.0  # requests per scenario = rate x this, at least MIN_REQUESTS
+    duration_s: float = 60.0  # the least window every scenario sends for (mix-check lengthens it for MIN_REQUESTS)
     batch_priority: int = 1
 
 
+# vLLM's engine logs one such line about every 10 s while requests run.
+STATS_LINE = re.compile(r"Running: (\d+) reqs, Waiting: (\d+) reqs, GPU KV cache usage: ([\d.]+)%")
 FIGURES = (("ttft_p99_ms", "TTFT p99"), ("decode_p99_ms", "ITL p99"), ("e2e_p50_ms", "e2e p50"),
            ("e2e_p99_ms", "e2e p99"))
 
@@ -45,6 +48,30 @@ def saturation_req_s(sweep: Path) -> tuple[int, float] | None:
         if run.valid and run.req_s:
             runs.append((run.concurrency, run.req_s))
     return max(runs) if runs else None
+
+
+def queue(text: str) -> dict[str, Any] | None:
+    """The server's queue in its log `text`: the most requests running and waiting and the fullest KV cache among
+    the engine's stats lines; None without a line. A policy that orders waiting requests (priority) acts only when
+    some wait, or when a full KV cache makes it choose which running request to preempt."""
+    rows = [(int(r), int(w), float(k)) for r, w, k in STATS_LINE.findall(text)]
+    if not rows:
+        return None
+    return {"samples": len(rows), "running_max": max(r for r, _, _ in rows),
+            "waiting_max": max(w for _, w, _ in rows), "kv_cache_usage_max_pct": max(k for _, _, k in rows)}
+
+
+def _log_offset(server) -> int | None:
+    log = getattr(server, "log", None)
+    return log.stat().st_size if log is not None and log.is_file() else None
+
+
+def _logged_since(server, offset: int | None) -> str:
+    if offset is None:
+        return ""
+    with server.log.open("rb") as handle:
+        handle.seek(offset)
+        return handle.read().decode(errors="replace")
 
 
 def rates(load: MixedLoad, saturation: dict[str, float]) -> dict[str, float]:
@@ -97,6 +124,7 @@ def run(check, load: MixedLoad, label: str, variant_dir: Path, record: dict[str,
     folder = variant_dir / "mixed"
     t0 = time.monotonic()
     log = variant_dir / "mix-check.log"
+    offset = _log_offset(check.server)
     rc = run_logged(argv(check, load, label, mixed["rates"], folder), log, env=check.runtime.env)
     result_file = folder / "mixed_traffic.json"
     if rc not in (0, 1) or not result_file.is_file():
@@ -107,7 +135,8 @@ def run(check, load: MixedLoad, label: str, variant_dir: Path, record: dict[str,
                                       *(key for key, _ in FIGURES), "meets_slo")}
             for s, r in (check_result.get("scenarios") or {}).items()}
     return {"status": "ok", "rc": rc, "seconds": round(time.monotonic() - t0, 1), "dir": str(folder),
-            "held": check_result.get("held"), "scenarios": rows}
+            "window_s": check_result.get("window_s"), "held": check_result.get("held"), "scenarios": rows,
+            "queue": queue(_logged_since(check.server, offset))}
 
 
 def _ms(value: Any) -> str:
@@ -118,6 +147,18 @@ def _change(before: Any, after: Any) -> str:
     if not isinstance(before, (int, float)) or not isinstance(after, (int, float)) or before <= 0:
         return "not measured"
     return f"{100 * (after - before) / before:+.1f} %"
+
+
+def _queue_line(q: dict[str, Any] | None) -> str:
+    if not q:
+        return "the server's queue during the mix: not logged"
+    line = (f"the server's queue during the mix ({q['samples']} of vLLM's stats lines): at most {q['running_max']} "
+            f"requests running and {q['waiting_max']} waiting, the KV cache at most "
+            f"{q['kv_cache_usage_max_pct']:g} % full")
+    if q["waiting_max"] == 0 and q["kv_cache_usage_max_pct"] < 100:
+        line += (": nothing waited and nothing had to be preempted, so a policy that orders waiting requests "
+                 "(priority) had nothing to order at this load")
+    return line
 
 
 def markdown(record: dict[str, Any]) -> list[str]:
@@ -131,9 +172,11 @@ def markdown(record: dict[str, Any]) -> list[str]:
     ranks = mixed.get("priority") or {}
     said = (", ".join(f"{s} at priority {p}" for s, p in ranks.items()) + ", the rest at 0") if ranks else \
         "every request at priority 0"
+    windows = [m["window_s"] for m in runs.values() if isinstance(m.get("window_s"), (int, float))]
+    held_for = (f"every scenario sending for about {max(windows):,.0f} s" if windows else
+                f"about {float(mixed.get('duration_s') or 0):g} s")
     lines = ["", f"**Mixed load at {100 * float(mixed.get('utilization') or 0):.0f} % of saturation** "
-                 f"(`bench mix-check --rates`: {offered}; {said}; one run per variant of about "
-                 f"{float(mixed.get('duration_s') or 0):g} s)", ""]
+                 f"(`bench mix-check --rates`: {offered}; {said}; one run per variant, {held_for})", ""]
     for label, m in runs.items():
         if m.get("status") != "ok":
             lines.append(f"- {label}: {m.get('status')}: {m.get('reason')}")
@@ -150,6 +193,9 @@ def markdown(record: dict[str, Any]) -> list[str]:
                 continue
             slo = {True: "yes", False: "no"}.get(row.get("meets_slo"), "not judged")
             lines.append(f"| {label} | {scenario} | " + " | ".join(_ms(row.get(k)) for k, _ in FIGURES) + f" | {slo} |")
+    lines.append("")
+    for label, m in done.items():
+        lines.append(f"- {label}: {_queue_line(m.get('queue'))}")
     labels = list(done)
     for other in labels[1:]:
         first = labels[0]

@@ -17,7 +17,11 @@ decode p99 within their limits) under the mix.
 --plan is the folder (or plan.json, or an s3:// prefix, waited for up to --wait-hours) of a plan made
 with a mix: its configuration (default: the first) lists `per_replica_req_s`. --rates states the
 loads instead (S1_chat=2.5,S2_summary=0.8 req/s), as `gpu-check --experiment priority` does at a share
-of the server's saturation. Each scenario runs max(--min-requests, rate x --duration-s) requests.
+of the server's saturation. Every scenario sends for one window, so the load stays mixed to its end:
+--duration-s, or longer where a scenario's --min-requests at its rate need longer (then that scenario
+sets it). Each scenario runs rate x the window requests; without the common window, a slow scenario
+held to its fewest requests sent its last ones alone (on 2026-12-07, S4_rag's 100 requests at 0.45
+req/s took 220 s, and the other two scenarios' requests ended after 60 and 80 s).
 
 --priority S2_summary=1 sends that scenario's requests with vLLM's `priority` field in their body:
 under `vllm serve --scheduling-policy priority` a lower value is served first; the default policy
@@ -110,8 +114,13 @@ def per_replica(plan: dict[str, Any], label: str | None) -> tuple[str, dict[str,
                      "--load rates), the traffic this check mixes")
 
 
-def requests_for(rate: float, duration_s: float, minimum: int) -> int:
-    return max(minimum, math.ceil(rate * duration_s))
+def window_s(rates: dict[str, float], duration_s: float, minimum: int) -> float:
+    """Seconds every scenario sends for: `duration_s`, or the longest a scenario's `minimum` requests take."""
+    return max([duration_s, *(minimum / rate for rate in rates.values() if rate > 0)])
+
+
+def requests_for(rate: float, window: float, minimum: int) -> int:
+    return max(minimum, math.ceil(round(rate * window, 6)))
 
 
 def parse_rates(text: str) -> dict[str, float]:
@@ -180,7 +189,7 @@ def held(scenarios: dict[str, dict[str, Any]]) -> bool | None:
     return all(row["meets_slo"] for row in scenarios.values())
 
 
-def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: dict[str, float],
+def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: dict[str, float], window: float,
             out: Path, priority: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
     folder = out / RUN_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -188,7 +197,7 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
     workloads = {scenario: W.WORKLOADS[scenario].scaled(args.length_scale) for scenario in rates}
     try:
         for scenario, rate in sorted(rates.items()):
-            n = requests_for(rate, args.duration_s, args.min_requests)
+            n = requests_for(rate, window, args.min_requests)
             seed = seeds.run_seed(args.seed, scenario, 0, 1, purpose="mixed")
             cmd = command(vllm, args, scenario, rate, n, seed, tokenizer, folder, workloads[scenario],
                           priority=(priority or {}).get(scenario))
@@ -197,8 +206,8 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
             log.flush()
             procs[scenario] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                 start_new_session=True), log, n)
-        print(f"bench mix-check: {len(procs)} scenarios at once: "
-              + ", ".join(f"{s} {r:g} req/s" for s, r in sorted(rates.items())), flush=True)
+        print(f"bench mix-check: {len(procs)} scenarios at once for about {human_seconds(window)}: "
+              + ", ".join(f"{s} {r:g} req/s ({procs[s][2]} requests)" for s, r in sorted(rates.items())), flush=True)
         deadline = time.monotonic() + args.run_timeout
         for scenario, (proc, log, _n) in procs.items():
             try:
@@ -265,7 +274,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"bench mix-check: {exc}", file=sys.stderr)
                 return 2
             out.mkdir(parents=True, exist_ok=True)
-            rows = run_mix(args, vllm, tokenizer, rates, out, priority)
+            window = window_s(rates, args.duration_s, args.min_requests)
+            rows = run_mix(args, vllm, tokenizer, rates, window, out, priority)
     except KeyboardInterrupt as exc:
         print(f"bench mix-check: stopped by {signal_name(exc)}; the runs were stopped, nothing was judged. "
               "Run the same command again.", file=sys.stderr)
@@ -276,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
         "rates_from": "plan" if args.plan is not None else "--rates",
         "priority": dict(sorted(priority.items())),
         "duration_s": args.duration_s,
+        "window_s": round(window, 1),
         "slo": {"ttft_p99_ms": args.slo_ttft_p99_ms, "decode_p99_ms": args.slo_itl_p99_ms,
                 "decode_metric": args.slo_decode_metric},
         "scenarios": rows,
@@ -307,7 +318,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "writes it once the sweeps finish (default: %(default)s, no waiting)")
     O.add_poll(p, 15.0, "the plan (up to 5 min)")
     p.add_argument("--duration-s", type=O.above_zero(float), default=120.0,
-                   help="how long the mix runs: requests per scenario = rate x this (default: %(default)s)")
+                   help="how long the mix runs at least: every scenario sends rate x the window, which is this or "
+                        "longer where a scenario's --min-requests need longer (default: %(default)s)")
     p.add_argument("--min-requests", type=O.above_zero(int), default=50,
                    help="fewest requests per scenario (default: %(default)s)")
     p.add_argument("--max-concurrency", type=O.above_zero(int), default=64,
