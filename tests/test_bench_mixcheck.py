@@ -100,6 +100,19 @@ def test_every_scenario_sends_for_one_window_so_the_load_stays_mixed_to_its_end(
     assert MIX.requests_for(2.0, 50.0, 100) == 100 and MIX.requests_for(0.5, 200.0, 100) == 100
 
 
+def test_a_window_longer_than_the_runs_may_take_is_refused_before_any_run(fake_bench, tmp_path, capsys):
+    args = ["--base-url", "http://127.0.0.1:9", "--model", "tiny", "--tokenizer", "/nonexistent-tokenizer",
+            "--vllm-bin", fake_bench.bin, "--run-timeout-s", "600"]
+    assert MIX.main(["--rates", "S1_chat=2,S4_rag=0.05", "--min-requests", "50", "--out", str(tmp_path / "a"),
+                     *args]) == 2
+    err = capsys.readouterr().err
+    assert ("every scenario would send for 16 min 40 s (S4_rag's 50 requests (--min-requests) at 0.05 req/s), longer "
+            "than --run-timeout-s 600 allows the runs: raise --run-timeout-s") in err and "Traceback" not in err
+    assert MIX.main(["--rates", "S1_chat=2", "--duration-s", "900", "--out", str(tmp_path / "b"), *args]) == 2
+    assert "(--duration-s 900)" in capsys.readouterr().err
+    assert fake_bench.calls_made() == [] and not (tmp_path / "a").exists()
+
+
 def test_the_check_judges_with_the_plans_slo_and_says_a_flag_that_differs(planned, fake_bench, tmp_path,
                                                                            monkeypatch, capsys):
     _cand, _base, plan_dir = planned
@@ -141,7 +154,8 @@ def test_a_run_that_never_ends_is_stopped_and_the_check_cannot_tell(planned, fak
     out = tmp_path / "mixed"
     # 10 s: the other scenario's fake run, a process of its own, must end inside it; on a loaded 2-core machine
     # (the fresh-clone CI beside vLLM's tests, 2026-12-06) its start alone outlasted 3 s
-    assert check(plan_dir, out, fake_bench, "--run-timeout-s", "10") == 1
+    # (5 requests: S4_rag's 10 at 0.71 req/s would need a 14 s window, which a 10 s limit refuses up front)
+    assert check(plan_dir, out, fake_bench, "--run-timeout-s", "10", "--min-requests", "5") == 1
     result = json.loads((out / "mixed_traffic.json").read_text())
     # The other scenario ran at the same time and finished; the hung one was stopped.
     assert result["held"] is None and result["scenarios"]["S4_rag"]["valid"] is True

@@ -268,13 +268,20 @@ def run(args: argparse.Namespace) -> int:
                 if unknown:
                     raise UsageError(f"the plan's scenarios {', '.join(unknown)} are not bench scenarios "
                                      f"({', '.join(W.WORKLOADS)})")
+                window = window_s(rates, args.duration_s, args.min_requests)
+                if window > args.run_timeout:
+                    slowest = min(rates, key=rates.get)
+                    why = (f"--duration-s {args.duration_s:g}" if window == args.duration_s else
+                           f"{slowest}'s {args.min_requests} requests (--min-requests) at {rates[slowest]:g} req/s")
+                    raise UsageError(f"every scenario would send for {human_seconds(window)} ({why}), longer than "
+                                     f"--run-timeout-s {args.run_timeout:g} allows the runs: raise --run-timeout-s, "
+                                     "or lower --min-requests or --duration-s")
                 vllm = grid.resolve_vllm(args.vllm_bin)
                 tokenizer = grid.prepare_tokenizer(args.tokenizer, Path(scratch))
             except (UsageError, grid.UsageError, s3.S3Error, ValueError) as exc:
                 print(f"bench mix-check: {exc}", file=sys.stderr)
                 return 2
             out.mkdir(parents=True, exist_ok=True)
-            window = window_s(rates, args.duration_s, args.min_requests)
             rows = run_mix(args, vllm, tokenizer, rates, window, out, priority)
     except KeyboardInterrupt as exc:
         print(f"bench mix-check: stopped by {signal_name(exc)}; the runs were stopped, nothing was judged. "
