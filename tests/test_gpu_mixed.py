@@ -113,7 +113,7 @@ def test_the_servers_queue_is_read_from_the_lines_it_logged_during_the_mix(fake_
     record["variants"] = {"fcfs": {"mixed": got}, "priority": {"mixed": {**got, "queue": None}}}
     md = "\n".join(gpu_mixed.markdown(record))
     assert ("- fcfs: the server's queue during the mix (2 of vLLM's stats lines): at most 31 requests running and 0 "
-            "waiting, the KV cache at most 41 % full: nothing waited and nothing had to be preempted") in md
+            "waiting, the KV cache at most 41 % full: no line showed a request waiting or the KV cache full") in md
     assert "- priority: the server's queue during the mix: not logged" in md
     assert f"every scenario sending for about {got['window_s']:,.0f} s" in md
 

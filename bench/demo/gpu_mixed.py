@@ -156,7 +156,7 @@ def _queue_line(q: dict[str, Any] | None) -> str:
             f"requests running and {q['waiting_max']} waiting, the KV cache at most "
             f"{q['kv_cache_usage_max_pct']:g} % full")
     if q["waiting_max"] == 0 and q["kv_cache_usage_max_pct"] < 100:
-        line += (": nothing waited and nothing had to be preempted, so a policy that orders waiting requests "
+        line += (": no line showed a request waiting or the KV cache full, so a policy that orders waiting requests "
                  "(priority) had nothing to order at this load")
     return line
 
