@@ -35,6 +35,7 @@ def test_the_check_serves_with_the_stacks_model_independent_settings():
     assert {k: spec.env[k] for k in mine} == mine
     assert all(flag in spec.args for flag in gpu_settings.SERVE_FLAGS)
     assert gpu_settings.PUSH_EXCLUDES == component_cache.PUSH_EXCLUDES
+    assert spec.args[spec.args.index("--max-num-seqs") + 1] == str(gpu_settings.MAX_NUM_SEQS)  # the stack's default
 
 
 def test_the_settings_check_can_fail(monkeypatch):

@@ -46,15 +46,20 @@ def test_each_variant_says_whether_its_start_compiles(tmp_path, monkeypatch, cap
     assert "sleep-off: --out records no start yet: this one compiles" in capsys.readouterr().out
     # every experiment serves without sleep mode, as the stack does by default: another utilization, prefix
     # caching or the scheduling policy keeps the key, and the sleep-off start's cache serves them
-    for name, variants in (("kv-sizing", "util-0.85"), ("prefix-caching", "caching-off"), ("priority", "priority"),
-                           ("scenarios", "fp8")):
+    for name, variants in (("kv-sizing", "util-0.85"), ("prefix-caching", "caching-off"), ("scenarios", "fp8")):
         check = _experiment_check(tmp_path, name, variants=variants)
         assert gpu_experiment.run(check, name) == 0
         assert f"{variants}: a start --out records had the same compile-cache key" in capsys.readouterr().out
-    for name, variants in (("sleep-mode", "sleep-on"), ("max-num-seqs", "seqs-16"), ("precision", "bf16")):
+    # the priority experiment serves with the stack's --max-num-seqs 64: a key of its own, which seqs-64 then shares
+    # (the scheduling policy is no factor)
+    for name, variants in (("sleep-mode", "sleep-on"), ("max-num-seqs", "seqs-16"), ("precision", "bf16"),
+                           ("priority", "priority")):
         check = _experiment_check(tmp_path, name, variants=variants)
         assert gpu_experiment.run(check, name) == 0
         assert f"{variants}: its flags change vLLM's compile-cache key" in capsys.readouterr().out
+    check = _experiment_check(tmp_path, "max-num-seqs", variants="seqs-64")
+    assert gpu_experiment.run(check, "max-num-seqs") == 0
+    assert "seqs-64: a start --out records had the same compile-cache key" in capsys.readouterr().out
     # gpu-check's own cold start (its flags, with sleep mode for its sleep_wake check) counts as a start: it
     # serves the sleep-on variant's key, not the experiments' without sleep mode; another model's record counts
     # for nothing

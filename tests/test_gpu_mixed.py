@@ -28,7 +28,9 @@ def _check(fake_bench):
 def test_the_priority_experiment_is_one_flag_and_a_mixed_load():
     experiment = gpu_experiment.EXPERIMENTS["priority"]
     assert [v.label for v in experiment.variants] == ["fcfs", "priority"]
-    assert experiment.variant("priority").extra == ("--scheduling-policy", "priority")
+    # the stack's cap on running sequences on both, so that a mixed load past it queues as the stack's servers would
+    assert experiment.variant("fcfs").extra == ("--max-num-seqs", "64")
+    assert experiment.variant("priority").extra == ("--max-num-seqs", "64", "--scheduling-policy", "priority")
     assert experiment.mixed.batch == ("S2_summary",) and experiment.mixed.utilization == 0.81
     assert set(experiment.scenarios) == {"S1_chat", "S4_rag", "S2_summary"}
 

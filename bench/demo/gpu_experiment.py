@@ -70,6 +70,9 @@ class Experiment:
         return next((v for v in self.variants if v.label == label), None)
 
 
+_STACK_CAP = ("--max-num-seqs", str(gpu_settings.MAX_NUM_SEQS))
+
+
 def _seqs(n: int) -> Variant:
     return Variant(f"seqs-{n}", extra=("--max-num-seqs", str(n)))
 
@@ -117,7 +120,10 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                "81 % of saturation: what do the interactive scenarios gain and the batch one lose?",
                "blog: at 81 % of saturation the deprioritized requests' e2e p99 rose 1 %, interactive requests were "
                "unaffected, and the slowest workload's e2e p99 fell from 15.1 s to 11.5 s (24 %)",
-               (Variant("fcfs"), Variant("priority", extra=("--scheduling-policy", "priority"))),
+               # both with the stack's cap on running sequences: without it (vLLM's default) 101 ran at once on an
+               # H100 on 2026-12-07 and none waited, so the policy had nothing to order
+               (Variant("fcfs", extra=_STACK_CAP), Variant("priority", extra=(*_STACK_CAP, "--scheduling-policy",
+                                                                              "priority"))),
                {"S1_chat": (64,), "S4_rag": (64,), "S2_summary": (64,)},
                mixed=gpu_mixed.MixedLoad(batch=("S2_summary",)), minutes=5.0),
 )}

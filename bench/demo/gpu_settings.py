@@ -10,7 +10,8 @@ caching, sleep mode).
 Left out because they depend on the model or the pool: the Run:ai loader and its extra config, the
 tensor-parallel size, the context length, the number of sequences, the memory utilisation, the KV
 cache dtype, the tool and reasoning parsers, the speculative config (its draft is the model's MTP
-head) and the region.
+head) and the region. The number of sequences' default is kept as MAX_NUM_SEQS for the one experiment
+whose question is a queue (priority): the cap decides when requests wait.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ CACHE_ENV: dict[str, str] = {
 # The top-level names of the cache root that the push leaves out (components/compile_cache.py).
 PUSH_EXCLUDES: tuple[str, ...] = ("assets", "huggingface", "pycache")
 SERVE_FLAGS: tuple[str, ...] = ("--enable-prefix-caching", "--enable-sleep-mode")
+# The stack's default cap on the sequences a server runs at once (ServerSettings.max_num_seqs); requests past
+# it wait in vLLM's queue, the only place a scheduling policy orders them.
+MAX_NUM_SEQS = 64
 # The stack's env keys that gpu-check does not set, and why.
 NOT_SET: dict[str, str] = {
     "AWS_REGION": "the region of the cluster's buckets",
