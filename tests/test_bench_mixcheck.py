@@ -13,6 +13,7 @@ import pytest
 
 from bench.analysis import plan as P
 from bench.run import mixcheck as MIX
+from tests.fixtures.bench_fake_metrics import vllm_text
 from tests.test_bench_plan import sweep_dir
 
 # 10 req/s of S1 (128 out) and 1 req/s of S4 (256 out) at the peak, per replica
@@ -73,6 +74,10 @@ def test_scenarios_that_add_up_hold_and_the_plan_says_so(planned, fake_bench, tm
         window = max(2.0, *(10 / r for r in rates.values()))
         assert argv[argv.index("--num-prompts") + 1] == str(max(10, math.ceil(round(rates[scenario] * window, 6))))
     assert result["window_s"] == round(window, 1) and result["duration_s"] == 2
+    # the server's /metrics is read around the mix (the sweep's telemetry); nothing answers at port 9: said, not zero
+    tele = result["telemetry"]
+    assert tele["metrics_url"] == "http://127.0.0.1:9/metrics" and tele["measured"] is False
+    assert tele["requests_waiting_max"] is None and tele["errors"]["before"].startswith("http://127.0.0.1:9/metrics: ")
     assert len({c["seed"] for c in calls}) == 2
     assert (out / "mixed" / "S1_chat.json").is_file() and (out / "mixed" / "S4_rag.log").is_file()
 
@@ -100,6 +105,22 @@ def test_every_scenario_sends_for_one_window_so_the_load_stays_mixed_to_its_end(
     assert MIX.requests_for(2.0, 50.0, 100) == 100 and MIX.requests_for(0.5, 200.0, 100) == 100
 
 
+def test_the_mix_reads_the_servers_metrics_unless_told_none(planned, fake_bench, fake_metrics, tmp_path,
+                                                             monkeypatch):
+    _cand, _base, plan_dir = planned
+    monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 20.0, "itl_ms": 10.0}))
+    fake_metrics.script(vllm_text(preemptions=1), vllm_text(running=70, waiting=12, kv=0.93, preemptions=5))
+    check(plan_dir, tmp_path / "a", fake_bench, "--metrics-url", fake_metrics.url)
+    tele = json.loads((tmp_path / "a" / "mixed_traffic.json").read_text())["telemetry"]
+    assert tele["measured"] is True and tele["interval_s"] == 1.0
+    assert (tele["requests_running_max"], tele["requests_waiting_max"], tele["kv_cache_usage_max_pct"],
+            tele["preemptions"]) == (70, 12, 93.0, 4)
+    served = fake_metrics.served
+    check(plan_dir, tmp_path / "b", fake_bench, "--metrics-url", "none")
+    tele = json.loads((tmp_path / "b" / "mixed_traffic.json").read_text())["telemetry"]
+    assert tele["metrics_url"] is None and tele["measured"] is False and fake_metrics.served == served
+
+
 def test_a_window_longer_than_the_runs_may_take_is_refused_before_any_run(fake_bench, tmp_path, capsys):
     args = ["--base-url", "http://127.0.0.1:9", "--model", "tiny", "--tokenizer", "/nonexistent-tokenizer",
             "--vllm-bin", fake_bench.bin, "--run-timeout-s", "600"]
@@ -111,6 +132,12 @@ def test_a_window_longer_than_the_runs_may_take_is_refused_before_any_run(fake_b
     assert MIX.main(["--rates", "S1_chat=2", "--duration-s", "900", "--out", str(tmp_path / "b"), *args]) == 2
     assert "(--duration-s 900)" in capsys.readouterr().err
     assert fake_bench.calls_made() == [] and not (tmp_path / "a").exists()
+    # a plan's scenario at 0 req/s sets no window and is not the one named
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"configurations": [{"label": "x", "per_replica_req_s": {"S1_chat": 0.0,
+                                                                                        "S4_rag": 0.05}}]}))
+    assert MIX.main(["--plan", str(plan), "--min-requests", "50", "--out", str(tmp_path / "c"), *args]) == 2
+    assert "(S4_rag's 50 requests (--min-requests) at 0.05 req/s)" in capsys.readouterr().err
 
 
 def test_the_check_judges_with_the_plans_slo_and_says_a_flag_that_differs(planned, fake_bench, tmp_path,

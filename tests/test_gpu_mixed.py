@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.demo import gpu_experiment, gpu_mixed, gpu_page
+from tests.fixtures.bench_fake_metrics import vllm_text
 from tests.test_bench_plan import sweep_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,55 +89,53 @@ def test_the_mixed_load_runs_the_same_traffic_on_each_variant(fake_bench, tmp_pa
     assert "Mixed load at 81 %" in page and "None" not in page
 
 
-def test_the_servers_queue_is_read_from_the_lines_it_logged_during_the_mix(fake_bench, tmp_path, monkeypatch):
+def test_the_servers_queue_comes_from_mix_checks_reads_of_its_metrics(fake_bench, fake_metrics, tmp_path, monkeypatch):
     """Priority scheduling orders waiting requests: whether any waited during the mix decides whether the variants
-    can differ at all. The server's log before the mix (here a sweep that queued 50) does not count."""
+    can differ at all. mix-check reads the server's /metrics around and during the mix (the sweep's telemetry)."""
     monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 20.0, "itl_ms": 10.0}))
     for scenario, peak in PEAKS.items():
         sweep_dir(tmp_path, scenario, {scenario: peak})
-    log = tmp_path / "server-1.log"
-    log.write_text("INFO Engine 000: Running: 64 reqs, Waiting: 50 reqs, GPU KV cache usage: 99.0%\n")
+    fake_metrics.script(vllm_text(running=0, preemptions=3), vllm_text(running=31, kv=0.41, preemptions=3))
     check = _check(fake_bench)
-    check.server.log = log
-    real = gpu_mixed.run_logged
-
-    def logged_while_mixing(cmd, out, env):
-        with log.open("a") as handle:
-            handle.write("INFO Engine 000: Running: 12 reqs, Waiting: 0 reqs, GPU KV cache usage: 20.5%\n"
-                         "INFO Engine 000: Running: 31 reqs, Waiting: 0 reqs, GPU KV cache usage: 41.0%\n")
-        return real(cmd, out, env=env)
-
-    monkeypatch.setattr(gpu_mixed, "run_logged", logged_while_mixing)
+    check.server.url = fake_metrics.url.removesuffix("/metrics")
     record: dict = {}
     got = gpu_mixed.run(check, gpu_mixed.MixedLoad(batch=("S2_summary",), duration_s=2.0), "fcfs", tmp_path, record,
                         list(PEAKS))
     assert got["status"] == "ok"
-    assert got["queue"] == {"samples": 2, "running_max": 31, "waiting_max": 0, "kv_cache_usage_max_pct": 41.0}
+    assert {k: got["queue"][k] for k in ("running_max", "waiting_max", "kv_cache_usage_max_pct", "preemptions")} == \
+        {"running_max": 31, "waiting_max": 0, "kv_cache_usage_max_pct": 41.0, "preemptions": 0}
     assert got["window_s"] == json.loads((tmp_path / "mixed" / "mixed_traffic.json").read_text())["window_s"] > 2.0
-    record["variants"] = {"fcfs": {"mixed": got}, "priority": {"mixed": {**got, "queue": None}}}
+    queued = {**got["queue"], "waiting_max": 18}
+    preempted = {**got["queue"], "preemptions": 2}  # nothing waited at the reads, yet the KV cache ran out between
+    record["variants"] = {"fcfs": {"mixed": got}, "priority": {"mixed": {**got, "queue": queued}},
+                          "third": {"mixed": {**got, "queue": None}}, "fourth": {"mixed": {**got, "queue": preempted}}}
     md = "\n".join(gpu_mixed.markdown(record))
-    assert ("- fcfs: the server's queue during the mix (2 of vLLM's stats lines): at most 31 requests running and 0 "
-            "waiting, the KV cache at most 41 % full: no line showed a request waiting or the KV cache full") in md
-    assert "- priority: the server's queue during the mix: not logged" in md
-    assert f"every scenario sending for about {got['window_s']:,.0f} s" in md
+    assert (f"- fcfs: the server's queue during the mix (its /metrics read before, after and {got['queue']['samples']} "
+            "times between, about every 1 s): at most 31 requests running and 0 waiting, the KV cache at most 41 % "
+            "full, 0 preemptions: no read showed a request waiting and none was preempted") in md
+    assert "- priority: the server's queue during the mix" in md and "18 waiting, the KV cache at most 41 % full, " \
+        "0 preemptions\n" in md
+    assert "- third: the server's queue during the mix: not read (its /metrics did not answer)" in md
+    assert "full, 2 preemptions\n" in md and md.count("had nothing to order") == 1
+    assert f"every scenario sending for about {got['window_s']:,.0f} s" in md and "None" not in md
 
 
 def test_the_h100s_mixed_loads_queued_nothing():
-    """The record of 2026-12-07 keeps every stats line of the two servers. Requests waited only in a sweep at c=64
-    (18 at once, S2_summary's prefills); from each mixed load's start on (its S1_chat run: 67.7 s, ended 13:14:38 and
-    13:20:43), none waited."""
+    """The record of 2026-12-07 (before mix-check read /metrics) keeps every stats line of the two servers' logs
+    (one about every 10 s). Requests waited only in a sweep at c=64 (18 at once, S2_summary's prefills); from each
+    mixed load's start on (its S1_chat run: 67.7 s, ended 13:14:38 and 13:20:43), none waited."""
     text = (REPO / "docs" / "records" / "experiment-priority-2026-12-07-h100" / "servers.excerpt.log").read_text()
     fcfs, priority = text.split("-- fcfs/server-2.log")[1].split("-- priority/server-1.log")
 
-    def since(lines: str, start: str) -> str:
-        return "\n".join(line for line in lines.splitlines() if line.split(" INFO 12-07 ")[-1][:8] >= start)
+    def most(lines: str, start: str = "00:00:00") -> tuple[int, int, int, float]:
+        rows = [(int(r), int(w), float(k)) for t, r, w, k in re.findall(
+            r"INFO 12-07 (\S+) .*Running: (\d+) reqs, Waiting: (\d+) reqs, GPU KV cache usage: ([\d.]+)%", lines)
+            if t >= start]
+        return len(rows), max(r[0] for r in rows), max(r[1] for r in rows), max(r[2] for r in rows)
 
-    assert gpu_mixed.queue(fcfs)["waiting_max"] == 18
-    assert gpu_mixed.queue(since(fcfs, "13:13:30")) == {"samples": 23, "running_max": 99, "waiting_max": 0,
-                                                         "kv_cache_usage_max_pct": 73.5}
-    assert gpu_mixed.queue(since(priority, "13:19:35")) == {"samples": 23, "running_max": 101, "waiting_max": 0,
-                                                             "kv_cache_usage_max_pct": 78.4}
-    assert gpu_mixed.queue("INFO no stats here") is None
+    assert most(fcfs)[2] == 18
+    assert most(fcfs, "13:13:30") == (23, 99, 0, 73.5)
+    assert most(priority, "13:19:35") == (23, 101, 0, 78.4)
 
 
 def test_without_a_saturation_rate_the_mixed_load_is_not_run(fake_bench, tmp_path):

@@ -313,6 +313,18 @@ def add_run_timeout(p: argparse.ArgumentParser, default: float, runs: str = "one
                        help=f"most seconds {runs} may take (default: %(default)s)")
 
 
+def add_metrics_url(p: argparse.ArgumentParser, read: str) -> argparse.Action:
+    return p.add_argument("--metrics-url", default=None, metavar="URL",
+                          help=f"the server's metrics, read {read} (default: <base-url>/metrics; none: skip)")
+
+
+def metrics_url(base_url: str, given: str | None) -> str | None:
+    """--metrics-url as read: the server's own /metrics unless given, None where told "none"."""
+    if given is None:
+        return f"{base_url.rstrip('/')}/metrics"
+    return None if given.lower() in ("", "none") else given
+
+
 def add_poll(p: argparse.ArgumentParser, default: float, what: str) -> argparse.Action:
     return add_renamed(p, "--poll-s", type=above_zero(float), default=default, metavar="SECONDS",
                        help=f"first wait between two looks at {what}, doubling while nothing changes "

@@ -12,7 +12,6 @@ so the first-come-first-served variant is sent the very same requests.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,6 @@ class MixedLoad:
     batch_priority: int = 1
 
 
-# vLLM's engine logs one such line about every 10 s while requests run.
-STATS_LINE = re.compile(r"Running: (\d+) reqs, Waiting: (\d+) reqs, GPU KV cache usage: ([\d.]+)%")
 FIGURES = (("ttft_p99_ms", "TTFT p99"), ("decode_p99_ms", "ITL p99"), ("e2e_p50_ms", "e2e p50"),
            ("e2e_p99_ms", "e2e p99"))
 
@@ -50,28 +47,17 @@ def saturation_req_s(sweep: Path) -> tuple[int, float] | None:
     return max(runs) if runs else None
 
 
-def queue(text: str) -> dict[str, Any] | None:
-    """The server's queue in its log `text`: the most requests running and waiting and the fullest KV cache among
-    the engine's stats lines; None without a line. A policy that orders waiting requests (priority) acts only when
-    some wait, or when a full KV cache makes it choose which running request to preempt."""
-    rows = [(int(r), int(w), float(k)) for r, w, k in STATS_LINE.findall(text)]
-    if not rows:
+def queue(telemetry: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The server's queue while the mix ran, from mix-check's telemetry (/metrics about once a second): the most
+    requests running and waiting, the fullest KV cache and the preemptions; None where /metrics was not read
+    before and after the mix. A policy that orders waiting requests (priority) acts only when some wait, or when
+    a full KV cache makes it choose which running request to preempt."""
+    if not telemetry or not telemetry.get("measured"):
         return None
-    return {"samples": len(rows), "running_max": max(r for r, _, _ in rows),
-            "waiting_max": max(w for _, w, _ in rows), "kv_cache_usage_max_pct": max(k for _, _, k in rows)}
-
-
-def _log_offset(server) -> int | None:
-    log = getattr(server, "log", None)
-    return log.stat().st_size if log is not None and log.is_file() else None
-
-
-def _logged_since(server, offset: int | None) -> str:
-    if offset is None:
-        return ""
-    with server.log.open("rb") as handle:
-        handle.seek(offset)
-        return handle.read().decode(errors="replace")
+    return {"samples": telemetry["samples"], "interval_s": telemetry.get("interval_s"),
+            "running_max": telemetry.get("requests_running_max"), "waiting_max": telemetry.get("requests_waiting_max"),
+            "kv_cache_usage_max_pct": telemetry.get("kv_cache_usage_max_pct"),
+            "preemptions": telemetry.get("preemptions")}
 
 
 def rates(load: MixedLoad, saturation: dict[str, float]) -> dict[str, float]:
@@ -124,7 +110,6 @@ def run(check, load: MixedLoad, label: str, variant_dir: Path, record: dict[str,
     folder = variant_dir / "mixed"
     t0 = time.monotonic()
     log = variant_dir / "mix-check.log"
-    offset = _log_offset(check.server)
     rc = run_logged(argv(check, load, label, mixed["rates"], folder), log, env=check.runtime.env)
     result_file = folder / "mixed_traffic.json"
     if rc not in (0, 1) or not result_file.is_file():
@@ -136,7 +121,7 @@ def run(check, load: MixedLoad, label: str, variant_dir: Path, record: dict[str,
             for s, r in (check_result.get("scenarios") or {}).items()}
     return {"status": "ok", "rc": rc, "seconds": round(time.monotonic() - t0, 1), "dir": str(folder),
             "window_s": check_result.get("window_s"), "held": check_result.get("held"), "scenarios": rows,
-            "queue": queue(_logged_since(check.server, offset))}
+            "queue": queue(check_result.get("telemetry"))}
 
 
 def _ms(value: Any) -> str:
@@ -149,15 +134,20 @@ def _change(before: Any, after: Any) -> str:
     return f"{100 * (after - before) / before:+.1f} %"
 
 
+def _count(value: Any, unit: str) -> str:
+    return f"{value:g}{unit}" if isinstance(value, (int, float)) else "not read"
+
+
 def _queue_line(q: dict[str, Any] | None) -> str:
     if not q:
-        return "the server's queue during the mix: not logged"
-    line = (f"the server's queue during the mix ({q['samples']} of vLLM's stats lines): at most {q['running_max']} "
-            f"requests running and {q['waiting_max']} waiting, the KV cache at most "
-            f"{q['kv_cache_usage_max_pct']:g} % full")
-    if q["waiting_max"] == 0 and q["kv_cache_usage_max_pct"] < 100:
-        line += (": no line showed a request waiting or the KV cache full, so a policy that orders waiting requests "
-                 "(priority) had nothing to order at this load")
+        return "the server's queue during the mix: not read (its /metrics did not answer)"
+    line = (f"the server's queue during the mix (its /metrics read before, after and {q['samples']} times between, "
+            f"about every {_count(q.get('interval_s'), ' s')}): at most {_count(q.get('running_max'), '')} requests "
+            f"running and {_count(q.get('waiting_max'), '')} waiting, the KV cache at most "
+            f"{_count(q.get('kv_cache_usage_max_pct'), ' %')} full, {_count(q.get('preemptions'), '')} preemptions")
+    if q.get("waiting_max") == 0 and q.get("preemptions") == 0:
+        line += (": no read showed a request waiting and none was preempted, so a policy that orders waiting "
+                 "requests (priority) had nothing to order at this load")
     return line
 
 

@@ -26,9 +26,11 @@ req/s took 220 s, and the other two scenarios' requests ended after 60 and 80 s)
 --priority S2_summary=1 sends that scenario's requests with vLLM's `priority` field in their body:
 under `vllm serve --scheduling-policy priority` a lower value is served first; the default policy
 (first come, first served) accepts the field and ignores it, so the same traffic can be run against
-both. Each scenario's end-to-end latency p99 is kept beside its TTFT and decode p99. --out (a folder or s3://bucket/prefix/) gets
-vLLM's results and logs under mixed/ and mixed_traffic.json (its keys:
-docs/files.md#mix-check-mixed_trafficjson).
+both. Each scenario's end-to-end latency p99 is kept beside its TTFT and decode p99, and the server's
+/metrics is read about once a second while the mix runs (the sweep's telemetry: the most requests
+running and waiting, the fullest KV cache, the preemptions), which says whether requests queued at
+all. --out (a folder or s3://bucket/prefix/) gets vLLM's results and logs under mixed/ and
+mixed_traffic.json (its keys: docs/files.md#mix-check-mixed_trafficjson).
 
 Exit codes: 0 held; 1 did not hold or could not tell; 2 bad arguments; 130/143 stopped (the
 processes are stopped too).
@@ -59,6 +61,7 @@ from bench.common.cli import Help, run_one
 from bench.common.interrupts import exit_code, signal_name, stop_on_signals, stop_process_group
 from bench.common.progress import human_seconds
 from bench.run import grid, seeds
+from bench.run import telemetry as T
 
 RUN_DIR = "mixed"
 
@@ -190,11 +193,14 @@ def held(scenarios: dict[str, dict[str, Any]]) -> bool | None:
 
 
 def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: dict[str, float], window: float,
-            out: Path, priority: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
+            out: Path, priority: dict[str, int] | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Each scenario's row, and the server's telemetry over the whole mix."""
     folder = out / RUN_DIR
     folder.mkdir(parents=True, exist_ok=True)
     procs: dict[str, tuple[subprocess.Popen, Any, int]] = {}
     workloads = {scenario: W.WORKLOADS[scenario].scaled(args.length_scale) for scenario in rates}
+    server = T.Window(args.metrics_url)
+    server.start()
     try:
         for scenario, rate in sorted(rates.items()):
             n = requests_for(rate, window, args.min_requests)
@@ -219,6 +225,7 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
         for proc, log, _n in procs.values():
             stop_process_group(proc, 5)
             log.close()
+        server.stop()
     rows = {}
     for scenario, (proc, _log, n) in procs.items():
         expect = R.Expectation(scenario=scenario, concurrency=args.max_concurrency, num_prompts=n,
@@ -232,7 +239,7 @@ def run_mix(args: argparse.Namespace, vllm: list[str], tokenizer: str, rates: di
         for name in (f"{scenario}.json", f"{scenario}.log"):
             if (folder / name).exists():
                 locations.written(folder / name)
-    return rows
+    return rows, server.summary()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -246,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
               "SCENARIO=REQ_PER_S,...", file=sys.stderr)
         return 2
     out = Path(args.out)
+    args.metrics_url = O.metrics_url(args.base_url, args.metrics_url)
     try:
         with stop_on_signals(), tempfile.TemporaryDirectory(prefix="bench-mix-") as scratch:
             try:
@@ -270,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
                                      f"({', '.join(W.WORKLOADS)})")
                 window = window_s(rates, args.duration_s, args.min_requests)
                 if window > args.run_timeout:
-                    slowest = min(rates, key=rates.get)
+                    slowest = min((s for s, r in rates.items() if r > 0), key=rates.get, default=None)
                     why = (f"--duration-s {args.duration_s:g}" if window == args.duration_s else
                            f"{slowest}'s {args.min_requests} requests (--min-requests) at {rates[slowest]:g} req/s")
                     raise UsageError(f"every scenario would send for {human_seconds(window)} ({why}), longer than "
@@ -282,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"bench mix-check: {exc}", file=sys.stderr)
                 return 2
             out.mkdir(parents=True, exist_ok=True)
-            rows = run_mix(args, vllm, tokenizer, rates, window, out, priority)
+            rows, telemetry = run_mix(args, vllm, tokenizer, rates, window, out, priority)
     except KeyboardInterrupt as exc:
         print(f"bench mix-check: stopped by {signal_name(exc)}; the runs were stopped, nothing was judged. "
               "Run the same command again.", file=sys.stderr)
@@ -298,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
                 "decode_metric": args.slo_decode_metric},
         "scenarios": rows,
         "held": held(rows),
+        "telemetry": telemetry,
     }
     (out / CHECK_FILE).write_text(json.dumps(check, indent=2) + "\n", encoding="utf-8")
     locations.written(out / CHECK_FILE)
@@ -312,6 +321,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--rates", metavar="SCENARIO=REQ_PER_S,...",
                    help="the loads stated instead of a plan's, e.g. S1_chat=2.5,S2_summary=0.8")
     p.add_argument("--base-url", required=True, help="the server, e.g. http://SERVER:8000")
+    O.add_metrics_url(p, "about once a second while the mix runs")
     p.add_argument("--model", required=True, help="served model name")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder or s3:// model prefix")
     O.add_out(p, "mix-check", "mixed_traffic.json and mixed/")

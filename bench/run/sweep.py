@@ -320,10 +320,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench sweep: {exc}", file=sys.stderr)
         return EXIT_USAGE
     args.base_url = args.base_url.rstrip("/")
-    if args.metrics_url is None:
-        args.metrics_url = f"{args.base_url}/metrics"
-    elif args.metrics_url.lower() in ("", "none"):
-        args.metrics_url = None
+    args.metrics_url = O.metrics_url(args.base_url, args.metrics_url)
     out = Path(args.out)
     refused = folder.refusal(out, _asked(plan), config_of(args, plan)["slo"], args.resume)
     if refused:

@@ -23,8 +23,7 @@ def _env(name: str, default: str | None = None) -> str | None:
 def add_measurement_options(p: argparse.ArgumentParser) -> None:
     O.add_capacity_type(p, default=_env("VLLM_POC_CAPACITY_TYPE"),
                         of="the server's node (default: its node label; env VLLM_POC_CAPACITY_TYPE)")
-    p.add_argument("--metrics-url", default=None, metavar="URL",
-                   help="the server's metrics, read around each run (default: <base-url>/metrics; none: skip)")
+    O.add_metrics_url(p, "around each run")
     O.add_renamed(p, "--telemetry-interval-s", type=O.above_zero(float), default=T.DEFAULT_INTERVAL_S,
                   dest="telemetry_interval", metavar="SECONDS",
                   help="between telemetry samples during a run (default: %(default)s)")
