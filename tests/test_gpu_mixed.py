@@ -111,12 +111,15 @@ def test_the_servers_queue_comes_from_mix_checks_reads_of_its_metrics(fake_bench
                           "third": {"mixed": {**got, "queue": None}}, "fourth": {"mixed": {**got, "queue": preempted}}}
     md = "\n".join(gpu_mixed.markdown(record))
     assert (f"- fcfs: the server's queue during the mix (its /metrics read before, after and {got['queue']['samples']} "
-            "times between, about every 1 s): at most 31 requests running and 0 waiting, the KV cache at most 41 % "
-            "full, 0 preemptions: no read showed a request waiting and none was preempted") in md
+            "times between, about every 1 s): at most 31 requests running, 0 waiting, the KV cache at most 41 % "
+            "full, 0 preempted: no read showed a request waiting and none was preempted") in md
     assert "- priority: the server's queue during the mix" in md and "18 waiting, the KV cache at most 41 % full, " \
-        "0 preemptions\n" in md
+        "0 preempted\n" in md
     assert "- third: the server's queue during the mix: not read (its /metrics did not answer)" in md
-    assert "full, 2 preemptions\n" in md and md.count("had nothing to order") == 1
+    assert "full, 2 preempted\n" in md and md.count("had nothing to order") == 1
+    unread = gpu_mixed._queue_line({"samples": 3, "interval_s": 1.0, "running_max": 5, "waiting_max": 0,
+                                    "kv_cache_usage_max_pct": None, "preemptions": None})
+    assert unread.endswith("at most 5 requests running, 0 waiting, the KV cache's use not read, preemptions not read")
     assert f"every scenario sending for about {got['window_s']:,.0f} s" in md and "None" not in md
 
 

@@ -134,17 +134,21 @@ def _change(before: Any, after: Any) -> str:
     return f"{100 * (after - before) / before:+.1f} %"
 
 
-def _count(value: Any, unit: str) -> str:
-    return f"{value:g}{unit}" if isinstance(value, (int, float)) else "not read"
-
-
 def _queue_line(q: dict[str, Any] | None) -> str:
     if not q:
         return "the server's queue during the mix: not read (its /metrics did not answer)"
-    line = (f"the server's queue during the mix (its /metrics read before, after and {q['samples']} times between, "
-            f"about every {_count(q.get('interval_s'), ' s')}): at most {_count(q.get('running_max'), '')} requests "
-            f"running and {_count(q.get('waiting_max'), '')} waiting, the KV cache at most "
-            f"{_count(q.get('kv_cache_usage_max_pct'), ' %')} full, {_count(q.get('preemptions'), '')} preemptions")
+
+    def said(key: str, text: str, missing: str) -> str:
+        value = q.get(key)
+        return text.format(value) if isinstance(value, (int, float)) else missing
+
+    every = said("interval_s", ", about every {:g} s", "")
+    parts = [said("running_max", "at most {:g} requests running", "running requests not read"),
+             said("waiting_max", "{:g} waiting", "waiting requests not read"),
+             said("kv_cache_usage_max_pct", "the KV cache at most {:g} % full", "the KV cache's use not read"),
+             said("preemptions", "{:g} preempted", "preemptions not read")]
+    line = (f"the server's queue during the mix (its /metrics read before, after and {q['samples']} times "
+            f"between{every}): " + ", ".join(parts))
     if q.get("waiting_max") == 0 and q.get("preemptions") == 0:
         line += (": no read showed a request waiting and none was preempted, so a policy that orders waiting "
                  "requests (priority) had nothing to order at this load")
