@@ -34,6 +34,24 @@ def test_samples_tpot_from_itls_and_latencies():
     assert C.samples_from_result({"ttfts": [0.1]}) is None  # no detail
 
 
+def test_end_to_end_latency_per_request_is_ttft_plus_the_decode():
+    """As vLLM's own e2e latency: the TTFT plus the request's gaps (or its stored latency, where kept)."""
+    data = detailed([100, 200], itl_ms=10, out=5)
+    s = C.samples_from_result(data)
+    assert s.e2e_ms == pytest.approx((140.0, 240.0))
+    assert (s + s).e2e_ms == pytest.approx((140.0, 240.0, 140.0, 240.0))
+    data["latencies"] = [0.1 + 0.08, 0.2 + 0.04]
+    assert C.samples_from_result(data).e2e_ms == pytest.approx((180.0, 240.0))
+
+
+def test_a_p99_interval_of_one_value_per_request_needs_a_hundred_requests():
+    values = list(np.random.default_rng(3).lognormal(5, 0.5, 150))
+    lo, hi = C.p99_interval(values)
+    assert (lo, hi) == C.bootstrap_p99([[v] for v in values]) and lo <= C.p99(values) <= hi
+    assert C.p99_interval(values[:99]) is None and C.p99_interval([None] * 200) is None
+    assert C.widen((90.0, 110.0), 0.1) == (pytest.approx(90 / 1.1), pytest.approx(121.0))
+
+
 def test_p99_matches_numpy_and_interval_brackets_it():
     rng = np.random.default_rng(1)
     values = list(rng.lognormal(5, 0.5, 300))

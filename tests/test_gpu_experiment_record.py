@@ -554,3 +554,32 @@ def test_a_sweep_cut_off_keeps_its_runs_and_capacity_in_the_record(tmp_path, mon
     gpu_experiment.sweep_scenario(check, ["bench", "sweep"], folder, "S4_rag", entry, lambda: None, gpus=1)
     assert calls[-1] == ["bench", "sweep", "--resume"] and entry["sweeps"]["S4_rag"]["rc"] == 0
     assert "cut_off" not in entry["sweeps"]["S4_rag"] and gpu_experiment.swept(entry, folder, "S4_rag")
+
+
+def test_the_mixed_loads_changes_are_worked_out_once_in_the_record(tmp_path, monkeypatch):
+    """The priority experiment's second variant runs in a later command than the first: the change from one to
+    the other is worked out when the record is written (`mixed.changes`), from both variants' rows, and the page
+    renders it from there."""
+    def row(ttft, ci):
+        return {"valid": True, "ttft_p99_ms": ttft, "ttft_p99_ci_ms": ci, "e2e_p99_ms": 4 * ttft,
+                "e2e_p99_ci_ms": [4 * c for c in ci]}
+
+    figures = {"fcfs": row(5000.0, [4900.0, 5100.0]), "priority": row(3000.0, [2900.0, 3100.0])}
+
+    def mixed(check, experiment, variant, root, entry, save, record):
+        record.setdefault("mixed", {"rates": {"S1_chat": 1.0}, "utilization": 0.81})
+        entry.update(status="ok", sweeps={}, mixed={"status": "ok", "scenarios": {"S1_chat": figures[variant.label]}})
+
+    monkeypatch.setattr(gpu_experiment, "run_variant", mixed)
+    monkeypatch.setattr(gpu_experiment, "compare", lambda *a: {"status": "waiting", "reason": "r"})
+    root = tmp_path / "experiments" / "priority"
+    assert gpu_experiment.run(_experiment_check(tmp_path, "priority", variants="fcfs", scenarios="S1_chat"),
+                              "priority") == 0
+    assert json.loads((root / "experiment.json").read_text())["mixed"]["changes"] is None  # one variant so far
+    assert gpu_experiment.run(_experiment_check(tmp_path, "priority", variants="priority", scenarios="S1_chat"),
+                              "priority") == 0
+    changes = json.loads((root / "experiment.json").read_text())["mixed"]["changes"]
+    assert [(r["figure"], r["change_pct"], r["clear"]) for r in changes["rows"]] == \
+        [("e2e_p99_ms", -40.0, True), ("ttft_p99_ms", -40.0, True)]
+    assert "- priority against fcfs: S1_chat e2e p99 -40.0 % (clear); S1_chat TTFT p99 -40.0 % (clear)." in \
+        (root / "experiment.md").read_text()

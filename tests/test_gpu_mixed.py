@@ -78,12 +78,26 @@ def test_the_mixed_load_runs_the_same_traffic_on_each_variant(fake_bench, tmp_pa
                                                              a[a.index("--random-output-len") + 1]) for a in argvs}
     assert lengths == {"S1_chat": ("128", "64"), "S2_summary": ("512", "128"), "S4_rag": ("2048", "128")}, lengths
 
+    # each p99's interval within its run, from the per-request detail mix-check asks vLLM for
+    for got in (first, second):
+        for scenario, row in got["scenarios"].items():
+            assert row["requests"] >= 100, (scenario, row)
+            for key in ("ttft_p99_ms", "e2e_p99_ms"):
+                low, high = row[key.replace("_ms", "_ci_ms")]
+                assert low <= row[key] <= high and low < high, (scenario, key, row)
+
     record["variants"] = {"fcfs": {"status": "ok", "mixed": first}, "priority": {"status": "ok", "mixed": second}}
     record["mixed"]["utilization"] = 0.81
+    record["mixed"]["changes"] = gpu_mixed.changes(record)
+    # the same fake server for both: no change is clear of the noise
+    assert {(r["scenario"], r["figure"]) for r in record["mixed"]["changes"]["rows"]} == \
+        {(s, f) for s in PEAKS for f in ("e2e_p99_ms", "ttft_p99_ms")}
+    assert not any(r["clear"] for r in record["mixed"]["changes"]["rows"]), record["mixed"]["changes"]
     md = "\n".join(gpu_mixed.markdown(record))
     assert "**Mixed load at 81 % of saturation**" in md and "S2_summary at priority 1, the rest at 0" in md
     assert "| fcfs | S2_summary |" in md and "| priority | S4_rag |" in md
-    assert "- priority against fcfs: S1_chat e2e p99 " in md and "is not a finding" in md
+    assert "- priority against fcfs: S1_chat e2e p99 " in md and "(within the noise)" in md
+    assert "widened by the run-to-run band of 11 %" in md
     page = gpu_page.experiment_markdown({"experiment": "priority", "question": "Q", "seeds": "the blog",
                                          "device": {"name": "H200"}, **record})
     assert "Mixed load at 81 %" in page and "None" not in page
@@ -113,10 +127,10 @@ def test_the_servers_queue_comes_from_mix_checks_reads_of_its_metrics(fake_bench
     assert (f"- fcfs: the server's queue during the mix (its /metrics read before, after and {got['queue']['samples']} "
             "times between, about every 1 s): at most 31 requests running, 0 waiting, the KV cache at most 41 % "
             "full, 0 preempted: no read showed a request waiting and none was preempted") in md
-    assert "- priority: the server's queue during the mix" in md and "18 waiting, the KV cache at most 41 % full, " \
-        "0 preempted\n" in md
+    assert "- priority: the server's queue during the mix" in md and re.search(
+        r"18 waiting, the KV cache at most 41 % full, 0 preempted$", md, re.M)
     assert "- third: the server's queue during the mix: not read (its /metrics did not answer)" in md
-    assert "full, 2 preempted\n" in md and md.count("had nothing to order") == 1
+    assert re.search(r"full, 2 preempted$", md, re.M) and md.count("had nothing to order") == 1
     unread = gpu_mixed._queue_line({"samples": 3, "interval_s": 1.0, "running_max": 5, "waiting_max": 0,
                                     "kv_cache_usage_max_pct": None, "preemptions": None})
     assert unread.endswith("at most 5 requests running, 0 waiting, the KV cache's use not read, preemptions not read")
@@ -196,3 +210,35 @@ def test_a_command_for_some_scenarios_mixes_every_scenario_of_the_experiment(fak
     assert set(record["mixed"]["rates"]) == {"S1_chat", "S4_rag", "S2_summary"}, record["mixed"]
     assert entry["mixed"]["status"] == "ok" and set(entry["mixed"]["scenarios"]) == set(experiment.scenarios)
     assert entry["mixed"]["scenarios"]["S2_summary"]["priority"] == 1
+
+
+def _row(p99: float, ci: tuple[float, float] | None, valid: bool = True) -> dict:
+    return {"valid": valid, "ttft_p99_ms": p99, "ttft_p99_ci_ms": list(ci) if ci else None,
+            "e2e_p99_ms": 10 * p99, "e2e_p99_ci_ms": [10 * c for c in ci] if ci else None}
+
+
+def test_a_change_is_clear_only_where_the_widened_intervals_part():
+    """One run per variant: a change counts only where the two runs' p99 intervals, each widened by the run-to-run
+    band (11 %), do not overlap; a run without an interval or an invalid one is said so, never compared as if."""
+    fcfs = {"S1_chat": _row(5000, (4800, 5200)), "S2_summary": _row(5000, (4800, 5200)),
+            "S4_rag": _row(5000, None), "S5": _row(5000, (4800, 5200), valid=False)}
+    priority = {"S1_chat": _row(3000, (2900, 3100)),  # 3,100 x 1.11 = 3,441 < 4,800 / 1.11 = 4,324: clear
+                "S2_summary": _row(4200, (4000, 4400)),  # 4,400 x 1.11 = 4,884 > 4,324: within the noise
+                "S4_rag": _row(3000, (2900, 3100)), "S5": _row(3000, (2900, 3100))}
+    record = {"variants": {"fcfs": {"mixed": {"status": "ok", "scenarios": fcfs}},
+                           "priority": {"mixed": {"status": "ok", "scenarios": priority}},
+                           "broken": {"mixed": {"status": "broken"}}}}
+    got = gpu_mixed.changes(record)
+    clear = {(r["scenario"], r["figure"]): r["clear"] for r in got["rows"]}
+    assert clear == {("S1_chat", "e2e_p99_ms"): True, ("S1_chat", "ttft_p99_ms"): True,
+                     ("S2_summary", "e2e_p99_ms"): False, ("S2_summary", "ttft_p99_ms"): False,
+                     ("S4_rag", "e2e_p99_ms"): None, ("S4_rag", "ttft_p99_ms"): None}
+    s1 = next(r for r in got["rows"] if r["scenario"] == "S1_chat" and r["figure"] == "ttft_p99_ms")
+    assert s1["change_pct"] == -40.0 and s1["intervals_ms"][0] == [pytest.approx(4800 / 1.11, abs=1e-3),
+                                                                  pytest.approx(5200 * 1.11, abs=1e-3)]
+    assert got["not_compared"] == [{"variant": "priority", "against": "fcfs", "scenario": "S5",
+                                    "reason": "fcfs's run was invalid"}]
+    lines = "\n".join(gpu_mixed._change_lines(got))
+    assert "S1_chat TTFT p99 -40.0 % (clear)" in lines and "S2_summary e2e p99 -16.0 % (within the noise)" in lines
+    assert "S4_rag TTFT p99 -40.0 % (no interval)" in lines and "S5 not compared (fcfs's run was invalid)" in lines
+    assert gpu_mixed.changes({"variants": {"fcfs": {"mixed": {"status": "ok", "scenarios": fcfs}}}}) is None

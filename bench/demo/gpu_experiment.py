@@ -553,6 +553,8 @@ def run(check, name: str) -> int:
     if len(experiment.variants) > 1:
         for scenario in check.args.scenario_list:
             record["compare"][scenario] = compare(check, experiment, record, root, scenario)
+    if experiment.mixed and record.get("mixed"):
+        record["mixed"]["changes"] = gpu_mixed.changes(record)
     record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     publish()
     print(f"gpu-check: experiment {name}: {root}/experiment.md", flush=True)

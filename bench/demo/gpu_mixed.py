@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import results as R
+from bench.analysis.capacity import stats as ST
 from bench.common.interrupts import run_logged
 from bench.demo import gpu_steps as S
 from bench.run.sizing import MIN_REQUESTS  # a p99 of fewer requests is about the slowest one
@@ -33,6 +34,12 @@ class MixedLoad:
 
 FIGURES = (("ttft_p99_ms", "TTFT p99"), ("decode_p99_ms", "ITL p99"), ("e2e_p50_ms", "e2e p50"),
            ("e2e_p99_ms", "e2e p99"))
+# The p99s compared between variants, each with its interval within the run (mix-check's bootstrap)
+COMPARED = (("e2e_p99_ms", "e2e_p99_ci_ms", "e2e p99"), ("ttft_p99_ms", "ttft_p99_ci_ms", "TTFT p99"))
+# One run per variant: each p99's interval is widened by the run-to-run band the sweep assumes for a point run
+# once (bench/analysis/capacity/stats.py, DEFAULT_NOISE_PCT), so a change reads as clear only where two runs of
+# one variant would not be expected to differ as much
+NOISE_PCT = ST.DEFAULT_NOISE_PCT
 
 
 def saturation_req_s(sweep: Path) -> tuple[int, float] | None:
@@ -117,21 +124,54 @@ def run(check, load: MixedLoad, label: str, variant_dir: Path, record: dict[str,
         return {"status": "broken", "rc": rc, "reason": f"bench mix-check exited {rc}: {tail}"}
     check_result = json.loads(result_file.read_text())
     rows = {s: {k: r.get(k) for k in ("offered_req_s", "achieved_req_s", "requests", "valid", "reason", "priority",
-                                      *(key for key, _ in FIGURES), "meets_slo")}
+                                      *(key for key, _ in FIGURES), "meets_slo", *(ci for _, ci, _ in COMPARED))}
             for s, r in (check_result.get("scenarios") or {}).items()}
     return {"status": "ok", "rc": rc, "seconds": round(time.monotonic() - t0, 1), "dir": str(folder),
             "window_s": check_result.get("window_s"), "held": check_result.get("held"), "scenarios": rows,
             "queue": queue(check_result.get("telemetry"))}
 
 
+def changes(record: dict[str, Any]) -> dict[str, Any] | None:
+    """Each other variant's mixed-load p99s against the first's (the experiment's order), per scenario: the change
+    and whether it is clear of the noise: the two runs' intervals (each within its run, widened by the run-to-run
+    band) do not overlap. `clear` is null where a run has no interval (no per-request detail, or under 100
+    requests). None until two variants ran the mix."""
+    done = {label: v["mixed"] for label, v in (record.get("variants") or {}).items()
+            if (v.get("mixed") or {}).get("status") == "ok"}
+    if len(done) < 2:
+        return None
+    band = ST.band(NOISE_PCT, 1)
+    first, *others = list(done)
+    rows, skipped = [], []
+    for other in others:
+        for scenario in sorted(done[first]["scenarios"]):
+            a, b = done[first]["scenarios"][scenario], (done[other]["scenarios"].get(scenario) or {})
+            invalid = [label for label, row in ((first, a), (other, b)) if not row.get("valid")]
+            if invalid:
+                skipped.append({"variant": other, "against": first, "scenario": scenario,
+                                "reason": f"{' and '.join(invalid)}'s run {'was' if len(invalid) == 1 else 'were'} "
+                                          "invalid"})
+                continue
+            for key, ci_key, _ in COMPARED:
+                before, after = a.get(key), b.get(key)
+                if not (_positive(before) and _positive(after)):
+                    continue
+                wide = [ST.widen(ci, band) if ci else None for ci in (a.get(ci_key), b.get(ci_key))]
+                clear = None if None in wide else bool(wide[0][1] < wide[1][0] or wide[1][1] < wide[0][0])
+                rows.append({"variant": other, "against": first, "scenario": scenario, "figure": key,
+                             "before_ms": round(before, 3), "after_ms": round(after, 3),
+                             "change_pct": round(100 * (after - before) / before, 2),
+                             "intervals_ms": [None if w is None else [round(w[0], 3), round(w[1], 3)] for w in wide],
+                             "clear": clear})
+    return {"noise_pct": NOISE_PCT, "rows": rows, "not_compared": skipped}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and value > 0
+
+
 def _ms(value: Any) -> str:
     return f"{value:,.0f} ms" if isinstance(value, (int, float)) else "not measured"
-
-
-def _change(before: Any, after: Any) -> str:
-    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)) or before <= 0:
-        return "not measured"
-    return f"{100 * (after - before) / before:+.1f} %"
 
 
 def _queue_line(q: dict[str, Any] | None) -> str:
@@ -190,14 +230,29 @@ def markdown(record: dict[str, Any]) -> list[str]:
     lines.append("")
     for label, m in done.items():
         lines.append(f"- {label}: {_queue_line(m.get('queue'))}")
-    labels = list(done)
-    for other in labels[1:]:
-        first = labels[0]
-        parts = []
-        for scenario in sorted(done[first]["scenarios"]):
-            a, b = done[first]["scenarios"].get(scenario) or {}, done[other]["scenarios"].get(scenario) or {}
-            parts.append(f"{scenario} e2e p99 {_change(a.get('e2e_p99_ms'), b.get('e2e_p99_ms'))}, TTFT p99 "
-                         f"{_change(a.get('ttft_p99_ms'), b.get('ttft_p99_ms'))}")
-        lines += ["", f"- {other} against {first}: " + "; ".join(parts) + ". One run each: a change inside the "
-                  "run-to-run band of a repeat (5 % or more at these loads) is not a finding."]
+    lines += _change_lines(mixed.get("changes"))
+    return lines
+
+
+def _change_lines(found: dict[str, Any] | None) -> list[str]:
+    """The record's changes (`changes`), a line per variant against the first."""
+    if not found or not (found.get("rows") or found.get("not_compared")):
+        return []
+    words = {True: "clear", False: "within the noise", None: "no interval"}
+    by_variant: dict[tuple[str, str], list[str]] = {}
+    names = {key: name for key, _, name in COMPARED}
+    for row in found.get("rows") or []:
+        by_variant.setdefault((row["variant"], row["against"]), []).append(
+            f"{row['scenario']} {names.get(row['figure'], row['figure'])} {row['change_pct']:+.1f} % "
+            f"({words[row['clear']]})")
+    for row in found.get("not_compared") or []:
+        by_variant.setdefault((row["variant"], row["against"]), []).append(
+            f"{row['scenario']} not compared ({row['reason']})")
+    lines = []
+    for (other, first), parts in by_variant.items():
+        lines += ["", f"- {other} against {first}: " + "; ".join(parts) + "."]
+    lines += ["", f"One run per variant. A change is clear where the two runs' p99 intervals (each a bootstrap over "
+                  f"its requests, widened by the run-to-run band of {found['noise_pct']:g} % the sweeps assume for a "
+                  "point run once) do not overlap; within the noise, two runs of one variant could differ as much; no "
+                  "interval, a run of fewer than 100 requests or without per-request detail."]
     return lines

@@ -29,8 +29,10 @@ under `vllm serve --scheduling-policy priority` a lower value is served first; t
 both. Each scenario's end-to-end latency p99 is kept beside its TTFT and decode p99, and the server's
 /metrics is read about once a second while the mix runs (the sweep's telemetry: the most requests
 running and waiting, the fullest KV cache, the preemptions), which says whether requests queued at
-all. --out (a folder or s3://bucket/prefix/) gets vLLM's results and logs under mixed/ and
-mixed_traffic.json (its keys: docs/files.md#mix-check-mixed_trafficjson).
+all. Each scenario's TTFT and e2e p99 come with their 95 % intervals within the run (a bootstrap
+over its requests), which a comparison of two mixes widens by the run-to-run band. --out (a folder
+or s3://bucket/prefix/) gets vLLM's results and logs under mixed/ and mixed_traffic.json (its keys:
+docs/files.md#mix-check-mixed_trafficjson).
 
 Exit codes: 0 held; 1 did not hold or could not tell; 2 bad arguments; 130/143 stopped (the
 processes are stopped too).
@@ -52,6 +54,7 @@ from typing import Any
 
 from bench.analysis import results as R
 from bench.analysis import side as SIDE
+from bench.analysis.capacity import stats as ST
 from bench.analysis.mixed_traffic import CHECK_FILE, finding, read_json
 from bench.analysis.plan import parse_pairs
 from bench.common import locations, s3
@@ -178,12 +181,23 @@ def judge(result: R.RunResult, rate: float, args: argparse.Namespace) -> dict[st
     decode = result.tpot_p99_ms if args.slo_decode_metric == "tpot" else result.itl_p99_ms
     ok = (result.valid and result.ttft_p99_ms is not None and decode is not None
           and result.ttft_p99_ms <= args.slo_ttft_p99_ms and decode <= args.slo_itl_p99_ms)
+    samples = ST.samples_from_result(result.raw) if result.valid else None
     return {"offered_req_s": round(rate, 4), "achieved_req_s": result.req_s if result.valid else None,
             "requests": result.num_prompts, "valid": result.valid, "reason": result.reason,
             "ttft_p99_ms": result.ttft_p99_ms if result.valid else None,
             "decode_p99_ms": decode if result.valid else None,
             "e2e_p50_ms": result.e2el_p50_ms if result.valid else None,
-            "e2e_p99_ms": result.e2el_p99_ms if result.valid else None, "meets_slo": ok if result.valid else None}
+            "e2e_p99_ms": result.e2el_p99_ms if result.valid else None, "meets_slo": ok if result.valid else None,
+            "ttft_p99_ci_ms": _interval(samples.ttft_ms if samples else None),
+            "e2e_p99_ci_ms": _interval(samples.e2e_ms if samples else None)}
+
+
+def _interval(values: Any) -> list[float] | None:
+    """The p99's 95 % interval within this one run (a bootstrap over its requests), None without per-request
+    detail or with fewer than the requests a p99 interval needs. Two runs' figures differ beyond it as well: a
+    comparison widens it by the run-to-run band."""
+    ci = ST.p99_interval(values) if values else None
+    return None if ci is None else [round(ci[0], 3), round(ci[1], 3)]
 
 
 def held(scenarios: dict[str, dict[str, Any]]) -> bool | None:

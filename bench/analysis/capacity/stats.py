@@ -64,13 +64,15 @@ class Samples:
     ttft_ms: tuple[float, ...]
     tpot_ms: tuple[float | None, ...]  # None for a request with a single output token
     itl_ms: tuple[tuple[float, ...], ...]  # one tuple of gaps per request
+    e2e_ms: tuple[float, ...] = ()  # TTFT plus the decode time, per request (empty where not read)
 
     @property
     def requests(self) -> int:
         return len(self.ttft_ms)
 
     def __add__(self, other: "Samples") -> "Samples":
-        return Samples(self.ttft_ms + other.ttft_ms, self.tpot_ms + other.tpot_ms, self.itl_ms + other.itl_ms)
+        return Samples(self.ttft_ms + other.ttft_ms, self.tpot_ms + other.tpot_ms, self.itl_ms + other.itl_ms,
+                       self.e2e_ms + other.e2e_ms)
 
 
 def samples_from_result(data: dict[str, Any]) -> Samples | None:
@@ -82,7 +84,7 @@ def samples_from_result(data: dict[str, Any]) -> Samples | None:
         return None
     errors = data.get("errors") if isinstance(data.get("errors"), list) else [""] * len(ttfts)
     latencies = data.get("latencies") if isinstance(data.get("latencies"), list) else None
-    t, p, i = [], [], []
+    t, p, i, e = [], [], [], []
     for n, (ttft, gaps, out) in enumerate(zip(ttfts, itls, outs)):
         if n < len(errors) and errors[n]:
             continue  # a failed request has no latency; the run is invalid anyway
@@ -101,9 +103,10 @@ def samples_from_result(data: dict[str, Any]) -> Samples | None:
             except (TypeError, ValueError):
                 pass
         p.append(decode_s * 1000 / (out_n - 1) if out_n > 1 else None)
+        e.append((ttft_s + decode_s) * 1000)
     if not t:
         return None
-    return Samples(tuple(t), tuple(p), tuple(i))
+    return Samples(tuple(t), tuple(p), tuple(i), tuple(e))
 
 
 def pool(samples: Iterable[Samples]) -> Samples | None:
@@ -120,6 +123,18 @@ def pool(samples: Iterable[Samples]) -> Samples | None:
 def p99(values: Iterable[float]) -> float | None:
     arr = np.asarray([v for v in values if v is not None], dtype=float)
     return float(np.percentile(arr, 99)) if arr.size else None
+
+
+def p99_interval(values: Iterable[float]) -> tuple[float, float] | None:
+    """The 95 % bootstrap interval of the p99 of one value per request (a TTFT, an end-to-end latency) within
+    one run; None below MIN_P99_REQUESTS, where a p99 is about the slowest request."""
+    values = [v for v in values if v is not None]
+    return bootstrap_p99([[v] for v in values]) if len(values) >= MIN_P99_REQUESTS else None
+
+
+def widen(ci: tuple[float, float], band: float) -> tuple[float, float]:
+    """A within-run interval widened by a run-to-run band (a fraction): what two identical runs could read."""
+    return ci[0] / (1 + band), ci[1] * (1 + band)
 
 
 _BOOTSTRAPS: dict[tuple, tuple[float, float]] = {}  # a search judges the same runs again and again
@@ -232,10 +247,7 @@ class MetricCheck:
     @property
     def interval_ms(self) -> tuple[float, float] | None:
         """The 95 % interval of this p99: the bootstrap interval widened by the run-to-run band."""
-        if self.ci_ms is None:
-            return None
-        lo, hi = self.ci_ms
-        return lo / (1 + self.band), hi * (1 + self.band)
+        return None if self.ci_ms is None else widen(self.ci_ms, self.band)
 
     @property
     def state(self) -> str:
