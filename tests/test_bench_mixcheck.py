@@ -32,9 +32,11 @@ def planned(tmp_path):
 
 
 def check(plan_dir, out, fake_bench, *extra):
+    """mix-check on the plan with the fake vllm bench serve: 100 requests a scenario by default, the fewest on
+    which a p99 can meet the SLO with confidence (the fake answers at once, whatever the window)."""
     return MIX.main(["--plan", str(plan_dir), "--base-url", "http://127.0.0.1:9", "--model", "tiny",
                      "--tokenizer", "/nonexistent-tokenizer", "--out", str(out), "--vllm-bin", fake_bench.bin,
-                     "--duration-s", "2", "--min-requests", "10", *extra])
+                     "--duration-s", "2", *extra])
 
 
 def test_the_plan_lists_the_load_one_replica_carries_at_the_mix(planned):
@@ -61,6 +63,7 @@ def test_scenarios_that_add_up_hold_and_the_plan_says_so(planned, fake_bench, tm
     assert check(plan_dir, out, fake_bench) == 0
     result = json.loads((out / "mixed_traffic.json").read_text())
     assert result["held"] is True and result["configuration"] == "cand"
+    assert {r["slo_state"] for r in result["scenarios"].values()} == {"pass"}
     rates = json.loads((plan_dir / "plan.json").read_text())["configurations"][0]["per_replica_req_s"]
     assert result["per_replica_req_s"] == rates
     calls = fake_bench.calls_made()
@@ -70,9 +73,9 @@ def test_scenarios_that_add_up_hold_and_the_plan_says_so(planned, fake_bench, tm
         scenario = call["key"].rsplit("_c", 1)[0]
         assert argv[argv.index("--request-rate") + 1] == f"{rates[scenario]:g}"
         assert argv[argv.index("--burstiness") + 1] == "1.0"
-        # one window for both: the slower scenario's 10 requests set it, the other sends for as long
-        window = max(2.0, *(10 / r for r in rates.values()))
-        assert argv[argv.index("--num-prompts") + 1] == str(max(10, math.ceil(round(rates[scenario] * window, 6))))
+        # one window for both: the slower scenario's 100 requests set it, the other sends for as long
+        window = max(2.0, *(100 / r for r in rates.values()))
+        assert argv[argv.index("--num-prompts") + 1] == str(max(100, math.ceil(round(rates[scenario] * window, 6))))
     assert result["window_s"] == round(window, 1) and result["duration_s"] == 2
     # the server's /metrics is read around the mix (the sweep's telemetry); nothing answers at port 9: said, not zero
     tele = result["telemetry"]
@@ -88,6 +91,7 @@ def test_scenarios_that_add_up_hold_and_the_plan_says_so(planned, fake_bench, tm
     assert json.loads((final / "plan.json").read_text())["mixed_traffic"]["held"] is True
     text = (final / "plan.md").read_text()
     assert "## Mixed traffic" in text and "the assumption held; the scenarios add up" in text
+    assert "every scenario met the SLO with confidence" in text
     assert "another load" not in text
 
 
@@ -175,8 +179,9 @@ def test_scenarios_that_slow_each_other_down_do_not_hold(planned, fake_bench, tm
     assert "another load than this plan puts on a replica" in text and "--headroom" in text
 
 
-def test_a_run_that_never_ends_is_stopped_and_the_check_cannot_tell(planned, fake_bench, tmp_path):
+def test_a_run_that_never_ends_is_stopped_and_the_check_cannot_tell(planned, fake_bench, tmp_path, monkeypatch):
     _cand, _base, plan_dir = planned
+    monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 20.0, "itl_ms": 10.0}))
     fake_bench.plan({"S1_chat_c64": ["hang"]})
     out = tmp_path / "mixed"
     # 10 s: the other scenario's fake run, a process of its own, must end inside it; on a loaded 2-core machine
@@ -212,8 +217,7 @@ def test_stated_rates_with_a_priority_per_scenario(fake_bench, tmp_path, monkeyp
     out = tmp_path / "mixed"
     assert MIX.main(["--rates", "S1_chat=3,S2_summary=0.5", "--priority", "S2_summary=1", "--configuration", "fcfs",
                      "--base-url", "http://127.0.0.1:9", "--model", "tiny", "--tokenizer", "/nonexistent-tokenizer",
-                     "--out", str(out), "--vllm-bin", fake_bench.bin, "--duration-s", "2",
-                     "--min-requests", "10"]) == 0
+                     "--out", str(out), "--vllm-bin", fake_bench.bin, "--duration-s", "2"]) == 0
     result = json.loads((out / "mixed_traffic.json").read_text())
     assert result["rates_from"] == "--rates" and result["configuration"] == "fcfs"
     assert result["per_replica_req_s"] == {"S1_chat": 3.0, "S2_summary": 0.5}
@@ -248,3 +252,44 @@ def test_the_loads_come_one_way(fake_bench, tmp_path, capsys):
     for loads in ([], ["--plan", str(tmp_path), "--rates", "S1_chat=1"]):
         assert MIX.main([*loads, *common]) == 2
         assert "give the loads one way: --plan (a plan made with --mix) or --rates" in capsys.readouterr().err
+
+
+def test_a_scenario_meets_the_slo_with_confidence_or_the_check_cannot_tell(planned, fake_bench, tmp_path,
+                                                                           monkeypatch, capsys):
+    """As a sweep's point: each p99's interval within the run, widened by the run-to-run band, set against its
+    limit. A p99 of fewer than 100 requests (about the slowest one) or an interval across a limit is no answer:
+    the plan is told the check could not tell, never that the scenarios add up."""
+    from argparse import Namespace
+
+    from bench.analysis import results as R
+
+    _cand, _base, plan_dir = planned
+    monkeypatch.setenv("FAKE_VLLM_MODEL", json.dumps({"ttft_ms_per_c": 20.0, "itl_ms": 10.0}))
+    few = tmp_path / "few"
+    assert check(plan_dir, few, fake_bench, "--min-requests", "10") == 1
+    result = json.loads((few / "mixed_traffic.json").read_text())
+    assert result["held"] is None
+    assert all(r["slo_state"] == "too_few_requests" and r["meets_slo"] is None and r["ttft_p99_ms"] < 500
+               for r in result["scenarios"].values() if r["requests"] < 100), result["scenarios"]
+    said = capsys.readouterr().out
+    assert "could not tell whether the scenarios add up" in said and "no sure miss, on fewer than 100 requests" in said
+
+    out = tmp_path / "mixed"
+    assert check(plan_dir, out, fake_bench) == 0
+    run = R.load_result(out / "mixed" / "S1_chat.json")
+    ttft = run.ttft_p99_ms
+    low, high = json.loads((out / "mixed_traffic.json").read_text())["scenarios"]["S1_chat"]["ttft_p99_ci_ms"]
+
+    def state(limit_ms: float, noise: float = 11.0) -> str:
+        args = Namespace(slo_ttft_p99_ms=limit_ms, slo_itl_p99_ms=50.0, slo_decode_metric="itl", noise_pct=noise)
+        return MIX.judge(run, 1.0, args)["slo_state"]
+
+    assert state(high * 1.11 + 1) == "pass" and state(ttft) == "straddle" and state(low / 1.11 - 1) == "fail"
+    assert state(high * 1.05) == "straddle" and state(high * 1.05, noise=0.0) == "pass"  # the band decides
+    row = MIX.judge(run, 1.0, Namespace(slo_ttft_p99_ms=ttft, slo_itl_p99_ms=50.0, slo_decode_metric="itl",
+                                        noise_pct=11.0))
+    assert row["meets_slo"] is None and MIX.held({"S1_chat": row}) is None
+    assert MIX.held({"S1_chat": row, "S4_rag": {**row, "meets_slo": False, "slo_state": "fail"}}) is False
+    from bench.analysis.mixed_traffic import finding
+    words = finding({"held": None, "scenarios": {"S1_chat": row}, "slo": {"decode_metric": "itl"}})
+    assert f"S1_chat: TTFT p99 {ttft:,.0f} ms" in words and "reaches across its limit" in words

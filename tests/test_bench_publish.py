@@ -243,7 +243,7 @@ def test_the_plan_waits_for_the_mixed_traffic_check_and_says_whether_it_held(res
         codes.append(mixcheck.main(["--plan", out_uri, "--wait-hours", "0.02", "--poll-s", "0.2",
                                     "--base-url", "http://127.0.0.1:9", "--model", "tiny", "--tokenizer", "/tokenizer",
                                     "--configuration", "nvfp4-g7e", "--out", out_uri, "--vllm-bin", fake_bench.bin,
-                                    "--duration-s", "2", "--min-requests", "10", "--no-progress"]))
+                                    "--duration-s", "2", "--no-progress"]))
 
     thread = threading.Thread(target=the_check_job)
     thread.start()

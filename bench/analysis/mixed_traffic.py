@@ -50,16 +50,35 @@ def finding(check: dict[str, Any]) -> str:
     slo = check.get("slo") or {}
     metric = str(slo.get("decode_metric", "itl")).upper()
     if check.get("held") is None:
-        bad = "; ".join(f"{s}: {r['reason']}" for s, r in sorted(rows.items()) if not r.get("valid"))
+        bad = "; ".join(f"{s}: {r['reason']}" if not r.get("valid") else f"{s}: {unsure(r, metric)}"
+                        for s, r in sorted(rows.items()) if not r.get("valid") or r.get("meets_slo") is None)
         return f"could not tell whether the scenarios add up at {load}: {bad or 'no valid run'}"
     if check["held"]:
-        return f"the scenarios add up: at {load} at once, every scenario met the SLO"
+        sure = all(r.get("slo_state") for r in rows.values())  # checks before 2026-12-07 judged point estimates
+        return f"the scenarios add up: at {load} at once, every scenario met the SLO{' with confidence' * sure}"
     missed = []
     for s, r in sorted(rows.items()):
         if r.get("meets_slo") is False:
             missed.append(f"{s} TTFT p99 {r['ttft_p99_ms']:,.0f} ms, {metric} p99 {r['decode_p99_ms']:,.1f} ms")
     return (f"the scenarios do not add up: at {load} at once, {'; '.join(missed)} (limits "
             f"{slo.get('ttft_p99_ms', 500):g} ms and {slo.get('decode_p99_ms', 50):g} ms)")
+
+
+UNSURE = {
+    "straddle": "a p99's interval (within the run, widened by the run-to-run band) reaches across its limit",
+    "too_few_requests": "no sure miss, on fewer than 100 requests, whose p99 is about the slowest request "
+                        "(raise --min-requests)",
+    "unmeasured": "its decode p99 times tokens arriving bunched in one chunk, not decoding",
+}
+
+
+def unsure(row: dict[str, Any], metric: str) -> str:
+    """Why a valid scenario neither met the SLO with confidence nor surely missed it."""
+    figures = (f"TTFT p99 {row['ttft_p99_ms']:,.0f} ms, {metric} p99 {row['decode_p99_ms']:,.1f} ms"
+               if isinstance(row.get("ttft_p99_ms"), (int, float)) and isinstance(row.get("decode_p99_ms"), (int, float))
+               else "p99s not read")
+    why = UNSURE.get(row.get("slo_state"), "not judged with confidence (a check from before intervals were kept)")
+    return f"{figures}: {why}"
 
 
 def plan_section(check: dict[str, Any], configurations: list[dict[str, Any]]) -> list[str]:

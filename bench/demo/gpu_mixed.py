@@ -124,7 +124,8 @@ def run(check, load: MixedLoad, label: str, variant_dir: Path, record: dict[str,
         return {"status": "broken", "rc": rc, "reason": f"bench mix-check exited {rc}: {tail}"}
     check_result = json.loads(result_file.read_text())
     rows = {s: {k: r.get(k) for k in ("offered_req_s", "achieved_req_s", "requests", "valid", "reason", "priority",
-                                      *(key for key, _ in FIGURES), "meets_slo", *(ci for _, ci, _ in COMPARED))}
+                                      *(key for key, _ in FIGURES), "meets_slo", "slo_state",
+                                      *(ci for _, ci, _ in COMPARED))}
             for s, r in (check_result.get("scenarios") or {}).items()}
     return {"status": "ok", "rc": rc, "seconds": round(time.monotonic() - t0, 1), "dir": str(folder),
             "window_s": check_result.get("window_s"), "held": check_result.get("held"), "scenarios": rows,
@@ -225,7 +226,7 @@ def markdown(record: dict[str, Any]) -> list[str]:
                 lines.append(f"| {label} | {scenario} | invalid: {str(row.get('reason')).replace('|', '/')} |"
                              + " |" * len(FIGURES))
                 continue
-            slo = {True: "yes", False: "no"}.get(row.get("meets_slo"), "not judged")
+            slo = {True: "yes", False: "no"}.get(row.get("meets_slo"), "cannot tell")
             lines.append(f"| {label} | {scenario} | " + " | ".join(_ms(row.get(k)) for k, _ in FIGURES) + f" | {slo} |")
     lines.append("")
     for label, m in done.items():
