@@ -28,6 +28,11 @@ POD_NAME = "vllm-mixcheck"
 # bench mix-check: 0 held, 1 did not hold (or could not tell); both are answers, written to S3
 FINDING_EXIT_CODES = (0, 1)
 FINAL_EXIT_CODE = 2
+# How long the scenarios' runs may take: the hour the Job's deadline leaves once the plan is there, less
+# five minutes for the rest. bench mix-check sends every scenario for one window, as long as the slowest
+# scenario needs for its 100 requests (the fewest a p99 can pass on), and refuses a window longer than this
+# up front (exit 2): 55 min reach down to 0.03 req/s a replica, where its default of 30 min stopped at 0.056.
+RUN_TIMEOUT_S = 3300
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ def pod_labels(server: str) -> dict[str, str]:
 def command(args: MixCheckJobArgs) -> list[pulumi.Input[str]]:
     head = ["python3", "-m", "bench", "mix-check", "--wait-hours", str(args.wait_hours),
             "--base-url", args.base_url, "--model", args.served_model, "--tokenizer", args.tokenizer_uri,
-            "--configuration", args.configuration]
+            "--configuration", args.configuration, "--run-timeout-s", str(RUN_TIMEOUT_S)]
     # A finding (held or not) ends the Job successfully; only bad arguments fail it.
     script = (shlex.join(head) + ' --plan "$1" --out "$1"; rc=$?; '
               f'if [ "$rc" -le {max(FINDING_EXIT_CODES)} ]; then exit 0; fi; exit "$rc"')

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
 import boto3
 import pytest
 
+from bench.run import mixcheck as MIX
 from components import pod_security
 from components.report_job import ATTEMPT_ANNOTATION, FINAL_EXIT_CODE
 from stacks.ops import diff as D
@@ -376,6 +378,12 @@ def test_the_mixed_traffic_check_runs_on_the_candidates_node_after_the_plan():
     assert 'if [ "$rc" -le 1 ]; then exit 0; fi' in script
     assert mix["spec"]["activeDeadlineSeconds"] > report["spec"]["activeDeadlineSeconds"]
     assert f"--wait-hours {report['spec']['activeDeadlineSeconds'] // 3600}" in script
+    # The runs fit the hour the deadline leaves after waiting for the plan, and the report's wait for the check:
+    # a scenario at 0.03 req/s a replica still sends its 100 requests (the fewest a p99 can pass on)
+    run_s = float(flag(shlex.split(script), "--run-timeout-s")[0])
+    wait_hours = int(flag(shlex.split(script), "--wait-hours")[0])
+    assert run_s < mix["spec"]["activeDeadlineSeconds"] - wait_hours * 3600 and run_s < 2 * 3600
+    assert MIX.window_s({"S1_chat": 2.0, "S4_rag": 0.031}, 120.0, MIX.ST.MIN_P99_REQUESTS) <= run_s
     spec = mix["spec"]["template"]["spec"]
     (deployment,) = [d for d in rendered.k8s("Deployment") if d["metadata"]["name"] == "nvfp4-g7e"]
     assert container(mix)["image"] == deployment["spec"]["template"]["spec"]["containers"][0]["image"]
