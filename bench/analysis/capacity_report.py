@@ -95,8 +95,8 @@ def slo_capacity(cap: V.Capacity) -> dict[str, Any] | None:
         "concurrency_fail": cap.load_fail,
         "output_tok_s": None if cap.point is None else round(cap.point, 3),
         "req_s": None if cap.req_point is None else round(cap.req_point, 3),
-        "ttft_p99_ci_ms": C._ci(judgement.ttft) if judgement else None,  # noqa: SLF001
-        "decode_p99_ci_ms": C._ci(judgement.decode) if judgement else None,  # noqa: SLF001
+        "ttft_p99_ci_ms": C.ci_json(judgement.ttft) if judgement else None,
+        "decode_p99_ci_ms": C.ci_json(judgement.decode) if judgement else None,
         "source_run": cap.source_run,
         "repeats": cap.repeats,
     }

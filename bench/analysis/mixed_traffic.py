@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.analysis.capacity.stats import MIN_P99_REQUESTS
 from bench.common import locations
 
 CHECK_FILE = "mixed_traffic.json"
@@ -66,8 +67,8 @@ def finding(check: dict[str, Any]) -> str:
 
 UNSURE = {
     "straddle": "a p99's interval (within the run, widened by the run-to-run band) reaches across its limit",
-    "too_few_requests": "no sure miss, on fewer than 100 requests, whose p99 is about the slowest request "
-                        "(raise --min-requests)",
+    "too_few_requests": f"no sure miss, on fewer than {MIN_P99_REQUESTS} requests, whose p99 is about the "
+                        "slowest request (raise --min-requests)",
     "unmeasured": "its decode p99 times tokens arriving bunched in one chunk, not decoding",
 }
 

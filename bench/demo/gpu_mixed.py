@@ -162,7 +162,7 @@ def changes(record: dict[str, Any]) -> dict[str, Any] | None:
                 rows.append({"variant": other, "against": first, "scenario": scenario, "figure": key,
                              "before_ms": round(before, 3), "after_ms": round(after, 3),
                              "change_pct": round(100 * (after - before) / before, 2),
-                             "intervals_ms": [None if w is None else [round(w[0], 3), round(w[1], 3)] for w in wide],
+                             "intervals_ms": [ST.ci_json(w) for w in wide],
                              "clear": clear})
     return {"noise_pct": NOISE_PCT, "rows": rows, "not_compared": skipped}
 
@@ -255,5 +255,5 @@ def _change_lines(found: dict[str, Any] | None) -> list[str]:
     lines += ["", f"One run per variant. A change is clear where the two runs' p99 intervals (each a bootstrap over "
                   f"its requests, widened by the run-to-run band of {found['noise_pct']:g} % the sweeps assume for a "
                   "point run once) do not overlap; within the noise, two runs of one variant could differ as much; no "
-                  "interval, a run of fewer than 100 requests or without per-request detail."]
+                  f"interval, a run of fewer than {ST.MIN_P99_REQUESTS} requests or without per-request detail."]
     return lines

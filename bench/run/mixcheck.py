@@ -222,8 +222,7 @@ def _interval(values: Any) -> list[float] | None:
     """The p99's 95 % interval within this one run (a bootstrap over its requests), None without per-request
     detail or with fewer than the requests a p99 interval needs. Two runs' figures differ beyond it as well: a
     comparison widens it by the run-to-run band."""
-    ci = ST.p99_interval(values) if values else None
-    return None if ci is None else [round(ci[0], 3), round(ci[1], 3)]
+    return ST.ci_json(ST.p99_interval(values) if values else None)
 
 
 def held(scenarios: dict[str, dict[str, Any]]) -> bool | None:
@@ -231,7 +230,7 @@ def held(scenarios: dict[str, dict[str, Any]]) -> bool | None:
     an invalid run, or a p99 the run cannot place on either side of its limit."""
     if any(row.get("meets_slo") is False for row in scenarios.values()):
         return False
-    if all(row["valid"] and row.get("meets_slo") is True for row in scenarios.values()):
+    if all(row.get("meets_slo") is True for row in scenarios.values()):  # true only for a valid run
         return True
     return None
 
@@ -382,8 +381,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="how long the mix runs at least: every scenario sends rate x the window, which is this or "
                         "longer where a scenario's --min-requests need longer (default: %(default)s)")
     p.add_argument("--min-requests", type=O.above_zero(int), default=ST.MIN_P99_REQUESTS,
-                   help="fewest requests per scenario; below 100 a p99 is about the slowest request, and the "
-                        "scenario can miss the SLO but never meet it with confidence (default: %(default)s)")
+                   help=f"fewest requests per scenario; below {ST.MIN_P99_REQUESTS} a p99 is about the slowest request, "
+                        "and the scenario can miss the SLO but never meet it with confidence (default: %(default)s)")
     p.add_argument("--noise-pct", type=O.at_least_zero(float), default=ST.DEFAULT_NOISE_PCT,
                    help="run-to-run band (%% of a figure) that widens each p99's interval within the run before it "
                         "is set against its limit, as the sweeps assume for a point run once; a CPU server "

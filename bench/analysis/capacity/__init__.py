@@ -4,4 +4,4 @@ repeats: `stats`, re-exported here) and the search over loads that narrows the c
 width (`search`)."""
 
 from bench.analysis.capacity.stats import *  # noqa: F401,F403 - the statistics are this package's face
-from bench.analysis.capacity.stats import _ci, _num, _r  # noqa: F401 - used by the report's tables
+from bench.analysis.capacity.stats import _num, _r  # noqa: F401 - used by the report's tables

@@ -286,9 +286,9 @@ class Judgement:
     def as_dict(self) -> dict[str, Any]:
         out = {
             "state": self.state, "requests": self.requests, "runs": self.runs, "detailed": self.detailed,
-            "ttft_p99_ms": _r(self.ttft.p99_ms), "ttft_p99_ci_ms": _ci(self.ttft),
+            "ttft_p99_ms": _r(self.ttft.p99_ms), "ttft_p99_ci_ms": ci_json(self.ttft),
             "decode_metric": self.decode.name, "decode_p99_ms": _r(self.decode.p99_ms),
-            "decode_p99_ci_ms": _ci(self.decode),
+            "decode_p99_ci_ms": ci_json(self.decode),
         }
         if self.detailed and not self.ttft.enough:
             out["p99_ci_note"] = too_few_words(self.requests)
@@ -304,8 +304,9 @@ def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-def _ci(check: MetricCheck | tuple[float, float] | None) -> list[float] | None:
-    """A p99 interval for JSON: the widened interval, none where too few requests make one."""
+def ci_json(check: MetricCheck | tuple[float, float] | None) -> list[float] | None:
+    """A p99 interval for JSON, `[low, high]` in ms to the microsecond: a check's widened interval (none where too
+    few requests make one), or an interval as given."""
     if isinstance(check, MetricCheck):
         check = check.interval_ms if check.enough else None
     return None if check is None else [round(check[0], 3), round(check[1], 3)]
