@@ -110,13 +110,13 @@ def _experiment_cases(folder: Path) -> list[dict]:
     """Every variant of every gpu-check experiment, on the full-size flags."""
     import argparse
 
-    from bench.demo import gpu_experiment, gpu_full
+    from bench.demo import experiments, gpu_full
 
     args = argparse.Namespace(model_shape=full_model.SHAPE, precision="fp8", kv_cache_dtype="fp8",
                               tensor_parallel_size=1, gpu_memory_utilization=0.9)
     return [{"id": f"{e.name}/{v.label}",
              "args": [str(folder), *[f for f in gpu_full.flags(args, **v.override) if f not in v.drop], *v.extra]}
-            for e in gpu_experiment.EXPERIMENTS.values() for v in e.variants]
+            for e in experiments.EXPERIMENTS.values() for v in e.variants]
 
 
 @pytest.fixture(scope="module")

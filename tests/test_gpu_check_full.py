@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.__main__ import main as bench_main
-from bench.demo import full_model, gpu_experiment, gpu_full, gpu_page, gpu_settings, transformers_trap
+from bench.demo import experiments, full_model, gpu_experiment, gpu_full, gpu_page, gpu_settings, transformers_trap
 from bench.demo import gpu_steps as S
 from bench.startup import memory, phases
 
@@ -150,7 +150,7 @@ def test_each_experiment_is_one_change_at_a_time():
     """Every variant of an experiment differs from the others in one `bench compare` setting."""
     from bench.analysis import compare
 
-    for experiment in gpu_experiment.EXPERIMENTS.values():
+    for experiment in experiments.EXPERIMENTS.values():
         settings = []
         check = SimpleNamespace(flags=lambda **override: gpu_full.flags(_args(), **override))
         for variant in experiment.variants:
@@ -168,7 +168,7 @@ def test_each_experiment_is_one_change_at_a_time():
 
 def test_an_experiment_passes_the_search_target_to_its_sweeps():
 
-    experiment = gpu_experiment.EXPERIMENTS["scenarios"]
+    experiment = experiments.EXPERIMENTS["scenarios"]
     for width, tail in ((None, ["--capacity-search"]), (1.1, ["--capacity-search", "--target-width", "1.1"])):
         args = _args(target_width=width, budget_minutes=9.0, window_s=15.0, length_scale=1.0,
                      instance_type="h200-box", concurrencies_given=False)

@@ -15,7 +15,7 @@ import pytest
 from bench.__main__ import main as bench_main
 from bench.analysis import results as R
 from bench.analysis import side as SIDE
-from bench.demo import gpu_experiment, gpu_full, gpu_page
+from bench.demo import experiments, gpu_experiment, gpu_full, gpu_page
 from bench.demo import gpu_steps as S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,8 +70,8 @@ def test_each_variant_says_whether_its_start_compiles(tmp_path, monkeypatch, cap
     (other / "gpu-check.json").write_text(json.dumps({"model_choice": {"shape": "gemma-4-31b"},
                                                         "checks": {"cold_start": {"status": "ok"}}}))
     check = _experiment_check(other, "scenarios", scenarios="S1_chat")
-    fp8 = gpu_experiment.variant_flags(check, gpu_experiment.EXPERIMENTS["scenarios"].variant("fp8"))
-    sleep_on = gpu_experiment.variant_flags(check, gpu_experiment.EXPERIMENTS["sleep-mode"].variant("sleep-on"))
+    fp8 = gpu_experiment.variant_flags(check, experiments.EXPERIMENTS["scenarios"].variant("fp8"))
+    sleep_on = gpu_experiment.variant_flags(check, experiments.EXPERIMENTS["sleep-mode"].variant("sleep-on"))
     assert "--enable-sleep-mode" not in fp8 and "--enable-sleep-mode" in check.flags()
     assert gpu_experiment.cache_warm(check, fp8) == gpu_experiment.COLD
     assert gpu_experiment.cache_warm(check, sleep_on) == gpu_experiment.WARM
@@ -128,14 +128,14 @@ def test_a_variant_an_earlier_command_finished_is_kept_without_a_start(tmp_path,
         (root / label / "S5_shared_prefix").mkdir(parents=True)
         (root / label / "S5_shared_prefix" / "manifest.json").write_text("{}")
     done = {"status": "ok", "starts": [{"healthy_s": 273.0}], "sweeps": {"S5_shared_prefix": {"rc": 0}}}
-    experiment = gpu_experiment.EXPERIMENTS["prefix-caching"]
+    experiment = experiments.EXPERIMENTS["prefix-caching"]
     assert gpu_experiment.finished(experiment, done, root / "caching-off", ["S5_shared_prefix"])
     assert not gpu_experiment.finished(experiment, done, root / "caching-off", ["S5_shared_prefix", "S1_chat"])
     assert not gpu_experiment.finished(experiment, {**done, "status": "broken"}, root / "caching-off",
                                        ["S5_shared_prefix"])
     assert not gpu_experiment.finished(experiment, {**done, "sweeps": {"S5_shared_prefix": {"rc": 1}}},
                                        root / "caching-off", ["S5_shared_prefix"])
-    priority = gpu_experiment.EXPERIMENTS["priority"]
+    priority = experiments.EXPERIMENTS["priority"]
     assert not gpu_experiment.finished(priority, done, root / "caching-off", ["S5_shared_prefix"])
     assert gpu_experiment.finished(priority, {**done, "mixed": {"status": "ok"}}, root / "caching-off",
                                    ["S5_shared_prefix"])
@@ -306,7 +306,7 @@ def test_a_variant_swept_again_enters_the_comparison_with_every_finished_sweep(t
     assert gpu_experiment.repeats(record["variants"]["seqs-64"], root / "seqs-64", "S1_chat") == [
         root / "seqs-64" / "S1_chat.earlier-1", root / "seqs-64" / "S1_chat"]
     check = SimpleNamespace(runtime=SimpleNamespace(env={**os.environ, "PYTHONPATH": str(REPO)}))
-    result = gpu_experiment.compare(check, gpu_experiment.EXPERIMENTS["max-num-seqs"], record, root, "S1_chat")
+    result = gpu_experiment.compare(check, experiments.EXPERIMENTS["max-num-seqs"], record, root, "S1_chat")
     assert result["status"] == "ok" and result["variants"] == ["seqs-32", "seqs-64"], result
     assert result["sweeps"] == {"seqs-32": 1, "seqs-64": 2}
     cell = result["cells"][0]
@@ -539,7 +539,7 @@ def test_a_sweep_cut_off_keeps_its_runs_and_capacity_in_the_record(tmp_path, mon
     # nor is it compared while cut off: a comparison waits for the sweep to finish
     for label in ("seqs-16", "seqs-32"):
         (tmp_path / label / "S4_rag").mkdir(parents=True)
-    experiment = gpu_experiment.EXPERIMENTS["max-num-seqs"]
+    experiment = experiments.EXPERIMENTS["max-num-seqs"]
     both = {"variants": {"seqs-16": {"sweeps": {"S4_rag": {"rc": 0}}}, "seqs-32": {"sweeps": entry["sweeps"]}}}
     waiting = gpu_experiment.compare(check, experiment, both, tmp_path, "S4_rag")
     assert waiting == {"status": "waiting", "reason": "1 variant swept so far; a comparison needs two"}

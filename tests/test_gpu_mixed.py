@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.demo import gpu_experiment, gpu_mixed, gpu_page
+from bench.demo import experiments, gpu_experiment, gpu_mixed, gpu_page
 from tests.fixtures.bench_fake_metrics import vllm_text
 from tests.test_bench_plan import sweep_dir
 
@@ -28,7 +28,7 @@ def _check(fake_bench):
 
 
 def test_the_priority_experiment_is_one_flag_and_a_mixed_load():
-    experiment = gpu_experiment.EXPERIMENTS["priority"]
+    experiment = experiments.EXPERIMENTS["priority"]
     assert [v.label for v in experiment.variants] == ["fcfs", "priority"]
     # the stack's cap on running sequences on both, so that a mixed load past it queues as the stack's servers would
     assert experiment.variant("fcfs").extra == ("--max-num-seqs", "64")
@@ -174,7 +174,7 @@ def test_a_command_for_some_scenarios_mixes_every_scenario_of_the_experiment(fak
     load of about four minutes): a command asked for S1_chat alone, after an earlier one swept S4_rag and
     S2_summary, still offers all three, their rates from both commands' sweeps. It had mixed only the command's
     own --scenarios: a load of S1_chat alone, with no batch requests at all."""
-    experiment = gpu_experiment.EXPERIMENTS["priority"]
+    experiment = experiments.EXPERIMENTS["priority"]
     folder = tmp_path / "priority" / "fcfs"
     folder.mkdir(parents=True)
     for scenario in ("S4_rag", "S2_summary"):  # the earlier command's

@@ -31,8 +31,9 @@ attention backend vLLM chose; speculative decoding is skipped (a random draft me
 Random weights do not measure accuracy, speculative acceptance, the vision tower, or anything the
 weights' values decide. On an H200 a cold start takes about 4 minutes and a warm one about 2: split
 the check over commands with --steps and --resume (the same --out keeps the record and the compile
-cache), and run the PoC's experiments with --experiment NAME (gpu_experiment.py: a server per variant,
-no sleep mode as in the stack, `bench sweep` on each, `bench compare`). docs/full-size.md has commands.
+cache), and run the PoC's experiments with --experiment NAME (experiments.py, run by gpu_experiment.py:
+a server per variant, no sleep mode as in the stack, `bench sweep` on each, `bench compare`).
+docs/full-size.md has commands.
 
 The transformers trap (bench/demo/transformers_trap.py) is checked with the same python before any
 step: the record says whether this vLLM and transformers read a Gemma 4 config right.
@@ -53,7 +54,7 @@ import sys
 from bench.common import interrupts as I
 from bench.common import options as O
 from bench.common.cli import Help
-from bench.demo import full_model, gpu_experiment, gpu_full
+from bench.demo import experiments, full_model, gpu_experiment, gpu_full
 from bench.demo.gpu_check import STEPS, Check
 from bench.demo.gpu_runtime import UsageError
 from bench.run import grid
@@ -136,7 +137,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue the record in --out: checks not in --steps keep their results and the "
                         "compile cache stays")
-    p.add_argument("--experiment", choices=sorted(gpu_experiment.EXPERIMENTS), default=None,
+    p.add_argument("--experiment", choices=sorted(experiments.EXPERIMENTS), default=None,
                    help="instead of the checks, run one of the PoC's experiments on the model: one server per "
                         "variant on --out's compile cache, `bench sweep` on each, then `bench compare` "
                         "(docs/full-size.md)")
