@@ -6,9 +6,10 @@ figure it is set beside). For each variant asked for (--variants, default all) t
 start should compile (`cache_warm`: no start that --out records had the same compile-cache key), starts one
 server on --out's compile cache (a gpu-check run's; the first start without one compiles), records its start
 (seconds to /health, compile cache hit or miss, KV cache tokens and GiB, the attention backend), runs
-`python -m bench sweep` against it and stops it. Then `python -m bench compare` over every variant swept so far in --out
-(variants run by earlier commands included), which names a winner only outside the noise; a variant swept
-again from a fresh server (--again) enters it with every finished sweep, as repeats of one variant.
+`python -m bench sweep` against it and stops it. Then `python -m bench compare` over every variant swept so
+far in --out (variants run by earlier commands included), which names a winner only outside the noise; a
+variant swept again from a fresh server (--again) enters it with every finished sweep, as repeats of one
+variant.
 
 Each scenario is swept on its own (one `bench sweep` per variant and scenario), and compared on its own,
 so a long experiment splits over commands of under ten minutes with --variants and --scenarios: what an
