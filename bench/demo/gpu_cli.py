@@ -31,9 +31,8 @@ attention backend vLLM chose; speculative decoding is skipped (a random draft me
 Random weights do not measure accuracy, speculative acceptance, the vision tower, or anything the
 weights' values decide. On an H200 a cold start takes about 4 minutes and a warm one about 2: split
 the check over commands with --steps and --resume (the same --out keeps the record and the compile
-cache), and run the PoC's experiments with --experiment NAME (experiments.py, run by gpu_experiment.py:
-a server per variant, no sleep mode as in the stack, `bench sweep` on each, `bench compare`).
-docs/full-size.md has commands.
+cache), and run the PoC's experiments with --experiment NAME (gpu_experiment.py: a server per variant,
+no sleep mode as in the stack, `bench sweep` on each, `bench compare`). docs/full-size.md has commands.
 
 The transformers trap (bench/demo/transformers_trap.py) is checked with the same python before any
 step: the record says whether this vLLM and transformers read a Gemma 4 config right.
