@@ -56,7 +56,8 @@ REQUIREMENTS = "requirements-report.txt"
 FINAL_EXIT_CODE = 2
 # The bench Jobs' deadline is 12 h; the report waits a little longer, then reports what is there.
 WAIT_HOURS = 13
-# With the mixed-traffic check: how long the plan waits for it (its Job runs minutes once the plan exists).
+# With the mixed-traffic check: how long the plan waits for it (once the plan exists, its Job's runs take
+# up to mix_check_job.RUN_TIMEOUT_S, 55 min, where a scenario's share of the mix is slow).
 MIXED_TRAFFIC_WAIT_HOURS = 2
 # The install is retried in the pod, for up to about an hour (a PyPI or NAT outage), long before the
 # report's own wait ends: the pins are the whole locked set (requirements-report.lock, generated from
