@@ -55,6 +55,7 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  (the vLLM tests on one worker)
 
 Shared set-up is in tests/fixtures/, one module per concern (moto, the vLLM environments, the fake
-Pod Identity agent, schemas, renders, the browser); tests/benchmarks/ prints figures and asserts
+Pod Identity agent, renders, the browser), and the offline Kubernetes validator in its package
+tests/fixtures/k8s/; tests/benchmarks/ prints figures and asserts
 none; tests/proof_compile_cache.py is a longer experiment outside the suite.
 """

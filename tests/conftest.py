@@ -6,7 +6,7 @@ pytest_plugins = [
     "tests.fixtures.bench_env",
     "tests.fixtures.bench_fake_metrics",
     "tests.fixtures.pulumi_stack",
-    "tests.fixtures.k8s_schemas",
+    "tests.fixtures.k8s.schemas",
     "tests.fixtures.pod_identity",
     "tests.fixtures.stack_renders",
     "tests.fixtures.browser",

@@ -16,7 +16,7 @@ from bench.common import fleet_queries as Q
 from stacks.loader import load_settings
 from stacks.ops.render import render_stack
 from stacks.versions import extra, pins
-from tests.fixtures.k8s_schemas import validate_object
+from tests.fixtures.k8s.schemas import validate_object
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 
 from components.gpu_capacity import POOL_LABEL
 from stacks.versions import pins
-from tests.fixtures.k8s_schemas import validate_object
+from tests.fixtures.k8s.schemas import validate_object
 
 
 def by_name(objects):

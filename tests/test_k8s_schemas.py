@@ -11,7 +11,7 @@ import copy
 import pytest
 
 from stacks.versions import pins
-from tests.fixtures.k8s_schemas import (
+from tests.fixtures.k8s.schemas import (
     KARPENTER_VERSION,
     CrdRegistry,
     main,

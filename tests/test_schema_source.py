@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from stacks.versions import pins
-from tests.fixtures import schema_source as src
+from tests.fixtures.k8s import source as src
 
 REPO = Path(__file__).resolve().parents[1]
 FILES = {name: f"# stand-in for {name}\nkind: CustomResourceDefinition\n".encode() for name in src.SHA256}

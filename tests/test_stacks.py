@@ -7,7 +7,7 @@ import pytest
 from policy import policies
 from stacks.loader import load_settings
 from stacks.ops.render import _plain, render_stack
-from tests.fixtures.k8s_schemas import validate_object
+from tests.fixtures.k8s.schemas import validate_object
 
 STACKS = ("dev", "g7e", "matrix", "tp")
 

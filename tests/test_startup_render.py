@@ -13,7 +13,7 @@ import pytest
 from components import image_cache
 from stacks.settings import ConfigError, settings_from_config
 from tests.fixtures.code_volumes import config_maps, volume_files, write_files
-from tests.fixtures.k8s_schemas import validate_object
+from tests.fixtures.k8s.schemas import validate_object
 from tests.fixtures.pulumi_stack import render_with, stack_config
 
 SNAPSHOT = "snap-0123456789abcdef0"

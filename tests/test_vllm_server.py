@@ -12,7 +12,7 @@ from components.weight_store import WeightStore, WeightStoreArgs
 from policy import policies
 from stacks import catalog, serving
 from stacks.ops import mocks as mocks_module
-from tests.fixtures.k8s_schemas import validate_object
+from tests.fixtures.k8s.schemas import validate_object
 
 K8S = "1.34"
 CLUSTER_ARN = "arn:aws:eks:ap-northeast-2:123456789012:cluster/vllm-poc-test"
