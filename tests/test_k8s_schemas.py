@@ -187,6 +187,56 @@ def test_custom_resource_metadata_basics(karpenter_crds):
     assert any("metadata.label: unknown field" in e for e in errors), errors
 
 
+
+def namespace() -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vllm"}}
+
+
+def cluster_role() -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "vllm-poc-reader"}, "rules": []}
+
+
+# Each case changes one metadata entry of a valid built-in object; the API server's name and label
+# rules (apimachinery's validation) come on top of the schema and differ by kind.
+@pytest.mark.parametrize("make, meta, message", [
+    (service, {"name": "8000-gemma"}, "metadata.name: '8000-gemma' must be a DNS-1035 label"),
+    (namespace, {"name": "vllm.poc"}, "metadata.name: 'vllm.poc' must be a DNS-1123 label"),
+    (cluster_role, {"name": "vllm/reader"}, "metadata.name: 'vllm/reader' may not be '.' or '..' nor contain"),
+    (deployment, {"name": "gemma_fp8"}, "metadata.name: 'gemma_fp8' must be a DNS-1123 subdomain"),
+    (deployment, {"labels": {"app": "gemma fp8"}}, "metadata.labels[app]: value 'gemma fp8' must be at most 63"),
+    (deployment, {"labels": {"app": "g" * 64}}, "metadata.labels[app]: value 'ggg"),
+    (deployment, {"labels": {"a/b/c": "x"}}, "metadata.labels[a/b/c]: key has more than one '/'"),
+    (deployment, {"annotations": {"Example.com/x": "y"}},
+     "metadata.annotations[Example.com/x]: key prefix must be a DNS-1123 subdomain"),
+    (deployment, {"annotations": {"-x": "y"}}, "metadata.annotations[-x]: key name part must be 1-63"),
+    (deployment, {"annotations": {"replicas": 2}}, "metadata.annotations[replicas]: value must be a string, got 2"),
+], ids=["service-dns1035", "namespace-label", "rbac-slash", "subdomain", "label-value", "label-value-length",
+        "key-slashes", "key-prefix", "key-name", "annotation-value"])
+def test_builtin_metadata_rules(make, meta, message, karpenter_crds):
+    obj = make()
+    obj["metadata"].update(meta)
+    errors = errors_of(obj, karpenter_crds)
+    assert any(message in e for e in errors), errors
+
+
+def test_rbac_names_are_path_segments_not_subdomains(karpenter_crds):
+    obj = cluster_role()
+    obj["metadata"]["name"] = "vllm-poc:Reader"  # a colon and a capital: fine for RBAC, not for a Deployment
+    assert errors_of(obj, karpenter_crds) == []
+
+
+def test_custom_resource_integer_formats_and_status(karpenter_crds):
+    obj = nodeclass()
+    obj["spec"]["kubelet"] = {"maxPods": 2**31}  # the CRD's only bound below is minimum 0: format int32 is the check
+    obj["status"] = {"conditions": []}
+    errors = errors_of(obj, karpenter_crds)
+    assert any("spec.kubelet.maxPods: 2147483648 is not a 'int32'" in e for e in errors), errors
+    assert any("status: written by the controller" in e for e in errors), errors
+    obj["spec"]["kubelet"]["maxPods"] = 2**31 - 1
+    del obj["status"]
+    assert errors_of(obj, karpenter_crds) == []
+
 def test_deployment_with_misspelt_field_fails_strict(karpenter_crds):
     obj = deployment()
     obj["spec"]["replica"] = obj["spec"].pop("replicas")
