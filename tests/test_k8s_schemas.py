@@ -226,7 +226,7 @@ def test_rbac_names_are_path_segments_not_subdomains(karpenter_crds):
     assert errors_of(obj, karpenter_crds) == []
 
 
-def test_custom_resource_integer_formats_and_status(karpenter_crds):
+def test_custom_resource_formats_and_status(karpenter_crds):
     obj = nodeclass()
     obj["spec"]["kubelet"] = {"maxPods": 2**31}  # the CRD's only bound below is minimum 0: format int32 is the check
     obj["status"] = {"conditions": []}
@@ -236,6 +236,12 @@ def test_custom_resource_integer_formats_and_status(karpenter_crds):
     obj["spec"]["kubelet"]["maxPods"] = 2**31 - 1
     del obj["status"]
     assert errors_of(obj, karpenter_crds) == []
+    pool = nodepool()
+    pool["spec"]["template"]["spec"]["taints"][0]["timeAdded"] = "yesterday"
+    errors = errors_of(pool, karpenter_crds)
+    assert errors == ["NodePool/gpu: spec.template.spec.taints[0].timeAdded: 'yesterday' is not a 'date-time'"], errors
+    pool["spec"]["template"]["spec"]["taints"][0]["timeAdded"] = "2026-12-07T23:30:00Z"
+    assert errors_of(pool, karpenter_crds) == []
 
 def test_deployment_with_misspelt_field_fails_strict(karpenter_crds):
     obj = deployment()
@@ -285,7 +291,7 @@ def test_most_cel_rules_are_evaluable(karpenter_crds):
     assert len(rules) - len(not_evaluable) >= 0.8 * len(rules)
 
 
-def _widget_crd(rules: list[dict]) -> dict:
+def _widget_crd(rules: list[dict], **more_properties: dict) -> dict:
     return {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "widgets.example.com"},
@@ -300,7 +306,8 @@ def _widget_crd(rules: list[dict]) -> dict:
                                                  "zones": {"type": "array", "items": {"type": "string"},
                                                            "x-kubernetes-list-type": "set"},
                                                  "extra": {"type": "object",
-                                                           "x-kubernetes-preserve-unknown-fields": True}}}}}}}]},
+                                                           "x-kubernetes-preserve-unknown-fields": True},
+                                                 **more_properties}}}}}}]},
     }
 
 
@@ -320,6 +327,25 @@ def test_rules_that_cannot_run_are_reported_not_passed():
     assert any("spec.zones:" in e and "non-unique" in e for e in report.errors), report.errors
     assert len(report.errors) == 2, report.errors
 
+
+
+def test_defaults_nullable_and_list_maps_as_the_api_server_applies_them():
+    crds = CrdRegistry.from_documents([_widget_crd(
+        [{"rule": "self.replicas >= 1", "message": "replicas below 1"}],
+        replicas={"type": "integer", "default": 2},
+        owner={"type": "string", "nullable": True},
+        ports={"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+               "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}}})])
+    obj = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "vllm"},
+           "spec": {"owner": None, "ports": [{"name": "http", "port": 80}, {"name": "metrics", "port": 81}]}}
+    # replicas is left out: the API server defaults it to 2 before the rule reads it; owner may be null
+    assert validate_object(obj, crds=crds).errors == []
+    obj["spec"]["replicas"] = 0
+    obj["spec"]["ports"][1]["name"] = "http"
+    errors = validate_object(obj, crds=crds).errors
+    assert errors == ["Widget/vllm/w: spec: replicas below 1 (rule: self.replicas >= 1)",
+                      'Widget/vllm/w: spec.ports[1]: duplicate entry for list-map keys [\'name\'] = ["http"] '
+                      "(first at [0])"], errors
 
 def test_karpenter_schema_version_matches_the_pinned_chart():
     assert pins().karpenter_chart == KARPENTER_VERSION
