@@ -364,3 +364,20 @@ def test_cli_validates_a_multi_document_file(tmp_path, capsys, karpenter_crds):
     assert "3 object(s), 1 with errors" in out
     path.write_text(yaml.safe_dump_all([nodepool(), copy.deepcopy(nodeclass())]))
     assert main([str(path), "--stack", "dev", "-q"]) == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["{missing}"], "no such file; give a rendered manifest"),
+    (["{file}", "--stack", "nosuch"], "--stack nosuch: no Pulumi.nosuch.yaml in"),
+    (["{file}", "--kubernetes-version", "9.99"], "--kubernetes-version: kubernetes version '9.99' is not covered"),
+    (["{file}", "--kubernetes-version", "latest"], "--kubernetes-version: Invalid version"),
+    (["{broken}"], "not a YAML file"),
+], ids=["missing-file", "unknown-stack", "uncovered-version", "not-a-version", "not-yaml"])
+def test_cli_bad_input_exits_2_naming_what_to_fix(argv, message, tmp_path, capsys):
+    (tmp_path / "ok.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: vllm}\n")
+    (tmp_path / "broken.yaml").write_text("kind: [unclosed\n")
+    paths = {"missing": tmp_path / "none.yaml", "file": tmp_path / "ok.yaml", "broken": tmp_path / "broken.yaml"}
+    with pytest.raises(SystemExit) as exit_:
+        main([a.format(**paths) for a in argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and "Traceback" not in err, err
