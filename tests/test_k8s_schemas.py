@@ -368,7 +368,7 @@ def test_cli_validates_a_multi_document_file(tmp_path, capsys, karpenter_crds):
 
 @pytest.mark.parametrize("argv, message", [
     (["{missing}"], "no such file; give a rendered manifest"),
-    (["{file}", "--stack", "nosuch"], "--stack nosuch: no Pulumi.nosuch.yaml in"),
+    (["{file}", "--stack", "fleat"], "--stack fleat: no stack file Pulumi.fleat.yaml in"),
     (["{file}", "--kubernetes-version", "9.99"], "--kubernetes-version: kubernetes version '9.99' is not covered"),
     (["{file}", "--kubernetes-version", "latest"], "--kubernetes-version: Invalid version"),
     (["{broken}"], "not a YAML file"),
