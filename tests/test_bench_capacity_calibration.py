@@ -25,6 +25,7 @@ from bench.analysis import results as R
 from bench.analysis.capacity import search as S
 from bench.analysis import side as SIDE
 from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 from bench.run import extra_runs as X
 from bench.run import sizing
 
@@ -106,7 +107,7 @@ def sweep(folder: Path, server: FakeServer, rng: np.random.Generator, scenario: 
     return {"runs": runs, "spent": spent, "grid_s": grid_s, "stopped": stopped, "search": search}
 
 
-def capacity(folder: Path, scenario: str = "S1_chat") -> V.Capacity:
+def capacity(folder: Path, scenario: str = "S1_chat") -> CAP.Capacity:
     side = SIDE.load_side(folder)
     return CR.scenario_capacity(folder, side.runs, **{"ttft_ms": 500.0, "decode_ms": 50.0})[scenario]["closed"]
 
@@ -150,7 +151,7 @@ BASE_SEED = 7000
 
 
 @pytest.fixture(scope="module")
-def baselines(tmp_path_factory) -> list[V.Capacity]:
+def baselines(tmp_path_factory) -> list[CAP.Capacity]:
     """One baseline sweep per rerun, shared by the ratio cases below (as one baseline measured once is
     compared with several candidates): each case's candidates are its own, the baselines the same."""
     root = tmp_path_factory.mktemp("baselines")
@@ -161,7 +162,7 @@ def baselines(tmp_path_factory) -> list[V.Capacity]:
     return caps
 
 
-def ratio_reruns(tmp_path: Path, baselines: list[V.Capacity], ratio: float, seed: int) -> list[str]:
+def ratio_reruns(tmp_path: Path, baselines: list[CAP.Capacity], ratio: float, seed: int) -> list[str]:
     """The verdict's state at 1.5x in each rerun of two sides whose true per-GPU ratio is `ratio`
     (the same latency curve, GPU-like run-to-run spread: sigma 4 %)."""
     cand = FakeServer(top=BASE.top * ratio, ms_per_c=BASE.ms_per_c, sigma=BASE.sigma)
@@ -170,7 +171,7 @@ def ratio_reruns(tmp_path: Path, baselines: list[V.Capacity], ratio: float, seed
     for k, base_cap in enumerate(baselines):
         folder = tmp_path / f"{ratio:g}-cand{k}"
         sweep(folder, cand, np.random.default_rng(seed + k))
-        call = V.slo_call("S1_chat", capacity(folder), base_cap, V.SEARCH, a_gpus=1, b_gpus=1, threshold=1.5,
+        call = V.slo_call("S1_chat", capacity(folder), base_cap, CAP.SEARCH, a_gpus=1, b_gpus=1, threshold=1.5,
                           labels=("cand", "base"))
         states.append(call.state)
     print(f"\n[calibration] true ratio {ratio:g}x against 1.5x: pass {states.count(V.PASS)}, inconclusive "

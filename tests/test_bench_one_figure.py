@@ -29,6 +29,7 @@ from bench.analysis import results as R
 from bench.analysis import sizing
 from bench.analysis import summary as SUMMARY
 from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 from bench.demo import command as demo
 from bench.run import runner
 from tests.fixtures.bench_pages import make_sweep
@@ -301,23 +302,23 @@ def asked_concurrencies(text: str) -> list[int]:
 
 
 def test_advice_asks_only_for_loads_above_those_run():
-    open_top = V.Capacity(V.SEARCH, V.MEETS, 900.0, V.INF, V.CONCURRENCY, 128, None, 128, point=1000.0)
-    closed = V.Capacity(V.SEARCH, V.MEETS, 300.0, 500.0, V.CONCURRENCY, 10, 11, 64, point=330.0)
-    words = V.narrowing_advice(V.SEARCH, open_top, closed, ("g7e", "l40s"))
+    open_top = CAP.Capacity(CAP.SEARCH, CAP.MEETS, 900.0, CAP.INF, CAP.CONCURRENCY, 128, None, 128, point=1000.0)
+    closed = CAP.Capacity(CAP.SEARCH, CAP.MEETS, 300.0, 500.0, CAP.CONCURRENCY, 10, 11, 64, point=330.0)
+    words = V.narrowing_advice(CAP.SEARCH, open_top, closed, ("g7e", "l40s"))
     # the search goes above the grid by itself: the same folder, a higher ceiling, --resume
     assert "above c=128, the highest it ran" in words and "--search-max-concurrency" in words and "--resume" in words
     assert asked_concurrencies(words) == []  # no grid to run again: nothing below c=128 is asked for
     # both intervals' ends already neighbouring concurrencies: only the open loop narrows them
-    adjacent = V.narrowing_advice(V.SEARCH, V.Capacity(V.SEARCH, V.MEETS, 300.0, 500.0, V.CONCURRENCY, 10, 11, 64),
+    adjacent = V.narrowing_advice(CAP.SEARCH, CAP.Capacity(CAP.SEARCH, CAP.MEETS, 300.0, 500.0, CAP.CONCURRENCY, 10, 11, 64),
                                   closed, ("g7e", "l40s"))
     assert "already neighbouring" in adjacent and "--open-loop always" in adjacent
     assert "--search-bracket" not in adjacent and "--extra-budget" not in adjacent
-    wide = V.narrowing_advice(V.SEARCH, V.Capacity(V.SEARCH, V.MEETS, 1.0, 2.0, V.CONCURRENCY, 8, 12, 64),
+    wide = V.narrowing_advice(CAP.SEARCH, CAP.Capacity(CAP.SEARCH, CAP.MEETS, 1.0, 2.0, CAP.CONCURRENCY, 8, 12, 64),
                               closed, ("a", "b"))
     assert "narrow a (2.00x)" in wide and "--budget-minutes" in wide
     # the plan's reason for an open baseline names the same
     need = sizing.Need(low=1.0, high=sizing.INF, open_baseline={"S1_chat": V.higher_load_advice(open_top)},
-                       sources={V.SEARCH})
+                       sources={CAP.SEARCH})
     assert "above c=128" in sizing.range_reason(need, "g7e")
     assert V.higher_load_advice(closed) == ""
 

@@ -18,6 +18,7 @@ from bench.analysis import results as R
 from bench.analysis import side as SIDE
 from bench.analysis import summary as SUMMARY
 from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 from tests.test_bench_plan import result as detailed_result
 
 OUT_LEN = {"S1_chat": 128, "S2_summary": 256}
@@ -65,16 +66,16 @@ def report(tmp_path, cand, base, *argv):
 
 
 def test_ratio_interval_ends():
-    cap = lambda lo, hi, state=V.MEETS: V.Capacity(V.GRID, state, lo, hi)  # noqa: E731
+    cap = lambda lo, hi, state=CAP.MEETS: CAP.Capacity(CAP.GRID, state, lo, hi)  # noqa: E731
     assert V.ratio_interval(cap(3200, 6400), cap(800, 1600), 1, 1) == (2.0, 8.0)
     assert V.ratio_interval(cap(3200, 6400), cap(800, 1600), 4, 1) == (0.5, 2.0)  # per GPU
     assert V.ratio_interval(cap(3200, math.inf), cap(800, 1600), 1, 1) == (2.0, math.inf)
     assert V.ratio_interval(cap(3200, 6400), cap(800, math.inf), 1, 1) == (0.0, 8.0)
-    only_candidate = V.ratio_interval(cap(3200, 6400), cap(0, 0, V.NEVER), 1, 1)
+    only_candidate = V.ratio_interval(cap(3200, 6400), cap(0, 0, CAP.NEVER), 1, 1)
     assert only_candidate == (math.inf, math.inf)
-    assert V.ratio_interval(cap(0, 0, V.NEVER), cap(800, 1600), 1, 1) == (0.0, 0.0)
-    assert V.ratio_interval(cap(0, 0, V.NEVER), cap(0, 0, V.NEVER), 1, 1) is None  # neither meets
-    assert V.ratio_interval(cap(3200, 6400), V.Capacity(V.GRID, V.NO_DATA), 1, 1) is None
+    assert V.ratio_interval(cap(0, 0, CAP.NEVER), cap(800, 1600), 1, 1) == (0.0, 0.0)
+    assert V.ratio_interval(cap(0, 0, CAP.NEVER), cap(0, 0, CAP.NEVER), 1, 1) is None  # neither meets
+    assert V.ratio_interval(cap(3200, 6400), CAP.Capacity(CAP.GRID, CAP.NO_DATA), 1, 1) is None
     assert V.interval_text(only_candidate) == "unbounded (only the candidate meets the SLO)"
     assert V.interval_text((2.0, math.inf)) == "2.00x or more (no upper bound)"
     assert V.interval_text([2.0, None]) == "2.00x or more (no upper bound)"
@@ -95,18 +96,18 @@ def test_grid_capacity_interval_open_end_and_never(tmp_path):
     a, b, c, d = caps["a"], caps["b"], caps["c"], caps["d"]
     # Nothing was run twice: the assumed run-to-run band widens both ends of each interval.
     band = 1 + C.DEFAULT_NOISE_PCT / 100
-    assert (a.state, a.point, a.load_pass, a.load_fail, a.source) == (V.MEETS, 800.0, 8, 16, V.GRID)
+    assert (a.state, a.point, a.load_pass, a.load_fail, a.source) == (CAP.MEETS, 800.0, 8, 16, CAP.GRID)
     assert (a.lo, a.hi) == (pytest.approx(800.0 / band), pytest.approx(1600.0 * band))
     assert (a.source_run, a.repeats, a.noise_pct, a.noise_source) == ("S1_chat_c8.json", 1, C.DEFAULT_NOISE_PCT,
                                                                       "assumed")
     assert (b.point, b.lo, b.hi, b.load_pass, b.load_fail) == (6400.0, pytest.approx(6400 / band), math.inf, 64, None)
-    assert (c.state, c.lo, c.hi, c.load_fail) == (V.NEVER, 0.0, 0.0, 1)  # misses at one request at a time
-    assert (d.state, d.lo, d.hi, d.load_fail) == (V.NEVER, 0.0, pytest.approx(400.0 * band), 4)  # below the lowest load
+    assert (c.state, c.lo, c.hi, c.load_fail) == (CAP.NEVER, 0.0, 0.0, 1)  # misses at one request at a time
+    assert (d.state, d.lo, d.hi, d.load_fail) == (CAP.NEVER, 0.0, pytest.approx(400.0 * band), 4)  # below the lowest load
     # one wording of a capacity everywhere (bench sweep's line, the plan, the report): answer.capacity_words
     assert answer.capacity_words(a.as_dict()) == (
         "800.0 tok/s, 95 % interval 720.7 to 1,776.0 (from c=8, closed loop, S1_chat_c8.json; run-to-run band 11 %, "
         "assumed, no point was run twice; meets the SLO at c=8, misses it at c=16)")
-    flat = V.Capacity(V.GRID, V.MEETS, lo=394.7, hi=394.7, load_pass=7, load_fail=8, point=394.7)  # saturated
+    flat = CAP.Capacity(CAP.GRID, CAP.MEETS, lo=394.7, hi=394.7, load_pass=7, load_fail=8, point=394.7)  # saturated
     assert answer.capacity_words(flat.as_dict()) == (
         "394.7 tok/s, 95 % interval 394.7 (from c=7, closed loop; meets the SLO at c=7, misses it at c=8)")
     words_b = answer.capacity_words(b.as_dict())
@@ -439,8 +440,8 @@ def test_the_capacity_carries_each_figures_band_and_names_the_largest():
     state = agreeing_tok_s_spread_itl()
     noise = state.noise()
     tok, decode = noise.figure(C.OUTPUT_TOK_S), noise.figure(C.DECODE)
-    cap = V.from_search(state, V.SEARCH, V.CONCURRENCY)
-    assert cap.state == V.MEETS and cap.load_pass == 8 and cap.load_fail == 16
+    cap = CAP.from_search(state, CAP.SEARCH, CAP.CONCURRENCY)
+    assert cap.state == CAP.MEETS and cap.load_pass == 8 and cap.load_fail == 16
     assert cap.band_lo == pytest.approx(C.band(tok, 3)) and cap.band_hi == pytest.approx(tok / 100)
     assert (cap.lo, cap.hi) == pytest.approx(state.ends())
     iv = cap.as_dict()

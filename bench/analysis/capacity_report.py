@@ -27,6 +27,7 @@ from bench.analysis import decision as D
 from bench.analysis import results as R
 from bench.analysis.capacity import search as S
 from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 
 SEARCH_DIR = "search"
 OPEN_LOOP_DIR = "open_loop"
@@ -82,10 +83,10 @@ def open_loop_runs(folder: Path) -> dict[str, dict[float, list[tuple[R.RunResult
             for s, by_r in out.items()}
 
 
-def slo_capacity(cap: V.Capacity) -> dict[str, Any] | None:
+def slo_capacity(cap: CAP.Capacity) -> dict[str, Any] | None:
     """summary.json `slo_capacity`: the closed loop's bracket read off the one closed-loop capacity
-    (bench.analysis.verdict.closed_loop); None where no load meets the SLO with confidence."""
-    if cap.state == V.NEVER:
+    (bench.analysis.capacity.interval.closed_loop); None where no load meets the SLO with confidence."""
+    if cap.state == CAP.NEVER:
         return {"state": C.NEVER_MEETS_SLO}
     if not cap.known or not cap.confirmed:
         return None
@@ -112,7 +113,7 @@ def open_loop_points(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]]
             goodput = C._num(data.get("request_goodput"))  # noqa: SLF001
             points.append({
                 "rate": rate,
-                "file": V.run_file(result, qualify),
+                "file": CAP.run_file(result, qualify),
                 "req_s": result.req_s,
                 "output_tok_s": result.output_tok_s,
                 "goodput_req_s": goodput,
@@ -134,13 +135,13 @@ def rate_search(runs: dict[float, list[tuple[R.RunResult, dict[str, Any]]]], *, 
                      default_noise_pct=noise_pct, target=target)
     for rate, at_rate in runs.items():
         for result, data in at_rate:
-            state.observe(rate, data, V.run_file(result, qualify))
+            state.observe(rate, data, CAP.run_file(result, qualify))
     return state
 
 
-def rate_capacity(cap: V.Capacity | None, points: list[dict[str, Any]]) -> dict[str, Any] | None:
+def rate_capacity(cap: CAP.Capacity | None, points: list[dict[str, Any]]) -> dict[str, Any] | None:
     """summary.json `rate_capacity`: the highest offered rate that meets the SLO with confidence."""
-    if cap is None or cap.state != V.MEETS:
+    if cap is None or cap.state != CAP.MEETS:
         return None
     at = [p for p in points if p["rate"] == cap.load_pass and p.get("goodput_req_s") is not None]
     goodput = sum(p["goodput_req_s"] for p in at) / len(at) if at else None
@@ -168,9 +169,9 @@ def _settings(folder: Path) -> dict[str, Any]:
 def scenario_capacity(folder: Path | list[Path], grid: list[R.RunResult], *, ttft_ms: float, decode_ms: float,
                       decode_metric: str = "itl") -> dict[str, dict[str, Any]]:
     """{scenario: {"slo_capacity", "rate_capacity", "open_loop", "closed", "open", "peak"}} for every
-    scenario of the grid. `closed` and `open` are the capacity intervals (bench.analysis.verdict.Capacity)
+    scenario of the grid. `closed` and `open` are the capacity intervals (bench.analysis.capacity.interval.Capacity)
     of the closed loop (grid and search) and of the open loop (None without open-loop runs); `peak`
-    the peak over every closed-loop run (bench.analysis.verdict.closed_peak).
+    the peak over every closed-loop run (bench.analysis.capacity.interval.closed_peak).
     Pass the usable grid runs (valid, not suspect). Several folders (sweeps of one server setting, each from
     a fresh server) are pooled: their runs at one load with one size are comparable repeats, so the band
     includes the spread between servers; each run is named after its folder too, and the band assumed
@@ -192,11 +193,11 @@ def scenario_capacity(folder: Path | list[Path], grid: list[R.RunResult], *, ttf
         at_rates = opened.get(name, {})
         points = open_loop_points(at_rates, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
                                   qualify=qualify)
-        closed = V.closed_loop(runs, found, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
+        closed = CAP.closed_loop(runs, found, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
                                noise_pct=noise_pct, target=target, qualify=qualify)
         # One server setting, one scenario: the open loop starts from the closed loop's bands, figure by figure.
         band = closed.noise_by_figure or (closed.noise_pct if closed.noise_pct is not None else noise_pct)
-        opener = V.open_loop(rate_search(at_rates, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
+        opener = CAP.open_loop(rate_search(at_rates, ttft_ms=ttft_ms, decode_ms=decode_ms, decode_metric=decode_metric,
                                          noise_pct=band, target=target, qualify=qualify))
         out[name] = {
             "slo_capacity": slo_capacity(closed),
@@ -204,7 +205,7 @@ def scenario_capacity(folder: Path | list[Path], grid: list[R.RunResult], *, ttf
             "open_loop": points,
             "closed": closed,
             "open": opener,
-            "peak": V.closed_peak(runs, found, qualify),
+            "peak": CAP.closed_peak(runs, found, qualify),
         }
     return out
 
@@ -260,14 +261,14 @@ def sides_capacity(sides: list, *, ttft_ms: float, decode_ms: float, decode_metr
 def sides_peak(sides: list, name: str) -> dict[str, Any] | None:
     """The peak of a scenario over every closed-loop run of one or more sweeps of one server setting (the
     usable grid runs and the capacity search's, the runs of one concurrency averaged across the sweeps:
-    bench.analysis.verdict.closed_peak), as `scenario_capacity` pools them: with several sweeps each run
+    bench.analysis.capacity.interval.closed_peak), as `scenario_capacity` pools them: with several sweeps each run
     is named after its folder too."""
     grid = [r for side in sides for r in side.valid(name)]
     searched = _pool(search_runs(side.path) for side in sides)
-    return V.closed_peak(grid, searched.get(name, {}), len(sides) > 1)
+    return CAP.closed_peak(grid, searched.get(name, {}), len(sides) > 1)
 
 
-def band_credit(a: V.Capacity, b: V.Capacity) -> tuple[float | None, float | None]:
+def band_credit(a: CAP.Capacity, b: CAP.Capacity) -> tuple[float | None, float | None]:
     """How far each end of the ratio lies inside the quotient of the two capacities as shown
     (`ratio_interval`): low end = candidate lo / baseline hi x the first, high end = candidate hi /
     baseline lo / the second. Each is (1 + band a)(1 + band b) / (1 + their quadrature sum), 1 where
@@ -282,8 +283,8 @@ def band_credit(a: V.Capacity, b: V.Capacity) -> tuple[float | None, float | Non
     if interval is None:
         return None, None
     lo, hi = interval
-    return (credit(a.band_lo, b.band_hi) if 0 < lo < V.INF else None,
-            credit(a.band_hi, b.band_lo) if 0 < hi < V.INF else None)
+    return (credit(a.band_lo, b.band_hi) if 0 < lo < CAP.INF else None,
+            credit(a.band_hi, b.band_lo) if 0 < hi < CAP.INF else None)
 
 
 def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decode_ms: float,
@@ -298,12 +299,12 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
         got = mine.get(name, {})
         entry["slo_capacity"] = got.get("slo_capacity")
         entry["rate_capacity"] = got.get("rate_capacity")
-        closed, opened = got.get("closed") or V.Capacity(V.GRID, V.NO_DATA), got.get("open")
+        closed, opened = got.get("closed") or CAP.Capacity(CAP.GRID, CAP.NO_DATA), got.get("open")
         entry["slo_capacity_interval"] = closed.as_dict()
         entry["rate_capacity_interval"] = opened.as_dict() if opened else None
         # The capacity under the SLO, closed loop, with its run: the same figure as the interval's.
         entry["slo"] = ({"concurrency": closed.load_pass, "output_tok_s": _round(closed.point), "loop": closed.loop,
-                         "source_run": closed.source_run} if closed.state == V.MEETS else None)
+                         "source_run": closed.source_run} if closed.state == CAP.MEETS else None)
     extra: dict[str, Any] = {"candidate": mine}
     if base is None or summary["comparison"] is None:
         return extra
@@ -315,16 +316,16 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
     calls, peak_calls = [], []
     priced = side.cost_price() is not None and base.cost_price() is not None
     for name, comp in summary["comparison"].items():
-        a, b, source = V.pair(mine.get(name), theirs.get(name))
+        a, b, source = CAP.pair(mine.get(name), theirs.get(name))
         call = V.slo_call(name, a, b, source, a_gpus=side.gpus, b_gpus=base.gpus, threshold=threshold,
                           labels=labels)
         cost = None
-        if priced and V.figure(a) is not None and V.figure(b):
-            cost = V.point_ratio(V.figure(a) / side.cost_price(), V.figure(b) / base.cost_price())
+        if priced and CAP.figure(a) is not None and CAP.figure(b):
+            cost = V.point_ratio(CAP.figure(a) / side.cost_price(), CAP.figure(b) / base.cost_price())
         comp["slo_ratio"] = call.point
         comp["slo_cost_efficiency_ratio"] = cost
         comp["baseline_state"] = b.state
-        comp["slo_ratio_interval"] = ([V._end(call.interval[0]), V._end(call.interval[1])]  # noqa: SLF001
+        comp["slo_ratio_interval"] = ([CAP.json_end(call.interval[0]), CAP.json_end(call.interval[1])]  # noqa: SLF001
                                       if call.interval else None)
         comp["slo_basis_source"] = source
         comp["slo_state"] = call.state
@@ -350,15 +351,15 @@ def add_to_summary(summary: dict[str, Any], side, base, *, ttft_ms: float, decod
     return extra
 
 
-def _per_gpu(cap: V.Capacity, gpus: int) -> list[float | None] | None:
+def _per_gpu(cap: CAP.Capacity, gpus: int) -> list[float | None] | None:
     """[lo, hi] output tok/s per GPU of a capacity (null hi: no upper bound); None when unknown."""
     if not cap.known or cap.lo is None:
         return None
-    return [V._end(cap.lo / gpus), V._end(cap.hi / gpus if cap.hi is not None else None)]  # noqa: SLF001
+    return [CAP.json_end(cap.lo / gpus), CAP.json_end(cap.hi / gpus if cap.hi is not None else None)]  # noqa: SLF001
 
 
-def _figure_per_gpu(cap: V.Capacity, gpus: int) -> float | None:
-    value = V.figure(cap)
+def _figure_per_gpu(cap: CAP.Capacity, gpus: int) -> float | None:
+    value = CAP.figure(cap)
     return None if value is None else round(value / gpus, 4)
 
 
@@ -371,10 +372,10 @@ def _ci(v: list[float] | None) -> str:
 
 
 def _source_text(interval: dict[str, Any]) -> str:
-    if interval.get("source") == V.SEARCH:
-        return "capacity search" + ("" if interval.get("confirmed") or interval.get("state") != V.MEETS
+    if interval.get("source") == CAP.SEARCH:
+        return "capacity search" + ("" if interval.get("confirmed") or interval.get("state") != CAP.MEETS
                                     else " (pass end not confirmed)")
-    return V.SOURCE_WORDS.get(interval.get("source"), str(interval.get("source")))
+    return CAP.SOURCE_WORDS.get(interval.get("source"), str(interval.get("source")))
 
 
 def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str, Any] | None,
@@ -398,9 +399,9 @@ def markdown(summary: dict[str, Any], extra: dict[str, Any], manifest: dict[str,
              "|---|---|---|---|---|---|---|---:|---:|---:|"]
     for name, s in summary["scenarios"].items():
         cap, rate = s.get("slo_capacity"), s.get("rate_capacity")
-        interval = s.get("slo_capacity_interval") or V.Capacity(V.GRID, V.NO_DATA).as_dict()
+        interval = s.get("slo_capacity_interval") or CAP.Capacity(CAP.GRID, CAP.NO_DATA).as_dict()
         cis = [_ci(cap["ttft_p99_ci_ms"]), _ci(cap["decode_p99_ci_ms"])] if cap and "state" not in cap else ["-", "-"]
-        figure = (answer.figure_words(interval) if interval.get("state") == V.MEETS
+        figure = (answer.figure_words(interval) if interval.get("state") == CAP.MEETS
                   else answer.capacity_words(interval).split(" (")[0])
         opened = ([_n(rate["req_s"], 3), _n(rate["output_tok_s"]), _n(rate["goodput_req_s"], 3)] if rate
                   else ["-", "-", "-"])
@@ -480,13 +481,13 @@ def comparison_markdown(summary: dict[str, Any], labels: tuple[str, str], extra:
              "|---|---|---|---|---|---|---:|---|"]
     for name, c in comp.items():
         per, fig = c.get("slo_capacity_per_gpu") or {}, c.get("slo_figure_per_gpu") or {}
-        a = c.get("candidate_slo_capacity") or V.Capacity(V.GRID, V.NO_DATA).as_dict()
-        b = c.get("baseline_slo_capacity") or V.Capacity(V.GRID, V.NO_DATA).as_dict()
+        a = c.get("candidate_slo_capacity") or CAP.Capacity(CAP.GRID, CAP.NO_DATA).as_dict()
+        b = c.get("baseline_slo_capacity") or CAP.Capacity(CAP.GRID, CAP.NO_DATA).as_dict()
         cost = "-" if c.get("slo_cost_efficiency_ratio") is None else f"{c['slo_cost_efficiency_ratio']:.2f}x"
         lines.append(f"| {name} | {V.interval_text(c.get('slo_ratio_interval'))} "
                      f"| {answer.capacity_words(a, per.get('candidate'), fig.get('candidate'))} "
                      f"| {answer.capacity_words(b, per.get('baseline'), fig.get('baseline'))} "
                      f"| {answer.ratio_rebuilt(c) or '-'} "
-                     f"| {V.SOURCE_WORDS.get(c.get('slo_basis_source'), '-')} | {cost} "
+                     f"| {CAP.SOURCE_WORDS.get(c.get('slo_basis_source'), '-')} | {cost} "
                      f"| {D.STATE_WORDS.get(c.get('slo_state'), '-').lower()} |")
     return lines

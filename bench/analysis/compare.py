@@ -44,6 +44,7 @@ from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
 from bench.analysis import spec as SPEC
 from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 from bench.analysis.side import SLO_FLAGS, Side, SloConflict, choose_slo, load_side, slo_given
 from bench.common import locations
 from bench.common import options as O
@@ -266,22 +267,22 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
             each[label] = [None if r is None else r.output_tok_s for r in usable]
             # a variant measured more than once: every sweep must have the point, and the cell is their mean
             values[label] = (None if any(r is None for r in usable) else usable[0].output_tok_s if len(usable) == 1
-                             else V.weighted(usable, "output_tok_s"))
+                             else CAP.weighted(usable, "output_tok_s"))
         cell_values.append((scenario, conc, values, each))
 
     slo_capacity: dict[str, dict[str, float | None]] = {}
     slo_intervals: dict[str, dict[str, dict[str, Any]]] = {}
-    intervals: dict[str, dict[str, V.Capacity]] = {}
+    intervals: dict[str, dict[str, CAP.Capacity]] = {}
     for label, group in groups.items():
         caps = CR.sides_capacity(group, ttft_ms=ttft_ms, decode_ms=itl_ms, decode_metric=decode_metric)
         for scenario in dict.fromkeys(k[0] for k in cells_keys):
-            cap = (caps.get(scenario) or {}).get("closed") or V.Capacity(V.GRID, V.NO_DATA)
+            cap = (caps.get(scenario) or {}).get("closed") or CAP.Capacity(CAP.GRID, CAP.NO_DATA)
             intervals.setdefault(scenario, {})[label] = cap
             # the figure and its interval as `bench report` writes them (summary.json `slo` and
             # `slo_capacity_interval`): one capacity function, read the same way
             slo_intervals.setdefault(scenario, {})[label] = cap.as_dict()
             slo_capacity.setdefault(scenario, {})[label] = (
-                round(V.figure(cap), 3) if cap.state == V.MEETS and V.figure(cap) is not None else None)
+                round(CAP.figure(cap), 3) if cap.state == CAP.MEETS and CAP.figure(cap) is not None else None)
 
     cells = []
     for scenario, conc, values, each in cell_values:
@@ -329,7 +330,7 @@ def setting_differences(first: tuple[dict[str, str], dict[str, str], list[str]],
     return out
 
 
-def capacity_lead(per: dict[str, V.Capacity], gpus: dict[str, int], excluded: set[str],
+def capacity_lead(per: dict[str, CAP.Capacity], gpus: dict[str, int], excluded: set[str],
                   incomplete: bool) -> dict[str, Any] | None:
     """The variant that serves the most under the SLO per GPU and how far it leads the next one: {"first",
     "second", "ratio" (their capacities per GPU), "ratio_interval" (its 95 % interval, each side's run-to-run
@@ -337,18 +338,18 @@ def capacity_lead(per: dict[str, V.Capacity], gpus: dict[str, int], excluded: se
     only where that interval lies wholly above 1x and the comparison is complete), "per": "gpu"}. None where
     fewer than two variants have a capacity figure. A gated variant (a collapsed draft) is never ranked."""
     ranked = sorted(((fig / gpus[label], label) for label, cap in per.items()
-                     if label not in excluded and (fig := V.figure(cap)) is not None), key=lambda x: -x[0])
+                     if label not in excluded and (fig := CAP.figure(cap)) is not None), key=lambda x: -x[0])
     if len(ranked) < 2 or ranked[0][0] <= 0:  # fewer than two figures, or none meets the SLO at all
         return None
     (a_fig, first), (b_fig, second) = ranked[0], ranked[1]
     interval = V.ratio_interval(per[first], per[second], gpus[first], gpus[second])
     clear = interval is not None and interval[0] > 1.0
     return {"first": first, "second": second, "ratio": V.point_ratio(a_fig, b_fig),
-            "ratio_interval": None if interval is None else [V._end(interval[0]), V._end(interval[1])],  # noqa: SLF001
+            "ratio_interval": None if interval is None else [CAP.json_end(interval[0]), CAP.json_end(interval[1])],
             "winner": first if clear and not incomplete else None, "per": "gpu"}
 
 
-def cell_noise(caps: list[V.Capacity]) -> tuple[float, str]:
+def cell_noise(caps: list[CAP.Capacity]) -> tuple[float, str]:
     """(noise_pct, noise_source) of a scenario's cells: the widest output tok/s run-to-run band among the
     variants, each as `bench report` states it for that variant's sweep (its capacity's `noise_by_figure`:
     comparable repeats, one load and one size, pooled with the band the sweep assumed as one degree of

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.analysis.verdict import FAIL, INCONCLUSIVE, PASS, Call, _end
+from bench.analysis.capacity.interval import json_end
+from bench.analysis.verdict import FAIL, INCONCLUSIVE, PASS, Call
 
 
 def decide(calls: list[Call], *, basis: str, threshold: float, issues: list[str],
@@ -50,12 +51,12 @@ def decide(calls: list[Call], *, basis: str, threshold: float, issues: list[str]
     lo, hi = binding.interval if binding is not None else (None, None)
     return {
         "threshold": threshold,
-        "min_ratio": _end(lo) if lo is not None else None,
+        "min_ratio": json_end(lo) if lo is not None else None,
         "pass": state == PASS,
         "basis": basis,
         "state": state,
         "reasons": reasons,
-        "min_ratio_interval": [_end(lo), _end(hi)] if lo is not None else None,
+        "min_ratio_interval": [json_end(lo), json_end(hi)] if lo is not None else None,
         "min_ratio_scenario": binding.scenario if binding is not None else None,
     }
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 from bench.analysis.side import load_side, read_manifest
 from bench.startup import model as startup_model
 from bench.startup import report as startup_report
@@ -162,12 +162,12 @@ def scale_down(startup_s: float) -> tuple[int, int]:
     return window, max(60, int(math.ceil(startup_s)))
 
 
-def _binding(intervals: dict[str, Any], scenarios: Iterable[str]) -> tuple[str, V.Capacity] | None:
+def _binding(intervals: dict[str, Any], scenarios: Iterable[str]) -> tuple[str, CAP.Capacity] | None:
     """The scenario whose closed-loop capacity is met at the lowest concurrency (it saturates first)."""
     known = []
     for name in scenarios:
         cap = (intervals.get(name) or {}).get("closed")
-        if cap is not None and cap.state == V.MEETS and cap.load_pass:
+        if cap is not None and cap.state == CAP.MEETS and cap.load_pass:
             known.append((cap.load_pass, name, cap))
     if not known:
         return None
@@ -311,7 +311,7 @@ def fragment(fleet: dict[str, Any], source: str) -> str:
         pool = fleet["pools"][name]
         cap = pool["capacity"]
         lines += [f"      # {name}: {pool['configuration']}; capacity under the SLO in {cap['scenario']} at "
-                  f"concurrency {cap['concurrency']:g} ({V.SOURCE_WORDS.get(cap['source'], cap['source'])}); "
+                  f"concurrency {cap['concurrency']:g} ({CAP.SOURCE_WORDS.get(cap['source'], cap['source'])}); "
                   f"start-up {pool['startup_s']:g} s ({pool['startup_basis']})",
                   f"      {name}:"]
         lines += [f"        {key}: {_scalar(value)}" for key, value in values.items()]

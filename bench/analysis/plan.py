@@ -39,6 +39,7 @@ from bench.analysis import capacity_report as CR
 from bench.analysis import compare as COMPARE
 from bench.analysis import fleet as F
 from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 from bench.analysis.side import (MANIFEST, SLO_FLAGS, Side, SloConflict, choose_slo, load_side,
                                  read_manifest, slo_given)
 from bench.analysis.sizing import (Capacity, Config, UsageError, build_plan, fleet_load, reference_load,
@@ -115,9 +116,9 @@ def side_prices(side: Side, given: dict[str | None, tuple[float | None, float | 
     return (od if od is not None else cat_od), (spot if spot is not None else cat_spot)
 
 
-def _from_interval(cap: V.Capacity, out_len: int | None) -> Capacity:
+def _from_interval(cap: CAP.Capacity, out_len: int | None) -> Capacity:
     if not cap.known:
-        return Capacity(None, None, cap.source, out_len, state=V.NO_DATA, words=answer.capacity_words(cap.as_dict()))
+        return Capacity(None, None, cap.source, out_len, state=CAP.NO_DATA, words=answer.capacity_words(cap.as_dict()))
     req_lo, req_hi = cap.req_lo, cap.req_hi
     if req_lo is None and out_len:
         req_lo = cap.lo / out_len
@@ -127,7 +128,7 @@ def _from_interval(cap: V.Capacity, out_len: int | None) -> Capacity:
     return Capacity(cap.lo, req_lo, cap.source, out_len, cap.hi, req_hi, cap.state, answer.capacity_words(interval),
                     f"{answer.from_words(interval)}; {answer.bracket_words(interval)}", band_lo=cap.band_lo,
                     band_hi=cap.band_hi, more=V.higher_load_advice(cap),
-                    point=V.figure(cap) if cap.state == V.MEETS else None, adjacent=V.adjacent(cap))
+                    point=CAP.figure(cap) if cap.state == CAP.MEETS else None, adjacent=V.adjacent(cap))
 
 
 def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, Capacity], dict[str, Any]]:
@@ -138,7 +139,7 @@ def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, C
         intervals = CR.side_capacity(side, ttft_ms=slo["ttft_p99_ms"], decode_ms=slo["decode_p99_ms"],
                                      decode_metric=slo["decode_metric"])
         for name in side.scenarios:
-            intervals.setdefault(name, {"closed": V.Capacity(V.GRID, V.NO_DATA), "open": None})
+            intervals.setdefault(name, {"closed": CAP.Capacity(CAP.GRID, CAP.NO_DATA), "open": None})
         return out, intervals
     for name in side.scenarios:
         out_len = side.lengths.get(name, (None, None))[1]
@@ -147,7 +148,7 @@ def capacities(side: Side, basis: str, slo: dict[str, Any]) -> tuple[dict[str, C
         top = CR.sides_peak(side.sweeps, name)
         out[name] = (Capacity(top["output_tok_s"], top["req_s"], "peak", out_len,
                               run=f"c={top['concurrency']}, closed loop, {', '.join(top['source_runs'])}") if top
-                     else Capacity(None, None, "peak", out_len, state=V.NO_DATA, words="no usable run"))
+                     else Capacity(None, None, "peak", out_len, state=CAP.NO_DATA, words="no usable run"))
     return out, intervals
 
 
@@ -160,7 +161,7 @@ def settle_slo_kind(configs: list[Config]) -> None:
         names += [n for n in cfg.intervals if n not in names]
     for name in names:
         entries = [cfg.intervals.get(name) for cfg in configs]
-        kind = "open" if all(e and V.bounded(e.get("open")) for e in entries) else "closed"
+        kind = "open" if all(e and CAP.bounded(e.get("open")) for e in entries) else "closed"
         for cfg in configs:
             entry = cfg.intervals.get(name)
             if entry is not None:
@@ -259,7 +260,7 @@ def render_markdown(plan: dict[str, Any], notes: list[str], load_desc: str, cand
             tok = _span(c.tok_s, c.tok_hi, c)
             tok = answer.figure_span(c.point, [c.tok_s, c.tok_hi], "") if c.point is not None else tok
             lines.append(f"| {cfg.label} | {s} | {tok} | {_span(c.req_s, c.req_hi, c, 3)} "
-                         f"| {V.SOURCE_WORDS.get(c.basis, c.basis)} | {c.run or '-'} |")
+                         f"| {CAP.SOURCE_WORDS.get(c.basis, c.basis)} | {c.run or '-'} |")
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     if plan.get("mixed_traffic"):
@@ -270,9 +271,9 @@ def render_markdown(plan: dict[str, Any], notes: list[str], load_desc: str, cand
 
 
 def _span(lo: float | None, hi: float | None, cap: Capacity, digits: int = 1) -> str:
-    if cap.state == V.NO_DATA or lo is None:
-        return "unknown (no usable run)" if cap.state == V.NO_DATA else "unknown"
-    if cap.state == V.NEVER and not hi:
+    if cap.state == CAP.NO_DATA or lo is None:
+        return "unknown (no usable run)" if cap.state == CAP.NO_DATA else "unknown"
+    if cap.state == CAP.NEVER and not hi:
         return "0 (never meets the SLO)"
     if hi is None or hi == lo:
         return f"{lo:,.{digits}f}"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 
 HOURS_PER_MONTH = 730.0
 EPS = 1e-9
@@ -41,14 +42,14 @@ class Capacity:
     output_len: int | None = None
     tok_hi: float | None = None
     req_hi: float | None = None
-    state: str = V.MEETS
+    state: str = CAP.MEETS
     words: str = ""
     run: str = ""  # the run the figure came from, in words (load, closed or open loop, file)
-    # the run-to-run bands (fractions) that widened the low and the high end (bench.analysis.verdict.Capacity)
+    # the run-to-run bands (fractions) that widened the low and the high end (bench.analysis.capacity.interval.Capacity)
     band_lo: float = 0.0
     band_hi: float = 0.0
     more: str = ""  # what measures beyond an open upper end (bench.analysis.verdict.higher_load_advice)
-    point: float | None = None  # the capacity figure inside [tok_s, tok_hi] (bench.analysis.verdict.figure)
+    point: float | None = None  # the capacity figure inside [tok_s, tok_hi] (bench.analysis.capacity.interval.figure)
     adjacent: bool = False  # its bracket is two neighbouring concurrencies (bench.analysis.verdict.adjacent)
 
     def __post_init__(self) -> None:
@@ -59,7 +60,7 @@ class Capacity:
 
     @property
     def known(self) -> bool:
-        return self.state == V.MEETS or (self.state == V.NEVER and self.tok_s is not None)
+        return self.state == CAP.MEETS or (self.state == CAP.NEVER and self.tok_s is not None)
 
     def tok(self, end: str) -> float | None:
         return self.tok_s if end == "lo" else self.tok_hi
@@ -152,7 +153,7 @@ def needed_replicas(cand: dict[str, Capacity], load: dict[str, Capacity], mix: d
     """The replica-loads `label` needs for the load (an interval), or the reason there is none."""
     usable = {}
     for s, demand in load.items():
-        if demand.state == V.NEVER:
+        if demand.state == CAP.NEVER:
             notes.append(f"{s}: the baseline never meets the SLO at the loads tested, so the load its replicas "
                          "carry within the SLO is unknown; left out")
             continue
@@ -165,10 +166,10 @@ def needed_replicas(cand: dict[str, Capacity], load: dict[str, Capacity], mix: d
                            "baseline's scenarios")
     for s in usable:
         c = cand.get(s)
-        if c is None or c.state == V.NO_DATA:
+        if c is None or c.state == CAP.NO_DATA:
             return Need(reason=f"{s} has no usable run in {label}, so its capacity is unknown: run the scenario "
                                f"(`bench sweep --scenarios {s} --resume` against {label})")
-        if c.state == V.NEVER and not c.tok_hi:
+        if c.state == CAP.NEVER and not c.tok_hi:
             return Need(reason=f"{label} never meets the SLO in {s} at the loads tested: {c.words}", never=True)
     need = Need()
     need.sources = {cand[s].basis for s in usable} | {d.basis for d in usable.values()}
@@ -267,12 +268,12 @@ def range_reason(need: Need, label: str) -> str:
         more = "; ".join(dict.fromkeys(f"{s}: {a}" for s, a in need.open_baseline.items() if a))
         tips.append(f"the baseline still meets the SLO at its highest load tested in {', '.join(need.open_baseline)}, "
                     "so the load its replicas carry has no upper bound" + (f" ({more})" if more else ""))
-    if V.GRID in need.sources:
+    if CAP.GRID in need.sources:
         tips.append("run the capacity search to narrow it (`bench sweep --capacity-search --resume` on "
                     f"{label} and the baseline: the grid is kept, only the search runs are added)")
-    elif V.SEARCH in need.sources:
+    elif CAP.SEARCH in need.sources:
         tips.append(V.search_tip(need.adjacent))
-    elif V.OPEN_LOOP in need.sources:
+    elif CAP.OPEN_LOOP in need.sources:
         tips.append("the open-loop rate search narrows it with more budget (`bench sweep --capacity-search "
                     "--open-loop always --resume --budget-minutes MINUTES`)")
     return "the capacity under the SLO is known only as an interval; " + "; ".join(tips or ["measure more loads"])

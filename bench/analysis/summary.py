@@ -17,7 +17,7 @@ from typing import Any
 from bench.analysis import capacity_report as CR
 from bench.analysis import checks
 from bench.analysis import results as R
-from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 from bench.analysis.side import MANIFEST, Side, SloChoice, run_row, whole_reason
 from bench.common import locations
 from bench.startup import report as startup_report
@@ -25,7 +25,8 @@ from bench.startup import report as startup_report
 
 def closed_peak(side: Side, name: str) -> dict[str, Any] | None:
     """The peak of a scenario over every closed-loop run of the sweep and its repeats: the usable grid runs
-    and the capacity search's runs, the runs of one concurrency averaged (bench.analysis.verdict.closed_peak)."""
+    and the capacity search's runs, the runs of one concurrency averaged
+    (bench.analysis.capacity.interval.closed_peak)."""
     return CR.sides_peak(side.sweeps, name)
 
 
@@ -178,7 +179,7 @@ def _extra_runs(side: Side, who: str, qualify: bool) -> list[dict[str, Any]]:
 
 def _extra_row(run: R.RunResult, who: str, kind: str, concurrency: int | None, rate: float | None,
                qualify: bool = False) -> dict[str, Any]:
-    return {"side": who, "scenario": run.scenario, "kind": kind, "file": V.run_file(run, qualify),
+    return {"side": who, "scenario": run.scenario, "kind": kind, "file": CAP.run_file(run, qualify),
             "concurrency": concurrency, "rate": rate, "output_tok_s": run.output_tok_s, "req_s": run.req_s,
             "ttft_p99_ms": run.ttft_p99_ms, "itl_p99_ms": run.itl_p99_ms, "tpot_p99_ms": run.tpot_p99_ms}
 
@@ -344,7 +345,7 @@ def fleet_range(current: int, intervals: dict[str, list[Any] | None], per_replic
     if not intervals or missing:
         return None, [None, None], ("the verdict has no ratio interval in " + (", ".join(missing) or "any scenario")
                                     + " to divide today's replicas by (see its reasons)")
-    ends = {n: [V.INF if v is None else float(v) * per_replica for v in iv] for n, iv in intervals.items()}
+    ends = {n: [CAP.INF if v is None else float(v) * per_replica for v in iv] for n, iv in intervals.items()}
     zero = [n for n, (lo, hi) in ends.items() if hi <= 0]
     if zero:
         return None, [None, None], (f"the candidate meets the SLO at no load tested in {', '.join(zero)}, so no count "

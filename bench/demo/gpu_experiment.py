@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
-from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 from bench.analysis import side as SD
 from bench.analysis.opener import read_object
 from bench.common.interrupts import run_logged, signal_name
@@ -188,7 +188,7 @@ def runs_of(folder: Path) -> list[dict[str, Any]]:
     open loop's valid runs, each with its kind ("grid", "search", "open loop"), its file, its load
     (concurrency; the offered rate for the open loop), output tok/s, TTFT and ITL p99 and validity."""
     def row(run: R.RunResult, kind: str, rate: float | None = None) -> dict[str, Any]:
-        return {"scenario": run.scenario, "kind": kind, "file": V.run_file(run), "concurrency": run.concurrency, "rate": rate,
+        return {"scenario": run.scenario, "kind": kind, "file": CAP.run_file(run), "concurrency": run.concurrency, "rate": rate,
                 "valid": run.valid, "output_tok_s": run.output_tok_s, "ttft_p99_ms": run.ttft_p99_ms,
                 "itl_p99_ms": run.itl_p99_ms, "reason": run.reason or None}
 

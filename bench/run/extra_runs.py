@@ -38,7 +38,7 @@ from typing import Any
 from bench.analysis import capacity as C
 from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
-from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 from bench.analysis.capacity import search as S
 from bench.run import grid, seeds, sizing
 
@@ -298,7 +298,7 @@ class ExtraRuns:
             closed.observe(s.concurrency, g.raw, s.filename)
         for c, runs in CR.search_runs(sweep.out).get(name, {}).items():
             for result, raw in runs:
-                closed.observe(c, raw, V.run_file(result))
+                closed.observe(c, raw, CAP.run_file(result))
         by_c = {s.concurrency: s for s in specs}
         first = specs[0]
         speed = sorted((g.concurrency, g.req_s or 0.0) for _, g in valid)
@@ -339,7 +339,7 @@ class ExtraRuns:
         rates = S.Search(**common, integer=False, floor=start / 64, ceiling=max(start * 8, closed.req_s(hi) or 0))
         for rate, runs_at in CR.open_loop_runs(sweep.out).get(name, {}).items():
             for result, raw in runs_at:
-                rates.observe(rate, raw, V.run_file(result))
+                rates.observe(rate, raw, CAP.run_file(result))
         pass_spec = by_c.get(int(lo), first)
 
         def open_run(step: S.Step, k: int) -> tuple[R.RunResult, float]:
@@ -451,7 +451,7 @@ def drive(search: S.Search, run, estimate, budget_s: float, *, first: S.Step | N
         runs += 1
         spent += used
         if result.valid:
-            search.observe(step.load, result.raw, V.run_file(result))
+            search.observe(step.load, result.raw, CAP.run_file(result))
             say(f"{search.words(step.load)} run {k} valid ({used:.0f} s): {result.output_tok_s:.1f} out tok/s, "
                 f"TTFT p99 {result.ttft_p99_ms:.0f} ms; {search.words(step.load)} "
                 f"{STATE_WORDS[search.state(load)]}")

@@ -29,7 +29,7 @@ from bench.analysis import answer
 from bench.analysis import capacity_report as CR
 from bench.analysis import results as R
 from bench.analysis import side as SIDE
-from bench.analysis import verdict as V
+from bench.analysis.capacity import interval as CAP
 from bench.common import options as O
 from bench.common import s3
 from bench.common.cli import Help, run_one
@@ -456,7 +456,7 @@ def _run(sweep: Sweep, upload: s3.S3Location | None, scratch: Path) -> int:
 
 def record_capacity(sweep: Sweep) -> None:
     """This side's half of a verdict, recorded where the results are (manifest `capacity`, uploaded):
-    per scenario its capacity under the sweep's SLO as an interval (bench.analysis.verdict), so a
+    per scenario its capacity under the sweep's SLO as an interval (bench.analysis.capacity.interval), so a
     sweep Job leaves its state in S3 whatever a later report decides. `bench report` recomputes it."""
     args = sweep.args
     side = SIDE.load_side(sweep.out)
@@ -465,7 +465,7 @@ def record_capacity(sweep: Sweep) -> None:
     scenarios = {}
     for name in side.scenarios:
         got = caps.get(name) or {}
-        closed = got.get("closed") or V.Capacity(V.GRID, V.NO_DATA)
+        closed = got.get("closed") or CAP.Capacity(CAP.GRID, CAP.NO_DATA)
         scenarios[name] = {"slo_capacity_interval": closed.as_dict(),
                            "rate_capacity_interval": got["open"].as_dict() if got.get("open") else None}
         line = f"bench sweep: {name} under the SLO: {answer.capacity_words(closed.as_dict())}"

@@ -3,7 +3,7 @@
 One class for both kinds of load: closed-loop concurrencies (integers) and open-loop offered rates
 in req/s (any positive number, bisected geometrically). Plain data in, a decision out: the sweep
 (bench/run/extra_runs.py) asks `next_step()` what to run, runs it at the size it chooses, and
-`observe()`s the result; the report (bench.analysis.verdict) builds the same object from the files
+`observe()`s the result; the report (bench.analysis.capacity.interval) builds the same object from the files
 and reads the capacity off it. `--resume` replays the search over the files already there.
 
 The rules (docs/benchmark.md, "The capacity search"):
