@@ -1,7 +1,7 @@
 """The report Job: from the stack's bench sweeps in S3 to the answer, written beside them in S3.
 
 One Job per stack that names a comparison (`bench.compare`). It runs `python -m bench publish`
-(bench/analysis/publish.py): it waits in the cluster until every sweep it reads has finished (it polls their
+(bench/analysis/publish/): it waits in the cluster until every sweep it reads has finished (it polls their
 manifests in S3; `pulumi up` never waits for it, `pulumi.com/skipAwait`), then runs `bench report`,
 `bench plan` and, for variants, `bench compare` on those sweeps with the prices and capacity types
 they recorded, and uploads every file as it is written to `runs/<stack>/report/<hash>/`.

@@ -39,7 +39,7 @@ REPORT_SERVICE_ACCOUNT = "vllm-report"
 BENCH_SERVICE_ACCOUNT = "vllm-bench"
 SUMMARY = "summary.json"
 STATUS = "status.json"  # bench publish's progress file; `failed` with a note when the Job failed
-FAILURES = "failures/"  # one file per failed attempt (bench/analysis/publish.py)
+FAILURES = "failures/"  # one file per failed attempt (bench/analysis/publish/sweeps.py)
 
 
 def report_sweeps(settings: StackSettings, prefixes: dict[str, str],

@@ -115,7 +115,7 @@ def test_image_code_and_requirements(all_stacks):
     assert files["requirements-report.txt"].split() == locked("report")
     assert set(extra("report")) <= set(locked("report"))
     assert "--no-deps" in container(job)["command"][2]
-    assert {"analysis/publish.py", "analysis/report.py", "analysis/plan.py", "analysis/compare.py",
+    assert {"analysis/publish/__init__.py", "analysis/publish/sweeps.py", "analysis/report.py", "analysis/plan.py", "analysis/compare.py",
             "common/locations.py", "__main__.py"} <= set(files)
     assert set(files) == set(bench_code()) | {"requirements-report.txt"}  # the whole package, as its tree
 

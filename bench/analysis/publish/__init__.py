@@ -41,17 +41,16 @@ Exit codes: 0 written (or already up to date); 1 S3 or a report step failed; 2 b
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 from bench.analysis import answer, compare, plan, report
 from bench.analysis import mixed_traffic as MT
+from bench.analysis.publish.sweeps import (STATUS, Sweep, iso, now, read_manifest, read_rounds, record_failure,
+                                           round_rows, rounds_left_out, rounds_of, status, wait_for_sweeps)
 from bench.analysis.side import SLO_FLAGS, slo_given
 from bench.common import locations, s3
 from bench.common import options as O
@@ -59,9 +58,6 @@ from bench.common.cli import Help, run_one
 from bench.common.interrupts import Interrupted, exit_code, signal_name, stop_on_signals
 from bench.common.progress import human_seconds
 
-MANIFEST = "manifest.json"
-STATUS = "status.json"
-FAILURES = "failures/"
 INPUTS = "inputs.json"
 # How often the same written report is re-checked against sweeps that change while it is written.
 MAX_ROUNDS = 3
@@ -69,177 +65,6 @@ MAX_ROUNDS = 3
 
 class UsageError(ValueError):
     pass
-
-
-@dataclass
-class Sweep:
-    role: str  # candidate, baseline, variant; an earlier round: candidate-repeat, baseline-repeat
-    loc: s3.S3Location
-    manifest: bytes | None = None
-    refused: str | None = None  # an earlier round bench report (or compare) would not pool: why
-    of: int | None = None  # an earlier round: the index, among the sweeps, of the sweep it repeats
-
-    @property
-    def side(self) -> str:
-        return self.role.removesuffix("-repeat")
-
-    @property
-    def data(self) -> dict[str, Any] | None:
-        if self.manifest is None:
-            return None
-        try:
-            value = json.loads(self.manifest)
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
-
-    @property
-    def label(self) -> str:
-        """The manifest's label; before there is one, `<stack>/<server>` from a bench Job's results
-        prefix (runs/<stack>/<server>/<hash>/), as the Job labels its sweep."""
-        parts = self.loc.prefix.rstrip("/").split("/")
-        fallback = "/".join(parts[1:3]) if len(parts) == 4 and parts[0] == "runs" else locations.folder_name(self.loc)
-        return str((self.data or {}).get("label") or fallback)
-
-    @property
-    def digest(self) -> str | None:
-        return hashlib.sha256(self.manifest).hexdigest() if self.manifest is not None else None
-
-    def state(self) -> tuple[str, int, int]:
-        """(state, combinations done, combinations planned); state is one of "not started",
-        "running", "interrupted", "finished"."""
-        data = self.data
-        if data is None:
-            return ("not started" if self.manifest is None else "running"), 0, 0
-        runs = [r for r in data.get("runs") or [] if isinstance(r, dict)]
-        done = sum(1 for r in runs if r.get("status") in ("valid", "invalid", "suspect"))
-        open_runs = any(r.get("status") in ("pending", "running") for r in runs)
-        sessions = [s for s in data.get("sessions") or [] if isinstance(s, dict)]
-        if sessions and sessions[-1].get("interrupted"):
-            return "interrupted", done, len(runs)
-        if open_runs or not data.get("finished_at"):
-            return "running", done, len(runs)
-        return "finished", done, len(runs)
-
-    def describe(self) -> str:
-        state, done, total = self.state()
-        if state == "not started":
-            return f"{self.label}: no results yet"
-        counts = f" ({done} of {total} combinations)" if total else ""
-        if state == "interrupted":
-            return f"{self.label}: interrupted{counts}, waiting for its Job to resume it"
-        return f"{self.label}: {state}{counts}"
-
-
-def read_manifest(client: Any, sweep: Sweep) -> bytes | None:
-    try:
-        return client.get_object(Bucket=sweep.loc.bucket, Key=sweep.loc.key(MANIFEST))["Body"].read()
-    except Exception as exc:  # a missing key is normal before the sweep starts
-        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-        if code in ("NoSuchKey", "404", "NotFound"):
-            return None
-        raise
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def status(state: str, sweeps: list[Sweep], deadline: datetime, note: str | None = None,
-           earlier: list[Sweep] | None = None) -> dict[str, Any]:
-    rows = []
-    for sweep in sweeps:
-        st, done, total = sweep.state()
-        rows.append({"role": sweep.role, "label": sweep.label, "uri": sweep.loc.uri, "state": st,
-                     "combinations_done": done, "combinations_planned": total})
-    return {"state": state, "updated_at": _iso(_now()), "waits_until": _iso(deadline), "sweeps": rows,
-            "note": note, **({"earlier_rounds": round_rows(earlier)} if earlier else {})}
-
-
-# ---------------------------------------------------------------------------------------------
-# Earlier rounds: read where present, never waited for
-
-
-def read_rounds(client: Any, earlier: list[Sweep]) -> None:
-    """Read each earlier round's manifest and say, a line each, which are pooled and which are left out."""
-    for sweep in earlier:
-        sweep.manifest = read_manifest(client, sweep)
-        sweep.refused = None
-        print(f"bench publish: {round_note(sweep)}", flush=True)
-
-
-def rounds_of(earlier: list[Sweep]) -> list[Sweep]:
-    """The earlier rounds the report pools: those whose sweep has finished."""
-    return [s for s in earlier if s.state()[0] == "finished" and s.refused is None]
-
-
-def round_note(sweep: Sweep) -> str:
-    where = f"earlier round of the {sweep.side} ({sweep.loc.uri})"
-    state = sweep.state()[0]
-    if sweep.refused:
-        return f"{where}: left out, bench report would not pool it: {sweep.refused}"
-    if state == "finished":
-        return f"{where}: pooled into the {sweep.side}'s figures"
-    if state == "not started":
-        return (f"{where}: left out, no sweep there (that round never ran, or the configuration changed since "
-                "it did)")
-    return f"{where}: left out, its sweep has not finished ({state})"
-
-
-def round_rows(earlier: list[Sweep]) -> list[dict[str, Any]]:
-    pooled = rounds_of(earlier)
-    return [{"role": s.role, "uri": s.loc.uri, "state": s.state()[0], "manifest_sha256": s.digest,
-             "pooled": s in pooled, "note": round_note(s)} for s in earlier]
-
-
-def rounds_left_out(earlier: list[Sweep]) -> str | None:
-    """One sentence for status.json's note: the earlier rounds the report does not pool, or None."""
-    pooled = rounds_of(earlier)
-    left = [s.loc.uri for s in earlier if s not in pooled]
-    if not left:
-        return None
-    return (f"{len(left)} of {len(earlier)} earlier rounds left out of the pooled figures: {', '.join(left)} "
-            "(why, for each: earlier_rounds)")
-
-
-def wait_for_sweeps(client: Any, out: s3.S3Location, sweeps: list[Sweep], args: argparse.Namespace) -> bool:
-    """Poll the manifests until every sweep has finished (True) or the wait ends (False)."""
-    started = time.monotonic()
-    deadline = _now() + timedelta(hours=args.wait_hours)
-    interval = args.poll_s
-    last_line = None
-    last_seen: list[tuple[str, int]] | None = None
-    while True:
-        for sweep in sweeps:
-            sweep.manifest = read_manifest(client, sweep)
-        seen = [(sweep.state()[0], sweep.state()[1]) for sweep in sweeps]
-        finished = all(state == "finished" for state, _ in seen)
-        waited = time.monotonic() - started
-        changed = seen != last_seen
-        if changed:
-            s3.put_json(client, out, STATUS, status("writing" if finished else "waiting", sweeps, deadline))
-            interval = args.poll_s
-        else:
-            interval = min(args.max_poll_s, interval * 2)
-        if finished:
-            print(f"bench publish: every sweep has finished after {human_seconds(waited)}: "
-                  + "; ".join(s.describe() for s in sweeps), flush=True)
-            return True
-        if waited >= args.wait_hours * 3600:
-            print(f"bench publish: gave up waiting after {human_seconds(waited)}; writing the report from what is "
-                  "there: " + "; ".join(s.describe() for s in sweeps), flush=True)
-            return False
-        if changed or last_line is None or time.monotonic() - last_line >= args.log_every_s:
-            print(f"bench publish: waiting ({human_seconds(waited)} so far): "
-                  + "; ".join(s.describe() for s in sweeps)
-                  + f"; next look in {human_seconds(interval)}", flush=True)
-            last_line = time.monotonic()
-        last_seen = seen
-        time.sleep(min(interval, max(1.0, args.wait_hours * 3600 - waited)))
 
 
 def _commands(args: argparse.Namespace, local: dict[str, str], out: str, rounds: dict[str, list[str]] | None = None,
@@ -351,7 +176,7 @@ def write_report(args: argparse.Namespace, sweeps: list[Sweep], complete: bool,
                      "mix": args.mix, "slo_flags": _slo_flags(args)},
         "commands": done,
         "mixed_traffic": mixed,
-        "written_at": _iso(_now()),
+        "written_at": iso(now()),
     }
     s3.put_json(s3.client(), out, INPUTS, inputs)
     return 0
@@ -362,7 +187,7 @@ def mixed_traffic(args: argparse.Namespace, sweeps: list[Sweep], out: s3.S3Locat
     """Wait for `bench mix-check` (its Job reads the plan just written) and plan again with its finding."""
     client = s3.client()
     s3.put_json(client, out, STATUS, status("waiting for the mixed-traffic check", sweeps,
-                                         _now() + timedelta(hours=args.mixed_traffic_wait_hours)))
+                                         now() + timedelta(hours=args.mixed_traffic_wait_hours)))
     started, interval, said = time.monotonic(), args.poll_s, None
     while s3.get_json(client, out, MT.CHECK_FILE) is None:
         waited = time.monotonic() - started
@@ -456,13 +281,6 @@ def _repeated(sweep: Sweep, sweeps: list[Sweep]) -> int:
     return found[0]
 
 
-def record_failure(client: Any, out: s3.S3Location, record: dict[str, Any]) -> None:
-    """status.json says `failed` and why (the stack output `report` shows it), and one more file under
-    failures/: their count is the attempt the next `pulumi up` recreates the Job for."""
-    s3.put_json(client, out, STATUS, record)
-    s3.put_json(client, out, f"{FAILURES}{record['updated_at'].replace(':', '')}.json", record)
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         out, sweeps, earlier = parse(args)
@@ -486,14 +304,14 @@ def run(args: argparse.Namespace) -> int:
                     return 0
                 rc = write_report(args, sweeps, complete, earlier)
                 if rc:
-                    record_failure(client, out, status("failed", sweeps, _now(), "a report step failed; see the Job log"))
+                    record_failure(client, out, status("failed", sweeps, now(), "a report step failed; see the Job log"))
                     return rc
                 for sweep in [*sweeps, *earlier]:
                     sweep.manifest = read_manifest(client, sweep)
                 if [s.digest for s in [*sweeps, *earlier]] == before:
                     notes = [None if complete else "written before every sweep finished: see inputs.json",
                              rounds_left_out(earlier)]
-                    s3.put_json(client, out, STATUS, status("written", sweeps, _now(),
+                    s3.put_json(client, out, STATUS, status("written", sweeps, now(),
                                                             "; ".join(n for n in notes if n) or None, earlier))
                     say_answer(client, out, sweeps)
                     return 0
@@ -558,7 +376,3 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     return run_one(add_parser, "publish", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
