@@ -5,7 +5,7 @@ One flat folder on purpose: each file is one concern that a reviewer finds by it
 stacks/ imports), the components import each other in one direction only (a Job takes the cluster
 and the server it talks to; nothing imports a Job; tests/test_package_graph.py holds it), and a
 folder per layer would add a level without removing any of those imports. This list is the index,
-in the order stacks/environment.py composes them:
+in the order stacks/environment/ composes them:
 
   network, cluster, iam, karpenter                 the VPC, EKS, its IAM pieces, Karpenter
   gpu_capacity, gpu_node_check, gpu_telemetry,      GPU NodePools and EC2NodeClasses, a node check per

@@ -13,10 +13,12 @@ stacks <command>`) are in ops/; the program imports nothing from there.
   vllm_flags       extraArgs against the serving image's `vllm serve` flags (vllm_flags.json)
   versions         the pins in pyproject.toml
 
-  environment      the composition: network, cluster, Karpenter, GPU pools, storage, servers, bench Jobs
-  weight_plan      the weight syncs and GPU node checks that come before the servers
-  startup_stack    the per-pool streamer Jobs and image cache
-  report_stack     the report Job and the stack output `report`
+  environment/     the composition (__init__): network, cluster, Karpenter, GPU pools, storage, servers,
+                   bench Jobs; and the parts it calls: weights (the weight syncs and GPU node checks that
+                   come before the servers), startup (the per-pool streamer Jobs and image cache), bench
+                   (each benchmarked server's start-up record and sweep Job, and the hash that names its
+                   results), report (the report Job and the stack output `report`), release (the GPU
+                   release), fleet (the autoscaled pools and the SLO's rules), reach (the NetworkPolicies)
   job_code         the project's Python as the Jobs and pods mount it
   s3_ranges        the S3 ranges the NetworkPolicy allows, and telling when they went stale
   waivers          security/waivers.toml as checkov's own skip annotations on the objects

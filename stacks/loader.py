@@ -43,7 +43,7 @@ Scope = Literal["full", "cluster"]
 
 # Keys Pulumi itself writes into a stack file next to `config:`.
 FILE_KEYS = ("config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment")
-# The AWS provider of every resource is built from the region alone (stacks/environment.py); other
+# The AWS provider of every resource is built from the region alone (stacks/environment/); other
 # aws: keys would configure a default provider that nothing uses.
 AWS_KEYS = ("region",)
 CLUSTER_SCOPE_KEYS = ("cluster", "network", "storage", "tags")

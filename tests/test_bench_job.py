@@ -14,7 +14,7 @@ import pytest
 from bench.common.workloads import KOREAN_PROMPTS, WORKLOADS, data_files
 from components import pod_security
 from components.bench_job import FINAL_EXIT_CODES
-from stacks import environment
+from stacks.environment import bench as bench_part
 from stacks.job_code import BENCH_DIR, bench_code, module_code
 from tests.fixtures.code_volumes import config_maps, volume_files, write_files
 from tests.fixtures.pulumi_stack import render_with
@@ -147,7 +147,7 @@ def test_a_changed_prompt_set_is_a_new_config_map_and_new_sweeps(monkeypatch):
     before = render_with()
     job, prompts = job_of(before), prompt_map_of(before)
     changed = {name: text + '{"id": "ko-999", "category": "rag", "prompt": "x"}\n' for name, text in data_files().items()}
-    monkeypatch.setattr(environment, "bench_prompts", lambda: changed)
+    monkeypatch.setattr(bench_part, "bench_prompts", lambda: changed)
     after = render_with()
     assert prompt_map_of(after)["metadata"]["name"] != prompts["metadata"]["name"]
     # the sweep's hash covers the prompt set: a new Job under a new results prefix, nothing resumed

@@ -315,7 +315,7 @@ def test_autoscaled_servers_roll_one_replica_at_a_time_and_benchmark_targets_rec
 def test_a_pool_without_room_for_a_surge_replica_rolls_one_down_at_a_time():
     import dataclasses
 
-    from stacks.fleet_stack import rolling_update
+    from stacks.environment.fleet import rolling_update
 
     settings = load_settings("fleet")
     spec = dataclasses.replace(_spec("chat"), deploy_timeout_s=100)

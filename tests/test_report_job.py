@@ -1,4 +1,4 @@
-"""The report Job (components/report_job.py, stacks/report_stack.py) as the g7e and matrix stacks
+"""The report Job (components/report_job.py, stacks/environment/report.py) as the g7e and matrix stacks
 render it: what it reads, where it writes, its role, how it waits, its network reach, the stack
 output `report`; and its rendered command run end to end against moto with sweeps arriving late."""
 

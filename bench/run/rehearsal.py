@@ -34,7 +34,7 @@ HTML = "rehearsal.html"
 
 
 def pool_triggers(pool: dict[str, Any]) -> list[F.Trigger]:
-    """The pool's ScaledObject triggers, as the stack renders them (stacks/fleet_stack.py)."""
+    """The pool's ScaledObject triggers, as the stack renders them (stacks/environment/fleet.py)."""
     return [F.Trigger("running", float(pool["running_per_replica"]), True),
             F.Trigger("waiting", float(pool["waiting_per_replica"]), True),
             F.Trigger("kv-cache", float(pool["kv_cache_usage"]), False)]

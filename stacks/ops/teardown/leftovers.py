@@ -11,7 +11,7 @@ from stacks.ops.teardown.ownership import (describe_instance, karpenter_instance
                                           tagged_for_cluster)
 from stacks.ops.teardown.pre_destroy import wait_for_instances_gone
 
-STACK_TAG = "vllm-poc/stack"  # default tag on every AWS resource of a stack (stacks/environment.py)
+STACK_TAG = "vllm-poc/stack"  # default tag on every AWS resource of a stack (stacks/environment/)
 BUCKET_ROLE_TAG = "vllm-poc/data"  # weights | results (components/weight_store.py)
 
 

@@ -1,7 +1,7 @@
 """The GPU release of an environment (`bench.releaseGpus`): which Jobs use each benchmarked server,
 the wake and release Jobs (components/release_job.py), and the stack output `gpuRelease`.
 
-Kept out of stacks/environment.py so that file stays a readable composition; it calls these.
+Kept out of the composition (stacks/environment/__init__.py) so that it reads top to bottom; it calls these.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from components import bench_job, startup_job
 from components.release_job import POD_LABELS as RELEASE_POD_LABELS
 from components.release_job import GpuRelease, GpuReleaseArgs, ServerRelease
 from stacks.job_code import module_code
-from stacks.report_stack import report_job_names
+from stacks.environment.report import report_job_names
 from stacks.settings import StackSettings
 from stacks.versions import pins
 

@@ -1,6 +1,6 @@
 """Start-up parts of the environment: the per-pool streamer Jobs and the image-cache volume.
 
-Kept out of stacks/environment.py so that file stays a readable composition; it calls these.
+Kept out of the composition (stacks/environment/__init__.py) so that it reads top to bottom; it calls these.
 """
 
 from __future__ import annotations
