@@ -35,7 +35,7 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_bench_capacity_e2e,
                                  test_bench_report, test_bench_report_checks, test_bench_report_rehearsal,
                                  test_bench_report_repeats (a side's sweeps from fresh servers pooled),
-                                 test_bench_compare,
+                                 test_bench_compare, test_bench_compare_lead (winners beyond the noise),
                                  test_bench_plan, test_bench_answer, test_bench_pages, test_bench_run_settings,
                                  test_bench_pages_browser, test_bench_pages_figures, test_bench_publish,
                                  test_bench_one_figure (one capacity, ratio and fleet everywhere)
@@ -44,7 +44,8 @@ package would file them arbitrarily. The names say the room instead; this is the
                                  test_bench_streamer, test_netlimits, test_pod_security_vllm
   bench: the demo                test_bench_demo, test_bench_demo_vllm
   bench: one GPU                 test_gpu_check, test_gpu_check_vllm, test_full_model, test_gpu_check_full,
-                                 test_gpu_experiment_record (an experiment's record and page), test_gpu_mixed,
+                                 test_gpu_experiment_record (an experiment's commands and record),
+                                 test_gpu_experiment_page (what its page says), test_gpu_mixed,
                                  test_leftovers (a server never outlives its command)
   the fleet                      test_fleet_plan, test_fleet_render, test_fleet_prometheus,
                                  test_fleet_prometheus_vllm, test_fleet_router, test_fleet_router_pools

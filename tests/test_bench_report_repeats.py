@@ -21,7 +21,7 @@ from bench.analysis import capacity_report as CR
 from bench.analysis import report as REP
 from bench.analysis import side as SIDE
 from tests.fixtures.bench_pages import make_sweep
-from tests.test_bench_compare import flags, sweep
+from tests.fixtures.compare_sweeps import flags, sweep
 from tests.test_bench_pages_figures import checked_paths
 from tests.test_bench_report import write_result
 
