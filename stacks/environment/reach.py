@@ -20,6 +20,11 @@ BENCH_POD_NAME = "vllm-bench"
 STARTUP_POD_NAME = "vllm-startup"
 
 
+def job_labels(pod_name: str, target: str) -> dict[str, str]:
+    """The labels of a benchmarked server's bench or start-up pod."""
+    return {"app.kubernetes.io/name": pod_name, "app.kubernetes.io/instance": target}
+
+
 def vpc_cidr_of(settings: StackSettings, aws_provider: aws.Provider) -> str:
     if settings.network.create_vpc:
         return settings.network.vpc_cidr
@@ -46,33 +51,19 @@ def network_policies(settings: StackSettings, servers: dict[str, VllmServer], *,
             port=server.spec.port,
             client_namespaces=list(security.dev_endpoint_namespaces if settings.server(name).sleep_mode
                                    else security.client_namespaces),
-            bench_pod_labels=({"app.kubernetes.io/name": BENCH_POD_NAME, "app.kubernetes.io/instance": name}
-                              if name in settings.bench.targets else None),
-            startup_pod_labels=({"app.kubernetes.io/name": STARTUP_POD_NAME, "app.kubernetes.io/instance": name}
-                                if name in settings.bench.targets else None),
+            bench_pod_labels=job_labels(BENCH_POD_NAME, name) if name in settings.bench.targets else None,
+            startup_pod_labels=job_labels(STARTUP_POD_NAME, name) if name in settings.bench.targets else None,
             mixcheck_pod_labels=mixcheck_pod_labels(name) if name == mixed_traffic_server else None,
         )
         for name, server in servers.items()
     ]
+    # The sweep reads its own node (capacity type, instance type) from the API server; the start-up Job reads
+    # pods, events, nodes and NodeClaims, and times /sleep and /wake_up.
     benches = [
-        BenchReach(
-            name=target,
-            pod_labels={"app.kubernetes.io/name": BENCH_POD_NAME, "app.kubernetes.io/instance": target},
-            server_pod_labels=selector_labels(servers[target].spec),
-            port=servers[target].spec.port,
-            # the sweep reads its own node (capacity type, instance type) from the API server
-            kubernetes_api=True,
-        )
-        for target in settings.bench.targets
-    ] + [
-        # The start-up Job: reads pods, events, nodes and NodeClaims; times /sleep and /wake_up.
-        BenchReach(
-            name=f"startup-{target}",
-            pod_labels={"app.kubernetes.io/name": STARTUP_POD_NAME, "app.kubernetes.io/instance": target},
-            server_pod_labels=selector_labels(servers[target].spec),
-            port=servers[target].spec.port,
-            kubernetes_api=True,
-        )
+        BenchReach(name=f"{prefix}{target}", pod_labels=job_labels(pod, target),
+                   server_pod_labels=selector_labels(servers[target].spec), port=servers[target].spec.port,
+                   kubernetes_api=True)
+        for prefix, pod in (("", BENCH_POD_NAME), ("startup-", STARTUP_POD_NAME))
         for target in settings.bench.targets
     ] + [
         # The mixed-traffic check: its server's API port, nothing more.

@@ -34,8 +34,9 @@ from stacks.settings import StackSettings
 from stacks.versions import locked, pins
 
 REPORT_SERVICE_ACCOUNT = "vllm-report"
-# The mixed-traffic check runs as the bench (environment.BENCH_SERVICE_ACCOUNT): its server's tokenizer
-# and the stack's results prefix, where the report's prefix lies.
+# The mixed-traffic check runs as the bench (bench.SERVICE_ACCOUNT, spelled again here: bench.py imports this
+# module through release.py): its server's tokenizer and the stack's results prefix, where the report's
+# prefix lies.
 BENCH_SERVICE_ACCOUNT = "vllm-bench"
 SUMMARY = "summary.json"
 STATUS = "status.json"  # bench publish's progress file; `failed` with a note when the Job failed
