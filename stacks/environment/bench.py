@@ -227,4 +227,5 @@ def bench_jobs(settings: StackSettings, servers: dict[str, VllmServer], *, names
         results[target] = job.results_uri
         jobs.append(job.job)
         sweep_jobs[target] = [recorded.job, job.job]
-    return Benchmark(results, prefixes, earlier, jobs, sweep_jobs, release, access)
+    return Benchmark(results=results, prefixes=prefixes, earlier=earlier, jobs=jobs, sweep_jobs=sweep_jobs,
+                     release=release, access=access)
