@@ -25,6 +25,10 @@ from tests.fixtures.prometheus_server import (LOAD, SERVER_LABELS, binaries, rea
                                               wait_for)
 
 RULES = Q.rule_groups(500.0, 50.0)
+# The same rules evaluated every second for the replays. The stack's groups run every 30 s; an instant
+# rule (the running sum) whose input missed one scrape (a 1 s scrape timed out on a busy machine) records
+# a stale marker and had no series again until the next evaluation, as long as check_every_query waits.
+REPLAY_RULES = Q.rule_groups(500.0, 50.0, interval="1s")
 # The plan's side of the check: a replica meets the SLO up to concurrency 4 (its capacity's source
 # run), 20 % headroom; the load is what the recorded server carried (carried_load).
 CAPACITY_CONCURRENCY, HEADROOM = 4, 0.2
@@ -175,7 +179,8 @@ def test_every_query_returns_a_series_and_the_trigger_asks_for_the_planned_repli
     fake_metrics.script(*texts)
     fake_dcgm.script(dcgm_text([(97.0, 40000.0, 290.0)]))
     started = time.time()
-    prom = start_prometheus(tmp_path / "prometheus", vllm=[fake_metrics.url], dcgm=[fake_dcgm.url], rules=RULES)
+    prom = start_prometheus(tmp_path / "prometheus", vllm=[fake_metrics.url], dcgm=[fake_dcgm.url],
+                            rules=REPLAY_RULES)
     try:
         deadline = time.monotonic() + len(texts) * 2 + 30
         while fake_metrics.served < len(texts) + 2 and time.monotonic() < deadline:

@@ -25,7 +25,7 @@ from bench.common.interrupts import stop_process_group
 from tests.fixtures.bench_fake_metrics import dcgm_text
 from tests.fixtures.prometheus_server import read_recording, start_prometheus
 from bench.analysis.sizing import replicas_for
-from tests.test_fleet_prometheus import HEADROOM, RULES, check_every_query
+from tests.test_fleet_prometheus import HEADROOM, REPLAY_RULES, check_every_query
 
 pytestmark = pytest.mark.vllm
 
@@ -83,7 +83,7 @@ def first_busy(prom, load: subprocess.Popen, budget_s: float = 300) -> float:
 def test_the_trigger_on_a_live_loaded_server_asks_for_the_planned_replicas(tiny_vllm_server, tmp_path, fake_dcgm):
     fake_dcgm.script(dcgm_text([(97.0, 40000.0, 290.0)]))
     prom = start_prometheus(tmp_path / "prometheus", vllm=[f"{tiny_vllm_server.url}/metrics"], dcgm=[fake_dcgm.url],
-                            rules=RULES)
+                            rules=REPLAY_RULES)
     load = subprocess.Popen(steady_load(tiny_vllm_server), env=tiny_vllm_server.env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
