@@ -25,9 +25,9 @@ from tests.fixtures.prometheus_server import (LOAD, SERVER_LABELS, binaries, rea
                                               wait_for)
 
 RULES = Q.rule_groups(500.0, 50.0)
-# The same rules evaluated every second for the replays. The stack's groups run every 30 s; an instant
-# rule (the running sum) whose input missed one scrape (a 1 s scrape timed out on a busy machine) records
-# a stale marker and had no series again until the next evaluation, as long as check_every_query waits.
+# The same rules evaluated every second for the replays. The stack's groups run every 30 s: an instant
+# rule (the running sum) evaluated just after its input missed a scrape (1 s scrapes can time out on a busy
+# machine) has no series until the next evaluation, as long as check_every_query waits for one.
 REPLAY_RULES = Q.rule_groups(500.0, 50.0, interval="1s")
 # The plan's side of the check: a replica meets the SLO up to concurrency 4 (its capacity's source
 # run), 20 % headroom; the load is what the recorded server carried (carried_load).
