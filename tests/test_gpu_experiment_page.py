@@ -215,17 +215,18 @@ def test_a_variants_line_words_what_the_server_did_not_report():
 
 def test_the_page_says_what_each_variant_changes_beside_the_models_settings():
     """The model line gives the settings before a variant's change (utilization 0.9 on a kv-sizing page); the
-    next line names each variant's own flags, and a flag one variant lacks, from the flags each recorded."""
+    next line names each variant's value of every setting `bench compare` tells apart, from the flags each
+    recorded, and "not set" where a variant lacks the flag."""
     def page(name: str) -> str:
         return gpu_page.experiment_markdown(json.loads((REPO / "docs" / "records" / name / "experiment.json").read_text()))
 
     kv = page("experiment-kv-sizing-2026-12-08-h100")
     assert "GPU memory utilization 0.9." in kv
-    assert ("What each variant changes in `vllm serve`, the rest as above: util-0.95 `--gpu-memory-utilization 0.95`; "
-            "util-0.90 `--gpu-memory-utilization 0.9`; util-0.85 `--gpu-memory-utilization 0.85`.") in kv
-    assert "bf16 without `--quantization fp8`; fp8 `--quantization fp8`." in page("experiment-precision-2026-12-06-h100")
-    # --no-X is X's own flag: caching off changes one flag, it does not also lack one
-    assert ("caching-off `--no-enable-prefix-caching`; caching-on `--enable-prefix-caching`."
+    assert ("What each variant changes in `vllm serve`, the rest as above: util-0.95: gpuMemoryUtilization 0.95; "
+            "util-0.90: gpuMemoryUtilization 0.9; util-0.85: gpuMemoryUtilization 0.85.") in kv
+    assert "bf16: --quantization not set; fp8: --quantization fp8." in page("experiment-precision-2026-12-06-h100")
+    # --no-X is X turned off: caching off changes one setting, it does not also lack a flag
+    assert ("caching-off: prefixCaching off; caching-on: prefixCaching on."
             in page("experiment-prefix-caching-2026-12-05-h200"))
     # one variant with flags (the other never started) has nothing to set them beside
     one = {"util-0.85": {"status": "ok", "flags": ["--gpu-memory-utilization", "0.85"]},

@@ -131,6 +131,13 @@ def server_settings(flags: list[str]) -> dict[str, str]:
     return settings
 
 
+def differing_settings(servers: list[dict[str, str]]) -> list[str]:
+    """The settings (`server_settings`' names) whose values are not the same on every server; a server
+    without one counts as "-"."""
+    keys = sorted({k for server in servers for k in server})
+    return [k for k in keys if len({server.get(k, "-") for server in servers}) > 1]
+
+
 def _parse_flags(served: Any) -> list[str] | None:
     if isinstance(served, list):
         return [str(a) for a in served]
@@ -203,8 +210,7 @@ def build(sides: list[Side], *, ttft_ms: float, itl_ms: float,
     facts = [facts_by_side[id(group[0])] for group in groups.values()]
 
     # What differs: server settings (the variant's) and benchmark facts (never allowed).
-    keys = sorted({k for server, _, _ in facts for k in server})
-    differing = [k for k in keys if len({server.get(k, "-") for server, _, _ in facts}) > 1]
+    differing = differing_settings([server for server, _, _ in facts])
     owned = set()
     for k in differing:
         owned |= _CONSEQUENCES.get(k, set())

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.analysis import answer
+from bench.analysis import compare as CMP
 from bench.demo import gpu_full, gpu_mixed
 
 TITLES = {
@@ -71,36 +72,16 @@ def model_line(record: dict[str, Any]) -> str | None:
     return " ".join(parts) or None
 
 
-def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
-    """`vllm serve` flags as (flag, value) pairs; a switch has the value ""."""
-    pairs, i = [], 0
-    while i < len(flags):
-        has_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
-        pairs.append((flags[i], flags[i + 1] if has_value else ""))
-        i += 2 if has_value else 1
-    return pairs
-
-
-def _switch(flag: str) -> str:
-    return "--" + flag.removeprefix("--no-").removeprefix("--")
-
-
 def changes_line(variants: dict[str, Any]) -> str | None:
-    """What each variant changes in `vllm serve`: its flags that not every variant shares, from the flags each
-    one recorded (None where fewer than two did). The model line gives the settings before that change."""
-    pairs = {label: _flag_pairs(v["flags"]) for label, v in variants.items() if v.get("flags")}
-    if len(pairs) < 2:
+    """What each variant changes in `vllm serve`, in the settings `bench compare` tells apart (its
+    server_settings: the stack's config names, `--no-X` as X off), from the flags each variant recorded; None
+    where fewer than two did. The model line gives the settings before that change."""
+    servers = {label: CMP.server_settings(v["flags"]) for label, v in variants.items() if v.get("flags")}
+    if len(servers) < 2:
         return None
-    common = set.intersection(*(set(p) for p in pairs.values()))
-    others = [pair for flags in pairs.values() for pair in flags if pair not in common]
-    said = []
-    for label, flags in pairs.items():
-        own = " ".join(f"{flag} {value}".strip() for flag, value in flags if (flag, value) not in common)
-        names = {_switch(flag) for flag, _ in flags}  # --no-X turns X off: it is X's flag, not a missing one
-        lacks = " ".join(dict.fromkeys(f"{flag} {value}".strip() for flag, value in others
-                                       if _switch(flag) not in names))
-        words = [f"`{own}`"] * bool(own) + [f"without `{lacks}`"] * bool(lacks)
-        said.append(f"{label} {', '.join(words) or 'nothing'}")
+    keys = CMP.differing_settings(list(servers.values()))
+    said = [f"{label}: " + (", ".join(f"{k} {server.get(k, 'not set')}" for k in keys) or "nothing")
+            for label, server in servers.items()]
     return "What each variant changes in `vllm serve`, the rest as above: " + "; ".join(said) + "."
 
 
