@@ -245,19 +245,21 @@ def build(settings: StackSettings) -> dict[str, object]:
         )
 
     # Run:ai streamer throughput per pool (gpuPools[].streamerJob), stored beside the bench results.
+    code = bench_code()  # the bench package, read once: the streamer, sweep, start-up and report Jobs mount it
     streamer_results = streamer_jobs(
-        settings, image=versions.vllm_image, code=bench_code(), namespace=NAMESPACE, weights_bucket=weights_bucket,
+        settings, image=versions.vllm_image, code=code, namespace=NAMESPACE, weights_bucket=weights_bucket,
         store=store, cluster=cluster, account_id=account_id, depends_on=[namespace, pod_identity_agent],
         opts=on_cluster, model_waits={model: sync.job for model, sync in syncs.items()},
     )
 
     # -- benchmark ----------------------------------------------------------------------------
     bench = bench_jobs(settings, servers, namespace_name=NAMESPACE, namespace=namespace, cluster=cluster,
-                       store=store, account_id=account_id, weights_bucket=weights_bucket, opts=on_cluster)
+                       store=store, account_id=account_id, weights_bucket=weights_bucket, code=code,
+                       opts=on_cluster)
     # The answer: report, plan (and compare) from those sweeps, written to S3 by a Job that waits for them.
     report, report_jobs = report_job(settings, bench.prefixes, bench.earlier, namespace_name=NAMESPACE,
                                      namespace=namespace, cluster=cluster, store=store, account_id=account_id,
-                                     code=bench_code(), aws_provider=aws_provider, bench_jobs=bench.jobs,
+                                     code=code, aws_provider=aws_provider, bench_jobs=bench.jobs,
                                      servers=servers, weights_bucket=weights_bucket, bench_access=bench.access,
                                      opts=on_cluster)
     # The GPUs go back once every Job that uses a server has ended (created after those Jobs).

@@ -27,7 +27,7 @@ from components.workload_identity import WorkloadIdentity, WorkloadIdentityArgs,
 from stacks import variants
 from stacks.environment.release import gpu_release
 from stacks.environment.startup import startup_job, startup_reader_rbac
-from stacks.job_code import SWEEP_MODULE, bench_code, measured_code, module_code
+from stacks.job_code import SWEEP_MODULE, measured_code, module_code
 from stacks.settings import BenchSettings, StackSettings
 
 SERVICE_ACCOUNT = "vllm-bench"
@@ -138,9 +138,10 @@ class Benchmark:
 
 def bench_jobs(settings: StackSettings, servers: dict[str, VllmServer], *, namespace_name: str,
                namespace: k8s.core.v1.Namespace, cluster: Cluster, store: WeightStore, account_id: str,
-               weights_bucket: str, opts: pulumi.ResourceOptions) -> Benchmark:
+               weights_bucket: str, code: dict[str, str], opts: pulumi.ResourceOptions) -> Benchmark:
     """The benchmark's resources, after the servers they measure; each sweep Job after its server's start-up
-    record, which waits for the server (and, with bench.releaseGpus, for its wake Job)."""
+    record, which waits for the server (and, with bench.releaseGpus, for its wake Job). `code`: the bench
+    package (stacks.job_code.bench_code)."""
     if not settings.bench.targets:
         return Benchmark()
     results: dict[str, pulumi.Output[str]] = {}
@@ -170,7 +171,6 @@ def bench_jobs(settings: StackSettings, servers: dict[str, VllmServer], *, names
     BenchNodeAccess("bench-node-access", namespace_name, SERVICE_ACCOUNT,
                     labels={"app.kubernetes.io/name": "vllm-bench"}, depends_on=[namespace],
                     opts=opts)
-    code = bench_code()
     prompt_files = bench_prompts()
     prompts = BenchPromptSet("bench-prompts", namespace_name, prompt_files, depends_on=[namespace], opts=opts)
     reader = startup_reader_rbac(namespace_name, SERVICE_ACCOUNT, opts)
